@@ -1,0 +1,5 @@
+import sys
+
+from cuptiprof.cli import main
+
+sys.exit(main())

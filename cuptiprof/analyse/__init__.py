@@ -1,0 +1,1 @@
+"""Analysis over a cuptiprof file: scoped views, SQL reports, the read-only Profile."""

@@ -1,0 +1,67 @@
+"""The SQL shipped with cuptiprof: one .sql file per scope view and per report.
+
+Each report file starts with `-- <name>: <one-line description>` followed by
+`-- column: description` lines; `cuptiprof report --list` prints them.
+Scope views (sql/scope/) are created per connection as TEMP views with the step filter in
+`{where}`; reports read only those views, so `--steps` applies to every report alike.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from cuptiprof.errors import UsageError
+
+_SQL = resources.files("cuptiprof").joinpath("sql")
+# Scope views in dependency order.
+SCOPE_VIEWS = ("sel_activities", "sel_steps", "sel_islands", "sel_kernel_islands")
+
+
+@dataclass(frozen=True)
+class ReportDoc:
+    name: str
+    summary: str
+    columns: tuple[tuple[str, str], ...]
+
+
+@functools.lru_cache(maxsize=None)
+def _read(sub: str, name: str) -> str:
+    return _SQL.joinpath(sub, f"{name}.sql").read_text()
+
+
+def scope_views(where: str) -> dict[str, str]:
+    return {v: _strip_comments(_read("scope", v)).replace("{where}", where) for v in SCOPE_VIEWS}
+
+
+@functools.lru_cache(maxsize=1)
+def report_names() -> tuple[str, ...]:
+    return tuple(sorted(p.name[:-4] for p in _SQL.joinpath("reports").iterdir()
+                        if p.name.endswith(".sql")))
+
+
+def report_sql(name: str) -> str:
+    if name not in report_names():
+        raise UsageError(f"unknown report {name!r}; known: {', '.join(report_names())} "
+                         "(cuptiprof report --list)")
+    return _strip_comments(_read("reports", name))
+
+
+def report_doc(name: str) -> ReportDoc:
+    text = _read("reports", name)
+    summary, cols = "", []
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        body = line[2:].strip()
+        m = re.match(r"([A-Za-z_][\w]*):\s*(.*)", body)
+        if m and not summary and m.group(1) == name:
+            summary = m.group(2)
+        elif m and summary:
+            cols.append((m.group(1), m.group(2)))
+    return ReportDoc(name, summary, tuple(cols))
+
+
+def _strip_comments(sql: str) -> str:
+    return "\n".join(l for l in sql.splitlines() if not l.lstrip().startswith("--")).strip().rstrip(";")

@@ -1,0 +1,154 @@
+"""Read-only access to a cuptiprof file: reports and ad-hoc SQL as DuckDB relations.
+
+>>> p = cuptiprof.open("run.duckdb")            # doctest: +SKIP
+>>> p.ops(top=10).df()                          # pandas on demand
+>>> p.sql("SELECT step, count(*) FROM kernels GROUP BY step").arrow()
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import duckdb
+
+from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError
+from cuptiprof.store.schema import SCHEMA_VERSION, file_schema_version
+from cuptiprof.store.writer import connect_error
+from cuptiprof.analyse import catalog
+
+# Lowest schema version this reader still understands.
+OLDEST_READABLE = 1
+
+
+def parse_steps(spec: str | None) -> tuple[int | None, int | None] | None:
+    """'3:5' -> (3, 5) inclusive; '3:' / ':5' open-ended; '4' -> (4, 4); None -> None."""
+    if spec is None or spec == "":
+        return None
+    m = re.fullmatch(r"\s*(-?\d+)?\s*(:)?\s*(-?\d+)?\s*", str(spec))
+    if not m or (m.group(1) is None and m.group(3) is None):
+        raise UsageError(f"--steps {spec!r}: expected A:B, A:, :B or N (step indices, inclusive)")
+    lo = int(m.group(1)) if m.group(1) is not None else None
+    hi = int(m.group(3)) if m.group(3) is not None else None
+    if m.group(2) is None:
+        hi = lo
+    if lo is not None and hi is not None and hi < lo:
+        raise UsageError(f"--steps {spec!r}: the end ({hi}) is before the start ({lo})")
+    return lo, hi
+
+
+class Profile:
+    """One cuptiprof file opened read-only. Report methods return DuckDB relations."""
+
+    def __init__(self, path: str | os.PathLike, steps: str | tuple | None = None):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise InputError(f"{self.path}: no such file")
+        if self.path.is_dir():
+            raise InputError(f"{self.path}: is a directory, not a cuptiprof file")
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(16)
+        except OSError as exc:
+            raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
+        if len(head) < 12 or head[8:12] != b"DUCK":
+            raise StoreError(f"{self.path}: not a DuckDB file (expected a cuptiprof .duckdb file)")
+        try:
+            self.con = duckdb.connect(str(self.path), read_only=True)
+        except duckdb.Error as exc:
+            raise connect_error(self.path, exc, writing=False) from None
+        try:
+            version = file_schema_version(self.con)
+        except duckdb.Error as exc:
+            self.con.close()
+            raise StoreError(f"{self.path}: corrupt DuckDB file ({str(exc).splitlines()[0][:160]})") from None
+        if version is None:
+            self.con.close()
+            raise StoreError(f"{self.path}: a DuckDB file, but not a cuptiprof file (no schema version)")
+        if version > SCHEMA_VERSION:
+            self.con.close()
+            raise SchemaVersionError(
+                f"{self.path}: written by a newer cuptiprof (schema {version}; this one reads up to "
+                f"{SCHEMA_VERSION}); upgrade cuptiprof to read it")
+        if version < OLDEST_READABLE:
+            self.con.close()
+            raise SchemaVersionError(f"{self.path}: schema {version} is too old for this cuptiprof")
+        self.schema_version = version
+        self.set_steps(steps)
+
+    # -- scope -------------------------------------------------------------------------------
+    def set_steps(self, steps: str | tuple | None) -> None:
+        """Choose the steps reports look at (inclusive). None: every recorded step, or every row
+        when the file has no steps at all."""
+        rng = parse_steps(steps) if isinstance(steps, (str, type(None))) else tuple(steps)
+        has_steps = self.con.execute(
+            "SELECT EXISTS (SELECT 1 FROM gpu_activities WHERE step IS NOT NULL) "
+            "OR EXISTS (SELECT 1 FROM ranges WHERE kind = 'step')").fetchone()[0]
+        if rng is None:
+            where = "step IS NOT NULL" if has_steps else "TRUE"
+            self.scope = "all recorded steps" if has_steps else "all rows (no steps recorded)"
+        else:
+            lo, hi = rng
+            conds = ["step IS NOT NULL"]
+            if lo is not None:
+                conds.append(f"step >= {int(lo)}")
+            if hi is not None:
+                conds.append(f"step <= {int(hi)}")
+            where = " AND ".join(conds)
+            self.scope = f"steps {'' if lo is None else lo}:{'' if hi is None else hi}"
+            n = self.con.execute(f"SELECT count(*) FROM gpu_activities WHERE {where}").fetchone()[0]
+            m = self.con.execute(f"SELECT count(*) FROM ranges WHERE kind='step' AND {where}").fetchone()[0]
+            if n == 0 and m == 0:
+                raise UsageError(f"{self.path}: no recorded step in --steps {steps}; "
+                                 "see `cuptiprof report FILE --by step` for the steps it has")
+        self.steps = rng
+        self.step_filter = where
+        for name, sql in catalog.scope_views(where).items():
+            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
+
+    # -- queries -----------------------------------------------------------------------------
+    def sql(self, query: str, params=None) -> duckdb.DuckDBPyRelation:
+        """Any read-only SQL over the file (the connection cannot write)."""
+        return self.con.sql(query, params=params) if params else self.con.sql(query)
+
+    def report(self, name: str, top: int | None = None) -> duckdb.DuckDBPyRelation:
+        rel = self.con.sql(catalog.report_sql(name))
+        return rel.limit(top) if top else rel
+
+    def ops(self, top: int | None = None):
+        return self.report("ops", top)
+
+    def steps_report(self, top: int | None = None):
+        return self.report("steps", top)
+
+    def kinds(self):
+        return self.report("kinds")
+
+    def devices(self):
+        return self.report("devices")
+
+    def streams(self, top: int | None = None):
+        return self.report("streams", top)
+
+    def outliers(self, top: int | None = None):
+        return self.report("outliers", top)
+
+    def data_quality(self):
+        return self.con.sql("SELECT * FROM data_quality ORDER BY run_id, pid, check_name, subject")
+
+    def runs(self):
+        return self.con.sql("SELECT * FROM runs ORDER BY run_id")
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "Profile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_profile(path: str | os.PathLike, steps: str | tuple | None = None) -> Profile:
+    """Open a cuptiprof file read-only (the public `cuptiprof.open`)."""
+    return Profile(path, steps)

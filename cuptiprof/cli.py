@@ -1,0 +1,65 @@
+"""`cuptiprof` / `python -m cuptiprof`: a thin CLI over the library.
+
+Each subcommand lives in cuptiprof/commands/<name>.py with `register(subparsers)`, which adds
+its parser and sets `func(args) -> int`. A user's mistake ends as one line on stderr and an
+exit status (see cuptiprof.errors), never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from cuptiprof._version import __version__
+from cuptiprof.errors import CuptiprofError
+
+# Order shown in --help.
+COMMANDS = ("run", "report", "sql", "schema", "import", "export", "merge", "compare", "diff",
+            "doctor")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like every other usage error
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="cuptiprof", description="Per-operator GPU time for inference, "
+                "tagged by step, in one DuckDB file.")
+    p.add_argument("--version", action="version", version=f"cuptiprof {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"cuptiprof.commands.{name.replace('import', 'import_')}")
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("cuptiprof.commands"):
+                continue  # subcommand not part of this build
+            raise
+        mod.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except CuptiprofError as exc:
+        print(f"cuptiprof: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("cuptiprof: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `cuptiprof report ... | head`: the reader went away; not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except OSError as exc:
+        print(f"cuptiprof: error: {exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": "),
+              file=sys.stderr)
+        return 1

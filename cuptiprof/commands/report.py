@@ -1,0 +1,94 @@
+"""`cuptiprof report FILE`: per-op, per-step, per-device, per-kind and per-stream breakdowns."""
+from __future__ import annotations
+
+import json
+import sys
+
+from cuptiprof.analyse import catalog
+from cuptiprof.analyse.profile import open_profile
+from cuptiprof.errors import UsageError
+from cuptiprof.render.table import FORMATS, plain_table, render, rows_of
+
+# --by value -> report name
+BY = {"op": "ops", "step": "steps", "device": "devices", "kind": "kinds", "stream": "streams",
+      "outliers": "outliers", "spread": "step_spread", "quality": "quality", "overview": "overview"}
+# Reports shown, in order, when --by is not given.
+SUMMARY = ("overview", "ops", "kinds", "steps", "step_spread", "quality")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="print breakdowns of a cuptiprof file")
+    p.add_argument("file", nargs="?")
+    p.add_argument("--by", choices=sorted(BY), help="one breakdown (default: a summary of several)")
+    p.add_argument("--top", type=int, default=None, help="rows per breakdown (default: 15 for ops)")
+    p.add_argument("--steps", help="steps to include: A:B (inclusive), A:, :B or N")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report with plots")
+    p.add_argument("--list", action="store_true", help="list the reports with their documentation")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.list:
+        return list_reports(args.format)
+    if not args.file:
+        raise UsageError("report needs a FILE (or --list)")
+    if args.top is not None and args.top < 1:
+        raise UsageError(f"--top {args.top}: must be at least 1")
+    with open_profile(args.file, args.steps) as prof:
+        if args.html:
+            from cuptiprof.render.html import write_report
+
+            path = write_report(prof, args.html, top=args.top or 15)
+            print(f"cuptiprof: wrote {path}", file=sys.stderr)
+            return 0
+        print_reports(prof, [BY[args.by]] if args.by else list(SUMMARY), args.format, args.top)
+    return 0
+
+
+def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=None) -> None:
+    """Print reports one after the other (JSON: one object keyed by report name)."""
+    out = out or sys.stdout
+    if fmt == "json" and len(names) > 1:
+        doc = {}
+        for name in names:
+            cols, rows = rows_of(prof.report(name, _top(name, top)))
+            doc[name] = [dict(zip(cols, r)) for r in rows]
+        from cuptiprof.render.table import _json_default
+        json.dump({"file": str(prof.path), "scope": prof.scope, "reports": doc}, out,
+                  default=_json_default, indent=1)
+        out.write("\n")
+        return
+    if fmt in ("table", "markdown") and len(names) > 1:
+        out.write(f"cuptiprof report: {prof.path}  (scope: {prof.scope})\n\n")
+    for name in names:
+        rel = prof.report(name, _top(name, top))
+        if name == "quality" and len(names) > 1 and not rel.fetchall():
+            continue
+        doc = catalog.report_doc(name)
+        render(rel, fmt, out=out, title=f"{name}: {doc.summary}" if fmt != "csv" else None)
+        if fmt == "csv" and len(names) > 1:
+            out.write("\n")
+
+
+def _top(name: str, top: int | None) -> int | None:
+    if top:
+        return top if name not in ("overview", "quality", "kinds") else None
+    return 15 if name in ("ops", "outliers", "streams") else None
+
+
+def list_reports(fmt: str) -> int:
+    rows = []
+    for name in catalog.report_names():
+        d = catalog.report_doc(name)
+        by = next((k for k, v in BY.items() if v == name), "")
+        rows.append((name, by, d.summary))
+    if fmt == "json":
+        json.dump([{"report": n, "by": b, "summary": s,
+                    "columns": dict(catalog.report_doc(n).columns)} for n, b, s in rows],
+                  sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(plain_table(["report", "--by", "description"],
+                                 [list(r) for r in rows], [False] * 3))
+    return 0

@@ -1,0 +1,41 @@
+"""Errors that reach the user as one line on stderr (never a traceback).
+
+Exit statuses (documented in README.md):
+  0  success
+  1  the check failed (a regression found by `diff`, a doctor problem) or a runtime failure
+  2  usage error or bad input (missing/corrupt file, bad argument, unknown report)
+  3  the environment cannot do what was asked (no GPU, CUPTI taken by another profiler)
+"""
+from __future__ import annotations
+
+
+class CuptiprofError(Exception):
+    """Base class: the message is one line that says what is wrong and what to do."""
+
+    exit_code = 1
+
+
+class UsageError(CuptiprofError):
+    exit_code = 2
+
+
+class InputError(CuptiprofError):
+    """A file or argument the user gave cannot be used."""
+
+    exit_code = 2
+
+
+class StoreError(InputError):
+    """A DuckDB file cannot be opened or is not a cuptiprof file."""
+
+
+class SchemaVersionError(StoreError):
+    """The file was written by a newer (or unsupported older) schema version."""
+
+
+class WriterBusy(StoreError):
+    """Another writer holds the file."""
+
+
+class EnvironmentProblem(CuptiprofError):
+    exit_code = 3

@@ -1,0 +1,1 @@
+"""Presentation: relations in, text/CSV/JSON/Markdown/HTML out. No analysis here."""

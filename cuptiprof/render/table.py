@@ -1,0 +1,143 @@
+"""Render a DuckDB relation (or Arrow table) as a terminal table, CSV, JSON or Markdown.
+
+Names come from traces: they are data, so control characters are stripped from terminal and
+Markdown output, CSV is properly quoted, and JSON is escaped by the encoder.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import sys
+from typing import Any, Iterable, Sequence
+
+FORMATS = ("table", "csv", "json", "markdown")
+_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Columns hidden from terminal tables when they hold a single value (single-run, single-GPU files).
+_QUIET = ("run_id", "pid", "device_id")
+
+
+def clean(text: str) -> str:
+    """Strip terminal control characters (and bidi overrides) from a name."""
+    return _CTRL.sub("", text.replace("\n", " ").replace("\t", " "))
+
+
+def rows_of(rel) -> tuple[list[str], list[tuple]]:
+    if hasattr(rel, "columns") and hasattr(rel, "fetchall"):
+        return list(rel.columns), rel.fetchall()
+    tbl = rel  # pyarrow.Table
+    return list(tbl.column_names), [tuple(r.values()) for r in tbl.to_pylist()]
+
+
+def fmt_value(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return ""
+        a = abs(v)
+        if a == 0:
+            return "0"
+        if a >= 100:
+            return f"{v:,.1f}"
+        if a >= 1:
+            return f"{v:.3f}"
+        return f"{v:.4g}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v}" if abs(v) < 10**12 else str(v)
+    return clean(str(v))
+
+
+def _quiet(cols: list[str], rows: list[tuple]) -> tuple[list[str], list[tuple]]:
+    keep = [i for i, c in enumerate(cols)
+            if c not in _QUIET or len({r[i] for r in rows}) > 1]
+    return [cols[i] for i in keep], [tuple(r[i] for i in keep) for r in rows]
+
+
+def render(rel, fmt: str = "table", out=None, title: str | None = None,
+           max_width: int = 70) -> None:
+    out = out or sys.stdout
+    cols, rows = rows_of(rel)
+    if fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(cols)
+        for r in rows:
+            w.writerow(["" if v is None else v for v in r])
+        return
+    if fmt == "json":
+        json.dump([dict(zip(cols, r)) for r in rows], out, default=_json_default, indent=1)
+        out.write("\n")
+        return
+    if fmt == "markdown":
+        if title:
+            out.write(f"### {clean(title)}\n\n")
+        out.write("| " + " | ".join(cols) + " |\n")
+        out.write("|" + "|".join("---" for _ in cols) + "|\n")
+        for r in rows:
+            out.write("| " + " | ".join(fmt_value(v).replace("|", "\\|") for v in r) + " |\n")
+        out.write("\n")
+        return
+    if fmt != "table":
+        raise ValueError(f"unknown format {fmt!r}")
+    cols, rows = _quiet(cols, rows)
+    cells = [[_shorten(fmt_value(v), max_width) for v in r] for r in rows]
+    if _is_tty(out):
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=clean(title) if title else None, title_justify="left", show_lines=False)
+        for i, c in enumerate(cols):
+            numeric = all(isinstance(r[i], (int, float)) or r[i] is None for r in rows)
+            t.add_column(c, justify="right" if numeric else "left", overflow="fold")
+        for r in cells:
+            t.add_row(*r, style=None)
+        Console(file=out, markup=False, highlight=False, emoji=False).print(t)
+        return
+    out.write(plain_table(cols, cells, [_numeric(rows, i) for i in range(len(cols))], title))
+
+
+def plain_table(cols: Sequence[str], cells: Iterable[Sequence[str]], numeric: Sequence[bool],
+                title: str | None = None) -> str:
+    cells = list(cells)
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+    def line(vals):
+        return "  ".join(v.rjust(w) if n else v.ljust(w)
+                         for v, w, n in zip(vals, widths, numeric)).rstrip()
+    buf = io.StringIO()
+    if title:
+        buf.write(clean(title) + "\n")
+    buf.write(line(cols) + "\n")
+    buf.write("  ".join("-" * w for w in widths) + "\n")
+    for r in cells:
+        buf.write(line(r) + "\n")
+    if not cells:
+        buf.write("(no rows)\n")
+    return buf.getvalue() + "\n"
+
+
+def _numeric(rows, i) -> bool:
+    return all(isinstance(r[i], (int, float)) or r[i] is None for r in rows) if rows else False
+
+
+def _shorten(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 1] + "\u2026"
+
+
+def _is_tty(out) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _json_default(v):
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    from decimal import Decimal
+    if isinstance(v, Decimal):
+        return float(v)
+    return str(v)

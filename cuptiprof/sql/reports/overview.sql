@@ -1,0 +1,24 @@
+-- overview: one row per run: what was recorded, from where, and how much
+-- run_id: run inside the file
+-- label: run label
+-- source: 'cupti' | 'cpu' | 'kineto' | 'nsys' | 'synthetic'
+-- status: 'complete', 'interrupted', 'failed', or 'running' (the writer died)
+-- devices: device names seen
+-- processes: processes recorded
+-- steps: distinct steps with GPU work or a step range
+-- kernels: kernel rows in the file (all steps)
+-- memcpys: memcpy rows in the file
+-- gpu_ms: summed GPU work in scope
+-- busy_ms: union of GPU work intervals in scope
+-- command: what was profiled
+SELECT r.run_id, r.label, r.source, r.status,
+       (SELECT string_agg(DISTINCT d.name, ', ') FROM devices d WHERE d.run_id = r.run_id) AS devices,
+       (SELECT count(*) FROM processes p WHERE p.run_id = r.run_id) AS processes,
+       (SELECT count(DISTINCT step) FROM (SELECT step FROM sel_activities a WHERE a.run_id = r.run_id
+                                          UNION ALL SELECT step FROM sel_steps s WHERE s.run_id = r.run_id)) AS steps,
+       (SELECT count(*) FROM kernel_rows k WHERE k.run_id = r.run_id) AS kernels,
+       (SELECT count(*) FROM memcpys m WHERE m.run_id = r.run_id) AS memcpys,
+       (SELECT sum(end_ns - start_ns) / 1e6 FROM sel_activities a WHERE a.run_id = r.run_id AND a.kind <> 'sync') AS gpu_ms,
+       (SELECT sum(end_ns - start_ns) / 1e6 FROM sel_islands i WHERE i.run_id = r.run_id) AS busy_ms,
+       r.command
+FROM runs r ORDER BY r.run_id

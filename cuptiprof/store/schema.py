@@ -1,0 +1,52 @@
+"""The schema file (schemas/cuptiprof.sql) is the contract; everything here is derived from it."""
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+
+# Tables that hold interned strings: column given by the caller -> id column stored.
+INTERNED = {
+    "kernel_rows": {"name": "name_id"},
+    "api_call_rows": {"name": "name_id"},
+    "range_rows": {"name": "name_id"},
+}
+# Friendly table names accepted by the writer (the view name) -> storage table.
+STORAGE_TABLE = {"kernels": "kernel_rows", "api_calls": "api_call_rows", "ranges": "range_rows"}
+# The GPU activity tables, in the order of gpu_activities.
+ACTIVITY_TABLES = ("kernel_rows", "memcpys", "memsets", "syncs")
+
+
+@functools.lru_cache(maxsize=1)
+def schema_sql() -> str:
+    """The DDL text shipped with the package."""
+    return resources.files("cuptiprof").joinpath("schemas/cuptiprof.sql").read_text()
+
+
+@functools.lru_cache(maxsize=1)
+def _version() -> int:
+    m = re.search(r"INSERT INTO meta VALUES \('schema_version', '(\d+)'\)", schema_sql())
+    if not m:  # pragma: no cover - guarded by tests
+        raise RuntimeError("schemas/cuptiprof.sql does not declare a schema_version")
+    return int(m.group(1))
+
+
+SCHEMA_VERSION = _version()
+
+
+def table_columns(con, table: str) -> list[tuple[str, str]]:
+    """(name, type) of a table's columns, in order, as the connected file has them."""
+    return con.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_name = ? AND table_schema = 'main' ORDER BY ordinal_position",
+        [table],
+    ).fetchall()
+
+
+def file_schema_version(con) -> int | None:
+    """Schema version recorded in an open file, or None when it is not a cuptiprof file."""
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except Exception:
+        return None
+    return int(row[0]) if row and str(row[0]).isdigit() else None

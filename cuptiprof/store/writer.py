@@ -1,0 +1,338 @@
+"""The one writer of a cuptiprof file: bulk-appends columnar batches and commits after each.
+
+Every source (the CUPTI collector, the importers, the launcher's merge) hands batches here:
+a mapping of table name -> columns (a pyarrow Table/RecordBatch, or a dict of numpy arrays /
+pyarrow arrays / lists). Rows never go in one by one. Each `append` is one transaction, so a
+writer killed at any point leaves a file that opens with every batch committed before.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cuptiprof._version import __version__
+from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
+from cuptiprof.store.demangle import demangle
+from cuptiprof.store.schema import (
+    INTERNED,
+    SCHEMA_VERSION,
+    STORAGE_TABLE,
+    file_schema_version,
+    schema_sql,
+    table_columns,
+)
+
+Batch = Any  # pa.Table | pa.RecordBatch | Mapping[str, array-like]
+
+_open_paths: set[str] = set()
+_open_lock = threading.Lock()
+
+
+@dataclass
+class RunInfo:
+    """What the `runs` row says about this run."""
+
+    label: str | None = None
+    source: str = "cupti"
+    command: str | None = None
+    host: str = field(default_factory=socket.gethostname)
+    start_ns: int | None = None
+    settings: dict = field(default_factory=dict)
+    cuda_driver_version: str | None = None
+    cupti_version: str | None = None
+    torch_version: str | None = None
+
+
+def connect_error(path: Path, exc: Exception, *, writing: bool) -> StoreError:
+    """Turn a duckdb.connect failure into one line for the user."""
+    msg = str(exc)
+    if "Could not set lock" in msg or "Conflicting lock" in msg:
+        pid = ""
+        if "(PID " in msg:
+            pid = " (pid " + msg.split("(PID ", 1)[1].split(")", 1)[0] + ")"
+        what = "writing" if writing else "opening"
+        return WriterBusy(
+            f"{path}: another process{pid} is writing this file; wait for it to finish "
+            f"before {what} it, or write to another path"
+        )
+    if "not a valid DuckDB" in msg or "database file" in msg.lower() or "Corrupt" in msg \
+            or "checksum" in msg.lower() or "serializ" in msg.lower():
+        return StoreError(f"{path}: not a readable DuckDB file ({msg.splitlines()[0][:160]})")
+    return StoreError(f"{path}: cannot open ({msg.splitlines()[0][:200]})")
+
+
+class Writer:
+    """Owns one cuptiprof DuckDB file for writing.
+
+    >>> with Writer("run.duckdb", RunInfo(source="synthetic")) as w:   # doctest: +SKIP
+    ...     w.append({"kernels": {"start_ns": starts, "end_ns": ends, "name": names}})
+
+    mode: 'create' refuses an existing file, 'append' adds a new run to an existing file,
+    'overwrite' replaces it. atomic=True writes to a temporary name and renames on a clean
+    close (importers: no partial output file is ever left behind under the final name).
+    """
+
+    def __init__(self, path: str | os.PathLike, run: RunInfo | None = None, *,
+                 mode: str = "create", atomic: bool = False, pid: int | None = None):
+        self.path = Path(path)
+        self.run = run or RunInfo()
+        self.atomic = atomic
+        self.pid = os.getpid() if pid is None else pid
+        self._strings: dict[str | None, int] = {}
+        self._closed = False
+        self.rows_written: dict[str, int] = {}
+        parent = self.path.parent if str(self.path.parent) else Path(".")
+        if not parent.is_dir():
+            raise InputError(f"{self.path}: directory {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise InputError(f"{self.path}: directory {parent} is not writable")
+        if self.path.is_symlink():
+            raise InputError(f"{self.path}: is a symbolic link; refusing to write through it")
+        exists = self.path.exists()
+        if exists and mode == "create":
+            raise InputError(f"{self.path}: already exists; choose another output path "
+                             "(or remove the file first)")
+        key = str(self.path.resolve())
+        with _open_lock:
+            if key in _open_paths:
+                raise WriterBusy(f"{self.path}: this process already has a writer for this file")
+            _open_paths.add(key)
+        self._key = key
+        try:
+            self._open(exists and mode != "overwrite", mode == "overwrite" and exists)
+        except BaseException:
+            with _open_lock:
+                _open_paths.discard(key)
+            raise
+
+    # -- opening ---------------------------------------------------------------------------
+    def _open(self, reuse: bool, overwrite: bool) -> None:
+        if self.atomic:
+            self._target = self.path
+            self.path = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+            for p in (self.path, Path(str(self.path) + ".wal")):
+                if p.exists():
+                    p.unlink()
+            if reuse:
+                import shutil
+                shutil.copyfile(self._target, self.path)
+        elif overwrite:
+            # Take the lock on the existing file first: never clobber a file another run writes.
+            try:
+                duckdb.connect(str(self.path)).close()
+            except duckdb.Error as exc:
+                raise connect_error(self.path, exc, writing=True) from None
+            for p in (self.path, Path(str(self.path) + ".wal")):
+                if p.exists():
+                    p.unlink()
+            reuse = False
+        try:
+            # Files are created with the user's umask (DuckDB opens with 0666 & ~umask).
+            self.con = duckdb.connect(str(self.path))
+        except duckdb.Error as exc:
+            raise connect_error(self.path, exc, writing=True) from None
+        if reuse:
+            version = file_schema_version(self.con)
+            if version is None:
+                self.con.close()
+                raise StoreError(f"{self.path}: not a cuptiprof file (no schema version)")
+            if version > SCHEMA_VERSION:
+                self.con.close()
+                raise SchemaVersionError(
+                    f"{self.path}: written by a newer cuptiprof (schema {version}, this one "
+                    f"reads up to {SCHEMA_VERSION}); upgrade cuptiprof")
+            if version < SCHEMA_VERSION:
+                self.con.close()
+                raise SchemaVersionError(
+                    f"{self.path}: schema {version} is older than {SCHEMA_VERSION}; write a new "
+                    "file instead of appending to this one")
+            for sid, value in self.con.execute("SELECT string_id, value FROM strings").fetchall():
+                self._strings[value] = sid
+        else:
+            self.con.execute("BEGIN")
+            self.con.execute(schema_sql())
+            self.con.execute("INSERT INTO meta VALUES ('created_by', ?), ('created_at', ?)",
+                             [f"cuptiprof {__version__}", _dt.datetime.now(_dt.timezone.utc).isoformat()])
+            self.con.execute("COMMIT")
+        self._columns = {t: {c for c, _ in table_columns(self.con, t)}
+                         for (t,) in self.con.execute(
+                             "SELECT table_name FROM information_schema.tables "
+                             "WHERE table_schema='main' AND table_type='BASE TABLE'").fetchall()}
+        row = self.con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()
+        self.run_id = int(row[0])
+        r = self.run
+        start_ns = r.start_ns if r.start_ns is not None else time.time_ns()
+        self.con.execute(
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, NULL, 'running', ?, ?, ?, ?, ?, ?)",
+            [self.run_id, r.label or self._final_path().stem, r.source,
+             r.command if r.command is not None else " ".join(sys.argv), r.host,
+             _dt.datetime.now(_dt.timezone.utc), start_ns, __version__, platform.python_version(),
+             r.cuda_driver_version, r.cupti_version, r.torch_version,
+             json.dumps(r.settings, sort_keys=True, default=str)])
+
+    def _final_path(self) -> Path:
+        return getattr(self, "_target", self.path)
+
+    # -- writing ---------------------------------------------------------------------------
+    def append(self, batches: Mapping[str, Batch]) -> None:
+        """Append one batch per table in ONE transaction; commit. Empty batches are skipped."""
+        if self._closed:
+            raise StoreError(f"{self.path}: writer is closed")
+        prepared = []
+        for table, batch in batches.items():
+            storage = STORAGE_TABLE.get(table, table)
+            if storage not in self._columns:
+                raise ValueError(f"unknown table {table!r}")
+            tbl = _as_table(batch)
+            if tbl.num_rows == 0:
+                continue
+            prepared.append((storage, tbl))
+        if not prepared:
+            return
+        con = self.con
+        con.execute("BEGIN")
+        try:
+            new_strings: list[tuple[int, str, str | None]] = []
+            for storage, tbl in prepared:
+                tbl = self._complete(storage, tbl, new_strings)
+                con.register("_cuptiprof_batch", tbl)
+                try:
+                    con.execute(f"INSERT INTO {storage} BY NAME SELECT * FROM _cuptiprof_batch")
+                finally:
+                    con.unregister("_cuptiprof_batch")
+                self.rows_written[storage] = self.rows_written.get(storage, 0) + tbl.num_rows
+            if new_strings:
+                s = pa.table({"string_id": pa.array([x[0] for x in new_strings], pa.int32()),
+                              "value": pa.array([x[1] for x in new_strings], pa.string()),
+                              "demangled": pa.array([x[2] for x in new_strings], pa.string())})
+                con.register("_cuptiprof_strings", s)
+                try:
+                    con.execute("INSERT INTO strings SELECT * FROM _cuptiprof_strings")
+                finally:
+                    con.unregister("_cuptiprof_strings")
+            con.execute("COMMIT")
+        except BaseException:
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
+            for sid, value, _ in new_strings:  # forget ids that were never committed
+                self._strings.pop(value, None)
+            raise
+
+    def _complete(self, storage: str, tbl: pa.Table, new_strings: list) -> pa.Table:
+        """Intern string columns, add run_id/pid, reject unknown columns."""
+        for src, dst in INTERNED.get(storage, {}).items():
+            if src in tbl.column_names:
+                ids = self._intern(tbl.column(src), new_strings, kernel=(storage == "kernel_rows"))
+                tbl = tbl.drop_columns([src]).append_column(dst, ids)
+        names = set(tbl.column_names)
+        unknown = names - self._columns[storage]
+        if unknown:
+            raise ValueError(f"{storage}: unknown columns {sorted(unknown)}")
+        if "run_id" not in names:
+            tbl = tbl.append_column("run_id", pa.array(np.full(tbl.num_rows, self.run_id, np.int32)))
+        if "pid" in self._columns[storage] and "pid" not in names:
+            tbl = tbl.append_column("pid", pa.array(np.full(tbl.num_rows, self.pid, np.int32)))
+        return tbl
+
+    def _intern(self, col: pa.ChunkedArray, new_strings: list, kernel: bool) -> pa.Array:
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        enc = pc.dictionary_encode(col).combine_chunks()
+        values = enc.dictionary.to_pylist()
+        ids = np.empty(len(values), np.int32)
+        table = self._strings
+        for i, v in enumerate(values):
+            sid = table.get(v)
+            if sid is None:
+                sid = len(table) + 1
+                table[v] = sid
+                new_strings.append((sid, v, demangle(v) if kernel else None))
+            ids[i] = sid
+        return pc.take(pa.array(ids), enc.indices)
+
+    def add_quality(self, check_name: str, subject: str | None, count: int | None,
+                    detail: str, value_ns: int | None = None, pid: int | None = None) -> None:
+        """Record one data-quality fact (dropped records, unclaimed rows, missing kinds, ...)."""
+        self.append({"data_quality": {
+            "pid": [self.pid if pid is None else pid], "check_name": [check_name],
+            "subject": [subject], "count": pa.array([count], pa.int64()),
+            "value_ns": pa.array([value_ns], pa.int64()), "detail": [detail]}})
+
+    def execute(self, sql: str, params: list | None = None) -> None:
+        """Run one statement in its own transaction (metadata updates)."""
+        self.con.execute(sql, params or [])
+
+    # -- closing ---------------------------------------------------------------------------
+    def close(self, status: str = "complete", end_ns: int | None = None) -> Path:
+        """Mark the run finished, checkpoint and release the file. Returns the final path."""
+        if self._closed:
+            return self._final_path()
+        self._closed = True
+        try:
+            self.con.execute("UPDATE runs SET status = ?, end_ns = ? WHERE run_id = ?",
+                             [status, end_ns if end_ns is not None else time.time_ns(), self.run_id])
+            self.con.execute("CHECKPOINT")
+        finally:
+            self.con.close()
+            with _open_lock:
+                _open_paths.discard(self._key)
+        if self.atomic:
+            if status == "complete":
+                os.replace(self.path, self._target)
+            else:
+                self.discard()
+            self.path = self._target
+        return self.path
+
+    def discard(self) -> None:
+        """Remove a temporary (atomic) output after a failure."""
+        for p in (self.path, Path(str(self.path) + ".wal")):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self) -> "Writer":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close("complete")
+        else:
+            status = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+            try:
+                self.close(status)
+            except Exception:
+                pass
+
+
+def _as_table(batch: Batch) -> pa.Table:
+    if isinstance(batch, pa.Table):
+        return batch
+    if isinstance(batch, pa.RecordBatch):
+        return pa.Table.from_batches([batch])
+    cols = {}
+    for k, v in batch.items():
+        if isinstance(v, (pa.Array, pa.ChunkedArray)):
+            cols[k] = v
+        elif isinstance(v, np.ndarray):
+            cols[k] = pa.array(v)
+        else:
+            cols[k] = pa.array(list(v))
+    return pa.table(cols)

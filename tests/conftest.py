@@ -1,0 +1,47 @@
+"""Shared fixtures. GPU tests carry the `gpu` marker and skip cleanly without a GPU."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+
+
+def _has_gpu() -> bool:
+    if os.environ.get("CUPTIPROF_TEST_NO_GPU"):
+        return False
+    try:
+        from cuda.bindings import driver
+        err, = driver.cuInit(0)[:1]
+        if int(err) != 0:
+            return False
+        err, n = driver.cuDeviceGetCount()
+        return int(err) == 0 and n > 0
+    except Exception:
+        return False
+
+
+HAS_GPU = _has_gpu()
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="no CUDA GPU on this machine")
+    skip_browser = pytest.mark.skip(reason="no headless chromium on this machine")
+    has_browser = bool(shutil.which("chromium") or shutil.which("chromium-browser"))
+    for item in items:
+        if "gpu" in item.keywords and not HAS_GPU:
+            item.add_marker(skip_gpu)
+        if "browser" in item.keywords and not has_browser:
+            item.add_marker(skip_browser)
+
+
+@pytest.fixture
+def shared_traces() -> Path:
+    """../shared/traces (real traces recorded by others); the test skips when absent."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip("../shared/traces is not present")
+    return SHARED_TRACES
