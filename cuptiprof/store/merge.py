@@ -1,0 +1,294 @@
+"""Merge cuptiprof files into one: runs from several hosts or ranks, or the part files of the
+processes of one `cuptiprof run`.
+
+Every row keeps where it came from: run ids are renumbered (one_run=False) or collapsed into one
+run (one_run=True, the launcher's parts), interned string ids are remapped by value, pid stays.
+The destination is written under a temporary name and renamed at the end, so a failed merge
+leaves no file that looks complete.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import duckdb
+import pyarrow as pa
+
+from cuptiprof._version import __version__
+from cuptiprof.errors import InputError, SchemaVersionError, StoreError
+from cuptiprof.store.schema import INTERNED, SCHEMA_VERSION, schema_sql, table_columns
+from cuptiprof.store.writer import RunInfo, _as_table, connect_error
+
+# Worst first: the merged status of one run made of several parts.
+_STATUS_ORDER = ("failed", "interrupted", "running", "complete")
+
+
+@dataclass
+class MergeResult:
+    """What a merge did; `skipped` lists sources that could not be read (one_run only)."""
+
+    path: Path
+    runs: int = 0
+    rows: dict = field(default_factory=dict)
+    skipped: list = field(default_factory=list)
+    ended_early: list = field(default_factory=list)   # (source, pid) whose writer never closed
+
+
+def merge_files(sources: Iterable[str | os.PathLike], dest: str | os.PathLike, *,
+                one_run: bool = False, run_info: RunInfo | None = None,
+                status: str | None = None, end_ns: int | None = None,
+                extra: Mapping[str, object] | None = None, skip_unreadable: bool | None = None,
+                overwrite: bool = False) -> Path:
+    """Merge `sources` into a new file `dest`; returns its path.
+
+    one_run=False keeps each source run as its own run (renumbered 1..N in source order).
+    one_run=True makes ONE run of every source (the part files of one `cuptiprof run`): its
+    `runs` row comes from `run_info` (start/end/status from the parts unless given), and a
+    part whose writer never closed marks its processes `ended_early` with a data_quality
+    row 'process_ended_early'. `extra` maps table -> columns appended to that run (one_run).
+    skip_unreadable (default: one_run) records unreadable sources in data_quality instead of
+    failing.
+    """
+    return merge_files_result(sources, dest, one_run=one_run, run_info=run_info, status=status,
+                              end_ns=end_ns, extra=extra, skip_unreadable=skip_unreadable,
+                              overwrite=overwrite).path
+
+
+def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=None, end_ns=None,
+                       extra=None, skip_unreadable=None, overwrite=False) -> MergeResult:
+    sources = [Path(s) for s in sources]
+    dest = Path(dest)
+    skip = one_run if skip_unreadable is None else skip_unreadable
+    if not sources and not one_run:
+        raise InputError("merge needs at least one input file")
+    for s in sources:
+        if not s.is_file():
+            if skip:
+                continue
+            raise InputError(f"{s}: no such file")
+        if s.resolve() == dest.resolve():
+            raise InputError(f"{s}: is also the output file; write the merge to another path")
+    parent = dest.parent if str(dest.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"{dest}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"{dest}: directory {parent} is not writable")
+    if dest.exists() and not overwrite:
+        raise InputError(f"{dest}: already exists; choose another output path (or remove the file first)")
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    _unlink(tmp)
+    result = MergeResult(dest)
+    try:
+        con = duckdb.connect(str(tmp))
+    except duckdb.Error as exc:
+        raise connect_error(tmp, exc, writing=True) from None
+    try:
+        con.execute("BEGIN")
+        con.execute(schema_sql())
+        con.execute("INSERT INTO meta VALUES ('created_by', ?), ('created_at', ?)",
+                    [f"cuptiprof {__version__} merge",
+                     _dt.datetime.now(_dt.timezone.utc).isoformat()])
+        con.execute("COMMIT")
+        m = _Merger(con, one_run, result)
+        for s in sources:
+            m.add(s, skip)
+        if one_run:
+            m.finish_one_run(run_info or RunInfo(), status, end_ns, extra or {})
+        result.runs = con.execute("SELECT count(*) FROM runs").fetchone()[0]
+        con.execute("CHECKPOINT")
+        con.close()
+        os.replace(tmp, dest)
+    except BaseException:
+        try:
+            con.close()
+        except Exception:
+            pass
+        _unlink(tmp)
+        raise
+    return result
+
+
+def _unlink(p: Path) -> None:
+    for x in (p, Path(str(p) + ".wal")):
+        try:
+            x.unlink()
+        except FileNotFoundError:
+            pass
+
+
+class _Merger:
+    def __init__(self, con, one_run: bool, result: MergeResult):
+        self.con = con
+        self.one_run = one_run
+        self.result = result
+        self.tables = [t for (t,) in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema='main' "
+            "AND table_type='BASE TABLE' AND table_catalog = current_database()").fetchall()
+            if t not in ("meta", "runs", "strings")]
+        self.columns = {t: [c for c, _ in table_columns(con, t)] for t in self.tables + ["runs"]}
+        self.next_run = 1
+        self.part_runs: list[tuple] = []   # (start_ns, end_ns, status, versions...) per source run
+        self.quality: list[tuple] = []     # (pid, check_name, subject, count, detail)
+
+    def add(self, src: Path, skip: bool) -> None:
+        con = self.con
+        try:
+            con.execute(f"ATTACH '{_sql_str(src)}' AS src (READ_ONLY)")
+        except duckdb.Error as exc:
+            err = connect_error(src, exc, writing=False)
+            if skip:
+                self._skipped(src, str(err))
+                return
+            raise err from None
+        try:
+            version = self._version(src)
+            if version is None:
+                if skip:
+                    self._skipped(src, f"{src}: not a cuptiprof file")
+                    return
+                raise StoreError(f"{src}: a DuckDB file, but not a cuptiprof file (no schema version)")
+            if version > SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"{src}: written by a newer cuptiprof (schema {version}; this one reads up to "
+                    f"{SCHEMA_VERSION}); upgrade cuptiprof to merge it")
+            self._copy(src)
+        finally:
+            con.execute("DETACH src")
+
+    def _skipped(self, src: Path, why: str) -> None:
+        self.result.skipped.append((str(src), why))
+        self.quality.append((None, "unreadable_part", src.name, None,
+                             f"part file {src.name} could not be read and was left out: {why}"))
+
+    def _version(self, src: Path) -> int | None:
+        try:
+            row = self.con.execute("SELECT value FROM src.meta WHERE key='schema_version'").fetchone()
+        except duckdb.Error:
+            return None
+        return int(row[0]) if row and str(row[0]).isdigit() else None
+
+    def _src_columns(self, table: str) -> set[str]:
+        return {c for (c,) in self.con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name='src' "
+            "AND schema_name='main' AND table_name=?", [table]).fetchall()}
+
+    def _copy(self, src: Path) -> None:
+        con = self.con
+        runs = con.execute("SELECT run_id, start_ns, end_ns, status, cuda_driver_version, "
+                           "cupti_version, torch_version FROM src.runs ORDER BY run_id").fetchall()
+        if self.one_run:
+            mapping = [(r[0], 1) for r in runs]
+            self.part_runs.extend(runs)
+        else:
+            mapping = []
+            for r in runs:
+                mapping.append((r[0], self.next_run))
+                self.next_run += 1
+        con.execute("CREATE OR REPLACE TEMP TABLE runmap (old INTEGER, new INTEGER)")
+        if mapping:
+            con.executemany("INSERT INTO runmap VALUES (?, ?)", mapping)
+        if not self.one_run:
+            cols = self.columns["runs"]
+            have = self._src_columns("runs")
+            sel = ", ".join("rm.new" if c == "run_id" else (f"x.{c}" if c in have else "NULL")
+                            for c in cols)
+            con.execute(f"INSERT INTO runs ({', '.join(cols)}) SELECT {sel} FROM src.runs x "
+                        "JOIN runmap rm ON rm.old = x.run_id")
+        # Strings: add the values this file does not know yet, then map old id -> new id.
+        base = con.execute("SELECT coalesce(max(string_id), 0) FROM strings").fetchone()[0]
+        con.execute(
+            "INSERT INTO strings SELECT ? + row_number() OVER (ORDER BY value NULLS FIRST), value, demangled "
+            "FROM (SELECT s.value, any_value(s.demangled) AS demangled FROM src.strings s "
+            "      WHERE NOT EXISTS (SELECT 1 FROM main.strings d WHERE d.value IS NOT DISTINCT FROM s.value) "
+            "      GROUP BY s.value)", [base])
+        con.execute("CREATE OR REPLACE TEMP TABLE smap AS SELECT s.string_id AS old, d.string_id AS new "
+                    "FROM src.strings s JOIN main.strings d ON d.value IS NOT DISTINCT FROM s.value")
+        src_tables = {t for (t,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name='src'").fetchall()}
+        for t in self.tables:
+            if t not in src_tables:
+                continue
+            have = self._src_columns(t)
+            cols = self.columns[t]
+            interned = set(INTERNED.get(t, {}).values())
+            sel = []
+            for c in cols:
+                if c == "run_id":
+                    sel.append("rm.new")
+                elif c in interned and c in have:
+                    sel.append(f"(SELECT sm.new FROM smap sm WHERE sm.old = x.{c})")
+                else:
+                    sel.append(f"x.{c}" if c in have else "NULL")
+            con.execute(f"INSERT INTO {t} ({', '.join(cols)}) SELECT {', '.join(sel)} "
+                        f"FROM src.{t} x JOIN runmap rm ON rm.old = x.run_id")
+            n = con.execute(f"SELECT count(*) FROM src.{t}").fetchone()[0]
+            self.result.rows[t] = self.result.rows.get(t, 0) + n
+        if self.one_run:
+            dead = [r for r in runs if r[3] == "running"]
+            if dead:
+                pids = [p for (p,) in con.execute(
+                    "SELECT DISTINCT pid FROM src.processes ORDER BY pid").fetchall()] \
+                    if "processes" in src_tables else []
+                if not pids:
+                    pids = [_pid_from_name(src)]
+                for pid in pids:
+                    self.result.ended_early.append((str(src), pid))
+                    if pid is not None:
+                        con.execute("UPDATE processes SET ended_early = TRUE WHERE pid = ?", [pid])
+                    self.quality.append((pid, "process_ended_early", str(pid), None,
+                                         f"process {pid} ended before its collector closed (killed, "
+                                         "crashed or os._exit); records it had not flushed are missing"))
+
+    def finish_one_run(self, info: RunInfo, status: str | None, end_ns: int | None,
+                       extra: Mapping[str, object]) -> None:
+        con = self.con
+        starts = [r[1] for r in self.part_runs if r[1] is not None]
+        ends = [r[2] for r in self.part_runs if r[2] is not None]
+        if status is None:
+            st = [("running" if r[3] == "running" else r[3]) for r in self.part_runs] or ["complete"]
+            status = min(st, key=lambda s: _STATUS_ORDER.index(s) if s in _STATUS_ORDER else 0)
+            if status == "running":   # a dead part does not make the whole run 'running'
+                status = "complete"
+
+        def first(i):
+            return next((r[i] for r in self.part_runs if r[i]), None)
+
+        start_ns = info.start_ns if info.start_ns is not None else (min(starts) if starts else time.time_ns())
+        end = end_ns if end_ns is not None else (max(ends) if ends else time.time_ns())
+        con.execute(
+            "INSERT INTO runs VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [info.label, info.source, info.command if info.command is not None else " ".join(sys.argv),
+             info.host, _dt.datetime.fromtimestamp(start_ns / 1e9, _dt.timezone.utc), start_ns, end,
+             status, __version__, platform.python_version(),
+             info.cuda_driver_version or first(4), info.cupti_version or first(5),
+             info.torch_version or first(6), json.dumps(info.settings, sort_keys=True, default=str)])
+        for table, batch in extra.items():
+            tbl = _as_table(batch)
+            if tbl.num_rows == 0:
+                continue
+            if "run_id" not in tbl.column_names:
+                tbl = tbl.append_column("run_id", pa.array([1] * tbl.num_rows, pa.int32()))
+            con.register("_extra", tbl)
+            try:
+                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _extra")
+            finally:
+                con.unregister("_extra")
+        if self.quality:
+            con.executemany("INSERT INTO data_quality (run_id, pid, check_name, subject, count, detail) "
+                            "VALUES (1, ?, ?, ?, ?, ?)", self.quality)
+
+
+def _pid_from_name(src: Path) -> int | None:
+    tail = src.stem.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def _sql_str(p: Path) -> str:
+    return str(p).replace("'", "''")
