@@ -1,0 +1,33 @@
+"""`cuptiprof import TRACE... -o OUT.duckdb`: torch.profiler (Kineto) JSON or Nsight Systems
+SQLite exports into one cuptiprof file, so every report, comparison and gate works on them."""
+from __future__ import annotations
+
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "import", help="import torch.profiler traces (.json/.json.gz) or Nsight Systems exports",
+        description="Import torch.profiler / Kineto Chrome traces (.json, .json.gz; one file per "
+        "rank of one job) or Nsight Systems SQLite exports (nsys export --type sqlite) into one "
+        "cuptiprof file. The output appears only when every input was read.")
+    p.add_argument("traces", nargs="+", metavar="TRACE")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.duckdb")
+    p.add_argument("--label", help="run label (default: the output file name)")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from cuptiprof.interop.importing import import_traces
+    res = import_traces(args.traces, args.output, label=args.label, overwrite=args.force,
+                        progress=False if args.no_progress else None)
+    rows = res["rows"]
+    parts = [f"{rows.get(t, 0):,} {n}" for t, n in (
+        ("kernel_rows", "kernels"), ("memcpys", "memcpys"), ("memsets", "memsets"),
+        ("api_call_rows", "API calls"), ("range_rows", "ranges"))]
+    steps = sum(getattr(f, "steps", 0) for f in res["files"])
+    print(f"imported {len(res['files'])} file(s) ({res['source']}): {', '.join(parts)}, "
+          f"{steps} steps -> {res['path']}", file=sys.stderr)
+    return 0

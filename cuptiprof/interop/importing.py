@@ -1,0 +1,102 @@
+"""`import_traces`: Kineto JSON or Nsight Systems SQLite files -> one cuptiprof file (one run).
+
+The output is written under a temporary name and renamed only when every file was read, so a
+bad input never leaves a partial file behind.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from cuptiprof.errors import InputError, UsageError
+from cuptiprof.store.writer import RunInfo, Writer
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def trace_kind(path: Path) -> str:
+    """'nsys' for an SQLite file, 'kineto' for JSON (plain or gzip)."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, expected a trace file")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys"
+    if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
+        return "kineto"
+    if not head:
+        raise InputError(f"{path}: the file is empty; expected a torch.profiler trace "
+                         "(.json/.json.gz) or an Nsight Systems SQLite export")
+    raise InputError(f"{path}: not a torch.profiler trace (.json/.json.gz) nor an Nsight Systems "
+                     "SQLite export (nsys export --type sqlite)")
+
+
+def _progress(paths: list[Path], show: bool | None):
+    """A rich progress bar on stderr (TTY only) over the bytes read; None when not shown."""
+    if show is None:
+        show = sys.stderr.isatty()
+    if not show:
+        return nullcontext(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+    prog = Progress(TextColumn("importing"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                    console=Console(stderr=True), transient=True)
+    return prog
+
+
+def import_traces(paths, out, *, label: str | None = None, overwrite: bool = False,
+                  progress: bool | None = False) -> dict:
+    """Import traces of one job (one file per rank/process) into `out` as one run.
+
+    >>> import_traces(["rank0.json.gz", "rank1.json.gz"], "job.duckdb")   # doctest: +SKIP
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise UsageError("no trace files given")
+    kinds = {trace_kind(p) for p in paths}
+    if len(kinds) > 1:
+        raise UsageError("mixing torch.profiler traces and Nsight Systems exports in one import "
+                         "is not supported; import them into separate files")
+    kind = kinds.pop()
+    out = Path(out)
+    if any(out.resolve() == p.resolve() for p in paths):
+        raise UsageError(f"{out}: the output would overwrite an input trace")
+    info = RunInfo(label=label, source=kind,
+                   command="cuptiprof import " + " ".join(str(p) for p in paths),
+                   settings={"imported_from": [str(p) for p in paths], "format": kind})
+    w = Writer(out, info, mode="overwrite" if overwrite else "create", atomic=True)
+    try:
+        with _progress(paths, progress) as prog:
+            on_read = None
+            if prog is not None:
+                task = prog.add_task("import", total=sum(p.stat().st_size for p in paths))
+                on_read = lambda n: prog.advance(task, n)  # noqa: E731
+            if kind == "kineto":
+                from cuptiprof.interop.kineto import import_kineto
+                files = import_kineto(w, paths, on_read)
+            else:
+                from cuptiprof.interop.nsys import import_nsys
+                files = import_nsys(w, paths, on_read)
+        lo, hi = w.con.execute(
+            "SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM gpu_activities "
+            "UNION ALL SELECT min(start_ns), max(end_ns) FROM ranges "
+            "UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls)").fetchone()
+        if lo is not None:
+            w.execute("UPDATE runs SET start_ns = ? WHERE run_id = ?", [lo, w.run_id])
+        counts = dict(w.rows_written)
+    except KeyboardInterrupt:
+        w.close("interrupted")
+        raise
+    except BaseException:
+        w.close("failed")
+        raise
+    path = w.close("complete", end_ns=hi if lo is not None else time.time_ns())
+    return {"path": str(path), "source": kind, "files": files, "rows": counts}

@@ -1,0 +1,76 @@
+"""Interval bookkeeping shared by the importers: range nesting, launch attribution, steps.
+
+Ranges on one thread nest (a CPU op inside an annotation inside a step); an API call belongs
+to the innermost range open on its thread when it started. One sorted sweep per thread
+answers both, the way the CUPTI collector decides it at collection time.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def nest(r_key, r_start, r_end, r_is_op, c_key, c_start, c_end):
+    """Parent index and depth of each range; innermost range and innermost op of each call.
+
+    Keys group rows by thread (ranges and calls nest only within one key). Indices are
+    positions in the inputs, -1 for none.
+    """
+    n, m = len(r_start), len(c_start)
+    keys = np.concatenate([np.asarray(r_key, np.int64), np.asarray(c_key, np.int64)])
+    starts = np.concatenate([np.asarray(r_start, np.int64), np.asarray(c_start, np.int64)])
+    ends = np.concatenate([np.asarray(r_end, np.int64), np.asarray(c_end, np.int64)])
+    typ = np.concatenate([np.zeros(n, np.int8), np.ones(m, np.int8)])
+    # thread, then start; at equal starts ranges before calls, longer ranges first.
+    order = np.lexsort((-ends, typ, starts, keys)).tolist()
+    keys_l, starts_l, ends_l = keys.tolist(), starts.tolist(), ends.tolist()
+    is_op = np.asarray(r_is_op, bool).tolist()
+    parent = [-1] * n
+    depth = [0] * n
+    c_range = [-1] * m
+    c_op = [-1] * m
+    s_end: list[int] = []
+    s_idx: list[int] = []
+    s_op: list[int] = []
+    cur = None
+    for i in order:
+        k = keys_l[i]
+        if k != cur:
+            cur = k
+            s_end.clear(); s_idx.clear(); s_op.clear()
+        s = starts_l[i]
+        while s_end and s_end[-1] <= s:
+            s_end.pop(); s_idx.pop(); s_op.pop()
+        if i < n:
+            if s_idx:
+                parent[i] = s_idx[-1]
+                depth[i] = len(s_idx)
+                op = i if is_op[i] else s_op[-1]
+            else:
+                op = i if is_op[i] else -1
+            s_end.append(ends_l[i]); s_idx.append(i); s_op.append(op)
+        elif s_idx:
+            j = i - n
+            c_range[j] = s_idx[-1]
+            c_op[j] = s_op[-1]
+    return (np.array(parent, np.int64), np.array(depth, np.int32),
+            np.array(c_range, np.int64), np.array(c_op, np.int64))
+
+
+def steps_at(times, step_start, step_end, step_n):
+    """Step index whose [start, end) holds each time; -1 where none does.
+
+    Steps of one process do not overlap (each ProfilerStep ends where the next begins).
+    """
+    times = np.asarray(times, np.int64)
+    out = np.full(len(times), -1, np.int64)
+    if len(step_start) == 0 or len(times) == 0:
+        return out
+    order = np.argsort(step_start, kind="stable")
+    ss = np.asarray(step_start, np.int64)[order]
+    se = np.asarray(step_end, np.int64)[order]
+    sn = np.asarray(step_n, np.int64)[order]
+    idx = np.searchsorted(ss, times, side="right") - 1
+    ok = idx >= 0
+    ok[ok] = times[ok] < se[idx[ok]]
+    out[ok] = sn[idx[ok]]
+    return out

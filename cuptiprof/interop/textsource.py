@@ -1,0 +1,100 @@
+"""Read a (possibly gzip-compressed) text file as a stream of uncompressed blocks.
+
+Decompression runs in a background thread: zlib releases the GIL, so on two cores the
+gunzip of block N+1 overlaps the JSON decoding of block N.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import zlib
+from pathlib import Path
+from typing import Callable, Iterator
+
+from cuptiprof.errors import InputError
+
+BLOCK = 4 << 20  # compressed bytes read per step
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
+def _blocks(path: Path, on_read: Callable[[int], None] | None) -> Iterator[bytes]:
+    gz = is_gzip(path)
+    with open(path, "rb") as fh:
+        if not gz:
+            while True:
+                raw = fh.read(BLOCK)
+                if not raw:
+                    return
+                if on_read:
+                    on_read(len(raw))
+                yield raw
+        d = zlib.decompressobj(wbits=47)
+        while True:
+            raw = fh.read(BLOCK)
+            if on_read and raw:
+                on_read(len(raw))
+            if not raw:
+                if not d.eof:
+                    raise InputError(f"{path}: truncated gzip file (the compressed stream ends "
+                                     "early); the file was cut off while being written or copied")
+                return
+            while raw:
+                try:
+                    out = d.decompress(raw)
+                except zlib.error as exc:
+                    raise InputError(f"{path}: corrupt gzip data ({exc})") from None
+                if out:
+                    yield out
+                if d.eof:  # concatenated gzip members
+                    raw = d.unused_data
+                    if raw:
+                        d = zlib.decompressobj(wbits=47)
+                else:
+                    raw = b""
+
+
+def read_blocks(path: str | os.PathLike, on_read: Callable[[int], None] | None = None
+                ) -> Iterator[bytes]:
+    """Uncompressed blocks of `path`, produced by a reader thread two blocks ahead."""
+    path = Path(path)
+    q: queue.Queue = queue.Queue(maxsize=2)
+    stop = threading.Event()
+    done = object()
+
+    def work():
+        try:
+            for b in _blocks(path, on_read):
+                while not stop.is_set():
+                    try:
+                        q.put(b, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(done)
+        except BaseException as exc:  # handed to the consumer
+            q.put(exc)
+
+    t = threading.Thread(target=work, name="cuptiprof-gunzip", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                t.join(0.05)
