@@ -1,0 +1,638 @@
+"""Session and profile(): collect CUPTI activity for the steps you care about, into one file.
+
+    with cuptiprof.profile("run.duckdb", warmup=2, steps=5):
+        for i in range(7):
+            with cuptiprof.range("step", step=i):
+                denoise_step(i)
+
+Sampling: the first `warmup` step ranges are written as kind 'warmup' with no GPU rows
+(collection is off), the next `steps` are recorded, then activity collection is disabled so the
+rest of the run pays nothing. After each recorded step the session synchronizes the GPU,
+flushes CUPTI, resolves every row to the step that launched it and appends one transaction to
+the file (memory stays flat). stop() (or process exit) forces a last flush.
+
+Without a GPU, driver or usable CUPTI (or with another profiler holding it) the session says so
+in one line on stderr, records host-side ranges only, and writes a data_quality row naming what
+was not captured; the program keeps running.
+"""
+from __future__ import annotations
+
+import atexit
+import fnmatch
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from types import SimpleNamespace
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pyarrow as pa
+
+from cuptiprof import markers
+from cuptiprof.collect.errors import CollectorProblem
+from cuptiprof.errors import UsageError
+
+FAKE_ENV = "CUPTIPROF_FAKE_CUPTI"
+RANGE_COLS = ("range_id", "parent_id", "depth", "name", "domain", "thread_id", "start_ns",
+              "end_ns", "kind", "step", "attrs")
+
+_active: "Session | None" = None
+
+
+def current() -> "Session | None":
+    """The active Session of this process, or None."""
+    return _active
+
+
+class NullSource:
+    """Host-side only: no GPU records (no GPU, no CUPTI, or CUPTI held by another tool)."""
+
+    name = "none"
+    gpu = False
+    kind_enum = SimpleNamespace(DEVICE=8, DRIVER=4)  # what Sink/Resolver ask for
+    missing: dict = {}
+    enabled: list = []
+    ext_kind = 0
+
+    def open(self, on_records: Callable) -> None: ...
+    def enable(self, kinds: Iterable[str]) -> None: ...
+    def disable(self) -> None: ...
+    def close(self) -> None: ...
+    def push(self, range_id: int) -> None: ...
+    def pop(self) -> None: ...
+    def synchronize(self) -> None: ...
+    def flush(self, forced: bool = False) -> None: ...
+    def dropped(self) -> int: return 0
+    def api_name(self, driver: bool, cbid: int) -> str: return str(cbid)
+
+
+class Session:
+    """One collection into one file. Prefer `profile(...)`; the launcher drives it directly.
+
+    path: output DuckDB file (created; see `mode`).
+    warmup: step ranges skipped before recording (written as kind 'warmup', no GPU rows).
+    steps: step ranges recorded after warm-up; None records until stop().
+    kinds: subset of ("kernel", "memcpy", "memset", "sync", "api", "nvtx", "memory",
+        "overhead"); None = all. Runtime/driver API records are always collected because the
+        step join needs them; "api" decides whether they are written to api_calls.
+    step_range: another range name that marks a step: a cuptiprof.range of that name, or an
+        NVTX range of another domain (torch.cuda.nvtx) captured as MARKER records; the latter
+        are numbered at flush time and do not drive warm-up/flushing.
+    range_filter: glob (or list of globs, or callable name -> bool) of user range names to
+        record; other user ranges are not written and their launches go to the enclosing range.
+    light: no api_calls rows, no NVTX markers and no memory events (kernels, copies, memsets,
+        syncs and overhead only).
+    source: None (CUPTIPROF_FAKE_CUPTI=1 -> the fake source, else real CUPTI, falling back to
+        host-only with a one-line notice), "cupti", "fake", "none", a FakeCupti module or an
+        object with the CuptiSource interface.
+    mode: Writer mode ('create' | 'overwrite' | 'append'). run_info: a store.writer.RunInfo to
+        use (the launcher sets label/command); source/versions/settings are filled in.
+    flush_every: flush after every N recorded steps. quiet: no stderr notice.
+    """
+
+    def __init__(self, path: str | os.PathLike, warmup: int = 0, steps: int | None = None,
+                 kinds: Iterable[str] | None = None, step_range: str | None = None,
+                 range_filter: Any = None, light: bool = False, source: Any = None, *,
+                 mode: str = "create", run_info: Any = None, flush_every: int = 1,
+                 quiet: bool = False, pid: int | None = None):
+        from cuptiprof.collect.cupti_source import ALL_KINDS
+
+        if warmup < 0 or (steps is not None and steps < 0) or flush_every < 1:
+            raise UsageError("warmup and steps must be >= 0 and flush_every >= 1")
+        chosen = list(ALL_KINDS if kinds is None else kinds)
+        unknown = [k for k in chosen if k not in ALL_KINDS]
+        if unknown:
+            raise UsageError(f"unknown kind(s) {', '.join(unknown)}; choose from "
+                             f"{', '.join(ALL_KINDS)}")
+        if light:
+            chosen = [k for k in chosen if k not in ("api", "nvtx", "memory")]
+        self.path = Path(path)
+        self.warmup, self.steps = int(warmup), steps
+        self.kinds = chosen
+        self.step_range = step_range
+        self.light = light
+        self._filter = _make_filter(range_filter)
+        self._source_arg = source
+        self.mode, self.run_info, self.flush_every, self.quiet = mode, run_info, flush_every, quiet
+        self.pid = os.getpid() if pid is None else pid
+        self.source: Any = None
+        self.writer: Any = None
+        self.problem: CollectorProblem | None = None
+        self.active = False
+        self.phase = "idle"          # idle | warmup | record | done | stopped
+        self.collecting = False      # activity kinds enabled right now
+        self.steps_seen = 0          # step ranges entered (ordinal)
+        self.steps_recorded = 0
+        self.recorded_steps: list = []
+        self.dropped_total = 0
+        self.flushes = 0
+        self._ids = iter(range(1, 1 << 62))
+        self._id_lock = threading.Lock()
+        self._tls = threading.local()
+        self._closed: list[tuple] = []
+        self._open: dict[int, list] = {}
+        self._step_of: dict[int, int | None] = {}
+        self._gens: deque = deque()
+        self._gen_ids: list[int] = []
+        self._windows: deque = deque(maxlen=64)  # recent (start, end, step) of step ranges
+        self._cur_step: int | None = None
+        self._owner = None
+        self._flush_lock = threading.RLock()
+        self._devices_written = False
+        self._start_ns = 0
+        self._atexit: Callable | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> "Session":
+        """Open the file, claim CUPTI (or fall back to host-only), start the clock."""
+        global _active
+        if self.active:
+            return self
+        if _active is not None:
+            raise UsageError("a cuptiprof profile is already active in this process; "
+                             "stop it before starting another")
+        from cuptiprof.collect.decode import Sink
+        from cuptiprof.collect.resolve import Resolver
+        from cuptiprof.store.writer import RunInfo, Writer
+
+        run = self.run_info or RunInfo()
+        run.settings = dict(run.settings or {}, warmup=self.warmup, steps=self.steps,
+                            kinds=self.kinds, step_range=self.step_range, light=self.light)
+        self._start_ns = time.time_ns()
+        run.start_ns = run.start_ns or self._start_ns
+        self.writer = Writer(self.path, run, mode=self.mode, pid=self.pid)
+        try:
+            self.source = self._open_source()
+            self._sink = Sink(_kind_enum(self.source))
+            self.resolver = Resolver(
+                self, self.source.ext_kind, self.source.api_name, _driver_kind(self.source),
+                write_api="api" in self.kinds, step_range=self.step_range)
+            if self.source.gpu:
+                try:
+                    self.source.open(self._sink.add)
+                except CollectorProblem as exc:
+                    self._fallback(exc)
+            self._write_start()
+        except BaseException:
+            self.writer.close("failed")
+            raise
+        self._owner = threading.get_ident()
+        self.active = True
+        _active = self
+        self.phase = "warmup" if self.warmup > 0 else "record"
+        if self.phase == "record":
+            self._collect(True)
+        markers._set_session(self)
+        if self._atexit is None:
+            self._atexit = self._at_exit
+            atexit.register(self._atexit)
+        return self
+
+    def _open_source(self) -> Any:
+        from cuptiprof.collect import cupti_source, fake
+
+        src = self._source_arg
+        if src is None:
+            src = "fake" if os.environ.get(FAKE_ENV, "") not in ("", "0") else "cupti"
+        if isinstance(src, str):
+            if src == "none":
+                self._fallback(None)
+                return self.source
+            if src == "fake":
+                s = cupti_source.CuptiSource(fake.FakeCupti(auto=True), nvtx_capture=True)
+                s.name = "fake"
+                return s
+            if src != "cupti":
+                raise UsageError(f"unknown source {src!r}; use 'cupti', 'fake' or 'none'")
+            try:
+                from cuptiprof.collect import nvtx_setup
+
+                injected, _why = nvtx_setup.prepare()
+                m = cupti_source.load_cupti()
+                markers.reload_env()
+                live = injected and nvtx_setup.domain_is_live()
+                return cupti_source.CuptiSource(m, nvtx_capture=live)
+            except CollectorProblem as exc:
+                self._fallback(exc)
+                return self.source
+        if isinstance(src, fake.FakeCupti):
+            s = cupti_source.CuptiSource(src, nvtx_capture=True)
+            s.name = "fake"
+            return s
+        return src
+
+    def _fallback(self, exc: CollectorProblem | None) -> None:
+        """Host-side ranges only; say why once on stderr (unless asked not to use a GPU)."""
+        self.problem = exc
+        self.source = NullSource()
+        if exc is not None and not self.quiet:
+            print(f"cuptiprof: no GPU activity captured: {exc}; recording host-side ranges "
+                  f"only into {self.path}", file=sys.stderr)
+
+    def _write_start(self) -> None:
+        from cuptiprof.collect import device_info
+
+        src = self.source
+        source_name = {"cupti": "cupti", "fake": "synthetic"}.get(src.name, "cpu")
+        self.writer.execute(
+            "UPDATE runs SET source = ?, cuda_driver_version = ?, cupti_version = ?, "
+            "torch_version = coalesce(torch_version, ?) WHERE run_id = ?",
+            [source_name, device_info.driver_version() if src.name == "cupti" else None,
+             device_info.cupti_version() if src.name == "cupti" else
+             ("fake cupti" if src.name == "fake" else None),
+             device_info.torch_version(), self.writer.run_id])
+        env = os.environ
+        self.writer.append({"processes": {
+            "pid": [self.pid], "host": [socket.gethostname()],
+            "rank": pa.array([_int_env(env, "RANK")], pa.int32()),
+            "local_rank": pa.array([_int_env(env, "LOCAL_RANK")], pa.int32()),
+            "world_size": pa.array([_int_env(env, "WORLD_SIZE")], pa.int32()),
+            "command": [" ".join(sys.argv)], "start_ns": [self._start_ns],
+            "end_ns": pa.array([None], pa.int64()), "exit_status": pa.array([None], pa.int32()),
+            # TRUE until stop() says otherwise: a killed process leaves it TRUE.
+            "ended_early": [True]}})
+        if not src.gpu:
+            self.writer.append({"devices": {"device_id": [-1], "kind": ["cpu"],
+                                            "name": [_cpu_name()], "source": ["cpu"]}})
+            self._devices_written = True
+
+    def stop(self, status: str = "complete") -> Path:
+        """Last forced flush, data-quality rows, close the file. Safe to call twice."""
+        global _active
+        if not self.active:
+            return self.writer.path if self.writer else self.path
+        markers._set_session(None)
+        self.active = False
+        if _active is self:
+            _active = None
+        prev_phase, self.phase = self.phase, "stopped"
+        try:
+            self.flush(final=True)
+        except Exception as exc:  # the file must still close cleanly
+            self._note_problem("cupti_error", f"final flush failed: {exc}")
+        try:
+            self._write_open_ranges()
+            self._write_quality(prev_phase)
+            end = time.time_ns()
+            self.writer.execute("UPDATE processes SET end_ns = ?, ended_early = FALSE "
+                                "WHERE run_id = ? AND pid = ?", [end, self.writer.run_id, self.pid])
+        finally:
+            path = self.writer.close(status)
+            if self._atexit is not None:
+                atexit.unregister(self._atexit)
+                self._atexit = None
+        return path
+
+    def _at_exit(self) -> None:
+        if self.active:
+            try:
+                self.stop("complete")
+            except Exception as exc:
+                print(f"cuptiprof: could not finish {self.path}: {exc}", file=sys.stderr)
+
+    def __enter__(self) -> "Session":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.stop("complete")
+        else:
+            self.stop("interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed")
+        return False
+
+    # -- collection on/off ----------------------------------------------------------------------
+    def _collect(self, on: bool) -> None:
+        if on == self.collecting or not self.source.gpu:
+            self.collecting = on and self.source.gpu
+            return
+        try:
+            if on:
+                self.source.enable(self.kinds)
+            else:
+                self.source.disable()
+            self.collecting = on
+        except Exception as exc:
+            self._gpu_failed(exc)
+
+    def _gpu_failed(self, exc: BaseException) -> None:
+        """A CUPTI failure mid-run: keep the program and the host ranges going."""
+        self._note_problem("cupti_error", f"CUPTI failed mid-run ({exc}); GPU records after this "
+                           "point were not captured")
+        if not self.quiet:
+            print(f"cuptiprof: CUPTI failed ({exc}); no further GPU activity is captured",
+                  file=sys.stderr)
+        try:
+            self.source.close()
+        except Exception:
+            pass
+        self.source = NullSource()
+        self.collecting = False
+
+    def _note_problem(self, check: str, detail: str) -> None:
+        try:
+            self.writer.add_quality(check, None, None, detail)
+        except Exception:
+            pass
+
+    # -- ranges (called by cuptiprof.range) ------------------------------------------------------
+    def new_range_id(self) -> int:
+        with self._id_lock:
+            return next(self._ids)
+
+    def _stack(self) -> list:
+        st = getattr(self._tls, "stack", None)
+        if st is None:
+            st = self._tls.stack = []
+        return st
+
+    def _enter(self, name: str, attrs: dict) -> list | None:
+        if not self.active:
+            return None
+        is_step = name == "step" or (self.step_range is not None and name == self.step_range)
+        kind = "user"
+        ordinal = None
+        if is_step:
+            ordinal = self.steps_seen
+            self.steps_seen += 1
+            step = attrs.get("step", ordinal)
+            if not isinstance(step, int):
+                step = ordinal
+            if ordinal < self.warmup:
+                kind = "warmup"
+            elif self.steps is None or ordinal < self.warmup + self.steps:
+                kind = "step"
+                if self.phase == "warmup":
+                    self.phase = "record"
+                    self._collect(True)
+                self._cur_step = step
+            else:
+                self._finish_recording()
+                return None
+        elif self.phase != "record":
+            return None
+        elif name == "warmup":
+            kind, step = "warmup", None
+        else:
+            if self._filter is not None and not self._filter(name):
+                return None
+            step = None
+        stack = self._stack()
+        parent = stack[-1] if stack else None
+        if not is_step and kind == "user":
+            step = self._step_of.get(parent[0]) if parent else self._cur_step
+        rid = self.new_range_id()
+        extra = {k: v for k, v in attrs.items() if k != "step"}
+        tok = [rid, parent[0] if parent else None, len(stack), name,
+               threading.get_native_id(), 0, kind, step,
+               json.dumps(extra, default=str, sort_keys=True) if extra else None,
+               ordinal, False]
+        self._step_of[rid] = step
+        self._open[rid] = tok
+        stack.append(tok)
+        if self.collecting and kind != "warmup":
+            self.source.push(rid)
+            tok[10] = True
+        tok[5] = time.time_ns()
+        return tok
+
+    def _exit(self, tok: list) -> None:
+        end = time.time_ns()
+        if tok[10]:
+            try:
+                self.source.pop()
+            except Exception as exc:
+                self._gpu_failed(exc)
+        stack = self._stack()
+        if stack and stack[-1] is tok:
+            stack.pop()
+        elif tok in stack:
+            stack.remove(tok)
+        self._open.pop(tok[0], None)
+        self._closed.append(tuple(tok[:5]) + (tok[5], end) + tuple(tok[6:9]))
+        self._gen_ids.append(tok[0])
+        if tok[9] is not None:  # a step range
+            if tok[6] == "step":
+                self._windows.append((tok[5], end, tok[7]))
+                self.recorded_steps.append(tok[7])
+                self.steps_recorded += 1
+                self._cur_step = None
+                if threading.get_ident() == self._owner:
+                    last = self.steps is not None and tok[9] == self.warmup + self.steps - 1
+                    if last:
+                        self.flush()
+                        self._finish_recording()
+                    elif self.steps_recorded % self.flush_every == 0:
+                        self.flush()
+
+    def _finish_recording(self) -> None:
+        if self.phase == "record":
+            self.phase = "done"
+            self._collect(False)
+
+    def _detach_ranges(self, exc: BaseException) -> None:
+        self._note_problem("range_error", f"range bookkeeping failed: {exc}")
+
+    # RangeBook for the resolver
+    def step_of(self, range_id: int) -> int | None:
+        return self._step_of.get(range_id)
+
+    def note_step(self, range_id: int, step: int | None) -> None:
+        self._step_of[range_id] = step
+        self._gen_ids.append(range_id)
+
+    def step_at(self, t_ns: int) -> int | None:
+        for s, e, step in reversed(self._windows):
+            if s <= t_ns <= e:
+                return step
+        for tok in list(self._open.values()):
+            if tok[6] == "step" and tok[5] <= t_ns:
+                return tok[7]
+        return None
+
+    # -- flushing -----------------------------------------------------------------------------
+    def flush(self, final: bool = False) -> None:
+        """Synchronize, flush CUPTI, resolve and append one transaction. Main thread only."""
+        with self._flush_lock:
+            src = self.source
+            if src.gpu:
+                try:
+                    src.synchronize()
+                    if final:
+                        src.close()  # disable kinds, forced flush, unsubscribe
+                    else:
+                        src.flush(False)
+                    self.dropped_total += src.dropped()
+                except Exception as exc:
+                    self._gpu_failed(exc)
+            rows = self._sink.drain() if hasattr(self, "_sink") else {}
+            batches = self.resolver.resolve(rows, final=final) if rows else {}
+            for k, v in self._sink.other.items() if hasattr(self, "_sink") else ():
+                self.resolver.other_kinds[k] = v
+            ranges = self._ranges_batch()
+            if ranges:
+                mr = batches.get("ranges")
+                batches["ranges"] = ranges if mr is None else {
+                    c: list(ranges[c]) + list(mr[c]) for c in RANGE_COLS}
+            self._devices(batches)
+            if batches:
+                self.writer.append(batches)
+            self.flushes += 1
+            self._prune()
+
+    def _ranges_batch(self) -> dict | None:
+        closed, self._closed = self._closed, []
+        if not closed:
+            return None
+        cols = list(zip(*closed))
+        return {"range_id": pa.array(cols[0], pa.int64()), "parent_id": pa.array(cols[1], pa.int64()),
+                "depth": pa.array(cols[2], pa.int32()), "name": pa.array(cols[3], pa.string()),
+                "domain": pa.array(["cuptiprof"] * len(closed), pa.string()),
+                "thread_id": pa.array(cols[4], pa.int64()), "start_ns": pa.array(cols[5], pa.int64()),
+                "end_ns": pa.array(cols[6], pa.int64()), "kind": pa.array(cols[7], pa.string()),
+                "step": pa.array(cols[8], pa.int32()), "attrs": pa.array(cols[9], pa.string())}
+
+    def _devices(self, batches: dict) -> None:
+        if self._devices_written or not self.resolver.devices:
+            return
+        from cuptiprof.collect import device_info
+
+        rows = self.resolver.devices
+        if self.source.name == "cupti":
+            rows = device_info.merge_devices(rows, device_info.cuda_devices())
+        batches["devices"] = _rows_to_cols(rows)
+        self._devices_written = True
+
+    def _prune(self) -> None:
+        """Forget ranges closed three flushes ago: no row can still claim them."""
+        self._gens.append(self._gen_ids)
+        self._gen_ids = []
+        while len(self._gens) > 3:
+            for rid in self._gens.popleft():
+                if rid not in self._open:
+                    self._step_of.pop(rid, None)
+
+    def _write_open_ranges(self) -> None:
+        rows = [tuple(t[:5]) + (t[5], None) + tuple(t[6:9]) for t in self._open.values()]
+        if rows:
+            self._closed = rows
+            self.writer.append({"ranges": self._ranges_batch()})
+
+    def _write_quality(self, phase: str) -> None:
+        from cuptiprof.collect import device_info
+
+        w, r, src = self.writer, self.resolver, self.source
+        batch: dict[str, list] = {"check_name": [], "subject": [], "count": [], "value_ns": [],
+                                  "detail": []}
+
+        def add(check, subject, count, detail, value_ns=None):
+            for k, v in zip(batch, (check, subject, count, value_ns, detail)):
+                batch[k].append(v)
+
+        if self.problem is not None:
+            add(self.problem.check, None, None, f"No GPU activity was captured: {self.problem}")
+        elif not src.gpu and self._source_arg == "none":
+            add("no_gpu", None, None, "No GPU activity was captured: profiling ran host-side only")
+        if not self._devices_written:
+            rows = device_info.cuda_devices() if src.name == "cupti" else []
+            if rows:
+                w.append({"devices": _rows_to_cols(rows)})
+        if self.dropped_total:
+            add("dropped_records", None, self.dropped_total,
+                f"CUPTI dropped {self.dropped_total} activity records (buffers full); totals "
+                "are lower than the real work")
+        for kind, n in sorted(r.unclaimed.items()):
+            add("unclaimed_records", kind, n,
+                f"{n} {kind} records were launched outside any recorded range; their step is NULL")
+        for kind, why in sorted(getattr(src, "missing", {}).items()):
+            add("missing_kind", kind, None, f"{kind} records were not captured: {why}")
+        if src.gpu:
+            for step in self.recorded_steps:
+                if not r.step_rows.get(step):
+                    add("empty_step", str(step), 0,
+                        f"step {step} has no GPU activity (nothing launched, or not captured)")
+        for okind, (n, ns) in sorted(r.overhead.items()):
+            add("cupti_overhead", _overhead_name(src, okind), n,
+                f"CUPTI spent {ns / 1e6:.3f} ms in {n} overhead spans of this kind", ns)
+        if self.steps is not None and self.steps_recorded < self.steps and phase != "idle":
+            add("steps_short", None, self.steps_recorded,
+                f"{self.steps} steps were asked for after {self.warmup} warm-up steps; "
+                f"{self.steps_recorded} were recorded")
+        if batch["check_name"]:
+            w.append({"data_quality": {
+                "check_name": batch["check_name"], "subject": batch["subject"],
+                "count": pa.array(batch["count"], pa.int64()),
+                "value_ns": pa.array(batch["value_ns"], pa.int64()), "detail": batch["detail"]}})
+
+
+def profile(path: str | os.PathLike, warmup: int = 0, steps: int | None = None,
+            kinds: Iterable[str] | None = None, step_range: str | None = None,
+            range_filter: Any = None, light: bool = False, source: Any = None,
+            **options: Any) -> Session:
+    """Profile the enclosed code into `path`; a context manager (see Session for parameters).
+
+    >>> with cuptiprof.profile("run.duckdb", warmup=2, steps=5):     # doctest: +SKIP
+    ...     for i in range(7):
+    ...         with cuptiprof.range("step", step=i):
+    ...             denoise_step(i)
+    """
+    return Session(path, warmup=warmup, steps=steps, kinds=kinds, step_range=step_range,
+                   range_filter=range_filter, light=light, source=source, **options)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _make_filter(f: Any) -> Callable[[str], bool] | None:
+    if f is None:
+        return None
+    if callable(f):
+        return f
+    pats = [f] if isinstance(f, str) else list(f)
+    return lambda name: any(fnmatch.fnmatchcase(name, p) for p in pats)
+
+
+def _kind_enum(src: Any) -> Any:
+    m = getattr(src, "m", None)
+    return m.ActivityKind if m is not None else src.kind_enum
+
+
+def _driver_kind(src: Any) -> int:
+    return int(_kind_enum(src).DRIVER)
+
+
+def _overhead_name(src: Any, kind: int) -> str:
+    m = getattr(src, "m", None)
+    try:
+        return m.ActivityOverheadKind(kind).name.lower() if m is not None else str(kind)
+    except Exception:
+        try:
+            from cupti import cupti
+
+            return cupti.ActivityOverheadKind(kind).name.lower()
+        except Exception:
+            return str(kind)
+
+
+def _int_env(env: Any, key: str) -> int | None:
+    v = env.get(key)
+    return int(v) if v is not None and v.strip().lstrip("-").isdigit() else None
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _rows_to_cols(rows: list[dict]) -> dict[str, list]:
+    keys = sorted({k for r in rows for k in r})
+    return {k: [r.get(k) for r in rows] for k in keys}
