@@ -48,8 +48,8 @@ def report_sql(name: str) -> str:
     return _strip_comments(_read("reports", name))
 
 
-def report_doc(name: str) -> ReportDoc:
-    text = _read("reports", name)
+def report_doc(name: str, sub: str = "reports") -> ReportDoc:
+    text = _read(sub, name)
     summary, cols = "", []
     for line in text.splitlines():
         if not line.startswith("--"):
@@ -61,6 +61,11 @@ def report_doc(name: str) -> ReportDoc:
         elif m and summary:
             cols.append((m.group(1), m.group(2)))
     return ReportDoc(name, summary, tuple(cols))
+
+
+def compare_sql(name: str) -> str:
+    """sql/compare/<name>.sql without comments (the multi-file comparison and diff)."""
+    return _strip_comments(_read("compare", name))
 
 
 def _strip_comments(sql: str) -> str:

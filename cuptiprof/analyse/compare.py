@@ -1,0 +1,420 @@
+"""Several cuptiprof files side by side: per op / family / range, per kind, per device.
+
+All files are ATTACHed read-only to one in-memory DuckDB connection; the SQL in
+sql/compare/*.sql reads the union `cmp_act` (one row per GPU activity of the recorded steps,
+with a `run` column = the file's position). File 0 is the baseline for ratios and rank changes.
+
+>>> with Comparison(["t4.duckdb", "h100.duckdb"], by="family") as c:   # doctest: +SKIP
+...     c.ops().df()            # long form: one row per file and key
+...     c.side_by_side(top=10)  # wide form (pyarrow), one row per key
+"""
+from __future__ import annotations
+
+import os
+import re
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import duckdb
+import pyarrow as pa
+
+from cuptiprof.analyse import catalog
+from cuptiprof.analyse.families import families
+from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError
+from cuptiprof.store.schema import SCHEMA_VERSION
+from cuptiprof.store.writer import connect_error
+
+OLDEST_READABLE = 1
+BY = ("op", "family", "range")
+_KEYS = {"op": ("name", "'name'"), "family": ("family", "'family'"),
+         "range": ("range_key", "range_key_type")}
+
+# Datasheet peaks of known GPUs, used when the file's devices table lacks a peak. Numbers are
+# the vendor's headline figures (GB/s per direction for links; dense 16-bit tensor-core and
+# FP32 TFLOP/s), so everything derived from them is labelled an estimate.
+# (name pattern, DRAM GB/s, host link GB/s, NVLink GB/s, tensor TFLOP/s, FP32 TFLOP/s)
+KNOWN_GPUS: tuple[tuple[str, float, float, float | None, float, float], ...] = (
+    (r"\bB200\b", 8000, 64, 900, 2250, 80),
+    (r"\bH200\b", 4800, 64, 450, 989, 67),
+    (r"\bH100\b.*PCIe", 2000, 64, 300, 756, 51),
+    (r"\bH100\b", 3350, 64, 450, 989, 67),
+    (r"\bGH200\b", 4000, 450, 450, 989, 67),
+    (r"\bA100\b.*80GB", 2039, 32, 300, 312, 19.5),
+    (r"\bA100\b", 1555, 32, 300, 312, 19.5),
+    (r"\bA10G\b", 600, 32, None, 70, 31.2),
+    (r"\bA10\b", 600, 32, None, 125, 31.2),
+    (r"\bL40S\b", 864, 32, None, 362, 91.6),
+    (r"\bL4\b", 300, 32, None, 121, 30.3),
+    (r"\bV100\b.*PCIe", 900, 16, None, 112, 14),
+    (r"\bV100\b", 900, 16, 150, 125, 15.7),
+    (r"\bT4\b", 320, 16, None, 65, 8.1),
+    (r"RTX 4090", 1008, 32, None, 165, 82.6),
+)
+
+
+def known_gpu(name: str | None) -> dict | None:
+    """Datasheet peaks for a device name, or None when cuptiprof does not know the GPU."""
+    for pat, hbm, link, nvl, tensor, fp32 in KNOWN_GPUS:
+        if name and re.search(pat, name, re.I):
+            return {"peak_memory_bw_gbps": hbm, "peak_host_link_gbps": link,
+                    "peak_nvlink_gbps": nvl, "peak_tensor_tflops": tensor, "peak_fp32_tflops": fp32}
+    return None
+
+
+@dataclass
+class RunFile:
+    """One compared file."""
+
+    index: int
+    letter: str
+    path: Path
+    schema_version: int
+    label: str = ""
+    has_steps: bool = True
+    steps: int = 0
+    devices: str = ""
+    sources: str = ""
+
+
+@dataclass
+class Work:
+    """Known work per call of a key (for throughput against peak)."""
+
+    pattern: str
+    gflop: float | None = None
+    gbytes: float | None = None
+
+
+def letter(i: int) -> str:
+    return string.ascii_uppercase[i] if i < 26 else f"R{i}"
+
+
+def _check_path(p: Path) -> None:
+    if not p.exists():
+        raise InputError(f"{p}: no such file")
+    if p.is_dir():
+        raise InputError(f"{p}: is a directory, not a cuptiprof file")
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(16)
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror})") from None
+    if len(head) < 12 or head[8:12] != b"DUCK":
+        raise StoreError(f"{p}: not a DuckDB file (expected a cuptiprof .duckdb file)")
+
+
+class Comparison:
+    """Files compared side by side. Methods return DuckDB relations or Arrow tables."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike], by: str = "op", *,
+                 require_steps: bool = False, work: Sequence[Work] = (), min_files: int = 2):
+        if by not in BY:
+            raise UsageError(f"--by {by!r}: expected one of {', '.join(BY)}")
+        if len(paths) < min_files:
+            raise UsageError(f"need at least {min_files} files to compare, got {len(paths)}")
+        self.paths = [Path(p) for p in paths]
+        for p in self.paths:
+            _check_path(p)
+        for i, a in enumerate(self.paths):
+            for b in self.paths[:i]:
+                if os.path.samefile(a, b):
+                    raise UsageError(f"{a} and {b} are the same file; comparing a file with itself "
+                                     "shows no difference (give two different runs)")
+        self.con = duckdb.connect()
+        try:
+            self._attach()
+            self._build(by, require_steps, work)
+        except BaseException:
+            self.con.close()
+            raise
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _attach(self) -> None:
+        self.runs: list[RunFile] = []
+        for i, p in enumerate(self.paths):
+            try:
+                self.con.execute(f"ATTACH '{_sql_str(str(p))}' AS f{i} (READ_ONLY)")
+            except duckdb.Error as exc:
+                raise connect_error(p, exc, writing=False) from None
+            try:
+                row = self.con.execute(
+                    f"SELECT value FROM f{i}.meta WHERE key = 'schema_version'").fetchone()
+            except duckdb.Error:
+                row = None
+            if not row or not str(row[0]).isdigit():
+                raise StoreError(f"{p}: a DuckDB file, but not a cuptiprof file (no schema version)")
+            self.runs.append(RunFile(i, letter(i), p, int(row[0])))
+        versions = {r.schema_version for r in self.runs}
+        if len(versions) > 1:
+            what = ", ".join(f"{r.path} has schema {r.schema_version}" for r in self.runs)
+            raise SchemaVersionError(f"files from different schema versions cannot be compared ({what}); "
+                                     "re-record or re-import them with the same cuptiprof")
+        for r in self.runs:
+            if r.schema_version > SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"{r.path}: written by a newer cuptiprof (schema {r.schema_version}; this one "
+                    f"reads up to {SCHEMA_VERSION}); upgrade cuptiprof to read it")
+            if r.schema_version < OLDEST_READABLE:
+                raise SchemaVersionError(f"{r.path}: schema {r.schema_version} is too old for this cuptiprof")
+
+    def _build(self, by: str, require_steps: bool, work: Sequence[Work]) -> None:
+        con = self.con
+        names: set[str] = set()
+        for r in self.runs:
+            db = f"f{r.index}"
+            n_act, has_steps = con.execute(
+                f"SELECT count(*), count(step) > 0 FROM {db}.gpu_activities").fetchone()
+            if n_act == 0:
+                raise InputError(f"{r.path}: no GPU activity recorded; nothing to compare")
+            r.has_steps = bool(has_steps)
+            if require_steps and not r.has_steps:
+                raise InputError(
+                    f"{r.path}: no recorded steps (no activity is tagged with a step), so there is no "
+                    "step-to-step noise to judge against; record with steps (cuptiprof.range('step', "
+                    "step=i) / --steps) or import a trace with ProfilerStep#N")
+            labels = con.execute(f"SELECT string_agg(DISTINCT label, '+'), string_agg(DISTINCT source, '+') "
+                                 f"FROM {db}.runs").fetchone()
+            r.label, r.sources = labels[0] or r.path.stem, labels[1] or ""
+            r.devices = con.execute(
+                f"SELECT string_agg(DISTINCT name, ', ' ORDER BY name) FROM {db}.devices "
+                "WHERE kind = 'gpu'").fetchone()[0] or ""
+            names.update(n for (n,) in con.execute(
+                f"SELECT DISTINCT name FROM {db}.gpu_activities WHERE name IS NOT NULL").fetchall())
+        fam = families(names)
+        con.register("_cmp_families", pa.table({"name": pa.array(list(fam), pa.string()),
+                                                "family": pa.array(list(fam.values()), pa.string())}))
+        con.execute("CREATE TEMP TABLE cmp_families AS SELECT * FROM _cmp_families")
+        con.unregister("_cmp_families")
+        template = catalog.compare_sql("act")
+        parts = []
+        for r in self.runs:
+            parts.append(template.replace("{run}", str(r.index)).replace("{db}", f"f{r.index}")
+                         .replace("{step}", "a.step" if r.has_steps else "coalesce(a.step, 0)")
+                         .replace("{where}", "a.step IS NOT NULL" if r.has_steps else "TRUE"))
+        con.execute("CREATE TEMP TABLE cmp_act AS " + "\nUNION ALL\n".join(parts))
+        con.execute("CREATE TEMP TABLE cmp_islands AS " + catalog.compare_sql("islands"))
+        con.execute("CREATE TEMP TABLE cmp_steps AS " + catalog.compare_sql("steps"))
+        for r in self.runs:
+            r.steps = con.execute("SELECT count(*) FROM cmp_steps WHERE run = ?", [r.index]).fetchone()[0]
+        self._devices_table()
+        self.set_work(work)
+        for name in ("kinds", "devices", "bandwidth"):
+            con.execute(f"CREATE OR REPLACE TEMP VIEW compare_{name} AS {catalog.compare_sql(name)}")
+        self.set_by(by)
+
+    def _devices_table(self) -> None:
+        cols = ["run", "run_id", "pid", "device_id", "kind", "name", "compute_capability", "sm_count",
+                "memory_gb", "core_clock_mhz", "peak_memory_bw_gbps", "peak_host_link_gbps",
+                "peak_nvlink_gbps", "peak_tensor_tflops", "peak_fp32_tflops", "peaks_from",
+                "hbm_from", "link_from", "nvlink_from"]
+        rows = []
+        for r in self.runs:
+            for d in self.con.execute(
+                    f"SELECT run_id, pid, device_id, kind, name, compute_capability, sm_count, "
+                    f"memory_bytes / 1e9, core_clock_mhz, peak_memory_bw_gbps, peak_host_link_gbps, "
+                    f"peak_nvlink_gbps FROM f{r.index}.devices").fetchall():
+                rec = dict(zip(cols[1:13], d))
+                est = known_gpu(rec["name"]) if rec["kind"] == "gpu" else None
+                used = set()
+                src = {}
+                for k, short in (("peak_memory_bw_gbps", "hbm_from"), ("peak_host_link_gbps", "link_from"),
+                                 ("peak_nvlink_gbps", "nvlink_from")):
+                    if rec[k] is not None:
+                        src[short] = "file"
+                        used.add("file")
+                    elif est and est[k] is not None:
+                        rec[k] = est[k]
+                        src[short] = "estimate"
+                        used.add("estimate")
+                for k in ("peak_tensor_tflops", "peak_fp32_tflops"):
+                    rec[k] = est[k] if est else None
+                    if est:
+                        used.add("estimate")
+                rec["peaks_from"] = "+".join(sorted(used)) or None
+                rows.append([r.index, *[rec[c] for c in cols[1:16]],
+                             src.get("hbm_from"), src.get("link_from"), src.get("nvlink_from")])
+        types = [pa.int32(), pa.int32(), pa.int32(), pa.int32(), pa.string(), pa.string(), pa.string(),
+                 pa.int32(), pa.float64(), pa.float64(), pa.float64(), pa.float64(), pa.float64(),
+                 pa.float64(), pa.float64(), pa.string(), pa.string(), pa.string(), pa.string()]
+        tbl = pa.table({c: pa.array([row[i] for row in rows], t) for i, (c, t) in enumerate(zip(cols, types))})
+        self.con.register("_cmp_devices", tbl)
+        self.con.execute("CREATE OR REPLACE TEMP TABLE cmp_devices AS SELECT * FROM _cmp_devices")
+        self.con.unregister("_cmp_devices")
+
+    def set_by(self, by: str) -> None:
+        """Choose the comparison key: 'op' (exact name), 'family' or 'range' (enclosing op/range)."""
+        if by not in BY:
+            raise UsageError(f"--by {by!r}: expected one of {', '.join(BY)}")
+        self.by = by
+        key, key_type = _KEYS[by]
+        sql = catalog.compare_sql("keyed").replace("{key}", key).replace("{key_type}", key_type)
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW cmp_keyed AS {sql}")
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW compare_ops AS {catalog.compare_sql('ops')}")
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW cmp_items AS {catalog.compare_sql('items')}")
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW compare_throughput AS "
+                         f"{catalog.compare_sql('throughput')}")
+
+    def set_work(self, work: Sequence[Work]) -> None:
+        tbl = pa.table({"pattern": pa.array([w.pattern for w in work], pa.string()),
+                        "gflop": pa.array([w.gflop for w in work], pa.float64()),
+                        "gbytes": pa.array([w.gbytes for w in work], pa.float64())})
+        self.con.register("_cmp_work", tbl)
+        self.con.execute("CREATE OR REPLACE TEMP TABLE cmp_work AS SELECT * FROM _cmp_work")
+        self.con.unregister("_cmp_work")
+        self.work = list(work)
+
+    # -- relations ---------------------------------------------------------------------------
+    def ops(self) -> duckdb.DuckDBPyRelation:
+        return self.con.sql("SELECT * FROM compare_ops")
+
+    def kinds(self) -> duckdb.DuckDBPyRelation:
+        return self.con.sql("SELECT * FROM compare_kinds")
+
+    def steps(self) -> duckdb.DuckDBPyRelation:
+        return self.con.sql("SELECT * FROM cmp_steps ORDER BY run, step")
+
+    def devices(self) -> duckdb.DuckDBPyRelation:
+        return self.con.sql("SELECT * FROM compare_devices")
+
+    def bandwidth(self) -> duckdb.DuckDBPyRelation:
+        return self.con.sql("SELECT * FROM compare_bandwidth")
+
+    def throughput(self) -> duckdb.DuckDBPyRelation:
+        return self.con.sql("SELECT * FROM compare_throughput")
+
+    def lettered(self, view: str) -> duckdb.DuckDBPyRelation:
+        """A compare_* view with the file letter (A, B, ...) in place of the `run` number."""
+        letters = ", ".join(f"'{r.letter}'" for r in self.runs)
+        return self.con.sql(f"SELECT list_extract([{letters}], run + 1) AS file, * EXCLUDE (run) "
+                            f"FROM compare_{view}")
+
+    def items(self) -> duckdb.DuckDBPyRelation:
+        return self.con.sql("SELECT * FROM cmp_items ORDER BY run, item_type, item")
+
+    def top_keys(self, top: int) -> list[str]:
+        """Keys in the top N of any file, heaviest first."""
+        return [k for (k,) in self.con.execute(
+            "SELECT key FROM compare_ops GROUP BY key HAVING min(rank) <= ? "
+            "ORDER BY max(ms) DESC, key", [top]).fetchall()]
+
+    # -- side by side ------------------------------------------------------------------------
+    def side_by_side(self, top: int | None = 15) -> pa.Table:
+        """One row per key (top N of any file), per file: ms, mad_ms, pct, rank; for files after
+        the first: ratio (x) and rank change against the first; `only_in` names the single file
+        that has the key."""
+        keys = self.top_keys(top) if top else None
+        sel = ["key", "any_value(key_type) AS key_type",
+               "CASE WHEN count(DISTINCT kind) = 1 THEN any_value(kind) ELSE 'mixed' END AS kind"]
+        for r in self.runs:
+            L, i = r.letter, r.index
+            sel += [f"max(ms) FILTER (WHERE run = {i}) AS {L}_ms",
+                    f"max(mad_ms) FILTER (WHERE run = {i}) AS {L}_mad",
+                    f"max(pct_step) FILTER (WHERE run = {i}) AS {L}_pct",
+                    f"max(rank) FILTER (WHERE run = {i}) AS {L}_rank"]
+            if i:
+                sel += [f"max(ratio) FILTER (WHERE run = {i}) AS {L}_x",
+                        f"max(rank_change) FILTER (WHERE run = {i}) AS {L}_drank"]
+        letters = ", ".join(f"'{r.letter}'" for r in self.runs)
+        sel.append(f"CASE WHEN any_value(only_in) IS NOT NULL THEN "
+                   f"list_extract([{letters}], any_value(only_in) + 1) || ' only' END AS only_in")
+        where = ""
+        params: list = []
+        if keys is not None:
+            where = "WHERE list_contains(?, key)"
+            params = [keys]
+        q = (f"SELECT {', '.join(sel)} FROM compare_ops {where} GROUP BY key "
+             "ORDER BY max(ms) DESC, key")
+        return (self.con.sql(q, params=params) if params else self.con.sql(q)).to_arrow_table()
+
+    def kinds_side_by_side(self) -> pa.Table:
+        sel = ["kind", "detail"]
+        for r in self.runs:
+            L, i = r.letter, r.index
+            sel += [f"max(ms) FILTER (WHERE run = {i}) AS {L}_ms",
+                    f"max(mad_ms) FILTER (WHERE run = {i}) AS {L}_mad",
+                    f"max(pct_window) FILTER (WHERE run = {i}) AS {L}_pct"]
+            if i:
+                sel.append(f"max(ratio) FILTER (WHERE run = {i}) AS {L}_x")
+        q = (f"SELECT {', '.join(sel)} FROM compare_kinds GROUP BY kind, detail ORDER BY "
+             "CASE kind WHEN 'kernel' THEN 0 WHEN 'memcpy' THEN 1 WHEN 'memset' THEN 2 "
+             "WHEN 'sync' THEN 3 ELSE 4 END, detail")
+        return self.con.sql(q).to_arrow_table()
+
+    def devices_side_by_side(self) -> pa.Table:
+        """Device specs as rows, one column per file (GPUs of a file joined with ' / ')."""
+        cols, rows = self.devices().columns, self.devices().fetchall()
+        fields = [c for c in cols if c not in ("run",)]
+        per_run: dict[int, list[dict]] = {}
+        for row in rows:
+            d = dict(zip(cols, row))
+            per_run.setdefault(d["run"], []).append(d)
+        out = {"spec": fields}
+        for r in self.runs:
+            devs = [d for d in per_run.get(r.index, []) if d["kind"] == "gpu"] or per_run.get(r.index, [])
+            out[r.letter] = [" / ".join("" if d[f] is None else _short(d[f]) for d in devs) or None
+                             for f in fields]
+        return pa.table(out)
+
+    def rank_shift(self, top: int = 10) -> pa.Table:
+        """Rank of the top keys in every file (for the bump chart)."""
+        keys = self.top_keys(top)
+        return self.con.sql(
+            "SELECT key, run, rank, ms FROM compare_ops WHERE list_contains(?, key) ORDER BY key, run",
+            params=[keys]).to_arrow_table()
+
+    def legend(self) -> list[str]:
+        out = []
+        for r in self.runs:
+            steps = f"{r.steps} steps" if r.has_steps else "no steps recorded: the whole file counts as one step"
+            out.append(f"{r.letter} = {r.path} (label {r.label}; {r.sources or '?'}; "
+                       f"{r.devices or 'no GPU listed'}; {steps})")
+        return out
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "Comparison":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def parse_work(specs: Sequence[str], unit: str) -> list[tuple[str, float]]:
+    """'NAME=NUMBER' options (--flops / --bytes) -> [(NAME, number)]."""
+    out = []
+    for spec in specs or ():
+        name, sep, num = spec.rpartition("=")
+        try:
+            val = float(num)
+        except ValueError:
+            val = None
+        if not sep or not name or val is None or val <= 0:
+            raise UsageError(f"{spec!r}: expected NAME={unit} with a positive number, "
+                             f"e.g. 'gemm=4.3' (NAME is a key or a glob pattern)")
+        out.append((name, val))
+    return out
+
+
+def work_list(flops: Sequence[str] = (), bytes_: Sequence[str] = ()) -> list[Work]:
+    merged: dict[str, Work] = {}
+    for name, v in parse_work(flops, "GFLOP"):
+        merged.setdefault(name, Work(name)).gflop = v
+    for name, v in parse_work(bytes_, "GB"):
+        merged.setdefault(name, Work(name)).gbytes = v
+    return list(merged.values())
+
+
+def _sql_str(s: str) -> str:
+    return s.replace("'", "''")
+
+
+def _short(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+__all__ = ["Comparison", "Work", "RunFile", "known_gpu", "work_list", "BY"]

@@ -1,0 +1,34 @@
+-- diff: BASE (file 0) against NEW (file 1) per item, with the noise band and a verdict ($pct, $sigmas, $min_ms are the options)
+-- item_type: 'step' | 'kind' | 'op'
+-- item: 'gpu window', a kind ('memcpy HtoD', 'idle', ...) or an op key
+-- key_type: for ops, which key matched
+-- base_ms: BASE median time per step
+-- new_ms: NEW median time per step
+-- delta_ms: new_ms - base_ms
+-- delta_pct: 100 * delta_ms / base_ms
+-- noise_ms: $sigmas * 1.4826 * sqrt(base_mad_ms^2 + new_mad_ms^2): the step-to-step noise of both files, in robust standard deviations
+-- allowed_ms: base_ms * $pct / 100 + noise_ms: how much slower NEW may be
+-- status: 'regression' (delta_ms > allowed_ms and delta_ms >= $min_ms), 'slower' (within the allowance), 'faster', 'same', 'new' (only in NEW), 'gone' (only in BASE)
+WITH b AS (SELECT * FROM cmp_items WHERE run = 0), n AS (SELECT * FROM cmp_items WHERE run = 1),
+j AS (
+    SELECT coalesce(b.item_type, n.item_type) AS item_type, coalesce(b.item, n.item) AS item,
+           coalesce(b.key_type, n.key_type) AS key_type,
+           b.ms AS base_ms, n.ms AS new_ms, b.mad_ms AS base_mad_ms, n.mad_ms AS new_mad_ms
+    FROM b FULL OUTER JOIN n ON n.item_type = b.item_type AND n.item = b.item
+), v AS (
+    SELECT *, new_ms - base_ms AS delta_ms, 100.0 * (new_ms - base_ms) / nullif(base_ms, 0) AS delta_pct,
+           $sigmas * 1.4826 * sqrt(coalesce(base_mad_ms, 0) ^ 2 + coalesce(new_mad_ms, 0) ^ 2) AS noise_ms
+    FROM j
+), a AS (SELECT *, base_ms * $pct / 100.0 + noise_ms AS allowed_ms FROM v)
+SELECT item_type, item, key_type, base_ms, new_ms, delta_ms, delta_pct, noise_ms, allowed_ms,
+       CASE WHEN base_ms IS NULL THEN 'new'
+            WHEN new_ms IS NULL THEN 'gone'
+            WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms > 0 THEN 'regression'
+            WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms = 0 THEN 'new'
+            WHEN delta_ms > 0 AND delta_ms > noise_ms THEN 'slower'
+            WHEN delta_ms < -allowed_ms AND -delta_ms >= $min_ms THEN 'faster'
+            ELSE 'same' END AS status
+FROM a
+ORDER BY CASE status WHEN 'regression' THEN 0 ELSE 1 END,
+         CASE item_type WHEN 'step' THEN 0 WHEN 'kind' THEN 1 ELSE 2 END,
+         coalesce(delta_ms, 0) DESC, item

@@ -1,0 +1,45 @@
+-- kinds: per file: time per step of each kind (kernel, memcpy per direction, memset, sync, idle), median over the recorded steps
+-- run: file position (0 is the baseline)
+-- kind: 'kernel' | 'memcpy' | 'memset' | 'sync' (host waits) | 'idle' (GPU window minus busy time)
+-- detail: copy direction for memcpys ('HtoD', 'DtoH', 'DtoD', ...), else NULL
+-- ms: median over the recorded steps of the summed time per step (a step without it counts 0)
+-- min_ms: fastest step
+-- max_ms: slowest step
+-- mad_ms: median absolute deviation of the per-step time
+-- pct_window: ms as a share of the median step's GPU window (summed over devices)
+-- bytes_per_step: median bytes moved or set per step (copies and memsets)
+-- base_ms: the same kind's ms in the first file
+-- ratio: ms / base_ms
+WITH stepset AS (SELECT DISTINCT run, step FROM cmp_act),
+parts AS (
+    SELECT run, step, kind, CASE WHEN kind = 'memcpy' THEN substr(name, 8) END AS detail,
+           sum(end_ns - start_ns) AS ns, sum(bytes) AS bytes
+    FROM cmp_act GROUP BY ALL
+    UNION ALL
+    SELECT run, step, 'idle', NULL, idle_ms * 1e6, NULL FROM cmp_steps
+), items AS (SELECT DISTINCT run, kind, detail FROM parts),
+filled AS (
+    SELECT i.run, i.kind, i.detail, s.step, coalesce(p.ns, 0) AS ns, p.bytes
+    FROM items i JOIN stepset s USING (run)
+    LEFT JOIN parts p ON p.run = i.run AND p.kind = i.kind AND p.detail IS NOT DISTINCT FROM i.detail
+                     AND p.step = s.step
+), med AS (
+    SELECT run, kind, detail, median(ns) AS m, min(ns) AS lo, max(ns) AS hi,
+           median(coalesce(bytes, 0)) FILTER (WHERE kind IN ('memcpy', 'memset')) AS bytes_per_step
+    FROM filled GROUP BY ALL
+), mad AS (
+    SELECT f.run, f.kind, f.detail, median(abs(f.ns - med.m)) AS mad
+    FROM filled f JOIN med ON med.run = f.run AND med.kind = f.kind AND med.detail IS NOT DISTINCT FROM f.detail
+    GROUP BY ALL
+), win AS (SELECT run, median(window_ms) AS w FROM cmp_steps GROUP BY run),
+res AS (
+    SELECT med.run, med.kind, med.detail, med.m / 1e6 AS ms, med.lo / 1e6 AS min_ms, med.hi / 1e6 AS max_ms,
+           mad.mad / 1e6 AS mad_ms, 100.0 * med.m / 1e6 / nullif(win.w, 0) AS pct_window,
+           med.bytes_per_step
+    FROM med JOIN mad ON mad.run = med.run AND mad.kind = med.kind AND mad.detail IS NOT DISTINCT FROM med.detail
+    LEFT JOIN win ON win.run = med.run
+)
+SELECT r.*, b.ms AS base_ms, r.ms / nullif(b.ms, 0) AS ratio
+FROM res r LEFT JOIN res b ON b.run = 0 AND b.kind = r.kind AND b.detail IS NOT DISTINCT FROM r.detail
+ORDER BY r.run, CASE r.kind WHEN 'kernel' THEN 0 WHEN 'memcpy' THEN 1 WHEN 'memset' THEN 2
+                            WHEN 'sync' THEN 3 ELSE 4 END, r.detail

@@ -1,0 +1,33 @@
+-- steps: per file and recorded step: GPU window, busy and idle time and the time of each kind, summed over processes and devices
+-- run: file position (0 is the baseline)
+-- step: step index
+-- window_ms: first start to last end of the step's GPU work, summed over devices
+-- busy_ms: union of the step's GPU work intervals per device, summed over devices
+-- idle_ms: window_ms - busy_ms (the GPU waits inside the step)
+-- gpu_ms: summed duration of kernels, copies and memsets
+-- kernel_ms: summed kernel time
+-- memcpy_ms: summed copy time
+-- memset_ms: summed memset time
+-- sync_ms: host time spent in synchronization calls
+WITH dev AS (
+    SELECT run, run_id, pid, device_id, step,
+           max(end_ns) FILTER (WHERE kind <> 'sync') - min(start_ns) FILTER (WHERE kind <> 'sync') AS window_ns,
+           coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'kernel'), 0) AS kernel_ns,
+           coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'memcpy'), 0) AS memcpy_ns,
+           coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'memset'), 0) AS memset_ns,
+           coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'sync'), 0) AS sync_ns
+    FROM cmp_act GROUP BY run, run_id, pid, device_id, step
+), busy AS (
+    SELECT run, run_id, pid, device_id, step, sum(end_ns - start_ns) AS busy_ns
+    FROM cmp_islands GROUP BY ALL
+)
+SELECT run, step,
+       coalesce(sum(window_ns), 0) / 1e6 AS window_ms,
+       coalesce(sum(busy_ns), 0) / 1e6 AS busy_ms,
+       coalesce(sum(window_ns - coalesce(busy_ns, 0)), 0) / 1e6 AS idle_ms,
+       sum(kernel_ns + memcpy_ns + memset_ns) / 1e6 AS gpu_ms,
+       sum(kernel_ns) / 1e6 AS kernel_ms, sum(memcpy_ns) / 1e6 AS memcpy_ms,
+       sum(memset_ns) / 1e6 AS memset_ms, sum(sync_ns) / 1e6 AS sync_ms
+FROM dev LEFT JOIN busy USING (run, run_id, pid, device_id, step)
+GROUP BY run, step
+ORDER BY run, step

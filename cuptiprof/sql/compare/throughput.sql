@@ -1,0 +1,34 @@
+-- throughput: per file and key with known work per call (--flops / --bytes): achieved throughput against the device's peak (estimates)
+-- run: file position
+-- key: the compared key the work applies to
+-- key_type: which key matched
+-- pattern: the NAME given to --flops/--bytes (exact key or glob pattern)
+-- calls_per_step: median calls per step
+-- ms: median time per step
+-- gflop_per_call: work per call given by the user
+-- tflops: calls_per_step * gflop_per_call / ms: achieved TFLOP/s (estimate)
+-- pct_tensor_peak: tflops against the device's dense 16-bit tensor-core peak (estimate)
+-- pct_fp32_peak: tflops against the device's FP32 peak (estimate)
+-- gb_per_call: bytes moved per call given by the user, GB
+-- gbps: achieved memory throughput, GB/s (estimate)
+-- pct_memory_peak: gbps against the device's peak DRAM bandwidth
+-- peak_source: where the peaks came from ('file' | 'estimate' | 'file+estimate')
+WITH w AS (SELECT * FROM cmp_work),
+m AS (
+    SELECT o.run, o.key, o.key_type, w.pattern, o.calls_per_step, o.ms, w.gflop AS gflop_per_call,
+           w.gbytes AS gb_per_call
+    FROM compare_ops o JOIN w ON o.key = w.pattern OR o.key GLOB w.pattern
+), dev AS (
+    SELECT run, max(peak_tensor_tflops) AS tensor, max(peak_fp32_tflops) AS fp32,
+           max(peak_memory_bw_gbps) AS hbm, any_value(peaks_from) AS src
+    FROM cmp_devices WHERE kind = 'gpu' GROUP BY run
+), t AS (
+    SELECT m.*, m.calls_per_step * m.gflop_per_call / nullif(m.ms, 0) AS tflops,
+           1000.0 * m.calls_per_step * m.gb_per_call / nullif(m.ms, 0) AS gbps, d.tensor, d.fp32, d.hbm, d.src
+    FROM m LEFT JOIN dev d USING (run)
+)
+SELECT run, key, key_type, pattern, calls_per_step, ms, gflop_per_call, tflops,
+       100.0 * tflops / nullif(tensor, 0) AS pct_tensor_peak, 100.0 * tflops / nullif(fp32, 0) AS pct_fp32_peak,
+       gb_per_call, gbps, 100.0 * gbps / nullif(hbm, 0) AS pct_memory_peak, src AS peak_source
+FROM t
+ORDER BY key, run

@@ -1,0 +1,299 @@
+"""`cuptiprof compare`: files side by side by op name, kernel family and enclosing op/range."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cuptiprof.analyse.compare import Comparison, known_gpu, work_list
+from cuptiprof.cli import main
+from cuptiprof.errors import InputError, SchemaVersionError, UsageError
+from cuptiprof.store.writer import RunInfo, Writer
+
+GEMM_H100 = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel"
+GEMM_T4 = "turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn"
+SOFTMAX = "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true>(float*, float const*, int, int, int)"
+ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+       "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)")
+FLASH = "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t> >(Flash_fwd_params)"
+
+# name -> (duration in us, calls per step, framework op that launches it)
+BASE_OPS = {GEMM_H100: (400.0, 4, "aten::mm"), SOFTMAX: (100.0, 2, "aten::softmax"),
+            ADD: (50.0, 6, "aten::add")}
+
+
+def make_run(path, ops=None, copies=(("HtoD", 8 << 20, 400.0),), steps=5, noise=0.0, seed=0,
+             device="NVIDIA H100 80GB HBM3", gap_us=5.0, warmup=1, peaks=True, label=None):
+    """A small run through the Writer: every step launches the same ops in order on one stream
+    (each under a framework op range inside the step range), then the copies on a copy stream,
+    one memset and a stream sync. `noise` is the relative step-to-step jitter of durations."""
+    ops = BASE_OPS if ops is None else ops
+    rng = np.random.default_rng(seed)
+    k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id", "range_id", "op_id")}
+    m = {c: [] for c in ("start_ns", "end_ns", "step", "copy_kind", "bytes", "stream_id", "device_id")}
+    ms = {c: [] for c in ("start_ns", "end_ns", "step", "bytes", "stream_id", "device_id")}
+    sy = {c: [] for c in ("start_ns", "end_ns", "step", "sync_type", "device_id")}
+    r = {c: [] for c in ("range_id", "parent_id", "depth", "name", "start_ns", "end_ns", "kind", "step")}
+    t = 1_000_000_000
+    rid = 0
+    for s in range(warmup + steps):
+        step_start = t
+        rid += 1
+        step_rid = rid
+        recorded = s >= warmup
+        for name, (dur, calls, op) in ops.items():
+            for _ in range(calls):
+                d = int(dur * 1000 * max(0.05, 1 + noise * rng.standard_normal()))
+                rid += 1
+                r["range_id"].append(rid); r["parent_id"].append(step_rid); r["depth"].append(1)
+                r["name"].append(op); r["start_ns"].append(t); r["end_ns"].append(t + d)
+                r["kind"].append("op"); r["step"].append(s if recorded else None)
+                if recorded:
+                    for c, v in (("start_ns", t), ("end_ns", t + d), ("step", s), ("name", name),
+                                 ("stream_id", 7), ("device_id", 0), ("range_id", rid), ("op_id", rid)):
+                        k[c].append(v)
+                t += d + int(gap_us * 1000)
+        ct = step_start
+        for kind, nbytes, dur in copies:
+            d = int(dur * 1000 * max(0.05, 1 + noise * rng.standard_normal()))
+            if recorded:
+                for c, v in (("start_ns", ct), ("end_ns", ct + d), ("step", s), ("copy_kind", kind),
+                             ("bytes", nbytes), ("stream_id", 21), ("device_id", 0)):
+                    m[c].append(v)
+            ct += d + 1000
+        if recorded:
+            for c, v in (("start_ns", t), ("end_ns", t + 20_000), ("step", s), ("bytes", 1 << 20),
+                         ("stream_id", 7), ("device_id", 0)):
+                ms[c].append(v)
+            for c, v in (("start_ns", t), ("end_ns", t + 30_000), ("step", s),
+                         ("sync_type", "stream_synchronize"), ("device_id", 0)):
+                sy[c].append(v)
+        t = max(t, ct) + 30_000
+        r["range_id"].append(step_rid); r["parent_id"].append(None); r["depth"].append(0)
+        r["name"].append("step" if recorded else "warmup"); r["start_ns"].append(step_start)
+        r["end_ns"].append(t); r["kind"].append("step" if recorded else "warmup")
+        r["step"].append(s if recorded else None)
+        t += 100_000
+    dev = {"device_id": [0], "kind": ["gpu"], "name": [device], "compute_capability": ["9.0"],
+           "sm_count": [132], "memory_bytes": [80 << 30],
+           "peak_memory_bw_gbps": [3352.0 if peaks else None],
+           "peak_host_link_gbps": [63.0 if peaks else None], "source": ["synthetic"]}
+    import pyarrow as pa
+    with Writer(path, RunInfo(source="synthetic", label=label)) as w:
+        w.append({"kernels": k, "devices": {c: pa.array(v, None if c not in ("peak_memory_bw_gbps", "peak_host_link_gbps") else pa.float64()) for c, v in dev.items()},
+                  "ranges": {c: pa.array(v, pa.int64() if c in ("range_id", "parent_id", "start_ns", "end_ns") else (pa.int32() if c in ("depth", "step") else None)) for c, v in r.items()}})
+        if m["start_ns"]:
+            w.append({"memcpys": m})
+        w.append({"memsets": ms, "syncs": sy})
+    return Path(path)
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """A baseline and a run where softmax is 2x slower, the copy moved from HtoD to DtoH and a
+    new flash-attention kernel appeared."""
+    a = make_run(tmp_path / "base.duckdb", copies=(("HtoD", 8 << 20, 450.0),), noise=0.01, seed=1)
+    ops = dict(BASE_OPS)
+    ops[SOFTMAX] = (200.0, 2, "aten::softmax")
+    ops[FLASH] = (80.0, 1, "aten::_flash_attention_forward")
+    b = make_run(tmp_path / "new.duckdb", ops=ops, copies=(("DtoH", 8 << 20, 450.0),), noise=0.01, seed=2)
+    return a, b
+
+
+def rows(rel):
+    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+
+
+def test_ops_by_name_show_ratio_rank_and_only_in(pair):
+    with Comparison(pair) as c:
+        ops = {(r["run"], r["key"]): r for r in rows(c.ops())}
+        assert ops[(0, SOFTMAX)]["ms"] == pytest.approx(0.2, rel=0.05)
+        assert ops[(1, SOFTMAX)]["ratio"] == pytest.approx(2.0, rel=0.05)
+        assert ops[(1, SOFTMAX)]["key_type"] == "name"
+        assert ops[(1, FLASH)]["only_in"] == 1 and ops[(1, FLASH)]["base_ms"] is None
+        assert ops[(0, ADD)]["only_in"] is None and ops[(0, ADD)]["runs_with_key"] == 2
+        # softmax (0.4 ms) overtakes add (0.3 ms) in B: rank 4 -> 3 (gemm 1.6 ms, copy 0.45 ms)
+        assert ops[(0, SOFTMAX)]["rank"] == 4 and ops[(1, SOFTMAX)]["rank"] == 3
+        assert ops[(1, SOFTMAX)]["rank_change"] == 1
+        assert ops[(0, GEMM_H100)]["calls_per_step"] == 4
+        shares = sum(r["pct_step"] for r in rows(c.ops()) if r["run"] == 0)
+        assert shares == pytest.approx(100.0, abs=0.5)  # copies + memset + kernels = the step's GPU work
+        wide = c.side_by_side(top=10).to_pylist()
+        flash = next(r for r in wide if r["key"] == FLASH)
+        assert flash["only_in"] == "B only" and flash["A_ms"] is None
+        soft = next(r for r in wide if r["key"] == SOFTMAX)
+        assert soft["B_x"] == pytest.approx(2.0, rel=0.05) and soft["B_drank"] == 1
+
+
+def test_family_key_matches_gemms_of_different_gpus(tmp_path):
+    a = make_run(tmp_path / "h100.duckdb", ops={GEMM_H100: (400.0, 4, "aten::mm")})
+    b = make_run(tmp_path / "t4.duckdb", ops={GEMM_T4: (1600.0, 4, "aten::mm")}, device="Tesla T4", peaks=False)
+    with Comparison([a, b], by="op") as c:
+        by_name = rows(c.ops())
+        assert {r["only_in"] for r in by_name if r["kind"] == "kernel"} == {0, 1}  # no exact match
+    with Comparison([a, b], by="family") as c:
+        gemm = {r["run"]: r for r in rows(c.ops()) if r["key"] == "gemm"}
+        assert gemm[1]["key_type"] == "family" and gemm[1]["ratio"] == pytest.approx(4.0, rel=0.01)
+    with Comparison([a, b], by="range") as c:
+        mm = {r["run"]: r for r in rows(c.ops()) if r["key"] == "aten::mm"}
+        assert mm[0]["key_type"] == "op" and mm[1]["ratio"] == pytest.approx(4.0, rel=0.01)
+
+
+def test_kind_split_sees_the_copy_move_direction(pair):
+    with Comparison(pair) as c:
+        k = {(r["run"], r["kind"], r["detail"]): r for r in rows(c.kinds())}
+        assert k[(0, "memcpy", "HtoD")]["ms"] == pytest.approx(0.45, rel=0.05)
+        assert (1, "memcpy", "HtoD") not in k and (0, "memcpy", "DtoH") not in k
+        assert k[(1, "memcpy", "DtoH")]["bytes_per_step"] == 8 << 20
+        assert k[(0, "sync", None)]["ms"] == pytest.approx(0.03)
+        assert k[(0, "memset", None)]["ms"] == pytest.approx(0.02)
+        # idle: the 5 us gaps after each of the 12 kernels, but the first lies under the 450 us copy
+        assert k[(0, "idle", None)]["ms"] == pytest.approx(11 * 0.005, rel=0.05)
+        assert k[(1, "kernel", None)]["ratio"] == pytest.approx(2.38 / 2.1, rel=0.03)
+        wide = c.kinds_side_by_side().to_pylist()
+        assert any(r["kind"] == "memcpy" and r["detail"] == "DtoH" and r["A_ms"] is None for r in wide)
+
+
+def test_devices_and_peaks_side_by_side(tmp_path):
+    a = make_run(tmp_path / "h100.duckdb")
+    b = make_run(tmp_path / "t4.duckdb", device="Tesla T4", peaks=False)
+    with Comparison([a, b]) as c:
+        devs = {r["run"]: r for r in rows(c.devices())}
+        assert devs[0]["peak_memory_bw_gbps"] == 3352.0 and devs[0]["peaks_from"] == "estimate+file"
+        assert devs[1]["peak_memory_bw_gbps"] == 320 and devs[1]["peaks_from"] == "estimate"
+        spec = {r["spec"]: r for r in c.devices_side_by_side().to_pylist()}
+        assert spec["name"]["A"] == "NVIDIA H100 80GB HBM3" and spec["name"]["B"] == "Tesla T4"
+        bw = {r["run"]: r for r in rows(c.bandwidth())}
+        # 8 MiB in 400 us = 20.97 GB/s; H100 link 63 GB/s from the file, T4 16 GB/s from the table
+        assert bw[0]["achieved_gbps"] == pytest.approx(8 * 2**20 / 400e3, rel=1e-3)
+        assert bw[0]["peak_of"] == "host link" and bw[0]["peak_source"] == "file"
+        assert bw[0]["pct_peak"] == pytest.approx(100 * 20.97 / 63.0, rel=1e-2)
+        assert bw[1]["peak_gbps"] == 16 and bw[1]["peak_source"] == "estimate"
+
+
+def test_throughput_against_peak_from_user_flops(pair):
+    with Comparison(pair, work=work_list(["*gemm*=1.0"], ["*softmax*=0.01"])) as c:
+        t = {(r["run"], r["pattern"]): r for r in rows(c.throughput())}
+        g = t[(0, "*gemm*")]
+        # 4 calls x 1 GFLOP in 1.6 ms per step = 2.5 TFLOP/s; H100 dense tensor peak 989 (estimate)
+        assert g["tflops"] == pytest.approx(2.5, rel=0.02)
+        assert g["pct_tensor_peak"] == pytest.approx(100 * 2.5 / 989, rel=0.02)
+        s = t[(1, "*softmax*")]
+        assert s["gbps"] == pytest.approx(2 * 0.01 / 0.4e-3, rel=0.05)
+
+
+def test_known_gpu_table():
+    assert known_gpu("NVIDIA A100-SXM4-80GB")["peak_memory_bw_gbps"] == 2039
+    assert known_gpu("NVIDIA A100-PG509-200")["peak_memory_bw_gbps"] == 1555
+    assert known_gpu("Tesla V100-SXM2-32GB")["peak_nvlink_gbps"] == 150
+    assert known_gpu("NVIDIA L4")["peak_memory_bw_gbps"] == 300
+    assert known_gpu("Some Future GPU") is None
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys, pair):
+    a, b = pair
+    assert main(["compare", str(a)]) == 2
+    assert "at least 2 files" in capsys.readouterr().err
+    assert main(["compare", str(a), str(a)]) == 2
+    assert "same file" in capsys.readouterr().err
+    assert main(["compare", str(a), str(tmp_path / "missing.duckdb")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    junk = tmp_path / "junk.duckdb"
+    junk.write_text("not a database")
+    assert main(["compare", str(a), str(junk)]) == 2
+    assert "not a DuckDB file" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b), "--flops", "gemm"]) == 2
+    assert "NAME=GFLOP" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b), "--top", "0"]) == 2
+    capsys.readouterr()
+
+
+def test_different_schema_versions_are_refused(tmp_path, pair):
+    import duckdb
+    a, _ = pair
+    newer = make_run(tmp_path / "newer.duckdb")
+    con = duckdb.connect(str(newer))
+    con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(SchemaVersionError, match="different schema versions"):
+        Comparison([a, newer])
+
+
+def test_file_without_steps_counts_as_one_step(tmp_path, pair):
+    a, _ = pair
+    p = tmp_path / "nosteps.duckdb"
+    with Writer(p, RunInfo(source="synthetic")) as w:
+        w.append({"kernels": {"start_ns": [0, 1000], "end_ns": [500, 1800], "name": [ADD, ADD]}})
+    with Comparison([a, p]) as c:
+        add = {r["run"]: r for r in rows(c.ops()) if r["key"] == ADD}
+        assert add[1]["ms"] == pytest.approx(0.0013) and add[1]["steps"] == 1
+        assert "no steps recorded" in c.legend()[1]
+    with pytest.raises(InputError, match="no recorded steps"):
+        Comparison([a, p], require_steps=True)
+
+
+def test_cli_formats(pair, capsys):
+    a, b = pair
+    assert main(["compare", str(a), str(b), "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "A = " in out and "B = " in out and "B only" in out and "kinds" in out
+    assert main(["compare", str(a), str(b), "--format", "json", "--by", "family"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["by"] == "family" and {"flash_attention", "softmax", "gemm"} <= {r["key"] for r in doc["ops"]}
+    assert {r["direction"] for r in doc["bandwidth"]} == {"HtoD", "DtoH"}
+    assert main(["compare", str(a), str(b), "--format", "csv"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("key,key_type,kind,A_ms")
+    assert main(["compare", str(a), str(b), "--format", "markdown"]) == 0
+    assert "| key |" in capsys.readouterr().out
+
+
+def test_three_files(tmp_path, pair):
+    a, b = pair
+    c3 = make_run(tmp_path / "third.duckdb", ops={ADD: (100.0, 6, "aten::add")})
+    with Comparison([a, b, c3]) as c:
+        wide = c.side_by_side(top=3).to_pylist()
+        add = next(r for r in wide if r["key"] == ADD)
+        assert add["C_x"] == pytest.approx(2.0, rel=0.01) and add["C_rank"] == 1
+
+
+def test_python_m_entry_point(pair):
+    a, b = pair
+    res = subprocess.run([sys.executable, "-m", "cuptiprof", "compare", str(a), str(b), "--top", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "sm90_xmma_gemm" in res.stdout and "B = " in res.stdout
+
+
+def import_trace(src: Path, dest: Path) -> Path:
+    """Import a Kineto trace with cuptiprof's importer; skip when this build has none."""
+    try:
+        from cuptiprof.interop.kineto import import_kineto
+    except ImportError:
+        pytest.skip("the Kineto importer (cuptiprof.interop.kineto) is not part of this build")
+    try:
+        with Writer(dest, RunInfo(source="kineto", command=str(src)), atomic=True) as w:
+            import_kineto(w, [src])
+    except Exception as exc:  # the importer is developed separately; its failures are not compare's
+        pytest.skip(f"the Kineto importer could not import {src.name}: {exc}")
+    return dest
+
+
+def test_real_traces_compare_by_family(shared_traces, tmp_path):
+    src0 = shared_traces / "kineto-tbplugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+    src4 = shared_traces / "kineto-tbplugin/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"
+    out = []
+    for i, src in enumerate((src0, src4)):
+        out.append(import_trace(src, tmp_path / f"r{i}.duckdb"))
+    with Comparison(out, by="family") as c:
+        fam = {(r["run"], r["key"]): r for r in rows(c.ops())}
+        # Both are the same ResNet-50 on a V100: conv and batchnorm dominate, in both files
+        for run in (0, 1):
+            assert fam[(run, "conv")]["rank"] <= 3
+            assert (run, "batchnorm") in fam
+        assert 0.5 < fam[(1, "conv")]["ratio"] < 2.0
+        assert all(r["steps"] >= 5 for r in rows(c.ops()))
