@@ -1,0 +1,74 @@
+"""`cuptiprof diff BASE NEW --fail-above PCT`: did NEW get slower than BASE beyond the noise?
+
+Items checked: the step's GPU window, every kind (kernel, memcpy per direction, memset, sync,
+idle) and every op key (exact name by default). For each item and file the time per step is
+the median over the recorded steps; the noise of a file is its median absolute deviation (MAD)
+across steps, scaled to a standard deviation (1.4826 x MAD, exact for normal noise and robust
+to an odd slow step). An item is a regression when
+
+    new - base > base * PCT / 100 + SIGMAS * 1.4826 * sqrt(MAD_base^2 + MAD_new^2)
+
+and new - base >= MIN_MS (default 0). SIGMAS defaults to 3. Items found only in NEW are listed
+as 'new' and items only in BASE as 'gone'; neither fails the check by itself (a renamed kernel
+would otherwise count twice), but their time shows in the step and kind totals.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from cuptiprof.analyse import catalog
+from cuptiprof.analyse.compare import Comparison
+from cuptiprof.errors import UsageError
+
+NOISE_RULE = ("regression: new - base > base * PCT/100 + SIGMAS * 1.4826 * sqrt(MAD_base^2 + MAD_new^2) "
+              "and new - base >= MIN_MS; times are medians over recorded steps of the time per step, "
+              "MAD = median absolute deviation across steps")
+
+
+def parse_number(text, option: str, *, allow_pct: bool = False) -> float:
+    """'5', '5.0', '5%' -> 5.0; anything else is a usage error naming the option."""
+    s = str(text).strip()
+    if allow_pct and s.endswith("%"):
+        s = s[:-1].strip()
+    if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", s):
+        raise UsageError(f"{option} {text!r}: not a number (expected e.g. {option} 5"
+                         f"{' or 5%' if allow_pct else ''})")
+    v = float(s)
+    if v < 0:
+        raise UsageError(f"{option} {text!r}: must not be negative")
+    return v
+
+
+@dataclass
+class DiffResult:
+    base: Path
+    new: Path
+    fail_above_pct: float
+    min_ms: float
+    sigmas: float
+    by: str
+    steps: tuple[int, int]
+    items: pa.Table
+    regressions: list[dict] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.regressions)
+
+
+def diff(base: str | os.PathLike, new: str | os.PathLike, fail_above_pct: float, *,
+         min_ms: float = 0.0, sigmas: float = 3.0, by: str = "op") -> DiffResult:
+    """Compare NEW against BASE; see the module docstring for the rule."""
+    with Comparison([base, new], by=by, require_steps=True) as cmp:
+        sql = catalog.compare_sql("diff")
+        items = cmp.con.sql(sql, params={"pct": float(fail_above_pct), "sigmas": float(sigmas),
+                                         "min_ms": float(min_ms)}).to_arrow_table()
+        steps = (cmp.runs[0].steps, cmp.runs[1].steps)
+    regs = [r for r in items.to_pylist() if r["status"] == "regression"]
+    return DiffResult(Path(base), Path(new), float(fail_above_pct), float(min_ms), float(sigmas), by,
+                      steps, items, regs)

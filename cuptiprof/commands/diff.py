@@ -1,0 +1,69 @@
+"""`cuptiprof diff BASE NEW --fail-above PCT`: a regression gate for CI.
+
+Exit 0: nothing got slower by more than PCT beyond the step-to-step noise; 1: regressions
+(listed); 2: a usage error (bad threshold, same file twice, no recorded steps, different
+schema versions), so a CI job can tell a regression from a misuse.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from cuptiprof.analyse.compare import BY
+from cuptiprof.analyse.diff import NOISE_RULE, diff, parse_number
+from cuptiprof.errors import UsageError
+from cuptiprof.render.table import _json_default, render
+
+_SHOW = ("item_type", "item", "base_ms", "new_ms", "delta_ms", "delta_pct", "allowed_ms", "status")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("diff", help="fail (exit 1) when NEW is slower than BASE beyond the noise",
+                       description="Compare NEW against BASE per step, per kind and per op. " + NOISE_RULE
+                       + ". Exit 0: no regression; 1: regressions; 2: usage error.")
+    p.add_argument("base", metavar="BASE.duckdb")
+    p.add_argument("new", metavar="NEW.duckdb")
+    p.add_argument("--fail-above", required=True, metavar="PCT",
+                   help="allowed slowdown in percent on top of the noise (e.g. 5 or 5%%)")
+    p.add_argument("--min-ms", default="0", metavar="X",
+                   help="ignore slowdowns smaller than X ms per step (default 0)")
+    p.add_argument("--sigmas", default="3", metavar="K",
+                   help="noise band in robust standard deviations of the per-step times (default 3)")
+    p.add_argument("--by", choices=BY, default="op", help="op key: exact name (default), family or range")
+    p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
+    p.add_argument("--all", action="store_true", help="list every item, not only the regressions")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    pct = parse_number(args.fail_above, "--fail-above", allow_pct=True)
+    min_ms = parse_number(args.min_ms, "--min-ms")
+    sigmas = parse_number(args.sigmas, "--sigmas")
+    res = diff(args.base, args.new, pct, min_ms=min_ms, sigmas=sigmas, by=args.by)
+    out = sys.stdout
+    if args.format == "json":
+        json.dump({"base": str(res.base), "new": str(res.new), "fail_above_pct": res.fail_above_pct,
+                   "min_ms": res.min_ms, "sigmas": res.sigmas, "by": res.by, "rule": NOISE_RULE,
+                   "steps": {"base": res.steps[0], "new": res.steps[1]},
+                   "regressed": res.failed, "regressions": res.regressions,
+                   "items": res.items.to_pylist()}, out, default=_json_default, indent=1)
+        out.write("\n")
+        return 1 if res.failed else 0
+    rows = res.items if args.all else res.items.filter(
+        [s == "regression" for s in res.items.column("status").to_pylist()])
+    rows = rows.select([c for c in _SHOW])
+    if args.format == "csv":
+        render(rows, "csv", out=out)
+        return 1 if res.failed else 0
+    head = (f"cuptiprof diff: BASE {res.base} ({res.steps[0]} steps) -> NEW {res.new} ({res.steps[1]} steps); "
+            f"fail above {res.fail_above_pct:g}% + {res.sigmas:g} robust sigmas of step noise"
+            + (f", ignoring < {res.min_ms:g} ms" if res.min_ms else ""))
+    out.write(head + "\n\n")
+    if res.failed or args.all:
+        title = "regressions" if not args.all else "all items"
+        render(rows, args.format, out=out, title=f"{title} (ms per step, median over steps)")
+    if res.failed:
+        print(f"cuptiprof diff: {len(res.regressions)} regression(s)", file=sys.stderr)
+        return 1
+    out.write("no regression\n")
+    return 0

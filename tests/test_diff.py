@@ -1,0 +1,125 @@
+"""`cuptiprof diff BASE NEW --fail-above PCT`: exit 0 / 1 / 2 and the noise rule."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import duckdb
+import pytest
+
+from cuptiprof.analyse.diff import diff, parse_number
+from cuptiprof.cli import main
+from cuptiprof.errors import UsageError
+from cuptiprof.store.writer import RunInfo, Writer
+from test_compare import ADD, BASE_OPS, FLASH, GEMM_H100, SOFTMAX, import_trace, make_run
+
+
+def statuses(res):
+    return {(r["item_type"], r["item"]): r["status"] for r in res.items.to_pylist()}
+
+
+def test_same_program_with_noise_passes(tmp_path, capsys):
+    a = make_run(tmp_path / "a.duckdb", noise=0.02, seed=1)
+    b = make_run(tmp_path / "b.duckdb", noise=0.02, seed=2)
+    assert main(["diff", str(a), str(b), "--fail-above", "5"]) == 0
+    assert "no regression" in capsys.readouterr().out
+
+
+def test_op_made_2x_slower_fails_and_is_listed(tmp_path, capsys):
+    a = make_run(tmp_path / "a.duckdb", noise=0.01, seed=1)
+    ops = dict(BASE_OPS)
+    ops[SOFTMAX] = (200.0, 2, "aten::softmax")
+    b = make_run(tmp_path / "b.duckdb", ops=ops, noise=0.01, seed=2)
+    assert main(["diff", str(a), str(b), "--fail-above", "10%"]) == 1
+    cap = capsys.readouterr()
+    assert "softmax_warp_forward" in cap.out and "regression" in cap.err
+    assert main(["diff", str(a), str(b), "--fail-above", "5", "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    regs = {(r["item_type"], r["item"]) for r in doc["regressions"]}
+    assert ("op", SOFTMAX) in regs and ("kind", "kernel") in regs and ("step", "gpu window") in regs
+    assert ("op", GEMM_H100) not in regs and ("op", ADD) not in regs
+    soft = next(r for r in doc["regressions"] if r["item"] == SOFTMAX)
+    assert soft["delta_pct"] == pytest.approx(100, abs=5)
+    # a threshold above the slowdown passes; so does ignoring slowdowns under 0.5 ms per step
+    assert main(["diff", str(a), str(b), "--fail-above", "150"]) == 0
+    assert main(["diff", str(a), str(b), "--fail-above", "10", "--min-ms", "0.5"]) == 0
+    # --by family: the same regression under the family key
+    res = diff(a, b, 10, by="family")
+    assert statuses(res)[("op", "softmax")] == "regression"
+
+
+def test_noise_band_hides_a_slowdown_within_the_step_spread(tmp_path):
+    ops = dict(BASE_OPS)
+    ops[SOFTMAX] = (115.0, 2, "aten::softmax")  # 15% slower
+    quiet_a = make_run(tmp_path / "qa.duckdb", noise=0.005, seed=1, steps=7)
+    quiet_b = make_run(tmp_path / "qb.duckdb", ops=ops, noise=0.005, seed=2, steps=7)
+    noisy_a = make_run(tmp_path / "na.duckdb", noise=0.25, seed=3, steps=7)
+    noisy_b = make_run(tmp_path / "nb.duckdb", ops=ops, noise=0.25, seed=4, steps=7)
+    quiet = diff(quiet_a, quiet_b, 5)
+    noisy = diff(noisy_a, noisy_b, 5)
+    assert statuses(quiet)[("op", SOFTMAX)] == "regression"
+    assert statuses(noisy)[("op", SOFTMAX)] != "regression"
+    row = next(r for r in noisy.items.to_pylist() if r["item"] == SOFTMAX)
+    assert row["noise_ms"] > 0.05 and row["allowed_ms"] == pytest.approx(
+        row["base_ms"] * 0.05 + row["noise_ms"])
+
+
+def test_copy_moved_direction_and_new_family_are_listed_not_failed(tmp_path):
+    a = make_run(tmp_path / "a.duckdb", seed=1)
+    ops = dict(BASE_OPS)
+    ops[FLASH] = (1.0, 1, "aten::_flash_attention_forward")
+    b = make_run(tmp_path / "b.duckdb", ops=ops, copies=(("DtoH", 8 << 20, 400.0),), seed=1)
+    res = diff(a, b, 5, min_ms=0.01)
+    st = statuses(res)
+    assert st[("kind", "memcpy HtoD")] == "gone" and st[("kind", "memcpy DtoH")] == "new"
+    assert st[("op", FLASH)] == "new"
+    assert not res.failed
+
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    a = make_run(tmp_path / "a.duckdb")
+    b = make_run(tmp_path / "b.duckdb", seed=3)
+    for bad in ("abc", "5x", "", "-3"):
+        assert main(["diff", str(a), str(b), f"--fail-above={bad}"]) == 2
+        err = capsys.readouterr().err
+        assert "--fail-above" in err and "Traceback" not in err and err.count("\n") == 1
+    assert main(["diff", str(a), str(b), "--fail-above", "5", "--min-ms", "soon"]) == 2
+    assert "--min-ms" in capsys.readouterr().err
+    assert main(["diff", str(a), str(a), "--fail-above", "5"]) == 2
+    assert "same file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # --fail-above is required (argparse, one line)
+        main(["diff", str(a), str(b)])
+    assert exc.value.code == 2 and "--fail-above" in capsys.readouterr().err
+    nosteps = tmp_path / "nosteps.duckdb"
+    with Writer(nosteps, RunInfo(source="synthetic")) as w:
+        w.append({"kernels": {"start_ns": [0], "end_ns": [500], "name": [ADD]}})
+    assert main(["diff", str(a), str(nosteps), "--fail-above", "5"]) == 2
+    assert "no recorded steps" in capsys.readouterr().err
+    other = make_run(tmp_path / "v2.duckdb")
+    con = duckdb.connect(str(other))
+    con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    con.close()
+    assert main(["diff", str(a), str(other), "--fail-above", "5"]) == 2
+    assert "different schema versions" in capsys.readouterr().err
+    assert main(["diff", str(a), str(tmp_path / "nope.duckdb"), "--fail-above", "5"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_parse_number():
+    assert parse_number("5", "--x") == 5.0 and parse_number("2.5%", "--x", allow_pct=True) == 2.5
+    with pytest.raises(UsageError):
+        parse_number("5%", "--x")
+    with pytest.raises(UsageError):
+        parse_number("nan", "--x")
+
+
+def test_real_trace_against_a_copy_of_itself_passes(shared_traces, tmp_path, capsys):
+    src = shared_traces / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    a = import_trace(src, tmp_path / "a.duckdb")
+    b = tmp_path / "b.duckdb"
+    shutil.copyfile(a, b)
+    assert main(["diff", str(a), str(b), "--fail-above", "1", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["steps"]["base"] >= 5 and not doc["regressions"]
+    kinds = {r["item"] for r in doc["items"] if r["item_type"] == "kind"}
+    assert {"kernel", "memcpy DtoD", "memset", "idle"} <= kinds
