@@ -33,7 +33,7 @@ PIECE_BYTES = 16 << 20
 
 
 # -- the fields kept from each event ----------------------------------------------------------
-class Args(msgspec.Struct):
+class Args(msgspec.Struct, gc=False):
     correlation: Union[int, None] = None
     device: Union[int, None] = None
     context: Union[int, None] = None
@@ -51,7 +51,7 @@ class Args(msgspec.Struct):
     mem_bytes: Union[int, None] = msgspec.field(default=None, name="Bytes")
 
 
-class Ev(msgspec.Struct):
+class Ev(msgspec.Struct, gc=False):
     ph: str = ""
     cat: Union[str, None] = None
     name: Union[str, None] = None
@@ -487,6 +487,8 @@ class KinetoFile:
         if None in stream:
             stream = [s if s is not None else _tid_number(e.tid) for s, e in zip(stream, lst)]
         self.devices_used.update(set(dev))
+        if max(stream, default=0) >= 1 << 31:  # unsigned -1 ("no stream") in some traces
+            stream = [s - (1 << 32) if s is not None and s >= 1 << 31 else s for s in stream]
         cols = {"device_id": pa.array(dev, pa.int32()),
                 "context_id": pa.array([x.context for x in a], pa.int32()),
                 "stream_id": pa.array(stream, pa.int32()),

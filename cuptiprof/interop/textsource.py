@@ -14,7 +14,8 @@ from typing import Callable, Iterator
 
 from cuptiprof.errors import InputError
 
-BLOCK = 4 << 20  # compressed bytes read per step
+BLOCK = 1 << 20  # compressed bytes read per step
+OUT_BLOCK = 8 << 20  # most uncompressed bytes handed on at once
 
 
 def is_gzip(path: Path) -> bool:
@@ -45,7 +46,7 @@ def _blocks(path: Path, on_read: Callable[[int], None] | None) -> Iterator[bytes
                 return
             while raw:
                 try:
-                    out = d.decompress(raw)
+                    out = d.decompress(raw, OUT_BLOCK)
                 except zlib.error as exc:
                     raise InputError(f"{path}: corrupt gzip data ({exc})") from None
                 if out:
@@ -55,7 +56,7 @@ def _blocks(path: Path, on_read: Callable[[int], None] | None) -> Iterator[bytes
                     if raw:
                         d = zlib.decompressobj(wbits=47)
                 else:
-                    raw = b""
+                    raw = d.unconsumed_tail
 
 
 def read_blocks(path: str | os.PathLike, on_read: Callable[[int], None] | None = None

@@ -1,0 +1,360 @@
+"""Import Nsight Systems SQLite exports (`nsys export --type sqlite`) into a cuptiprof file.
+
+Reads the CUPTI activity tables (KERNEL, MEMCPY, MEMSET, SYNCHRONIZATION, RUNTIME), StringIds,
+NVTX_EVENTS and TARGET_INFO_GPU through Python's sqlite3 in batches of rows, handed to the
+writer as Arrow columns. Columns and tables that older exports lack (or name differently) are
+read as NULL. NVTX ranges reach GPU rows the way Nsight Systems projects them: through the
+runtime call that launched the work, on its thread, at its time.
+
+Times stay on the export's own clock (nanoseconds since the capture started).
+"""
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from cuptiprof.errors import InputError
+from cuptiprof.interop.kineto import FileSummary
+from cuptiprof.interop.nesting import nest, steps_at
+
+BATCH_ROWS = 200_000
+# Used when the export carries no ENUM_* tables (schema 2.x).
+COPY_KIND = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
+             7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
+MEM_KIND = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed",
+            5: "device_static", 6: "managed_static", 7: "unknown"}
+SYNC_TYPE = {0: "unknown", 1: "event_synchronize", 2: "stream_wait_event",
+             3: "stream_synchronize", 4: "context_synchronize"}
+NVTX_RANGE_TYPES = (59, 60, 70, 71)   # push/pop and start/end ranges (plain and domain)
+NVTX_DOMAIN_CREATE = 75
+_STEP_RE = re.compile(r"^(?:ProfilerStep#|step[ _#:=]?)(\d+)$", re.IGNORECASE)
+_ACTIVITY = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+             "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME")
+
+
+def _pid(global_id: int | None) -> int:
+    return (int(global_id) >> 24) & 0xFFFFFF if global_id is not None else 0
+
+
+class NsysFile:
+    def __init__(self, w, path: Path, used_pids: set[int]):
+        self.w, self.path, self.used = w, path, used_pids
+        try:
+            self.db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+            self.tables = {r[0] for r in self.db.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"{path}: not a readable SQLite file ({exc})") from None
+        if "StringIds" not in self.tables or not any(t in self.tables for t in _ACTIVITY):
+            raise InputError(f"{path}: an SQLite file, but not an Nsight Systems export with CUDA "
+                             "activity (no StringIds / CUPTI_ACTIVITY_KIND_* tables); export one "
+                             "with `nsys export --type sqlite REPORT.nsys-rep`")
+        self.strings = self._strings()
+        self.rows: dict[str, int] = {}
+        self.devices: dict[int, set[int]] = {}
+        self.spans: dict[int, list[int]] = {}
+
+    # helpers --------------------------------------------------------------------------------
+    def _strings(self) -> pa.Array:
+        ids, vals = [], []
+        for i, v in self.db.execute("SELECT id, value FROM StringIds"):
+            ids.append(i)
+            vals.append(v)
+        if not ids:
+            return pa.array([], pa.string())
+        dense = [None] * (max(ids) + 1)
+        for i, v in zip(ids, vals):
+            dense[i] = v
+        return pa.array(dense, pa.string())
+
+    def _cols(self, table: str) -> set[str]:
+        return {r[1] for r in self.db.execute(f'PRAGMA table_info("{table}")')}
+
+    def _enum(self, table: str, default: dict, fmt) -> dict:
+        if table not in self.tables:
+            return default
+        out = dict(default)
+        for i, name in self.db.execute(f"SELECT id, name FROM {table}"):
+            out[i] = fmt(name)
+        return out
+
+    def _select(self, table: str, wanted: list[str]):
+        """Batches of column lists; a column the table lacks reads as NULL."""
+        have = self._cols(table)
+        exprs = []
+        for c in wanted:
+            alts = [a for a in c.split("|") if a in have]
+            exprs.append(f'"{alts[0]}"' if alts else "NULL")
+        cur = self.db.execute(f"SELECT {', '.join(exprs)} FROM {table} ORDER BY 1")
+        while True:
+            rows = cur.fetchmany(BATCH_ROWS)
+            if not rows:
+                return
+            yield [list(c) for c in zip(*rows)]
+
+    def _names(self, ids) -> pa.Array:
+        idx = pa.array(ids, pa.int32())
+        n = len(self.strings)
+        arr = np.asarray(idx.fill_null(-1))
+        bad = (arr < 0) | (arr >= n)
+        if bad.any():
+            idx = pa.array(np.where(bad, 0, arr), pa.int32(), mask=bad)
+        return pa.DictionaryArray.from_arrays(idx, self.strings)
+
+    def _note(self, pids, dev, start, end):
+        p = np.asarray(pids)
+        d = np.asarray(dev)
+        for pid in np.unique(p).tolist():
+            m = p == pid
+            self.devices.setdefault(pid, set()).update(np.unique(d[m]).tolist())
+            s = self.spans.setdefault(pid, [np.iinfo(np.int64).max, np.iinfo(np.int64).min])
+            s[0] = min(s[0], int(np.min(np.asarray(start)[m])))
+            s[1] = max(s[1], int(np.max(np.asarray(end)[m])))
+
+    def _count(self, table: str, n: int) -> None:
+        self.rows[table] = self.rows.get(table, 0) + n
+
+    # tables ---------------------------------------------------------------------------------
+    def run(self) -> list[FileSummary]:
+        try:
+            self._gpu()
+            calls = self._calls()
+            ranges = self._nvtx()
+            self._link(calls, ranges)
+            self._meta()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"{self.path}: cannot read the Nsight Systems export ({exc})") from None
+        finally:
+            self.db.close()
+        return [FileSummary(str(self.path), pid, None, 0, dict(self.rows), {}, 0)
+                for pid in sorted(self.devices)]
+
+    def _gpu(self) -> None:
+        w = self.w
+        copy = self._enum("ENUM_CUDA_MEMCPY_OPER", COPY_KIND, lambda n: _COPY_FROM_ENUM.get(
+            n.replace("CUDA_MEMCPY_KIND_", "").replace("UVM_", ""), "unknown"))
+        memk = self._enum("ENUM_CUDA_MEM_KIND", MEM_KIND,
+                          lambda n: n.replace("CUDA_MEMOPR_MEMORY_KIND_", "").lower())
+        sync = self._enum("ENUM_CUPTI_SYNC_TYPE", SYNC_TYPE,
+                          lambda n: n.replace("CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_", "").lower())
+        common = ["start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid"]
+
+        def base(c):
+            pid = [_pid(g) for g in c[6]]
+            self._note(pid, c[2], c[0], c[1])
+            return {"pid": pa.array(pid, pa.int32()), "start_ns": pa.array(c[0], pa.int64()),
+                    "end_ns": pa.array(c[1], pa.int64()), "device_id": pa.array(c[2], pa.int32()),
+                    "context_id": pa.array(c[3], pa.int32()),
+                    "stream_id": pa.array([s if s is None or s < 1 << 31 else None for s in c[4]],
+                                          pa.int32()),
+                    "correlation_id": pa.array(c[5], pa.int64())}
+
+        t = "CUPTI_ACTIVITY_KIND_KERNEL"
+        if t in self.tables:
+            for c in self._select(t, common + [
+                    "mangledName", "demangledName", "gridX", "gridY", "gridZ", "blockX", "blockY",
+                    "blockZ", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory",
+                    "graphId", "graphNodeId"]):
+                cols = base(c)
+                name = [m if m is not None else d for m, d in zip(c[7], c[8])]
+                cols["name"] = self._names(name)
+                for k, v in zip(("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                                 "registers", "static_smem", "dynamic_smem"), c[9:18]):
+                    cols[k] = pa.array(v, pa.int32())
+                cols["graph_id"] = pa.array(c[18], pa.int64())
+                cols["graph_node_id"] = pa.array(c[19], pa.int64())
+                w.append({"kernels": cols})
+                self._count("kernel_rows", len(c[0]))
+        t = "CUPTI_ACTIVITY_KIND_MEMCPY"
+        if t in self.tables:
+            for c in self._select(t, common + ["bytes", "copyKind", "srcKind", "dstKind",
+                                               "srcDeviceId", "dstDeviceId", "graphNodeId"]):
+                cols = base(c)
+                cols.update(bytes=pa.array(c[7], pa.int64()),
+                            copy_kind=[copy.get(k, "unknown") for k in c[8]],
+                            src_kind=[memk.get(k, "unknown") for k in c[9]],
+                            dst_kind=[memk.get(k, "unknown") for k in c[10]],
+                            src_device_id=pa.array(c[11], pa.int32()),
+                            dst_device_id=pa.array(c[12], pa.int32()),
+                            graph_node_id=pa.array(c[13], pa.int64()))
+                w.append({"memcpys": cols})
+                self._count("memcpys", len(c[0]))
+        t = "CUPTI_ACTIVITY_KIND_MEMSET"
+        if t in self.tables:
+            for c in self._select(t, common + ["bytes", "value", "memKind|memoryKind", "graphNodeId"]):
+                cols = base(c)
+                cols.update(bytes=pa.array(c[7], pa.int64()), value=pa.array(c[8], pa.int32()),
+                            memory_kind=[memk.get(k, "unknown") for k in c[9]],
+                            graph_node_id=pa.array(c[10], pa.int64()))
+                w.append({"memsets": cols})
+                self._count("memsets", len(c[0]))
+        t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+        if t in self.tables:
+            for c in self._select(t, common + ["syncType", "eventId"]):
+                cols = base(c)
+                cols.update(sync_type=[sync.get(k, "unknown") for k in c[7]],
+                            cuda_event_id=pa.array(c[8], pa.int64()))
+                w.append({"syncs": cols})
+                self._count("syncs", len(c[0]))
+
+    def _calls(self) -> dict:
+        out = {k: [] for k in ("start", "end", "gtid", "corr", "name", "ret", "driver")}
+        for t, driver in (("CUPTI_ACTIVITY_KIND_RUNTIME", False), ("CUPTI_ACTIVITY_KIND_DRIVER", True)):
+            if t not in self.tables:
+                continue
+            for c in self._select(t, ["start", "end", "globalTid", "correlationId", "nameId",
+                                      "returnValue"]):
+                for k, v in zip(("start", "end", "gtid", "corr", "name", "ret"), c):
+                    out[k].extend(v)
+                out["driver"].extend([driver] * len(c[0]))
+        return out
+
+    def _nvtx(self) -> dict:
+        out = {k: [] for k in ("start", "end", "gtid", "text", "domain")}
+        if "NVTX_EVENTS" not in self.tables:
+            return out
+        have = self._cols("NVTX_EVENTS")
+        text = "coalesce(e.text, s.value)" if "textId" in have else "e.text"
+        join = "LEFT JOIN StringIds s ON s.id = e.textId" if "textId" in have else ""
+        dom = "e.domainId" if "domainId" in have else "NULL"
+        domains = {}
+        for d, t in self.db.execute(f"SELECT {dom}, e.text FROM NVTX_EVENTS e WHERE eventType = ?",
+                                    [NVTX_DOMAIN_CREATE]):
+            domains[d] = t
+        q = (f"SELECT e.start, e.\"end\", e.globalTid, {text}, {dom} FROM NVTX_EVENTS e {join} "
+             f"WHERE e.eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))}) AND e.\"end\" IS NOT NULL")
+        for row in self.db.execute(q):
+            for k, v in zip(("start", "end", "gtid", "text"), row):
+                out[k].append(v)
+            out["domain"].append(domains.get(row[4]))
+        return out
+
+    def _link(self, calls: dict, ranges: dict) -> None:
+        w = self.w
+        c_gtid = np.array(calls["gtid"], np.int64)
+        r_gtid = np.array(ranges["gtid"], np.int64)
+        c_start, c_end = np.array(calls["start"], np.int64), np.array(calls["end"], np.int64)
+        r_start, r_end = np.array(ranges["start"], np.int64), np.array(ranges["end"], np.int64)
+        c_pid = (c_gtid >> 24) & 0xFFFFFF
+        r_pid = (r_gtid >> 24) & 0xFFFFFF
+        parent, depth, c_range, _ = nest(r_gtid, r_start, r_end, np.zeros(len(r_start), bool),
+                                         c_gtid, c_start, c_end)
+        texts = ranges["text"]
+        step_n = np.array([int(m.group(1)) if (m := _STEP_RE.match(t or "")) else -1 for t in texts],
+                          np.int64)
+        is_step = step_n >= 0
+        r_step = np.full(len(r_start), -1, np.int64)
+        c_step = np.full(len(c_start), -1, np.int64)
+        # range ids are per process: number each process's ranges from 1
+        range_id = np.zeros(len(r_start), np.int64)
+        for pid in np.unique(r_pid).tolist():
+            m = r_pid == pid
+            range_id[m] = np.arange(1, int(m.sum()) + 1)
+            sm = m & is_step
+            r_step[m] = steps_at(r_start[m], r_start[sm], r_end[sm], step_n[sm])
+            cm = c_pid == pid
+            c_step[cm] = steps_at(c_start[cm], r_start[sm], r_end[sm], step_n[sm])
+        r_step[is_step] = step_n[is_step]
+
+        def ids(ix):
+            ix = np.asarray(ix)
+            v = np.where(ix >= 0, range_id[np.maximum(ix, 0)] if len(range_id) else 0, 0)
+            return pa.array(v, pa.int64(), mask=ix < 0)
+
+        def neg_null(v, typ=pa.int32()):
+            v = np.asarray(v)
+            return pa.array(v, typ, mask=v < 0)
+
+        for lo in range(0, len(r_start), BATCH_ROWS):
+            sl = slice(lo, lo + BATCH_ROWS)
+            w.append({"ranges": {
+                "pid": pa.array(r_pid[sl], pa.int32()), "range_id": range_id[sl],
+                "parent_id": ids(parent[sl]), "depth": depth[sl], "name": texts[sl],
+                "domain": ranges["domain"][sl], "thread_id": r_gtid[sl] & 0xFFFFFF,
+                "start_ns": r_start[sl], "end_ns": r_end[sl],
+                "kind": np.where(is_step[sl], "step", "user").tolist(),
+                "step": neg_null(r_step[sl])}})
+        self._count("range_rows", len(r_start))
+        for lo in range(0, len(c_start), BATCH_ROWS):
+            sl = slice(lo, lo + BATCH_ROWS)
+            w.append({"api_calls": {
+                "pid": pa.array(c_pid[sl], pa.int32()), "thread_id": c_gtid[sl] & 0xFFFFFF,
+                "api_kind": ["driver" if d else "runtime" for d in calls["driver"][sl]],
+                "name": self._names(calls["name"][sl]),
+                "correlation_id": pa.array(calls["corr"][sl], pa.int64()),
+                "start_ns": c_start[sl], "end_ns": c_end[sl],
+                "return_code": pa.array(calls["ret"][sl], pa.int32()),
+                "step": neg_null(c_step[sl]), "range_id": ids(c_range[sl])}})
+        self._count("api_call_rows", len(c_start))
+        corr = np.array([c if c is not None else -1 for c in calls["corr"]], np.int64)
+        keep = corr >= 0
+        if not keep.any():
+            return
+        link = pa.table({"pid": pa.array(c_pid[keep], pa.int32()), "correlation_id": corr[keep],
+                         "step": neg_null(c_step[keep]), "range_id": ids(c_range[keep])})
+        con = w.con
+        con.register("_cuptiprof_link", link)
+        try:
+            con.execute("BEGIN")
+            for t in ("kernel_rows", "memcpys", "memsets", "syncs"):
+                con.execute(f"UPDATE {t} SET step = l.step, range_id = l.range_id "
+                            f"FROM _cuptiprof_link l WHERE {t}.run_id = ? AND {t}.pid = l.pid "
+                            f"AND {t}.correlation_id = l.correlation_id", [w.run_id])
+            con.execute("COMMIT")
+        finally:
+            con.unregister("_cuptiprof_link")
+
+    def _meta(self) -> None:
+        w = self.w
+        names = {}
+        if "PROCESSES" in self.tables:
+            for gp, pid, name in self.db.execute("SELECT globalPid, pid, name FROM PROCESSES"):
+                names[pid] = name
+        pids = sorted(self.devices)
+        if pids:
+            w.append({"processes": {
+                "pid": pa.array(pids, pa.int32()), "host": [None] * len(pids),
+                "command": [names.get(p) or str(self.path) for p in pids],
+                "start_ns": [self.spans[p][0] for p in pids], "end_ns": [self.spans[p][1] for p in pids]}})
+        gpus = {}
+        if "TARGET_INFO_GPU" in self.tables:
+            have = self._cols("TARGET_INFO_GPU")
+            want = ["id", "name", "uuid", "computeMajor", "computeMinor", "smCount", "clockRate",
+                    "totalMemory", "l2CacheSize", "memoryBandwidth"]
+            q = ", ".join(f'"{c}"' if c in have else "NULL" for c in want)
+            for row in self.db.execute(f"SELECT {q} FROM TARGET_INFO_GPU"):
+                gpus[row[0]] = row
+        rows = [(p, d) for p in pids for d in sorted(self.devices[p]) if d is not None]
+        if rows:
+            g = [gpus.get(d) or (d,) + (None,) * 9 for _, d in rows]
+            w.append({"devices": {
+                "pid": pa.array([p for p, _ in rows], pa.int32()),
+                "device_id": pa.array([d for _, d in rows], pa.int32()),
+                "kind": ["gpu"] * len(rows), "name": [x[1] for x in g], "uuid": [x[2] for x in g],
+                "compute_capability": [f"{x[3]}.{x[4]}" if x[3] is not None else None for x in g],
+                "sm_count": pa.array([x[5] for x in g], pa.int32()),
+                "core_clock_mhz": pa.array([x[6] / 1e6 if x[6] else None for x in g], pa.float64()),
+                "memory_bytes": pa.array([x[7] for x in g], pa.int64()),
+                "l2_bytes": pa.array([x[8] for x in g], pa.int64()),
+                "peak_memory_bw_gbps": pa.array([x[9] / 1e9 if x[9] else None for x in g], pa.float64()),
+                "source": ["trace"] * len(rows)}})
+        if not self.rows.get("kernel_rows") and not self.rows.get("memcpys"):
+            w.add_quality("missing_kind", "kernel", 0,
+                          f"{self.path.name} holds no kernel or memcpy records")
+
+
+_COPY_FROM_ENUM = {v.upper(): v for v in COPY_KIND.values()}
+
+
+def import_nsys(w, paths: list[Path], on_read=None) -> list[FileSummary]:
+    used: set[int] = set()
+    out = []
+    for p in paths:
+        out += NsysFile(w, Path(p), used).run()
+        if on_read:
+            on_read(Path(p).stat().st_size)
+    return out
