@@ -183,7 +183,10 @@ class CuptiSource:
             self._quiet(m.activity_enable_driver_api, m.driver_api_trace_cbid, cbid)
         for name in DUMPED:
             try:
-                m.activity_enable_and_dump(int(getattr(m.ActivityKind, name)))
+                kind = int(getattr(m.ActivityKind, name))
+                m.activity_enable_and_dump(kind)
+                if kind not in self.enabled:
+                    self.enabled.append(kind)
             except Exception as exc:
                 self.missing[name.lower()] = f"activity_enable_and_dump failed: {_one_line(exc)}"
 
@@ -211,6 +214,10 @@ class CuptiSource:
             return
         self.disable()
         self.flush(forced=True)
+        self.release()
+
+    def release(self) -> None:
+        """Give the subscriber slot back (after the final flush)."""
         self._unsubscribe()
         self.is_open = False
 

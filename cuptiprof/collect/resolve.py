@@ -40,6 +40,8 @@ class RangeBook(Protocol):
     """What the resolver needs from the session's own range bookkeeping."""
 
     def step_of(self, range_id: int) -> int | None: ...
+    def start_of(self, range_id: int) -> int: ...
+    def note_step(self, range_id: int, step: int | None) -> None: ...
     def new_range_id(self) -> int: ...
     def step_at(self, t_ns: int) -> int | None: ...
 
@@ -71,6 +73,8 @@ class Resolver:
         self._marker_stack: dict[int, list] = {}
         self._intervals: tuple[dict, dict] = ({}, {})  # tid -> sorted [(start, end, rid)]
         self._marker_steps = 0
+        self._marker_start: dict[int, int] = {}
+        self._has_markers = False
         self.unclaimed: dict[str, int] = {}
         self.rows_out: dict[str, int] = {}
         self.overhead: dict[int, list] = {}  # overhead_kind -> [count, ns]
@@ -111,12 +115,15 @@ class Resolver:
     def claim(self, corr: int, final: bool) -> tuple[int | None, int | None] | None:
         """(range_id, step) of the launching call; None = not known yet (retry next flush)."""
         rid = self._ext_of(corr)
-        if rid is not None:
-            return rid, self.book.step_of(rid)
         api = self._api_of(corr)
+        mid = self._marker_at(api[0], api[1]) if api is not None and self._has_markers else None
+        if rid is not None:
+            # A framework NVTX range opened inside the cuptiprof range is the innermost one.
+            if mid is not None and self._marker_start.get(mid, 0) > self.book.start_of(rid):
+                return mid, self.book.step_of(rid)
+            return rid, self.book.step_of(rid)
         if api is None:
             return None if not final else (None, None)
-        mid = self._marker_at(api[0], api[1])
         if mid is not None:
             return mid, self.book.step_of(mid)
         return None, None
@@ -179,6 +186,10 @@ class Resolver:
         self._ext = ({}, self._ext[0])
         self._api = ({}, self._api[0])
         self._intervals = ({}, self._intervals[0])
+        if self._has_markers:  # keep start times only for markers that can still claim rows
+            live = {m[4] for m in self._open_markers.values()}
+            live.update(rid for iv in self._intervals[1].values() for _, _, rid in iv)
+            self._marker_start = {k: v for k, v in self._marker_start.items() if k in live}
 
     def _markers(self, markers: list, data: list) -> dict | None:
         """Pair start/end MARKER records of other domains into ranges (rows for `ranges`)."""
@@ -204,8 +215,10 @@ class Resolver:
                 self._open_markers[mid] = [tid, ts, name, domain or None, rid, parent,
                                            len(stack), kind, step, payload.get(mid)]
                 stack.append(rid)
+                self._marker_start[rid] = ts
+                self._has_markers = True
                 if kind == "step":
-                    self.book.note_step(rid, step)  # type: ignore[attr-defined]
+                    self.book.note_step(rid, step)
             elif flags & MARKER_END:
                 m = self._open_markers.pop(mid, None)
                 if m is None:
@@ -216,7 +229,7 @@ class Resolver:
                     stack.remove(rid)
                 if step is None:
                     step = self.book.step_at(start)
-                    self.book.note_step(rid, step)  # type: ignore[attr-defined]
+                    self.book.note_step(rid, step)
                 bisect.insort(cur.setdefault(tid0, []), (start, ts, rid))
                 for k, v in zip(out, (rid, parent, depth, name, dom, tid0, start, ts, kind, step,
                                       None if pl is None else json.dumps({"payload": pl}))):

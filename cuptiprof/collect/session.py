@@ -62,6 +62,7 @@ class NullSource:
     def enable(self, kinds: Iterable[str]) -> None: ...
     def disable(self) -> None: ...
     def close(self) -> None: ...
+    def release(self) -> None: ...
     def push(self, range_id: int) -> None: ...
     def pop(self) -> None: ...
     def synchronize(self) -> None: ...
@@ -136,6 +137,7 @@ class Session:
         self._closed: list[tuple] = []
         self._open: dict[int, list] = {}
         self._step_of: dict[int, int | None] = {}
+        self._start_of: dict[int, int] = {}
         self._gens: deque = deque()
         self._gen_ids: list[int] = []
         self._windows: deque = deque(maxlen=64)  # recent (start, end, step) of step ranges
@@ -211,8 +213,8 @@ class Session:
             try:
                 from cuptiprof.collect import nvtx_setup
 
-                injected, _why = nvtx_setup.prepare()
                 m = cupti_source.load_cupti()
+                injected, _why = nvtx_setup.prepare()  # before the first NVTX call, if any left
                 markers.reload_env()
                 live = injected and nvtx_setup.domain_is_live()
                 return cupti_source.CuptiSource(m, nvtx_capture=live)
@@ -396,7 +398,7 @@ class Session:
         if self.collecting and kind != "warmup":
             self.source.push(rid)
             tok[10] = True
-        tok[5] = time.time_ns()
+        tok[5] = self._start_of[rid] = time.time_ns()
         return tok
 
     def _exit(self, tok: list) -> None:
@@ -440,6 +442,9 @@ class Session:
     def step_of(self, range_id: int) -> int | None:
         return self._step_of.get(range_id)
 
+    def start_of(self, range_id: int) -> int:
+        return self._start_of.get(range_id, 0)
+
     def note_step(self, range_id: int, step: int | None) -> None:
         self._step_of[range_id] = step
         self._gen_ids.append(range_id)
@@ -461,11 +466,14 @@ class Session:
             if src.gpu:
                 try:
                     src.synchronize()
-                    if final:
-                        src.close()  # disable kinds, forced flush, unsubscribe
+                    if final:  # disable kinds, deliver everything, count, give CUPTI back
+                        src.disable()
+                        src.flush(True)
+                        self.dropped_total += src.dropped()
+                        src.release()
                     else:
                         src.flush(False)
-                    self.dropped_total += src.dropped()
+                        self.dropped_total += src.dropped()
                 except Exception as exc:
                     self._gpu_failed(exc)
             rows = self._sink.drain() if hasattr(self, "_sink") else {}
@@ -473,10 +481,10 @@ class Session:
             for k, v in self._sink.other.items() if hasattr(self, "_sink") else ():
                 self.resolver.other_kinds[k] = v
             ranges = self._ranges_batch()
-            if ranges:
-                mr = batches.get("ranges")
-                batches["ranges"] = ranges if mr is None else {
-                    c: list(ranges[c]) + list(mr[c]) for c in RANGE_COLS}
+            mr = batches.pop("ranges", None)
+            if ranges or mr:
+                batches["ranges"] = _typed_ranges({
+                    c: (ranges[c] if ranges else []) + (mr[c] if mr else []) for c in RANGE_COLS})
             self._devices(batches)
             if batches:
                 self.writer.append(batches)
@@ -487,13 +495,11 @@ class Session:
         closed, self._closed = self._closed, []
         if not closed:
             return None
-        cols = list(zip(*closed))
-        return {"range_id": pa.array(cols[0], pa.int64()), "parent_id": pa.array(cols[1], pa.int64()),
-                "depth": pa.array(cols[2], pa.int32()), "name": pa.array(cols[3], pa.string()),
-                "domain": pa.array(["cuptiprof"] * len(closed), pa.string()),
-                "thread_id": pa.array(cols[4], pa.int64()), "start_ns": pa.array(cols[5], pa.int64()),
-                "end_ns": pa.array(cols[6], pa.int64()), "kind": pa.array(cols[7], pa.string()),
-                "step": pa.array(cols[8], pa.int32()), "attrs": pa.array(cols[9], pa.string())}
+        cols = [list(c) for c in zip(*closed)]
+        return {"range_id": cols[0], "parent_id": cols[1], "depth": cols[2], "name": cols[3],
+                "domain": ["cuptiprof"] * len(closed), "thread_id": cols[4],
+                "start_ns": cols[5], "end_ns": cols[6], "kind": cols[7], "step": cols[8],
+                "attrs": cols[9]}
 
     def _devices(self, batches: dict) -> None:
         if self._devices_written or not self.resolver.devices:
@@ -514,12 +520,13 @@ class Session:
             for rid in self._gens.popleft():
                 if rid not in self._open:
                     self._step_of.pop(rid, None)
+                    self._start_of.pop(rid, None)
 
     def _write_open_ranges(self) -> None:
         rows = [tuple(t[:5]) + (t[5], None) + tuple(t[6:9]) for t in self._open.values()]
         if rows:
             self._closed = rows
-            self.writer.append({"ranges": self._ranges_batch()})
+            self.writer.append({"ranges": _typed_ranges(self._ranges_batch())})
 
     def _write_quality(self, phase: str) -> None:
         from cuptiprof.collect import device_info
@@ -631,6 +638,16 @@ def _cpu_name() -> str:
     import platform
 
     return platform.processor() or platform.machine() or "cpu"
+
+
+_RANGE_TYPES = {"range_id": pa.int64(), "parent_id": pa.int64(), "depth": pa.int32(),
+                "name": pa.string(), "domain": pa.string(), "thread_id": pa.int64(),
+                "start_ns": pa.int64(), "end_ns": pa.int64(), "kind": pa.string(),
+                "step": pa.int32(), "attrs": pa.string()}
+
+
+def _typed_ranges(cols: dict) -> dict:
+    return {c: pa.array(cols[c], _RANGE_TYPES[c]) for c in RANGE_COLS}
 
 
 def _rows_to_cols(rows: list[dict]) -> dict[str, list]:

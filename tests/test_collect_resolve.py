@@ -1,0 +1,175 @@
+"""Step resolution through the fake CUPTI: every GPU row is tagged by the call that launched it."""
+from __future__ import annotations
+
+import threading
+
+import duckdb
+import pytest
+
+import cuptiprof
+from cuptiprof.collect.fake import FakeCupti
+from cuptiprof.collect.session import Session
+
+
+@pytest.fixture
+def run(tmp_path):
+    """run(body, **session_kw) -> (read-only connection, fake): profile `body(fake)`."""
+    def _run(body, fake=None, **kw):
+        fake = fake or FakeCupti()
+        path = tmp_path / "r.duckdb"
+        with Session(path, source=fake, quiet=True, **kw):
+            body(fake)
+        return duckdb.connect(str(path), read_only=True), fake
+    return _run
+
+
+def q(con, sql):
+    return con.execute(sql).fetchall()
+
+
+def test_async_launch_running_after_its_range_closed_keeps_the_launching_step(run):
+    def body(f):
+        f.gpu_delay_ns = 50_000_000  # the GPU runs it 50 ms after the step range closed
+        for i in range(2):
+            with cuptiprof.range("step", step=i):
+                f.launch_kernel("late_kernel")
+    con, _ = run(body)
+    rows = q(con, "SELECT k.step, k.start_ns > r.end_ns FROM kernels k "
+                  "JOIN ranges r ON r.range_id = k.range_id ORDER BY k.step")
+    assert rows == [(0, True), (1, True)]
+
+
+def test_nested_ranges_claim_innermost_range_and_outer_step(run):
+    ids = {}
+
+    def body(f):
+        with cuptiprof.range("step", step=7):
+            f.launch_kernel("outer_k")
+            with cuptiprof.range("attention", layer=1):
+                with cuptiprof.range("softmax"):
+                    f.launch_kernel("inner_k")
+    con, _ = run(body)
+    rows = dict(q(con, "SELECT k.name, r.name || ':' || k.step FROM kernels k "
+                       "JOIN ranges r USING (range_id)"))
+    assert rows == {"outer_k": "step:7", "inner_k": "softmax:7"}
+    depth = dict(q(con, "SELECT name, depth FROM ranges"))
+    assert depth == {"step": 0, "attention": 1, "softmax": 2}
+    parent = q(con, "SELECT p.name FROM ranges c JOIN ranges p ON p.range_id = c.parent_id "
+                    "WHERE c.name = 'softmax'")
+    assert parent == [("attention",)]
+    assert q(con, "SELECT attrs FROM ranges WHERE name = 'attention'") == [('{"layer": 1}',)]
+
+
+def test_two_threads_each_keep_their_own_ranges(run):
+    def body(f):
+        def worker():
+            with cuptiprof.range("prefetch"):
+                f.memcpy(4096, "HtoD")
+            f.launch_kernel("no_range_on_worker")
+
+        with cuptiprof.range("step", step=0):
+            t = threading.Thread(target=worker)
+            t.start()
+            with cuptiprof.range("main_work"):
+                f.launch_kernel("main_k")
+            t.join()
+    con, _ = run(body)
+    assert q(con, "SELECT r.name, m.step FROM memcpys m JOIN ranges r USING (range_id)") == [
+        ("prefetch", 0)]
+    assert q(con, "SELECT r.name, k.step FROM kernels k JOIN ranges r USING (range_id)") == [
+        ("main_work", 0)]
+    # the worker's launch outside any range is kept, unclaimed, and counted
+    assert q(con, "SELECT step, range_id FROM kernels WHERE name = 'no_range_on_worker'") == [
+        (None, None)]
+    assert q(con, "SELECT subject, count FROM data_quality WHERE check_name = 'unclaimed_records'"
+             ) == [("kernel", 1)]
+    threads = q(con, "SELECT count(DISTINCT thread_id) FROM ranges")
+    assert threads == [(2,)]
+
+
+def test_graph_replay_kernels_resolve_through_graph_launch(run):
+    def body(f):
+        for i in range(2):
+            with cuptiprof.range("step", step=i):
+                f.graph_launch(["g_a", "g_b", "g_c"], graph_id=9)
+    con, _ = run(body)
+    rows = q(con, "SELECT step, count(*), count(DISTINCT correlation_id), min(graph_id) "
+                  "FROM kernels GROUP BY step ORDER BY step")
+    assert rows == [(0, 3, 1, 9), (1, 3, 1, 9)]
+    api = q(con, "SELECT DISTINCT a.name FROM api_calls a JOIN kernels k USING (correlation_id)")
+    assert api == [("cudaGraphLaunch",)]
+
+
+def test_records_no_range_claims_are_kept_with_null_step(run):
+    def body(f):
+        f.launch_kernel("before_any_step")
+        with cuptiprof.range("step", step=0):
+            f.launch_kernel("in_step")
+        f.memset(64)
+    con, _ = run(body)
+    assert q(con, "SELECT name, step FROM kernels ORDER BY name") == [
+        ("before_any_step", None), ("in_step", 0)]
+    assert q(con, "SELECT step FROM memsets") == [(None,)]
+    dq = q(con, "SELECT subject, count FROM data_quality WHERE check_name = 'unclaimed_records' "
+                "ORDER BY subject")
+    assert dq == [("kernel", 1), ("memset", 1)]
+
+
+def test_framework_nvtx_ranges_project_onto_launches(run):
+    def body(f):
+        with cuptiprof.range("step", step=3):
+            f.nvtx_push("aten::mm", domain="torch")
+            f.launch_kernel("mm_kernel")
+            f.nvtx_pop()
+            f.launch_kernel("plain_kernel")
+
+        def worker():  # no cuptiprof range on this thread: projection by thread and time
+            f.nvtx_push("nccl_allreduce")
+            f.launch_kernel("nccl_kernel")
+            f.nvtx_pop()
+        with cuptiprof.range("step", step=4):
+            t = threading.Thread(target=worker)
+            t.start()
+            t.join()
+    con, _ = run(body)
+    rows = dict((n, (r, s)) for n, r, s in q(
+        con, "SELECT k.name, r.name, k.step FROM kernels k LEFT JOIN ranges r USING (range_id)"))
+    assert rows == {"mm_kernel": ("aten::mm", 3), "plain_kernel": ("step", 3),
+                    "nccl_kernel": ("nccl_allreduce", 4)}
+    doms = dict(q(con, "SELECT name, domain FROM ranges WHERE kind = 'user'"))
+    assert doms == {"aten::mm": "torch", "nccl_allreduce": None}
+    assert q(con, "SELECT step FROM ranges WHERE name = 'aten::mm'") == [(3,)]
+
+
+def test_foreign_step_range_numbers_steps(run):
+    def body(f):
+        for i in range(3):
+            f.nvtx_push("denoise")
+            f.launch_kernel(f"k{i}")
+            f.nvtx_pop()
+    con, _ = run(body, step_range="denoise")
+    assert q(con, "SELECT name, step FROM kernels ORDER BY name") == [("k0", 0), ("k1", 1),
+                                                                       ("k2", 2)]
+    assert q(con, "SELECT step FROM ranges WHERE kind = 'step' ORDER BY step") == [(0,), (1,),
+                                                                                   (2,)]
+
+
+def test_copies_memsets_syncs_and_memory_are_tagged(run):
+    def body(f):
+        with cuptiprof.range("step", step=1):
+            f.memcpy(1 << 20, "HtoD")
+            f.memcpy(2048, "DtoH", is_async=False)
+            f.memset(512, value=7)
+            f.malloc(1 << 21, 0x7000, pool=True)
+            f.malloc(1 << 21, 0x7000, free=True, pool=True)
+            f.stream_synchronize()
+    con, _ = run(body)
+    assert q(con, "SELECT copy_kind, src_kind, dst_kind, bytes, is_async, step FROM memcpys "
+                  "ORDER BY bytes") == [("DtoH", "device", "pinned", 2048, False, 1),
+                                        ("HtoD", "pinned", "device", 1 << 20, True, 1)]
+    assert q(con, "SELECT bytes, value, memory_kind, step FROM memsets") == [(512, 7, "device", 1)]
+    assert q(con, "SELECT sync_type, stream_id, device_id, step FROM syncs") == [
+        ("stream_synchronize", 7, 0, 1)]
+    assert q(con, "SELECT operation, bytes, address, pool, step FROM memory_events "
+                  "ORDER BY time_ns") == [("alloc", 1 << 21, 0x7000, True, 1),
+                                          ("free", 1 << 21, 0x7000, True, 1)]

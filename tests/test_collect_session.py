@@ -1,0 +1,278 @@
+"""Session behaviour with the fake CUPTI: sampling, flush/stop ordering, failures, the no-GPU path."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import cuptiprof
+from cuptiprof import markers
+from cuptiprof.collect import cupti_source, session as session_mod
+from cuptiprof.collect.fake import FakeCupti
+from cuptiprof.collect.session import Session
+from cuptiprof.errors import UsageError
+
+ROOT = Path(__file__).resolve().parents[1]
+K = FakeCupti.ActivityKind
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_session():
+    yield
+    assert session_mod.current() is None, "a test left a session active"
+    assert markers._session is None
+
+
+def q(path, sql):
+    with duckdb.connect(str(path), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def loop(fake, n, kernels=1):
+    for i in range(n):
+        with cuptiprof.range("step", step=i):
+            for _ in range(kernels):
+                fake.launch_kernel(f"k_step{i}")
+
+
+def test_warmup_then_steps_then_collection_off(tmp_path):
+    f = FakeCupti()
+    p = tmp_path / "w.duckdb"
+    with Session(p, warmup=2, steps=3, source=f, quiet=True):
+        loop(f, 8)
+    assert q(p, "SELECT DISTINCT step FROM kernels ORDER BY step") == [(2,), (3,), (4,)]
+    assert q(p, "SELECT kind, count(*) FROM ranges GROUP BY kind ORDER BY kind") == [
+        ("step", 3), ("warmup", 2)]
+    names = [c[0] for c in f.calls]
+    first_enable = names.index("enable")
+    # nothing enabled or pushed during warm-up; everything off after the last recorded step
+    assert names[:first_enable].count("push") == 0
+    assert ("enable", int(K.CONCURRENT_KERNEL)) in f.calls
+    assert ("enable", int(K.KERNEL)) not in f.calls
+    assert not any(c[0] == "enable" and c[1] == int(K.GRAPH_TRACE) for c in f.calls)
+    last_disable = max(i for i, c in enumerate(f.calls) if c[0] == "disable")
+    assert names[last_disable:].count("push") == 0
+    assert f.enabled == set()
+    assert q(p, "SELECT count(*) FROM data_quality WHERE check_name = 'steps_short'") == [(0,)]
+
+
+def test_fewer_steps_than_asked_is_said(tmp_path):
+    f = FakeCupti()
+    p = tmp_path / "s.duckdb"
+    with Session(p, warmup=1, steps=5, source=f, quiet=True):
+        loop(f, 3)
+    assert q(p, "SELECT count FROM data_quality WHERE check_name = 'steps_short'") == [(2,)]
+
+
+def test_flush_after_synchronize_at_each_step_and_ordered_stop(tmp_path):
+    f = FakeCupti()
+    p = tmp_path / "o.duckdb"
+    s = Session(p, steps=None, source=f, quiet=True).start()
+    written = []
+    for i in range(3):
+        with cuptiprof.step(i):
+            f.launch_kernel("k")
+        written.append(s.writer.rows_written.get("kernel_rows", 0))
+    assert written == [1, 2, 3]  # rows stream to the file at every step
+    s.stop()
+    names = [c[0] for c in f.calls]
+    flushes = [i for i, n in enumerate(names) if n == "flush"]
+    assert len(flushes) == 4
+    for i in flushes:
+        assert names[i - 1] in ("synchronize", "disable")
+    # stop: synchronize, disable every kind, forced flush, then give CUPTI back
+    tail = names[names.index("synchronize", flushes[2] + 1):]
+    assert tail[0] == "synchronize" and tail[-1] == "unsubscribe"
+    assert f.calls[flushes[-1]] == ("flush", 1)
+    assert all(n == "disable" for n in tail[1:tail.index("flush")])
+    assert f.calls[flushes[0]] == ("flush", 0)
+    assert ("set_thread_id_type", int(FakeCupti.ActivityThreadIdType.SYSTEM)) in f.calls
+    assert names.index("subscribe_v2") < names.index("register_callbacks") < names.index("enable")
+    assert ("enable_and_dump", int(K.DEVICE)) in f.calls
+    assert ("enable_and_dump", int(K.CONTEXT)) in f.calls
+    assert q(p, "SELECT status FROM runs") == [("complete",)]
+    assert q(p, "SELECT ended_early, end_ns IS NOT NULL FROM processes") == [(False, True)]
+
+
+def test_push_pop_balanced_with_custom2_even_on_exceptions(tmp_path):
+    f = FakeCupti()
+    with Session(tmp_path / "e.duckdb", source=f, quiet=True):
+        with pytest.raises(ZeroDivisionError):
+            with cuptiprof.step(0):
+                with cuptiprof.range("inner"):
+                    1 / 0
+    pushes = [c for c in f.calls if c[0] == "push"]
+    pops = [c for c in f.calls if c[0] == "pop"]
+    assert len(pushes) == len(pops) == 2
+    assert {c[1] for c in pushes + pops} == {int(FakeCupti.ExternalCorrelationKind.CUSTOM2)}
+    assert not any(f._stacks.values())
+
+
+def test_dropped_records_are_counted(tmp_path):
+    f = FakeCupti()
+    p = tmp_path / "d.duckdb"
+    with Session(p, source=f, quiet=True):
+        with cuptiprof.step(0):
+            f.launch_kernel("k")
+            f.dropped = 7
+        with cuptiprof.step(1):
+            f.dropped = 5
+    assert q(p, "SELECT count FROM data_quality WHERE check_name = 'dropped_records'") == [(12,)]
+
+
+def test_subscriber_conflict_one_line_and_program_continues(tmp_path, capsys):
+    f = FakeCupti(conflict="Nsight Systems")
+    p = tmp_path / "c.duckdb"
+    with Session(p, steps=2, source=f):
+        loop(f, 2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Nsight Systems" in err[0] and "no GPU activity" in err[0]
+    assert q(p, "SELECT check_name FROM data_quality") == [("subscriber_conflict",)]
+    assert q(p, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(2,)]
+    assert q(p, "SELECT count(*) FROM kernels") == [(0,)]
+    assert not any(c[0] in ("enable", "push") for c in f.calls)
+
+
+def test_no_driver_through_the_adapter(tmp_path, capsys):
+    p = tmp_path / "n.duckdb"
+    with Session(p, source=FakeCupti(no_driver=True)):
+        with cuptiprof.step(0):
+            pass
+    assert "no CUDA driver" in capsys.readouterr().err
+    assert q(p, "SELECT check_name FROM data_quality") == [("no_gpu",)]
+    assert q(p, "SELECT device_id, kind FROM devices") == [(-1, "cpu")]
+
+
+@pytest.mark.skipif(cupti_source.gpu_count() > 0, reason="this machine has a GPU")
+def test_no_gpu_default_source_writes_a_valid_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("CUPTIPROF_FAKE_CUPTI", raising=False)
+    p = tmp_path / "cpu.duckdb"
+    with cuptiprof.profile(p, warmup=1, steps=2):
+        for i in range(4):
+            with cuptiprof.range("step", step=i):
+                with cuptiprof.range("work"):
+                    pass
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no GPU activity captured" in err[0]
+    assert q(p, "SELECT source, status FROM runs") == [("cpu", "complete")]
+    assert q(p, "SELECT check_name FROM data_quality") == [("no_gpu",)]
+    assert q(p, "SELECT kind, step FROM ranges WHERE depth = 0 ORDER BY start_ns") == [
+        ("warmup", 0), ("step", 1), ("step", 2)]
+    prof = cuptiprof.open(p)
+    assert [r[0] for r in prof.report("quality").fetchall()] == [1]
+
+
+def test_cupti_failure_mid_run_keeps_program_going(tmp_path, capsys):
+    f = FakeCupti()
+    p = tmp_path / "f.duckdb"
+
+    def broken(flag):
+        raise f.cuptiError(int(f.Result.ERROR_UNKNOWN))
+    with Session(p, source=f):
+        with cuptiprof.step(0):
+            f.launch_kernel("k")
+        f.activity_flush_all = broken
+        with cuptiprof.step(1):
+            f.launch_kernel("k")
+        with cuptiprof.step(2):
+            pass
+    assert "CUPTI failed" in capsys.readouterr().err
+    assert q(p, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(3,)]
+    assert q(p, "SELECT check_name FROM data_quality WHERE check_name = 'cupti_error'") == [
+        ("cupti_error",)]
+
+
+def test_missing_kind_empty_step_and_overhead_in_data_quality(tmp_path):
+    f = FakeCupti(fail_enable=("MEMORY2",))
+    p = tmp_path / "m.duckdb"
+    with Session(p, source=f, quiet=True):
+        with cuptiprof.step(0):
+            f.launch_kernel("k")
+            f.overhead(duration_ns=30_000)
+        with cuptiprof.step(1):
+            pass
+    dq = q(p, "SELECT check_name, subject, count, value_ns FROM data_quality ORDER BY 1")
+    assert ("empty_step", "1", 0, None) in dq
+    assert ("missing_kind", "memory2", None, None) in dq
+    assert ("cupti_overhead", "cupti_buffer_flush", 1, 30_000) in dq
+
+
+def test_devices_row_from_device_records(tmp_path):
+    f = FakeCupti(devices=2)
+    p = tmp_path / "dev.duckdb"
+    with Session(p, source=f, quiet=True):
+        with cuptiprof.step(0):
+            f.launch_kernel("k")
+    assert q(p, "SELECT device_id, name, sm_count, core_clock_mhz, peak_memory_bw_gbps, source "
+                "FROM devices ORDER BY device_id") == [
+        (0, "Fake GPU", 132, 1980.0, 4800.0, "cupti"), (1, "Fake GPU", 132, 1980.0, 4800.0, "cupti")]
+
+
+def test_range_filter_and_light(tmp_path):
+    f = FakeCupti()
+    p = tmp_path / "rf.duckdb"
+    with Session(p, source=f, quiet=True, range_filter="attn*", light=True):
+        with cuptiprof.step(0):
+            with cuptiprof.range("attn.0"):
+                f.launch_kernel("a")
+            with cuptiprof.range("mlp.0"):
+                f.launch_kernel("m")
+            f.malloc(64, 0x10)
+    assert q(p, "SELECT name FROM ranges ORDER BY name") == [("attn.0",), ("step",)]
+    assert q(p, "SELECT k.name, r.name FROM kernels k JOIN ranges r USING (range_id) "
+                "ORDER BY 1") == [("a", "attn.0"), ("m", "step")]
+    assert q(p, "SELECT count(*) FROM api_calls") == [(0,)]
+    assert q(p, "SELECT count(*) FROM memory_events") == [(0,)]
+    assert int(K.MEMORY2) not in {c[1] for c in f.calls if c[0] == "enable"}
+
+
+def test_disable_env_turns_ranges_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUPTIPROF_DISABLE", "1")
+    markers.reload_env()
+    try:
+        f = FakeCupti()
+        p = tmp_path / "off.duckdb"
+        with Session(p, source=f, quiet=True):
+            with cuptiprof.step(0):
+                f.launch_kernel("k")
+        assert not any(c[0] == "push" for c in f.calls)
+        assert q(p, "SELECT count(*) FROM ranges") == [(0,)]
+    finally:
+        monkeypatch.delenv("CUPTIPROF_DISABLE")
+        markers.reload_env()
+
+
+def test_bad_arguments_and_second_session(tmp_path):
+    with pytest.raises(UsageError, match="unknown kind"):
+        Session(tmp_path / "x.duckdb", kinds=["kernels"])
+    with pytest.raises(UsageError):
+        Session(tmp_path / "x.duckdb", warmup=-1)
+    with Session(tmp_path / "a.duckdb", source=FakeCupti(), quiet=True):
+        with pytest.raises(UsageError, match="already active"):
+            Session(tmp_path / "b.duckdb", source=FakeCupti()).start()
+    assert not (tmp_path / "b.duckdb").exists() or q(tmp_path / "b.duckdb",
+                                                     "SELECT status FROM runs") != []
+
+
+def test_fake_env_and_exit_without_stop(tmp_path):
+    """CUPTIPROF_FAKE_CUPTI=1: synthetic records per range; atexit closes the file."""
+    p = tmp_path / "env.duckdb"
+    code = ("import cuptiprof\n"
+            f"cuptiprof.profile({str(p)!r}, warmup=1, steps=2).start()\n"
+            "for i in range(4):\n"
+            "    with cuptiprof.range('step', step=i):\n"
+            "        pass\n")
+    env = dict(os.environ, CUPTIPROF_FAKE_CUPTI="1", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    assert q(p, "SELECT source, status FROM runs") == [("synthetic", "complete")]
+    assert q(p, "SELECT step, count(*) FROM kernels GROUP BY step ORDER BY step") == [(1, 2),
+                                                                                      (2, 2)]
+    assert q(p, "SELECT step, copy_kind FROM memcpys ORDER BY step") == [(1, "HtoD"), (2, "HtoD")]
+    assert q(p, "SELECT ended_early FROM processes") == [(False,)]
