@@ -382,6 +382,20 @@ class Comparison:
         self.close()
 
 
+def step_timeline(profile, step: int) -> duckdb.DuckDBPyRelation:
+    """GPU work of one step of an open Profile (sql/compare/timeline.sql; at most 5,000 rows)."""
+    return profile.sql(catalog.compare_sql("timeline"), params=[int(step)])
+
+
+def median_step(profile) -> int | None:
+    """The step whose busy time is the median of the profile's steps (the typical step)."""
+    rows = profile.sql(
+        "WITH s AS (SELECT step, sum(end_ns - start_ns) AS b FROM sel_islands WHERE step IS NOT NULL "
+        "GROUP BY step) SELECT step FROM s ORDER BY abs(b - (SELECT median(b) FROM s)), step LIMIT 1"
+    ).fetchall()
+    return int(rows[0][0]) if rows else None
+
+
 def parse_work(specs: Sequence[str], unit: str) -> list[tuple[str, float]]:
     """'NAME=NUMBER' options (--flops / --bytes) -> [(NAME, number)]."""
     out = []

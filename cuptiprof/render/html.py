@@ -1,0 +1,374 @@
+"""One self-contained HTML file with plots: inline SVG and a few lines of inline JS and CSS.
+
+Nothing is fetched from the network. Every name from a trace (kernel, range, device, label,
+path) is data: it goes through `esc()` before it touches markup, and the inline script never
+reads trace text. Analysis (relations / Arrow) comes in; only layout happens here.
+
+    write_report(profile, "run.html", top=15)      # cuptiprof report FILE --html run.html
+    write_compare(comparison, "cmp.html", top=15)  # cuptiprof compare A B --html cmp.html
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import math
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from cuptiprof._version import __version__
+from cuptiprof.render.table import fmt_value, rows_of
+
+KIND_COLORS = {"kernel": "#4c78a8", "memcpy": "#f58518", "memset": "#54a24b", "sync": "#b279a2",
+               "idle": "#bab0ac"}
+RUN_COLORS = ("#4c78a8", "#e45756", "#54a24b", "#f58518", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d")
+PARTS = ("kernel", "memcpy", "memset", "sync", "idle")
+TIMELINE_STEPS = 6  # steps whose timeline is embedded (the typical one and its neighbours)
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 6px;border-bottom:1px solid #ddd}
+p.note{color:#555;font-size:13px;margin:4px 0 10px}
+table{border-collapse:collapse;font-size:12px;margin:6px 0}
+th,td{border:1px solid #ddd;padding:2px 6px;text-align:left;max-width:520px;overflow:hidden;
+text-overflow:ellipsis;white-space:nowrap} td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f4f4f4} svg{display:block;margin:6px 0} svg text{font-size:11px;fill:#333}
+.legend span{display:inline-block;margin-right:14px;font-size:12px}
+.legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
+select{font-size:13px}
+"""
+
+_JS = """
+(function(){
+  var sel = document.getElementById('step-select');
+  if (!sel) { return; }
+  function show(){
+    var items = document.querySelectorAll('.timeline');
+    for (var i = 0; i < items.length; i++) {
+      items[i].style.display = (items[i].getAttribute('data-step') === sel.value) ? 'block' : 'none';
+    }
+  }
+  sel.addEventListener('change', show);
+  show();
+})();
+"""
+
+
+def esc(value) -> str:
+    """Text or attribute value from a trace, escaped for HTML (quotes included)."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _num(v, nd: int = 3) -> str:
+    return esc(fmt_value(v)) if not isinstance(v, float) else esc(fmt_value(round(v, 6)))
+
+
+def _short(text: str, n: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "\u2026"
+
+
+# -- SVG primitives -------------------------------------------------------------------------
+def _legend(items: Iterable[tuple[str, str]]) -> str:
+    return '<div class="legend">' + "".join(
+        f'<span><i style="background:{c}"></i>{esc(label)}</span>' for label, c in items) + "</div>"
+
+
+def hbars(items: Sequence[tuple[str, float, str]], unit: str = "ms", width: int = 900,
+          label_w: int = 330, color: str = KIND_COLORS["kernel"], cls: str = "plot") -> str:
+    """Horizontal bars: (label, value, tooltip)."""
+    if not items:
+        return '<p class="note">(nothing to plot)</p>'
+    bar_h, gap = 16, 5
+    vmax = max((v or 0) for _, v, _ in items) or 1.0
+    plot_w = width - label_w - 90
+    h = len(items) * (bar_h + gap) + 6
+    out = [f'<svg class="{cls}" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img">']
+    for i, (label, v, tip) in enumerate(items):
+        y = 3 + i * (bar_h + gap)
+        w = max(1.0, plot_w * (v or 0) / vmax)
+        out.append(f'<g><title>{esc(tip)}</title>'
+                   f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{esc(_short(label, 46))}</text>'
+                   f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{color}"></rect>'
+                   f'<text x="{label_w + w + 4:.1f}" y="{y + 12}">{esc(fmt_value(v))} {esc(unit)}</text></g>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def grouped_hbars(keys: Sequence[str], series: Sequence[tuple[str, Sequence[float | None]]],
+                  unit: str = "ms", width: int = 900, label_w: int = 330) -> str:
+    """One group per key, one bar per series (file)."""
+    if not keys:
+        return '<p class="note">(nothing to plot)</p>'
+    bar_h, gap = 11, 9
+    vmax = max((v or 0) for _, vals in series for v in vals) or 1.0
+    plot_w = width - label_w - 90
+    group_h = len(series) * bar_h + gap
+    h = len(keys) * group_h + 6
+    out = [f'<svg class="plot" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img">']
+    for i, key in enumerate(keys):
+        y0 = 3 + i * group_h
+        out.append(f'<text x="{label_w - 6}" y="{y0 + bar_h * len(series) / 2 + 4:.1f}" '
+                   f'text-anchor="end"><title>{esc(key)}</title>{esc(_short(key, 46))}</text>')
+        for j, (name, vals) in enumerate(series):
+            v = vals[i]
+            y = y0 + j * bar_h
+            color = RUN_COLORS[j % len(RUN_COLORS)]
+            if v is None:
+                out.append(f'<text x="{label_w + 2}" y="{y + 9}" style="fill:#999">{esc(name)}: absent</text>')
+                continue
+            w = max(1.0, plot_w * v / vmax)
+            out.append(f'<g><title>{esc(name)}: {esc(key)}: {esc(fmt_value(v))} {esc(unit)}</title>'
+                       f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h - 1}" fill="{color}"></rect>'
+                       f'<text x="{label_w + w + 4:.1f}" y="{y + 9}">{esc(fmt_value(v))}</text></g>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = PARTS,
+                    unit: str = "ms", height: int = 240, width: int | None = None) -> str:
+    """Vertical stacked bars: (label, {part: value})."""
+    if not columns:
+        return '<p class="note">(nothing to plot)</p>'
+    n = len(columns)
+    col_w = max(6, min(48, 860 // max(n, 1) - 4))
+    width = width or max(300, 60 + n * (col_w + 4) + 20)
+    plot_h = height - 40
+    vmax = max(sum((d.get(p) or 0) for p in parts) for _, d in columns) or 1.0
+    out = [f'<svg class="plot" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
+           f'<text x="4" y="12">{esc(fmt_value(vmax))} {esc(unit)}</text>',
+           f'<line x1="56" y1="{height - 28}" x2="{width - 4}" y2="{height - 28}" stroke="#999"></line>']
+    for i, (label, d) in enumerate(columns):
+        x = 60 + i * (col_w + 4)
+        y = height - 28
+        tip = [f"{label}"] + [f"{p}: {fmt_value(d.get(p) or 0)} {unit}" for p in parts]
+        out.append(f'<g><title>{esc(" | ".join(tip))}</title>')
+        for p in parts:
+            v = d.get(p) or 0
+            if v <= 0:
+                continue
+            hh = plot_h * v / vmax
+            y -= hh
+            out.append(f'<rect x="{x}" y="{y:.1f}" width="{col_w}" height="{hh:.1f}" '
+                       f'fill="{KIND_COLORS.get(p, "#888")}"></rect>')
+        out.append("</g>")
+        if n <= 40 or i % max(1, n // 20) == 0:
+            out.append(f'<text x="{x + col_w / 2:.1f}" y="{height - 14}" text-anchor="middle">'
+                       f'{esc(_short(label, 8))}</text>')
+    out.append("</svg>")
+    return "".join(out) + _legend((p, KIND_COLORS.get(p, "#888")) for p in parts)
+
+
+def timeline(rows: Sequence[dict], width: int = 1100) -> str:
+    """One lane per (device, stream); rows need device_id, stream_id, kind, name, start_ns, end_ns."""
+    if not rows:
+        return '<p class="note">(no GPU work in this step)</p>'
+    lanes = sorted({(r["device_id"], r["stream_id"]) for r in rows},
+                   key=lambda x: (x[0] is None, x[0] or 0, x[1] is None, x[1] or 0))
+    t0 = min(r["start_ns"] for r in rows)
+    t1 = max(r["end_ns"] for r in rows)
+    span = max(1, t1 - t0)
+    label_w, lane_h = 130, 18
+    plot_w = width - label_w - 10
+    h = len(lanes) * (lane_h + 4) + 24
+    out = [f'<svg class="plot" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img">']
+    for i, (dev, stream) in enumerate(lanes):
+        y = 4 + i * (lane_h + 4)
+        out.append(f'<text x="{label_w - 6}" y="{y + 13}" text-anchor="end">'
+                   f'dev {esc(dev)} stream {esc(stream)}</text>'
+                   f'<rect x="{label_w}" y="{y}" width="{plot_w}" height="{lane_h}" fill="#f6f6f6"></rect>')
+    index = {lane: i for i, lane in enumerate(lanes)}
+    for r in rows:
+        i = index[(r["device_id"], r["stream_id"])]
+        y = 4 + i * (lane_h + 4)
+        x = label_w + plot_w * (r["start_ns"] - t0) / span
+        w = max(0.6, plot_w * (r["end_ns"] - r["start_ns"]) / span)
+        dur = (r["end_ns"] - r["start_ns"]) / 1e3
+        out.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{lane_h}" '
+                   f'fill="{KIND_COLORS.get(r["kind"], "#888")}"><title>{esc(r["name"])} '
+                   f'({esc(r["kind"])}, {dur:.1f} us)</title></rect>')
+    out.append(f'<text x="{label_w}" y="{h - 6}">0</text>'
+               f'<text x="{width - 10}" y="{h - 6}" text-anchor="end">{span / 1e6:.3f} ms</text></svg>')
+    return "".join(out)
+
+
+def bump_chart(keys: Sequence[str], letters: Sequence[str], ranks: dict[str, list[int | None]],
+               width: int = 900) -> str:
+    """Rank of each key per file, joined by lines (rank 1 on top)."""
+    if not keys:
+        return '<p class="note">(nothing to plot)</p>'
+    max_rank = max([r for k in keys for r in ranks[k] if r is not None] + [1])
+    row_h = 20
+    h = min(max_rank, 40) * row_h + 40
+    n = len(letters)
+    left, right = 340, 340
+    step_x = (width - left - right) / max(1, n - 1) if n > 1 else 0
+    out = [f'<svg class="plot" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img">']
+    for j, L in enumerate(letters):
+        out.append(f'<text x="{left + j * step_x:.1f}" y="14" text-anchor="middle">{esc(L)}</text>')
+
+    def y_of(rank):
+        return 30 + (min(rank, 40) - 1) * row_h
+
+    for i, key in enumerate(keys):
+        color = RUN_COLORS[i % len(RUN_COLORS)]
+        pts = [(left + j * step_x, y_of(r)) for j, r in enumerate(ranks[key]) if r is not None]
+        tip = f"{key}: " + ", ".join(f"{L} rank {r if r is not None else '-'}"
+                                      for L, r in zip(letters, ranks[key]))
+        out.append(f'<g><title>{esc(tip)}</title>')
+        if len(pts) > 1:
+            out.append('<polyline fill="none" stroke-width="2" stroke="' + color + '" points="'
+                       + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts) + '"></polyline>')
+        for x, y in pts:
+            out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{color}"></circle>')
+        first = next(((j, r) for j, r in enumerate(ranks[key]) if r is not None), None)
+        last = next(((j, r) for j, r in reversed(list(enumerate(ranks[key]))) if r is not None), None)
+        if first and first[0] == 0:
+            out.append(f'<text x="{left + first[0] * step_x - 8:.1f}" y="{y_of(first[1]) + 4:.1f}" '
+                       f'text-anchor="end">{first[1]}. {esc(_short(key, 48))}</text>')
+        if last and (n > 1 or not first or first[0] != 0):
+            out.append(f'<text x="{left + last[0] * step_x + 8:.1f}" y="{y_of(last[1]) + 4:.1f}">'
+                       f'{last[1]}. {esc(_short(key, 48))}</text>')
+        out.append("</g>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def table(rel_or_tbl, max_rows: int = 200) -> str:
+    cols, rows = rows_of(rel_or_tbl)
+    out = ["<table><thead><tr>", *(f"<th>{esc(c)}</th>" for c in cols), "</tr></thead><tbody>"]
+    for r in rows[:max_rows]:
+        out.append("<tr>")
+        for v in r:
+            cls = ' class="n"' if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+            out.append(f'<td{cls} title="{esc(v)}">{esc(fmt_value(v))}</td>')
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    if len(rows) > max_rows:
+        out.append(f'<p class="note">{len(rows) - max_rows} more rows not shown</p>')
+    return "".join(out)
+
+
+def _page(title: str, body: Sequence[str]) -> str:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{esc(title)}</title>"
+            f"<style>{_CSS}</style></head><body>"
+            + "".join(body)
+            + f'<p class="note">cuptiprof {esc(__version__)}, {esc(stamp)}</p>'
+            + f"<script>{_JS}</script></body></html>\n")
+
+
+def _write(text: str, out: str | os.PathLike) -> Path:
+    path = Path(out)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _dicts(rel) -> list[dict]:
+    cols, rows = rows_of(rel)
+    return [dict(zip(cols, r)) for r in rows]
+
+
+# -- one file ---------------------------------------------------------------------------------
+def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
+    """The HTML report of one file: top ops, steps as stacked bars, kinds, a step's timeline."""
+    from cuptiprof.analyse.compare import median_step, step_timeline
+
+    overview = profile.report("overview")
+    ops = _dicts(profile.ops(top))
+    kinds = _dicts(profile.kinds())
+    steps = _dicts(profile.report("steps"))
+    body = [f"<h1>cuptiprof report: {esc(profile.path.name)}</h1>",
+            f'<p class="note">{esc(profile.path)}; scope: {esc(profile.scope)}</p>',
+            table(overview)]
+    body.append(f"<h2>Top {len(ops)} ops by GPU time</h2>"
+                '<p class="note">Summed duration in scope; hover a bar for the full name.</p>')
+    body.append(hbars([(o["name"], o["total_ms"],
+                        f'{o["name"]}: {fmt_value(o["total_ms"])} ms, {o["calls"]} calls, '
+                        f'{fmt_value(o["pct_gpu_time"])}% of GPU time') for o in ops], cls="plot ops"))
+    # per step, summed over devices and processes
+    per_step: dict = {}
+    for s in steps:
+        if s["step"] is None:
+            continue
+        d = per_step.setdefault(s["step"], {p: 0.0 for p in PARTS})
+        for p in PARTS:
+            d[p] += s.get(f"{p}_ms") or 0.0
+    body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: kernel, copy and memset "
+                "time (summed durations), host sync time, and GPU idle time inside the step's GPU window.</p>")
+    body.append(stacked_columns([(str(k), v) for k, v in sorted(per_step.items())]))
+    body.append("<h2>Kinds</h2>")
+    body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["total_ms"],
+                        f'{k["kind"]} {k["detail"] or ""}: {fmt_value(k["total_ms"])} ms, {k["count"]} calls')
+                       for k in kinds], cls="plot kinds"))
+    body.append(table(profile.kinds()))
+    body.append(_timelines(profile, sorted(per_step), median_step, step_timeline))
+    body.append("<h2>Ops</h2>" + table(profile.ops(top)))
+    return _write(_page(f"cuptiprof report: {profile.path.name}", body), out)
+
+
+def _timelines(profile, step_ids: list, median_step, step_timeline) -> str:
+    if not step_ids:
+        return "<h2>Timeline</h2><p class=\"note\">(no recorded steps)</p>"
+    mid = median_step(profile)
+    if mid not in step_ids:
+        mid = step_ids[len(step_ids) // 2]
+    i = step_ids.index(mid)
+    chosen = step_ids[max(0, i - TIMELINE_STEPS // 2): max(0, i - TIMELINE_STEPS // 2) + TIMELINE_STEPS]
+    opts = "".join(f'<option value="{esc(s)}"{" selected" if s == mid else ""}>step {esc(s)}'
+                   f'{" (typical)" if s == mid else ""}</option>' for s in chosen)
+    parts = ["<h2>Timeline</h2><p class=\"note\">GPU work per stream in one step (the typical step: "
+             "median busy time). Hover a box for the op.</p>",
+             f'<label>Step <select id="step-select">{opts}</select></label>',
+             _legend((k, c) for k, c in KIND_COLORS.items() if k not in ("sync", "idle"))]
+    for s in chosen:
+        rows = _dicts(step_timeline(profile, s))
+        parts.append(f'<div class="timeline" data-step="{esc(s)}">{timeline(rows)}</div>')
+    return "".join(parts)
+
+
+# -- several files ----------------------------------------------------------------------------
+def write_compare(cmp, out: str | os.PathLike, top: int = 15) -> Path:
+    """The HTML comparison: ops per file, rank shift, kinds and steps per file, devices."""
+    letters = [r.letter for r in cmp.runs]
+    body = [f"<h1>cuptiprof compare ({esc(len(cmp.runs))} files, by {esc(cmp.by)})</h1><ul>"]
+    body += [f"<li>{esc(line)}</li>" for line in cmp.legend()]
+    body.append("</ul>")
+    wide = cmp.side_by_side(top).to_pylist()
+    keys = [r["key"] for r in wide]
+    body.append(f"<h2>Top ops per file</h2><p class=\"note\">ms per step (median over the recorded "
+                f"steps); key: {esc(cmp.by)}.</p>")
+    body.append(_legend((f"{r.letter}: {r.label}", RUN_COLORS[i % len(RUN_COLORS)])
+                        for i, r in enumerate(cmp.runs)))
+    body.append(grouped_hbars(keys, [(L, [r[f"{L}_ms"] for r in wide]) for L in letters]))
+    ranks: dict[str, list] = {k: [None] * len(letters) for k in keys[:top]}
+    for r in cmp.rank_shift(min(top, 12)).to_pylist():
+        if r["key"] in ranks:
+            ranks[r["key"]][r["run"]] = r["rank"]
+    shown = [k for k in keys if k in ranks and any(v is not None for v in ranks[k])][:12]
+    body.append("<h2>Rank shift</h2><p class=\"note\">Rank of the top ops in each file (1 = most time "
+                "per step).</p>")
+    body.append(bump_chart(shown, letters, ranks))
+    body.append("<h2>Kinds per file</h2><p class=\"note\">Median ms per step of each kind.</p>")
+    per_run: dict[int, dict] = {r.index: {p: 0.0 for p in PARTS} for r in cmp.runs}
+    for k in _dicts(cmp.kinds()):
+        per_run[k["run"]][k["kind"]] = per_run[k["run"]].get(k["kind"], 0.0) + (k["ms"] or 0.0)
+    body.append(stacked_columns([(r.letter, per_run[r.index]) for r in cmp.runs], width=420))
+    body.append(table(cmp.kinds_side_by_side()))
+    body.append("<h2>Steps per file</h2>")
+    steps = _dicts(cmp.steps())
+    for r in cmp.runs:
+        cols = [(str(s["step"]), {"kernel": s["kernel_ms"], "memcpy": s["memcpy_ms"], "memset": s["memset_ms"],
+                                  "sync": s["sync_ms"], "idle": s["idle_ms"]})
+                for s in steps if s["run"] == r.index]
+        body.append(f"<p>{esc(r.letter)}: {esc(r.label)}</p>" + stacked_columns(cols, height=180))
+    body.append("<h2>Ops side by side</h2>" + table(cmp.side_by_side(top)))
+    body.append("<h2>Devices</h2>" + table(cmp.devices_side_by_side()))
+    body.append("<h2>Copy bandwidth against peak</h2><p class=\"note\">Peaks marked 'estimate' come from "
+                "cuptiprof's table of known GPUs, not from the file.</p>" + table(cmp.lettered("bandwidth")))
+    if cmp.work:
+        body.append("<h2>Throughput against peak (estimates)</h2>" + table(cmp.lettered("throughput")))
+    return _write(_page("cuptiprof compare", body), out)
