@@ -1,0 +1,106 @@
+"""`cuptiprof doctor`: can this machine profile a GPU? One line per check: ok / problem + fix.
+
+Exit status: 0 when GPU profiling would work, 3 when the environment cannot (no driver, no GPU,
+no CUPTI, CUPTI held by another profiler), 1 when something else is broken.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from importlib import metadata
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="check that this machine can profile a GPU (driver, "
+                       "CUPTI, NVTX injection, other profilers)")
+    p.set_defaults(func=run)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def checks() -> list[tuple[str, bool, str, str, int]]:
+    """(what, ok, detail, how to fix, exit status when not ok)."""
+    from cuptiprof._version import __version__
+    from cuptiprof.collect import cupti_source, device_info, nvtx_setup
+
+    out: list[tuple[str, bool, str, str, int]] = []
+    py_ok = sys.version_info >= (3, 10)
+    out.append(("python", py_ok, f"{platform.python_version()} ({sys.executable})",
+                "use Python 3.10 or newer", 1))
+    out.append(("cuptiprof", True, __version__, "", 1))
+    duck = _version("duckdb")
+    out.append(("duckdb", duck is not None, duck or "not installed", "pip install duckdb", 1))
+    torch = _version("torch")
+    out.append(("torch", True, torch or "not installed (only needed for torch programs)", "", 1))
+
+    drv = device_info.driver_version()
+    n = cupti_source.gpu_count()
+    out.append(("CUDA driver", drv is not None,
+                f"CUDA {drv}" if drv else "libcuda.so.1 cannot be loaded",
+                "install the NVIDIA driver (nvidia-smi must work) or run on a GPU machine", 3))
+    if drv is not None:
+        out.append(("GPU", n > 0, f"{n} visible" if n else "no CUDA device visible",
+                    "check nvidia-smi and CUDA_VISIBLE_DEVICES", 3))
+
+    bindings = _version("cupti-python")
+    out.append(("cupti-python", bindings is not None, bindings or "not installed",
+                "pip install 'cuptiprof[gpu]' (pin cupti-python to your CUDA major version)", 3))
+    lib = nvtx_setup.libcupti_path() if bindings else None
+    cver = device_info.cupti_version()
+    out.append(("libcupti", lib is not None, f"{lib} ({cver})" if lib else "not found",
+                "pip install nvidia-cuda-cupti matching your driver (see docs/cupti-python.md)",
+                3))
+
+    cur = os.environ.get(nvtx_setup.ENV)
+    if cur and lib and os.path.realpath(cur) != os.path.realpath(lib):
+        out.append(("NVTX injection", False, f"{nvtx_setup.ENV}={cur} names another library",
+                    "unset it (another tool's injection holds CUPTI) or point it at " + lib, 3))
+    else:
+        out.append(("NVTX injection", lib is not None,
+                    "would work: cuptiprof run sets " + nvtx_setup.ENV + " before the program "
+                    "starts" if lib else "needs libcupti",
+                    "install libcupti (see above)", 3))
+
+    if drv is not None and n > 0 and bindings:
+        out.append(_subscriber_check())
+    return out
+
+
+def _subscriber_check() -> tuple[str, bool, str, str, int]:
+    """Claim and release CUPTI once: fails when another profiler holds it."""
+    from cuptiprof.collect import cupti_source
+    from cuptiprof.collect.errors import CollectorProblem, SubscriberConflict
+
+    try:
+        src = cupti_source.CuptiSource()
+        src.open(lambda records: None)
+        src.release()
+        return ("CUPTI subscriber", True, "free (no other profiler holds CUPTI)", "", 3)
+    except SubscriberConflict as exc:
+        return ("CUPTI subscriber", False, str(exc),
+                "stop torch.profiler / nsys / ncu in this process, then profile", 3)
+    except CollectorProblem as exc:
+        return ("CUPTI subscriber", False, str(exc), "see docs/cupti-python.md", 3)
+
+
+def run(args) -> int:
+    failed: set[int] = set()
+    for what, ok, detail, fix, code in checks():
+        line = f"{'ok     ' if ok else 'problem'}  {what:<17} {detail}"
+        if not ok:
+            line += f"  -> {fix}"
+            failed.add(code)
+        print(line)
+    status = 1 if 1 in failed else (3 if failed else 0)
+    if status:
+        print("cuptiprof doctor: GPU profiling would NOT work here (exit "
+              f"{status}); profile() still records host-side ranges", file=sys.stderr)
+    else:
+        print("cuptiprof doctor: GPU profiling would work here")
+    return status

@@ -1,0 +1,104 @@
+"""cuptiprof.range / cuptiprof.step without a session: context manager, decorator, kill switch."""
+from __future__ import annotations
+
+import pytest
+
+import cuptiprof
+from cuptiprof import markers
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    monkeypatch.delenv("CUPTIPROF_DISABLE", raising=False)
+    monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
+    markers.reload_env()
+    yield
+    markers.reload_env()
+
+
+def test_public_names():
+    assert cuptiprof.range is markers.range
+    assert cuptiprof.step is markers.step
+    r = cuptiprof.step(3)
+    assert (r.name, r.attrs) == ("step", {"step": 3})
+
+
+def test_context_manager_nests_and_reenters():
+    outer = cuptiprof.range("outer", k=1)
+    with outer as got:
+        assert got is outer
+        with cuptiprof.range("inner"):
+            with outer:  # the same object, recursively
+                assert len(outer._tokens) == 2
+    assert outer._tokens == []
+
+
+def test_exception_propagates_and_range_closes():
+    r = cuptiprof.range("boom")
+    with pytest.raises(KeyError):
+        with r:
+            raise KeyError("x")
+    assert r._tokens == []
+
+
+def test_decorator_keeps_function_and_opens_one_range_per_call():
+    calls = []
+
+    @cuptiprof.range("fib")
+    def fib(n):
+        calls.append(n)
+        return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+    assert fib(6) == 8 and fib.__name__ == "fib" and len(calls) == 25
+
+
+def test_no_nvtx_call_without_a_tool(monkeypatch):
+    import nvtx
+
+    def boom(*a, **k):
+        raise AssertionError("NVTX touched although no tool can listen")
+    monkeypatch.setattr(nvtx, "get_domain", boom)
+    with cuptiprof.range("quiet"):
+        pass
+    assert markers._nvtx is False  # still undecided: a later session may inject first
+
+
+def test_nvtx_push_pop_in_cuptiprof_domain_when_a_tool_listens(monkeypatch):
+    import nvtx
+
+    events = []
+
+    class Dom:
+        def get_event_attributes(self, message=None, color=None, payload=None):
+            return (message, payload)
+
+        def push_range(self, attrs):
+            events.append(("push", attrs))
+
+        def pop_range(self):
+            events.append(("pop",))
+
+    seen = []
+    monkeypatch.setattr(nvtx, "get_domain", lambda name: seen.append(name) or Dom())
+    monkeypatch.setenv("NVTX_INJECTION64_PATH", "/some/libcupti.so")
+    markers.reload_env()
+    with pytest.raises(RuntimeError):
+        with cuptiprof.step(4):
+            with cuptiprof.range("attn"):
+                raise RuntimeError
+    assert seen == ["cuptiprof"]
+    assert events == [("push", ("step", 4)), ("push", ("attn", None)), ("pop",), ("pop",)]
+
+
+def test_disable_env_is_a_no_op(monkeypatch):
+    monkeypatch.setenv("CUPTIPROF_DISABLE", "1")
+    monkeypatch.setenv("NVTX_INJECTION64_PATH", "/x")
+    markers.reload_env()
+    r = cuptiprof.range("off")
+    with r:
+        assert r._tokens == []
+    assert markers._nvtx is False
+
+
+def test_repr():
+    assert repr(cuptiprof.range("a", step=1)) == "cuptiprof.range('a', step=1)"
