@@ -1,0 +1,40 @@
+"""`cuptiprof export FILE --chrome OUT.json.gz [--steps A:B]` / `--parquet DIR`: hand cuptiprof
+data to Perfetto UI / chrome://tracing, or to DuckDB, Spark and Trino as Parquet datasets."""
+from __future__ import annotations
+
+import sys
+
+from cuptiprof.errors import UsageError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="export to a Chrome/Perfetto trace or Parquet datasets",
+                       description="Export a cuptiprof file: --chrome writes a Kineto-style "
+                       "Chrome trace (.json or .json.gz) that Perfetto UI and chrome://tracing "
+                       "open; --parquet writes one Parquet dataset per table, hive-partitioned "
+                       "by host and pid.")
+    p.add_argument("file")
+    p.add_argument("--chrome", metavar="OUT.json[.gz]", help="write a Chrome trace")
+    p.add_argument("--parquet", metavar="DIR", help="write Parquet datasets under DIR")
+    p.add_argument("--steps", help="only these steps (A:B inclusive, A:, :B or N); keeps a "
+                   "Chrome trace small enough for a browser")
+    p.add_argument("--force", action="store_true", help="replace existing output")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if not args.chrome and not args.parquet:
+        raise UsageError("export: say what to write: --chrome OUT.json.gz and/or --parquet DIR")
+    from cuptiprof.analyse.profile import open_profile
+    with open_profile(args.file, args.steps) as prof:
+        if args.chrome:
+            from cuptiprof.interop.chrome import export_chrome
+            c = export_chrome(prof, args.chrome, force=args.force)
+            print(f"wrote {c['events']:,} trace events ({c.get('kernels', 0):,} kernels, scope: "
+                  f"{prof.scope}) -> {args.chrome}", file=sys.stderr)
+        if args.parquet:
+            from cuptiprof.interop.parquet import export_parquet
+            c = export_parquet(prof, args.parquet, force=args.force)
+            print(f"wrote {sum(1 for v in c.values() if v)} Parquet datasets "
+                  f"({c.get('kernels', 0):,} kernel rows) -> {args.parquet}", file=sys.stderr)
+    return 0

@@ -1,0 +1,35 @@
+-- cpu_ops: framework ops (torch aten::*, imported CPU ops) and the GPU work they launched in scope; each GPU row counts for the innermost op open when it was launched
+-- op: framework op name (ranges with kind 'op'), e.g. aten::mm
+-- op_calls: times the op ran on the host in scope
+-- host_ms: summed host duration of those calls (inclusive of child ops)
+-- gpu_calls: kernels, memcpys and memsets it launched
+-- gpu_ms: summed GPU duration of that work
+-- gpu_us_per_call: gpu_ms per op call, in microseconds
+-- kernels: distinct kernel names it launched
+-- top_kernel: the kernel (readable name) with the most GPU time under this op
+-- pct_gpu_time: share of the summed duration of all GPU work in scope (ops with no launches are not listed)
+WITH ops AS (
+    SELECT r.run_id, r.pid, r.range_id, r.name, r.end_ns - r.start_ns AS d
+    FROM ranges r
+    WHERE r.kind = 'op'
+      AND (EXISTS (SELECT 1 FROM sel_steps s
+                   WHERE s.run_id = r.run_id AND s.pid = r.pid AND s.step = r.step)
+           OR NOT EXISTS (SELECT 1 FROM ranges WHERE kind = 'step'))
+), work AS (
+    SELECT a.run_id, a.pid, a.op_id, a.kind, a.name, a.end_ns - a.start_ns AS d
+    FROM sel_activities a WHERE a.kind <> 'sync' AND a.op_id IS NOT NULL
+), per_op AS (
+    SELECT o.name AS op, w.name AS kname, w.kind, count(*) AS n, sum(w.d) AS d
+    FROM work w JOIN ops o ON o.run_id = w.run_id AND o.pid = w.pid AND o.range_id = w.op_id
+    GROUP BY ALL
+), tot AS (SELECT sum(end_ns - start_ns) AS t FROM sel_activities WHERE kind <> 'sync'),
+calls AS (SELECT name AS op, count(*) AS op_calls, sum(d) AS host_d FROM ops GROUP BY name)
+SELECT p.op, c.op_calls, c.host_d / 1e6 AS host_ms,
+       sum(p.n) AS gpu_calls, sum(p.d) / 1e6 AS gpu_ms,
+       sum(p.d) / 1e3 / c.op_calls AS gpu_us_per_call,
+       count(DISTINCT p.kname) FILTER (WHERE p.kind = 'kernel') AS kernels,
+       arg_max(p.kname, p.d) FILTER (WHERE p.kind = 'kernel') AS top_kernel,
+       100.0 * sum(p.d) / nullif((SELECT t FROM tot), 0) AS pct_gpu_time
+FROM per_op p JOIN calls c USING (op)
+GROUP BY p.op, c.op_calls, c.host_d
+ORDER BY gpu_ms DESC, p.op
