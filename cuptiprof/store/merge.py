@@ -45,24 +45,26 @@ def merge_files(sources: Iterable[str | os.PathLike], dest: str | os.PathLike, *
                 one_run: bool = False, run_info: RunInfo | None = None,
                 status: str | None = None, end_ns: int | None = None,
                 extra: Mapping[str, object] | None = None, skip_unreadable: bool | None = None,
-                overwrite: bool = False) -> Path:
+                overwrite: bool = False, ended_early: Iterable[int] = ()) -> Path:
     """Merge `sources` into a new file `dest`; returns its path.
 
     one_run=False keeps each source run as its own run (renumbered 1..N in source order).
     one_run=True makes ONE run of every source (the part files of one `cuptiprof run`): its
     `runs` row comes from `run_info` (start/end/status from the parts unless given), and a
     part whose writer never closed marks its processes `ended_early` with a data_quality
-    row 'process_ended_early'. `extra` maps table -> columns appended to that run (one_run).
+    row 'process_ended_early' (so do the pids in `ended_early`). `extra` maps table -> columns
+    appended to that run; its `processes` rows fill in (by pid) those the parts wrote.
     skip_unreadable (default: one_run) records unreadable sources in data_quality instead of
     failing.
     """
     return merge_files_result(sources, dest, one_run=one_run, run_info=run_info, status=status,
                               end_ns=end_ns, extra=extra, skip_unreadable=skip_unreadable,
-                              overwrite=overwrite).path
+                              overwrite=overwrite, ended_early=ended_early).path
 
 
 def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=None, end_ns=None,
-                       extra=None, skip_unreadable=None, overwrite=False) -> MergeResult:
+                       extra=None, skip_unreadable=None, overwrite=False,
+                       ended_early=()) -> MergeResult:
     sources = [Path(s) for s in sources]
     dest = Path(dest)
     skip = one_run if skip_unreadable is None else skip_unreadable
@@ -100,6 +102,7 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
         for s in sources:
             m.add(s, skip)
         if one_run:
+            m.dead.update(int(p) for p in ended_early)
             m.finish_one_run(run_info or RunInfo(), status, end_ns, extra or {})
         result.runs = con.execute("SELECT count(*) FROM runs").fetchone()[0]
         con.execute("CHECKPOINT")
@@ -136,6 +139,7 @@ class _Merger:
         self.next_run = 1
         self.part_runs: list[tuple] = []   # (start_ns, end_ns, status, versions...) per source run
         self.quality: list[tuple] = []     # (pid, check_name, subject, count, detail)
+        self.dead: set[int] = set()        # pids that ended before their collector closed
 
     def add(self, src: Path, skip: bool) -> None:
         con = self.con
@@ -241,10 +245,7 @@ class _Merger:
                 for pid in pids:
                     self.result.ended_early.append((str(src), pid))
                     if pid is not None:
-                        con.execute("UPDATE processes SET ended_early = TRUE WHERE pid = ?", [pid])
-                    self.quality.append((pid, "process_ended_early", str(pid), None,
-                                         f"process {pid} ended before its collector closed (killed, "
-                                         "crashed or os._exit); records it had not flushed are missing"))
+                        self.dead.add(pid)
 
     def finish_one_run(self, info: RunInfo, status: str | None, end_ns: int | None,
                        extra: Mapping[str, object]) -> None:
@@ -277,9 +278,22 @@ class _Merger:
                 tbl = tbl.append_column("run_id", pa.array([1] * tbl.num_rows, pa.int32()))
             con.register("_extra", tbl)
             try:
-                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _extra")
+                if table == "processes":   # fill in what the parts left NULL, add the others
+                    sets = ", ".join(f"{c} = coalesce(processes.{c}, e.{c})"
+                                     for c in tbl.column_names if c not in ("pid", "run_id"))
+                    con.execute(f"UPDATE processes SET {sets} FROM _extra e "
+                                "WHERE processes.pid = e.pid AND processes.run_id = e.run_id")
+                    con.execute("INSERT INTO processes BY NAME SELECT * FROM _extra e WHERE NOT EXISTS "
+                                "(SELECT 1 FROM processes p WHERE p.pid = e.pid AND p.run_id = e.run_id)")
+                else:
+                    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _extra")
             finally:
                 con.unregister("_extra")
+        for pid in sorted(self.dead):
+            con.execute("UPDATE processes SET ended_early = TRUE WHERE pid = ?", [pid])
+            self.quality.append((pid, "process_ended_early", str(pid), None,
+                                 f"process {pid} ended before its collector closed (killed, "
+                                 "crashed or os._exit); records it had not flushed are missing"))
         if self.quality:
             con.executemany("INSERT INTO data_quality (run_id, pid, check_name, subject, count, detail) "
                             "VALUES (1, ?, ?, ?, ?, ?)", self.quality)

@@ -1,0 +1,57 @@
+"""`cuptiprof run [options] -- CMD ARGS...`: profile an unmodified command."""
+from __future__ import annotations
+
+import argparse
+
+from cuptiprof.errors import UsageError
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "run", help="profile a command (every Python process in it) into one DuckDB file",
+        description="Run CMD with every Python process in it profiled; write one DuckDB file "
+                    "and print the per-op and per-step report. Without a CUDA GPU, CPU op times "
+                    "are recorded through torch.profiler instead.",
+        usage="cuptiprof run [options] -- CMD [ARGS...]")
+    p.add_argument("-o", "--output", metavar="OUT.duckdb",
+                   help="output file (default: cuptiprof-DATE-TIME.duckdb, never overwritten)")
+    p.add_argument("--warmup", type=int, default=0, metavar="K", help="steps to skip before recording")
+    p.add_argument("--steps", type=int, default=None, metavar="N",
+                   help="steps to record after the warm-up, then collection stops (default: all)")
+    p.add_argument("--step-range", metavar="NAME",
+                   help="an NVTX range the program opens (torch.cuda.nvtx.range_push) that is the step")
+    p.add_argument("--step-fn", metavar="MODULE:QUALNAME",
+                   help="a function whose every call is one step, e.g. mypkg.sched:Scheduler.step")
+    p.add_argument("--kinds", nargs="+", metavar="KIND",
+                   help="activity kinds to collect: kernel memcpy memset sync api nvtx memory overhead")
+    p.add_argument("--light", action="store_true", help="ranges and logs only, no CUPTI (the macro baseline)")
+    p.add_argument("--log-level", default="INFO", metavar="LEVEL",
+                   help="record Python logging records at or above LEVEL in the logs table (default INFO)")
+    p.add_argument("--overhead", action="store_true",
+                   help="run CMD with and without profiling, interleaved, and report the difference")
+    p.add_argument("--repeat", type=int, default=3, metavar="R", help="runs of each kind for --overhead")
+    p.add_argument("--no-report", action="store_true", help="do not print the report at the end")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from cuptiprof.run.launcher import LaunchOptions, launch
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("run needs a command after --, e.g. cuptiprof run -- python infer.py")
+    opts = LaunchOptions(output=args.output, warmup=args.warmup, steps=args.steps,
+                         step_range=args.step_range, step_fn=args.step_fn, kinds=args.kinds,
+                         light=args.light, log_level=args.log_level, report=not args.no_report)
+    if args.overhead:
+        from cuptiprof.run.overhead import measure
+
+        if args.repeat < 1:
+            raise UsageError(f"--repeat {args.repeat}: must be at least 1")
+        return measure(cmd, opts, args.repeat)
+    if args.repeat != 3:
+        raise UsageError("--repeat goes with --overhead")
+    return launch(cmd, opts).exit_code

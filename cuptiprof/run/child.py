@@ -1,0 +1,384 @@
+"""What runs inside every Python process that `cuptiprof run` starts (loaded by the bootstrap
+sitecustomize before the program's own code).
+
+It reads the settings from the environment (settings.py), then:
+  * marks steps: --step-fn wraps a function (each call is one step), --step-range treats an NVTX
+    range the program opens (torch.cuda.nvtx / the nvtx package) as the step;
+  * captures Python logging records at or above --log-level into the `logs` table;
+  * records: the CUPTI collector's Session on a GPU, or the Recorder (light mode, the no-GPU
+    torch.profiler fallback, or step timing only for --overhead);
+  * closes its part file at exit, after SIGTERM, and in forked children.
+Nothing here may break the profiled program: failures become one warning line on stderr.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib
+import importlib.abc
+import importlib.util
+import logging
+import os
+import signal
+import sys
+import threading
+
+from cuptiprof.run import settings as S
+from cuptiprof.run.recorder import Recorder
+
+_rec: Recorder | None = None
+_collector = None          # the CUPTI collector's Session, when it records this process
+_status = "complete"
+
+
+def warn(msg: str) -> None:
+    try:
+        sys.stderr.write(f"cuptiprof: warning: {msg}\n")
+    except Exception:
+        pass
+
+
+def activate() -> None:
+    """Entry point from the bootstrap; does nothing unless `cuptiprof run` set the settings."""
+    global _rec
+    s = S.ChildSettings.from_env()
+    parts = os.environ.get(S.PARTS_DIR)
+    if s is None or not parts or not os.path.isdir(parts) or _rec is not None:
+        return
+    mode = {"profile": "cpu", "light": "light", "time": "time"}.get(s.mode, "cpu")
+    _rec = Recorder(s, parts, mode)
+    _rec.write_marker(list(sys.argv) or [sys.executable])
+    if s.mode == "profile" and s.gpu:
+        _start_collector(s, _rec)
+    if mode != "time":
+        _install_logging(s.log_level)
+    if _rec.mode == "cpu":
+        _when_imported("torch", _rec.start_profiler)
+    if s.step_fn:
+        _hook_step_fn(s.step_fn)
+    if s.step_range and _collector is None:
+        _when_imported("torch", _patch_torch_nvtx)
+        _when_imported("nvtx", _patch_nvtx_package)
+    _when_imported("cuptiprof.markers", _patch_markers)
+    atexit.register(_at_exit)
+    _chain_excepthook()
+    _install_sigterm()
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+# -- the CUPTI collector ------------------------------------------------------------------------
+def _start_collector(s: S.ChildSettings, rec: Recorder) -> None:
+    """Start the collector's Session writing this process's part file. When the collector is
+    not available the Recorder's CPU fallback records instead."""
+    global _collector
+    try:
+        from cuptiprof.collect.session import Session  # the collector engineer's API
+    except Exception as exc:
+        warn(f"the CUPTI collector is not available ({exc}); recording CPU ops only")
+        return
+    try:
+        from cuptiprof.store.writer import RunInfo
+
+        _collector = Session(str(rec.part_path(".duckdb")), warmup=s.warmup, steps=s.steps,
+                             kinds=s.kinds, step_range=s.step_range, light=False,
+                             run_info=RunInfo(label=s.run_label, command=" ".join(sys.argv)))
+        _collector.start()
+        # Steps go to the collector; logs too when it takes them, else to a logs-only part.
+        rec.mode = "logs"
+    except Exception as exc:
+        _collector = None
+        warn(f"the CUPTI collector could not start ({exc}); recording CPU ops only")
+
+
+# -- steps --------------------------------------------------------------------------------------
+class _Step:
+    """A step marker: the Recorder's step, or a cuptiprof.range('step') for the collector."""
+
+    __slots__ = ("name", "step", "h")
+
+    def __init__(self, name: str, step: int | None = None):
+        self.name, self.step, self.h = name, step, None
+
+    def __enter__(self):
+        if _collector is not None:
+            import cuptiprof
+
+            self.h = cuptiprof.range("step") if self.step is None else cuptiprof.range("step", step=self.step)
+            self.h.__enter__()
+        elif _rec is not None:
+            self.h = _rec.begin(self.name, is_step=True, step=self.step)
+        return self
+
+    def __exit__(self, *exc):
+        if _collector is not None and self.h is not None:
+            self.h.__exit__(*exc)
+        elif _rec is not None:
+            _rec.end(self.h)
+        return False
+
+
+_in_step = threading.local()
+
+
+def _wrap_step(fn):
+    @functools.wraps(fn)
+    def step_fn_wrapper(*args, **kwargs):
+        if getattr(_in_step, "on", False):   # a recursive call is part of the same step
+            return fn(*args, **kwargs)
+        _in_step.on = True
+        try:
+            with _Step("step"):
+                return fn(*args, **kwargs)
+        finally:
+            _in_step.on = False
+    step_fn_wrapper.__cuptiprof_wrapped__ = fn
+    return step_fn_wrapper
+
+
+def _hook_step_fn(spec: str) -> None:
+    module, _, qual = spec.partition(":")
+
+    def wrap(mod) -> None:
+        owner, parts = mod, qual.split(".")
+        try:
+            for p in parts[:-1]:
+                owner = getattr(owner, p)
+            raw = (owner.__dict__ if hasattr(owner, "__dict__") else {}).get(parts[-1])
+            if raw is None:
+                raw = getattr(owner, parts[-1])
+        except AttributeError:
+            _step_fn_error(f"--step-fn {spec}: module {module} has no {qual}")
+            return
+        if isinstance(raw, staticmethod):
+            new = staticmethod(_wrap_step(raw.__func__))
+        elif isinstance(raw, classmethod):
+            new = classmethod(_wrap_step(raw.__func__))
+        elif callable(raw):
+            if getattr(raw, "__cuptiprof_wrapped__", None):
+                return
+            new = _wrap_step(raw)
+        else:
+            _step_fn_error(f"--step-fn {spec}: {qual} is not a function")
+            return
+        setattr(owner, parts[-1], new)
+
+    _when_imported(module, wrap)
+
+
+def _step_fn_error(msg: str) -> None:
+    warn(msg)
+    if _rec is not None:
+        try:
+            (_rec.parts / "step-fn.error").write_text(msg)
+        except OSError:
+            pass
+
+
+def _patch_torch_nvtx(torch) -> None:
+    """--step-range NAME over torch.cuda.nvtx.range_push/range_pop (and torch.cuda.nvtx.range,
+    which calls them). On a CPU build they raise; the patched ones keep counting depth."""
+    try:
+        nv = importlib.import_module("torch.cuda.nvtx")
+    except Exception:
+        return
+    push, pop = nv.range_push, nv.range_pop
+    stack = threading.local()
+
+    def range_push(msg):
+        st = stack.__dict__.setdefault("s", [])
+        st.append(_Step(msg).__enter__() if msg == _rec.s.step_range else None)
+        try:
+            return push(msg)
+        except RuntimeError:
+            return len(st) - 1
+
+    def range_pop():
+        st = stack.__dict__.setdefault("s", [])
+        h = st.pop() if st else None
+        try:
+            r = pop()
+        except RuntimeError:
+            r = len(st)
+        if h is not None:
+            h.__exit__(None, None, None)
+        return r
+
+    nv.range_push, nv.range_pop = range_push, range_pop
+
+
+def _patch_nvtx_package(nvtx) -> None:
+    push, pop = getattr(nvtx, "push_range", None), getattr(nvtx, "pop_range", None)
+    if push is None or pop is None:
+        return
+    stack = threading.local()
+
+    def push_range(message=None, *a, **kw):
+        stack.__dict__.setdefault("s", []).append(
+            _Step(message).__enter__() if message == _rec.s.step_range else None)
+        return push(message, *a, **kw)
+
+    def pop_range(*a, **kw):
+        st = stack.__dict__.setdefault("s", [])
+        r = pop(*a, **kw)
+        h = st.pop() if st else None
+        if h is not None:
+            h.__exit__(None, None, None)
+        return r
+
+    nvtx.push_range, nvtx.pop_range = push_range, pop_range
+
+
+def _patch_markers(markers) -> None:
+    """Without the collector, cuptiprof.range() in user code reaches the Recorder."""
+    if _collector is not None or _rec is None:
+        return
+    try:
+        from cuptiprof.run.markers_bridge import install
+
+        install(markers, _rec)
+    except Exception as exc:
+        warn(f"cuptiprof.range cannot be recorded without the collector ({exc})")
+
+
+# -- post-import hooks ---------------------------------------------------------------------------
+_pending: dict[str, list] = {}
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Runs callbacks right after a watched module finished executing."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _pending:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        orig = loader.exec_module
+
+        def exec_module(module):
+            orig(module)
+            _fire(name, module)
+
+        try:
+            loader.exec_module = exec_module
+        except Exception:
+            return spec
+        return spec
+
+
+_finder = _Finder()
+
+
+def _fire(name: str, module) -> None:
+    for cb in _pending.pop(name, []):
+        try:
+            cb(module)
+        except Exception as exc:
+            warn(f"could not hook {name}: {exc}")
+
+
+def _when_imported(name: str, cb) -> None:
+    mod = sys.modules.get(name)
+    if mod is not None:
+        _pending.setdefault(name, []).append(cb)
+        _fire(name, mod)
+        return
+    _pending.setdefault(name, []).append(cb)
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+# -- logging -------------------------------------------------------------------------------------
+class _Capture(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        if _collector is not None and hasattr(_collector, "log_record"):
+            _collector.log_record(record)
+        elif _rec is not None:
+            _rec.log_record(record)
+
+
+_capture = _Capture()
+
+
+def _install_logging(level: str) -> None:
+    """See every record a logger lets through, without adding a handler to the root logger
+    (that would turn logging.basicConfig() in the program into a no-op and silence Python's
+    last-resort handler): Logger.callHandlers is wrapped instead."""
+    _capture.setLevel(logging.getLevelName(level.upper()) if isinstance(level, str) else level)
+    orig = logging.Logger.callHandlers
+
+    def callHandlers(self, record):
+        if record.levelno >= _capture.level:
+            try:
+                _capture.handle(record)
+            except Exception:
+                pass
+        return orig(self, record)
+
+    logging.Logger.callHandlers = callHandlers
+    own = logging.getLogger("cuptiprof")   # step durations: into the logs table, not the terminal
+    own.setLevel(logging.INFO)
+    own.propagate = False
+    own.addHandler(logging.NullHandler())
+
+
+# -- the end -------------------------------------------------------------------------------------
+def _at_exit() -> None:
+    if _collector is not None:
+        try:
+            _collector.stop(status=_status)
+        except Exception as exc:
+            warn(f"the collector could not finish: {exc}")
+    if _rec is not None:
+        _rec.close(_status)
+
+
+def _chain_excepthook() -> None:
+    prev = sys.excepthook
+
+    def hook(tp, value, tb):
+        global _status
+        _status = "interrupted" if issubclass(tp, KeyboardInterrupt) else "failed"
+        prev(tp, value, tb)
+
+    sys.excepthook = hook
+
+
+def _install_sigterm() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def on_term(signum, frame):
+        global _status
+        _status = "interrupted"
+        _at_exit()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)   # die of the signal, as the program would have
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def _after_fork() -> None:
+    global _collector
+    if _rec is None:
+        return
+    _rec.forget_after_fork()
+    _collector = None   # CUPTI state does not survive fork
+    _rec.write_marker(list(sys.argv))
+    # multiprocessing's fork children leave through os._exit: atexit never runs there.
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        try:
+            util.Finalize(None, _at_exit, exitpriority=-100)
+        except Exception:
+            pass

@@ -1,0 +1,355 @@
+"""`cuptiprof run -- CMD`: run CMD as a child with every Python process in it profiled, then
+merge the processes' part files into one DuckDB file and print the report.
+
+    launch(["python", "infer.py"], LaunchOptions(output="run.duckdb", warmup=2, steps=5))
+
+Each process writes OUT.parts/<host>-<pid>.duckdb through its own Writer (DuckDB has one writer
+per file) plus a start and an end marker; the parts folder doubles as the lock that keeps two
+runs from writing the same output. The launcher forwards SIGINT/SIGTERM and returns the child's
+status (128+N when signal N ended it).
+"""
+from __future__ import annotations
+
+import ctypes
+import datetime as _dt
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cuptiprof.errors import CuptiprofError, InputError, UsageError, WriterBusy
+from cuptiprof.run import settings as S
+
+BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
+KINDS = ("kernel", "memcpy", "memset", "sync", "api", "nvtx", "memory", "overhead")
+
+
+@dataclass
+class LaunchOptions:
+    output: str | None = None
+    warmup: int = 0
+    steps: int | None = None
+    step_range: str | None = None
+    step_fn: str | None = None
+    kinds: list[str] | None = None
+    light: bool = False
+    log_level: str = "INFO"
+    mode: str | None = None          # 'time' for the --overhead baseline
+    report: bool = True
+    quiet: bool = False
+    extra_env: dict = field(default_factory=dict)
+
+
+@dataclass
+class LaunchResult:
+    exit_code: int
+    returncode: int
+    output: Path | None
+    parts: Path
+    wall_s: float
+    no_gpu: bool = False
+
+
+def validate(cmd: list[str], o: LaunchOptions) -> str:
+    """Check everything the user gave before anything starts; returns the resolved executable."""
+    if not cmd:
+        raise UsageError("run needs a command after --, e.g. cuptiprof run -- python infer.py")
+    if o.steps is not None and o.steps < 1:
+        raise UsageError(f"--steps {o.steps}: must be at least 1 (leave it out to record every step)")
+    if o.warmup < 0:
+        raise UsageError(f"--warmup {o.warmup}: must be 0 or more")
+    for k in o.kinds or []:
+        if k not in KINDS:
+            raise UsageError(f"--kinds {k}: unknown kind; choose from {', '.join(KINDS)}")
+    if o.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise UsageError(f"--log-level {o.log_level}: choose DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    if o.step_fn:
+        _check_step_fn(o.step_fn, cmd)
+    exe = shutil.which(cmd[0])
+    if exe is None:
+        what = "no such file" if os.sep in cmd[0] else "command not found"
+        raise InputError(f"{cmd[0]}: {what}")
+    return exe
+
+
+def _check_step_fn(spec: str, cmd: list[str]) -> None:
+    module, sep, qual = spec.partition(":")
+    if not sep or not module or not qual or not all(p.isidentifier() for p in qual.split(".")) \
+            or not all(p.isidentifier() for p in module.split(".")):
+        raise UsageError(f"--step-fn {spec!r}: expected MODULE:QUALNAME, e.g. "
+                         "diffusers.schedulers.scheduling_ddim:DDIMScheduler.step")
+    # Where the child will look: the script's folder (python script.py), the working folder
+    # (python -m), PYTHONPATH, then this interpreter's path. Only the top-level package is looked
+    # up here, so no user code runs in the launcher.
+    top = module.split(".")[0]
+    extra = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    for a in cmd[1:]:
+        if a.endswith(".py") and os.path.isfile(a):
+            extra.insert(0, os.path.dirname(os.path.abspath(a)))
+            break
+    saved = list(sys.path)
+    try:
+        sys.path[:0] = extra
+        found = top in sys.modules or importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        sys.path[:] = saved
+    if not found:
+        raise InputError(f"--step-fn {spec}: cannot import {top!r} (not on the command's Python path)")
+
+
+def output_path(requested: str | None) -> Path:
+    if requested:
+        out = Path(requested)
+        parent = out.parent if str(out.parent) else Path(".")
+        if not parent.is_dir():
+            raise InputError(f"{out}: directory {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise InputError(f"{out}: directory {parent} is not writable")
+        if out.is_dir():
+            raise InputError(f"{out}: is a directory; give a file name such as run.duckdb")
+        if out.exists():
+            raise InputError(f"{out}: already exists; choose another output path (or remove the file first)")
+        return out
+    if not os.access(".", os.W_OK):
+        raise InputError("the current directory is not writable; give an output file with -o")
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    for i in range(1, 1000):
+        out = Path(f"cuptiprof-{stamp}{'' if i == 1 else f'-{i}'}.duckdb")
+        if not out.exists() and not parts_dir(out).exists():
+            return out
+    raise InputError("cannot find a free default output name; give one with -o")
+
+
+def parts_dir(out: Path) -> Path:
+    return out.with_name(out.name + ".parts")
+
+
+def reserve(out: Path) -> Path:
+    """Create OUT.parts exclusively: the lock that says this run writes OUT."""
+    parts = parts_dir(out)
+    try:
+        parts.mkdir()
+    except FileExistsError:
+        owner = None
+        try:
+            owner = int((parts / "launcher.pid").read_text().strip())
+        except (OSError, ValueError):
+            pass
+        if owner and _alive(owner):
+            raise WriterBusy(f"{out}: another cuptiprof run (pid {owner}) is writing this file; "
+                             "wait for it to finish or choose another -o") from None
+        raise WriterBusy(f"{out}: {parts} is left from a run that did not finish; remove that "
+                         "folder (or merge its parts with `cuptiprof merge`) or choose another -o") from None
+    except OSError as exc:
+        raise InputError(f"{out}: cannot create {parts} ({exc.strerror})") from None
+    (parts / "launcher.pid").write_text(str(os.getpid()))
+    return parts
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def gpu_present() -> bool:
+    """A CUDA GPU the driver can see (or the collector's fake CUPTI in tests). Checked here, in
+    the launcher, so that no child initialises CUDA before it forks."""
+    if os.environ.get(S.FAKE_CUPTI, "") not in ("", "0"):
+        return True
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        if cuda.cuInit(0) != 0:
+            return False
+        n = ctypes.c_int(0)
+        return cuda.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0
+    except (OSError, AttributeError):
+        return False
+
+
+def nvtx_injection_path() -> str | None:
+    """libcupti for NVTX_INJECTION64_PATH (the collector's nvtx_setup decides which file)."""
+    try:
+        from cuptiprof.collect import nvtx_setup
+    except ImportError:
+        return None   # collector without NVTX capture: NVTX ranges are then not recorded
+    for name in ("injection_path", "libcupti_path", "find_libcupti"):
+        fn = getattr(nvtx_setup, name, None)
+        if callable(fn):
+            try:
+                return fn()
+            except Exception:
+                return None
+    return None
+
+
+def launch(cmd: list[str], o: LaunchOptions) -> LaunchResult:
+    validate(cmd, o)
+    out = output_path(o.output)
+    parts = reserve(out)
+    try:
+        return _run(cmd, o, out, parts)
+    except BaseException:
+        if parts.is_dir() and not any(p.suffix == ".duckdb" for p in parts.iterdir()):
+            shutil.rmtree(parts, ignore_errors=True)
+        raise
+
+
+def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path) -> LaunchResult:
+    mode = o.mode or ("light" if o.light else "profile")
+    gpu = mode == "profile" and gpu_present()
+    st = S.ChildSettings(mode=mode, warmup=o.warmup, steps=o.steps, kinds=o.kinds,
+                         step_range=o.step_range, step_fn=o.step_fn, log_level=o.log_level.upper(),
+                         run_label=out.stem, command=shlex.join(cmd), gpu=gpu)
+    env = S.child_env(os.environ, st, str(parts.resolve()), str(BOOTSTRAP),
+                      nvtx_injection_path() if gpu else None)
+    env.update(o.extra_env)
+    start_ns = time.time_ns()
+    t0 = time.perf_counter()
+    try:
+        child = subprocess.Popen(cmd, env=env)
+    except OSError as exc:
+        raise InputError(f"{cmd[0]}: cannot run ({exc.strerror})") from None
+    rc = _wait_forwarding(child)
+    wall = time.perf_counter() - t0
+    code = 128 - rc if rc < 0 else rc
+    if mode == "time":
+        return LaunchResult(code, rc, None, parts, wall)
+    status = "complete" if rc == 0 else ("interrupted" if rc < 0 else "failed")
+    result = LaunchResult(code, rc, None, parts, wall, no_gpu=mode == "profile" and not gpu)
+    result.output = finish(out, parts, st, cmd, child.pid, code, status, start_ns)
+    if o.step_fn and (parts / "step-fn.error").exists():
+        msg = (parts / "step-fn.error").read_text().strip()
+        shutil.rmtree(parts, ignore_errors=True)
+        raise InputError(f"{msg} (the command ran; {result.output} has no steps from it)")
+    shutil.rmtree(parts, ignore_errors=True)
+    if o.report:
+        print_summary(result, o)
+    return result
+
+
+def _wait_forwarding(child: subprocess.Popen) -> int:
+    """Wait for the child, passing SIGINT and SIGTERM on. A Ctrl-C typed in the terminal already
+    reaches the child (same process group), so SIGINT is passed on only when not from there."""
+    def interactive() -> bool:
+        try:
+            return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+        except OSError:
+            return False
+
+    def forward(signum, frame):
+        if signum == signal.SIGINT and interactive():
+            return
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:   # pragma: no cover - the handler above replaces it
+                continue
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pid: int,
+           exit_code: int, status: str, start_ns: int) -> Path:
+    """Merge the part files into OUT as one run; add processes that wrote no part and say which
+    processes ended early."""
+    from cuptiprof.store.merge import merge_files
+    from cuptiprof.store.writer import RunInfo
+
+    sources = sorted(parts.glob("*.duckdb"))
+    starts = {}
+    for m in parts.glob("*.start.json"):
+        try:
+            d = json.loads(m.read_text())
+            starts[d["pid"]] = d
+        except (OSError, ValueError, KeyError):
+            continue
+    ended = {int(p.name.split(".")[0].rsplit("-", 1)[-1]) for p in parts.glob("*.end.json")}
+    early = sorted(pid for pid in starts if pid not in ended)
+    rows = {k: [] for k in ("pid", "host", "rank", "local_rank", "world_size", "command", "start_ns",
+                            "exit_status", "ended_early")}
+    for pid, d in sorted(starts.items()):
+        rows["pid"].append(pid)
+        rows["host"].append(d.get("host"))
+        rows["rank"].append(d.get("rank"))
+        rows["local_rank"].append(d.get("local_rank"))
+        rows["world_size"].append(d.get("world_size"))
+        rows["command"].append(shlex.join(d.get("argv") or []))
+        rows["start_ns"].append(d.get("start_ns"))
+        rows["exit_status"].append(exit_code if pid == child_pid else None)
+        rows["ended_early"].append(pid in early)
+    if child_pid not in starts:   # not a Python process (a shell script, a binary)
+        for k, v in (("pid", child_pid), ("host", socket.gethostname()), ("command", shlex.join(cmd)),
+                     ("start_ns", start_ns), ("exit_status", exit_code), ("ended_early", None)):
+            rows[k].append(v)
+        for k in ("rank", "local_rank", "world_size"):
+            rows[k].append(None)
+    import pyarrow as pa
+
+    procs = pa.table({
+        "pid": pa.array(rows["pid"], pa.int32()), "host": pa.array(rows["host"], pa.string()),
+        "rank": pa.array(rows["rank"], pa.int32()), "local_rank": pa.array(rows["local_rank"], pa.int32()),
+        "world_size": pa.array(rows["world_size"], pa.int32()),
+        "command": pa.array(rows["command"], pa.string()),
+        "start_ns": pa.array(rows["start_ns"], pa.int64()),
+        "exit_status": pa.array(rows["exit_status"], pa.int32()),
+        "ended_early": pa.array(rows["ended_early"], pa.bool_())})
+    info = RunInfo(label=st.run_label, source="cupti" if st.gpu else "cpu", command=shlex.join(cmd),
+                   start_ns=start_ns,
+                   settings={"warmup": st.warmup, "steps": st.steps, "kinds": st.kinds,
+                             "step_range": st.step_range, "step_fn": st.step_fn, "mode": st.mode,
+                             "log_level": st.log_level, "gpu": st.gpu})
+    try:
+        return merge_files(sources, out, one_run=True, run_info=info, status=status,
+                           extra={"processes": procs}, ended_early=early)
+    except CuptiprofError as exc:
+        raise CuptiprofError(f"{exc} (the part files are kept in {parts})") from None
+
+
+def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
+    from cuptiprof.analyse.profile import open_profile
+    from cuptiprof.commands.report import SUMMARY, print_reports
+
+    sys.stdout.flush()
+    try:
+        with open_profile(res.output) as prof:
+            print("", flush=True)
+            print_reports(prof, list(SUMMARY))
+            steps = prof.con.execute("SELECT count(DISTINCT step) FROM ranges WHERE kind = 'step'").fetchone()[0]
+            early = prof.con.execute("SELECT count(*) FROM processes WHERE ended_early").fetchone()[0]
+    except CuptiprofError as exc:
+        print(f"cuptiprof: warning: cannot print the report: {exc}", file=sys.stderr)
+        steps = early = None
+    sys.stdout.flush()
+    if res.no_gpu:
+        print("cuptiprof: notice: no GPU activity was captured (no CUDA GPU found); the report "
+              "shows CPU op times from torch.profiler (device -1)", file=sys.stderr)
+    if steps == 0:
+        print("cuptiprof: notice: no steps were marked; mark them with cuptiprof.range('step'), "
+              "--step-range NAME or --step-fn MODULE:QUALNAME", file=sys.stderr)
+    if early:
+        print(f"cuptiprof: notice: {early} process(es) ended before their collector closed "
+              "(see processes.ended_early)", file=sys.stderr)
+    print(f"cuptiprof: wrote {res.output}", file=sys.stderr)

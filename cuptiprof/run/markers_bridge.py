@@ -1,0 +1,31 @@
+"""cuptiprof.range() in a process the Recorder records (no CUPTI collector: the no-GPU
+fallback, light mode, --overhead timing): markers.py hands ranges to whatever object is set as
+its session; this adapter turns them into Recorder ranges and steps."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class RecorderRanges:
+    def __init__(self, markers: Any, rec: Any):
+        self.markers = markers
+        self.rec = rec
+
+    def _enter(self, name: str, attrs: dict):
+        step_name = name == "step" or (self.rec.s.step_range is not None and name == self.rec.s.step_range)
+        if step_name:
+            step = attrs.get("step")
+            return self.rec.begin(name, is_step=True, step=step if isinstance(step, int) else None,
+                                  attrs={k: v for k, v in attrs.items() if k != "step"} or None)
+        return self.rec.begin(name, attrs=attrs or None)
+
+    def _exit(self, tok) -> None:
+        self.rec.end(tok)
+
+    def _detach_ranges(self, exc: BaseException) -> None:
+        pass
+
+
+def install(markers: Any, rec: Any) -> None:
+    if getattr(markers, "_session", None) is None and hasattr(markers, "_set_session"):
+        markers._set_session(RecorderRanges(markers, rec))

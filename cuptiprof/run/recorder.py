@@ -1,0 +1,372 @@
+"""What a profiled process records when the CUPTI collector does not: the step count, ranges,
+logs, and (no GPU) torch.profiler CPU ops. One instance per process, made by child.py.
+
+Modes: 'time' keeps only step durations (the baseline of `--overhead`, written as JSON, no
+DuckDB); 'light' writes ranges and logs; 'cpu' adds torch.profiler CPU ops: leaf ops become
+`kernels` rows on device -1 (stream = thread), every op a `ranges` row of kind 'op'.
+The part file is created lazily on the first flush, so processes that never record anything
+(compile workers, helper scripts) cost no DuckDB file.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from cuptiprof.run.settings import ChildSettings
+
+log = logging.getLogger("cuptiprof")
+
+
+class _Open:
+    __slots__ = ("range_id", "parent_id", "depth", "name", "kind", "step", "thread", "start", "attrs",
+                 "is_step")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+def _env_int(name: str) -> int | None:
+    v = os.environ.get(name, "")
+    return int(v) if v.lstrip("-").isdigit() else None
+
+
+class Recorder:
+    def __init__(self, settings: ChildSettings, parts_dir: str, mode: str):
+        self.s = settings
+        self.mode = mode                       # 'time' | 'light' | 'cpu'
+        self.parts = Path(parts_dir)
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        self.start_ns = time.time_ns()
+        self.lock = threading.RLock()
+        self.local = threading.local()
+        self.next_id = 1
+        self.seen = 0                          # step ranges begun (warm-up included)
+        self.recorded = 0                      # recorded steps finished
+        self.done = False                      # N steps recorded: collection off
+        self.ranges: list[tuple] = []          # finished range rows waiting for a flush
+        self.logs: list[tuple] = []
+        self.step_times: list[tuple] = []      # (step, duration_ns) of recorded steps
+        self.windows: list[tuple] = []         # (step, start_ns, end_ns) of recorded steps
+        self.current_step: int | None = None
+        self.writer = None
+        self.prof = None
+        self.closed = False
+
+    # -- paths ---------------------------------------------------------------------------------
+    def part_path(self, suffix: str) -> Path:
+        return self.parts / f"{self.host}-{self.pid}{suffix}"
+
+    def write_marker(self, argv: list[str]) -> None:
+        """A small JSON saying this process started; the launcher uses it to find processes
+        that ended before writing anything."""
+        doc = {"pid": self.pid, "ppid": os.getppid(), "host": self.host, "start_ns": self.start_ns,
+               "argv": argv, "rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"),
+               "world_size": _env_int("WORLD_SIZE")}
+        try:
+            self.part_path(".start.json").write_text(json.dumps(doc))
+        except OSError:
+            pass
+
+    # -- ranges and steps ----------------------------------------------------------------------
+    def _stack(self) -> list:
+        st = getattr(self.local, "stack", None)
+        if st is None:
+            st = self.local.stack = []
+        return st
+
+    def begin(self, name: str, *, is_step: bool = False, step: int | None = None,
+              attrs: dict | None = None, kind: str | None = None) -> _Open | None:
+        if self.closed:
+            return None
+        now = time.time_ns()
+        with self.lock:
+            if is_step:
+                if step is None:
+                    step = self.seen      # the ordinal, as the collector numbers unnamed steps
+                self.seen += 1
+                if self.done:
+                    return None
+                warm = self.seen <= self.s.warmup
+                kind = "warmup" if warm else "step"
+                if not warm:
+                    self.current_step = step
+                    self._start_profiler()
+            elif self.done and self.mode != "time":
+                return None
+            rid = self.next_id
+            self.next_id += 1
+        stack = self._stack()
+        parent = stack[-1] if stack else None
+        if kind is None:
+            kind = "warmup" if name == "warmup" else "user"
+        o = _Open(range_id=rid, parent_id=parent.range_id if parent else None, depth=len(stack),
+                  name=name, kind=kind, step=step if is_step else self.current_step,
+                  thread=threading.get_native_id(), start=now, attrs=attrs, is_step=is_step)
+        stack.append(o)
+        return o
+
+    def end(self, o: _Open | None) -> None:
+        if o is None:
+            return
+        now = time.time_ns()
+        stack = self._stack()
+        if o in stack:  # close anything left open inside it too
+            while stack:
+                top = stack.pop()
+                if top is o:
+                    break
+        with self.lock:
+            self.ranges.append((o.range_id, o.parent_id, o.depth, o.name, o.thread, o.start, now,
+                                o.kind, o.step, json.dumps(o.attrs, default=str, sort_keys=True) if o.attrs else None))
+            if o.kind == "warmup" and (not o.is_step or self.seen >= self.s.warmup):
+                self._start_profiler()      # right after warm-up: the start cost lands outside steps
+            if not (o.is_step and o.kind == "step"):
+                return
+            self.current_step = None
+            self.recorded += 1
+            self.step_times.append((o.step, now - o.start))
+            self.windows.append((o.step, o.start, now))
+            last = self.s.steps is not None and self.recorded >= self.s.steps
+            if self.mode != "time":
+                log.info("step %s: %.3f ms", o.step, (now - o.start) / 1e6)
+            if last:
+                self.done = True
+                self._stop_profiler()
+            if self.mode != "time":
+                self.flush()
+
+    def log_record(self, record: logging.LogRecord) -> None:
+        if self.closed or self.mode == "time":
+            return
+        with self.lock:
+            self.logs.append((threading.get_native_id(), int(record.created * 1e9), record.levelname,
+                              record.name, record.getMessage(), self.current_step))
+
+    # -- torch.profiler (CPU fallback) ---------------------------------------------------------
+    def start_profiler(self, _torch=None) -> None:
+        """At `import torch`: profiling starts before any step, so its start-up cost stays out
+        of the steps; ops outside the recorded steps are dropped when the steps are known."""
+        with self.lock:
+            self._start_profiler()
+
+    def _start_profiler(self) -> None:
+        if self.mode != "cpu" or self.prof is not None or self.done or "torch" not in sys.modules:
+            return
+        try:
+            from torch.profiler import ProfilerActivity, profile
+
+            self.prof = profile(activities=[ProfilerActivity.CPU])
+            self.prof.start()
+        except Exception as exc:  # never break the profiled program
+            self.prof = False
+            self._quality("cpu_profiler_failed", None, f"torch.profiler could not start: {exc}")
+
+    def _stop_profiler(self) -> None:
+        prof = self.prof
+        if not prof:
+            return
+        self.prof = False
+        try:
+            prof.stop()
+            self._write_ops(prof)
+        except Exception as exc:
+            self._quality("cpu_profiler_failed", None, f"torch.profiler results were lost: {exc}")
+
+    def _write_ops(self, prof) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        base = prof.profiler.kineto_results.trace_start_ns()
+        events = [e for e in prof.events() if not getattr(e, "is_async", False)]
+        if not events:
+            return
+        ids = {}
+        for e in events:
+            ids[e.id] = self.next_id
+            self.next_id += 1
+        n = len(events)
+        start = np.fromiter((base + int(e.time_range.start * 1000) for e in events), np.int64, n)
+        end = np.fromiter((base + int(e.time_range.end * 1000) for e in events), np.int64, n)
+        # Step of each op: the recorded step window that holds its start (host windows).
+        step = np.full(n, -1, np.int64)
+        for s, ws, we in self.windows:
+            step[(start >= ws) & (start < we)] = s
+        if self.windows:   # steps were marked: keep what ran inside them
+            keep = step >= 0
+            if not keep.any():
+                return
+            idx = np.nonzero(keep)[0]
+            events = [events[i] for i in idx]
+            start, end, step, n = start[idx], end[idx], step[idx], len(idx)
+        step_col = pa.array(step, mask=step < 0, type=pa.int32())
+        rid = pa.array([ids[e.id] for e in events], pa.int64())
+        parent = pa.array([ids.get(e.cpu_parent.id) if e.cpu_parent is not None else None
+                           for e in events], pa.int64())
+        depth = []
+        for e in events:
+            d, p = 0, e.cpu_parent
+            while p is not None and d < 256:
+                d, p = d + 1, p.cpu_parent
+            depth.append(d)
+        names = pa.array([e.name for e in events], pa.string())
+        thread = pa.array([int(e.thread) for e in events], pa.int64())
+        leaf = np.fromiter((not e.cpu_children for e in events), bool, n)
+        li = pa.array(np.nonzero(leaf)[0])
+        ranges = pa.table({"range_id": rid, "parent_id": parent, "depth": pa.array(depth, pa.int32()),
+                           "name": names, "thread_id": thread, "start_ns": pa.array(start),
+                           "end_ns": pa.array(end), "kind": pa.array(["op"] * n), "step": step_col})
+        kernels = pa.table({"device_id": pa.array(np.full(len(li), -1, np.int32)),
+                            "stream_id": thread.take(li).cast(pa.int32()),
+                            "correlation_id": rid.take(li),
+                            "start_ns": pa.array(start).take(li), "end_ns": pa.array(end).take(li),
+                            "step": step_col.take(li), "range_id": rid.take(li), "op_id": rid.take(li),
+                            "name": names.take(li)})
+        self._ensure_writer()
+        self.writer.append({"ranges": ranges, "kernels": kernels})
+
+    # -- writing -------------------------------------------------------------------------------
+    def _ensure_writer(self) -> None:
+        if self.writer is not None:
+            return
+        from cuptiprof.store.writer import RunInfo, Writer
+
+        torch_version = None
+        if "torch" in sys.modules:
+            torch_version = getattr(sys.modules["torch"], "__version__", None)
+        info = RunInfo(label=self.s.run_label, source="cpu" if self.mode == "cpu" else "cupti",
+                       command=" ".join(sys.argv), start_ns=self.start_ns, torch_version=torch_version,
+                       settings={"warmup": self.s.warmup, "steps": self.s.steps, "mode": self.mode,
+                                 "step_range": self.s.step_range, "step_fn": self.s.step_fn})
+        self.writer = Writer(self.part_path(".logs.duckdb" if self.mode == "logs" else ".duckdb"),
+                             info, mode="create")
+        try:   # one thread: the writer must not compete with the profiled program for cores
+            self.writer.execute("SET threads = 1")
+        except Exception:
+            pass
+        if self.mode == "logs":
+            return
+        self.writer.append({"processes": {
+            "pid": [self.pid], "host": [self.host], "rank": pa_int(_env_int("RANK")),
+            "local_rank": pa_int(_env_int("LOCAL_RANK")), "world_size": pa_int(_env_int("WORLD_SIZE")),
+            "command": [" ".join(sys.argv)], "start_ns": [self.start_ns], "ended_early": [None]}})
+        if self.mode == "cpu":
+            self.writer.append({"devices": {"device_id": [-1], "kind": ["cpu"], "name": [_cpu_name()],
+                                            "source": ["torch"]}})
+            self._quality("no_gpu", "gpu",
+                          "no GPU activity was captured (no CUDA GPU found): kernels holds CPU ops "
+                          "from torch.profiler on device -1, one stream per thread")
+        elif self.mode == "light":
+            self._quality("missing_kind", "gpu",
+                          "light mode: ranges and logs only, no GPU activity was collected")
+
+    def _quality(self, check: str, subject, detail: str) -> None:
+        try:
+            self._ensure_writer()
+            self.writer.add_quality(check, subject, None, detail)
+        except Exception:
+            pass
+
+    def flush(self) -> None:
+        with self.lock:
+            ranges, logs = self.ranges, self.logs
+            self.ranges, self.logs = [], []
+        if not ranges and not logs:
+            return
+        self._ensure_writer()
+        batch = {}
+        if ranges:
+            cols = list(zip(*ranges))
+            batch["ranges"] = {
+                "range_id": pa_col(cols[0], "int64"), "parent_id": pa_col(cols[1], "int64"),
+                "depth": pa_col(cols[2], "int32"), "name": pa_col(cols[3], "string"),
+                "thread_id": pa_col(cols[4], "int64"), "start_ns": pa_col(cols[5], "int64"),
+                "end_ns": pa_col(cols[6], "int64"), "kind": pa_col(cols[7], "string"),
+                "step": pa_col(cols[8], "int32"), "attrs": pa_col(cols[9], "string"),
+                "domain": pa_col(["cuptiprof"] * len(ranges), "string")}
+        if logs:
+            cols = list(zip(*logs))
+            batch["logs"] = {"thread_id": pa_col(cols[0], "int64"), "time_ns": pa_col(cols[1], "int64"),
+                             "level": pa_col(cols[2], "string"), "logger": pa_col(cols[3], "string"),
+                             "message": pa_col(cols[4], "string"), "step": pa_col(cols[5], "int32")}
+        self.writer.append(batch)
+
+    def close(self, status: str = "complete") -> None:
+        if self.closed:
+            return
+        try:
+            self._close(status)
+        finally:
+            try:   # the end marker: this process did not end early
+                self.part_path(".end.json").write_text(json.dumps({"pid": self.pid, "status": status}))
+            except OSError:
+                pass
+
+    def _close(self, status: str) -> None:
+        if self.mode == "time":
+            self.closed = True
+            if self.step_times:
+                try:
+                    self.part_path(".steps.json").write_text(json.dumps(
+                        {"pid": self.pid, "steps": self.step_times}))
+                except OSError:
+                    pass
+            return
+        # Ranges still open (a crash inside a step) are written without an end.
+        self._stop_profiler()
+        self.closed = True
+        with self.lock:
+            for st in list(getattr(self.local, "stack", []) or []):
+                self.ranges.append((st.range_id, st.parent_id, st.depth, st.name, st.thread, st.start,
+                                    None, st.kind, st.step, None))
+        try:
+            self.flush()
+            if self.writer is not None:
+                end = time.time_ns()
+                if self.mode != "logs":
+                    self.writer.execute("UPDATE processes SET end_ns = ?, ended_early = FALSE WHERE pid = ?",
+                                        [end, self.pid])
+                self.writer.close(status, end_ns=end)
+        except Exception as exc:
+            print(f"cuptiprof: could not finish {self.part_path('.duckdb')}: {exc}", file=sys.stderr)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's writer and buffers are not ours."""
+        self.writer = None
+        self.prof = None
+        self.ranges, self.logs = [], []
+        self.local = threading.local()
+        self.lock = threading.RLock()
+        self.pid = os.getpid()
+        self.start_ns = time.time_ns()
+
+
+def pa_int(v):
+    import pyarrow as pa
+
+    return pa.array([v], pa.int32())
+
+
+def pa_col(values, typ: str):
+    import pyarrow as pa
+
+    return pa.array(list(values), getattr(pa, typ)())
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "cpu"
