@@ -22,6 +22,11 @@ import re
 # come before the generic ones they overlap with (a conv's implicit GEMM is a conv; a copy
 # written as an elementwise kernel is a copy).
 RULES: tuple[tuple[str, str], ...] = (
+    # Compiler-generated kernels first: their names spell the fused ops ('..._layer_norm_1').
+    ("triton_pointwise", r"^triton_poi"),
+    ("triton_reduction", r"^triton_(red|per)"),
+    ("triton_template", r"^triton_tem"),
+    ("triton_fused", r"^triton"),
     ("flash_attention", r"flash|fmha|attention|sdpa|_attn|mha_fwd|mha_bwd"),
     ("conv", r"conv|scudnn|winograd|fft2d_|wgrad|dgrad|fprop|im2col|implicit_gemm|cask_cudnn"),
     ("gemm", r"gemm|gemv|cublas|cutlass|matmul|splitkreduce|xmma|magma_|nvjet|_mm_|bmm_"),
@@ -29,10 +34,6 @@ RULES: tuple[tuple[str, str], ...] = (
     ("layernorm", r"layer_?norm|rms_?norm|gammabetabackward"),
     ("batchnorm", r"batch_?norm|\bbn_(fw|bw)|cudnn::bn_"),
     ("groupnorm", r"group_?norm|rowwisemoments|computefusedparams"),
-    ("triton_pointwise", r"^triton_poi"),
-    ("triton_reduction", r"^triton_(red|per)"),
-    ("triton_template", r"^triton_tem"),
-    ("triton_fused", r"^triton"),
     ("optimizer", r"multi_tensor_apply|adamfunctor|fused_adam|sgd_"),
     ("embedding", r"embedding|_embs_|bucketize"),
     ("index_scatter", r"index_(select|put|add|copy|fill|elementwise|kernel)|indexselect|gather|scatter"),

@@ -1,0 +1,66 @@
+"""Kernel families: the same job on different GPUs gets the same family."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from cuptiprof.analyse.families import base_name, family
+
+# Real kernel names from the traces in ../shared/traces (V100, A100) and common H100/T4 names.
+CASES = {
+    "volta_sgemm_128x64_nn": "gemm",
+    "ampere_sgemm_128x128_tn": "gemm",
+    "turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn": "gemm",
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel": "gemm",
+    "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_16x4_nt_align1>(cutlass_80_tensorop_s1688gemm_128x128_16x4_nt_align1::Params)": "gemm",
+    "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false, cublasGemvParams<cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float> >, float>(cublasGemvParams<cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float> >, float, float)": "gemm",
+    "void splitKreduce_kernel<float, float, float, float>(cublasSplitKParams<float>, float const*, float const*, float*, float const*, float const*, float const*)": "gemm",
+    "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT": "gemm",
+    "volta_scudnn_128x64_relu_interior_nn_v1": "conv",
+    "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_execute_kernel_cudnn_infer": "conv",
+    "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, true, true>(int, int, int, float const*, int, float*, float const*, kernel_conv_params, unsigned long long, int, float, float, int, float const*, float const*, bool, int, int)": "conv",
+    "void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(cudnn::winograd_nonfused::WinogradDataParams<float, float>)": "conv",
+    "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t> >(Flash_fwd_params)": "flash_attention",
+    "fmha_cutlassF_f16_aligned_64x64_rf_sm80": "flash_attention",
+    "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true>(float*, float const*, int, int, int)": "softmax",
+    "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float, float const*, float const*, float const*, float*, float*, float*)": "layernorm",
+    "void cudnn::bn_fw_tr_1C11_singleread<float, 512, true, 1, 2, 0>(cudnn::bn_fw_tr_1C11_args<float>)": "batchnorm",
+    "triton_poi_fused_add_mul_0": "triton_pointwise",
+    "triton_red_fused_native_layer_norm_1": "triton_reduction",
+    "triton__0d1d2d3d": "triton_fused",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)": "elementwise",
+    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1} const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1} const&)::{lambda(int)#1})": "copy",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float>, unsigned int, float, 4>)": "reduce",
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float)": "optimizer",
+    "void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::index_kernel_impl<at::native::OpaqueType<8> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)::{lambda(char*, char*, long)#1}>(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>, at::native::gpu_index_kernel<at::native::index_kernel_impl<at::native::OpaqueType<8> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)::{lambda(char*, char*, long)#1} const&, bool)::{lambda(int)#1}>(long, at::native::gpu_index_kernel<at::native::index_kernel_impl<at::native::OpaqueType<8> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)::{lambda(char*, char*, long)#1}>(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>, at::native::gpu_index_kernel<at::native::index_kernel_impl<at::native::OpaqueType<8> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)::{lambda(char*, char*, long)#1} const&, bool)::{lambda(int)#1})": "index_scatter",
+    "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, float*, long*)": "pooling",
+    "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)": "nccl_allreduce",
+    "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)": "nccl_allgather",
+    "Memcpy HtoD": "Memcpy HtoD",
+    "Memset": "Memset",
+    "saxpy(double *, double *, double *, double, int)": "saxpy",
+}
+
+
+@pytest.mark.parametrize("name,expected", list(CASES.items()), ids=lambda v: str(v)[:40])
+def test_family(name, expected):
+    assert family(name) == expected
+
+
+def test_base_name_strips_arch_shapes_templates_and_params():
+    assert base_name("void clover::par_ranged1d_kernel<build_field(global_variables &)>(clover::Range1d, T1)") \
+        == "par_ranged1d_kernel"
+    assert base_name("sm80_my_custom_kernel_128x64_nn") == "my_custom_kernel"
+    assert family(None) == "(unnamed)" and family("") == "(unnamed)"
+
+
+def test_every_kernel_of_a_real_trace_gets_a_family(shared_traces):
+    path = shared_traces / "kineto-tbplugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+    events = json.load(gzip.open(path))["traceEvents"]
+    names = {e["name"] for e in events if str(e.get("cat", "")).lower() == "kernel"}
+    assert len(names) == 67  # the published count of distinct kernel names
+    fams = {family(n) for n in names}
+    assert all(fams) and len(fams) < len(names) / 3
+    assert {"conv", "gemm", "batchnorm", "elementwise", "pooling"} <= fams

@@ -1,0 +1,199 @@
+"""HTML report and comparison: self-contained, names escaped, plots render in a real browser."""
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cuptiprof
+from cuptiprof.analyse.compare import Comparison
+from cuptiprof.cli import main
+from cuptiprof.render.html import esc, write_compare, write_report
+from test_compare import BASE_OPS, FLASH, SOFTMAX, import_trace, make_run
+
+EVIL_KERNEL = "<script>alert(1)</script>"
+EVIL_OP = '"onload=alert(2) x="'
+EVIL_DEVICE = "<img src=x onerror=alert(3)>"
+
+
+@pytest.fixture
+def evil(tmp_path):
+    ops = dict(BASE_OPS)
+    ops[EVIL_KERNEL] = (150.0, 2, EVIL_OP)
+    a = make_run(tmp_path / "a.duckdb", ops=ops, device=EVIL_DEVICE, label="</title><b>x", noise=0.02)
+    ops2 = dict(ops)
+    ops2[SOFTMAX] = (200.0, 2, "aten::softmax")
+    ops2[FLASH] = (80.0, 1, "aten::flash")
+    b = make_run(tmp_path / "b.duckdb", ops=ops2, copies=(("DtoH", 4 << 20, 300.0),), seed=5, noise=0.02)
+    return a, b
+
+
+def _assert_safe(text: str) -> None:
+    assert EVIL_KERNEL not in text and esc(EVIL_KERNEL) in text
+    assert "<img" not in text and "<b>x" not in text
+    assert 'x=""' not in text and '"onload' not in text
+    assert text.count("<script") == 1  # only cuptiprof's own inline script
+    # self-contained: nothing loaded from elsewhere
+    assert not re.search(r"https?://|<link|<iframe|\bsrc=\"|@import|url\(", text)
+
+
+def test_report_html_has_plots_and_escapes_names(evil, tmp_path):
+    out = tmp_path / "r.html"
+    with cuptiprof.open(evil[0]) as prof:
+        assert write_report(prof, out, top=10) == out
+    text = out.read_text()
+    _assert_safe(text)
+    assert text.count("<svg") >= 4  # ops, steps, kinds, timelines
+    assert text.count('class="timeline"') == 5  # the 5 recorded steps (up to 6 embedded)
+    assert 'class="plot ops"' in text and "(typical)</option>" in text
+    for color in ("#4c78a8", "#f58518", "#54a24b"):  # kernel, memcpy, memset boxes
+        assert f'fill="{color}"' in text
+
+
+def test_compare_html_has_rank_shift_and_escapes_names(evil, tmp_path):
+    out = tmp_path / "c.html"
+    with Comparison(evil) as cmp:
+        write_compare(cmp, out, top=8)
+    text = out.read_text()
+    _assert_safe(text)
+    assert "<polyline" in text  # the rank-shift lines
+    assert text.count("<svg") >= 5
+    assert "B: absent" in text or "A: absent" in text
+
+
+def test_cli_writes_html(evil, tmp_path, capsys):
+    out = tmp_path / "cli.html"
+    assert main(["report", str(evil[0]), "--html", str(out)]) == 0
+    assert out.stat().st_size > 5000 and "wrote" in capsys.readouterr().err
+    out2 = tmp_path / "cmp.html"
+    assert main(["compare", str(evil[0]), str(evil[1]), "--html", str(out2), "--by", "family"]) == 0
+    assert "gemm" in out2.read_text()
+    assert main(["report", str(evil[0]), "--html", str(tmp_path / "nodir" / "x.html")]) != 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+# -- in a real browser ------------------------------------------------------------------------
+def _chromium() -> str:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _run_chromium(tmp_path: Path, page: Path, *extra: str) -> subprocess.CompletedProcess:
+    profile = tmp_path / f"chromium-profile-{len(list(tmp_path.iterdir()))}"
+    args = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *extra, page.as_uri()]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+
+def _console_errors(stderr: str) -> list[str]:
+    return [l for l in stderr.splitlines() if "CONSOLE" in l or "Uncaught" in l]
+
+
+def _png_pixels(path: Path) -> np.ndarray:
+    """Decode an 8-bit, non-interlaced RGB/RGBA PNG (what chromium writes) into an (h, w, c) array."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, w = 8, b"", 0
+    while pos < len(data):
+        n, typ = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + n]
+        if typ == b"IHDR":
+            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", chunk)
+            assert depth == 8 and interlace == 0 and ctype in (2, 6)
+            c = 3 if ctype == 2 else 4
+        elif typ == b"IDAT":
+            idat += chunk
+        pos += 12 + n
+    raw = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(h, 1 + w * c)
+    out = np.zeros((h, w * c), np.int32)
+    prev = np.zeros(w * c, np.int32)
+    for y in range(h):
+        f, line = raw[y, 0], raw[y, 1:].astype(np.int32)
+        if f == 0:
+            cur = line
+        elif f == 2:
+            cur = (line + prev) % 256
+        elif f == 1:
+            cur = line.reshape(w, c).cumsum(axis=0).reshape(-1) % 256
+        else:
+            cur = np.zeros_like(line)
+            for x in range(w * c):
+                a = cur[x - c] if x >= c else 0
+                b = prev[x]
+                if f == 3:
+                    cur[x] = (line[x] + (a + b) // 2) % 256
+                else:
+                    cc = prev[x - c] if x >= c else 0
+                    p = a + b - cc
+                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - cc)
+                    pred = a if pa <= pb and pa <= pc else (b if pb <= pc else cc)
+                    cur[x] = (line[x] + pred) % 256
+        out[y] = cur
+        prev = cur
+    return out.reshape(h, w, c)[:, :, :3].astype(np.uint8)
+
+
+@pytest.mark.browser
+def test_report_renders_in_chromium(evil, tmp_path):
+    page = tmp_path / "report.html"
+    with cuptiprof.open(evil[0]) as prof:
+        write_report(prof, page, top=10)
+    res = _run_chromium(tmp_path, page, "--dump-dom")
+    assert res.returncode == 0, res.stderr[-2000:]
+    dom = res.stdout
+    assert dom.count("<svg") >= 4 and "<rect" in dom
+    # the inline script ran: exactly one timeline is shown, the others are hidden
+    assert dom.count('style="display: block;"') == 1 and dom.count('style="display: none;"') == 4
+    assert EVIL_KERNEL not in dom and "<img" not in dom
+    assert not _console_errors(res.stderr), _console_errors(res.stderr)
+
+    shot = tmp_path / "report.png"
+    res = _run_chromium(tmp_path, page, f"--screenshot={shot}", "--window-size=900,1100", "--hide-scrollbars")
+    assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
+    px = _png_pixels(shot)
+    colours = {tuple(p) for p in px.reshape(-1, 3)[::7]}
+    assert len(colours) > 30  # not a blank page: bars, text anti-aliasing, legends
+    kernel_blue = np.all(px == (0x4c, 0x78, 0xa8), axis=2).sum()
+    memcpy_orange = np.all(px == (0xf5, 0x85, 0x18), axis=2).sum()
+    assert kernel_blue > 2000 and memcpy_orange > 200  # the bars were painted
+
+
+@pytest.mark.browser
+def test_console_error_check_catches_a_broken_page(tmp_path):
+    page = tmp_path / "broken.html"
+    page.write_text("<html><body><script>undefinedFunction();</script></body></html>")
+    res = _run_chromium(tmp_path, page, "--dump-dom")
+    assert _console_errors(res.stderr)
+
+
+@pytest.mark.browser
+def test_compare_renders_in_chromium(evil, tmp_path):
+    page = tmp_path / "compare.html"
+    with Comparison(evil) as cmp:
+        write_compare(cmp, page, top=8)
+    res = _run_chromium(tmp_path, page, "--dump-dom")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.count("<svg") >= 5 and "<polyline" in res.stdout
+    assert not _console_errors(res.stderr), _console_errors(res.stderr)
+    shot = tmp_path / "compare.png"
+    res = _run_chromium(tmp_path, page, f"--screenshot={shot}", "--window-size=900,900", "--hide-scrollbars")
+    assert res.returncode == 0 and shot.exists()
+    px = _png_pixels(shot)
+    run_red = np.all(px == (0xe4, 0x57, 0x56), axis=2).sum()  # file B's bars
+    assert run_red > 500 and len({tuple(p) for p in px.reshape(-1, 3)[::7]}) > 30
+
+
+def test_real_trace_report_html(shared_traces, tmp_path):
+    src = shared_traces / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    dest = import_trace(src, tmp_path / "ns.duckdb")
+    out = tmp_path / "ns.html"
+    assert main(["report", str(dest), "--html", str(out)]) == 0
+    text = out.read_text()
+    assert text.count('class="timeline"') == 5 and text.count("<svg") >= 8
+    assert "multi_tensor_apply_kernel" in text
