@@ -39,6 +39,8 @@ GPU_TABLES = ("kernel", "memcpy", "memcpy_p2p", "memset", "sync", "memory")
 class RangeBook(Protocol):
     """What the resolver needs from the session's own range bookkeeping."""
 
+    step_map: dict  # range_id -> step
+
     def step_of(self, range_id: int) -> int | None: ...
     def start_of(self, range_id: int) -> int: ...
     def note_step(self, range_id: int, step: int | None) -> None: ...
@@ -143,8 +145,20 @@ class Resolver:
             corr_at = _CORR_INDEX[table]
             keep, wait, rids, steps = [], [], [], []
             cache: dict[int, Any] = {}
+            ext_cur, ext_prev = self._ext
+            step_map = self.book.step_map
+            fast = not self._has_markers
             for r in todo:
                 corr = r[corr_at]
+                if fast:  # common case: an external id names the range; no NVTX to compare
+                    rid = ext_cur.get(corr)
+                    if rid is None:
+                        rid = ext_prev.get(corr)
+                    if rid is not None:
+                        keep.append(r)
+                        rids.append(rid)
+                        steps.append(step_map.get(rid))
+                        continue
                 c = cache.get(corr)
                 if c is None:
                     c = cache[corr] = self.claim(corr, final)
@@ -309,17 +323,18 @@ class Resolver:
     def _api_batch(self, api: list) -> dict[str, Any]:
         c = columns("api", api)
         drv = self.driver_kind
-        rids, steps = [], []
-        for corr in c["correlation_id"]:
-            rid = self._ext_of(corr)
-            rids.append(rid)
-            steps.append(None if rid is None else self.book.step_of(rid))
+        ext_cur, ext_prev = self._ext
+        step_map = self.book.step_map
+        rids = [ext_cur.get(corr, ext_prev.get(corr)) for corr in c["correlation_id"]]
+        steps = [step_map.get(rid) for rid in rids]
         self.rows_out["api_calls"] = self.rows_out.get("api_calls", 0) + len(api)
-        name = self.api_name
+        names: dict = {}
+        for k, cb in set(zip(c["kind"], c["cbid"])):
+            names[(k, cb)] = self.api_name(k == drv, cb)
         return {"thread_id": _i64(c["thread_id"]),
                 "api_kind": pa.array(["driver" if k == drv else "runtime" for k in c["kind"]]),
                 "cbid": _i32(c["cbid"]),
-                "name": pa.array([name(k == drv, cb) for k, cb in zip(c["kind"], c["cbid"])]),
+                "name": pa.array([names[kc] for kc in zip(c["kind"], c["cbid"])]),
                 "correlation_id": _i64(c["correlation_id"]), "start_ns": _i64(c["start"]),
                 "end_ns": _i64(c["end"]),
                 "return_code": _i32(c["return_value"]),

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable
 import pyarrow as pa
 
 from cuptiprof import markers
+from cuptiprof.collect.decode import no_gc
 from cuptiprof.collect.errors import CollectorProblem
 from cuptiprof.errors import UsageError
 
@@ -137,6 +138,7 @@ class Session:
         self._closed: list[tuple] = []
         self._open: dict[int, list] = {}
         self._step_of: dict[int, int | None] = {}
+        self.step_map = self._step_of  # read by the resolver
         self._start_of: dict[int, int] = {}
         self._gens: deque = deque()
         self._gen_ids: list[int] = []
@@ -461,7 +463,7 @@ class Session:
     # -- flushing -----------------------------------------------------------------------------
     def flush(self, final: bool = False) -> None:
         """Synchronize, flush CUPTI, resolve and append one transaction. Main thread only."""
-        with self._flush_lock:
+        with self._flush_lock, no_gc():
             src = self.source
             if src.gpu:
                 try:
