@@ -221,7 +221,8 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path) -> LaunchResu
     start_ns = time.time_ns()
     t0 = time.perf_counter()
     try:
-        child = subprocess.Popen(cmd, env=env)
+        quiet = subprocess.DEVNULL if o.quiet else None
+        child = subprocess.Popen(cmd, env=env, stdout=quiet, stderr=quiet)
     except OSError as exc:
         raise InputError(f"{cmd[0]}: cannot run ({exc.strerror})") from None
     rc = _wait_forwarding(child)
@@ -278,6 +279,7 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
     from cuptiprof.store.merge import merge_files
     from cuptiprof.store.writer import RunInfo
 
+    _wait_for_stragglers(parts)
     sources = sorted(parts.glob("*.duckdb"))
     starts = {}
     for m in parts.glob("*.start.json"):
@@ -326,6 +328,32 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
                            extra={"processes": procs}, ended_early=early)
     except CuptiprofError as exc:
         raise CuptiprofError(f"{exc} (the part files are kept in {parts})") from None
+
+
+def _wait_for_stragglers(parts: Path, timeout_s: float = 3.0) -> None:
+    """Helpers the command started (multiprocessing's resource tracker, workers being torn down)
+    may outlive it by a moment; give them time to close their part files."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ended = {p.name.split(".")[0] for p in parts.glob("*.end.json")}
+        waiting = False
+        for m in parts.glob("*.start.json"):
+            stem = m.name.split(".")[0]
+            pid = stem.rsplit("-", 1)[-1]
+            if stem not in ended and pid.isdigit() and _alive(int(pid)) and not _zombie(int(pid)):
+                waiting = True
+                break
+        if not waiting:
+            return
+        time.sleep(0.05)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def print_summary(res: LaunchResult, o: LaunchOptions) -> None:

@@ -1,0 +1,82 @@
+"""`cuptiprof run --overhead [--repeat R] -- CMD`: what profiling costs, measured by the tool.
+
+CMD runs R times without profiling (only its steps are timed, in memory, no DuckDB) and R times
+with it, interleaved (base, profiled, profiled, base, ...) so that drift in the machine hits both
+alike. Per-step latency is the median host duration of the recorded steps of each run; end to
+end is the wall time of the whole command. The table shows the median of the runs and their
+spread (min-max).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from cuptiprof.errors import CuptiprofError
+from cuptiprof.render.table import plain_table
+from cuptiprof.run.launcher import LaunchOptions, launch
+
+
+def _median_steps_base(parts: Path) -> float | None:
+    durs = []
+    for f in parts.glob("*.steps.json"):
+        try:
+            durs += [d for _, d in json.loads(f.read_text())["steps"]]
+        except (OSError, ValueError, KeyError):
+            continue
+    return statistics.median(durs) / 1e6 if durs else None
+
+
+def _median_steps_profiled(path: Path) -> float | None:
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        row = con.execute("SELECT median(end_ns - start_ns) FROM ranges WHERE kind = 'step' "
+                          "AND end_ns IS NOT NULL").fetchone()
+    finally:
+        con.close()
+    return row[0] / 1e6 if row and row[0] is not None else None
+
+
+def measure(cmd: list[str], opts: LaunchOptions, repeat: int, out=None) -> int:
+    out = out or sys.stdout
+    tmp = Path(tempfile.mkdtemp(prefix="cuptiprof-overhead-"))
+    runs = {"base": [], "prof": []}
+    try:
+        for r in range(repeat):
+            order = ("base", "prof") if r % 2 == 0 else ("prof", "base")
+            for kind in order:
+                o = replace(opts, output=str(tmp / f"{kind}-{r}.duckdb"), report=False, quiet=True,
+                            mode="time" if kind == "base" else opts.mode)
+                res = launch(cmd, o)
+                if res.exit_code != 0:
+                    raise CuptiprofError(f"{cmd[0]} exited with status {res.exit_code} in "
+                                         f"{'an unprofiled' if kind == 'base' else 'a profiled'} run; "
+                                         "--overhead needs a command that succeeds")
+                step = _median_steps_base(res.parts) if kind == "base" else _median_steps_profiled(res.output)
+                shutil.rmtree(res.parts, ignore_errors=True)
+                runs[kind].append((step, res.wall_s))
+                print(f"cuptiprof: overhead run {r + 1}/{repeat} {'without' if kind == 'base' else 'with'} "
+                      f"profiling: {res.wall_s:.2f} s" + (f", {step:.3f} ms/step" if step else ""),
+                      file=sys.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    rows = []
+    for label, idx, unit in (("per step (median of recorded steps)", 0, "ms"), ("end to end", 1, "s")):
+        b = [x[idx] for x in runs["base"] if x[idx] is not None]
+        p = [x[idx] for x in runs["prof"] if x[idx] is not None]
+        if not b or not p:
+            rows.append([label, "", "", "", "", "no steps marked"])
+            continue
+        mb, mp = statistics.median(b), statistics.median(p)
+        rows.append([label, f"{mb:.3f} {unit}", f"{mp:.3f} {unit}", f"{100 * (mp - mb) / mb:+.1f}",
+                     f"{min(b):.3f}-{max(b):.3f}", f"{min(p):.3f}-{max(p):.3f}"])
+    out.write(f"cuptiprof overhead: {repeat} runs each, interleaved: {' '.join(cmd)}\n")
+    out.write(plain_table(["metric", "without", "with", "diff_pct", "spread_without", "spread_with"],
+                          rows, [False, True, True, True, True, True]))
+    return 0

@@ -1,0 +1,52 @@
+"""Helpers for the `cuptiprof run` tests: run the CLI on real child processes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def env(**extra) -> dict:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    for k in ("CUPTIPROF_FAKE_CUPTI", "CUPTIPROF_DISABLE", "CUPTIPROF_RUN_SETTINGS"):
+        e.pop(k, None)
+    e.update(extra)
+    return e
+
+
+def script(tmp: Path, body: str, name: str = "prog.py") -> Path:
+    p = tmp / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def cli(args, cwd: Path, timeout: float = 120, **extra) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cuptiprof", *map(str, args)], cwd=cwd,
+                          env=env(**extra), capture_output=True, text=True, timeout=timeout)
+
+
+def popen(args, cwd: Path, **extra) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cuptiprof", *map(str, args)], cwd=cwd,
+                            env=env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def q(path: Path, sql: str) -> list:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def one_line_error(stderr: str) -> None:
+    lines = [l for l in stderr.strip().splitlines() if l]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("cuptiprof: error:"), stderr
+    assert "Traceback" not in stderr

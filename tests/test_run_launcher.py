@@ -1,0 +1,207 @@
+"""`cuptiprof run` on real child processes: exit statuses, signals, crashes, bad input."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from _run_helpers import cli, one_line_error, popen, q, script
+
+PY = sys.executable
+
+
+def test_exit_status_and_file(tmp_path):
+    p = script(tmp_path, "import sys; print('hello'); sys.exit(3)\n")
+    r = cli(["run", "-o", "out.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 3, r.stderr
+    assert "hello" in r.stdout
+    out = tmp_path / "out.duckdb"
+    assert out.exists() and not (tmp_path / "out.duckdb.parts").exists()
+    assert q(out, "SELECT status FROM runs") == [("failed",)]
+    assert q(out, "SELECT exit_status FROM processes") == [(3,)]
+
+
+def test_success_prints_report_and_path(tmp_path):
+    p = script(tmp_path, """
+        import cuptiprof
+        for i in range(3):
+            with cuptiprof.range("step", step=i):
+                sum(range(1000))
+    """)
+    r = cli(["run", "-o", "ok.duckdb", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "overview:" in r.stdout and "steps:" in r.stdout
+    assert "wrote ok.duckdb" in r.stderr
+    assert q(tmp_path / "ok.duckdb", "SELECT status FROM runs") == [("complete",)]
+    assert q(tmp_path / "ok.duckdb",
+             "SELECT step FROM ranges WHERE kind='step' ORDER BY step") == [(0,), (1,), (2,)]
+
+
+def test_crashing_child(tmp_path):
+    p = script(tmp_path, """
+        import cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+        raise ValueError("boom")
+    """)
+    r = cli(["run", "-o", "c.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 1
+    assert "ValueError: boom" in r.stderr          # the child's own traceback is untouched
+    out = tmp_path / "c.duckdb"
+    assert q(out, "SELECT status FROM runs") == [("failed",)]
+    assert q(out, "SELECT count(*) FROM ranges WHERE kind='step'") == [(1,)]
+
+
+def test_os_exit_marks_process_ended_early(tmp_path):
+    p = script(tmp_path, """
+        import os, cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+        with cuptiprof.range("step", step=1):
+            os._exit(5)
+    """)
+    r = cli(["run", "-o", "e.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 5
+    out = tmp_path / "e.duckdb"
+    assert q(out, "SELECT ended_early, exit_status FROM processes") == [(True, 5)]
+    assert q(out, "SELECT check_name FROM data_quality WHERE check_name='process_ended_early'") \
+        == [("process_ended_early",)]
+    assert q(out, "SELECT step FROM ranges WHERE kind='step'") == [(0,)]   # flushed before the exit
+
+
+def test_sigkill_child_keeps_flushed_steps(tmp_path):
+    p = script(tmp_path, """
+        import os, signal, cuptiprof
+        for i in range(2):
+            with cuptiprof.range("step", step=i):
+                pass
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    r = cli(["run", "-o", "k.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 128 + 9
+    out = tmp_path / "k.duckdb"
+    assert q(out, "SELECT count(*) FROM ranges WHERE kind='step'") == [(2,)]
+    assert q(out, "SELECT bool_and(ended_early) FROM processes") == [(True,)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_are_forwarded(tmp_path, sig):
+    ready = tmp_path / "ready"
+    p = script(tmp_path, f"""
+        import time, pathlib, cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+        pathlib.Path({str(ready)!r}).write_text("x")
+        time.sleep(60)
+    """)
+    proc = popen(["run", "-o", "s.duckdb", "--no-report", "--", PY, p], tmp_path)
+    deadline = time.time() + 60
+    while not ready.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert ready.exists()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    out = tmp_path / "s.duckdb"
+    assert q(out, "SELECT status FROM runs") == [("interrupted",)]
+    assert q(out, "SELECT count(*) FROM ranges WHERE kind='step'") == [(1,)]
+
+
+def test_child_that_spawns_children(tmp_path):
+    p = script(tmp_path, """
+        import multiprocessing as mp, cuptiprof
+
+        def work(i):
+            for s in range(2):
+                with cuptiprof.range("step", step=s):
+                    sum(range(1000))
+            return i
+
+        if __name__ == "__main__":
+            with cuptiprof.range("step", step=0):
+                pass
+            ctx = mp.get_context("spawn")
+            ps = [ctx.Process(target=work, args=(i,)) for i in range(2)]
+            for x in ps: x.start()
+            for x in ps: x.join()
+            print("exitcodes", [x.exitcode for x in ps])
+    """)
+    r = cli(["run", "-o", "m.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "m.duckdb"
+    assert q(out, "SELECT count(*) FROM runs") == [(1,)]
+    # the parent and both workers recorded their steps into the one run
+    per_pid = q(out, "SELECT pid, count(*) FROM ranges WHERE kind='step' GROUP BY pid ORDER BY 2")
+    assert [n for _, n in per_pid] == [1, 2, 2]
+    assert q(out, "SELECT count(*) FROM processes WHERE ended_early") == [(0,)]
+
+
+def test_command_not_found(tmp_path):
+    r = cli(["run", "-o", "x.duckdb", "--", "no-such-command-xyz"], tmp_path)
+    assert r.returncode == 2
+    one_line_error(r.stderr)
+    assert "no-such-command-xyz" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--steps", "0"], "--steps 0"),
+    (["--warmup", "-1"], "--warmup"),
+    (["--step-fn", "no_such_module_xyz:f"], "cannot import"),
+    (["--step-fn", "not-a-spec"], "MODULE:QUALNAME"),
+    (["--kinds", "bogus"], "bogus"),
+    (["-o", "missing-dir/x.duckdb"], "does not exist"),
+])
+def test_bad_input_one_line(tmp_path, args, words):
+    r = cli(["run", *args, "--", PY, "-c", "pass"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert words in r.stderr
+    assert not any(p.suffix == ".duckdb" or p.name.endswith(".parts") for p in tmp_path.iterdir())
+
+
+def test_unwritable_output_dir(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root can write anywhere")
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o500)
+    r = cli(["run", "-o", d / "x.duckdb", "--", PY, "-c", "pass"], tmp_path)
+    assert r.returncode == 2
+    one_line_error(r.stderr)
+
+
+def test_output_another_run_is_writing(tmp_path):
+    parts = tmp_path / "busy.duckdb.parts"
+    parts.mkdir()
+    (parts / "launcher.pid").write_text(str(os.getpid()))   # a live writer
+    r = cli(["run", "-o", "busy.duckdb", "--", PY, "-c", "pass"], tmp_path)
+    assert r.returncode == 2
+    one_line_error(r.stderr)
+    assert "another cuptiprof run" in r.stderr
+    assert not (tmp_path / "busy.duckdb").exists()
+
+
+def test_existing_output_is_not_overwritten(tmp_path):
+    (tmp_path / "old.duckdb").write_text("previous run")
+    r = cli(["run", "-o", "old.duckdb", "--", PY, "-c", "pass"], tmp_path)
+    assert r.returncode == 2
+    one_line_error(r.stderr)
+    assert (tmp_path / "old.duckdb").read_text() == "previous run"
+
+
+def test_default_output_name_is_unique(tmp_path):
+    for _ in range(2):
+        r = cli(["run", "--no-report", "--", PY, "-c", "pass"], tmp_path)
+        assert r.returncode == 0, r.stderr
+    files = sorted(p.name for p in tmp_path.glob("cuptiprof-*.duckdb"))
+    assert len(files) == 2 and files[0] != files[1]
+
+
+def test_not_a_python_command(tmp_path):
+    r = cli(["run", "-o", "sh.duckdb", "--no-report", "--", "sh", "-c", "exit 4"], tmp_path)
+    assert r.returncode == 4
+    assert q(tmp_path / "sh.duckdb", "SELECT exit_status FROM processes") == [(4,)]
