@@ -13,6 +13,7 @@ import cuptiprof
 from cuptiprof import markers
 from cuptiprof.collect import cupti_source, session as session_mod
 from cuptiprof.collect.fake import FakeCupti
+from cuptiprof.collect.resolve import SELF_ID
 from cuptiprof.collect.session import Session
 from cuptiprof.errors import UsageError
 
@@ -82,13 +83,13 @@ def test_flush_after_synchronize_at_each_step_and_ordered_stop(tmp_path):
     names = [c[0] for c in f.calls]
     flushes = [i for i, n in enumerate(names) if n == "flush"]
     assert len(flushes) == 4
-    for i in flushes:
-        assert names[i - 1] in ("synchronize", "disable")
+    for i in flushes[:3]:  # the session's own synchronize is tagged so its rows are dropped
+        assert f.calls[i - 3:i] == [("push", 5, SELF_ID), ("synchronize",), ("pop", 5)]
     # stop: synchronize, disable every kind, forced flush, then give CUPTI back
     tail = names[names.index("synchronize", flushes[2] + 1):]
     assert tail[0] == "synchronize" and tail[-1] == "unsubscribe"
     assert f.calls[flushes[-1]] == ("flush", 1)
-    assert all(n == "disable" for n in tail[1:tail.index("flush")])
+    assert tail[1] == "pop" and all(n == "disable" for n in tail[2:tail.index("flush")])
     assert f.calls[flushes[0]] == ("flush", 0)
     assert ("set_thread_id_type", int(FakeCupti.ActivityThreadIdType.SYSTEM)) in f.calls
     assert names.index("subscribe_v2") < names.index("register_callbacks") < names.index("enable")
@@ -105,9 +106,9 @@ def test_push_pop_balanced_with_custom2_even_on_exceptions(tmp_path):
             with cuptiprof.step(0):
                 with cuptiprof.range("inner"):
                     1 / 0
-    pushes = [c for c in f.calls if c[0] == "push"]
+    pushes = [c for c in f.calls if c[0] == "push" and c[2] != SELF_ID]
     pops = [c for c in f.calls if c[0] == "pop"]
-    assert len(pushes) == len(pops) == 2
+    assert len(pushes) == 2 and len(pops) == len(pushes) + f.calls.count(("push", 5, SELF_ID))
     assert {c[1] for c in pushes + pops} == {int(FakeCupti.ExternalCorrelationKind.CUSTOM2)}
     assert not any(f._stacks.values())
 
@@ -239,7 +240,7 @@ def test_disable_env_turns_ranges_off(tmp_path, monkeypatch):
         with Session(p, source=f, quiet=True):
             with cuptiprof.step(0):
                 f.launch_kernel("k")
-        assert not any(c[0] == "push" for c in f.calls)
+        assert not any(c[0] == "push" and c[2] != SELF_ID for c in f.calls)
         assert q(p, "SELECT count(*) FROM ranges") == [(0,)]
     finally:
         monkeypatch.delenv("CUPTIPROF_DISABLE")
@@ -276,3 +277,16 @@ def test_fake_env_and_exit_without_stop(tmp_path):
                                                                                       (2, 2)]
     assert q(p, "SELECT step, copy_kind FROM memcpys ORDER BY step") == [(1, "HtoD"), (2, "HtoD")]
     assert q(p, "SELECT ended_early FROM processes") == [(False,)]
+
+
+def test_the_sessions_own_synchronize_leaves_no_rows(tmp_path):
+    f = FakeCupti()
+    f.synchronize = lambda: f.stream_synchronize()  # a synchronize that CUPTI records
+    p = tmp_path / "self.duckdb"
+    with Session(p, source=f, quiet=True):
+        with cuptiprof.step(0):
+            f.launch_kernel("k")
+    assert q(p, "SELECT count(*) FROM syncs") == [(0,)]
+    assert q(p, "SELECT name FROM api_calls") == [("cudaLaunchKernel",)]
+    assert q(p, "SELECT count(*) FROM data_quality WHERE check_name = 'unclaimed_records'") == [
+        (0,)]

@@ -33,6 +33,7 @@ SYNC_TYPE = {0: "unknown", 1: "event_synchronize", 2: "stream_wait_event",
              3: "stream_synchronize", 4: "context_synchronize"}
 NA32 = 0xFFFFFFFF  # CUPTI's "not applicable" for 32-bit ids
 MARKER_START, MARKER_END = 2, 4  # ActivityFlag has no MARKER_END member (docs/cupti-python.md §3)
+SELF_ID = (1 << 63) - 1  # external id around cuptiprof's own synchronize: rows dropped
 GPU_TABLES = ("kernel", "memcpy", "memcpy_p2p", "memset", "sync", "memory")
 
 
@@ -155,6 +156,8 @@ class Resolver:
                     if rid is None:
                         rid = ext_prev.get(corr)
                     if rid is not None:
+                        if rid == SELF_ID:
+                            continue
                         keep.append(r)
                         rids.append(rid)
                         steps.append(step_map.get(rid))
@@ -164,6 +167,8 @@ class Resolver:
                     c = cache[corr] = self.claim(corr, final)
                 if c is None:
                     wait.append(r)
+                    continue
+                if c[0] == SELF_ID:
                     continue
                 keep.append(r)
                 rids.append(c[0])
@@ -321,6 +326,8 @@ class Resolver:
         return {key: out} if key not in ("memcpys",) else {key: out}
 
     def _api_batch(self, api: list) -> dict[str, Any]:
+        ext_cur, ext_prev = self._ext
+        api = [r for r in api if ext_cur.get(r[5], ext_prev.get(r[5])) != SELF_ID]
         c = columns("api", api)
         drv = self.driver_kind
         ext_cur, ext_prev = self._ext

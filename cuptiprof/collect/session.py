@@ -35,6 +35,7 @@ import pyarrow as pa
 from cuptiprof import markers
 from cuptiprof.collect.decode import no_gc
 from cuptiprof.collect.errors import CollectorProblem
+from cuptiprof.collect.resolve import SELF_ID
 from cuptiprof.errors import UsageError
 
 FAKE_ENV = "CUPTIPROF_FAKE_CUPTI"
@@ -467,7 +468,7 @@ class Session:
             src = self.source
             if src.gpu:
                 try:
-                    src.synchronize()
+                    self._own_synchronize(src)
                     if final:  # disable kinds, deliver everything, count, give CUPTI back
                         src.disable()
                         src.flush(True)
@@ -492,6 +493,17 @@ class Session:
                 self.writer.append(batches)
             self.flushes += 1
             self._prune()
+
+    def _own_synchronize(self, src: Any) -> None:
+        """Wait for the GPU; the sync record this makes is ours, so the resolver drops it."""
+        if not self.collecting:
+            src.synchronize()
+            return
+        src.push(SELF_ID)
+        try:
+            src.synchronize()
+        finally:
+            src.pop()
 
     def _ranges_batch(self) -> dict | None:
         closed, self._closed = self._closed, []
