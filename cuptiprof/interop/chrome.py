@@ -159,7 +159,8 @@ def _ranges(b, base, gpu_pid, cpu_pid, counts) -> list[dict]:
                        "ts": _us(s, base), "dur": (e - s) / 1000,
                        "args": {"device": a.get("device"), "stream": a.get("stream")}})
             continue
-        cat = _DOMAIN_CAT.get(dom) or ("cpu_op" if kind == "op" else "user_annotation")
+        cat = "user_annotation" if kind == "step" else \
+            _DOMAIN_CAT.get(dom) or ("cpu_op" if kind == "op" else "user_annotation")
         ev.append({"ph": "X", "cat": cat, "name": name, "pid": cpu_pid(run_id, pid), "tid": tid,
                    "ts": _us(s, base), "dur": (e - s) / 1000, "args": {"External id": rid}})
     counts["ranges"] = counts.get("ranges", 0) + len(ev)

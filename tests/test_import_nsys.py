@@ -1,0 +1,120 @@
+"""Nsight Systems SQLite import, checked against the per-interval CSV published with the
+CloverLeaf export, the older 2.9.1 schema, NVTX projection and bad input."""
+from __future__ import annotations
+
+import csv
+import sqlite3
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from cuptiprof.interop.importing import import_traces
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces" / "pipit-nsys"
+CLOVER = SHARED / "cloverleaf-nsys" / "perlmutter-cloverleaf-cuda.sqlite"
+SAXPY = SHARED / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+
+
+def imported(tmp_path_factory, src: Path):
+    if not src.exists():
+        pytest.skip("../shared/traces is not present")
+    base = tmp_path_factory.getbasetemp() / "imported"
+    base.mkdir(exist_ok=True)
+    out = base / (src.name + ".duckdb")
+    if not out.exists():
+        import_traces([src], out)
+    return duckdb.connect(str(out), read_only=True)
+
+
+@pytest.fixture(scope="module")
+def clover(tmp_path_factory):
+    return imported(tmp_path_factory, CLOVER)
+
+
+def test_cloverleaf_per_name_sums_equal_published_csv(clover):
+    expected = defaultdict(lambda: [0, 0])
+    with open(CLOVER.parent / "cloverleaf_gpu_trace.csv") as fh:
+        for row in csv.DictReader(fh):
+            if row["Event Type"] == "Enter":
+                e = expected[(row["type"], row["Name"])]
+                e[0] += 1
+                e[1] += int(row["_matching_timestamp"]) - int(row["Timestamp (ns)"])
+    # the CSV names kernels by nsys's short name; map the recorded (mangled) name to it
+    db = sqlite3.connect(f"file:{CLOVER}?mode=ro", uri=True)
+    short = dict(db.execute("""SELECT m.value, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN StringIds m ON m.id = k.mangledName JOIN StringIds s ON s.id = k.shortName"""))
+    got = defaultdict(lambda: [0, 0])
+    for name, n, d in clover.execute(
+            "SELECT name, count(*), sum(end_ns - start_ns) FROM kernels GROUP BY name").fetchall():
+        g = got[("kernel", short[name])]
+        g[0] += n
+        g[1] += d
+    for kind, n, d in clover.execute(
+            "SELECT copy_kind, count(*), sum(end_ns - start_ns) FROM memcpys GROUP BY 1").fetchall():
+        got[(f"CUDA_MEMCPY_KIND_{kind.upper()}", f"CUDA_MEMCPY_KIND_{kind.upper()}")] = [n, d]
+    assert dict(got) == dict(expected)
+    assert clover.execute("SELECT count(*) FROM kernels").fetchone()[0] == 1312
+
+
+def test_cloverleaf_metadata(clover):
+    assert clover.execute("SELECT name, compute_capability, sm_count FROM devices").fetchall() \
+        == [("NVIDIA A100-SXM4-80GB", "8.0", 108)]
+    assert clover.execute("SELECT pid, command FROM processes").fetchall() == [(1701896, "cuda-cloverleaf")]
+    assert clover.execute("SELECT count(*), count(DISTINCT sync_type) FROM syncs").fetchone() == (1312, 1)
+    # every kernel has its launching runtime call
+    assert clover.execute("""SELECT count(*) FROM kernels k LEFT JOIN api_calls c
+        ON c.correlation_id = k.correlation_id AND c.pid = k.pid WHERE c.name IS NULL""").fetchone()[0] == 0
+    assert clover.execute("SELECT source FROM runs").fetchone() == ("nsys",)
+
+
+def test_old_schema_and_nvtx_projection(tmp_path_factory):
+    con = imported(tmp_path_factory, SAXPY)
+    assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == 5
+    assert con.execute("SELECT copy_kind, count(*) FROM memcpys GROUP BY 1 ORDER BY 1").fetchall() \
+        == [("DtoH", 5), ("HtoD", 10)]
+    # each saxpy kernel was launched inside the NVTX range "saxpy" on the launching thread
+    assert con.execute("""SELECT r.name, count(*) FROM kernels k JOIN ranges r
+        ON r.pid = k.pid AND r.range_id = k.range_id GROUP BY 1""").fetchall() == [("saxpy", 5)]
+    assert con.execute("SELECT count(*) FROM ranges WHERE name = 'MPI_Send'").fetchone()[0] == 10
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "cuptiprof", *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def test_sqlite_that_is_not_an_nsys_export(tmp_path):
+    src = tmp_path / "other.sqlite"
+    db = sqlite3.connect(src)
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    r = run_cli("import", src, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and str(src) in r.stderr and "not an Nsight Systems export" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.sqlite"]
+
+
+def test_corrupt_sqlite(tmp_path):
+    src = tmp_path / "bad.sqlite"
+    src.write_bytes(b"SQLite format 3\x00" + b"\xff" * 2000)
+    r = run_cli("import", src, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 2 and str(src) in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o.duckdb").exists()
+
+
+def test_unknown_file_and_mixed_inputs(tmp_path):
+    src = tmp_path / "x.bin"
+    src.write_bytes(b"\x00\x01binary")
+    r = run_cli("import", src, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 2 and "not a torch.profiler trace" in r.stderr
+    j = tmp_path / "t.json"
+    j.write_text('{"traceEvents": []}')
+    s = tmp_path / "s.sqlite"
+    sqlite3.connect(s).execute("CREATE TABLE StringIds (id, value)").connection.commit()
+    r = run_cli("import", j, s, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 2 and "separate" in r.stderr
