@@ -108,7 +108,8 @@ class Recorder:
         if kind is None:
             kind = "warmup" if name == "warmup" else "user"
         o = _Open(range_id=rid, parent_id=parent.range_id if parent else None, depth=len(stack),
-                  name=name, kind=kind, step=step if is_step else self.current_step,
+                  name=name, kind=kind,
+                  step=step if is_step else (parent.step if parent else self.current_step),
                   thread=threading.get_native_id(), start=now, attrs=attrs, is_step=is_step)
         stack.append(o)
         return o

@@ -1,0 +1,50 @@
+"""The bundled example and the no-GPU path of `cuptiprof run` end to end (what the README's
+main command does on a machine without a GPU)."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from _run_helpers import ROOT, cli, q
+
+pytest.importorskip("torch")
+EXAMPLE = ROOT / "examples" / "denoise.py"
+PY = sys.executable
+
+
+def test_example_runs_alone(tmp_path):
+    r = __import__("subprocess").run([PY, EXAMPLE, "--size", "tiny", "--warmup", "1", "--steps", "2"],
+                                     capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "denoise: 2 steps" in r.stdout and "image (1, 3, 128, 128)" in r.stdout
+
+
+def test_example_bad_size(tmp_path):
+    r = __import__("subprocess").run([PY, EXAMPLE, "--size", "huge"], capture_output=True, text=True,
+                                     timeout=120, cwd=tmp_path)
+    assert r.returncode == 2 and "--size" in r.stderr
+
+
+def test_cpu_path_end_to_end(tmp_path):
+    r = cli(["run", "-o", "denoise.duckdb", "--", PY, EXAMPLE, "--size", "tiny", "--warmup", "1",
+             "--steps", "3"], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    # the report: per-op rows (CPU ops) and per-step rows, and a clear notice
+    assert "aten::" in r.stdout
+    steps_block = r.stdout.split("\nsteps:", 1)[1].split("\n\n", 1)[0]
+    assert len([l for l in steps_block.splitlines() if l.strip()[:1].isdigit()]) == 3
+    assert "no GPU activity was captured" in r.stderr
+    assert "wrote denoise.duckdb" in r.stderr
+    out = tmp_path / "denoise.duckdb"
+    assert q(out, "SELECT source, status FROM runs") == [("cpu", "complete")]
+    assert q(out, "SELECT device_id, kind FROM devices") == [(-1, "cpu")]
+    assert q(out, "SELECT check_name FROM data_quality WHERE check_name = 'no_gpu'") == [("no_gpu",)]
+    # every CPU "kernel" is a leaf op inside a recorded step, with its op range
+    assert q(out, "SELECT count(*) > 50, count(*) FILTER (WHERE step IS NULL), "
+                  "count(*) FILTER (WHERE device_id <> -1) FROM kernels") == [(True, 0, 0)]
+    assert q(out, "SELECT count(*) FROM kernels k LEFT JOIN ranges r ON r.range_id = k.op_id "
+                  "AND r.kind = 'op' WHERE r.range_id IS NULL") == [(0,)]
+    assert q(out, "SELECT list(DISTINCT step ORDER BY step) FROM kernels") == [([0, 1, 2],)]
+    # the example's own log lines sit beside the steps
+    assert q(out, "SELECT count(*) FROM logs WHERE logger = 'denoise' AND message = 'decode started'") == [(1,)]

@@ -1,0 +1,101 @@
+"""merge_files and `cuptiprof merge`: runs kept apart, string ids remapped, one-run merges of
+part files, refusal of newer schemas, atomic output."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from _run_helpers import cli, one_line_error, q
+from cuptiprof.errors import InputError, SchemaVersionError
+from cuptiprof.store.merge import merge_files
+from cuptiprof.store.writer import RunInfo, Writer
+
+
+def _file(path, names, pid, label):
+    with Writer(path, RunInfo(source="synthetic", label=label), pid=pid) as w:
+        n = len(names)
+        w.append({"kernels": {"start_ns": list(range(n)), "end_ns": [i + 10 for i in range(n)],
+                              "name": names, "step": [0] * n},
+                  "processes": {"pid": [pid], "host": [label]}})
+    return path
+
+
+def test_merge_keeps_runs_and_remaps_strings(tmp_path):
+    a = _file(tmp_path / "a.duckdb", ["gemm", "relu"], 11, "hostA")
+    b = _file(tmp_path / "b.duckdb", ["relu", "softmax", "relu"], 22, "hostB")
+    out = merge_files([a, b], tmp_path / "all.duckdb")
+    assert q(out, "SELECT run_id, label FROM runs ORDER BY run_id") == [(1, "hostA"), (2, "hostB")]
+    assert q(out, "SELECT run_id, pid, name, count(*) FROM kernels GROUP BY ALL ORDER BY ALL") == [
+        (1, 11, "gemm", 1), (1, 11, "relu", 1), (2, 22, "relu", 2), (2, 22, "softmax", 1)]
+    assert q(out, "SELECT count(*), count(DISTINCT value) FROM strings") == [(3, 3)]
+    assert q(out, "SELECT count(*) FROM kernels WHERE name IS NULL") == [(0,)]
+    # merging a merged file again renumbers its runs after the others
+    out2 = merge_files([out, a], tmp_path / "again.duckdb")
+    assert q(out2, "SELECT run_id, label FROM runs ORDER BY run_id") == [
+        (1, "hostA"), (2, "hostB"), (3, "hostA")]
+
+
+def test_one_run_marks_killed_part(tmp_path):
+    a = _file(tmp_path / "h-1.duckdb", ["k"], 1, "h")
+    code = (f"import os\nfrom cuptiprof.store.writer import Writer, RunInfo\n"
+            f"w = Writer({str(tmp_path / 'h-2.duckdb')!r}, RunInfo(), pid=2)\n"
+            "w.append({'kernels': {'start_ns': [5], 'end_ns': [6], 'name': ['late']}, "
+            "'processes': {'pid': [2]}})\nos._exit(0)\n")
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   env=dict(os.environ, PYTHONPATH=str(__import__("_run_helpers").ROOT)))
+    out = merge_files([a, tmp_path / "h-2.duckdb"], tmp_path / "one.duckdb", one_run=True,
+                      run_info=RunInfo(label="job", source="cpu"))
+    assert q(out, "SELECT run_id, label, status FROM runs") == [(1, "job", "complete")]
+    assert q(out, "SELECT pid, name FROM kernels ORDER BY pid") == [(1, "k"), (2, "late")]
+    assert q(out, "SELECT pid, ended_early FROM processes ORDER BY pid") == [(1, None), (2, True)]
+    assert q(out, "SELECT pid FROM data_quality WHERE check_name='process_ended_early'") == [(2,)]
+
+
+def test_newer_schema_is_refused(tmp_path):
+    a = _file(tmp_path / "a.duckdb", ["k"], 1, "a")
+    new = tmp_path / "new.duckdb"
+    shutil.copy(a, new)
+    con = duckdb.connect(str(new))
+    con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(SchemaVersionError, match="newer cuptiprof"):
+        merge_files([a, new], tmp_path / "m.duckdb")
+    assert not (tmp_path / "m.duckdb").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".m.duckdb")]   # no temp left
+
+
+def test_merge_cli(tmp_path):
+    _file(tmp_path / "a.duckdb", ["x"], 1, "a")
+    _file(tmp_path / "b.duckdb", ["y"], 2, "b")
+    r = cli(["merge", "a.duckdb", "b.duckdb", "-o", "all.duckdb"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "2 runs" in r.stderr
+    assert q(tmp_path / "all.duckdb", "SELECT count(*) FROM runs") == [(2,)]
+
+
+@pytest.mark.parametrize("case", ["exists", "missing", "not_duckdb", "same_twice"])
+def test_merge_cli_bad_input(tmp_path, case):
+    _file(tmp_path / "a.duckdb", ["x"], 1, "a")
+    (tmp_path / "text.duckdb").write_text("not a database at all, just text" * 10)
+    args = {"exists": ["a.duckdb", "-o", "a2.duckdb"], "missing": ["a.duckdb", "nope.duckdb", "-o", "o.duckdb"],
+            "not_duckdb": ["a.duckdb", "text.duckdb", "-o", "o.duckdb"],
+            "same_twice": ["a.duckdb", "a.duckdb", "-o", "o.duckdb"]}[case]
+    if case == "exists":
+        (tmp_path / "a2.duckdb").write_text("keep me")
+    r = cli(["merge", *args], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert not (tmp_path / "o.duckdb").exists()
+    if case == "exists":
+        assert (tmp_path / "a2.duckdb").read_text() == "keep me"
+
+
+def test_merge_into_one_of_its_inputs_is_refused(tmp_path):
+    a = _file(tmp_path / "a.duckdb", ["x"], 1, "a")
+    with pytest.raises(InputError):
+        merge_files([a], a, overwrite=True)

@@ -1,0 +1,128 @@
+"""Steps without editing the code (--step-fn, --step-range), --warmup/--steps counts, logs,
+light mode and --overhead, on real child processes."""
+from __future__ import annotations
+
+import sys
+
+from _run_helpers import cli, q, script
+
+PY = sys.executable
+
+
+def _steps(out):
+    return q(out, "SELECT kind, step FROM ranges WHERE kind IN ('step', 'warmup') ORDER BY start_ns")
+
+
+def test_step_fn_wraps_a_real_method(tmp_path):
+    script(tmp_path, """
+        class Scheduler:
+            calls = 0
+            def step(self, x):
+                Scheduler.calls += 1
+                return x + 1
+    """, name="sched_mod.py")
+    p = script(tmp_path, """
+        from sched_mod import Scheduler
+        s = Scheduler()
+        x = 0
+        for i in range(6):
+            x = s.step(x)
+        assert x == 6 and Scheduler.calls == 6      # the wrapped method still works
+        print("x", x)
+    """)
+    r = cli(["run", "-o", "f.duckdb", "--no-report", "--step-fn", "sched_mod:Scheduler.step",
+             "--warmup", "2", "--steps", "3", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "x 6" in r.stdout
+    # two warm-up steps, three recorded, then nothing more
+    assert _steps(tmp_path / "f.duckdb") == [("warmup", 0), ("warmup", 1), ("step", 2), ("step", 3),
+                                             ("step", 4)]
+
+
+def test_step_fn_missing_attribute(tmp_path):
+    script(tmp_path, "def other(): pass\n", name="mod_a.py")
+    p = script(tmp_path, "import mod_a\n")
+    r = cli(["run", "-o", "g.duckdb", "--no-report", "--step-fn", "mod_a:nothere", "--", PY, p],
+            tmp_path)
+    assert r.returncode == 2
+    assert "mod_a has no nothere" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_step_range_from_nvtx(tmp_path):
+    p = script(tmp_path, """
+        import nvtx
+        for i in range(5):
+            nvtx.push_range("iteration")
+            nvtx.push_range("inner")
+            nvtx.pop_range()
+            nvtx.pop_range()
+    """)
+    r = cli(["run", "-o", "r.duckdb", "--no-report", "--step-range", "iteration", "--warmup", "1",
+             "--steps", "2", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert _steps(tmp_path / "r.duckdb") == [("warmup", 0), ("step", 1), ("step", 2)]
+
+
+def test_warmup_and_steps_with_cuptiprof_range(tmp_path):
+    p = script(tmp_path, """
+        import cuptiprof
+        for i in range(10):
+            with cuptiprof.range("step", step=i):
+                with cuptiprof.range("inner"):
+                    pass
+    """)
+    r = cli(["run", "-o", "w.duckdb", "--no-report", "--warmup", "3", "--steps", "4", "--", PY, p],
+            tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "w.duckdb"
+    assert [s for k, s in _steps(out) if k == "step"] == [3, 4, 5, 6]
+    assert [s for k, s in _steps(out) if k == "warmup"] == [0, 1, 2]
+    # user ranges carry the step that encloses them; none after the recorded steps
+    assert q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE name='inner' AND kind='user'") \
+        == [([0, 1, 2, 3, 4, 5, 6],)]
+
+
+def test_logs_table(tmp_path):
+    p = script(tmp_path, """
+        import logging, cuptiprof
+        logging.basicConfig(level=logging.DEBUG, format="PROG %(levelname)s %(message)s")
+        log = logging.getLogger("app")
+        log.debug("debug detail")
+        with cuptiprof.range("step", step=0):
+            log.info("VAE decode started")
+        log.warning("careful")
+    """)
+    r = cli(["run", "-o", "l.duckdb", "--no-report", "--log-level", "INFO", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "PROG INFO VAE decode started" in r.stderr      # the program's own logging still works
+    out = tmp_path / "l.duckdb"
+    rows = q(out, "SELECT level, logger, message, step FROM logs WHERE logger='app' ORDER BY time_ns")
+    assert rows == [("INFO", "app", "VAE decode started", 0), ("WARNING", "app", "careful", None)]
+    own = q(out, "SELECT message FROM logs WHERE logger='cuptiprof'")
+    assert len(own) == 1 and own[0][0].startswith("step 0: ") and own[0][0].endswith(" ms")
+    assert q(out, "SELECT thread_id IS NOT NULL AND time_ns > 0 FROM logs LIMIT 1") == [(True,)]
+
+
+def test_light_mode_says_what_is_missing(tmp_path):
+    p = script(tmp_path, "import cuptiprof\nwith cuptiprof.range('step', step=0): pass\n")
+    r = cli(["run", "-o", "li.duckdb", "--no-report", "--light", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "li.duckdb"
+    assert q(out, "SELECT count(*) FROM kernel_rows") == [(0,)]
+    assert q(out, "SELECT count(*) FROM data_quality WHERE check_name='missing_kind'") == [(1,)]
+
+
+def test_overhead_reports_both_latencies(tmp_path):
+    p = script(tmp_path, """
+        import time, cuptiprof
+        for i in range(4):
+            with cuptiprof.range("step", step=i):
+                time.sleep(0.01)
+    """)
+    r = cli(["run", "--overhead", "--repeat", "1", "--warmup", "1", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "per step" in r.stdout and "end to end" in r.stdout and "diff_pct" in r.stdout
+    line = next(l for l in r.stdout.splitlines() if l.startswith("per step"))
+    base_ms = float(line.split(")", 1)[1].split()[0])   # 'per step (...)  X ms  Y ms ...'
+    assert 9.0 <= base_ms < 200                 # the 10 ms sleep, measured without profiling
+    assert not list(tmp_path.glob("*.duckdb"))  # the measurement runs leave nothing behind
