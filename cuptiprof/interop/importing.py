@@ -97,6 +97,10 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
     except KeyboardInterrupt:
         w.close("interrupted")
         raise
+    except OverflowError:  # an id or size beyond 64 bits in a hostile trace
+        w.close("failed")
+        raise InputError(f"{', '.join(map(str, paths))}: a number in the trace does not fit in "
+                         "64 bits; the trace is corrupt") from None
     except BaseException:
         w.close("failed")
         raise

@@ -160,6 +160,8 @@ def _decode(piece: bytes, consumed: int, prefix_len: int, before: int) -> Doc:
         m = re.search(r"\$\.traceEvents\[(\d+)\]", msg)
         idx = before + int(m.group(1)) if m else None
         raise _Malformed(msg, None, idx) from None
+    except RecursionError:  # hostile input: nesting deeper than any trace has
+        raise _Malformed("JSON nested too deeply to be a trace", None, None) from None
     except msgspec.DecodeError as exc:
         msg = str(exc)
         m = re.search(r"\(byte (\d+)\)", msg)
@@ -360,6 +362,14 @@ class KinetoFile:
         bad = np.isnan(du)
         if bad.any():
             raise self._bad(lst[int(np.argmax(bad))], "no duration (\"dur\")")
+        # Out-of-range numbers would wrap around silently in int64; negative spans are not time.
+        limit = float(1 << 62) / self.scale
+        bad = ~((np.abs(ts) < limit) & (np.abs(du) < limit))
+        if bad.any():
+            raise self._bad(lst[int(np.argmax(bad))], "timestamp or duration out of range")
+        bad = du < 0
+        if bad.any():
+            raise self._bad(lst[int(np.argmax(bad))], f"negative duration ({du[bad][0]:g})")
         whole = np.floor(ts)
         start = whole.astype(np.int64) * self.scale + np.rint((ts - whole) * self.scale).astype(np.int64)
         return start, start + np.rint(du * self.scale).astype(np.int64)
