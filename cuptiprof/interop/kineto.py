@@ -707,4 +707,12 @@ class KinetoFile:
 def import_kineto(w, paths: list[Path], on_read=None) -> list[FileSummary]:
     """Read each trace file into the open writer `w` (one process per file)."""
     used: set[int] = set()
-    return [KinetoFile(w, Path(p), i, used, on_read).run() for i, p in enumerate(paths)]
+    out = []
+    for i, p in enumerate(paths):
+        try:
+            out.append(KinetoFile(w, Path(p), i, used, on_read).run())
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError, pa.ArrowException) as exc:
+            # a shape of trace this importer does not handle: name the file, no traceback
+            raise InputError(f"{p}: cannot import this trace ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
+    return out

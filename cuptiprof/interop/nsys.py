@@ -354,7 +354,11 @@ def import_nsys(w, paths: list[Path], on_read=None) -> list[FileSummary]:
     used: set[int] = set()
     out = []
     for p in paths:
-        out += NsysFile(w, Path(p), used).run()
+        try:
+            out += NsysFile(w, Path(p), used).run()
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError, pa.ArrowException) as exc:
+            raise InputError(f"{p}: cannot import this export ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
         if on_read:
             on_read(Path(p).stat().st_size)
     return out

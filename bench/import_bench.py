@@ -1,0 +1,141 @@
+"""Import speed and peak memory: `cuptiprof import` against (a) the usual script (gunzip,
+json.loads, sum dur/count per name over kernel and memcpy events) and (b) Holistic Trace
+Analysis's trace loader, on the same traces in the same run. Each approach runs in its own
+subprocess; time is the work inside it (after imports), memory its peak RSS (ru_maxrss).
+
+    python bench/import_bench.py [TRACE.json.gz ...] [--big N]
+
+--big N also builds (in a temp dir) a trace N times the largest one, events repeated with
+shifted timestamps, to show memory on traces larger than the interpreter's own footprint.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+DEFAULT = ["hta/df_index_resolver/df_index_resolver.json.gz",
+           "kineto-tbplugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+           "hta/negative_queue_length_values_check/rank0.json.gz"]
+
+RUNNERS = {
+    "cuptiprof": """
+import time, resource, sys, tempfile, os
+t0 = time.perf_counter()
+from cuptiprof.interop.importing import import_traces
+t1 = time.perf_counter()
+out = os.path.join(tempfile.mkdtemp(), "o.duckdb")
+res = import_traces([sys.argv[1]], out)
+t2 = time.perf_counter()
+print(t2 - t1, t1 - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+""",
+    "json_script": """
+import time, resource, sys
+t0 = time.perf_counter()
+import gzip, json, collections
+t1 = time.perf_counter()
+with gzip.open(sys.argv[1]) as fh:
+    doc = json.loads(fh.read())
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for e in doc["traceEvents"]:
+    if e.get("cat") in ("kernel", "gpu_memcpy", "Kernel", "Memcpy"):
+        tot[e["name"]] += e["dur"]; cnt[e["name"]] += 1
+t2 = time.perf_counter()
+print(t2 - t1, t1 - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+""",
+    "hta": """
+import time, resource, sys, os, shutil, tempfile
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+t1 = time.perf_counter()
+d = tempfile.mkdtemp()
+shutil.copy(sys.argv[1], os.path.join(d, "rank-0.json.gz"))
+TraceAnalysis(trace_dir=d)
+t2 = time.perf_counter()
+print(t2 - t1, t1 - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+""",
+}
+
+
+def measure(name: str, trace: Path) -> dict:
+    r = subprocess.run([sys.executable, "-c", RUNNERS[name], str(trace)], capture_output=True,
+                       text=True, timeout=1800)
+    if r.returncode != 0:
+        return {"error": (r.stderr.strip().splitlines() or ["failed"])[-1][:200]}
+    work, imports, rss_kb = r.stdout.split()[-3:]
+    return {"work_s": float(work), "import_s": float(imports), "peak_mb": int(rss_kb) / 1024}
+
+
+def info(trace: Path) -> tuple[int, int]:
+    with gzip.open(trace) as fh:
+        raw = fh.read()
+    return len(raw), len(json.loads(raw)["traceEvents"])
+
+
+def make_big(src: Path, n: int, dest: Path) -> Path:
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    ev = doc["traceEvents"]
+    span = max(e.get("ts", 0) + e.get("dur", 0) for e in ev) - min(e.get("ts", 0) for e in ev if e.get("ts"))
+    out = []
+    for k in range(n):
+        shift = k * (span + 1000)
+        for e in ev:
+            e2 = dict(e)
+            if "ts" in e2:
+                e2["ts"] = e2["ts"] + shift
+            if isinstance(e2.get("name"), str) and e2["name"].startswith("ProfilerStep#"):
+                e2["name"] = f"ProfilerStep#{k * 1000 + int(e2['name'][13:])}"
+            out.append(e2)
+    doc["traceEvents"] = out
+    with gzip.open(dest, "wt", compresslevel=3) as fh:
+        json.dump(doc, fh)
+    return dest
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("traces", nargs="*")
+    ap.add_argument("--big", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=2, help="runs per approach (best is kept)")
+    args = ap.parse_args()
+    traces = [Path(t) for t in args.traces] or [SHARED / t for t in DEFAULT]
+    tmp = tempfile.mkdtemp()
+    if args.big:
+        traces.append(make_big(traces[0], args.big, Path(tmp) / f"big{args.big}x.json.gz"))
+    print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+    print("| trace | events | JSON MB | approach | work s | +imports s | peak RSS MB | speed-up |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t in traces:
+        size, n = info(t)
+        res = {}
+        for name in RUNNERS:
+            best = None
+            for _ in range(args.repeat if name != "hta" else 1):
+                m = measure(name, t)
+                if "error" in m or best is None or m["work_s"] < best["work_s"]:
+                    best = m
+                if "error" in m:
+                    break
+            res[name] = best
+        ours = res["cuptiprof"].get("work_s")
+        for name, m in res.items():
+            if "error" in m:
+                print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | failed: {m['error']} | | | |")
+                continue
+            sp = f"{m['work_s'] / ours:.2f}x" if ours and name != "cuptiprof" else ""
+            print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | {m['work_s']:.2f} | "
+                  f"{m['import_s']:.2f} | {m['peak_mb']:.0f} | {sp} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
