@@ -205,3 +205,21 @@ def test_not_a_python_command(tmp_path):
     r = cli(["run", "-o", "sh.duckdb", "--no-report", "--", "sh", "-c", "exit 4"], tmp_path)
     assert r.returncode == 4
     assert q(tmp_path / "sh.duckdb", "SELECT exit_status FROM processes") == [(4,)]
+
+
+def test_collector_path_with_fake_cupti(tmp_path):
+    p = script(tmp_path, """
+        import logging, cuptiprof
+        for i in range(4):
+            with cuptiprof.range("step", step=i):
+                logging.getLogger("app").warning("in step %d", i)
+    """)
+    r = cli(["run", "-o", "g.duckdb", "--no-report", "--warmup", "1", "--steps", "2", "--", PY, p],
+            tmp_path, CUPTIPROF_FAKE_CUPTI="1")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "g.duckdb"
+    assert q(out, "SELECT count(*) FROM runs") == [(1,)]
+    assert q(out, "SELECT list(DISTINCT step ORDER BY step) FROM kernels") == [([1, 2],)]
+    assert q(out, "SELECT ended_early, exit_status FROM processes") == [(False, 0)]
+    assert q(out, "SELECT message, step FROM logs WHERE logger='app' ORDER BY time_ns") == [
+        ("in step 0", None), ("in step 1", 1), ("in step 2", 2), ("in step 3", None)]

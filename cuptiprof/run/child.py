@@ -85,6 +85,7 @@ def _start_collector(s: S.ChildSettings, rec: Recorder) -> None:
         _collector.start()
         # Steps go to the collector; logs too when it takes them, else to a logs-only part.
         rec.mode = "logs"
+        rec.step_now = lambda: getattr(_collector, "_cur_step", None)
     except Exception as exc:
         _collector = None
         warn(f"the CUPTI collector could not start ({exc}); recording CPU ops only")

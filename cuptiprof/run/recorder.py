@@ -59,6 +59,7 @@ class Recorder:
         self.writer = None
         self.prof = None
         self.closed = False
+        self.step_now = None                   # the collector's current step, when it has the steps
 
     # -- paths ---------------------------------------------------------------------------------
     def part_path(self, suffix: str) -> Path:
@@ -149,7 +150,8 @@ class Recorder:
             return
         with self.lock:
             self.logs.append((threading.get_native_id(), int(record.created * 1e9), record.levelname,
-                              record.name, record.getMessage(), self.current_step))
+                              record.name, record.getMessage(),
+                              self.current_step if self.step_now is None else self.step_now()))
 
     # -- torch.profiler (CPU fallback) ---------------------------------------------------------
     def start_profiler(self, _torch=None) -> None:
