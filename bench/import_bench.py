@@ -26,19 +26,27 @@ DEFAULT = ["hta/df_index_resolver/df_index_resolver.json.gz",
            "kineto-tbplugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
            "hta/negative_queue_length_values_check/rank0.json.gz"]
 
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report this
+# (large) parent's peak.
+PEAK = """
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+"""
 RUNNERS = {
-    "cuptiprof": """
-import time, resource, sys, tempfile, os
+    "cuptiprof": PEAK + """
+import time, sys, tempfile, os
 t0 = time.perf_counter()
 from cuptiprof.interop.importing import import_traces
 t1 = time.perf_counter()
 out = os.path.join(tempfile.mkdtemp(), "o.duckdb")
 res = import_traces([sys.argv[1]], out)
 t2 = time.perf_counter()
-print(t2 - t1, t1 - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(t2 - t1, t1 - t0, peak())
 """,
-    "json_script": """
-import time, resource, sys
+    "json_script": PEAK + """
+import time, sys
 t0 = time.perf_counter()
 import gzip, json, collections
 t1 = time.perf_counter()
@@ -49,10 +57,10 @@ for e in doc["traceEvents"]:
     if e.get("cat") in ("kernel", "gpu_memcpy", "Kernel", "Memcpy"):
         tot[e["name"]] += e["dur"]; cnt[e["name"]] += 1
 t2 = time.perf_counter()
-print(t2 - t1, t1 - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(t2 - t1, t1 - t0, peak())
 """,
-    "hta": """
-import time, resource, sys, os, shutil, tempfile
+    "hta": PEAK + """
+import time, sys, os, shutil, tempfile
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
 t1 = time.perf_counter()
@@ -60,7 +68,7 @@ d = tempfile.mkdtemp()
 shutil.copy(sys.argv[1], os.path.join(d, "rank-0.json.gz"))
 TraceAnalysis(trace_dir=d)
 t2 = time.perf_counter()
-print(t2 - t1, t1 - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(t2 - t1, t1 - t0, peak())
 """,
 }
 

@@ -204,15 +204,18 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES):
                 pass
         if last is None:
             continue
-        piece = bytes(buf[:last.start() + 1]) + b"]}"
+        end = last.start() + 1
+        cut = last.end() - 1
+        # Close the array in place over the separator bytes (dropped anyway): no copy.
+        buf[end:end + 2] = b"]}"
         try:
-            doc = _decode(piece, consumed, prefix_len, before)
+            with memoryview(buf) as mv:
+                doc = _decode(mv[:end + 2], consumed, prefix_len, before)
         except _Malformed:
+            buf[end:end + 2] = b", "
             want *= 2  # a separator inside a string or nested value: cut elsewhere later
             continue
         want = piece_bytes
-        del piece
-        cut = last.end() - 1
         consumed += cut - prefix_len
         del buf[:cut]
         buf[0:0] = _PREFIX
