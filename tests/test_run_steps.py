@@ -2,6 +2,7 @@
 light mode and --overhead, on real child processes."""
 from __future__ import annotations
 
+import os
 import sys
 
 from _run_helpers import cli, q, script
@@ -126,3 +127,42 @@ def test_overhead_reports_both_latencies(tmp_path):
     base_ms = float(line.split(")", 1)[1].split()[0])   # 'per step (...)  X ms  Y ms ...'
     assert 9.0 <= base_ms < 200                 # the 10 ms sleep, measured without profiling
     assert not list(tmp_path.glob("*.duckdb"))  # the measurement runs leave nothing behind
+
+
+def test_existing_sitecustomize_still_runs(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITECUSTOMIZE'] = 'ran'\n")
+    p = script(tmp_path, """
+        import os, cuptiprof
+        print("site:", os.environ.get("USER_SITECUSTOMIZE"))
+        with cuptiprof.range("step", step=0):
+            pass
+    """)
+    from _run_helpers import ROOT
+
+    r = cli(["run", "-o", "sc.duckdb", "--no-report", "--", PY, p], tmp_path,
+            PYTHONPATH=f"{ROOT}{os.pathsep}{site}")
+    assert r.returncode == 0, r.stderr
+    assert "site: ran" in r.stdout
+    assert q(tmp_path / "sc.duckdb", "SELECT count(*) FROM ranges WHERE kind='step'") == [(1,)]
+
+
+def test_step_range_from_torch_nvtx_on_cpu(tmp_path):
+    import pytest
+
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import torch
+        x = torch.ones(8, 8)
+        for i in range(4):
+            torch.cuda.nvtx.range_push("denoise_step")   # raises on a CPU build without cuptiprof
+            x = x @ x / 8
+            torch.cuda.nvtx.range_pop()
+    """)
+    r = cli(["run", "-o", "tn.duckdb", "--no-report", "--step-range", "denoise_step", "--steps", "3",
+             "--", PY, p], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "tn.duckdb"
+    assert q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE kind='step'") == [([0, 1, 2],)]
+    assert q(out, "SELECT count(*) > 0 FROM kernels WHERE name = 'aten::mm'") == [(True,)]

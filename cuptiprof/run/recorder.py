@@ -2,8 +2,9 @@
 logs, and (no GPU) torch.profiler CPU ops. One instance per process, made by child.py.
 
 Modes: 'time' keeps only step durations (the baseline of `--overhead`, written as JSON, no
-DuckDB); 'light' writes ranges and logs; 'cpu' adds torch.profiler CPU ops: leaf ops become
-`kernels` rows on device -1 (stream = thread), every op a `ranges` row of kind 'op'.
+DuckDB); 'light' writes ranges and logs; 'cpu' adds torch.profiler CPU ops: the ops that do the work
+(leaf ops, where children that are only views/metadata such as aten::resolve_conj do not count)
+become `kernels` rows on device -1 (stream = thread), every op a `ranges` row of kind 'op'.
 The part file is created lazily on the first flush, so processes that never record anything
 (compile workers, helper scripts) cost no DuckDB file.
 """
@@ -221,7 +222,7 @@ class Recorder:
             depth.append(d)
         names = pa.array([e.name for e in events], pa.string())
         thread = pa.array([int(e.thread) for e in events], pa.int64())
-        leaf = np.fromiter((not e.cpu_children for e in events), bool, n)
+        leaf = np.fromiter((_is_kernel(e) for e in events), bool, n)
         li = pa.array(np.nonzero(leaf)[0])
         ranges = pa.table({"range_id": rid, "parent_id": parent, "depth": pa.array(depth, pa.int32()),
                            "name": names, "thread_id": thread, "start_ns": pa.array(start),
@@ -349,6 +350,33 @@ class Recorder:
         self.lock = threading.RLock()
         self.pid = os.getpid()
         self.start_ns = time.time_ns()
+
+
+# Child ops that do no work of their own: an op whose children are all of these is still the
+# op that does the work (aten::mm calls aten::resolve_conj; aten::linear's aten::t is a view).
+METADATA_OPS = frozenset(
+    "aten::" + n for n in (
+        "resolve_conj resolve_neg as_strided view empty empty_strided empty_like t transpose "
+        "expand reshape _reshape_alias unsqueeze squeeze permute slice select detach alias "
+        "lift_fresh _unsafe_view result_type stride size numpy_T split chunk narrow unbind "
+        "is_nonzero _local_scalar_dense item").split())
+
+
+def _is_work(e) -> bool:
+    return all(c.name in METADATA_OPS for c in e.cpu_children)
+
+
+def _is_kernel(e) -> bool:
+    """The op that does the work: its children are metadata only, and no ancestor is such an op
+    (so time is counted once)."""
+    if not _is_work(e):
+        return False
+    p, d = e.cpu_parent, 0
+    while p is not None and d < 256:
+        if _is_work(p):
+            return False
+        p, d = p.cpu_parent, d + 1
+    return True
 
 
 def pa_int(v):
