@@ -63,3 +63,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cuptiprof: error: {exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": "),
               file=sys.stderr)
         return 1
+    except Exception as exc:
+        duckdb = sys.modules.get("duckdb")
+        if duckdb is None or not isinstance(exc, duckdb.Error):
+            raise
+        # DuckDB finds a full disk or a corrupt block only when a statement gets there.
+        print(f"cuptiprof: error: {storage_error(exc, getattr(args, 'file', None))}",
+              file=sys.stderr)
+        return 2 if "orrupt" in str(exc) else 1
+
+
+def storage_error(exc: Exception, path: str | None = None) -> str:
+    """One line for a DuckDB failure met mid-command (disk full, damaged file)."""
+    import re
+
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    m = re.search(r'file "([^"]+)"', msg)
+    where = f"{m.group(1)}: " if m else (f"{path}: " if isinstance(path, str) else "")
+    if "No space left" in msg or "File too large" in msg or "Disk quota" in msg:
+        return f"{where}cannot write: the disk is full (or a file-size limit was reached)"
+    if "orrupt" in msg or "checksum" in msg:
+        return f"{where}the file is damaged ({msg[:200]}); it cannot be read in full"
+    return msg[:300]

@@ -102,7 +102,10 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
         raise InputError(f"{', '.join(map(str, paths))}: a number in the trace does not fit in "
                          "64 bits; the trace is corrupt") from None
     except BaseException:
-        w.close("failed")
+        try:
+            w.close("failed")
+        except Exception:
+            w.discard()  # closing failed too (a full disk): the temporary file still goes
         raise
     finally:
         if gc_was:
