@@ -92,7 +92,8 @@ class Writer:
         self.run = run or RunInfo()
         self.atomic = atomic
         self.pid = os.getpid() if pid is None else pid
-        self._strings: dict[str | None, int] = {}
+        self._strings: dict[str, int] = {}
+        self._max_sid = 0
         self._closed = False
         self.rows_written: dict[str, int] = {}
         parent = self.path.parent if str(self.path.parent) else Path(".")
@@ -162,6 +163,7 @@ class Writer:
                     "file instead of appending to this one")
             for sid, value in self.con.execute("SELECT string_id, value FROM strings").fetchall():
                 self._strings[value] = sid
+                self._max_sid = max(self._max_sid, sid)
         else:
             self.con.execute("BEGIN")
             self.con.execute(schema_sql())
@@ -251,20 +253,27 @@ class Writer:
         return tbl
 
     def _intern(self, col: pa.ChunkedArray, new_strings: list, kernel: bool) -> pa.Array:
-        if pa.types.is_dictionary(col.type):
-            col = col.cast(col.type.value_type)
-        enc = pc.dictionary_encode(col).combine_chunks()
+        """Map a string column to string ids; only the distinct values go through Python."""
+        if not pa.types.is_dictionary(col.type):
+            col = pc.dictionary_encode(col)
+        # Dictionary columns (the collector's and the synthetic generator's) are used as they are.
+        return pa.chunked_array([self._intern_dict(c, new_strings, kernel) for c in col.chunks],
+                                pa.int32())
+
+    def _intern_dict(self, enc: pa.DictionaryArray, new_strings: list, kernel: bool) -> pa.Array:
         values = enc.dictionary.to_pylist()
-        ids = np.empty(len(values), np.int32)
+        ids: list[int | None] = [None] * len(values)
         table = self._strings
         for i, v in enumerate(values):
+            if v is None:
+                continue  # a NULL name stays NULL
             sid = table.get(v)
             if sid is None:
-                sid = len(table) + 1
-                table[v] = sid
+                self._max_sid += 1  # ids of a rolled-back batch are skipped, never reused
+                sid = table[v] = self._max_sid
                 new_strings.append((sid, v, demangle(v) if kernel else None))
             ids[i] = sid
-        return pc.take(pa.array(ids), enc.indices)
+        return pc.take(pa.array(ids, pa.int32()), enc.indices)
 
     def add_quality(self, check_name: str, subject: str | None, count: int | None,
                     detail: str, value_ns: int | None = None, pid: int | None = None) -> None:

@@ -9,13 +9,16 @@
 -- gbps: achieved bandwidth, bytes / total time (GB/s)
 WITH a AS (
     SELECT kind, run_id, pid, device_id, start_ns, end_ns, bytes,
-           CASE kind WHEN 'memcpy' THEN substr(name, 8) WHEN 'sync' THEN substr(name, 6) END AS detail
-    FROM sel_activities
+           CASE kind WHEN 'memcpy' THEN substr(name, 8) END AS detail
+    FROM sel_work
+    UNION ALL
+    SELECT kind, run_id, pid, device_id, start_ns, end_ns, NULL, substr(name, 6)
+    FROM sel_activities WHERE kind = 'sync'
 ), ov AS (
     SELECT a.kind, a.detail, a.run_id, a.pid, a.device_id, a.start_ns, a.end_ns,
            sum(least(a.end_ns, k.end_ns) - greatest(a.start_ns, k.start_ns)) AS hidden
     FROM a JOIN sel_kernel_islands k
-      ON k.run_id = a.run_id AND k.pid = a.pid AND k.device_id = a.device_id
+      ON k.run_id = a.run_id AND k.pid = a.pid AND k.device_id IS NOT DISTINCT FROM a.device_id
      AND k.start_ns < a.end_ns AND k.end_ns > a.start_ns
     WHERE a.kind IN ('memcpy', 'memset')
     GROUP BY ALL

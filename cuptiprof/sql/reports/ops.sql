@@ -8,21 +8,23 @@
 -- p50_us: median call
 -- p95_us: 95th percentile call
 -- max_us: longest call
--- pct_gpu_time: share of the summed duration of all GPU ops in scope (the column sums to 100)
--- pct_busy: share of GPU busy time in scope (union of work intervals per device and step); ops on concurrent streams can together exceed 100
-WITH a AS (
-    SELECT kind, name, end_ns - start_ns AS d FROM sel_activities WHERE kind <> 'sync'
-), tot AS (SELECT sum(d) AS t FROM a),
-busy AS (SELECT sum(end_ns - start_ns) AS b FROM sel_islands)
-SELECT name, kind, count(*) AS calls,
-       sum(d) / 1e6 AS total_ms,
-       avg(d) / 1e3 AS mean_us,
-       min(d) / 1e3 AS min_us,
-       quantile_cont(d, 0.5) / 1e3 AS p50_us,
-       quantile_cont(d, 0.95) / 1e3 AS p95_us,
-       max(d) / 1e3 AS max_us,
-       100.0 * sum(d) / nullif((SELECT t FROM tot), 0) AS pct_gpu_time,
-       100.0 * sum(d) / nullif((SELECT b FROM busy), 0) AS pct_busy
-FROM a
-GROUP BY name, kind
+-- pct_gpu_time: share of ALL GPU time, i.e. of the summed duration of every GPU op in scope (the column sums to 100)
+-- pct_busy: share of step BUSY time, i.e. of the union of work intervals per device and step; ops on concurrent streams can together exceed 100
+WITH agg AS (
+    SELECT kind, name_id, name, count(*) AS calls, sum(d) AS total, min(d) AS mn, max(d) AS mx,
+           quantile_cont(d, [0.5, 0.95]) AS q
+    FROM (SELECT kind, name_id, name, end_ns - start_ns AS d FROM sel_work)
+    GROUP BY kind, name_id, name
+), tot AS (SELECT sum(total) AS t FROM agg),
+busy AS (SELECT sum(busy_ns) AS b FROM sel_busy)
+SELECT coalesce(a.name, s.demangled, s.value) AS name, a.kind, a.calls,
+       a.total / 1e6 AS total_ms,
+       a.total / a.calls / 1e3 AS mean_us,
+       a.mn / 1e3 AS min_us,
+       a.q[1] / 1e3 AS p50_us,
+       a.q[2] / 1e3 AS p95_us,
+       a.mx / 1e3 AS max_us,
+       100.0 * a.total / nullif((SELECT t FROM tot), 0) AS pct_gpu_time,
+       100.0 * a.total / nullif((SELECT b FROM busy), 0) AS pct_busy
+FROM agg a LEFT JOIN strings s ON s.string_id = a.name_id
 ORDER BY total_ms DESC, name

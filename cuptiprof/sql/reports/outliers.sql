@@ -10,13 +10,15 @@
 -- x_median: dur_us / median_us
 -- calls: instances of the op in scope
 WITH a AS (
-    SELECT kind, name, step, device_id, stream_id, start_ns, end_ns - start_ns AS d
-    FROM sel_activities WHERE kind <> 'sync'
+    SELECT kind, name_id, name, step, device_id, stream_id, start_ns, end_ns - start_ns AS d FROM sel_work
 ), m AS (
-    SELECT kind, name, quantile_cont(d, 0.5) AS med, count(*) AS calls FROM a GROUP BY kind, name
+    SELECT kind, name_id, name, median(d) AS med, count(*) AS calls FROM a GROUP BY kind, name_id, name
+    HAVING count(*) >= 5
 )
-SELECT a.name, a.kind, a.step, a.device_id, a.stream_id, a.start_ns, a.d / 1e3 AS dur_us,
-       m.med / 1e3 AS median_us, a.d / nullif(m.med, 0) AS x_median, m.calls
-FROM a JOIN m USING (kind, name)
-WHERE m.calls >= 5 AND a.d >= 3 * m.med AND a.d - m.med >= 1000
-ORDER BY x_median DESC, dur_us DESC
+SELECT coalesce(a.name, s.demangled, s.value) AS name, a.kind, a.step, a.device_id, a.stream_id,
+       a.start_ns, a.d / 1e3 AS dur_us, m.med / 1e3 AS median_us, a.d / nullif(m.med, 0) AS x_median, m.calls
+FROM a JOIN m ON m.kind = a.kind AND m.name_id IS NOT DISTINCT FROM a.name_id
+              AND m.name IS NOT DISTINCT FROM a.name
+LEFT JOIN strings s ON s.string_id = a.name_id
+WHERE a.d >= 3 * m.med AND a.d - m.med >= 1000
+ORDER BY x_median DESC, dur_us DESC, a.start_ns

@@ -9,16 +9,16 @@
 -- kernels: kernel rows in the file (all steps)
 -- memcpys: memcpy rows in the file
 -- gpu_ms: summed GPU work in scope
--- busy_ms: union of GPU work intervals in scope
+-- busy_ms: union of GPU work intervals in scope (per device and step, summed)
 -- command: what was profiled
 SELECT r.run_id, r.label, r.source, r.status,
        (SELECT string_agg(DISTINCT d.name, ', ') FROM devices d WHERE d.run_id = r.run_id) AS devices,
        (SELECT count(*) FROM processes p WHERE p.run_id = r.run_id) AS processes,
-       (SELECT count(DISTINCT step) FROM (SELECT step FROM sel_activities a WHERE a.run_id = r.run_id
+       (SELECT count(DISTINCT step) FROM (SELECT step FROM sel_busy a WHERE a.run_id = r.run_id
                                           UNION ALL SELECT step FROM sel_steps s WHERE s.run_id = r.run_id)) AS steps,
        (SELECT count(*) FROM kernel_rows k WHERE k.run_id = r.run_id) AS kernels,
        (SELECT count(*) FROM memcpys m WHERE m.run_id = r.run_id) AS memcpys,
-       (SELECT sum(end_ns - start_ns) / 1e6 FROM sel_activities a WHERE a.run_id = r.run_id AND a.kind <> 'sync') AS gpu_ms,
-       (SELECT sum(end_ns - start_ns) / 1e6 FROM sel_islands i WHERE i.run_id = r.run_id) AS busy_ms,
+       (SELECT sum(end_ns - start_ns) / 1e6 FROM sel_work a WHERE a.run_id = r.run_id) AS gpu_ms,
+       (SELECT sum(busy_ns) / 1e6 FROM sel_busy b WHERE b.run_id = r.run_id) AS busy_ms,
        r.command
 FROM runs r ORDER BY r.run_id

@@ -6,21 +6,18 @@
 -- busy_median_ms: median busy time per step
 -- busy_min_ms: fastest step
 -- busy_max_ms: slowest step
--- busy_cv_pct: coefficient of variation of busy time (stddev / mean)
+-- busy_cv_pct: coefficient of variation of busy time (stddev / mean), in percent
 -- window_median_ms: median GPU window per step
--- window_spread_pct: (slowest - fastest GPU window) / median window
+-- window_spread_pct: (slowest - fastest GPU window) / median window, in percent
 WITH per AS (
-    SELECT run_id, pid, device_id, step, sum(end_ns - start_ns) / 1e6 AS busy_ms
-    FROM sel_islands WHERE step IS NOT NULL GROUP BY run_id, pid, device_id, step
-), win AS (
-    SELECT run_id, pid, device_id, step, (max(end_ns) - min(start_ns)) / 1e6 AS window_ms
-    FROM sel_activities WHERE kind <> 'sync' AND step IS NOT NULL GROUP BY run_id, pid, device_id, step
+    SELECT run_id, pid, device_id, step, busy_ns / 1e6 AS busy_ms, (end_ns - start_ns) / 1e6 AS window_ms
+    FROM sel_busy WHERE step IS NOT NULL
 )
 SELECT run_id, pid, device_id, count(*) AS steps,
        median(busy_ms) AS busy_median_ms, min(busy_ms) AS busy_min_ms, max(busy_ms) AS busy_max_ms,
        100.0 * stddev_samp(busy_ms) / nullif(avg(busy_ms), 0) AS busy_cv_pct,
        median(window_ms) AS window_median_ms,
        100.0 * (max(window_ms) - min(window_ms)) / nullif(median(window_ms), 0) AS window_spread_pct
-FROM per JOIN win USING (run_id, pid, device_id, step)
+FROM per
 GROUP BY run_id, pid, device_id
-ORDER BY run_id, pid, device_id
+ORDER BY run_id, pid, device_id NULLS LAST

@@ -17,13 +17,13 @@ WITH s AS (
            count(*) FILTER (WHERE kind = 'memset') AS memsets,
            sum(end_ns - start_ns) / 1e6 AS gpu_ms,
            min(start_ns) AS first_ns, max(end_ns) AS last_ns
-    FROM sel_activities WHERE kind <> 'sync'
+    FROM sel_work
     GROUP BY run_id, pid, device_id, stream_id
 ), busy AS (
-    SELECT run_id, pid, device_id, sum(end_ns - start_ns) / 1e6 AS busy_ms
-    FROM sel_islands GROUP BY run_id, pid, device_id
+    SELECT run_id, pid, device_id, sum(busy_ns) / 1e6 AS busy_ms
+    FROM sel_busy GROUP BY run_id, pid, device_id
 )
 SELECT s.run_id, s.pid, s.device_id, s.stream_id, s.kernels, s.memcpys, s.memsets, s.gpu_ms,
        100.0 * s.gpu_ms / nullif(b.busy_ms, 0) AS pct_device_busy, s.first_ns, s.last_ns
-FROM s LEFT JOIN busy b USING (run_id, pid, device_id)
-ORDER BY gpu_ms DESC
+FROM s LEFT JOIN busy b ON b.run_id = s.run_id AND b.pid = s.pid AND b.device_id IS NOT DISTINCT FROM s.device_id
+ORDER BY gpu_ms DESC, run_id, pid, device_id, stream_id
