@@ -3,7 +3,8 @@ logs, and (no GPU) torch.profiler CPU ops. One instance per process, made by chi
 
 Modes: 'time' keeps only step durations (the baseline of `--overhead`, written as JSON, no
 DuckDB); 'light' writes ranges and logs; 'cpu' adds torch.profiler CPU ops: the ops that do the work
-(leaf ops, where children that are only views/metadata such as aten::resolve_conj do not count)
+(the outermost op that does most of its own work: children only views/metadata, or self time
+at least half its duration)
 become `kernels` rows on device -1 (stream = thread), every op a `ranges` row of kind 'op'.
 The part file is created lazily on the first flush, so processes that never record anything
 (compile workers, helper scripts) cost no DuckDB file.
@@ -363,7 +364,13 @@ METADATA_OPS = frozenset(
 
 
 def _is_work(e) -> bool:
-    return all(c.name in METADATA_OPS for c in e.cpu_children)
+    """The op does its own work: its children are metadata only, or its self time is at least
+    half of its duration (aten::addmm around a small aten::copy_), unlike wrappers such as
+    aten::linear whose time is their children's."""
+    if all(c.name in METADATA_OPS for c in e.cpu_children):
+        return True
+    dur = e.time_range.elapsed_us()
+    return dur > 0 and e.self_cpu_time_total >= 0.5 * dur
 
 
 def _is_kernel(e) -> bool:
