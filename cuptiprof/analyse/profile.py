@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError
+from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError, WriterBusy
 from cuptiprof.store.schema import SCHEMA_VERSION, file_schema_version
 from cuptiprof.store.writer import connect_error
 from cuptiprof.analyse import catalog
@@ -43,6 +43,10 @@ class Profile:
     def __init__(self, path: str | os.PathLike, steps: str | tuple | None = None):
         self.path = Path(path)
         if not self.path.exists():
+            parts = self.path.with_name(self.path.name + ".parts")
+            if parts.is_dir():  # `cuptiprof run` writes OUT only when the command has ended
+                raise WriterBusy(f"{self.path}: a cuptiprof run is still writing this file (or "
+                                 f"one ended without finishing: see {parts}); wait for it to end")
             raise InputError(f"{self.path}: no such file")
         if self.path.is_dir():
             raise InputError(f"{self.path}: is a directory, not a cuptiprof file")
@@ -63,8 +67,15 @@ class Profile:
             self.con.close()
             raise StoreError(f"{self.path}: corrupt DuckDB file ({str(exc).splitlines()[0][:160]})") from None
         if version is None:
+            try:  # a cut-off copy still lists its tables but cannot read them
+                self.con.execute("SELECT * FROM meta").fetchall()
+                why = "a DuckDB file, but not a cuptiprof file (no schema version)"
+            except duckdb.CatalogException:
+                why = "a DuckDB file, but not a cuptiprof file (no schema version)"
+            except duckdb.Error as exc:
+                why = f"truncated or corrupt ({str(exc).splitlines()[0][:160]})"
             self.con.close()
-            raise StoreError(f"{self.path}: a DuckDB file, but not a cuptiprof file (no schema version)")
+            raise StoreError(f"{self.path}: {why}")
         if version > SCHEMA_VERSION:
             self.con.close()
             raise SchemaVersionError(
