@@ -11,7 +11,8 @@ from cuptiprof.render.table import FORMATS, plain_table, render, rows_of
 
 # --by value -> report name
 BY = {"op": "ops", "step": "steps", "device": "devices", "kind": "kinds", "stream": "streams",
-      "outliers": "outliers", "spread": "step_spread", "quality": "quality", "overview": "overview"}
+      "outliers": "outliers", "spread": "step_spread", "quality": "quality", "overview": "overview",
+      "cpu_op": "cpu_ops"}
 # Reports shown, in order, when --by is not given.
 SUMMARY = ("overview", "ops", "kinds", "steps", "step_spread", "quality")
 
