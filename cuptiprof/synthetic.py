@@ -42,6 +42,10 @@ def kernel_names(n: int = 300) -> list[str]:
         (f"_ZN2at6native29vectorized_elementwise_kernelILi{v}ENS0_{len(f)}{f}IfEESt5arrayIPcLm{a}EEEEviT0_T1_"
          for f, v, a in itertools.product(functors, (2, 4, 8), (2, 3))),
         (f"_ZN4cuda14softmax_kernelILi{k}EfEEvPT0_PKS1_ii" for k in (1, 2, 4, 8, 16, 32)),
+        # The long lambda-in-template names PyTorch's elementwise kernels really have.
+        (f"_ZN2at6native18elementwise_kernelILi{a}ELi{b}EZNS0_22gpu_kernel_impl_nocastINS0_13BinaryFunctorIfffNS0_"
+         f"15binary_internal10MulFunctorIfEEEEEEvRNS_18TensorIteratorBaseERKT_EUliE_EEviT1_"
+         for a, b in itertools.product((128, 256, 512), (1, 2, 4, 8))),
         (f"_Z20layer_norm_kernel_v2ILi{k}EEvPfPKfS2_S2_if" for k in (64, 128, 256, 512, 1024)),
         (f"_ZN2at6native13reduce_kernelILi{a}ELi{b}ENS0_8ReduceOpIfNS0_7MeanOpsIffEEjfLi4EEEEEvT1_"
          for a, b in itertools.product((128, 256, 512), (1, 2, 4))),

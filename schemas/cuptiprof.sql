@@ -19,7 +19,7 @@
 
 CREATE TABLE meta (
     key   VARCHAR,   -- 'schema_version', 'created_by', 'created_at'
-    value VARCHAR
+    value VARCHAR                       -- the value, as text
 );
 INSERT INTO meta VALUES ('schema_version', '1');
 
@@ -33,42 +33,42 @@ CREATE TABLE runs (
     start_ns            BIGINT,    -- run start on the record clock
     end_ns              BIGINT,    -- run end on the record clock (NULL while running or after a crash)
     status              VARCHAR,   -- 'running' | 'complete' | 'interrupted' | 'failed'; 'running' in a closed file means the writer died
-    cuptiprof_version   VARCHAR,
-    python_version      VARCHAR,
+    cuptiprof_version   VARCHAR,        -- cuptiprof that wrote the run
+    python_version      VARCHAR,        -- Python of the writing process
     cuda_driver_version VARCHAR,   -- e.g. '13.0' (NULL without a driver)
     cupti_version       VARCHAR,   -- libcupti API version and file path
-    torch_version       VARCHAR,
+    torch_version       VARCHAR,        -- torch version when torch was imported (NULL otherwise)
     settings            VARCHAR    -- JSON: warmup, steps, kinds, buffer size, step source, ...
 );
 
 CREATE TABLE processes (
-    run_id      INTEGER,
+    run_id      INTEGER,                -- runs.run_id this row belongs to
     pid         INTEGER,   -- OS process id
-    host        VARCHAR,
+    host        VARCHAR,                -- host name of the process
     rank        INTEGER,   -- RANK / global rank when set (NULL otherwise)
     local_rank  INTEGER,   -- LOCAL_RANK when set
     world_size  INTEGER,   -- WORLD_SIZE when set
     command     VARCHAR,   -- argv of the process
-    start_ns    BIGINT,
+    start_ns    BIGINT,                 -- process start on the record clock
     end_ns      BIGINT,    -- NULL when the process ended before it could say so
     exit_status INTEGER,   -- exit code; 128+signal for a signal; NULL when unknown
     ended_early BOOLEAN    -- TRUE when the process stopped before its collector closed (kill, crash, os._exit)
 );
 
 CREATE TABLE devices (
-    run_id                   INTEGER,
+    run_id                   INTEGER,   -- runs.run_id this row belongs to
     pid                      INTEGER,   -- process that saw the device (device ordinals are per process)
     device_id                INTEGER,   -- CUDA ordinal as seen by that process; -1 for the host CPU
     kind                     VARCHAR,   -- 'gpu' | 'cpu'
     name                     VARCHAR,   -- e.g. 'NVIDIA H200'
-    uuid                     VARCHAR,
+    uuid                     VARCHAR,   -- device UUID, e.g. 'GPU-5b7c...'
     compute_capability       VARCHAR,   -- e.g. '9.0'
-    sm_count                 INTEGER,
+    sm_count                 INTEGER,   -- streaming multiprocessors
     core_clock_mhz           DOUBLE,    -- max SM clock
-    memory_clock_mhz         DOUBLE,
-    memory_bus_width_bits    INTEGER,
+    memory_clock_mhz         DOUBLE,    -- max memory clock
+    memory_bus_width_bits    INTEGER,   -- memory bus width
     memory_bytes             BIGINT,    -- global memory size
-    l2_bytes                 BIGINT,
+    l2_bytes                 BIGINT,    -- L2 cache size
     peak_memory_bw_gbps      DOUBLE,    -- peak DRAM bandwidth, GB/s (1e9 bytes/s)
     peak_host_link_gbps      DOUBLE,    -- peak PCIe (or C2C) bandwidth per direction, GB/s, where known
     peak_nvlink_gbps         DOUBLE,    -- peak NVLink bandwidth per direction, GB/s, where known
@@ -84,119 +84,119 @@ CREATE TABLE strings (
 
 -- One row per kernel execution (CUPTI CONCURRENT_KERNEL, or an imported kernel event).
 CREATE TABLE kernel_rows (
-    run_id          INTEGER,
-    pid             INTEGER,
-    device_id       INTEGER,
-    context_id      INTEGER,
-    stream_id       INTEGER,
+    run_id          INTEGER,            -- runs.run_id this row belongs to
+    pid             INTEGER,            -- OS process id of the process that recorded the row
+    device_id       INTEGER,            -- CUDA device ordinal as seen by the process (NULL when unknown)
+    context_id      INTEGER,            -- CUDA context id
+    stream_id       INTEGER,            -- CUDA stream id
     correlation_id  BIGINT,    -- CUPTI correlation id of the launching API call (cudaGraphLaunch for graph replays)
-    start_ns        BIGINT,
-    end_ns          BIGINT,
+    start_ns        BIGINT,             -- start, nanoseconds on the record clock
+    end_ns          BIGINT,             -- end, nanoseconds on the record clock
     step            INTEGER,   -- recorded step index, NULL when no step claims it
     range_id        BIGINT,    -- innermost range (ranges.range_id) open on the launching thread
     op_id           BIGINT,    -- framework op (ranges with kind 'op') that launched it, where known
     name_id         INTEGER,   -- strings.string_id of the kernel name as recorded
-    grid_x          INTEGER,
-    grid_y          INTEGER,
-    grid_z          INTEGER,
-    block_x         INTEGER,
-    block_y         INTEGER,
-    block_z         INTEGER,
+    grid_x          INTEGER,            -- grid dimension x (blocks)
+    grid_y          INTEGER,            -- grid dimension y
+    grid_z          INTEGER,            -- grid dimension z
+    block_x         INTEGER,            -- block dimension x (threads)
+    block_y         INTEGER,            -- block dimension y
+    block_z         INTEGER,            -- block dimension z
     registers       INTEGER,   -- registers per thread
     static_smem     INTEGER,   -- static shared memory per block, bytes
     dynamic_smem    INTEGER,   -- dynamic shared memory per block, bytes
     graph_id        BIGINT,    -- CUDA graph id when replayed from a graph (NULL otherwise)
-    graph_node_id   BIGINT
+    graph_node_id   BIGINT              -- CUDA graph node id when launched from a graph
 );
 
 -- One row per memory copy.
 CREATE TABLE memcpys (
-    run_id          INTEGER,
-    pid             INTEGER,
-    device_id       INTEGER,
-    context_id      INTEGER,
-    stream_id       INTEGER,
-    correlation_id  BIGINT,
-    start_ns        BIGINT,
-    end_ns          BIGINT,
-    step            INTEGER,
-    range_id        BIGINT,
-    op_id           BIGINT,
+    run_id          INTEGER,            -- runs.run_id this row belongs to
+    pid             INTEGER,            -- OS process id of the process that recorded the row
+    device_id       INTEGER,            -- CUDA device ordinal as seen by the process (NULL when unknown)
+    context_id      INTEGER,            -- CUDA context id
+    stream_id       INTEGER,            -- CUDA stream id
+    correlation_id  BIGINT,             -- CUPTI correlation id of the launching API call
+    start_ns        BIGINT,             -- start, nanoseconds on the record clock
+    end_ns          BIGINT,             -- end, nanoseconds on the record clock
+    step            INTEGER,            -- step index the launching call belongs to, NULL when no step claims it
+    range_id        BIGINT,             -- innermost range (ranges.range_id) open on the launching thread
+    op_id           BIGINT,             -- framework op (ranges with kind 'op') that launched it, where known
     copy_kind       VARCHAR,   -- 'HtoD' | 'DtoH' | 'DtoD' | 'HtoH' | 'PtoP' | 'HtoA' | 'AtoH' | 'AtoA' | 'AtoD' | 'DtoA' | 'unknown'
     src_kind        VARCHAR,   -- source memory: 'pageable' | 'pinned' | 'device' | 'array' | 'managed' | 'device_static' | 'managed_static' | 'unknown'
     dst_kind        VARCHAR,   -- destination memory, same values as src_kind
-    bytes           BIGINT,
+    bytes           BIGINT,             -- bytes copied
     src_device_id   INTEGER,   -- peer copies only
     dst_device_id   INTEGER,   -- peer copies only
-    is_async        BOOLEAN,
-    graph_id        BIGINT,
-    graph_node_id   BIGINT
+    is_async        BOOLEAN,            -- TRUE for an asynchronous API call
+    graph_id        BIGINT,             -- CUDA graph id when launched from a graph (NULL otherwise)
+    graph_node_id   BIGINT              -- CUDA graph node id when launched from a graph
 );
 
 -- One row per memset.
 CREATE TABLE memsets (
-    run_id          INTEGER,
-    pid             INTEGER,
-    device_id       INTEGER,
-    context_id      INTEGER,
-    stream_id       INTEGER,
-    correlation_id  BIGINT,
-    start_ns        BIGINT,
-    end_ns          BIGINT,
-    step            INTEGER,
-    range_id        BIGINT,
-    op_id           BIGINT,
-    bytes           BIGINT,
+    run_id          INTEGER,            -- runs.run_id this row belongs to
+    pid             INTEGER,            -- OS process id of the process that recorded the row
+    device_id       INTEGER,            -- CUDA device ordinal as seen by the process (NULL when unknown)
+    context_id      INTEGER,            -- CUDA context id
+    stream_id       INTEGER,            -- CUDA stream id
+    correlation_id  BIGINT,             -- CUPTI correlation id of the launching API call
+    start_ns        BIGINT,             -- start, nanoseconds on the record clock
+    end_ns          BIGINT,             -- end, nanoseconds on the record clock
+    step            INTEGER,            -- step index the launching call belongs to, NULL when no step claims it
+    range_id        BIGINT,             -- innermost range (ranges.range_id) open on the launching thread
+    op_id           BIGINT,             -- framework op (ranges with kind 'op') that launched it, where known
+    bytes           BIGINT,             -- bytes set
     value           INTEGER,   -- byte value written
     memory_kind     VARCHAR,   -- same values as memcpys.src_kind
-    graph_id        BIGINT,
-    graph_node_id   BIGINT
+    graph_id        BIGINT,             -- CUDA graph id when launched from a graph (NULL otherwise)
+    graph_node_id   BIGINT              -- CUDA graph node id when launched from a graph
 );
 
 -- One row per host-side synchronization (the host waits; start/end are host times).
 CREATE TABLE syncs (
-    run_id          INTEGER,
-    pid             INTEGER,
-    device_id       INTEGER,
-    context_id      INTEGER,
+    run_id          INTEGER,            -- runs.run_id this row belongs to
+    pid             INTEGER,            -- OS process id of the process that recorded the row
+    device_id       INTEGER,            -- CUDA device ordinal as seen by the process (NULL when unknown)
+    context_id      INTEGER,            -- CUDA context id
     stream_id       INTEGER,   -- NULL for context-wide syncs
-    correlation_id  BIGINT,
-    start_ns        BIGINT,
-    end_ns          BIGINT,
-    step            INTEGER,
-    range_id        BIGINT,
-    op_id           BIGINT,
+    correlation_id  BIGINT,             -- CUPTI correlation id of the launching API call
+    start_ns        BIGINT,             -- when the host started waiting
+    end_ns          BIGINT,             -- when the host wait returned
+    step            INTEGER,            -- step index the launching call belongs to, NULL when no step claims it
+    range_id        BIGINT,             -- innermost range (ranges.range_id) open on the launching thread
+    op_id           BIGINT,             -- framework op (ranges with kind 'op') that launched it, where known
     sync_type       VARCHAR,   -- 'event_synchronize' | 'stream_wait_event' | 'stream_synchronize' | 'context_synchronize' | 'unknown'
     cuda_event_id   BIGINT     -- event waited on, where applicable
 );
 
 -- Runtime and driver API calls on the host.
 CREATE TABLE api_call_rows (
-    run_id          INTEGER,
-    pid             INTEGER,
+    run_id          INTEGER,            -- runs.run_id this row belongs to
+    pid             INTEGER,            -- OS process id of the process that recorded the row
     thread_id       BIGINT,    -- OS thread id (CUPTI thread-id type SYSTEM)
     api_kind        VARCHAR,   -- 'runtime' | 'driver'
     cbid            INTEGER,   -- CUPTI callback id (NULL for imports)
     name_id         INTEGER,   -- strings.string_id of the API name, e.g. 'cudaLaunchKernel'
-    correlation_id  BIGINT,
-    start_ns        BIGINT,
-    end_ns          BIGINT,
+    correlation_id  BIGINT,             -- CUPTI correlation id of the launching API call
+    start_ns        BIGINT,             -- start, nanoseconds on the record clock
+    end_ns          BIGINT,             -- end, nanoseconds on the record clock
     return_code     INTEGER,   -- CUresult / cudaError_t, 0 = success
-    step            INTEGER,
-    range_id        BIGINT
+    step            INTEGER,            -- step the call belongs to (NULL when none)
+    range_id        BIGINT              -- innermost range open on the calling thread
 );
 
 -- NVTX / cuptiprof ranges, framework annotations and CPU ops.
 CREATE TABLE range_rows (
-    run_id      INTEGER,
-    pid         INTEGER,
+    run_id      INTEGER,                -- runs.run_id this row belongs to
+    pid         INTEGER,                -- OS process id of the process that recorded the row
     range_id    BIGINT,    -- unique per (run_id, pid); also the CUSTOM2 external correlation id for cuptiprof ranges
     parent_id   BIGINT,    -- enclosing range on the same thread (NULL at top level)
     depth       INTEGER,   -- 0 at top level
     name_id     INTEGER,   -- strings.string_id of the range name / message
     domain      VARCHAR,   -- NVTX domain ('cuptiprof' for cuptiprof.range; NULL for the default domain)
-    thread_id   BIGINT,
-    start_ns    BIGINT,
+    thread_id   BIGINT,                 -- OS thread id
+    start_ns    BIGINT,                 -- range start on the record clock
     end_ns      BIGINT,    -- NULL when the range never closed (crash)
     kind        VARCHAR,   -- 'warmup' | 'step' | 'user' (other annotations) | 'op' (framework operator, e.g. aten::mm)
     step        INTEGER,   -- step index for kind 'step'; for other kinds the step that encloses them
@@ -205,35 +205,35 @@ CREATE TABLE range_rows (
 
 -- Python logging records emitted by the profiled program (and cuptiprof's own).
 CREATE TABLE logs (
-    run_id    INTEGER,
-    pid       INTEGER,
-    thread_id BIGINT,
+    run_id    INTEGER,                  -- runs.run_id this row belongs to
+    pid       INTEGER,                  -- OS process id of the process that recorded the row
+    thread_id BIGINT,                   -- OS thread id
     time_ns   BIGINT,    -- on the record clock
     level     VARCHAR,   -- 'DEBUG' | 'INFO' | 'WARNING' | 'ERROR' | 'CRITICAL'
-    logger    VARCHAR,
-    message   VARCHAR,
-    step      INTEGER
+    logger    VARCHAR,                  -- logger name
+    message   VARCHAR,                  -- the formatted message
+    step      INTEGER                   -- step open when the record was emitted (NULL when none)
 );
 
 -- Device memory allocations and frees (CUPTI MEMORY2 / memory pool records).
 CREATE TABLE memory_events (
-    run_id      INTEGER,
-    pid         INTEGER,
-    device_id   INTEGER,
-    time_ns     BIGINT,
+    run_id      INTEGER,                -- runs.run_id this row belongs to
+    pid         INTEGER,                -- OS process id of the process that recorded the row
+    device_id   INTEGER,                -- CUDA device ordinal as seen by the process (NULL when unknown)
+    time_ns     BIGINT,                 -- when it happened, nanoseconds on the record clock
     operation   VARCHAR,   -- 'alloc' | 'free'
     bytes       BIGINT,    -- size of the allocation (positive for both operations)
-    address     UBIGINT,
+    address     UBIGINT,                -- device address
     memory_kind VARCHAR,   -- 'device' | 'pinned' | 'managed' | ...
     pool        BOOLEAN,   -- TRUE for memory-pool (stream-ordered allocator) operations
-    correlation_id BIGINT,
-    step        INTEGER
+    correlation_id BIGINT,              -- CUPTI correlation id of the allocating call
+    step        INTEGER                 -- step of the call that allocated/freed (NULL when none)
 );
 
 -- What the data does NOT contain. Stored, never hidden: reports print these.
 CREATE TABLE data_quality (
-    run_id    INTEGER,
-    pid       INTEGER,
+    run_id    INTEGER,                  -- runs.run_id this row belongs to
+    pid       INTEGER,                  -- OS process id of the process that recorded the row
     check_name VARCHAR,  -- 'dropped_records' | 'unclaimed_records' | 'missing_kind' | 'empty_step' | 'unknown_category' | 'no_gpu' | 'cupti_overhead' | 'process_ended_early' | ...
     subject   VARCHAR,   -- what it is about: an activity kind, a step index, a category name
     count     BIGINT,    -- number of records concerned

@@ -1,0 +1,223 @@
+"""`cuptiprof report` / `sql` / `schema` through a real process: output, and every bad input ends
+as one line on stderr, a non-zero status, no traceback, and the file untouched."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from cuptiprof.synthetic import write_synthetic
+
+ROOT = Path(__file__).resolve().parents[1]
+# `python -m cuptiprof` and what the `cuptiprof` console script runs (cuptiprof.cli:main).
+ENTRY_POINTS = {
+    "module": [sys.executable, "-m", "cuptiprof"],
+    "script": [sys.executable, "-c", "import sys; from cuptiprof.cli import main; sys.exit(main())"],
+}
+if shutil.which("cuptiprof"):
+    ENTRY_POINTS["installed"] = [shutil.which("cuptiprof")]
+
+
+def cli(*args, entry="module", cwd=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([*ENTRY_POINTS[entry], *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=120)
+
+
+def digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(path.parent.glob(path.name + "*")):  # the file and any .wal next to it
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def run_file(tmp_path_factory) -> Path:
+    return write_synthetic(tmp_path_factory.mktemp("cli") / "run.duckdb", steps=4,
+                           kernels_per_step=80, seed=3, devices=2, n_names=30, label="cli")
+
+
+def test_report_summary_table(run_file):
+    r = cli("report", run_file)
+    assert r.returncode == 0, r.stderr
+    for title in ("overview:", "ops:", "kinds:", "steps:", "step_spread:"):
+        assert title in r.stdout
+    assert "\x1b[" not in r.stdout  # piped: plain text, no terminal escapes
+
+
+@pytest.mark.parametrize("by,first_col", [("op", "name"), ("step", "run_id"), ("device", "run_id"),
+                                          ("kind", "kind"), ("stream", "run_id")])
+def test_report_by_csv(run_file, by, first_col):
+    r = cli("report", run_file, "--by", by, "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.reader(io.StringIO(r.stdout)))
+    assert rows[0][0] == first_col and len(rows) > 1
+
+
+def test_report_top_steps_and_json(run_file):
+    r = cli("report", run_file, "--by", "op", "--top", "3", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    ops = json.loads(r.stdout)
+    assert len(ops) == 3 and ops[0]["total_ms"] >= ops[1]["total_ms"] >= ops[2]["total_ms"]
+    r = cli("report", run_file, "--by", "step", "--steps", "2:3", "--format", "json")
+    assert sorted({row["step"] for row in json.loads(r.stdout)}) == [2, 3]
+    r = cli("report", run_file, "--format", "json")
+    doc = json.loads(r.stdout)
+    assert set(doc["reports"]) >= {"ops", "steps", "kinds"} and doc["scope"] == "all recorded steps"
+
+
+def test_report_markdown(run_file):
+    r = cli("report", run_file, "--by", "kind", "--format", "markdown")
+    assert r.returncode == 0
+    assert r.stdout.startswith("### kinds:") and "| kind | detail |" in r.stdout
+
+
+def test_report_list_documents_every_report():
+    r = cli("report", "--list")
+    assert r.returncode == 0
+    for name in ("ops", "steps", "step_spread", "devices", "kinds", "streams", "outliers"):
+        assert any(line.startswith(name + " ") for line in r.stdout.splitlines()), name
+    listed = json.loads(cli("report", "--list", "--format", "json").stdout)
+    ops = next(x for x in listed if x["report"] == "ops")
+    assert "ALL GPU time" in ops["columns"]["pct_gpu_time"] and "BUSY" in ops["columns"]["pct_busy"]
+
+
+def test_sql_query_and_schema(run_file):
+    r = cli("sql", run_file, "SELECT count(*) AS n FROM kernels WHERE step = 2", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "n" and int(r.stdout.splitlines()[1]) > 0
+    r = cli("schema")
+    assert r.returncode == 0 and "CREATE TABLE kernel_rows" in r.stdout
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_both_entry_points_report(run_file, entry):
+    r = cli("report", run_file, "--by", "device", "--format", "csv", entry=entry)
+    assert r.returncode == 0, r.stderr
+    assert "NVIDIA H200" in r.stdout
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+def _bad_files(tmp: Path, good: Path) -> dict[str, Path]:
+    files = {}
+    files["missing"] = tmp / "nope.duckdb"
+    p = tmp / "text.duckdb"
+    p.write_text("this is not a database\n" * 50)
+    files["not_duckdb"] = p
+    p = tmp / "empty.duckdb"
+    p.write_bytes(b"")
+    files["empty"] = p
+    data = good.read_bytes()
+    p = tmp / "truncated.duckdb"
+    p.write_bytes(data[: 3 * 4096 + 100])
+    files["truncated"] = p
+    p = tmp / "corrupt.duckdb"
+    buf = bytearray(data)
+    for off in range(8192, len(buf), 4096):  # trash every block after the headers
+        buf[off + 8: off + 264] = os.urandom(256)
+    p.write_bytes(bytes(buf))
+    files["corrupt"] = p
+    p = tmp / "foreign.duckdb"
+    con = duckdb.connect(str(p))
+    con.execute("CREATE TABLE t AS SELECT 1 AS x")
+    con.close()
+    files["foreign"] = p
+    p = tmp / "newer.duckdb"
+    shutil.copyfile(good, p)
+    con = duckdb.connect(str(p))
+    con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    con.close()
+    files["newer"] = p
+    return files
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory, run_file):
+    return _bad_files(tmp_path_factory.mktemp("bad"), run_file)
+
+
+EXPECT = {  # a word the one line must contain
+    "missing": "no such file", "not_duckdb": "not a DuckDB file", "empty": "not a DuckDB file",
+    "truncated": "", "corrupt": "", "foreign": "not a cuptiprof file", "newer": "newer cuptiprof",
+}
+
+
+def _one_clean_line(r):
+    assert r.returncode != 0
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("cuptiprof: error:") or lines[0].startswith("cuptiprof "), lines[0]
+    assert "Traceback" not in r.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(EXPECT))
+@pytest.mark.parametrize("command", ["report", "sql"])
+def test_bad_file_one_line(bad_files, case, command):
+    path = bad_files[case]
+    before = digest(path) if path.exists() else None
+    args = ["report", path] if command == "report" else ["sql", path, "SELECT 1"]
+    r = cli(*args)
+    line = _one_clean_line(r)
+    assert r.returncode == 2, line
+    assert EXPECT[case] in line
+    assert str(path.name) in line
+    assert (digest(path) if path.exists() else None) == before
+
+
+@pytest.mark.parametrize("args,word", [
+    (["report", "{f}", "--by", "nonsense"], "invalid choice"),
+    (["report", "{f}", "--steps", "5:2"], "before the start"),
+    (["report", "{f}", "--steps", "a:b"], "expected A:B"),
+    (["report", "{f}", "--steps", "90:99"], "no recorded step"),
+    (["report", "{f}", "--top", "0"], "at least 1"),
+    (["report"], "needs a FILE"),
+    (["sql", "{f}", "SELEC count(*) FROM kernels"], "SQL error"),
+    (["sql", "{f}", "SELECT no_such_column FROM kernels"], "SQL error"),
+    (["sql", "{f}", "DELETE FROM kernel_rows"], "read-only"),
+    (["sql", "{f}", "DROP TABLE strings"], "read-only"),
+    (["sql", "{f}", "UPDATE runs SET label = 'x'"], "read-only"),
+    (["sql", "{f}", "CREATE TABLE x AS SELECT 1"], "read-only"),
+    (["sql", "{f}", "ATTACH '/tmp/cuptiprof-other.duckdb' AS o"], ""),
+])
+def test_bad_arguments_one_line(run_file, args, word):
+    before = digest(run_file)
+    r = cli(*[a.replace("{f}", str(run_file)) for a in args])
+    line = _one_clean_line(r)
+    assert word in line
+    assert digest(run_file) == before
+
+
+def test_unknown_report_name_from_the_api(run_file):
+    import cuptiprof
+    from cuptiprof.errors import UsageError
+
+    with cuptiprof.open(run_file) as prof, pytest.raises(UsageError, match="unknown report 'nope'"):
+        prof.report("nope")
+
+
+def test_file_being_written_by_another_process(tmp_path):
+    path = tmp_path / "busy.duckdb"
+    code = ("import sys, time; from cuptiprof.store.writer import Writer, RunInfo; "
+            "w = Writer(sys.argv[1], RunInfo(source='synthetic')); print('ready', flush=True); time.sleep(60)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        r = cli("report", path)
+        line = _one_clean_line(r)
+        assert "another process" in line and str(holder.pid) in line
+    finally:
+        holder.kill()
+        holder.wait()

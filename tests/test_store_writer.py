@@ -1,0 +1,319 @@
+"""The Writer: bulk batches in, rows out; interning; commit per batch; one writer per file;
+crash safety; schema versions; output modes."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import cuptiprof
+from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
+from cuptiprof.store import SCHEMA_VERSION, schema_sql
+from cuptiprof.store.writer import RunInfo, Writer
+from cuptiprof.synthetic import kernel_names, synthetic_batches, write_synthetic
+
+ROOT = Path(__file__).resolve().parents[1]
+GEMM = "_ZN7cutlass6KernelINS_4gemm6kernel4GemmILi128ELi64ELi32EEEEEvNT_6ParamsE"
+
+
+def kernels(n: int, names, t0: int = 1_000, step: int = 0) -> dict:
+    start = t0 + np.arange(n, dtype=np.int64) * 1_000
+    return {"device_id": np.zeros(n, np.int32), "stream_id": np.full(n, 7, np.int32),
+            "start_ns": start, "end_ns": start + 500, "step": np.full(n, step, np.int32),
+            "name": [names[i % len(names)] for i in range(n)]}
+
+
+def rows(path, sql):
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_batches_in_rows_out(tmp_path):
+    path = tmp_path / "a.duckdb"
+    with Writer(path, RunInfo(source="synthetic", label="t", settings={"steps": 2})) as w:
+        w.append({"kernels": kernels(100, ["k1", "k2"])})
+        w.append({"kernels": pa.table(kernels(50, ["k3"], t0=10**9, step=1)),
+                  "memcpys": {"start_ns": [5], "end_ns": [9], "copy_kind": ["HtoD"], "bytes": [64],
+                              "device_id": [0], "step": [0]}})
+        assert w.rows_written == {"kernel_rows": 150, "memcpys": 1}
+    assert rows(path, "SELECT count(*), count(DISTINCT name), min(step), max(step) FROM kernels") == [(150, 3, 0, 1)]
+    assert rows(path, "SELECT DISTINCT run_id, pid FROM kernel_rows") == [(1, os.getpid())]
+    assert rows(path, "SELECT copy_kind, bytes, end_ns - start_ns FROM memcpys") == [("HtoD", 64, 4)]
+    assert rows(path, "SELECT label, source, status, settings FROM runs") == \
+        [("t", "synthetic", "complete", '{"steps": 2}')]
+    assert rows(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+
+
+def test_unknown_table_or_column_is_refused_and_nothing_of_the_batch_lands(tmp_path):
+    path = tmp_path / "a.duckdb"
+    with Writer(path) as w:
+        w.append({"kernels": kernels(10, ["ok"])})
+        with pytest.raises(ValueError, match="unknown columns"):
+            # The kernels part is valid; the memsets part is not: the whole batch rolls back.
+            w.append({"kernels": kernels(10, ["new_name"]), "memsets": {"start_ns": [1], "bogus": [2]}})
+        with pytest.raises(ValueError, match="unknown table"):
+            w.append({"no_such_table": {"x": [1]}})
+        w.append({"kernels": kernels(5, ["later"])})
+    assert rows(path, "SELECT name, count(*) FROM kernels GROUP BY name ORDER BY name") == \
+        [("later", 5), ("ok", 10)]
+    # The rolled-back name left no string behind, and ids stay unique.
+    assert rows(path, "SELECT count(*), count(DISTINCT string_id) FROM strings") == [(2, 2)]
+
+
+def test_names_are_interned_once(tmp_path):
+    path = tmp_path / "a.duckdb"
+    names = kernel_names(50)
+    with Writer(path) as w:
+        for i in range(3):
+            w.append({"kernels": kernels(1000, names, t0=i * 10**7),
+                      "api_calls": {"name": ["cudaLaunchKernel"] * 4, "start_ns": [1, 2, 3, 4], "end_ns": [2, 3, 4, 5]},
+                      "ranges": {"name": ["step"], "range_id": [i + 1], "kind": ["step"], "step": [i],
+                                 "start_ns": [0], "end_ns": [1]}})
+    assert rows(path, "SELECT count(*), count(DISTINCT value) FROM strings") == [(52, 52)]
+    assert rows(path, "SELECT count(*) FROM kernels WHERE name IS NULL") == [(0,)]
+    assert rows(path, "SELECT count(DISTINCT name_id) FROM kernel_rows") == [(50,)]
+    assert rows(path, "SELECT DISTINCT name FROM api_calls") == [("cudaLaunchKernel",)]
+    # Appending to the file later reuses the ids already there.
+    with Writer(path, mode="append") as w:
+        w.append({"kernels": kernels(10, names[:5] + ["fresh"])})
+    assert rows(path, "SELECT count(*) FROM strings") == [(53,)]
+    assert rows(path, "SELECT count(DISTINCT name_id) FROM kernel_rows WHERE run_id = 2") == [(6,)]
+
+
+def test_dictionary_and_null_names(tmp_path):
+    path = tmp_path / "a.duckdb"
+    names = pa.DictionaryArray.from_arrays(pa.array([0, 1, None, 1], pa.int32()), pa.array(["a", "b"]))
+    with Writer(path) as w:
+        w.append({"kernels": {"start_ns": [1, 2, 3, 4], "end_ns": [2, 3, 4, 5], "name": names}})
+        w.append({"kernels": {"start_ns": [5], "end_ns": [6], "name": pa.array([None], pa.string())}})
+    assert rows(path, "SELECT name, count(*) FROM kernels GROUP BY name ORDER BY name NULLS LAST") == \
+        [("a", 1), ("b", 2), (None, 2)]
+
+
+def test_demangled_names(tmp_path):
+    path = tmp_path / "a.duckdb"
+    with Writer(path) as w:
+        w.append({"kernels": kernels(2, [GEMM, "triton_poi_fused_add_0"])})
+    got = dict(rows(path, "SELECT name, demangled FROM kernels"))
+    assert got[GEMM] == ("void cutlass::Kernel<cutlass::gemm::kernel::Gemm<128, 64, 32> >"
+                         "(cutlass::gemm::kernel::Gemm<128, 64, 32>::Params)")
+    assert got["triton_poi_fused_add_0"] == "triton_poi_fused_add_0"  # not mangled: as recorded
+    assert rows(path, "SELECT count(*) FROM strings WHERE demangled IS NULL") == [(1,)]
+    # Most synthetic names are mangled and all of those demangle.
+    names = kernel_names(300)
+    from cuptiprof.store.demangle import demangle
+    mangled = [n for n in names if n.startswith("_Z")]
+    assert len(mangled) >= 80 and all(demangle(n) for n in mangled)
+
+
+def test_every_column_of_the_schema_is_documented():
+    ddl = schema_sql()
+    in_table = False
+    for line in ddl.splitlines():
+        s = line.strip()
+        if s.startswith("CREATE TABLE"):
+            in_table = True
+            continue
+        if in_table and s.startswith(")"):
+            in_table = False
+        elif in_table and s and not s.startswith("--"):
+            assert "--" in s and s.split("--", 1)[1].strip(), f"column not documented: {s}"
+    assert "'schema_version'" in ddl
+
+
+# -- one writer per file, crash safety -----------------------------------------------------
+
+HOLD = """
+import sys, time
+from cuptiprof.store.writer import Writer, RunInfo
+from cuptiprof.synthetic import synthetic_batches
+w = Writer(sys.argv[1], RunInfo(source="synthetic"))
+n = 0
+for b in synthetic_batches(steps=10_000, kernels_per_step=500, api=False):
+    w.append(b)
+    n += 1
+    print(n, w.rows_written.get("kernel_rows", 0), flush=True)
+    if sys.argv[2] == "hold" and n == 2:
+        time.sleep(60)
+"""
+
+
+def _start(path, how):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-c", HOLD, str(path), how], stdout=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def test_second_writer_in_another_process_is_refused(tmp_path):
+    path = tmp_path / "busy.duckdb"
+    proc = _start(path, "hold")
+    try:
+        proc.stdout.readline()
+        proc.stdout.readline()
+        for mode in ("append", "overwrite"):
+            with pytest.raises(WriterBusy) as err:
+                Writer(path, mode=mode)
+            msg = str(err.value)
+            assert "\n" not in msg and "another process" in msg and f"pid {proc.pid}" in msg
+        with pytest.raises(InputError, match="already exists"):
+            Writer(path)  # create
+        with pytest.raises(WriterBusy, match="another process"):
+            cuptiprof.open(path)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_second_writer_in_this_process_is_refused(tmp_path):
+    path = tmp_path / "a.duckdb"
+    with Writer(path):
+        with pytest.raises(WriterBusy, match="already has a writer"):
+            Writer(path, mode="append")
+    Writer(path, mode="append").close()  # released on close
+
+
+def test_sigkill_mid_run_keeps_every_committed_batch(tmp_path):
+    path = tmp_path / "killed.duckdb"
+    proc = _start(path, "run")
+    committed = 0
+    try:
+        for line in proc.stdout:
+            n, committed = map(int, line.split())
+            if n >= 8:
+                break
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    with cuptiprof.open(path) as prof:
+        n_rows = prof.sql("SELECT count(*) FROM kernel_rows").fetchall()[0][0]
+        status = prof.sql("SELECT status, end_ns FROM runs").fetchall()[0]
+        # Every batch reported as committed is there; at most the one in flight beyond it.
+        assert n_rows >= committed > 0
+        assert n_rows - committed < 1000
+        assert status == ("running", None)  # the writer never closed: says so
+        assert prof.ops().fetchall()
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = write_synthetic(tmp_path / "new.duckdb", steps=1, kernels_per_step=10)
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION + 1)])
+    con.close()
+    with pytest.raises(SchemaVersionError, match="newer cuptiprof") as err:
+        Writer(path, mode="append")
+    assert f"schema {SCHEMA_VERSION + 1}" in str(err.value)
+    with pytest.raises(SchemaVersionError, match="newer cuptiprof"):
+        cuptiprof.open(path)
+
+
+def test_append_to_a_foreign_duckdb_file_is_refused(tmp_path):
+    path = tmp_path / "foreign.duckdb"
+    duckdb.connect(str(path)).execute("CREATE TABLE t(x INT)").close()
+    with pytest.raises(StoreError, match="not a cuptiprof file"):
+        Writer(path, mode="append")
+
+
+# -- modes ---------------------------------------------------------------------------------
+
+def test_modes(tmp_path):
+    path = tmp_path / "m.duckdb"
+    write_synthetic(path, steps=1, kernels_per_step=20)
+    with pytest.raises(InputError, match="already exists"):
+        Writer(path)
+    write_synthetic(path, steps=2, kernels_per_step=20, mode="append")
+    assert rows(path, "SELECT run_id, status FROM runs ORDER BY 1") == [(1, "complete"), (2, "complete")]
+    assert rows(path, "SELECT count(DISTINCT step) FROM kernel_rows WHERE run_id = 2") == [(2,)]
+    write_synthetic(path, steps=1, kernels_per_step=20, mode="overwrite")
+    assert rows(path, "SELECT count(*) FROM runs") == [(1,)]
+
+
+def test_atomic_writes_under_a_temporary_name(tmp_path):
+    path = tmp_path / "atomic.duckdb"
+    w = Writer(path, RunInfo(source="kineto"), atomic=True)
+    w.append({"kernels": kernels(10, ["k"])})
+    assert not path.exists() and w.path.exists() and w.path.parent == tmp_path
+    assert w.close() == path
+    assert path.exists() and rows(path, "SELECT count(*) FROM kernels") == [(10,)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["atomic.duckdb"]
+
+
+def test_atomic_failure_leaves_nothing_behind(tmp_path):
+    path = tmp_path / "atomic.duckdb"
+    with pytest.raises(RuntimeError):
+        with Writer(path, atomic=True) as w:
+            w.append({"kernels": kernels(10, ["k"])})
+            raise RuntimeError("import failed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_overwrite_keeps_the_old_file_until_the_end(tmp_path):
+    path = write_synthetic(tmp_path / "x.duckdb", steps=1, kernels_per_step=20)
+    w = Writer(path, atomic=True, mode="overwrite")
+    assert rows(path, "SELECT count(*) FROM runs") == [(1,)]  # still the old file
+    w.append({"kernels": kernels(3, ["k"])})
+    w.close()
+    assert rows(path, "SELECT count(*) FROM kernel_rows") == [(3,)]
+
+
+def test_symlinked_output_is_refused(tmp_path):
+    target = tmp_path / "real.duckdb"
+    target.write_bytes(b"")
+    link = tmp_path / "link.duckdb"
+    link.symlink_to(target)
+    for mode in ("create", "append", "overwrite"):
+        with pytest.raises(InputError, match="symbolic link"):
+            Writer(link, mode=mode)
+    assert target.read_bytes() == b""
+    dangling = tmp_path / "dangling.duckdb"
+    dangling.symlink_to(tmp_path / "nowhere.duckdb")
+    with pytest.raises(InputError, match="symbolic link"):
+        Writer(dangling)
+    assert not (tmp_path / "nowhere.duckdb").exists()
+
+
+def test_missing_directory_is_one_clear_error(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        Writer(tmp_path / "no" / "such" / "dir.duckdb")
+
+
+def test_closed_writer_refuses_appends(tmp_path):
+    w = Writer(tmp_path / "c.duckdb")
+    w.close()
+    with pytest.raises(StoreError, match="closed"):
+        w.append({"kernels": kernels(1, ["k"])})
+
+
+def test_interrupted_status(tmp_path):
+    path = tmp_path / "i.duckdb"
+    with pytest.raises(KeyboardInterrupt):
+        with Writer(path) as w:
+            w.append({"kernels": kernels(3, ["k"])})
+            raise KeyboardInterrupt
+    assert rows(path, "SELECT status FROM runs") == [("interrupted",)]
+    assert rows(path, "SELECT count(*) FROM kernel_rows") == [(3,)]
+
+
+def test_synthetic_is_deterministic_and_realistic(tmp_path):
+    a = list(synthetic_batches(steps=2, kernels_per_step=200, seed=5, devices=2))
+    b = list(synthetic_batches(steps=2, kernels_per_step=200, seed=5, devices=2))
+    assert all(x["kernels"].equals(y["kernels"]) for x, y in zip(a, b) if "kernels" in x)
+    path = write_synthetic(tmp_path / "s.duckdb", steps=3, kernels_per_step=400, seed=1, devices=2)
+    kinds = dict(rows(path, "SELECT kind, count(*) FROM gpu_activities GROUP BY kind"))
+    assert set(kinds) == {"kernel", "memcpy", "memset", "sync"}
+    assert {r[0] for r in rows(path, "SELECT DISTINCT copy_kind FROM memcpys")} == {"HtoD", "DtoH", "DtoD", "PtoP"}
+    assert rows(path, "SELECT count(DISTINCT stream_id) FROM kernel_rows")[0][0] >= 3
+    assert rows(path, "SELECT count(DISTINCT name) FROM kernels")[0][0] > 100
+    assert rows(path, "SELECT max(length(name)) FROM kernels")[0][0] > 150
+    assert rows(path, "SELECT list(DISTINCT kind ORDER BY kind) FROM ranges") == [(["step", "user", "warmup"],)]
