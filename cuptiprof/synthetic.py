@@ -82,6 +82,8 @@ def _program(rng: np.random.Generator, k: int, names: list[str], blocks: int,
     kind = np.zeros(k, np.int8)
     kind[rng.random(k) < 0.02] = 1
     kind[rng.random(k) < 0.012] = 2
+    if k >= 8:  # every program has at least one memset and one device-to-device copy
+        kind[k // 2], kind[k // 3] = 1, 2
     kind[0] = 0
     # A few hot names dominate, as in a real model (Zipf-like weights).
     w = 1.0 / np.arange(1, n + 1) ** 0.9

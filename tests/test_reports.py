@@ -1,0 +1,243 @@
+"""Reports over a fixed synthetic run: golden CSVs (fixture batches -> report -> expected CSV) and
+the semantics each report promises.
+
+Regenerate the golden files after an intended change with:
+    CUPTIPROF_REGEN_GOLDEN=1 python -m pytest -q tests/test_reports.py
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import cuptiprof
+from cuptiprof.commands.report import print_reports
+from cuptiprof.store.writer import RunInfo, Writer
+from cuptiprof.synthetic import synthetic_batches, write_synthetic
+
+GOLDEN = Path(__file__).parent / "golden"
+REGEN = os.environ.get("CUPTIPROF_REGEN_GOLDEN") == "1"
+REPORTS = ("overview", "ops", "kinds", "steps", "step_spread", "devices", "streams", "outliers", "quality")
+
+
+def write_fixture(path: Path) -> Path:
+    """The golden run: 3 recorded steps on 2 devices, plus work whose device is unknown."""
+    info = RunInfo(label="golden", source="synthetic", command="golden fixture", host="golden-host",
+                   start_ns=1_700_000_000_000_000_000)
+    with Writer(path, info, pid=4242) as w:
+        for batch in synthetic_batches(steps=3, kernels_per_step=60, seed=11, devices=2, n_names=12,
+                                       blocks=3, spikes=2, warmup=1):
+            w.append(batch)
+        # Imported rows sometimes carry no device: they must still count, never vanish in joins.
+        t = 1_700_000_000_000_400_000
+        w.append({"kernels": {"device_id": pa.array([None, None], pa.int32()),
+                              "stream_id": pa.array([99, 99], pa.int32()),
+                              "start_ns": [t, t + 1_000], "end_ns": [t + 3_000, t + 2_000],
+                              "step": [2, 2], "name": ["unplaced_kernel", "unplaced_kernel"]},
+                  "memsets": {"device_id": pa.array([None], pa.int32()), "start_ns": [t + 5_000],
+                              "end_ns": [t + 6_000], "step": [2], "bytes": [128]}})
+    return path
+
+
+@pytest.fixture(scope="module")
+def golden_run(tmp_path_factory) -> Path:
+    return write_fixture(tmp_path_factory.mktemp("golden") / "golden.duckdb")
+
+
+def to_csv(rel) -> str:
+    """Stable CSV: floats to 6 significant digits, NULL as empty."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(rel.columns)
+    for row in rel.fetchall():
+        w.writerow(["" if v is None else f"{v:.6g}" if isinstance(v, float) else v for v in row])
+    return buf.getvalue()
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / f"{name}.csv"
+    if REGEN:
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"{path} missing: run with CUPTIPROF_REGEN_GOLDEN=1 to create it"
+    assert text == path.read_text(), f"{name} differs from {path} (regenerate if intended)"
+
+
+@pytest.mark.parametrize("report", REPORTS)
+def test_golden(golden_run, report):
+    with cuptiprof.open(golden_run) as prof:
+        check_golden(report, to_csv(prof.report(report)))
+
+
+@pytest.mark.parametrize("report", ("ops", "steps"))
+def test_golden_step_scope(golden_run, report):
+    with cuptiprof.open(golden_run, steps="2:3") as prof:
+        check_golden(f"{report}_steps_2_3", to_csv(prof.report(report)))
+
+
+# -- semantics -----------------------------------------------------------------------------
+
+def test_ops_columns_and_shares(golden_run):
+    with cuptiprof.open(golden_run) as prof:
+        rel = prof.ops()
+        assert rel.columns == ["name", "kind", "calls", "total_ms", "mean_us", "min_us", "p50_us",
+                               "p95_us", "max_us", "pct_gpu_time", "pct_busy"]
+        rows = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+        assert sum(r["pct_gpu_time"] for r in rows) == pytest.approx(100.0)
+        # Streams overlap, so shares of busy time sum past 100; never below the GPU-time share.
+        assert sum(r["pct_busy"] for r in rows) > 100.0
+        for r in rows:
+            assert r["min_us"] <= r["p50_us"] <= r["p95_us"] <= r["max_us"]
+            assert r["mean_us"] == pytest.approx(r["total_ms"] * 1e3 / r["calls"])
+        names = {r["name"] for r in rows}
+        assert {"Memcpy HtoD", "Memcpy DtoH", "Memcpy DtoD", "Memcpy PtoP", "Memset"} <= names
+        assert any(n.startswith("void ") and "<" in n for n in names)  # demangled kernel names
+        assert "unplaced_kernel" in names
+        # Ordered by total time; --top keeps the first N.
+        assert [r["total_ms"] for r in rows] == sorted((r["total_ms"] for r in rows), reverse=True)
+        assert [r[0] for r in prof.ops(top=3).fetchall()] == [r["name"] for r in rows[:3]]
+
+
+def test_slow_op_is_found_at_the_top(tmp_path):
+    base = write_synthetic(tmp_path / "base.duckdb", steps=2, kernels_per_step=300, seed=4)
+    slow = write_synthetic(tmp_path / "slow.duckdb", steps=2, kernels_per_step=300, seed=4,
+                           slow={"softmax_kernelILi1E": 40.0})
+    def ops(p):
+        with cuptiprof.open(p) as prof:
+            return {r[0]: r[3] for r in prof.ops().fetchall()}
+    a, b = ops(base), ops(slow)
+    name = "void cuda::softmax_kernel<1, float>(float*, float const*, int, int)"
+    assert b[name] == pytest.approx(40.0 * a[name], rel=0.05)
+    with cuptiprof.open(slow) as prof:
+        assert prof.ops(top=1).fetchall()[0][0] == name
+
+
+def test_outliers_find_the_spikes(golden_run):
+    with cuptiprof.open(golden_run) as prof:
+        rel = prof.outliers()
+        rows = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+    assert rows, "the fixture has 8x spikes; the outliers report must list them"
+    for r in rows:
+        assert r["x_median"] >= 3 and r["step"] in (1, 2, 3) and r["calls"] >= 5
+
+
+def test_kinds_split_and_exposed_copy(golden_run):
+    with cuptiprof.open(golden_run) as prof:
+        rel = prof.kinds()
+        rows = {(r[0], r[1]): dict(zip(rel.columns, r)) for r in rel.fetchall()}
+    assert {k for k, _ in rows} == {"kernel", "memcpy", "memset", "sync"}
+    assert {d for k, d in rows if k == "memcpy"} == {"HtoD", "DtoH", "DtoD", "PtoP"}
+    assert {d for k, d in rows if k == "sync"} == {"event_synchronize", "stream_wait_event", "stream_synchronize"}
+    assert sum(r["pct_gpu_time"] or 0 for r in rows.values()) == pytest.approx(100.0)
+    h2d = rows[("memcpy", "HtoD")]
+    # Only the first input copy of each step runs before any kernel: partly exposed, partly hidden.
+    assert 0 < h2d["exposed_ms"] < h2d["total_ms"]
+    d2h = rows[("memcpy", "DtoH")]
+    assert d2h["exposed_ms"] == pytest.approx(d2h["total_ms"])  # after the last kernel: all exposed
+    assert rows[("sync", "stream_synchronize")]["pct_gpu_time"] is None
+
+
+def test_steps_windows_busy_idle(golden_run):
+    with cuptiprof.open(golden_run) as prof:
+        rel = prof.steps_report()
+        rows = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+    placed = [r for r in rows if r["device_id"] is not None]
+    assert sorted({(r["device_id"], r["step"]) for r in placed}) == [(d, s) for d in (0, 1) for s in (1, 2, 3)]
+    for r in placed:
+        assert r["host_ms"] >= r["gpu_window_ms"] >= r["busy_ms"] > 0
+        assert r["idle_ms"] == pytest.approx(r["gpu_window_ms"] - r["busy_ms"])
+        assert r["kernel_ms"] > r["busy_ms"] * 0.5 and r["top_op"] and r["sync_ms"] > 0
+    # The step-to-step spread is relative to each device's median step.
+    for d in (0, 1):
+        spread = sorted(r["busy_vs_median_pct"] for r in placed if r["device_id"] == d)
+        assert spread[1] == pytest.approx(0.0)
+    unplaced = [r for r in rows if r["device_id"] is None]
+    assert len(unplaced) == 1 and unplaced[0]["step"] == 2
+    assert unplaced[0]["busy_ms"] == pytest.approx(0.004)  # [0,3) + [5,6) microseconds
+    assert unplaced[0]["kernels"] == 2
+
+
+def test_null_device_rows_survive_every_join(golden_run):
+    with cuptiprof.open(golden_run) as prof:
+        devices = {r[2]: r for r in prof.devices().fetchall()}
+        assert None in devices and devices[None][10] == pytest.approx(0.004)  # busy_ms
+        streams = prof.streams().fetchall()
+        assert any(r[2] is None and r[3] == 99 and r[8] is not None for r in streams)
+        spread = prof.report("step_spread").fetchall()
+        assert any(r[2] is None for r in spread)
+
+
+def test_step_scope_filters_every_report(golden_run):
+    with cuptiprof.open(golden_run, steps="3") as prof:
+        assert {r[3] for r in prof.steps_report().fetchall()} == {3}
+        assert {r[2] for r in prof.outliers().fetchall()} <= {3}
+        assert prof.scope == "steps 3:3"
+        total_3 = sum(r[3] for r in prof.ops().fetchall())
+    with cuptiprof.open(golden_run) as prof:
+        total_all = sum(r[3] for r in prof.ops().fetchall())
+    assert 0 < total_3 < total_all / 2
+
+
+def test_rows_without_a_step_are_out_of_scope_but_counted(golden_run):
+    with cuptiprof.open(golden_run) as prof:
+        n_null = prof.sql("SELECT count(*) FROM memcpys WHERE step IS NULL").fetchall()[0][0]
+        assert n_null == 1
+        in_scope = prof.sql("SELECT count(*) FROM sel_activities WHERE step IS NULL").fetchall()[0][0]
+        assert in_scope == 0
+        assert prof.data_quality().fetchall()[0][2] == "unclaimed_records"
+
+
+def test_file_without_steps_reports_every_row(tmp_path):
+    path = tmp_path / "nosteps.duckdb"
+    with Writer(path) as w:
+        w.append({"kernels": {"start_ns": [0, 10], "end_ns": [5, 30], "name": ["a", "b"],
+                              "device_id": [0, 0]}})
+    with cuptiprof.open(path) as prof:
+        assert prof.scope == "all rows (no steps recorded)"
+        assert {r[0] for r in prof.ops().fetchall()} == {"a", "b"}
+        assert prof.report("devices").fetchall()[0][10] == pytest.approx(25 / 1e6)
+
+
+def test_python_api_returns_relations(golden_run):
+    prof = cuptiprof.open(golden_run)
+    tbl = prof.ops(top=5).arrow()
+    tbl = tbl.read_all() if hasattr(tbl, "read_all") else tbl
+    assert tbl.num_rows == 5 and "p95_us" in tbl.column_names
+    assert prof.sql("SELECT count(*) FROM kernels").fetchall()[0][0] > 0
+    pytest.importorskip("pandas")
+    assert len(prof.steps_report().df()) >= 6
+    prof.close()
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json", "markdown"])
+def test_print_reports_formats(golden_run, fmt):
+    out = io.StringIO()
+    with cuptiprof.open(golden_run) as prof:
+        print_reports(prof, ["ops", "steps"], fmt, top=4, out=out)
+    text = out.getvalue()
+    if fmt == "json":
+        doc = json.loads(text)
+        assert len(doc["reports"]["ops"]) == 4 and doc["reports"]["steps"]
+    elif fmt == "csv":
+        assert text.startswith("name,kind,calls,total_ms")
+    elif fmt == "markdown":
+        assert "### ops:" in text and "| name | kind |" in text
+    else:
+        assert "ops: top GPU ops" in text and "\x1b" not in text
+
+
+def test_control_characters_in_names_are_stripped_from_tables(tmp_path):
+    path = tmp_path / "evil.duckdb"
+    with Writer(path) as w:
+        w.append({"kernels": {"start_ns": [0], "end_ns": [5], "name": ["evil\x1b[31m\u202ename"]}})
+    out = io.StringIO()
+    with cuptiprof.open(path) as prof:
+        print_reports(prof, ["ops"], "table", out=out)
+    assert "\x1b" not in out.getvalue() and "\u202e" not in out.getvalue()
+    assert "evil[31mname" in out.getvalue()
