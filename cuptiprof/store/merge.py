@@ -162,6 +162,8 @@ class _Merger:
                 raise SchemaVersionError(
                     f"{src}: written by a newer cuptiprof (schema {version}; this one reads up to "
                     f"{SCHEMA_VERSION}); upgrade cuptiprof to merge it")
+            if version < 1:  # no released cuptiprof wrote it: its tables cannot be trusted
+                raise SchemaVersionError(f"{src}: schema {version} is too old for this cuptiprof")
             self._copy(src)
         finally:
             con.execute("DETACH src")
