@@ -189,30 +189,44 @@ def _env() -> dict:
     return env
 
 
-def import_cases(cases: list[Case], work: Path, timeout: float = 60.0) -> list[Outcome]:
-    """Run `cuptiprof import CASE -o work/NAME/out.duckdb` for every case and judge each.
+def cli_batch(tasks: list[tuple[str, list[str]]], work: Path, timeout: float = 60.0) -> dict:
+    """Run `cuptiprof ARGV` for every (name, argv), each in a fresh forked process.
 
-    One driver process imports cuptiprof once, then forks a fresh child per case that runs the
-    CLI's main() exactly as `python -m cuptiprof` does (an escaping exception prints a
-    traceback), so a crash, a hang (killed after `timeout`) or stray output of one case cannot
-    touch another, and the corpus costs one interpreter start-up instead of one per case."""
-    todo = []
+    One driver process imports cuptiprof once, then forks a child per task that runs the CLI's
+    main() exactly as `python -m cuptiprof` does (an escaping exception prints a traceback), so
+    a crash, a hang (killed after `timeout`) or stray output of one task cannot touch another,
+    and a batch costs one interpreter start-up instead of one per task.
+    Returns name -> {"rc": exit status or None when it hung, "stderr", "stdout", "seconds"}."""
+    work.mkdir(parents=True, exist_ok=True)
+    todo = [{"name": n, "argv": list(map(str, a)), "err": str(work / f"{n}.stderr"),
+             "out": str(work / f"{n}.stdout")} for n, a in tasks]
+    r = subprocess.run([sys.executable, __file__, "--drive", str(timeout)], input=json.dumps(todo),
+                       capture_output=True, text=True, env=_env(), cwd=work,
+                       timeout=timeout * len(tasks) + 60)
+    if r.returncode != 0:
+        raise RuntimeError(f"the CLI driver failed: {r.stderr[-2000:]}")
+    res = {d["name"]: d for d in json.loads(r.stdout)}
+    for t in todo:
+        d = res[t["name"]]
+        d["stderr"] = Path(t["err"]).read_text(errors="replace")
+        d["stdout"] = Path(t["out"]).read_text(errors="replace")
+        Path(t["err"]).unlink()
+        Path(t["out"]).unlink()
+    return res
+
+
+def import_cases(cases: list[Case], work: Path, timeout: float = 60.0) -> list[Outcome]:
+    """`cuptiprof import CASE -o work/NAME/out.duckdb` for every case, each judged."""
+    tasks = []
     for c in cases:
         (work / c.name).mkdir(parents=True, exist_ok=True)  # alone in its folder: leftovers show
-        todo.append({"name": c.name, "argv": ["import", str(c.path), "-o",
-                                              str(work / c.name / "out.duckdb"), "--no-progress"],
-                     "err": str(work / f"{c.name}.stderr")})
-    r = subprocess.run([sys.executable, __file__, "--drive", str(timeout)], input=json.dumps(todo),
-                       capture_output=True, text=True, env=_env(),
-                       timeout=timeout * len(cases) + 60)
-    if r.returncode != 0:
-        raise RuntimeError(f"the corpus driver failed: {r.stderr[-2000:]}")
-    got = {d["name"]: d for d in json.loads(r.stdout)}
+        tasks.append((c.name, ["import", c.path, "-o", work / c.name / "out.duckdb",
+                               "--no-progress"]))
+    got = cli_batch(tasks, work, timeout)
     out = []
     for c in cases:
         d = got[c.name]
-        err = Path(work / f"{c.name}.stderr").read_text(errors="replace")
-        o = Outcome(c, d["rc"], err, d["seconds"])
+        o = Outcome(c, d["rc"], d["stderr"], d["seconds"])
         o.why = f"no answer within {timeout:.0f} s" if d["rc"] is None else \
             judge(o, work / c.name / "out.duckdb")
         o.clean = not o.why
@@ -237,10 +251,8 @@ def _drive(timeout: float) -> None:
         t0 = time.perf_counter()
         pid = os.fork()
         if pid == 0:
-            fd = os.open(t["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(fd, 2)
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, 1)
+            os.dup2(os.open(t["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+            os.dup2(os.open(t["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
             rc = 120
             try:
                 rc = main(t["argv"])
@@ -252,7 +264,11 @@ def _drive(timeout: float) -> None:
                 traceback.print_exc()
                 rc = 1
             finally:
-                sys.stderr.flush()
+                for f in (sys.stdout, sys.stderr):
+                    try:
+                        f.flush()
+                    except Exception:  # noqa: BLE001 - a closed pipe: nothing left to say
+                        pass
                 os._exit(rc)
         rc = None
         while time.perf_counter() - t0 < timeout:

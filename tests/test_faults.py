@@ -1,0 +1,440 @@
+"""Failure behaviour on real processes: what survives a killed child, a signal to the launcher,
+a writer killed mid-commit, two writers, a full disk, and files that are old, new or damaged.
+
+The profiled children use the collector's fake CUPTI (CUPTIPROF_FAKE_CUPTI=1): each pushed
+range synthesizes one copy and two kernels, so every flushed step leaves GPU rows to count.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import hostile_corpus as H
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+KERNELS_PER_RANGE = 2          # fake CUPTI: two kernels and one copy per pushed range
+TALLY = {"tried": 0, "clean": 0}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _summary(request):
+    yield
+    tr = request.config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None and TALLY["tried"]:
+        tr.write_line(f"reliability: {TALLY['tried']} fault cases on real processes, "
+                      f"{TALLY['clean']} ended cleanly with nothing committed lost")
+
+
+@pytest.fixture
+def tally():
+    """Count a fault case as clean when its test body passes."""
+    TALLY["tried"] += 1
+    yield
+    TALLY["clean"] += 1
+
+
+def env(**extra) -> dict:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    for k in ("CUPTIPROF_FAKE_CUPTI", "CUPTIPROF_DISABLE", "CUPTIPROF_RUN_SETTINGS",
+              "CUPTIPROF_RUN_PARTS"):
+        e.pop(k, None)
+    e.update(extra)
+    return e
+
+
+FAKE = {"CUPTIPROF_FAKE_CUPTI": "1"}
+
+
+def script(tmp: Path, body: str, name: str = "prog.py") -> Path:
+    p = tmp / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def cli(args, cwd: Path, timeout: float = 120, preexec=None, **extra):
+    return subprocess.run([PY, "-m", "cuptiprof", *map(str, args)], cwd=cwd, env=env(**extra),
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
+
+
+def q(path: Path, sql: str) -> list:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def one_line(stderr: str, *words: str) -> str:
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    assert "Traceback" not in stderr, stderr
+    assert len(lines) == 1 and lines[0].startswith("cuptiprof: error:"), stderr
+    for w in words:
+        assert w.lower() in lines[0].lower(), (w, lines[0])
+    return lines[0]
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"exited early: {proc.communicate()}")
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+STEPS = """
+    import os, pathlib, signal, sys, time, cuptiprof
+    for i in range({n}):
+        with cuptiprof.range("step", step=i):
+            with cuptiprof.range("attn"):
+                pass
+    {after}
+"""
+
+
+# -- the profiled child -------------------------------------------------------------------------
+def test_child_sigkill_keeps_every_flushed_step(tmp_path, tally):
+    p = script(tmp_path, STEPS.format(n=3, after="os.kill(os.getpid(), signal.SIGKILL)"))
+    r = cli(["run", "-o", "k.duckdb", "--no-report", "--", PY, p], tmp_path, **FAKE)
+    assert r.returncode == 128 + signal.SIGKILL, r.stderr
+    out = tmp_path / "k.duckdb"
+    assert not (tmp_path / "k.duckdb.parts").exists()
+    # each step flushed at its end: all three steps' kernels (step range + inner range) are in
+    assert q(out, "SELECT step, count(*) FROM kernels GROUP BY step ORDER BY step") == \
+        [(i, 2 * KERNELS_PER_RANGE) for i in range(3)]
+    assert q(out, "SELECT ended_early, exit_status FROM processes") == [(True, 137)]
+    assert q(out, "SELECT status FROM runs") == [("interrupted",)]
+
+
+@pytest.mark.parametrize("how,code,status,early", [
+    ("sys.exit(3)", 3, "failed", False),
+    ("raise RuntimeError('boom')", 1, "failed", False),
+    ("os._exit(7)", 7, "failed", True),
+])
+def test_child_exit_paths(tmp_path, tally, how, code, status, early):
+    p = script(tmp_path, STEPS.format(n=2, after=how))
+    r = cli(["run", "-o", "x.duckdb", "--no-report", "--", PY, p], tmp_path, **FAKE)
+    assert r.returncode == code, r.stderr
+    out = tmp_path / "x.duckdb"
+    assert q(out, "SELECT count(DISTINCT step), count(*) FROM kernels") == \
+        [(2, 2 * 2 * KERNELS_PER_RANGE)]
+    assert q(out, "SELECT status FROM runs") == [(status,)]
+    assert q(out, "SELECT ended_early, exit_status FROM processes") == [(early, code)]
+    if "raise" in how:
+        assert "RuntimeError: boom" in r.stderr     # the program's own traceback, untouched
+
+
+LOOP = """
+    import pathlib, time, cuptiprof
+    i = 0
+    while i < 3000:
+        with cuptiprof.range("step", step=i):
+            with cuptiprof.range("attn"):
+                time.sleep(0.01)
+        i += 1
+        if i == 3:
+            pathlib.Path("ready").touch()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_launcher_is_forwarded_and_data_flushed(tmp_path, tally, sig):
+    p = script(tmp_path, LOOP)
+    # a session of its own: the signal reaches the launcher only, which must pass it on
+    proc = subprocess.Popen([PY, "-m", "cuptiprof", "run", "-o", "s.duckdb", "--no-report", "--",
+                             PY, p], cwd=tmp_path, env=env(**FAKE), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(tmp_path / "ready", proc)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    out = tmp_path / "s.duckdb"
+    assert q(out, "SELECT status FROM runs") == [("interrupted",)]
+    steps, kernels = q(out, "SELECT count(DISTINCT step), count(*) FROM kernels")[0]
+    assert 3 <= steps < 3000                 # every step flushed before the signal, not all
+    # whole steps only: a step is either committed with all its rows or absent
+    assert q(out, "SELECT count(*) FROM (SELECT step FROM kernels GROUP BY step "
+                  f"HAVING count(*) <> {2 * KERNELS_PER_RANGE})") == [(0,)]
+    assert q(out, "SELECT exit_status FROM processes") == [(128 + sig,)]
+
+
+# -- the writer ---------------------------------------------------------------------------------
+WRITER = """
+    import os, signal, sys
+    import numpy as np
+    from cuptiprof.store.writer import RunInfo, Writer
+    N = 50_000
+    w = Writer(sys.argv[1], RunInfo(source="synthetic"))
+    for b in range(int(sys.argv[2])):
+        if sys.argv[3] == "at-commit" and b == 3:
+            real = w.con
+            class Killing:                      # dies on the COMMIT of the 4th batch
+                def __getattr__(self, k):
+                    return getattr(real, k)
+                def execute(self, sql, *a):
+                    if sql == "COMMIT":
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return real.execute(sql, *a)
+            w.con = Killing()
+        s = np.arange(N, dtype=np.int64) + b * N
+        w.append({"kernels": {"start_ns": s, "end_ns": s + 1, "name": [f"k{b}"] * N,
+                              "device_id": np.zeros(N, np.int32), "stream_id": np.zeros(N, np.int32)}})
+        print(b + 1, flush=True)
+    w.close()
+"""
+
+
+def _kernel_batches(out: Path) -> tuple[int, int]:
+    n, names = q(out, "SELECT count(*), count(DISTINCT name) FROM kernels")[0]
+    return n, names
+
+
+def test_writer_killed_at_commit_keeps_committed_batches(tmp_path, tally):
+    p = script(tmp_path, WRITER, "writer.py")
+    out = tmp_path / "w.duckdb"
+    r = subprocess.run([PY, p, out, "10", "at-commit"], env=env(), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert r.stdout.split() == ["1", "2", "3"]
+    assert _kernel_batches(out) == (3 * 50_000, 3)    # the 4th batch never committed
+    assert q(out, "SELECT status FROM runs") == [("running",)]   # and it says so
+    r = cli(["report", out, "--by", "op"], tmp_path)
+    assert r.returncode == 0, r.stderr
+
+
+def test_writer_killed_mid_stream_keeps_whole_batches(tmp_path, tally):
+    """SIGKILL at an arbitrary moment of a stream of commits: whole batches, at least every one
+    reported committed."""
+    p = script(tmp_path, WRITER, "writer.py")
+    out = tmp_path / "w.duckdb"
+    proc = subprocess.Popen([PY, p, out, "1000", "stream"], env=env(), stdout=subprocess.PIPE,
+                            text=True)
+    seen = 0
+    for line in proc.stdout:
+        seen = int(line)
+        if seen >= 4:
+            break
+    proc.kill()
+    proc.communicate(timeout=60)
+    n, names = _kernel_batches(out)
+    assert n == names * 50_000 and names >= seen
+
+
+# -- two writers, and a reader during a write ---------------------------------------------------
+def test_two_runs_same_output_and_report_while_writing(tmp_path, tally):
+    p = script(tmp_path, """
+        import pathlib, time, cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+        pathlib.Path("ready").touch()
+        while not pathlib.Path("go").exists():
+            time.sleep(0.02)
+    """)
+    first = subprocess.Popen([PY, "-m", "cuptiprof", "run", "-o", "same.duckdb", "--no-report",
+                              "--", PY, p], cwd=tmp_path, env=env(**FAKE),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(tmp_path / "ready", first)
+        second = cli(["run", "-o", "same.duckdb", "--no-report", "--", PY, "-c", "pass"], tmp_path,
+                     **FAKE)
+        assert second.returncode == 2
+        one_line(second.stderr, "another cuptiprof run", f"pid {first.pid}")
+        rep = cli(["report", "same.duckdb"], tmp_path)
+        assert rep.returncode == 2
+        one_line(rep.stderr, "still writing")
+    finally:
+        (tmp_path / "go").touch()
+        _, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    assert q(tmp_path / "same.duckdb", "SELECT count(*) FROM kernels") == [(KERNELS_PER_RANGE,)]
+
+
+def test_report_and_second_writer_while_a_writer_holds_the_file(tmp_path, tally):
+    p = script(tmp_path, """
+        import pathlib, sys, time
+        from cuptiprof.store.writer import RunInfo, Writer
+        w = Writer("held.duckdb", RunInfo(source="synthetic"))
+        w.append({"kernels": {"start_ns": [1], "end_ns": [2], "name": ["k"]}})
+        pathlib.Path("ready").touch()
+        while not pathlib.Path("go").exists():
+            time.sleep(0.02)
+        w.close()
+    """, "hold.py")
+    holder = subprocess.Popen([PY, p], cwd=tmp_path, env=env(), stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(tmp_path / "ready", holder)
+        for args in (["report", "held.duckdb"], ["sql", "held.duckdb", "SELECT 1"],
+                     ["merge", "held.duckdb", "-o", "m.duckdb"]):
+            r = cli(args, tmp_path)
+            assert r.returncode == 2, (args, r.stderr)
+            one_line(r.stderr, "another process", f"pid {holder.pid}")
+        assert not (tmp_path / "m.duckdb").exists()
+    finally:
+        (tmp_path / "go").touch()
+        holder.communicate(timeout=60)
+    assert holder.returncode == 0
+    assert q(tmp_path / "held.duckdb", "SELECT status FROM runs") == [("complete",)]
+
+
+# -- a full disk ---------------------------------------------------------------------------------
+def _fsize(limit: int):
+    def f():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # get EFBIG, as ENOSPC would be
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return f
+
+
+def _big_trace(path: Path, kernels: int = 40_000) -> Path:
+    import json
+
+    doc = H.good_trace()
+    k = doc["traceEvents"][3]
+    doc["traceEvents"] += [dict(k, ts=1000 + 10 * i, name=f"kernel_{i % 3000}_" + "x" * 40)
+                           for i in range(kernels)]
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_disk_full_import_is_one_line_and_leaves_nothing(tmp_path, tally):
+    src = _big_trace(tmp_path / "big.json")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    r = cli(["import", src, "-o", out_dir / "big.duckdb", "--no-progress"], tmp_path,
+            preexec=_fsize(400_000))
+    assert r.returncode == 1, r.stderr
+    one_line(r.stderr, "disk is full")
+    assert list(out_dir.iterdir()) == []
+
+
+def test_disk_full_writer_keeps_last_commit(tmp_path, tally):
+    p = script(tmp_path, WRITER, "writer.py")
+    out = tmp_path / "w.duckdb"
+    r = subprocess.run([PY, p, out, "200", "stream"], env=env(), capture_output=True, text=True,
+                       timeout=120, preexec_fn=_fsize(3_000_000))
+    assert r.returncode != 0
+    assert "File too large" in r.stderr or "No space" in r.stderr, r.stderr[-1000:]
+    committed = int(r.stdout.split()[-1]) if r.stdout.split() else 0
+    n, names = _kernel_batches(out)
+    assert n == names * 50_000 and names >= committed
+    assert cli(["report", out, "--by", "op"], tmp_path).returncode == 0
+
+
+def test_disk_full_during_run_does_not_kill_the_program(tmp_path, tally):
+    """The part file fills the disk: the program still runs to its end and its exit status
+    comes back; the launcher says what happened in one line and keeps what it can."""
+    p = script(tmp_path, STEPS.format(n=400, after="print('program finished', flush=True)"))
+    r = cli(["run", "-o", "d.duckdb", "--no-report", "--", PY, p], tmp_path,
+            preexec=_fsize(600_000), **FAKE)
+    assert "program finished" in r.stdout, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.returncode in (0, 1), r.stderr
+
+
+# -- files from other versions, and damaged files -----------------------------------------------
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory):
+    """A good file and copies of it: newer and older schema, truncated, zeroed, corrupt blocks."""
+    from cuptiprof.store.schema import SCHEMA_VERSION
+    from cuptiprof.synthetic import write_synthetic
+
+    d = tmp_path_factory.mktemp("damaged")
+    good = d / "good.duckdb"
+    write_synthetic(str(good), steps=3, kernels_per_step=200, seed=0)
+    files = {}
+
+    def copy(name):
+        shutil.copy(good, d / name)
+        return d / name
+
+    for name, version in (("newer", SCHEMA_VERSION + 1), ("older", 0)):
+        f = copy(f"{name}.duckdb")
+        con = duckdb.connect(str(f))
+        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(version)])
+        con.close()
+        files[name] = f
+    size = good.stat().st_size
+    for name, keep in (("truncated_half", size // 2), ("truncated_tiny", 100), ("empty", 0)):
+        f = copy(f"{name}.duckdb")
+        os.truncate(f, keep)
+        files[name] = f
+    for name, off in (("corrupt_header", 0), ("corrupt_first_block", 5000),
+                      ("corrupt_middle", size // 3), ("corrupt_late", 2 * size // 3)):
+        f = copy(f"{name}.duckdb")
+        with open(f, "r+b") as fh:
+            fh.seek(off)
+            fh.write(bytes((i * 7 + 3) % 256 for i in range(4096)))
+        files[name] = f
+    text = d / "notes.duckdb"
+    text.write_text("not a database\n")
+    files["text_named_duckdb"] = text
+    return good, files
+
+
+COMMANDS = {
+    "report": ["report", "{f}"],
+    "report_csv": ["report", "{f}", "--by", "op", "--format", "csv"],
+    "sql": ["sql", "{f}", "SELECT count(*), sum(end_ns) FROM gpu_activities"],
+    "export_chrome": ["export", "{f}", "--chrome", "{o}.json"],
+    "export_parquet": ["export", "{f}", "--parquet", "{o}.pq"],
+    "merge": ["merge", "{f}", "-o", "{o}.duckdb"],
+    "compare": ["compare", "{g}", "{f}"],
+    "diff": ["diff", "{g}", "{f}", "--fail-above", "5"],
+    "report_html": ["report", "{f}", "--html", "{o}.html"],
+}
+
+
+def test_old_new_and_damaged_files_through_every_command(damaged, tmp_path):
+    good, files = damaged
+    tasks = []
+    for fname, f in files.items():
+        for cname, argv in COMMANDS.items():
+            o = tmp_path / "out" / f"{fname}-{cname}"
+            tasks.append((f"{fname}:{cname}", [a.format(f=f, g=good, o=o) for a in argv]))
+    (tmp_path / "out").mkdir()
+    res = H.cli_batch(tasks, tmp_path / "work", timeout=60)
+    bad = {}
+    for name, d in res.items():
+        TALLY["tried"] += 1
+        fname, cname = name.split(":")
+        err = d["stderr"]
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        why = None
+        if d["rc"] is None:
+            why = "hung"
+        elif "Traceback" in err:
+            why = "traceback: " + err.strip().splitlines()[-1]
+        elif d["rc"] == 0:
+            # a block no query reads may stay unnoticed; the answer must then be complete
+            if not fname.startswith("corrupt_"):
+                why = "accepted"
+        elif d["rc"] not in (1, 2) or len(lines) != 1 or not lines[0].startswith("cuptiprof: error:"):
+            why = f"rc {d['rc']}, stderr {err[-300:]!r}"
+        elif fname == "newer" and "newer" not in lines[0]:
+            why = f"does not say newer: {lines[0]}"
+        elif fname == "older" and "old" not in lines[0]:
+            why = f"does not say old: {lines[0]}"
+        elif d["rc"] != 0 and cname != "diff" and d["rc"] != 2:
+            why = f"exit {d['rc']} for bad input: {lines[0]}"
+        if not why and d["rc"] != 0:
+            left = sorted(p.name for p in (tmp_path / "out").iterdir()
+                          if p.name.startswith(f"{fname}-{cname}."))
+            why = f"left a partial output {left}" if left else None
+        if why:
+            bad[name] = why
+        else:
+            TALLY["clean"] += 1
+    assert not bad, bad
+    # a temporary file of a failed command would carry a dot prefix
+    assert not [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
