@@ -1,0 +1,57 @@
+"""Time of the top-ops and per-step reports over a file with N kernel rows.
+
+    python bench/reports.py [--rows 10000000] [--file PATH]
+
+Writes a synthetic run (100 steps, one device, 3 kernel streams plus copies) unless --file
+names an existing one, then times each report on a fresh read-only open (cold: blocks read
+from the file) and once more on the same connection (warm), with DuckDB's default threads.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+
+import cuptiprof
+from cuptiprof.synthetic import write_synthetic
+
+REPORTS = ("ops", "steps", "step_spread", "kinds")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--file", default=None)
+    ap.add_argument("--reports", default=",".join(REPORTS[:2]))
+    a = ap.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, "
+          f"duckdb {duckdb.__version__}, load average {os.getloadavg()[0]:.1f}")
+    if a.file and Path(a.file).exists():
+        path = Path(a.file)
+    else:
+        path = Path(a.file or Path(tempfile.mkdtemp(prefix="cuptiprof-bench-")) / "reports.duckdb")
+        t = time.perf_counter()
+        steps = 100
+        write_synthetic(path, steps=steps, kernels_per_step=a.rows // steps, api=False)
+        print(f"wrote {path} in {time.perf_counter() - t:.1f} s")
+    with cuptiprof.open(path) as prof:
+        n = prof.sql("SELECT count(*) FROM kernel_rows").fetchall()[0][0]
+    print(f"{n:,} kernel rows, {path.stat().st_size / 1e6:.0f} MB")
+    for name in a.reports.split(","):
+        with cuptiprof.open(path) as prof:
+            t = time.perf_counter()
+            rows = prof.report(name).fetchall()
+            cold = time.perf_counter() - t
+            t = time.perf_counter()
+            prof.report(name).fetchall()
+            warm = time.perf_counter() - t
+        print(f"report {name}: {cold:.2f} s cold, {warm:.2f} s warm ({len(rows)} rows)")
+
+
+if __name__ == "__main__":
+    main()
