@@ -234,6 +234,7 @@ class Writer:
                 pass
             for sid, value, _ in new_strings:  # forget ids that were never committed
                 self._strings.pop(value, None)
+            _reraise_interrupt()
             raise
 
     def _complete(self, storage: str, tbl: pa.Table, new_strings: list) -> pa.Table:
@@ -285,7 +286,11 @@ class Writer:
 
     def execute(self, sql: str, params: list | None = None) -> None:
         """Run one statement in its own transaction (metadata updates)."""
-        self.con.execute(sql, params or [])
+        try:
+            self.con.execute(sql, params or [])
+        except Exception:
+            _reraise_interrupt()
+            raise
 
     # -- closing ---------------------------------------------------------------------------
     def close(self, status: str = "complete", end_ns: int | None = None) -> Path:
@@ -329,6 +334,18 @@ class Writer:
                 self.close(status)
             except Exception:
                 pass
+
+
+def _reraise_interrupt() -> None:
+    """DuckDB turns a Ctrl-C that lands in a statement into RuntimeError('Query interrupted')
+    (or an error naming KeyboardInterrupt while it reads a registered batch) and swallows the
+    KeyboardInterrupt; give it back so that the program stops as asked."""
+    exc = sys.exc_info()[1]
+    while exc is not None:  # a later statement of the aborted transaction may have replaced it
+        if (type(exc) is RuntimeError and str(exc) == "Query interrupted") or \
+                (isinstance(exc, duckdb.Error) and "KeyboardInterrupt" in str(exc)):
+            raise KeyboardInterrupt from None
+        exc = exc.__context__
 
 
 def _as_table(batch: Batch) -> pa.Table:
