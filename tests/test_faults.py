@@ -232,6 +232,22 @@ def test_writer_killed_mid_stream_keeps_whole_batches(tmp_path, tally):
     assert n == names * 50_000 and names >= seen
 
 
+def test_ctrl_c_inside_a_commit_reaches_the_program(tmp_path, tally):
+    """DuckDB swallows a KeyboardInterrupt that lands inside a statement; the writer must give it
+    back, or the profiled program would ignore Ctrl-C. Whole batches only in the file."""
+    p = script(tmp_path, WRITER.replace("print(b + 1, flush=True)", """print(b + 1, flush=True)
+        if b == 2:
+            import threading
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()"""), "writer.py")
+    out = tmp_path / "w.duckdb"
+    r = subprocess.run([PY, p, out, "100000", "stream"], env=env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode in (1, -signal.SIGINT, 130), r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "KeyboardInterrupt", r.stderr[-2000:]
+    n, names = _kernel_batches(out)
+    assert n == names * 50_000 and 3 <= names < 100_000
+
+
 # -- two writers, and a reader during a write ---------------------------------------------------
 def test_two_runs_same_output_and_report_while_writing(tmp_path, tally):
     p = script(tmp_path, """
