@@ -162,7 +162,7 @@ if want pytest; then
   if [ "$DRY" != 0 ]; then
     stage pytest 120 $PY -m pytest -q -p no:cacheprovider tests/gpu -m gpu -rs
   else
-    stage pytest 150 $PY -m pytest -q -p no:cacheprovider tests/gpu -m gpu -rs -x --timeout 120
+    stage pytest 150 $PY -m pytest -q -p no:cacheprovider tests/gpu -m gpu -rs --timeout 120
   fi
 fi
 

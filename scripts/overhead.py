@@ -6,7 +6,7 @@ torch.profiler, interleaved, at a GPU-busy size and at a small launch-bound size
 Each run is its own process (CUPTI takes one subscriber; a fresh process per run also keeps
 one tool's state from leaking into the next). Rounds rotate the order of the three modes so
 drift hits all alike. Per run the first --skip timed steps are dropped (allocator, cuDNN and
-collector start-up); the rest are pooled per (size, mode): median, p10-p90 and the min-max of
+collector start-up), and so is the step after them, where the profilers start; the rest are pooled per (size, mode): median, p10-p90 and the min-max of
 the per-run medians. cuptiprof runs through cuptiprof.profile() in the process with the kinds
 kernel, memcpy, memset, sync and api, flushing after every step as `cuptiprof run` does (the
 step time includes that flush). torch.profiler collects CPU and CUDA activities over the same
@@ -91,6 +91,7 @@ def _stats(values: list[float]) -> dict | None:
 
 
 def summarize(runs: list[dict], skip: int) -> dict:
+    skip += 1  # the first profiled step also pays the profiler's start (enable, Kineto init)
     out: dict = {}
     for size in {r["size"] for r in runs}:
         res = {}
@@ -181,7 +182,7 @@ def main(argv=None) -> int:
                 else:
                     rec["error"] = (err or "").strip().splitlines()[-3:]
                 runs.append(rec)
-                med = statistics.median([t for s, t in rec["steps"] if s is not None and s >= a.skip] or [0])
+                med = statistics.median([t for s, t in rec["steps"] if s is not None and s > a.skip] or [0])
                 print(f"overhead: round {r} {size:<12} {mode:<9} rc={rc} process {rec['proc_s']:.1f} s, "
                       f"median step {1e3 * med:.3f} ms" + (f"  {rec.get('error')}" if rc else ""),
                       flush=True)
