@@ -166,3 +166,22 @@ def test_step_range_from_torch_nvtx_on_cpu(tmp_path):
     out = tmp_path / "tn.duckdb"
     assert q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE kind='step'") == [([0, 1, 2],)]
     assert q(out, "SELECT count(*) > 0 FROM kernels WHERE name = 'aten::mm'") == [(True,)]
+
+
+def test_step_range_drives_the_collector(tmp_path):
+    """--step-range over Python NVTX calls counts warm-up and recorded steps live in the CUPTI
+    collector too (fake CUPTI): kernels only in the recorded steps, one step range per step."""
+    p = script(tmp_path, """
+        import nvtx
+        for i in range(5):
+            nvtx.push_range("iteration")
+            nvtx.push_range("inner")
+            nvtx.pop_range()
+            nvtx.pop_range()
+    """)
+    r = cli(["run", "-o", "c.duckdb", "--no-report", "--step-range", "iteration", "--warmup", "1",
+             "--steps", "2", "--", PY, p], tmp_path, CUPTIPROF_FAKE_CUPTI="1")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "c.duckdb"
+    assert _steps(out) == [("warmup", 0), ("step", 1), ("step", 2)]
+    assert q(out, "SELECT list(DISTINCT step ORDER BY step) FROM kernels") == [([1, 2],)]

@@ -56,7 +56,8 @@ def activate() -> None:
         _when_imported("torch", _rec.start_profiler)
     if s.step_fn:
         _hook_step_fn(s.step_fn)
-    if s.step_range and _collector is None:
+    if s.step_range:
+        # Python NVTX calls drive the step (warm-up, flush, switch-off) with or without CUPTI.
         _when_imported("torch", _patch_torch_nvtx)
         _when_imported("nvtx", _patch_nvtx_package)
     _when_imported("cuptiprof.markers", _patch_markers)
@@ -80,9 +81,12 @@ def _start_collector(s: S.ChildSettings, rec: Recorder) -> None:
         from cuptiprof.store.writer import RunInfo
 
         _collector = Session(str(rec.part_path(".duckdb")), warmup=s.warmup, steps=s.steps,
-                             kinds=s.kinds, step_range=s.step_range, light=False,
+                             kinds=s.kinds, step_range=None, light=False,
                              run_info=RunInfo(label=s.run_label, command=" ".join(sys.argv)))
         _collector.start()
+        # step_range=None above: --step-range steps come from the patched Python NVTX calls
+        # (cuptiprof.range("step") per matching push), which counts warm-up and recorded steps
+        # live; the marker-based numbering would give each step a second range.
         # Steps go to the collector; logs too when it takes them, else to a logs-only part.
         rec.mode = "logs"
         rec.step_now = lambda: getattr(_collector, "_cur_step", None)
