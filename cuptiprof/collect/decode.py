@@ -1,8 +1,12 @@
-"""Record objects -> per-kind row tuples. Pure functions; no record object outlives the call.
+"""Record objects -> per-kind rows. No record object outlives the buffer-completed callback.
 
-The buffer-completed callback does only this: one C-level `attrgetter` per record copies the
-primitive fields into a tuple appended to the kind's list. Resolution and column building happen
-later, at flush time, on the main thread (resolve.py).
+The callback groups a buffer's records by kind (one C-level sort) and, for the high-volume
+kinds (RAW_TABLES), copies each group's structs in one `b"".join` through the record objects'
+buffer protocol: no Python object per field. Kernel names are pointers into CUPTI's memory, so
+they are read in the callback, once per distinct pointer of the buffer. Rare kinds (markers,
+devices, ...) and record classes without a known dtype go through one C-level `attrgetter` per
+record into row tuples. Resolution and column building happen later, at flush time, on the
+main thread (resolve.py), on numpy columns (`Rows.cols()`).
 
 Field names are the ones common to cupti-python 13.0.x and 13.4 (docs/cupti-python.md §3):
 newer struct versions only append fields, so these read correctly across the version skew.
@@ -11,9 +15,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import operator
+import re
+import sys
 import threading
 from typing import Any, Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 # kind name -> (ActivityKind members that produce it, fields read from the record, in order).
 # The tuple order is the row layout; `columns()` turns rows back into named columns.
@@ -51,13 +62,20 @@ RECORDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+# Kinds copied as raw structs (numbers only, plus the kernel name read in the callback).
+RAW_TABLES = frozenset(("kernel", "memcpy", "memcpy_p2p", "memset", "sync", "api", "extcorr",
+                        "memory"))
+_KIND = operator.attrgetter("kind")
+_NAME = operator.attrgetter("name")
+
+
 _gc_lock = threading.Lock()
 _gc_holders = 0
 
 
 @contextlib.contextmanager
 def no_gc():
-    """Pause the cyclic GC: the tuples built here would trigger full collections that walk
+    """Pause the cyclic GC: the objects built here would trigger full collections that walk
     every live record object (3-4x the cost of the copy itself)."""
     global _gc_holders
     with _gc_lock:
@@ -84,8 +102,167 @@ def _uuid_text(rec: Any) -> str | None:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}" if h.strip("0") else None
 
 
+def _names(table: str) -> list[str]:
+    return [f.rsplit(".", 1)[-1] for f in RECORDS[table][1]]
+
+
+def _field(a: np.ndarray, dotted: str) -> np.ndarray:
+    for part in dotted.split("."):
+        a = a[part]
+    return a
+
+
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each distinct value's first row, int32 code per row), codes numbered in order
+    of first appearance, as a dictionary encoding of the column numbers them (hash based)."""
+    if not len(values):
+        return np.empty(0, np.intp), np.empty(0, np.int32)
+    codes = pc.dictionary_encode(pa.array(values)).indices.to_numpy()
+    # codes appear in increasing order, so a new running maximum marks a first appearance
+    m = np.maximum.accumulate(codes)
+    first = np.flatnonzero(np.r_[True, m[1:] != m[:-1]])
+    return first, codes
+
+
+def raw_dtype(cls: type, table: str) -> np.dtype | None:
+    """The numpy dtype of a cupti-python record class (ActivityKernel13 ->
+    activity_kernel13_dtype), or None when the module has none or it lacks a needed field."""
+    mod = sys.modules.get(cls.__module__)
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.__name__).lower()
+    dt = getattr(mod, snake + "_dtype", None)
+    if not isinstance(dt, np.dtype) or dt.names is None:
+        return None
+    for f in RECORDS[table][1]:
+        sub = dt
+        for part in f.split("."):
+            if sub.names is None or part not in sub.names:
+                return None
+            sub = sub.fields[part][0]
+    return dt
+
+
+class Cols:
+    """Numpy columns of one kind, named like `columns()` names them. String fields hold int32
+    codes into `dicts[field]` (a dictionary that may repeat values)."""
+
+    __slots__ = ("n", "data", "dicts")
+
+    def __init__(self, n: int, data: dict[str, np.ndarray], dicts: dict[str, list] | None = None):
+        self.n, self.data, self.dicts = n, data, dicts or {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.data[name]
+
+    def take(self, sel: np.ndarray) -> "Cols":
+        """Rows selected by a boolean mask (order kept)."""
+        data = {k: v[sel] for k, v in self.data.items()}
+        n = len(next(iter(data.values()))) if data else 0
+        return Cols(n, data, dict(self.dicts))
+
+    def strings(self, name: str) -> list:
+        d = self.dicts[name]
+        return [d[i] for i in self.data[name].tolist()]
+
+    @staticmethod
+    def concat(parts: list["Cols"]) -> "Cols":
+        parts = [p for p in parts if p.n]
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return Cols(0, {})
+        data, dicts = {}, {}
+        for k in parts[0].data:
+            if k in parts[0].dicts:
+                values: list = []
+                codes = []
+                for p in parts:
+                    codes.append(p.data[k].astype(np.int32) + len(values))
+                    values.extend(p.dicts[k])
+                data[k], dicts[k] = np.concatenate(codes), values
+            else:
+                data[k] = np.concatenate([p.data[k] for p in parts])
+        return Cols(sum(p.n for p in parts), data, dicts)
+
+
+def _tuple_cols(table: str, rows: list[tuple]) -> Cols:
+    """Row tuples -> Cols (records whose class has no usable dtype; lists handed in by hand)."""
+    if not rows:
+        return Cols(0, {})
+    data, dicts = {}, {}
+    for name, vals in zip(_names(table), zip(*rows)):
+        if any(isinstance(v, str) or v is None for v in vals):
+            index: dict = {}
+            codes = [index.setdefault(v, len(index)) for v in vals]
+            data[name], dicts[name] = np.array(codes, np.int32), list(index)
+        else:
+            data[name] = np.array(vals)
+    return Cols(len(rows), data, dicts)
+
+
+class Rows:
+    """Drained records of one RAW_TABLES kind: raw struct chunks, plus row tuples for records
+    that could not be copied raw. `cols()` is the flush path; iterating yields row tuples in
+    RECORDS field order (plain ints and strs), for tests and debugging."""
+
+    def __init__(self, table: str):
+        self.table = table
+        self.chunks: list[tuple[np.ndarray, dict]] = []  # (structured array, {field: (names, codes)})
+        self.tuples: list[tuple] = []
+
+    def __len__(self) -> int:
+        return sum(len(a) for a, _ in self.chunks) + len(self.tuples)
+
+    def cols(self) -> Cols:
+        fields, names = RECORDS[self.table][1], _names(self.table)
+        parts = []
+        for a, strs in self.chunks:
+            data, dicts = {}, {}
+            for f, name in zip(fields, names):
+                if f in strs:
+                    dicts[name], data[name] = strs[f]
+                else:
+                    data[name] = _field(a, f)
+            parts.append(Cols(len(a), data, dicts))
+        if self.tuples:
+            parts.append(_tuple_cols(self.table, self.tuples))
+        return Cols.concat(parts)
+
+    def __iter__(self):
+        names = _names(self.table)
+        for a, strs in self.chunks:
+            c = self.cols_of_chunk(a, strs)
+            yield from zip(*(c[n] for n in names))
+        yield from self.tuples
+
+    def cols_of_chunk(self, a: np.ndarray, strs: dict) -> dict[str, list]:
+        out = {}
+        for f, name in zip(RECORDS[self.table][1], _names(self.table)):
+            if f in strs:
+                values, codes = strs[f]
+                out[name] = [values[i] for i in codes.tolist()]
+            else:
+                out[name] = _field(a, f).tolist()
+        return out
+
+    def __getitem__(self, i):
+        return list(self)[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, Rows)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __bool__(self) -> bool:
+        return bool(self.tuples) or any(len(a) for a, _ in self.chunks)
+
+
+def cols(table: str, rows: Any) -> Cols:
+    """Drained rows of a kind (Rows, or a list of row tuples) -> Cols."""
+    return rows.cols() if isinstance(rows, Rows) else _tuple_cols(table, list(rows))
+
+
 class Sink:
-    """Per-kind row lists filled by the buffer callback; swapped out whole at each drain.
+    """Per-kind rows filled by the buffer callback; swapped out whole at each drain.
 
     kind_enum: the module's ActivityKind (real or fake cupti); the ints are cached here once,
     because converting enums per record is slow.
@@ -100,46 +277,76 @@ class Sink:
                 if hasattr(kind_enum, m):
                     self._dispatch[int(getattr(kind_enum, m))] = (getter, table)
         self._device_kind = int(kind_enum.DEVICE)
+        self._dtypes: dict[tuple[type, str], np.dtype | None] = {}
         self.other: dict[int, int] = {}
         self._rows = self._fresh()
         self.records = 0  # every record seen, for the benchmark and sanity checks
 
     @staticmethod
-    def _fresh() -> dict[str, list]:
-        rows: dict[str, list] = {t: [] for t in RECORDS}
+    def _fresh() -> dict[str, Any]:
+        rows: dict[str, Any] = {t: Rows(t) if t in RAW_TABLES else [] for t in RECORDS}
         rows["device_uuid"] = []
         return rows
 
     def add(self, records: Iterable[Any]) -> None:
-        """The buffer-completed callback body: copy fields, keep nothing else."""
+        """The buffer-completed callback body: copy fields, keep no record object."""
         dispatch = self._dispatch
         with self._lock, no_gc():
             rows = self._rows
-            appenders = {t: rows[t].append for t in RECORDS}
             n = 0
-            for r in records:
-                n += 1
-                k = r.kind
+            # A stable sort by kind: each kind's records stay in delivery order.
+            for k, grp in itertools.groupby(sorted(records, key=_KIND), _KIND):
+                g = list(grp)
+                n += len(g)
                 e = dispatch.get(k)
                 if e is None:
-                    self.other[k] = self.other.get(k, 0) + 1
+                    self.other[k] = self.other.get(k, 0) + len(g)
                     continue
-                appenders[e[1]](e[0](r))
+                getter, table = e
+                if table in RAW_TABLES:
+                    if not self._add_raw(rows[table], g):
+                        rows[table].tuples.extend(map(getter, g))
+                    continue
+                rows[table].extend(map(getter, g))
                 if k == self._device_kind:
-                    rows["device_uuid"].append(_uuid_text(r))
+                    rows["device_uuid"].extend(map(_uuid_text, g))
             self.records += n
 
-    def drain(self) -> dict[str, list]:
+    def _add_raw(self, rows: Rows, g: list) -> bool:
+        """Copy a group's structs in one join; False when this class cannot be copied raw."""
+        key = (type(g[0]), rows.table)
+        dt = self._dtypes.get(key, False)
+        if dt is False:
+            dt = self._dtypes[key] = raw_dtype(key[0], rows.table)
+        if dt is None:
+            return False
+        try:
+            buf = b"".join(g)
+        except TypeError:  # no buffer protocol on this class
+            self._dtypes[key] = None
+            return False
+        if len(buf) != dt.itemsize * len(g):  # records of another size in the group
+            return False
+        a = np.frombuffer(buf, dt)
+        strs = {}
+        if rows.table == "kernel":
+            # One read per distinct name pointer: CUPTI shares a kernel's name across records.
+            first, codes = factorize(a["name"])
+            strs["name"] = ([g[i].name for i in first.tolist()], codes)
+        rows.chunks.append((a, strs))
+        return True
+
+    def drain(self) -> dict[str, Any]:
         """Take everything collected so far (rows of the next flush start empty)."""
         with self._lock:
             rows, self._rows = self._rows, self._fresh()
         return rows
 
 
-def columns(table: str, rows: list[tuple]) -> dict[str, tuple]:
+def columns(table: str, rows: Iterable[tuple]) -> dict[str, tuple]:
     """Row tuples of one kind -> {field: values}; dotted fields are named by their last part."""
-    fields = RECORDS[table][1]
-    names = [f.rsplit(".", 1)[-1] for f in fields]
+    names = _names(table)
+    rows = list(rows)
     if not rows:
         return {n: () for n in names}
     return dict(zip(names, zip(*rows)))

@@ -13,6 +13,10 @@ step and are counted (data_quality 'unclaimed_records').
 State kept between flushes is bounded: correlation maps live for two flushes (a row may arrive
 one flush after its API record, never later since every flush follows a synchronize), and a
 GPU row whose API record has not arrived yet waits for one more flush.
+
+The joins are vectorised: each flush's correlation ids are sorted once (`CorrIndex`) and GPU
+rows find their external id and launching call with `np.searchsorted`; per-row Python runs only
+where NVTX markers must be compared (`claim`).
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import pyarrow as pa
 
-from cuptiprof.collect.decode import columns
+from cuptiprof.collect.decode import Cols, cols, factorize
 
 COPY_KIND = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
              7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
@@ -49,8 +53,86 @@ class RangeBook(Protocol):
     def step_at(self, t_ns: int) -> int | None: ...
 
 
+class CorrIndex:
+    """One flush's correlation id -> values, as sorted arrays (the last record of an id wins)."""
+
+    __slots__ = ("keys", "vals")
+
+    def __init__(self, keys: np.ndarray | None = None, *vals: np.ndarray):
+        if keys is None or not len(keys):
+            self.keys = np.empty(0, np.int64)
+            self.vals = tuple(np.empty(0, v.dtype if v is not None else np.int64) for v in vals)
+            return
+        keys = np.asarray(keys, np.int64)
+        order = np.argsort(keys, kind="stable")
+        k = keys[order]
+        last = np.ones(len(k), bool)
+        last[:-1] = k[1:] != k[:-1]
+        self.keys = k[last]
+        self.vals = tuple(np.asarray(v)[order][last] for v in vals)
+
+    def find(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, found mask) of the ids `q`; positions are valid where found."""
+        if not len(self.keys):
+            return np.zeros(len(q), np.intp), np.zeros(len(q), bool)
+        i = np.searchsorted(self.keys, q)
+        i[i == len(self.keys)] = 0
+        return i, self.keys[i] == q
+
+
+def _lookup(gens: tuple[CorrIndex, CorrIndex], q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First value column for ids `q`, this flush's records first, then the last flush's."""
+    outs, found = _lookup_many(gens, q)
+    return outs[0], found
+
+
+def _lookup_many(gens: tuple[CorrIndex, CorrIndex], q: np.ndarray
+                 ) -> tuple[list[np.ndarray], np.ndarray]:
+    """Every value column for ids `q` (see _lookup)."""
+    ncol = len(gens[0].vals)
+    outs = [np.zeros(len(q), gens[0].vals[c].dtype) for c in range(ncol)]
+    found = np.zeros(len(q), bool)
+    for g in gens:
+        todo = ~found
+        if not todo.any() or not len(g.keys):
+            continue
+        i, hit = g.find(q[todo])
+        idx = np.flatnonzero(todo)[hit]
+        for c in range(ncol):
+            outs[c][idx] = g.vals[c][i[hit]]
+        found[idx] = True
+    return outs, found
+
+
+_EMPTY_EXT = CorrIndex(None, np.empty(0, np.int64))
+_EMPTY_API = CorrIndex(None, np.empty(0, np.int64), np.empty(0, np.int64))
+
+
+def _str_table(mapping: dict[int, str]) -> tuple[np.ndarray, pa.Array]:
+    """A code -> name lookup: (code -> position in names, names with 'unknown' last)."""
+    idx = np.full(max(mapping) + 1, len(mapping), np.int32)
+    for pos, code in enumerate(mapping):
+        idx[code] = pos
+    return idx, pa.array(list(mapping.values()) + ["unknown"], pa.string())
+
+
+_COPY_KIND = _str_table(COPY_KIND)
+_MEMORY_KIND = _str_table(MEMORY_KIND)
+_SYNC_TYPE = _str_table(SYNC_TYPE)
+
+
+def _named(codes: np.ndarray, table: tuple[np.ndarray, pa.Array]) -> pa.Array:
+    """Enum codes -> their names ('unknown' for codes outside the table), a plain string array."""
+    idx, names = table
+    c = codes.astype(np.int64)
+    out = np.full(len(c), len(names) - 1, np.int32)
+    ok = (c >= 0) & (c < len(idx))
+    out[ok] = idx[c[ok]]
+    return names.take(pa.array(out))
+
+
 class Resolver:
-    """Turns drained row tuples (decode.Sink.drain) into writer batches.
+    """Turns drained rows (decode.Sink.drain) into writer batches of Arrow columns.
 
     ext_kind: the ExternalCorrelationKind int cuptiprof pushes (CUSTOM2).
     api_name: cbid name lookup, (is_driver, cbid) -> 'cudaLaunchKernel'.
@@ -68,16 +150,18 @@ class Resolver:
         self.write_api = write_api
         self.step_range = step_range
         self.own_domain = own_domain
-        self._ext: tuple[dict, dict] = ({}, {})
-        self._api: tuple[dict, dict] = ({}, {})
+        # correlation id -> external id, and -> (thread, start) of the API call; two flushes
+        self._ext: tuple[CorrIndex, CorrIndex] = (_EMPTY_EXT, _EMPTY_EXT)
+        self._api: tuple[CorrIndex, CorrIndex] = (_EMPTY_API, _EMPTY_API)
         self._ctx_dev: dict[int, int] = {}
-        self._pending: dict[str, list] = {}
+        self._pending: dict[str, Cols] = {}
         self._open_markers: dict[int, list] = {}
         self._marker_stack: dict[int, list] = {}
         self._intervals: tuple[dict, dict] = ({}, {})  # tid -> sorted [(start, end, rid)]
         self._marker_steps = 0
         self._marker_start: dict[int, int] = {}
         self._has_markers = False
+        self._api_names: dict[tuple[int, int], str] = {}
         self.unclaimed: dict[str, int] = {}
         self.rows_out: dict[str, int] = {}
         self.overhead: dict[int, list] = {}  # overhead_kind -> [count, ns]
@@ -86,16 +170,6 @@ class Resolver:
         self.other_kinds: dict[int, int] = {}
 
     # -- lookups -----------------------------------------------------------------------------
-    def _ext_of(self, corr: int) -> int | None:
-        cur, prev = self._ext
-        r = cur.get(corr)
-        return prev.get(corr) if r is None else r
-
-    def _api_of(self, corr: int) -> tuple | None:
-        cur, prev = self._api
-        r = cur.get(corr)
-        return prev.get(corr) if r is None else r
-
     def _marker_at(self, tid: int, t: int) -> int | None:
         best = None
         for gen in self._intervals:
@@ -117,22 +191,74 @@ class Resolver:
 
     def claim(self, corr: int, final: bool) -> tuple[int | None, int | None] | None:
         """(range_id, step) of the launching call; None = not known yet (retry next flush)."""
-        rid = self._ext_of(corr)
-        api = self._api_of(corr)
-        mid = self._marker_at(api[0], api[1]) if api is not None and self._has_markers else None
-        if rid is not None:
-            # A framework NVTX range opened inside the cuptiprof range is the innermost one.
-            if mid is not None and self._marker_start.get(mid, 0) > self.book.start_of(rid):
-                return mid, self.book.step_of(rid)
-            return rid, self.book.step_of(rid)
-        if api is None:
-            return None if not final else (None, None)
-        if mid is not None:
-            return mid, self.book.step_of(mid)
-        return None, None
+        return self._claim_many(np.array([corr], np.int64), final)[0]
+
+    def _claim_many(self, corrs: np.ndarray, final: bool) -> list:
+        """claim() for distinct correlation ids, with the id lookups done at once."""
+        rid, has = _lookup(self._ext, corrs)
+        (tid, start), api = _lookup_many(self._api, corrs)
+        markers = self._has_markers
+        step_of, start_of = self.book.step_of, self.book.start_of
+        out = []
+        for r, h, t, s, a in zip(rid.tolist(), has.tolist(), tid.tolist(), start.tolist(),
+                                 api.tolist()):
+            mid = self._marker_at(t, s) if a and markers else None
+            if h:
+                # A framework NVTX range opened inside the cuptiprof range is the innermost one.
+                if mid is not None and self._marker_start.get(mid, 0) > start_of(r):
+                    out.append((mid, step_of(r)))
+                else:
+                    out.append((r, step_of(r)))
+            elif not a:
+                out.append(None if not final else (None, None))
+            elif mid is not None:
+                out.append((mid, step_of(mid)))
+            else:
+                out.append((None, None))
+        return out
+
+    def _steps_of(self, rid: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """step_map[rid] for the rows where ok (few distinct ranges: one dict lookup each)."""
+        step = np.zeros(len(rid), np.int64)
+        step_ok = np.zeros(len(rid), bool)
+        if ok.any():
+            uniq, inv = np.unique(rid[ok], return_inverse=True)
+            got = [self.book.step_map.get(r) for r in uniq.tolist()]
+            vals = np.array([0 if g is None else g for g in got], np.int64)
+            has = np.array([g is not None for g in got], bool)
+            idx = np.flatnonzero(ok)
+            step[idx] = vals[inv]
+            step_ok[idx] = has[inv]
+        return step, step_ok
+
+    def _claim_rows(self, corr: np.ndarray, final: bool):
+        """Per row: keep / wait masks, (range id, valid) and (step, valid)."""
+        n = len(corr)
+        rid, has = _lookup(self._ext, corr)
+        if not self._has_markers:
+            # An external id names the range; without one the row waits for its API record
+            # (one flush), or is kept unclaimed.
+            wait = np.zeros(n, bool)
+            if not final and not has.all():
+                _, api = _lookup(self._api, corr)
+                wait = ~has & ~api
+            keep = ~wait & ~(has & (rid == SELF_ID))
+            step, step_ok = self._steps_of(rid, has & keep)
+            return keep, wait, rid, has, step, step_ok
+        uniq, inv = np.unique(corr, return_inverse=True)
+        res = self._claim_many(uniq, final)
+        waits = np.array([c is None for c in res], bool)
+        r_ok = np.array([c is not None and c[0] is not None for c in res], bool)
+        s_ok = np.array([c is not None and c[1] is not None for c in res], bool)
+        r = np.array([c[0] if c is not None and c[0] is not None else 0 for c in res], np.int64)
+        s = np.array([c[1] if c is not None and c[1] is not None else 0 for c in res], np.int64)
+        wait = waits[inv]
+        rid, has = r[inv], r_ok[inv]
+        keep = ~wait & ~(has & (rid == SELF_ID))
+        return keep, wait, rid, has, s[inv], s_ok[inv]
 
     # -- one flush -----------------------------------------------------------------------------
-    def resolve(self, rows: dict[str, list], final: bool = False) -> dict[str, Any]:
+    def resolve(self, rows: dict[str, Any], final: bool = False) -> dict[str, Any]:
         """Drained rows -> {table: columns} for Writer.append. `final`: nothing waits any more."""
         self._absorb(rows)
         out: dict[str, Any] = {}
@@ -140,60 +266,48 @@ class Resolver:
         if marker_ranges:
             out["ranges"] = marker_ranges
         for table in GPU_TABLES:
-            todo = self._pending.pop(table, []) + rows.get(table, [])
-            if not todo:
+            parts = []
+            if table in self._pending:
+                parts.append(self._pending.pop(table))
+            new = rows.get(table)
+            if new:
+                parts.append(cols(table, new))
+            c = Cols.concat(parts)
+            if not c.n:
                 continue
-            corr_at = _CORR_INDEX[table]
-            keep, wait, rids, steps = [], [], [], []
-            cache: dict[int, Any] = {}
-            ext_cur, ext_prev = self._ext
-            step_map = self.book.step_map
-            fast = not self._has_markers
-            for r in todo:
-                corr = r[corr_at]
-                if fast:  # common case: an external id names the range; no NVTX to compare
-                    rid = ext_cur.get(corr)
-                    if rid is None:
-                        rid = ext_prev.get(corr)
-                    if rid is not None:
-                        if rid == SELF_ID:
-                            continue
-                        keep.append(r)
-                        rids.append(rid)
-                        steps.append(step_map.get(rid))
-                        continue
-                c = cache.get(corr)
-                if c is None:
-                    c = cache[corr] = self.claim(corr, final)
-                if c is None:
-                    wait.append(r)
-                    continue
-                if c[0] == SELF_ID:
-                    continue
-                keep.append(r)
-                rids.append(c[0])
-                steps.append(c[1])
-            if wait:
-                self._pending[table] = wait
-            if keep:
-                out.update(self._build(table, keep, rids, steps))
+            corr = c["correlation_id"].astype(np.int64)
+            keep, wait, rid, rid_ok, step, step_ok = self._claim_rows(corr, final)
+            if wait.any():
+                self._pending[table] = c.take(wait)
+            if keep.all():
+                out.update(self._build(table, c, rid, rid_ok, step, step_ok))
+            elif keep.any():
+                out.update(self._build(table, c.take(keep), rid[keep], rid_ok[keep], step[keep],
+                                       step_ok[keep]))
         api = rows.get("api")
         if api and self.write_api:
-            out["api_calls"] = self._api_batch(api)
+            out["api_calls"] = self._api_batch(cols("api", api))
         self._rotate()
         return out
 
-    def _absorb(self, rows: dict[str, list]) -> None:
+    def _absorb(self, rows: dict[str, Any]) -> None:
         for ctx, dev in rows.get("context", ()):
             self._ctx_dev[ctx] = dev
-        ext = self._ext[0]
-        k = self.ext_kind
-        for ek, eid, corr in rows.get("extcorr", ()):
-            if ek == k:
-                ext[corr] = eid
-        api = self._api[0]
-        for r in rows.get("api", ()):
-            api[r[5]] = (r[4], r[2])
+        ext = rows.get("extcorr")
+        if ext:
+            e = cols("extcorr", ext)
+            mine = e["external_kind"] == self.ext_kind
+            self._ext = (CorrIndex(e["correlation_id"][mine],
+                                   e["external_id"][mine].astype(np.int64)), self._ext[0])
+        else:
+            self._ext = (_EMPTY_EXT, self._ext[0])
+        api = rows.get("api")
+        if api:
+            a = cols("api", api)
+            self._api = (CorrIndex(a["correlation_id"], a["thread_id"].astype(np.int64),
+                                   a["start"].astype(np.int64)), self._api[0])
+        else:
+            self._api = (_EMPTY_API, self._api[0])
         for kind, start, end in rows.get("overhead", ()):
             o = self.overhead.setdefault(kind, [0, 0])
             o[0] += 1
@@ -202,8 +316,7 @@ class Resolver:
             self.devices.append(_device_row(dev, uuid))
 
     def _rotate(self) -> None:
-        self._ext = ({}, self._ext[0])
-        self._api = ({}, self._api[0])
+        # The next flush's records form the next generation (_absorb); this one becomes the last.
         self._intervals = ({}, self._intervals[0])
         if self._has_markers:  # keep start times only for markers that can still claim rows
             live = {m[4] for m in self._open_markers.values()}
@@ -257,28 +370,30 @@ class Resolver:
             return None
         return out
 
-    def _build(self, table: str, keep: list, rids: list, steps: list) -> dict[str, Any]:
-        c = columns(table, keep)
-        n = len(keep)
-        for s in steps:
-            if s is not None:
-                self.step_rows[s] = self.step_rows.get(s, 0) + 1
-        unclaimed = sum(1 for s in steps if s is None)
+    def _build(self, table: str, c: Cols, rid: np.ndarray, rid_ok: np.ndarray,
+               step: np.ndarray, step_ok: np.ndarray) -> dict[str, Any]:
+        n = c.n
+        if step_ok.any():
+            for s, k in zip(*(x.tolist() for x in np.unique(step[step_ok], return_counts=True))):
+                self.step_rows[s] = self.step_rows.get(s, 0) + k
+        unclaimed = int(n - step_ok.sum())
         if unclaimed:
             name = "memcpy" if table == "memcpy_p2p" else table
             self.unclaimed[name] = self.unclaimed.get(name, 0) + unclaimed
-        common = {"step": pa.array(steps, pa.int32()), "range_id": pa.array(rids, pa.int64())}
+        common = {"step": pa.array(step.astype(np.int32), mask=~step_ok),
+                  "range_id": pa.array(rid, mask=~rid_ok)}
         if table != "memory":
+            stream = c["stream_id"]
             common.update({
                 "start_ns": _i64(c["start"]), "end_ns": _i64(c["end"]),
                 "correlation_id": _i64(c["correlation_id"]),
                 "context_id": _i32(c["context_id"]),
-                "stream_id": pa.array([None if s == NA32 else s for s in c["stream_id"]],
-                                      pa.int32())})
+                "stream_id": pa.array(stream.astype(np.int64).astype(np.int32),
+                                      mask=stream == NA32)})
         if table in ("kernel", "memcpy", "memset", "memcpy_p2p"):
             common["device_id"] = _i32(c["device_id"])
         if table == "kernel":
-            out = dict(common, name=pa.array(c["name"], pa.string()),
+            out = dict(common, name=_dict_strings(c, "name"),
                        grid_x=_i32(c["grid_x"]), grid_y=_i32(c["grid_y"]), grid_z=_i32(c["grid_z"]),
                        block_x=_i32(c["block_x"]), block_y=_i32(c["block_y"]),
                        block_z=_i32(c["block_z"]), registers=_i32(c["registers_per_thread"]),
@@ -288,11 +403,11 @@ class Resolver:
             key = "kernels"
         elif table in ("memcpy", "memcpy_p2p"):
             out = dict(common,
-                       copy_kind=pa.array([COPY_KIND.get(k, "unknown") for k in c["copy_kind"]]),
-                       src_kind=pa.array([MEMORY_KIND.get(k, "unknown") for k in c["src_kind"]]),
-                       dst_kind=pa.array([MEMORY_KIND.get(k, "unknown") for k in c["dst_kind"]]),
+                       copy_kind=_named(c["copy_kind"], _COPY_KIND),
+                       src_kind=_named(c["src_kind"], _MEMORY_KIND),
+                       dst_kind=_named(c["dst_kind"], _MEMORY_KIND),
                        bytes=_i64(c["bytes"]),
-                       is_async=pa.array([bool(f & 1) for f in c["flags_"]], pa.bool_()))
+                       is_async=pa.array((c["flags_"].astype(np.int64) & 1) != 0, pa.bool_()))
             if table == "memcpy":
                 out.update(graph_id=_graph(c["graph_id"]), graph_node_id=_graph(c["graph_node_id"]))
             else:
@@ -301,74 +416,90 @@ class Resolver:
             key = "memcpys"
         elif table == "memset":
             out = dict(common, bytes=_i64(c["bytes"]), value=_i32(c["value"]),
-                       memory_kind=pa.array([MEMORY_KIND.get(k, "unknown")
-                                             for k in c["memory_kind"]]),
+                       memory_kind=_named(c["memory_kind"], _MEMORY_KIND),
                        graph_id=_graph(c["graph_id"]), graph_node_id=_graph(c["graph_node_id"]))
             key = "memsets"
         elif table == "sync":
+            ctx = c["context_id"].astype(np.int64)
+            uniq, inv = np.unique(ctx, return_inverse=True)
+            devs = [self._ctx_dev.get(x) for x in uniq.tolist()]
+            dev = np.array([-1 if d is None else d for d in devs], np.int64)[inv]
+            dev_ok = np.array([d is not None for d in devs], bool)[inv]
+            event = c["cuda_event_id"]
             out = dict(common,
-                       device_id=pa.array([self._ctx_dev.get(x) for x in c["context_id"]], pa.int32()),
-                       sync_type=pa.array([SYNC_TYPE.get(t, "unknown") for t in c["type"]]),
-                       cuda_event_id=pa.array([None if e == NA32 else e for e in c["cuda_event_id"]],
-                                              pa.int64()))
+                       device_id=pa.array(dev.astype(np.int32), mask=~dev_ok),
+                       sync_type=_named(c["type"], _SYNC_TYPE),
+                       cuda_event_id=pa.array(event.astype(np.int64), mask=event == NA32))
             key = "syncs"
         else:
             out = dict(step=common["step"], device_id=_i32(c["device_id"]),
                        time_ns=_i64(c["timestamp"]),
-                       operation=pa.array(["free" if o == 2 else "alloc"
-                                           for o in c["memory_operation_type"]]),
-                       bytes=_i64(c["bytes"]), address=pa.array(np.asarray(c["address"], np.uint64)),
-                       memory_kind=pa.array([MEMORY_KIND.get(k, "unknown") for k in c["memory_kind"]]),
-                       pool=pa.array([bool(p) for p in c["memory_pool_type"]], pa.bool_()),
+                       operation=pa.array(np.where(c["memory_operation_type"] == 2,
+                                                   "free", "alloc").astype(object), pa.string()),
+                       bytes=_i64(c["bytes"]),
+                       address=pa.array(c["address"].astype(np.uint64)),
+                       memory_kind=_named(c["memory_kind"], _MEMORY_KIND),
+                       pool=pa.array(c["memory_pool_type"] != 0, pa.bool_()),
                        correlation_id=_i64(c["correlation_id"]))
             key = "memory_events"
         self.rows_out[key] = self.rows_out.get(key, 0) + n
-        return {key: out} if key not in ("memcpys",) else {key: out}
+        return {key: out}
 
-    def _api_batch(self, api: list) -> dict[str, Any]:
-        ext_cur, ext_prev = self._ext
-        api = [r for r in api if ext_cur.get(r[5], ext_prev.get(r[5])) != SELF_ID]
-        c = columns("api", api)
-        drv = self.driver_kind
-        ext_cur, ext_prev = self._ext
-        step_map = self.book.step_map
-        rids = [ext_cur.get(corr, ext_prev.get(corr)) for corr in c["correlation_id"]]
-        steps = [step_map.get(rid) for rid in rids]
-        self.rows_out["api_calls"] = self.rows_out.get("api_calls", 0) + len(api)
-        names: dict = {}
-        for k, cb in set(zip(c["kind"], c["cbid"])):
-            names[(k, cb)] = self.api_name(k == drv, cb)
+    def _api_batch(self, c: Cols) -> dict[str, Any]:
+        corr = c["correlation_id"].astype(np.int64)
+        rid, has = _lookup(self._ext, corr)
+        mine = has & (rid == SELF_ID)
+        if mine.any():  # the session's own synchronize
+            keep = ~mine
+            c, corr, rid, has = c.take(keep), corr[keep], rid[keep], has[keep]
+        step, step_ok = self._steps_of(rid, has)
+        self.rows_out["api_calls"] = self.rows_out.get("api_calls", 0) + c.n
+        kind = c["kind"].astype(np.int64)
+        cbid = c["cbid"].astype(np.int64)
+        driver = kind == self.driver_kind
+        # one name lookup per distinct (kind, cbid): a dictionary column the writer interns
+        keys = (kind << 32) | cbid
+        first, codes = factorize(keys)
+        names = []
+        for key in keys[first].tolist():
+            k, cb = key >> 32, key & 0xFFFFFFFF
+            name = self._api_names.get((k, cb))
+            if name is None:
+                name = self._api_names[(k, cb)] = self.api_name(k == self.driver_kind, cb)
+            names.append(name)
         return {"thread_id": _i64(c["thread_id"]),
-                "api_kind": pa.array(["driver" if k == drv else "runtime" for k in c["kind"]]),
+                "api_kind": pa.array(["runtime", "driver"], pa.string()).take(
+                    pa.array(driver.astype(np.int8))),
                 "cbid": _i32(c["cbid"]),
-                "name": pa.array([names[kc] for kc in zip(c["kind"], c["cbid"])]),
-                "correlation_id": _i64(c["correlation_id"]), "start_ns": _i64(c["start"]),
+                "name": pa.DictionaryArray.from_arrays(pa.array(codes),
+                                                       pa.array(names, pa.string())),
+                "correlation_id": _i64(corr), "start_ns": _i64(c["start"]),
                 "end_ns": _i64(c["end"]),
                 "return_code": _i32(c["return_value"]),
-                "step": pa.array(steps, pa.int32()), "range_id": pa.array(rids, pa.int64())}
+                "step": pa.array(step.astype(np.int32), mask=~step_ok),
+                "range_id": pa.array(rid, mask=~has)}
 
 
-# Position of correlation_id in each GPU table's row tuple (decode.RECORDS order).
-def _corr_index() -> dict[str, int]:
-    from cuptiprof.collect.decode import RECORDS
-
-    return {t: RECORDS[t][1].index("correlation_id") for t in GPU_TABLES}
+def _i64(v: np.ndarray) -> pa.Array:
+    return pa.array(np.asarray(v).astype(np.int64))
 
 
-_CORR_INDEX = _corr_index()
+def _i32(v: np.ndarray) -> pa.Array:
+    return pa.array(np.asarray(v).astype(np.int64).astype(np.int32))
 
 
-def _i64(v) -> pa.Array:
-    return pa.array(np.asarray(v, np.int64))
-
-
-def _i32(v) -> pa.Array:
-    return pa.array(np.asarray(v, np.int64).astype(np.int32))
-
-
-def _graph(v) -> pa.Array:
-    a = np.asarray(v, np.int64)
+def _graph(v: np.ndarray) -> pa.Array:
+    a = np.asarray(v).astype(np.int64)
     return pa.array(a, mask=(a == 0))
+
+
+def _dict_strings(c: Cols, name: str) -> pa.Array:
+    """A string field of Cols as a dictionary array holding exactly the values its rows use, in
+    order of first use (the writer interns every dictionary value, in dictionary order)."""
+    first, codes = factorize(c[name])
+    values = c.dicts[name]
+    used = [values[i] for i in c[name][first].tolist()]
+    return pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(used, pa.string()))
 
 
 def _device_row(dev: tuple, uuid: str | None) -> dict:
