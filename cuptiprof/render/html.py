@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from cuptiprof._version import __version__
-from cuptiprof.render.table import fmt_value, rows_of
+from cuptiprof.render.table import clean, fmt_value, rows_of
 
 KIND_COLORS = {"kernel": "#4c78a8", "memcpy": "#f58518", "memset": "#54a24b", "sync": "#b279a2",
                "idle": "#bab0ac"}
@@ -55,8 +55,9 @@ _JS = """
 
 
 def esc(value) -> str:
-    """Text or attribute value from a trace, escaped for HTML (quotes included)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Text or attribute value from a trace, escaped for HTML (quotes included); control
+    characters (NUL, escapes, bidi overrides) are dropped: they are invalid in HTML."""
+    return html.escape("" if value is None else clean(str(value)), quote=True)
 
 
 def _num(v, nd: int = 3) -> str:
