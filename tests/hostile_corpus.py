@@ -189,8 +189,9 @@ def _env() -> dict:
     return env
 
 
-def cli_batch(tasks: list[tuple[str, list[str]]], work: Path, timeout: float = 60.0) -> dict:
-    """Run `cuptiprof ARGV` for every (name, argv), each in a fresh forked process.
+def cli_batch(tasks: list[tuple], work: Path, timeout: float = 60.0) -> dict:
+    """Run `cuptiprof ARGV` for every (name, argv[, options]), each in a fresh forked process;
+    options: {"umask": int, "env": {name: value}, "cwd": folder}.
 
     One driver process imports cuptiprof once, then forks a child per task that runs the CLI's
     main() exactly as `python -m cuptiprof` does (an escaping exception prints a traceback), so
@@ -199,7 +200,8 @@ def cli_batch(tasks: list[tuple[str, list[str]]], work: Path, timeout: float = 6
     Returns name -> {"rc": exit status or None when it hung, "stderr", "stdout", "seconds"}."""
     work.mkdir(parents=True, exist_ok=True)
     todo = [{"name": n, "argv": list(map(str, a)), "err": str(work / f"{n}.stderr"),
-             "out": str(work / f"{n}.stdout")} for n, a in tasks]
+             "out": str(work / f"{n}.stdout"), **(opts[0] if opts else {})}
+            for n, a, *opts in tasks]
     r = subprocess.run([sys.executable, __file__, "--drive", str(timeout)], input=json.dumps(todo),
                        capture_output=True, text=True, env=_env(), cwd=work,
                        timeout=timeout * len(tasks) + 60)
@@ -251,6 +253,11 @@ def _drive(timeout: float) -> None:
         t0 = time.perf_counter()
         pid = os.fork()
         if pid == 0:
+            if "umask" in t:
+                os.umask(t["umask"])
+            os.environ.update(t.get("env", {}))
+            if "cwd" in t:
+                os.chdir(t["cwd"])
             os.dup2(os.open(t["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
             os.dup2(os.open(t["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
             rc = 120

@@ -1,0 +1,231 @@
+"""Safety of what cuptiprof writes and prints: `sql` never modifies the file, names from traces
+are escaped in every output format, and every command that writes a file honours the umask and
+never writes through a pre-existing symbolic link."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+import stat
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import hostile_corpus as H
+
+# A kernel name as hostile as a trace can carry: NUL, escape sequences, bell, bidi override,
+# markup, quotes, a CSV separator, a newline, a Markdown pipe.
+NASTY = "k\x00ern\x1b[31mel\x07\u202e<script>alert(1)</script>,\"q\";\n|x|&amp;"
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def nasty(tmp_path_factory) -> Path:
+    """A cuptiprof file imported from a trace whose kernel is called NASTY."""
+    from cuptiprof.interop.importing import import_traces
+
+    d = tmp_path_factory.mktemp("nasty")
+    src = d / "t.json"
+    src.write_text(json.dumps(H.good_trace(kernel=NASTY)))
+    out = d / "nasty.duckdb"
+    import_traces([src], out)
+    import_traces([src], d / "nasty2.duckdb")    # compare needs two different files
+    return out
+
+
+def other(path: Path) -> Path:
+    return path.with_name("nasty2.duckdb")
+
+
+def stored_name(path: Path) -> str:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute("SELECT name FROM kernels").fetchone()[0]
+    finally:
+        con.close()
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- sql is read-only ---------------------------------------------------------------------------
+WRITES = ["DELETE FROM kernel_rows", "DROP TABLE meta", "UPDATE meta SET value = '99'",
+          "INSERT INTO meta VALUES ('x', 'y')", "CREATE TABLE t AS SELECT 1",
+          "ALTER TABLE meta ADD COLUMN z INT", "CREATE VIEW v AS SELECT 1",
+          "SELECT 1; DELETE FROM kernel_rows", "BEGIN; DELETE FROM kernel_rows; COMMIT",
+          "ATTACH 'other.duckdb' AS o; CREATE TABLE o.t AS SELECT 1"]
+
+
+def test_sql_cannot_modify_the_file(nasty, tmp_path):
+    before = digest(nasty)
+    tasks = [(f"w{i}", ["sql", nasty, q]) for i, q in enumerate(WRITES)]
+    tasks += [("checkpoint", ["sql", nasty, "CHECKPOINT"]), ("vacuum", ["sql", nasty, "VACUUM"])]
+    res = H.cli_batch(tasks, tmp_path, timeout=60)
+    for i, q in enumerate(WRITES):
+        d = res[f"w{i}"]
+        assert d["rc"] == 2, (q, d)
+        lines = d["stderr"].strip().splitlines()
+        assert len(lines) == 1 and "read-only" in lines[0], (q, d["stderr"])
+    for name in ("checkpoint", "vacuum"):
+        assert "Traceback" not in res[name]["stderr"]
+    assert digest(nasty) == before
+    assert not (tmp_path / "other.duckdb").exists()
+    assert stored_name(nasty) == NASTY
+
+
+# -- names are escaped in every format ----------------------------------------------------------
+def test_names_escaped_in_every_format(nasty, tmp_path):
+    from cuptiprof.render.html import write_report  # noqa: F401 - the HTML writer must exist
+
+    html = tmp_path / "r.html"
+    chrome = tmp_path / "c.json"
+    tasks = [(f, ["report", nasty, "--by", "op", "--format", f])
+             for f in ("table", "csv", "json", "markdown")]
+    tasks += [("summary_json", ["report", nasty, "--format", "json"]),
+              ("sql_csv", ["sql", nasty, "SELECT name FROM kernels", "--format", "csv"]),
+              ("sql_json", ["sql", nasty, "SELECT name FROM kernels", "--format", "json"]),
+              ("sql_table", ["sql", nasty, "SELECT name FROM kernels"]),
+              ("html", ["report", nasty, "--html", html]),
+              ("chrome", ["export", nasty, "--chrome", chrome]),
+              ("compare", ["compare", nasty, other(nasty)]),
+              ("compare_csv", ["compare", nasty, other(nasty), "--format", "csv"])]
+    res = H.cli_batch(tasks, tmp_path / "work", timeout=60)
+    for name, d in res.items():
+        assert d["rc"] == 0, (name, d["stderr"])
+        assert "Traceback" not in d["stderr"]
+    # terminal and Markdown: no control character, no bidi override, the pipe escaped
+    for name in ("table", "markdown", "sql_table", "compare"):
+        out = res[name]["stdout"]
+        assert not CONTROL.search(out.replace("\n", "")), (name, repr(out[:400]))
+        assert "alert(1)" in out                       # the visible part of the name is shown
+    assert "\\|x\\|" in res["markdown"]["stdout"]
+    # CSV: quoted so that it parses back to the same cells
+    for name in ("csv", "sql_csv"):
+        rows = list(csv.reader(io.StringIO(res[name]["stdout"].replace("\x00", "\\0"))))
+        names = [r[0] for r in rows[1:] if r]
+        assert NASTY.replace("\x00", "\\0") in names, (name, rows)
+    # JSON: valid, and the name comes back exactly
+    got = json.loads(res["json"]["stdout"])
+    assert NASTY in [r["name"] for r in got]
+    assert json.loads(res["sql_json"]["stdout"]) == [{"name": NASTY}]
+    def values(x):
+        if isinstance(x, dict):
+            for v in x.values():
+                yield from values(v)
+        elif isinstance(x, list):
+            for v in x:
+                yield from values(v)
+        else:
+            yield x
+
+    assert NASTY in set(values(json.loads(res["summary_json"]["stdout"])))
+    # HTML: no live markup from the name
+    page = html.read_text()
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "\x00" not in page and "\x1b" not in page
+    # Chrome trace: valid JSON with the name intact
+    events = json.loads(chrome.read_text())["traceEvents"]
+    assert NASTY in [e.get("name") for e in events]
+
+
+def test_terminal_table_on_a_tty_strips_control_characters(nasty):
+    """The rich table path (stdout is a terminal) must strip them as well."""
+    from cuptiprof.analyse.profile import open_profile
+    from cuptiprof.render.table import render
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Tty()
+    with open_profile(nasty) as prof:
+        render(prof.sql("SELECT name, 1 AS n FROM kernels"), "table", out=out, title=NASTY)
+    text = out.getvalue()
+    assert "kern[31mel" in text                  # shown, without its escape character
+    assert "\x1b[31m" not in text                # rich's own styling escapes are fine, the name's not
+    assert not CONTROL.search(text.replace("\n", "").replace("\x1b", "")), repr(text)
+
+
+# -- umask and symbolic links for every command that writes ---------------------------------------
+WRITERS = {
+    # name: (argv with {o} for the output and {f} for a good input, output is a folder)
+    "import": (["import", "{t}", "-o", "{o}"], False),
+    "merge": (["merge", "{f}", "-o", "{o}"], False),
+    "export_chrome": (["export", "{f}", "--chrome", "{o}"], False),
+    "export_parquet": (["export", "{f}", "--parquet", "{o}"], True),
+    "report_html": (["report", "{f}", "--html", "{o}"], False),
+    "compare_html": (["compare", "{f}", "{g}", "--html", "{o}"], False),
+    "run": (["run", "-o", "{o}", "--no-report", "--", PY, "-c", "pass"], False),
+}
+SUFFIX = {"import": ".duckdb", "merge": ".duckdb", "export_chrome": ".json",
+          "export_parquet": "", "report_html": ".html", "compare_html": ".html", "run": ".duckdb"}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, nasty):
+    d = tmp_path_factory.mktemp("inputs")
+    trace = d / "t.json"
+    trace.write_text(json.dumps(H.good_trace()))
+    return {"f": nasty, "g": other(nasty), "t": trace}
+
+
+def _argv(name: str, out: Path, inputs: dict) -> list[str]:
+    return [a.format(o=out, **inputs) for a in WRITERS[name][0]]
+
+
+@pytest.mark.parametrize("mask", [0o027, 0o077])
+def test_outputs_follow_the_umask(tmp_path, inputs, mask):
+    tasks = []
+    for name in WRITERS:
+        out = tmp_path / f"{name}{SUFFIX[name]}"
+        tasks.append((name, _argv(name, out, inputs), {"umask": mask, "cwd": str(tmp_path)}))
+    res = H.cli_batch(tasks, tmp_path / "work", timeout=120)
+    for name, (argv, is_dir) in WRITERS.items():
+        d = res[name]
+        assert d["rc"] == 0, (name, d["stderr"])
+        out = tmp_path / f"{name}{SUFFIX[name]}"
+        want = (0o777 if is_dir else 0o666) & ~mask
+        assert stat.S_IMODE(out.stat().st_mode) == want, (name, oct(out.stat().st_mode))
+        if is_dir:
+            for p in out.rglob("*"):
+                full = 0o777 if p.is_dir() else 0o666
+                assert stat.S_IMODE(p.stat().st_mode) == full & ~mask, (name, p)
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_outputs_never_write_through_a_symlink(tmp_path, inputs, dangling):
+    """OUT is a symbolic link to a victim file (or to a path that does not exist yet): the
+    command refuses with one line, or replaces the link itself; the victim is never written."""
+    tasks = []
+    victims = {}
+    for name in WRITERS:
+        victim = tmp_path / f"victim-{name}"
+        if not dangling:
+            victim.write_text("precious\n")
+        link = tmp_path / f"{name}{SUFFIX[name]}"
+        link.symlink_to(victim)
+        victims[name] = (victim, link)
+        argv = _argv(name, link, inputs)
+        if name.startswith("export"):
+            argv.append("--force")       # even when asked to replace the output
+        tasks.append((name, argv, {"cwd": str(tmp_path)}))
+    res = H.cli_batch(tasks, tmp_path / "work", timeout=120)
+    for name, (victim, link) in victims.items():
+        d = res[name]
+        assert "Traceback" not in d["stderr"], (name, d["stderr"])
+        if dangling:
+            assert not victim.exists(), f"{name} created the symlink's target"
+        else:
+            assert victim.read_text() == "precious\n", f"{name} wrote through the symlink"
+        if d["rc"] != 0:
+            lines = d["stderr"].strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("cuptiprof: error:"), (name, d["stderr"])
+        else:
+            assert not link.is_symlink(), f"{name} succeeded but left the link in place"
