@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Union
@@ -25,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from cuptiprof.errors import InputError
+from cuptiprof.interop import columns as AC
 from cuptiprof.interop.nesting import nest, steps_at
 from cuptiprof.interop.textsource import read_blocks
 
@@ -242,26 +244,54 @@ class FileSummary:
 
 
 class _Cols:
-    """Columns appended piece by piece, concatenated at the end."""
+    """numpy columns appended piece by piece, concatenated at the end. A nullable column `k`
+    keeps its validity mask under `k?`."""
 
     def __init__(self):
         self.parts: dict[str, list] = {}
 
     def add(self, **cols):
         for k, v in cols.items():
-            self.parts.setdefault(k, []).append(np.asarray(v))
+            self.parts.setdefault(k, []).append(v)
+
+    def add_ints(self, k: str, values: list) -> None:
+        v, ok = AC.ints(values)
+        self.add(**{k: v, k + "?": ok if ok is not None else np.ones(len(v), bool)})
 
     def get(self, k, dtype=np.int64):
         p = self.parts.get(k)
-        return np.concatenate(p) if p else np.zeros(0, dtype)
+        if not p:
+            return np.zeros(0, dtype)
+        return np.concatenate(p) if len(p) > 1 else p[0]
+
+    def arrow(self, k, typ) -> pa.Array:
+        """A nullable column as one Arrow array."""
+        return AC.array(self.get(k), typ, self.get(k + "?", bool))
 
     def __len__(self):
         p = next(iter(self.parts.values()), None)
         return sum(len(x) for x in p) if p else 0
 
 
+def _same(x):
+    return x
+
+
+def _per_name(ids: np.ndarray, names: list, fn) -> tuple[np.ndarray, list]:
+    """Apply `fn` once per distinct name id; codes into the distinct results. (Also keeps a
+    table's dictionary to the names it uses: the writer interns every dictionary value.)"""
+    uniq, inv = np.unique(ids, return_inverse=True)
+    return inv, [fn(names[u]) for u in uniq.tolist()]
+
+
+def _names(ids: np.ndarray, names: list) -> pa.DictionaryArray:
+    return AC.dictionary(*_per_name(ids, names, _same))
+
+
 class KinetoFile:
-    """Reads one trace file into the writer `w` as one process."""
+    """Reads one trace file as one process: the whole timeline is kept as compact columns
+    (never a dict per event) and written in one transaction at the end, with every launch
+    link (step, innermost range, op) already resolved."""
 
     def __init__(self, w, path: Path, index: int, used_pids: set[int],
                  on_read: Callable[[int], None] | None = None):
@@ -269,25 +299,22 @@ class KinetoFile:
         self.used_pids = used_pids
         self.on_read = on_read
         self.pid: int | None = None
-        self.placeholder = -1 - index
         self.scale = 1000          # ns per trace time unit (microseconds)
         self.base = 0
-        self.names: dict[str, int] = {}
-        self.name_list: list[str] = []
+        self.names: dict = {}
+        self.name_list: list = []
         self.tid_cache: dict = {}
         self.ranges = _Cols()
         self.calls = _Cols()
+        self.gpu = {t: _Cols() for t in ("kernels", "memcpys", "memsets", "syncs", "memory_events")}
         self.unknown: dict[str, int] = {}
         self.devprops: list[DevProp] = []
         self.dist: DistInfo | None = None
         self.host: str | None = None
         self.devices_used: set[int] = set()
-        self.mem = 0
         self.events = 0
         self.piece: list[Ev] = []
         self.rows: dict[str, int] = {}
-        self.gpu_pending: dict[str, list] = {}
-        self.pending_rows = 0
 
     # errors ---------------------------------------------------------------------------------
     def _bad(self, e: Ev, what: str) -> InputError:
@@ -319,7 +346,6 @@ class KinetoFile:
         if not seen_events:
             raise InputError(f"{self.path}: valid JSON but not a trace (no \"traceEvents\" array); "
                              "expected a torch.profiler / Kineto Chrome trace")
-        self._flush_gpu()
         return self._finish()
 
     def _meta(self, doc: Doc) -> None:
@@ -333,21 +359,27 @@ class KinetoFile:
             self.host = doc.host_name
 
     def _intern(self, names: list) -> np.ndarray:
-        d, lst = self.names, self.name_list
-        out = []
-        for n in names:
-            i = d.get(n)
-            if i is None:
-                i = d[n] = len(lst)
-                lst.append(n)
-            out.append(i)
-        return np.array(out, np.int64)
+        """Name -> id (first seen, first numbered); the per-event work is one C-level map."""
+        d = self.names
+        ids = list(map(d.get, names))
+        if None in ids:
+            lst = self.name_list
+            for n in dict.fromkeys(names):
+                if n not in d:
+                    d[n] = len(lst)
+                    lst.append(n)
+            ids = list(map(d.__getitem__, names))
+        return np.array(ids, np.int32)
 
     def _tids(self, lst: list[Ev]) -> np.ndarray:
-        c = self.tid_cache
+        tids = [e.tid for e in lst]
+        try:
+            return np.array(tids, np.int64)
+        except (TypeError, ValueError, OverflowError):
+            pass
+        c = self.tid_cache  # "stream 7", "25738" or missing: parsed once per distinct value
         out = []
-        for e in lst:
-            t = e.tid
+        for t in tids:
             if type(t) is not int:
                 v = c.get(t)
                 if v is None:
@@ -373,9 +405,11 @@ class KinetoFile:
         bad = du < 0
         if bad.any():
             raise self._bad(lst[int(np.argmax(bad))], f"negative duration ({du[bad][0]:g})")
+        return self._ns(ts), self._ns(ts) + np.rint(du * self.scale).astype(np.int64)
+
+    def _ns(self, ts: np.ndarray) -> np.ndarray:
         whole = np.floor(ts)
-        start = whole.astype(np.int64) * self.scale + np.rint((ts - whole) * self.scale).astype(np.int64)
-        return start, start + np.rint(du * self.scale).astype(np.int64)
+        return whole.astype(np.int64) * self.scale + np.rint((ts - whole) * self.scale).astype(np.int64)
 
     def _args(self, lst: list[Ev]) -> list[Args]:
         a = [e.args for e in lst]
@@ -442,19 +476,18 @@ class KinetoFile:
                 self._range(what, lst)
         self.events += len(evs)
         self.piece = []
-        if self.pending_rows >= BATCH_ROWS:
-            self._flush_gpu()
 
     # host side ------------------------------------------------------------------------------
     def _call(self, what: str, lst: list[Ev]) -> None:
         start, end = self._times(lst)
         a = [e.args for e in lst]
-        corr = np.array([x.correlation if x is not None and x.correlation is not None else -1
-                         for x in a], np.int64)
-        cbid = np.array([x.cbid if x is not None and x.cbid is not None else -1 for x in a], np.int64)
-        self.calls.add(tid=self._tids(lst), start=start, end=end, corr=corr, cbid=cbid,
+        if None in a:
+            a = [x if x is not None else _NO_ARGS for x in a]
+        self.calls.add(tid=self._tids(lst), start=start, end=end,
                        name=self._intern([e.name for e in lst]),
                        driver=np.full(len(lst), what == "driver"))
+        self.calls.add_ints("corr", [x.correlation for x in a])
+        self.calls.add_ints("cbid", [x.cbid for x in a])
 
     def _range(self, what: str, lst: list[Ev]) -> None:
         start, end = self._times(lst)
@@ -481,13 +514,10 @@ class KinetoFile:
         ts = np.array([e.ts for e in mem], np.float64)
         if np.isnan(ts).any():
             return
-        whole = np.floor(ts)
-        t = whole.astype(np.int64) * self.scale + np.rint((ts - whole) * self.scale).astype(np.int64)
-        b = np.array([e.args.mem_bytes for e in mem], np.int64)
-        self._queue("memory_events", {
-            "device_id": pa.array([e.args.mem_dev_id for e in mem], pa.int32()),
-            "time_ns": t, "operation": np.where(b >= 0, "alloc", "free").tolist(),
-            "bytes": np.abs(b), "memory_kind": ["device"] * len(mem)})
+        M = self.gpu["memory_events"]
+        M.add(time_ns=self._ns(ts), bytes=np.array([e.args.mem_bytes for e in mem], np.int64))
+        M.add_ints("device_id", [e.args.mem_dev_id for e in mem])
+        self.rows["memory_events"] = self.rows.get("memory_events", 0) + len(mem)
 
     # GPU side -------------------------------------------------------------------------------
     def _gpu(self, what: str, lst: list[Ev]) -> None:
@@ -500,89 +530,89 @@ class KinetoFile:
         if None in stream:
             stream = [s if s is not None else _tid_number(e.tid) for s, e in zip(stream, lst)]
         self.devices_used.update(set(dev))
-        if max(stream, default=0) >= 1 << 31:  # unsigned -1 ("no stream") in some traces
-            stream = [s - (1 << 32) if s is not None and s >= 1 << 31 else s for s in stream]
-        cols = {"device_id": pa.array(dev, pa.int32()),
-                "context_id": pa.array([x.context for x in a], pa.int32()),
-                "stream_id": pa.array(stream, pa.int32()),
-                "correlation_id": pa.array([x.correlation for x in a], pa.int64()),
-                "start_ns": start, "end_ns": end}
+        G = self.gpu[_GPU_TABLE[what]]
+        G.add(start_ns=start, end_ns=end, name=self._intern([e.name for e in lst]))
+        G.add_ints("device_id", dev)
+        G.add_ints("stream_id", stream)
+        G.add_ints("context_id", [x.context for x in a])
+        G.add_ints("correlation_id", [x.correlation for x in a])
         if what == "kernel":
-            grid = [x.grid or (None, None, None) for x in a]
-            block = [x.block or (None, None, None) for x in a]
-            cols.update(
-                name=[e.name for e in lst],
-                grid_x=pa.array([g[0] for g in grid], pa.int32()),
-                grid_y=pa.array([g[1] if len(g) > 1 else None for g in grid], pa.int32()),
-                grid_z=pa.array([g[2] if len(g) > 2 else None for g in grid], pa.int32()),
-                block_x=pa.array([g[0] for g in block], pa.int32()),
-                block_y=pa.array([g[1] if len(g) > 1 else None for g in block], pa.int32()),
-                block_z=pa.array([g[2] if len(g) > 2 else None for g in block], pa.int32()),
-                registers=pa.array([x.registers for x in a], pa.int32()),
-                static_smem=pa.array([x.smem for x in a], pa.int32()))
-            table = "kernels"
-        elif what == "memcpy":
-            kinds = [_memcpy_kind(e.name) for e in lst]
-            cols.update(copy_kind=[k[0] for k in kinds], src_kind=[k[1] for k in kinds],
-                        dst_kind=[k[2] for k in kinds],
-                        bytes=pa.array([x.bytes for x in a], pa.int64()))
-            table = "memcpys"
-        elif what == "memset":
-            cols.update(bytes=pa.array([x.bytes for x in a], pa.int64()),
-                        memory_kind=[_memset_kind(e.name) for e in lst])
-            table = "memsets"
-        else:
-            cols.update(sync_type=[_SYNC.get((e.name or "").strip().lower(), "unknown") for e in lst])
-            table = "syncs"
-        self._queue(table, cols)
-
-    def _queue(self, table: str, cols: dict) -> None:
-        n = len(cols["start_ns"] if "start_ns" in cols else cols["time_ns"])
-        self.gpu_pending.setdefault(table, []).append(pa.table(cols))
-        self.pending_rows += n
-        self.rows[table] = self.rows.get(table, 0) + n
-
-    def _flush_gpu(self) -> None:
-        if not self.gpu_pending:
-            return
-        pid = self.pid if self.pid is not None else self.placeholder
-        batch = {}
-        for table, parts in self.gpu_pending.items():
-            t = pa.concat_tables(parts, promote_options="permissive")
-            batch[table] = t.append_column("pid", pa.array(np.full(t.num_rows, pid, np.int32)))
-        self.w.append(batch)
-        self.gpu_pending.clear()
-        self.pending_rows = 0
+            _dims(G, "grid", [x.grid for x in a])
+            _dims(G, "block", [x.block for x in a])
+            G.add_ints("registers", [x.registers for x in a])
+            G.add_ints("static_smem", [x.smem for x in a])
+        elif what in ("memcpy", "memset"):
+            G.add_ints("bytes", [x.bytes for x in a])
+        self.rows[_GPU_TABLE[what]] = self.rows.get(_GPU_TABLE[what], 0) + len(lst)
 
     # end of file ----------------------------------------------------------------------------
+    def _gpu_tables(self, run_id, pid, base, link) -> dict:
+        """The GPU tables of this file as Arrow tables, links and names resolved."""
+        out = {}
+        names = self.name_list
+        for table, G in self.gpu.items():
+            n = len(G.get("time_ns" if table == "memory_events" else "start_ns"))
+            if not n:
+                continue
+            cols = {"run_id": AC.array(np.full(n, run_id, np.int32), pa.int32()),
+                    "pid": AC.array(np.full(n, pid, np.int32), pa.int32()),
+                    "device_id": G.arrow("device_id", pa.int32())}
+            if table == "memory_events":
+                b = G.get("bytes")
+                cols.update(time_ns=AC.array(G.get("time_ns") + base, pa.int64()),
+                            operation=AC.dictionary(b < 0, ["alloc", "free"]),
+                            bytes=AC.array(np.abs(b), pa.int64()),
+                            memory_kind=AC.dictionary(np.zeros(n, np.int32), ["device"]))
+                out[table] = pa.table(cols)
+                continue
+            ids = G.get("name", np.int32)
+            stream, ok = G.get("stream_id"), G.get("stream_id?", bool)
+            stream = np.where(stream >= 1 << 31, stream - (1 << 32), stream)  # unsigned -1: no stream
+            corr, corr_ok = G.get("correlation_id"), G.get("correlation_id?", bool)
+            cols.update(context_id=G.arrow("context_id", pa.int32()),
+                        stream_id=AC.array(stream, pa.int32(), ok),
+                        correlation_id=AC.array(corr, pa.int64(), corr_ok),
+                        start_ns=AC.array(G.get("start_ns") + base, pa.int64()),
+                        end_ns=AC.array(G.get("end_ns") + base, pa.int64()))
+            cols.update(link(np.where(corr_ok, corr, -1)))
+            if table == "kernels":  # a dictionary of kernel names only (they get demangled)
+                cols["name"] = _names(ids, names)
+                for k in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                          "registers", "static_smem"):
+                    cols[k] = G.arrow(k, pa.int32())
+            elif table == "memcpys":
+                inv, kinds = _per_name(ids, names, _memcpy_kind)
+                for j, k in enumerate(("copy_kind", "src_kind", "dst_kind")):
+                    cols[k] = AC.dictionary(inv, [x[j] for x in kinds])
+                cols["bytes"] = G.arrow("bytes", pa.int64())
+            elif table == "memsets":
+                cols["bytes"] = G.arrow("bytes", pa.int64())
+                cols["memory_kind"] = AC.dictionary(*_per_name(ids, names, _memset_kind))
+            else:
+                cols["sync_type"] = AC.dictionary(*_per_name(
+                    ids, names, lambda s: _SYNC.get((s or "").strip().lower(), "unknown")))
+            out[table] = pa.table(cols)
+        return out
+
     def _finish(self) -> FileSummary:
-        w = self.w
         if self.pid is None:
             self._set_pid(self.index)  # a trace without host events: number it by file
         pid = self.pid
-        con = w.con
-        if pid != self.placeholder:
-            for t in ("kernel_rows", "memcpys", "memsets", "syncs", "memory_events"):
-                con.execute(f"UPDATE {t} SET pid = ? WHERE run_id = ? AND pid = ?",
-                            [pid, w.run_id, self.placeholder])
         base = self.base
-        if base:
-            for t in ("kernel_rows", "memcpys", "memsets", "syncs"):
-                con.execute(f"UPDATE {t} SET start_ns = start_ns + ?, end_ns = end_ns + ? "
-                            "WHERE run_id = ? AND pid = ?", [base, base, w.run_id, pid])
-            con.execute("UPDATE memory_events SET time_ns = time_ns + ? WHERE run_id = ? AND pid = ?",
-                        [base, w.run_id, pid])
+        w = self.w() if callable(self.w) else self.w
 
         R, C = self.ranges, self.calls
         r_start, r_end = R.get("start") + base, R.get("end") + base
-        r_code, r_name, r_key = R.get("code", np.int8), R.get("name"), R.get("key")
+        r_code, r_name, r_key = R.get("code", np.int8), R.get("name", np.int32), R.get("key")
         c_start, c_end = C.get("start") + base, C.get("end") + base
-        c_tid, c_corr = C.get("tid"), C.get("corr")
+        c_tid = C.get("tid")
+        c_corr_ok = C.get("corr?", bool)
+        c_corr = np.where(c_corr_ok, C.get("corr"), -1)
         names = self.name_list
         # ProfilerStep#N ranges are the steps.
         step_of_name = np.full(len(names), -1, np.int64)
         for i, n in enumerate(names):
-            m = _STEP_RE.match(n or "")
+            m = _STEP_RE.match(n) if type(n) is str else None
             if m:
                 step_of_name[i] = int(m.group(1))
         r_stepn = step_of_name[r_name] if len(r_name) else np.zeros(0, np.int64)
@@ -591,124 +621,160 @@ class KinetoFile:
 
         parent, depth, c_range, c_op = nest(r_key, r_start, r_end, r_code == 0,
                                             c_tid, c_start, c_end)
-        range_id = np.arange(1, len(r_start) + 1, dtype=np.int64)
         r_step = steps_at(r_start, s_start, s_end, s_n)
         r_step[is_step] = s_n
         c_step = steps_at(c_start, s_start, s_end, s_n)
 
-        def opt(ix):  # index -> id, -1 -> NULL
-            ix = np.asarray(ix)
-            return pa.array(np.where(ix >= 0, ix + 1, 0), pa.int64(), mask=ix < 0)
+        # Link GPU rows to the call that launched them (the first call with that correlation
+        # id): its step, innermost range and op.
+        has = np.flatnonzero(c_corr >= 0)
+        corr_sorted, first = np.unique(c_corr[has], return_index=True)
+        first = has[first]
 
-        def null_neg(v, typ=pa.int32()):
-            v = np.asarray(v)
-            return pa.array(v, typ, mask=v < 0)
+        def link(g: np.ndarray) -> dict:
+            call = np.full(len(g), -1, np.int64)
+            if len(corr_sorted):
+                pos = np.minimum(np.searchsorted(corr_sorted, g), len(corr_sorted) - 1)
+                call = np.where((corr_sorted[pos] == g) & (g >= 0), first[pos], -1)
+            found = call >= 0
+            call = np.where(found, call, 0)
+            pick = lambda v: np.where(found, v[call], -1) if len(v) else call - 1  # noqa: E731
+            return {"step": _null_neg(pick(c_step), pa.int32()),
+                    "range_id": _opt(pick(c_range)), "op_id": _opt(pick(c_op))}
 
-        name_dict = pa.array(names, pa.string())
-        kind = np.array(["op", "user", "user", "user"], dtype=object)[r_code] if len(r_code) else []
-        kind = np.where(is_step, "step", kind) if len(r_code) else kind
-        domain = np.array(["cpu_op", "user_annotation", "python_function", "gpu_user_annotation"],
-                          dtype=object)[r_code] if len(r_code) else []
-        dev, stream = R.get("dev"), R.get("stream")
-        attrs = [None if d < 0 else json.dumps({"device": int(d), "stream": int(s)})
-                 for d, s in zip(dev.tolist(), stream.tolist())] if (dev >= 0).any() else [None] * len(dev)
-        thread = np.where(r_code == 3, stream, r_key) if len(r_key) else r_key
-        for lo in range(0, len(r_start), BATCH_ROWS):
-            sl = slice(lo, lo + BATCH_ROWS)
-            w.append({"ranges": {
-                "pid": np.full(len(range_id[sl]), pid, np.int32),
-                "range_id": range_id[sl], "parent_id": opt(parent[sl]), "depth": depth[sl],
-                "name": pa.DictionaryArray.from_arrays(pa.array(r_name[sl], pa.int32()), name_dict),
-                "domain": list(domain[sl]), "thread_id": thread[sl], "start_ns": r_start[sl],
-                "end_ns": r_end[sl], "kind": list(kind[sl]), "step": null_neg(r_step[sl]),
-                "attrs": attrs[sl]}})
-        c_name = C.get("name")
-        for lo in range(0, len(c_start), BATCH_ROWS):
-            sl = slice(lo, lo + BATCH_ROWS)
-            w.append({"api_calls": {
-                "pid": np.full(len(c_start[sl]), pid, np.int32), "thread_id": c_tid[sl],
-                "api_kind": np.where(C.get("driver", bool)[sl], "driver", "runtime").tolist(),
-                "cbid": null_neg(C.get("cbid")[sl]),
-                "name": pa.DictionaryArray.from_arrays(pa.array(c_name[sl], pa.int32()), name_dict),
-                "correlation_id": null_neg(c_corr[sl], pa.int64()),
-                "start_ns": c_start[sl], "end_ns": c_end[sl],
-                "step": null_neg(c_step[sl]), "range_id": opt(c_range[sl])}})
-
-        # Link GPU rows to the call that launched them: its step, innermost range and op.
-        has = c_corr >= 0
-        if has.any():
-            corr, first = np.unique(c_corr[has], return_index=True)
-            link = pa.table({"correlation_id": corr,
-                             "step": null_neg(c_step[has][first]),
-                             "range_id": opt(c_range[has][first]),
-                             "op_id": opt(c_op[has][first])})
-            con.register("_cuptiprof_link", link)
-            try:
-                con.execute("BEGIN")
-                for t in ("kernel_rows", "memcpys", "memsets", "syncs"):
-                    con.execute(
-                        f"UPDATE {t} SET step = l.step, range_id = l.range_id, op_id = l.op_id "
-                        "FROM _cuptiprof_link l WHERE {t}.run_id = ? AND {t}.pid = ? "
-                        "AND {t}.correlation_id = l.correlation_id".replace("{t}", t),
-                        [w.run_id, pid])
-                con.execute("COMMIT")
-            finally:
-                con.unregister("_cuptiprof_link")
-        self._meta_rows(pid, len(s_n), r_start, r_end, c_start, c_end)
+        batch: dict = self._gpu_tables(w.run_id, pid, base, link)
+        i32 = lambda v: AC.array(np.full(len(v), v, np.int32) if np.ndim(v) == 0 else v, pa.int32())  # noqa: E731
+        n_r = len(r_start)
+        if n_r:
+            dev, stream = R.get("dev"), R.get("stream")
+            attrs = (AC.strings([None if d < 0 else json.dumps({"device": int(d), "stream": int(s)})
+                                 for d, s in zip(dev.tolist(), stream.tolist())])
+                     if (dev >= 0).any() else pa.nulls(n_r, pa.string()))
+            kind_code = np.where(is_step, 2, np.minimum(r_code, 1))  # op, user, step
+            batch["ranges"] = {
+                "run_id": i32(np.full(n_r, w.run_id)), "pid": i32(np.full(n_r, pid)),
+                "range_id": AC.array(np.arange(1, n_r + 1), pa.int64()),
+                "parent_id": _opt(parent), "depth": i32(depth), "name": _names(r_name, names),
+                "domain": AC.dictionary(r_code, ["cpu_op", "user_annotation", "python_function",
+                                                 "gpu_user_annotation"]),
+                "thread_id": AC.array(np.where(r_code == 3, stream, r_key), pa.int64()),
+                "start_ns": AC.array(r_start, pa.int64()), "end_ns": AC.array(r_end, pa.int64()),
+                "kind": AC.dictionary(kind_code, ["op", "user", "step"]),
+                "step": _null_neg(r_step, pa.int32()), "attrs": attrs}
+        n_c = len(c_start)
+        if n_c:
+            batch["api_calls"] = {
+                "run_id": i32(np.full(n_c, w.run_id)), "pid": i32(np.full(n_c, pid)),
+                "thread_id": AC.array(c_tid, pa.int64()),
+                "api_kind": AC.dictionary(C.get("driver", bool), ["runtime", "driver"]),
+                "cbid": _null_neg(np.where(C.get("cbid?", bool), C.get("cbid"), -1), pa.int32()),
+                "name": _names(C.get("name", np.int32), names),
+                "correlation_id": _null_neg(c_corr, pa.int64()),
+                "start_ns": AC.array(c_start, pa.int64()), "end_ns": AC.array(c_end, pa.int64()),
+                "step": _null_neg(c_step, pa.int32()), "range_id": _opt(c_range)}
+        self._meta_rows(batch, w.run_id, pid, len(s_n), r_start, r_end, c_start, c_end)
+        w.append(batch)
         return FileSummary(str(self.path), pid, self.dist.rank if self.dist else None,
                            self.events, dict(self.rows), dict(self.unknown), len(s_n))
 
-    def _meta_rows(self, pid, n_steps, r_start, r_end, c_start, c_end) -> None:
-        w, con = self.w, self.w.con
+    def _meta_rows(self, batch, run_id, pid, n_steps, r_start, r_end, c_start, c_end) -> None:
         lo = [int(x.min()) for x in (r_start, c_start) if len(x)]
         hi = [int(x.max()) for x in (r_end, c_end) if len(x)]
-        g = con.execute(
-            "SELECT min(start_ns), max(end_ns) FROM gpu_activities WHERE run_id = ? AND pid = ?",
-            [w.run_id, pid]).fetchone()
-        lo += [g[0]] if g[0] is not None else []
-        hi += [g[1]] if g[1] is not None else []
+        for t in ("kernels", "memcpys", "memsets", "syncs"):
+            G = self.gpu[t]
+            if len(G.get("start_ns")):
+                lo.append(int(G.get("start_ns").min()) + self.base)
+                hi.append(int(G.get("end_ns").max()) + self.base)
         rank = self.dist.rank if self.dist else None
         if rank is None:
             m = re.search(r"rank[-_]?(\d+)", self.path.name)
             rank = int(m.group(1)) if m else None
-        w.append({"processes": {
-            "pid": [pid], "host": [self.host], "rank": pa.array([rank], pa.int32()),
-            "world_size": pa.array([self.dist.world_size if self.dist else None], pa.int32()),
-            "command": [str(self.path)], "start_ns": pa.array([min(lo) if lo else None], pa.int64()),
-            "end_ns": pa.array([max(hi) if hi else None], pa.int64()),
-            "exit_status": pa.array([None], pa.int32()), "ended_early": pa.array([None], pa.bool_())}})
+        batch["processes"] = _rows(run_id, pid, [{
+            "host": self.host, "rank": rank,
+            "world_size": self.dist.world_size if self.dist else None, "command": str(self.path),
+            "start_ns": min(lo) if lo else None, "end_ns": max(hi) if hi else None}],
+            {"rank": pa.int32(), "world_size": pa.int32(), "start_ns": pa.int64(),
+             "end_ns": pa.int64()})
         props = {p.id: p for p in self.devprops if p.id is not None}
         devs = sorted(d for d in self.devices_used if d is not None) or sorted(props)
         if devs:
             rows = [props.get(d) or DevProp(id=d) for d in devs]
-            w.append({"devices": {
-                "pid": [pid] * len(rows), "device_id": pa.array(devs, pa.int32()),
-                "kind": ["gpu"] * len(rows), "name": [p.name for p in rows],
-                "compute_capability": [f"{p.computeMajor}.{p.computeMinor}"
-                                       if p.computeMajor is not None else None for p in rows],
-                "sm_count": pa.array([p.numSms for p in rows], pa.int32()),
-                "memory_bytes": pa.array([p.totalGlobalMem for p in rows], pa.int64()),
-                "source": ["trace"] * len(rows)}})
+            batch["devices"] = _rows(run_id, pid, [{
+                "device_id": d, "kind": "gpu", "name": p.name,
+                "compute_capability": f"{p.computeMajor}.{p.computeMinor}"
+                if p.computeMajor is not None else None,
+                "sm_count": p.numSms, "memory_bytes": p.totalGlobalMem, "source": "trace"}
+                for d, p in zip(devs, rows)],
+                {"device_id": pa.int32(), "sm_count": pa.int32(), "memory_bytes": pa.int64()})
+        quality = []
         for cat, n in sorted(self.unknown.items()):
-            w.add_quality("unknown_category", cat, n,
-                          f"{n} events of category {cat!r} in {self.path.name} were not imported "
-                          "(a category cuptiprof does not know)", pid=pid)
+            quality.append({"check_name": "unknown_category", "subject": cat, "count": n,
+                            "detail": f"{n} events of category {cat!r} in {self.path.name} were "
+                            "not imported (a category cuptiprof does not know)"})
         if n_steps:
-            for t, label in (("kernel_rows", "kernel"), ("memcpys", "memcpy"), ("memsets", "memset")):
-                n = con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ? AND pid = ? AND step IS NULL",
-                                [w.run_id, pid]).fetchone()[0]
+            for t, label in (("kernels", "kernel"), ("memcpys", "memcpy"), ("memsets", "memset")):
+                n = batch[t]["step"].null_count if t in batch else 0
                 if n:
-                    w.add_quality("unclaimed_records", label, n,
-                                  f"{n} {label} rows in {self.path.name} were launched outside every "
-                                  "ProfilerStep (or by no recorded API call); they have no step",
-                                  pid=pid)
+                    quality.append({"check_name": "unclaimed_records", "subject": label, "count": n,
+                                    "detail": f"{n} {label} rows in {self.path.name} were launched "
+                                    "outside every ProfilerStep (or by no recorded API call); they "
+                                    "have no step"})
         elif self.rows:
-            w.add_quality("missing_kind", "step", 0,
-                          f"{self.path.name} has no ProfilerStep#N ranges; rows carry no step", pid=pid)
+            quality.append({"check_name": "missing_kind", "subject": "step", "count": 0,
+                            "detail": f"{self.path.name} has no ProfilerStep#N ranges; rows carry "
+                            "no step"})
+        if quality:
+            batch["data_quality"] = _rows(run_id, pid, quality, {"count": pa.int64()})
+
+
+_GPU_TABLE = {"kernel": "kernels", "memcpy": "memcpys", "memset": "memsets", "sync": "syncs"}
+_NO_ARGS = Args()
+
+
+def _rows(run_id: int, pid: int, rows: list[dict], ints: dict) -> dict:
+    """A few metadata rows -> columns (strings unless typed in `ints`)."""
+    out = {"run_id": AC.array(np.full(len(rows), run_id), pa.int32()),
+           "pid": AC.array(np.full(len(rows), pid), pa.int32())}
+    for k in rows[0]:
+        vals = [r[k] for r in rows]
+        if k in ints:
+            v, ok = AC.ints(vals)
+            out[k] = AC.array(v, ints[k], ok)
+        else:
+            out[k] = AC.strings(vals)
+    return out
+
+
+def _opt(ix) -> pa.Array:
+    """Row index -> 1-based id; -1 -> NULL."""
+    ix = np.asarray(ix)
+    return AC.array(ix + 1, pa.int64(), ix >= 0)
+
+
+def _null_neg(v, typ) -> pa.Array:
+    v = np.asarray(v)
+    return AC.array(v, typ, v >= 0)
+
+
+def _dims(G: _Cols, prefix: str, dims: list) -> None:
+    """grid / block lists -> x, y, z columns (NULL where absent)."""
+    n = len(dims)
+    if n and None not in dims and set(map(len, dims)) == {3}:
+        flat = np.array(list(chain.from_iterable(dims)), np.int64).reshape(n, 3)
+        ok = np.ones(n, bool)
+        for j, k in enumerate("xyz"):
+            G.add(**{f"{prefix}_{k}": flat[:, j], f"{prefix}_{k}?": ok})
+        return
+    dims = [g or (None, None, None) for g in dims]
+    G.add_ints(f"{prefix}_x", [g[0] for g in dims])
+    G.add_ints(f"{prefix}_y", [g[1] if len(g) > 1 else None for g in dims])
+    G.add_ints(f"{prefix}_z", [g[2] if len(g) > 2 else None for g in dims])
 
 
 def import_kineto(w, paths: list[Path], on_read=None) -> list[FileSummary]:
-    """Read each trace file into the open writer `w` (one process per file)."""
+    """Read each trace file into the writer `w` (one process per file). `w` may also be a
+    callable returning the writer, called when the first file has been read (so opening the
+    output can overlap the parse)."""
     used: set[int] = set()
     out = []
     for i, p in enumerate(paths):

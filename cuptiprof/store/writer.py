@@ -217,15 +217,9 @@ class Writer:
                 finally:
                     con.unregister("_cuptiprof_batch")
                 self.rows_written[storage] = self.rows_written.get(storage, 0) + tbl.num_rows
-            if new_strings:
-                s = pa.table({"string_id": pa.array([x[0] for x in new_strings], pa.int32()),
-                              "value": pa.array([x[1] for x in new_strings], pa.string()),
-                              "demangled": pa.array([x[2] for x in new_strings], pa.string())})
-                con.register("_cuptiprof_strings", s)
-                try:
-                    con.execute("INSERT INTO strings SELECT * FROM _cuptiprof_strings")
-                finally:
-                    con.unregister("_cuptiprof_strings")
+            if new_strings:  # lists as parameters, not pa.array(): see _intern_dict
+                con.execute("INSERT INTO strings SELECT unnest(?::INTEGER[]), unnest(?::VARCHAR[]), "
+                            "unnest(?::VARCHAR[])", [list(x) for x in zip(*new_strings)])
             con.execute("COMMIT")
         except BaseException:
             try:
@@ -274,7 +268,11 @@ class Writer:
                 sid = table[v] = self._max_sid
                 new_strings.append((sid, v, demangle(v) if kernel else None))
             ids[i] = sid
-        return pc.take(pa.array(ids, pa.int32()), enc.indices)
+        # From buffers: pa.array() imports pandas (when installed) on first use, ~0.4 s.
+        sid = np.array([-1 if x is None else x for x in ids], np.int32)
+        valid = None if (sid >= 0).all() else pa.py_buffer(np.packbits(sid >= 0, bitorder="little"))
+        return pc.take(pa.Array.from_buffers(pa.int32(), len(sid), [valid, pa.py_buffer(sid)]),
+                       enc.indices)
 
     def add_quality(self, check_name: str, subject: str | None, count: int | None,
                     detail: str, value_ns: int | None = None, pid: int | None = None) -> None:
