@@ -62,9 +62,12 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
     cols, rows = rows_of(rel)
     if fmt == "csv":
         w = csv.writer(out, lineterminator="\n")
+        # csv quotes a field holding "\n" but not a lone "\r", which readers take as a line end
+        wq = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
         w.writerow(cols)
         for r in rows:
-            w.writerow(["" if v is None else v for v in r])
+            cells = ["" if v is None else v for v in r]
+            (wq if any(isinstance(v, str) and "\r" in v for v in cells) else w).writerow(cells)
         return
     if fmt == "json":
         json.dump([dict(zip(cols, r)) for r in rows], out, default=_json_default, indent=1)
