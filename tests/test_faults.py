@@ -6,6 +6,7 @@ range synthesizes one copy and two kernels, so every flushed step leaves GPU row
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
@@ -31,9 +32,11 @@ TALLY = {"tried": 0, "clean": 0}
 def _summary(request):
     yield
     tr = request.config.pluginmanager.get_plugin("terminalreporter")
+    cap = request.config.pluginmanager.get_plugin("capturemanager")
     if tr is not None and TALLY["tried"]:
-        tr.write_line(f"reliability: {TALLY['tried']} fault cases on real processes, "
-                      f"{TALLY['clean']} ended cleanly with nothing committed lost")
+        with cap.global_and_fixture_disabled() if cap else contextlib.nullcontext():
+            tr.write_line(f"reliability: {TALLY['tried']} fault cases on real processes, "
+                          f"{TALLY['clean']} ended cleanly with nothing committed lost")
 
 
 @pytest.fixture

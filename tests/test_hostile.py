@@ -3,6 +3,7 @@ fresh process each: one clear line and exit status 2 (or a clean import when the
 valid), never a traceback, a hang or a partial output file."""
 from __future__ import annotations
 
+import contextlib
 import pytest
 
 import hostile_corpus as H
@@ -24,11 +25,13 @@ def outcomes(tmp_path_factory, request):
     yield res
     clean = sum(o.clean for o in res.values())
     tr = request.config.pluginmanager.get_plugin("terminalreporter")
+    cap = request.config.pluginmanager.get_plugin("capturemanager")
     line = (f"reliability: {len(res)} hostile inputs through `cuptiprof import`, {clean} ended "
             f"cleanly ({sum(o.case.ok is not False for o in res.values())} valid or acceptable, "
             f"slowest {max(o.seconds for o in res.values()):.1f} s)")
     if tr is not None:
-        tr.write_line(line)
+        with cap.global_and_fixture_disabled() if cap else contextlib.nullcontext():
+            tr.write_line(line)
 
 
 def test_corpus_covers_the_hostile_kinds(outcomes):
