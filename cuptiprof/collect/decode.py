@@ -1,6 +1,6 @@
 """Record objects -> per-kind rows. No record object outlives the buffer-completed callback.
 
-The callback groups a buffer's records by kind (one C-level sort) and, for the high-volume
+The callback groups a buffer's records by kind (one numpy argsort) and, for the high-volume
 kinds (RAW_TABLES), copies each group's structs in one `b"".join` through the record objects'
 buffer protocol: no Python object per field. Kernel names are pointers into CUPTI's memory, so
 they are read in the callback, once per distinct pointer of the buffer. Rare kinds (markers,
@@ -292,12 +292,21 @@ class Sink:
         """The buffer-completed callback body: copy fields, keep no record object."""
         dispatch = self._dispatch
         with self._lock, no_gc():
+            recs = records if isinstance(records, list) else list(records)
+            n = len(recs)
+            if not n:
+                return
             rows = self._rows
-            n = 0
-            # A stable sort by kind: each kind's records stay in delivery order.
-            for k, grp in itertools.groupby(sorted(records, key=_KIND), _KIND):
-                g = list(grp)
-                n += len(g)
+            # Group by kind with one stable argsort (each kind keeps its delivery order) and
+            # one C-level gather; no Python work per record.
+            kinds = np.fromiter(map(_KIND, recs), np.int64, count=n)
+            order = np.argsort(kinds, kind="stable")
+            ks = kinds[order]
+            cuts = (np.flatnonzero(ks[1:] != ks[:-1]) + 1).tolist()
+            for lo, hi in zip([0] + cuts, cuts + [n]):
+                k = int(ks[lo])
+                idx = order[lo:hi].tolist()
+                g = operator.itemgetter(*idx)(recs) if len(idx) > 1 else (recs[idx[0]],)
                 e = dispatch.get(k)
                 if e is None:
                     self.other[k] = self.other.get(k, 0) + len(g)
@@ -312,7 +321,7 @@ class Sink:
                     rows["device_uuid"].extend(map(_uuid_text, g))
             self.records += n
 
-    def _add_raw(self, rows: Rows, g: list) -> bool:
+    def _add_raw(self, rows: Rows, g: tuple) -> bool:
         """Copy a group's structs in one join; False when this class cannot be copied raw."""
         key = (type(g[0]), rows.table)
         dt = self._dtypes.get(key, False)

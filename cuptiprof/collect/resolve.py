@@ -119,16 +119,19 @@ def _str_table(mapping: dict[int, str]) -> tuple[np.ndarray, pa.Array]:
 _COPY_KIND = _str_table(COPY_KIND)
 _MEMORY_KIND = _str_table(MEMORY_KIND)
 _SYNC_TYPE = _str_table(SYNC_TYPE)
+_API_KINDS = pa.array(["runtime", "driver"], pa.string())
+_OPERATIONS = pa.array(["alloc", "free"], pa.string())
 
 
 def _named(codes: np.ndarray, table: tuple[np.ndarray, pa.Array]) -> pa.Array:
-    """Enum codes -> their names ('unknown' for codes outside the table), a plain string array."""
+    """Enum codes -> their names ('unknown' for codes outside the table), dictionary encoded
+    (DuckDB reads it into the VARCHAR column without a string per row)."""
     idx, names = table
     c = codes.astype(np.int64)
     out = np.full(len(c), len(names) - 1, np.int32)
     ok = (c >= 0) & (c < len(idx))
     out[ok] = idx[c[ok]]
-    return names.take(pa.array(out))
+    return pa.DictionaryArray.from_arrays(pa.array(out), names)
 
 
 class Resolver:
@@ -388,7 +391,7 @@ class Resolver:
                 "start_ns": _i64(c["start"]), "end_ns": _i64(c["end"]),
                 "correlation_id": _i64(c["correlation_id"]),
                 "context_id": _i32(c["context_id"]),
-                "stream_id": pa.array(stream.astype(np.int64).astype(np.int32),
+                "stream_id": pa.array(stream.astype(np.int32),
                                       mask=stream == NA32)})
         if table in ("kernel", "memcpy", "memset", "memcpy_p2p"):
             common["device_id"] = _i32(c["device_id"])
@@ -434,8 +437,9 @@ class Resolver:
         else:
             out = dict(step=common["step"], device_id=_i32(c["device_id"]),
                        time_ns=_i64(c["timestamp"]),
-                       operation=pa.array(np.where(c["memory_operation_type"] == 2,
-                                                   "free", "alloc").astype(object), pa.string()),
+                       operation=pa.DictionaryArray.from_arrays(
+                           pa.array((c["memory_operation_type"] == 2).astype(np.int8)),
+                           _OPERATIONS),
                        bytes=_i64(c["bytes"]),
                        address=pa.array(c["address"].astype(np.uint64)),
                        memory_kind=_named(c["memory_kind"], _MEMORY_KIND),
@@ -468,8 +472,8 @@ class Resolver:
                 name = self._api_names[(k, cb)] = self.api_name(k == self.driver_kind, cb)
             names.append(name)
         return {"thread_id": _i64(c["thread_id"]),
-                "api_kind": pa.array(["runtime", "driver"], pa.string()).take(
-                    pa.array(driver.astype(np.int8))),
+                "api_kind": pa.DictionaryArray.from_arrays(pa.array(driver.astype(np.int8)),
+                                                           _API_KINDS),
                 "cbid": _i32(c["cbid"]),
                 "name": pa.DictionaryArray.from_arrays(pa.array(codes),
                                                        pa.array(names, pa.string())),
@@ -485,7 +489,7 @@ def _i64(v: np.ndarray) -> pa.Array:
 
 
 def _i32(v: np.ndarray) -> pa.Array:
-    return pa.array(np.asarray(v).astype(np.int64).astype(np.int32))
+    return pa.array(np.asarray(v).astype(np.int32))  # C cast: wraps like int64 -> int32
 
 
 def _graph(v: np.ndarray) -> pa.Array:
