@@ -8,6 +8,10 @@ devices, ...) and record classes without a known dtype go through one C-level `a
 record into row tuples. Resolution and column building happen later, at flush time, on the
 main thread (resolve.py), on numpy columns (`Rows.cols()`).
 
+A raw copy is exactly `sizeof` the bindings' struct for the record's class, the bytes the
+bindings' own accessors read. CUPTIPROF_RAW_RECORDS=0 turns it off (every record then goes
+through its attrgetter), should a libcupti/bindings pairing ever disagree on a layout.
+
 Field names are the ones common to cupti-python 13.0.x and 13.4 (docs/cupti-python.md §3):
 newer struct versions only append fields, so these read correctly across the version skew.
 """
@@ -15,8 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import operator
+import os
 import re
 import sys
 import threading
@@ -278,6 +282,7 @@ class Sink:
                     self._dispatch[int(getattr(kind_enum, m))] = (getter, table)
         self._device_kind = int(kind_enum.DEVICE)
         self._dtypes: dict[tuple[type, str], np.dtype | None] = {}
+        self._raw = os.environ.get("CUPTIPROF_RAW_RECORDS", "1") != "0"
         self.other: dict[int, int] = {}
         self._rows = self._fresh()
         self.records = 0  # every record seen, for the benchmark and sanity checks
@@ -313,7 +318,7 @@ class Sink:
                     continue
                 getter, table = e
                 if table in RAW_TABLES:
-                    if not self._add_raw(rows[table], g):
+                    if not (self._raw and self._add_raw(rows[table], g)):
                         rows[table].tuples.extend(map(getter, g))
                     continue
                 rows[table].extend(map(getter, g))
