@@ -351,14 +351,23 @@ def test_disk_full_writer_keeps_last_commit(tmp_path, tally):
 
 
 def test_disk_full_during_run_does_not_kill_the_program(tmp_path, tally):
-    """The part file fills the disk: the program still runs to its end and its exit status
-    comes back; the launcher says what happened in one line and keeps what it can."""
-    p = script(tmp_path, STEPS.format(n=400, after="print('program finished', flush=True)"))
+    """The part file fills the disk: the program still runs to its end, the launcher says what
+    happened in one line and keeps the part file, which still holds every committed step."""
+    p = script(tmp_path, STEPS.format(n=100, after="print('program finished', flush=True)"))
     r = cli(["run", "-o", "d.duckdb", "--no-report", "--", PY, p], tmp_path,
             preexec=_fsize(600_000), **FAKE)
     assert "program finished" in r.stdout, r.stderr[-2000:]
     assert "Traceback" not in r.stderr, r.stderr[-2000:]
     assert r.returncode in (0, 1), r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("cuptiprof: error:")]
+    assert len(errors) == 1 and "disk is full" in errors[0], r.stderr
+    parts = sorted((tmp_path / "d.duckdb.parts").glob("*.duckdb"))
+    assert len(parts) == 1 and not (tmp_path / "d.duckdb").exists()
+    # with room again, the kept part merges into a file with all 100 steps
+    m = cli(["merge", parts[0], "-o", "recovered.duckdb"], tmp_path)
+    assert m.returncode == 0, m.stderr
+    assert q(tmp_path / "recovered.duckdb", "SELECT count(DISTINCT step), count(*) FROM kernels") \
+        == [(100, 100 * 2 * KERNELS_PER_RANGE)]
 
 
 # -- files from other versions, and damaged files -----------------------------------------------
@@ -403,7 +412,6 @@ def damaged(tmp_path_factory):
 
 COMMANDS = {
     "report": ["report", "{f}"],
-    "report_csv": ["report", "{f}", "--by", "op", "--format", "csv"],
     "sql": ["sql", "{f}", "SELECT count(*), sum(end_ns) FROM gpu_activities"],
     "export_chrome": ["export", "{f}", "--chrome", "{o}.json"],
     "export_parquet": ["export", "{f}", "--parquet", "{o}.pq"],
