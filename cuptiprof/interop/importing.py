@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Callable
 
 from cuptiprof.errors import InputError, UsageError
+from cuptiprof.interop.kineto import import_kineto
 from cuptiprof.store.writer import RunInfo, Writer
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -52,6 +55,33 @@ def _progress(paths: list[Path], show: bool | None):
     return prog
 
 
+class _Opening:
+    """Opens the output Writer on a helper thread while the first trace is parsed: creating
+    the schema is DuckDB work that releases the GIL. Calling it waits and returns the writer
+    (or raises what opening raised); `poll` raises early when opening already failed."""
+
+    def __init__(self, make: Callable[[], Writer]):
+        self.writer: Writer | None = None
+        self.error: BaseException | None = None
+
+        def work():
+            try:
+                self.writer = make()
+            except BaseException as exc:  # handed to the parsing thread
+                self.error = exc
+        self.thread = threading.Thread(target=work, name="cuptiprof-open", daemon=True)
+        self.thread.start()
+
+    def poll(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def __call__(self) -> Writer:
+        self.thread.join()
+        self.poll()
+        return self.writer
+
+
 def import_traces(paths, out, *, label: str | None = None, overwrite: bool = False,
                   progress: bool | None = False) -> dict:
     """Import traces of one job (one file per rank/process) into `out` as one run.
@@ -72,7 +102,16 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
     info = RunInfo(label=label, source=kind,
                    command="cuptiprof import " + " ".join(str(p) for p in paths),
                    settings={"imported_from": [str(p) for p in paths], "format": kind})
-    w = Writer(out, info, mode="overwrite" if overwrite else "create", atomic=True)
+    mode = "overwrite" if overwrite else "create"
+    if mode == "create" and out.exists():  # fail before parsing, not after
+        raise InputError(f"{out}: already exists; choose another output path "
+                         "(or remove the file first)")
+    opening = None
+    if kind == "kineto":
+        opening = _Opening(lambda: Writer(out, info, mode=mode, atomic=True))
+        w = None
+    else:
+        w = Writer(out, info, mode=mode, atomic=True)
     gc_was = gc.isenabled()
     gc.disable()  # millions of short-lived objects and no cycles: collection passes only cost time
     try:
@@ -82,8 +121,8 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
                 task = prog.add_task("import", total=sum(p.stat().st_size for p in paths))
                 on_read = lambda n: prog.advance(task, n)  # noqa: E731
             if kind == "kineto":
-                from cuptiprof.interop.kineto import import_kineto
-                files = import_kineto(w, paths, on_read)
+                files = import_kineto(opening, paths, on_read)
+                w = opening()
             else:
                 from cuptiprof.interop.nsys import import_nsys
                 files = import_nsys(w, paths, on_read)
@@ -94,18 +133,18 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
         if lo is not None:
             w.execute("UPDATE runs SET start_ns = ? WHERE run_id = ?", [lo, w.run_id])
         counts = dict(w.rows_written)
-    except KeyboardInterrupt:
-        w.close("interrupted")
-        raise
-    except OverflowError:  # an id or size beyond 64 bits in a hostile trace
-        w.close("failed")
-        raise InputError(f"{', '.join(map(str, paths))}: a number in the trace does not fit in "
-                         "64 bits; the trace is corrupt") from None
-    except BaseException:
-        try:
-            w.close("failed")
-        except Exception:
-            w.discard()  # closing failed too (a full disk): the temporary file still goes
+    except BaseException as exc:
+        if w is None:  # the output may still be opening: wait, then remove it
+            opening.thread.join()
+            w = opening.writer
+        if w is not None:
+            try:
+                w.close("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+            except Exception:
+                w.discard()  # closing failed too (a full disk): the temporary file still goes
+        if isinstance(exc, OverflowError):  # an id or size beyond 64 bits in a hostile trace
+            raise InputError(f"{', '.join(map(str, paths))}: a number in the trace does not fit "
+                             "in 64 bits; the trace is corrupt") from None
         raise
     finally:
         if gc_was:

@@ -335,12 +335,15 @@ class KinetoFile:
     # main loop ------------------------------------------------------------------------------
     def run(self) -> FileSummary:
         seen_events = False
+        poll = getattr(self.w, "poll", None)  # an output still opening: fail early if it failed
         try:
             for doc in iter_docs(read_blocks(self.path, self.on_read)):
                 if doc.traceEvents is not None:
                     seen_events = True
                 self._meta(doc)
                 self._take(doc.traceEvents or [])
+                if poll is not None:
+                    poll()
         except _Malformed as exc:
             raise self._err(exc) from None
         if not seen_events:
