@@ -1,9 +1,11 @@
 """Import speed and peak memory: `cuptiprof import` against (a) the usual script (gunzip,
 json.loads, sum dur/count per name over kernel and memcpy events) and (b) Holistic Trace
 Analysis's trace loader, on the same traces in the same run. Each approach runs in its own
-subprocess; time is the work inside it (after imports), memory its peak RSS (ru_maxrss).
+subprocess; time is the work inside it (after imports; wall clock, and CPU seconds of all
+its threads), memory its peak RSS (VmHWM). Each round runs every approach back to back, so a
+speed-up compares runs under the same load; the table shows medians over the rounds.
 
-    python bench/import_bench.py [TRACE.json.gz ...] [--big N]
+    python bench/import_bench.py [TRACE.json.gz ...] [--big N] [--repeat 3]
 
 --big N also builds (in a temp dir) a trace N times the largest one, events repeated with
 shifted timestamps, to show memory on traces larger than the interpreter's own footprint.
@@ -15,6 +17,7 @@ import gzip
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +32,10 @@ DEFAULT = ["hta/df_index_resolver/df_index_resolver.json.gz",
 # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report this
 # (large) parent's peak.
 PEAK = """
+import resource
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 def peak():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
@@ -39,17 +46,17 @@ RUNNERS = {
 import time, sys, tempfile, os
 t0 = time.perf_counter()
 from cuptiprof.interop.importing import import_traces
-t1 = time.perf_counter()
+t1 = time.perf_counter(); c1 = cpu()
 out = os.path.join(tempfile.mkdtemp(), "o.duckdb")
 res = import_traces([sys.argv[1]], out)
 t2 = time.perf_counter()
-print(t2 - t1, t1 - t0, peak())
+print(t2 - t1, cpu() - c1, t1 - t0, peak())
 """,
     "json_script": PEAK + """
 import time, sys
 t0 = time.perf_counter()
 import gzip, json, collections
-t1 = time.perf_counter()
+t1 = time.perf_counter(); c1 = cpu()
 with gzip.open(sys.argv[1]) as fh:
     doc = json.loads(fh.read())
 tot = collections.defaultdict(float); cnt = collections.Counter()
@@ -57,18 +64,18 @@ for e in doc["traceEvents"]:
     if e.get("cat") in ("kernel", "gpu_memcpy", "Kernel", "Memcpy"):
         tot[e["name"]] += e["dur"]; cnt[e["name"]] += 1
 t2 = time.perf_counter()
-print(t2 - t1, t1 - t0, peak())
+print(t2 - t1, cpu() - c1, t1 - t0, peak())
 """,
     "hta": PEAK + """
 import time, sys, os, shutil, tempfile
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
-t1 = time.perf_counter()
+t1 = time.perf_counter(); c1 = cpu()
 d = tempfile.mkdtemp()
 shutil.copy(sys.argv[1], os.path.join(d, "rank-0.json.gz"))
 TraceAnalysis(trace_dir=d)
 t2 = time.perf_counter()
-print(t2 - t1, t1 - t0, peak())
+print(t2 - t1, cpu() - c1, t1 - t0, peak())
 """,
 }
 
@@ -78,8 +85,9 @@ def measure(name: str, trace: Path) -> dict:
                        text=True, timeout=1800)
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["failed"])[-1][:200]}
-    work, imports, rss_kb = r.stdout.split()[-3:]
-    return {"work_s": float(work), "import_s": float(imports), "peak_mb": int(rss_kb) / 1024}
+    work, cpu, imports, rss_kb = r.stdout.split()[-4:]
+    return {"work_s": float(work), "cpu_s": float(cpu), "import_s": float(imports),
+            "peak_mb": int(rss_kb) / 1024}
 
 
 def info(trace: Path) -> tuple[int, int]:
@@ -112,36 +120,40 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("traces", nargs="*")
     ap.add_argument("--big", type=int, default=0)
-    ap.add_argument("--repeat", type=int, default=2, help="runs per approach (best is kept)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="rounds; each round runs every approach back to back (medians are shown)")
+    ap.add_argument("--no-hta", action="store_true", help="leave Holistic Trace Analysis out")
     args = ap.parse_args()
     traces = [Path(t) for t in args.traces] or [SHARED / t for t in DEFAULT]
     tmp = tempfile.mkdtemp()
     if args.big:
         traces.append(make_big(traces[0], args.big, Path(tmp) / f"big{args.big}x.json.gz"))
+    names = [n for n in RUNNERS if not (args.no_hta and n == "hta")]
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
-    print("| trace | events | JSON MB | approach | work s | +imports s | peak RSS MB | speed-up |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}, "
+          f"load average {os.getloadavg()[0]:.1f}, median of {args.repeat} rounds")
+    print("| trace | events | JSON MB | approach | work s | CPU s | +imports s | peak RSS MB | speed-up |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for t in traces:
         size, n = info(t)
-        res = {}
-        for name in RUNNERS:
-            best = None
-            for _ in range(args.repeat if name != "hta" else 1):
-                m = measure(name, t)
-                if "error" in m or best is None or m["work_s"] < best["work_s"]:
-                    best = m
-                if "error" in m:
-                    break
-            res[name] = best
-        ours = res["cuptiprof"].get("work_s")
-        for name, m in res.items():
-            if "error" in m:
-                print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | failed: {m['error']} | | | |")
+        rounds: dict[str, list] = {name: [] for name in names}
+        for _ in range(args.repeat):  # side by side: every approach under the same load
+            for name in names:
+                rounds[name].append(measure(name, t))
+        ours = [m.get("work_s") for m in rounds["cuptiprof"]]
+        for name, ms in rounds.items():
+            bad = next((m for m in ms if "error" in m), None)
+            if bad:
+                print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | failed: {bad['error']} | | | | |")
                 continue
-            sp = f"{m['work_s'] / ours:.2f}x" if ours and name != "cuptiprof" else ""
-            print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | {m['work_s']:.2f} | "
-                  f"{m['import_s']:.2f} | {m['peak_mb']:.0f} | {sp} |")
+            med = {k: statistics.median(m[k] for m in ms) for k in ms[0]}
+            sp = ""
+            if name != "cuptiprof" and None not in ours:
+                sp = f"{statistics.median(m['work_s'] / o for m, o in zip(ms, ours)):.2f}x"
+            print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | {med['work_s']:.2f} | "
+                  f"{med['cpu_s']:.2f} | {med['import_s']:.2f} | {med['peak_mb']:.0f} | {sp} |")
+        sys.stdout.flush()
+    print(f"# load average at the end {os.getloadavg()[0]:.1f}")
     return 0
 
 
