@@ -208,15 +208,18 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES):
             continue
         end = last.start() + 1
         cut = last.end() - 1
-        # Close the array in place over the separator bytes (dropped anyway): no copy.
+        # Close the array in place over the separator bytes: no copy. In compact JSON ("},{")
+        # the second byte is the next event's "{", so the bytes are put back either way.
+        saved = bytes(buf[end:end + 2])
         buf[end:end + 2] = b"]}"
         try:
             with memoryview(buf) as mv:
                 doc = _decode(mv[:end + 2], consumed, prefix_len, before)
         except _Malformed:
-            buf[end:end + 2] = b", "
+            buf[end:end + 2] = saved
             want *= 2  # a separator inside a string or nested value: cut elsewhere later
             continue
+        buf[end:end + 2] = saved
         want = piece_bytes
         consumed += cut - prefix_len
         del buf[:cut]
