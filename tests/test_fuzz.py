@@ -194,3 +194,19 @@ def test_any_kernel_name_through_import_and_report(pairs):
     page = html.read_text()
     assert "<i>z</i>" not in page and "&lt;i&gt;z&lt;/i&gt;" in page
     assert not CONTROL.search(page.replace("\n", "").replace("\t", ""))
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(st.lists(st.fixed_dictionaries({"ph": st.just("X"), "name": st.text(max_size=8),
+                                       "ts": st.integers(0, 10**6)}), min_size=1, max_size=60),
+       st.sampled_from([(",", ":"), (", ", ": "), (",\n  ", ": ")]),
+       st.integers(8, 400), st.integers(1, 97))
+def test_streamed_decode_keeps_every_event(events, seps, piece_bytes, block):
+    """The reader cuts the text into pieces at event boundaries, whatever the JSON spacing,
+    piece size and read-block size: every event comes out once, in order."""
+    from cuptiprof.interop.kineto import iter_docs
+
+    text = json.dumps({"traceEvents": events}, separators=seps).encode()
+    blocks = [text[i:i + block] for i in range(0, len(text), block)]
+    got = [e.name for d in iter_docs(blocks, piece_bytes) for e in (d.traceEvents or [])]
+    assert got == [e["name"] for e in events]
