@@ -232,21 +232,10 @@ class Rows:
         return Cols.concat(parts)
 
     def __iter__(self):
-        names = _names(self.table)
-        for a, strs in self.chunks:
-            c = self.cols_of_chunk(a, strs)
-            yield from zip(*(c[n] for n in names))
-        yield from self.tuples
-
-    def cols_of_chunk(self, a: np.ndarray, strs: dict) -> dict[str, list]:
-        out = {}
-        for f, name in zip(RECORDS[self.table][1], _names(self.table)):
-            if f in strs:
-                values, codes = strs[f]
-                out[name] = [values[i] for i in codes.tolist()]
-            else:
-                out[name] = _field(a, f).tolist()
-        return out
+        c = self.cols()
+        if not c.n:
+            return iter(())
+        return zip(*(c.strings(n) if n in c.dicts else c[n].tolist() for n in _names(self.table)))
 
     def __getitem__(self, i):
         return list(self)[i]

@@ -498,11 +498,15 @@ def _graph(v: np.ndarray) -> pa.Array:
 
 
 def _dict_strings(c: Cols, name: str) -> pa.Array:
-    """A string field of Cols as a dictionary array holding exactly the values its rows use, in
-    order of first use (the writer interns every dictionary value, in dictionary order)."""
-    first, codes = factorize(c[name])
-    values = c.dicts[name]
-    used = [values[i] for i in c[name][first].tolist()]
+    """A string field of Cols as a dictionary array of distinct values, exactly those its rows
+    use, in order of first use (the writer interns every dictionary value, in order). A chunk's
+    dictionary holds one entry per name pointer, so the same name may repeat in it."""
+    index: dict = {}
+    distinct_of = np.array([index.setdefault(v, len(index)) for v in c.dicts[name]], np.int32)
+    ids = distinct_of[c[name]]
+    first, codes = factorize(ids)
+    values = list(index)
+    used = [values[i] for i in ids[first].tolist()]
     return pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(used, pa.string()))
 
 
