@@ -66,17 +66,3 @@ def dictionary(codes, values: list) -> pa.DictionaryArray:
     """A string column as integer codes into `values`: no string per row."""
     return pa.DictionaryArray.from_arrays(array(np.asarray(codes), pa.int32()), strings(values))
 
-
-def to_numpy(arr: pa.Array, fill: int = -1) -> np.ndarray:
-    """int32/int64 Arrow array -> int64 numpy, NULL as `fill` (without Array.to_numpy)."""
-    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
-    dt = _NP[arr.type]
-    n = len(arr)
-    bufs = arr.buffers()
-    if bufs[1] is None:
-        return np.full(n, fill, np.int64)
-    out = np.frombuffer(bufs[1], dt)[arr.offset:arr.offset + n].astype(np.int64)
-    if arr.null_count:
-        bits = np.unpackbits(np.frombuffer(bufs[0], np.uint8), bitorder="little")
-        out[~bits[arr.offset:arr.offset + n].astype(bool)] = fill
-    return out
