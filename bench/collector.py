@@ -6,10 +6,13 @@ flushes, resolves every row to its step and commits one transaction. Each launch
 three records (runtime API, external correlation, kernel or memcpy), as it does under CUPTI.
 
     python bench/collector.py [--launches 20000] [--steps 5] [--repeat 3] [--distinct-names]
+                              [--nvtx N]
 
 Kernel records of the same kernel share one name pointer, as under CUPTI (a kernel's name "is
 shared across all activity records representing the same kernel"); --distinct-names gives
-every record its own copy (the fake's default), so the callback reads every name.
+every record its own copy (the fake's default), so the callback reads every name. --nvtx N
+opens a framework NVTX range (domain "torch") around every N launches: MARKER records, and the
+per-launch marker projection of the resolver.
 
 Prints one JSON object: medians over the repeats of the cost per record in the callback, in
 resolve (rows -> Arrow columns), in the writer (DuckDB insert + commit) and in total, by the
@@ -83,7 +86,7 @@ def _shared_names(fields: dict, names: dict) -> dict:
     return dict(fields, name=ctypes.addressof(buf))
 
 
-def one_run(launches: int, steps: int, distinct_names: bool = False) -> dict:
+def one_run(launches: int, steps: int, distinct_names: bool = False, nvtx: int = 0) -> dict:
     f = FakeCupti()
     names: dict = {}
     with tempfile.TemporaryDirectory() as d:
@@ -100,10 +103,16 @@ def one_run(launches: int, steps: int, distinct_names: bool = False) -> dict:
             r = cuptiprof.range("step", step=step)
             r.__enter__()
             for i in range(launches):
+                if nvtx and i % nvtx == 0:
+                    if i:
+                        f.nvtx_pop()
+                    f.nvtx_push(f"aten::op{i // nvtx % 8}", domain="torch")
                 if i % 10 == 9:
                     f.memcpy(1 << 16, "HtoD")
                 else:
                     f.launch_kernel(KERNELS[i % len(KERNELS)])
+            if nvtx and launches:
+                f.nvtx_pop()
             keep: list = []
             with f._lock:
                 pending, f._pending = f._pending, []
@@ -143,11 +152,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs; medians are reported")
     ap.add_argument("--distinct-names", action="store_true",
                     help="every kernel record carries its own copy of its name")
+    ap.add_argument("--nvtx", type=int, default=0, metavar="N",
+                    help="a framework NVTX range (MARKER records) around every N launches")
     args = ap.parse_args()
-    runs = [one_run(args.launches, args.steps, args.distinct_names)
+    runs = [one_run(args.launches, args.steps, args.distinct_names, args.nvtx)
             for _ in range(max(1, args.repeat))]
     report = {"records": runs[-1]["records"], "repeats": len(runs),
-              "names": "distinct" if args.distinct_names else "shared", "target_us": 2.0}
+              "names": "distinct" if args.distinct_names else "shared", "nvtx": args.nvtx,
+              "target_us": 2.0}
     for clock in ("wall", "cpu"):
         report[f"{clock}_us_per_record"] = {
             k: round(statistics.median(r[clock][k] for r in runs), 3) for k in runs[0][clock]}

@@ -134,6 +134,42 @@ def _named(codes: np.ndarray, table: tuple[np.ndarray, pa.Array]) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(out), names)
 
 
+def _map(keys: np.ndarray, fn: Callable[[int], int | None], ok: np.ndarray | None = None
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """fn(key) for the rows where ok, one call per distinct key: (values, valid where not None)."""
+    vals = np.zeros(len(keys), np.int64)
+    valid = np.zeros(len(keys), bool)
+    idx = np.arange(len(keys)) if ok is None else np.flatnonzero(ok)
+    if len(idx):
+        uniq, inv = np.unique(keys[idx], return_inverse=True)
+        got = [fn(k) for k in uniq.tolist()]
+        vals[idx] = np.array([0 if g is None else g for g in got], np.int64)[inv]
+        valid[idx] = np.array([g is not None for g in got], bool)[inv]
+    return vals, valid
+
+
+def _innermost(iv: list, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each time in t, the last interval of `iv` (sorted (start, end, range id) tuples)
+    that starts at or before it and has not ended: (start, range id, found). The same answer as
+    walking back from the last interval started, without the walk: binary lifting over a
+    sparse table of running end maxima skips runs of intervals that all ended before t."""
+    a = np.array(iv, np.int64).reshape(-1, 3)
+    starts, ends = a[:, 0], a[:, 1]
+    cur = np.searchsorted(starts, t, side="right")  # intervals [0, cur) started by t
+    levels = [ends]  # levels[k][j] = max(ends[j : j + 2**k])
+    while (1 << len(levels)) <= len(ends):
+        w = 1 << (len(levels) - 1)
+        levels.append(np.maximum(levels[-1][:-w], levels[-1][w:]))
+    for k in range(len(levels) - 1, -1, -1):
+        j = cur - (1 << k)
+        can = j >= 0
+        block_end = np.where(can, levels[k][np.where(can, j, 0)], 0)
+        cur = np.where(can & (block_end < t), j, cur)  # all of [j, cur) ended before t: skip
+    found = cur > 0
+    j = np.maximum(cur - 1, 0)
+    return starts[j], a[j, 2], found
+
+
 class Resolver:
     """Turns drained rows (decode.Sink.drain) into writer batches of Arrow columns.
 
@@ -173,74 +209,70 @@ class Resolver:
         self.other_kinds: dict[int, int] = {}
 
     # -- lookups -----------------------------------------------------------------------------
-    def _marker_at(self, tid: int, t: int) -> int | None:
-        best = None
-        for gen in self._intervals:
-            iv = gen.get(tid)
-            if not iv:
-                continue
-            i = bisect.bisect_right(iv, (t, float("inf"), float("inf"))) - 1
-            while i >= 0:
-                s, e, rid = iv[i]
-                if e >= t:
-                    if best is None or s > best[0]:
-                        best = (s, rid)
-                    break
-                i -= 1
-        for start, rid in ((m[1], m[4]) for m in self._open_markers.values() if m[0] == tid):
-            if start <= t and (best is None or start > best[0]):
-                best = (start, rid)
-        return None if best is None else best[1]
+    def _markers_at(self, tid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The NVTX range (other domains) each (thread, time) falls in: (range id, found).
+
+        The innermost: the latest-starting range of that thread that started at or before t and
+        had not ended (closed ranges of this flush and the last, then the ones still open)."""
+        n = len(t)
+        best_s = np.zeros(n, np.int64)
+        best = np.zeros(n, np.int64)
+        found = np.zeros(n, bool)
+        for gen in self._intervals:  # this flush's first: an older one wins only by a later start
+            for th, iv in gen.items():
+                sel = np.flatnonzero(tid == th)
+                if not len(sel) or not iv:
+                    continue
+                s, rid, ok = _innermost(iv, t[sel])
+                take = ok & (~found[sel] | (s > best_s[sel]))
+                idx = sel[take]
+                best_s[idx], best[idx], found[idx] = s[take], rid[take], True
+        for m in self._open_markers.values():  # still open: started before t on that thread
+            take = (tid == m[0]) & (m[1] <= t) & (~found | (m[1] > best_s))
+            best_s[take], best[take], found[take] = m[1], m[4], True
+        return best, found
 
     def claim(self, corr: int, final: bool) -> tuple[int | None, int | None] | None:
         """(range_id, step) of the launching call; None = not known yet (retry next flush)."""
-        return self._claim_many(np.array([corr], np.int64), final)[0]
+        wait, rid, rid_ok, step, step_ok = self._claim_many(np.array([corr], np.int64), final)
+        if wait[0]:
+            return None
+        return (int(rid[0]) if rid_ok[0] else None), (int(step[0]) if step_ok[0] else None)
 
-    def _claim_many(self, corrs: np.ndarray, final: bool) -> list:
-        """claim() for distinct correlation ids, with the id lookups done at once."""
+    def _claim_many(self, corrs: np.ndarray, final: bool):
+        """claim() for many correlation ids: wait mask, (range id, valid), (step, valid)."""
+        n = len(corrs)
         rid, has = _lookup(self._ext, corrs)
         (tid, start), api = _lookup_many(self._api, corrs)
-        markers = self._has_markers
-        step_of, start_of = self.book.step_of, self.book.start_of
-        out = []
-        for r, h, t, s, a in zip(rid.tolist(), has.tolist(), tid.tolist(), start.tolist(),
-                                 api.tolist()):
-            mid = self._marker_at(t, s) if a and markers else None
-            if h:
-                # A framework NVTX range opened inside the cuptiprof range is the innermost one.
-                if mid is not None and self._marker_start.get(mid, 0) > start_of(r):
-                    out.append((mid, step_of(r)))
-                else:
-                    out.append((r, step_of(r)))
-            elif not a:
-                out.append(None if not final else (None, None))
-            elif mid is not None:
-                out.append((mid, step_of(mid)))
-            else:
-                out.append((None, None))
-        return out
+        mid, mfound = np.zeros(n, np.int64), np.zeros(n, bool)
+        if self._has_markers and api.any():
+            i = np.flatnonzero(api)
+            mid[i], mfound[i] = self._markers_at(tid[i], start[i])
+        # A framework NVTX range opened inside the cuptiprof range is the innermost one.
+        inner = has & mfound
+        if inner.any():
+            i = np.flatnonzero(inner)
+            ms = _map(mid[i], lambda m: self._marker_start.get(m, 0))[0]
+            rs = _map(rid[i], self.book.start_of)[0]
+            inner[i] = ms > rs
+        by_marker = ~has & api & mfound     # no cuptiprof range: the NVTX range claims it
+        wait = ~has & ~api & (not final)    # the API record may arrive with the next flush
+        out_rid = np.where(inner | by_marker, mid, rid)
+        rid_ok = has | by_marker
+        step, step_ok = _map(np.where(has, rid, mid), self.book.step_of, has | by_marker)
+        return wait, out_rid, rid_ok, step, step_ok
 
     def _steps_of(self, rid: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """step_map[rid] for the rows where ok (few distinct ranges: one dict lookup each)."""
-        step = np.zeros(len(rid), np.int64)
-        step_ok = np.zeros(len(rid), bool)
-        if ok.any():
-            uniq, inv = np.unique(rid[ok], return_inverse=True)
-            got = [self.book.step_map.get(r) for r in uniq.tolist()]
-            vals = np.array([0 if g is None else g for g in got], np.int64)
-            has = np.array([g is not None for g in got], bool)
-            idx = np.flatnonzero(ok)
-            step[idx] = vals[inv]
-            step_ok[idx] = has[inv]
-        return step, step_ok
+        return _map(rid, self.book.step_map.get, ok)
 
     def _claim_rows(self, corr: np.ndarray, final: bool):
         """Per row: keep / wait masks, (range id, valid) and (step, valid)."""
         n = len(corr)
-        rid, has = _lookup(self._ext, corr)
         if not self._has_markers:
             # An external id names the range; without one the row waits for its API record
             # (one flush), or is kept unclaimed.
+            rid, has = _lookup(self._ext, corr)
             wait = np.zeros(n, bool)
             if not final and not has.all():
                 _, api = _lookup(self._api, corr)
@@ -248,17 +280,9 @@ class Resolver:
             keep = ~wait & ~(has & (rid == SELF_ID))
             step, step_ok = self._steps_of(rid, has & keep)
             return keep, wait, rid, has, step, step_ok
-        uniq, inv = np.unique(corr, return_inverse=True)
-        res = self._claim_many(uniq, final)
-        waits = np.array([c is None for c in res], bool)
-        r_ok = np.array([c is not None and c[0] is not None for c in res], bool)
-        s_ok = np.array([c is not None and c[1] is not None for c in res], bool)
-        r = np.array([c[0] if c is not None and c[0] is not None else 0 for c in res], np.int64)
-        s = np.array([c[1] if c is not None and c[1] is not None else 0 for c in res], np.int64)
-        wait = waits[inv]
-        rid, has = r[inv], r_ok[inv]
-        keep = ~wait & ~(has & (rid == SELF_ID))
-        return keep, wait, rid, has, s[inv], s_ok[inv]
+        wait, rid, rid_ok, step, step_ok = self._claim_many(corr, final)
+        keep = ~wait & ~(rid_ok & (rid == SELF_ID))
+        return keep, wait, rid, rid_ok, step, step_ok
 
     # -- one flush -----------------------------------------------------------------------------
     def resolve(self, rows: dict[str, Any], final: bool = False) -> dict[str, Any]:
