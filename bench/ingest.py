@@ -47,10 +47,9 @@ def naive(path: Path, table: pa.Table) -> float:
     w.con.execute("SET threads=1")
     rows = table.to_pylist()
     cols = ["device_id", "context_id", "stream_id", "correlation_id", "start_ns", "end_ns", "step",
-            "range_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers",
-            "static_smem", "dynamic_smem"]
-    sql = (f"INSERT INTO kernel_rows (run_id, pid, name_id, {', '.join(cols)}) "
-           f"VALUES (1, 1, 1, {', '.join('?' * len(cols))})")
+            "range_id"]
+    sql = (f"INSERT INTO kernel_rows (run_id, pid, name_id, config_id, {', '.join(cols)}) "
+           f"VALUES (1, 1, 1, 1, {', '.join('?' * len(cols))})")
     t = time.perf_counter()
     w.con.execute("BEGIN")
     for r in rows:

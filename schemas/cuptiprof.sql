@@ -7,8 +7,9 @@
 --   * Enumerations are stored as readable text ('HtoD', 'stream_synchronize'); DuckDB
 --     dictionary-compresses them.
 --   * Long repeated strings (mangled kernel names, API names, range names) are interned in
---     `strings`; the tables that hold them end in `_rows` and keep only the integer id. The view
---     of the same name without `_rows` joins the text back (use the views).
+--     `strings`, kernel launch configurations in `launch_configs`; the tables that hold them end
+--     in `_rows` and keep only the integer ids. The view of the same name without `_rows` joins
+--     the values back (use the views).
 --   * Every row carries `run_id`, so files from several hosts/ranks merge into one.
 --   * `step` is NULL when no step range claims a row; `range_id` is the innermost range that
 --     launched it (NULL when none). Both are decided by the launching call, not by when the GPU
@@ -83,6 +84,9 @@ CREATE TABLE strings (
 );
 
 -- One row per kernel execution (CUPTI CONCURRENT_KERNEL, or an imported kernel event).
+-- The launch configuration (grid, block, registers, shared memory, graph node) repeats a handful
+-- of combinations, so it is interned like names: writers pass the columns, the file stores one
+-- `config_id` per row (fewer stored columns make bulk ingest faster). Use the `kernels` view.
 CREATE TABLE kernel_rows (
     run_id          INTEGER,            -- runs.run_id this row belongs to
     pid             INTEGER,            -- OS process id of the process that recorded the row
@@ -96,6 +100,12 @@ CREATE TABLE kernel_rows (
     range_id        BIGINT,    -- innermost range (ranges.range_id) open on the launching thread
     op_id           BIGINT,    -- framework op (ranges with kind 'op') that launched it, where known
     name_id         INTEGER,   -- strings.string_id of the kernel name as recorded
+    config_id       INTEGER    -- launch_configs.config_id of its launch configuration (NULL when none was recorded)
+);
+
+-- Distinct launch configurations of kernel_rows (one row per combination, interned by the writer).
+CREATE TABLE launch_configs (
+    config_id       INTEGER,   -- referenced by kernel_rows.config_id
     grid_x          INTEGER,            -- grid dimension x (blocks)
     grid_y          INTEGER,            -- grid dimension y
     grid_z          INTEGER,            -- grid dimension z
@@ -248,9 +258,10 @@ SELECT k.run_id, k.pid, k.device_id, k.context_id, k.stream_id, k.correlation_id
        k.start_ns, k.end_ns, k.step, k.range_id, k.op_id,
        s.value AS name,                                -- kernel name as recorded (mangled for C++)
        coalesce(s.demangled, s.value) AS demangled,    -- readable name
-       k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z,
-       k.registers, k.static_smem, k.dynamic_smem, k.graph_id, k.graph_node_id, k.name_id
-FROM kernel_rows k LEFT JOIN strings s ON s.string_id = k.name_id;
+       c.grid_x, c.grid_y, c.grid_z, c.block_x, c.block_y, c.block_z,
+       c.registers, c.static_smem, c.dynamic_smem, c.graph_id, c.graph_node_id, k.name_id
+FROM kernel_rows k LEFT JOIN strings s ON s.string_id = k.name_id
+LEFT JOIN launch_configs c ON c.config_id = k.config_id;
 
 CREATE VIEW api_calls AS
 SELECT a.run_id, a.pid, a.thread_id, a.api_kind, a.cbid, s.value AS name, a.correlation_id,

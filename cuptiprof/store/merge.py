@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError
-from cuptiprof.store.schema import INTERNED, SCHEMA_VERSION, schema_sql, table_columns
+from cuptiprof.store.schema import INTERNED, LAUNCH_CONFIG, SCHEMA_VERSION, schema_sql, table_columns
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
 
 # Worst first: the merged status of one run made of several parts.
@@ -134,7 +134,7 @@ class _Merger:
         self.tables = [t for (t,) in con.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema='main' "
             "AND table_type='BASE TABLE' AND table_catalog = current_database()").fetchall()
-            if t not in ("meta", "runs", "strings")]
+            if t not in ("meta", "runs", "strings", "launch_configs")]
         self.columns = {t: [c for c, _ in table_columns(con, t)] for t in self.tables + ["runs"]}
         self.next_run = 1
         self.part_runs: list[tuple] = []   # (start_ns, end_ns, status, versions...) per source run
@@ -218,6 +218,18 @@ class _Merger:
                     "FROM src.strings s JOIN main.strings d ON d.value IS NOT DISTINCT FROM s.value")
         src_tables = {t for (t,) in con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name='src'").fetchall()}
+        # Launch configurations: likewise by value (every column, NULL equal to NULL).
+        has_configs = "launch_configs" in src_tables
+        if has_configs:
+            cfg = ", ".join(LAUNCH_CONFIG)
+            same = " AND ".join(f"d.{c} IS NOT DISTINCT FROM s.{c}" for c in LAUNCH_CONFIG)
+            base = con.execute("SELECT coalesce(max(config_id), 0) FROM launch_configs").fetchone()[0]
+            con.execute(
+                f"INSERT INTO launch_configs SELECT ? + row_number() OVER (ORDER BY {cfg}), {cfg} "
+                f"FROM (SELECT DISTINCT {cfg} FROM src.launch_configs s WHERE NOT EXISTS "
+                f"      (SELECT 1 FROM main.launch_configs d WHERE {same}))", [base])
+            con.execute(f"CREATE OR REPLACE TEMP TABLE cmap AS SELECT s.config_id AS old, "
+                        f"d.config_id AS new FROM src.launch_configs s JOIN main.launch_configs d ON {same}")
         for t in self.tables:
             if t not in src_tables:
                 continue
@@ -230,6 +242,8 @@ class _Merger:
                     sel.append("rm.new")
                 elif c in interned and c in have:
                     sel.append(f"(SELECT sm.new FROM smap sm WHERE sm.old = x.{c})")
+                elif c == "config_id" and c in have and has_configs:
+                    sel.append("(SELECT cm.new FROM cmap cm WHERE cm.old = x.config_id)")
                 else:
                     sel.append(f"x.{c}" if c in have else "NULL")
             con.execute(f"INSERT INTO {t} ({', '.join(cols)}) SELECT {', '.join(sel)} "

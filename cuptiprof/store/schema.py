@@ -11,6 +11,10 @@ INTERNED = {
     "api_call_rows": {"name": "name_id"},
     "range_rows": {"name": "name_id"},
 }
+# Launch-configuration columns a writer is given with kernels and interns into launch_configs;
+# kernel_rows keeps only their config_id (the `kernels` view joins them back).
+LAUNCH_CONFIG = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers",
+                 "static_smem", "dynamic_smem", "graph_id", "graph_node_id")
 # Friendly table names accepted by the writer (the view name) -> storage table.
 STORAGE_TABLE = {"kernels": "kernel_rows", "api_calls": "api_call_rows", "ranges": "range_rows"}
 # The GPU activity tables, in the order of gpu_activities.

@@ -29,6 +29,7 @@ from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterB
 from cuptiprof.store.demangle import demangle
 from cuptiprof.store.schema import (
     INTERNED,
+    LAUNCH_CONFIG,
     SCHEMA_VERSION,
     STORAGE_TABLE,
     file_schema_version,
@@ -94,6 +95,8 @@ class Writer:
         self.pid = os.getpid() if pid is None else pid
         self._strings: dict[str, int] = {}
         self._max_sid = 0
+        self._configs: dict[tuple, int] = {}
+        self._max_cid = 0
         self._closed = False
         self.rows_written: dict[str, int] = {}
         parent = self.path.parent if str(self.path.parent) else Path(".")
@@ -164,6 +167,12 @@ class Writer:
             for sid, value in self.con.execute("SELECT string_id, value FROM strings").fetchall():
                 self._strings[value] = sid
                 self._max_sid = max(self._max_sid, sid)
+            if self.con.execute("SELECT count(*) FROM information_schema.tables "
+                                "WHERE table_name = 'launch_configs'").fetchone()[0]:
+                for cid, *cfg in self.con.execute(
+                        f"SELECT config_id, {', '.join(LAUNCH_CONFIG)} FROM launch_configs").fetchall():
+                    self._configs[tuple(cfg)] = cid
+                    self._max_cid = max(self._max_cid, cid)
         else:
             self.con.execute("BEGIN")
             self.con.execute(schema_sql())
@@ -174,6 +183,11 @@ class Writer:
                          for (t,) in self.con.execute(
                              "SELECT table_name FROM information_schema.tables "
                              "WHERE table_schema='main' AND table_type='BASE TABLE'").fetchall()}
+        # Kernel batches carry the launch-configuration columns; files of this layout intern them.
+        self._intern_configs = "config_id" in self._columns.get("kernel_rows", ())
+        self._accepted = dict(self._columns)
+        if self._intern_configs:
+            self._accepted["kernel_rows"] = self._columns["kernel_rows"] | set(LAUNCH_CONFIG)
         row = self.con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()
         self.run_id = int(row[0])
         r = self.run
@@ -207,10 +221,11 @@ class Writer:
             return
         con = self.con
         con.execute("BEGIN")
+        new_strings: list[tuple[int, str, str | None]] = []
+        new_configs: list[tuple] = []
         try:
-            new_strings: list[tuple[int, str, str | None]] = []
             for storage, tbl in prepared:
-                tbl = self._complete(storage, tbl, new_strings)
+                tbl = self._complete(storage, tbl, new_strings, new_configs)
                 con.register("_cuptiprof_batch", tbl)
                 try:
                     con.execute(f"INSERT INTO {storage} BY NAME SELECT * FROM _cuptiprof_batch")
@@ -220,6 +235,10 @@ class Writer:
             if new_strings:  # lists as parameters, not pa.array(): see _intern_dict
                 con.execute("INSERT INTO strings SELECT unnest(?::INTEGER[]), unnest(?::VARCHAR[]), "
                             "unnest(?::VARCHAR[])", [list(x) for x in zip(*new_strings)])
+            if new_configs:
+                con.execute(f"INSERT INTO launch_configs (config_id, {', '.join(LAUNCH_CONFIG)}) "
+                            f"SELECT {', '.join(['unnest(?::BIGINT[])'] * (len(LAUNCH_CONFIG) + 1))}",
+                            [list(x) for x in zip(*new_configs)])
             con.execute("COMMIT")
         except BaseException:
             try:
@@ -228,19 +247,27 @@ class Writer:
                 pass
             for sid, value, _ in new_strings:  # forget ids that were never committed
                 self._strings.pop(value, None)
+            for cid, *cfg in new_configs:
+                self._configs.pop(tuple(cfg), None)
             _reraise_interrupt()
             raise
 
-    def _complete(self, storage: str, tbl: pa.Table, new_strings: list) -> pa.Table:
-        """Intern string columns, add run_id/pid, reject unknown columns."""
-        for src, dst in INTERNED.get(storage, {}).items():
+    def _complete(self, storage: str, tbl: pa.Table, new_strings: list, new_configs: list) -> pa.Table:
+        """Intern string columns and launch configurations, add run_id/pid, reject unknown columns."""
+        interned = INTERNED.get(storage, {})
+        unknown = set(tbl.column_names) - self._accepted[storage] - set(interned)
+        if unknown:
+            raise ValueError(f"{storage}: unknown columns {sorted(unknown)}")
+        for src, dst in interned.items():
             if src in tbl.column_names:
                 ids = self._intern(tbl.column(src), new_strings, kernel=(storage == "kernel_rows"))
                 tbl = tbl.drop_columns([src]).append_column(dst, ids)
+        if storage == "kernel_rows" and self._intern_configs:
+            given = [c for c in LAUNCH_CONFIG if c in tbl.column_names]
+            if given:
+                ids = self._intern_config(tbl.select(given), new_configs)
+                tbl = tbl.drop_columns(given).append_column("config_id", ids)
         names = set(tbl.column_names)
-        unknown = names - self._columns[storage]
-        if unknown:
-            raise ValueError(f"{storage}: unknown columns {sorted(unknown)}")
         if "run_id" not in names:
             tbl = tbl.append_column("run_id", pa.array(np.full(tbl.num_rows, self.run_id, np.int32)))
         if "pid" in self._columns[storage] and "pid" not in names:
@@ -268,11 +295,31 @@ class Writer:
                 sid = table[v] = self._max_sid
                 new_strings.append((sid, v, demangle(v) if kernel else None))
             ids[i] = sid
-        # From buffers: pa.array() imports pandas (when installed) on first use, ~0.4 s.
         sid = np.array([-1 if x is None else x for x in ids], np.int32)
-        valid = None if (sid >= 0).all() else pa.py_buffer(np.packbits(sid >= 0, bitorder="little"))
-        return pc.take(pa.Array.from_buffers(pa.int32(), len(sid), [valid, pa.py_buffer(sid)]),
-                       enc.indices)
+        return pc.take(_int_array(sid, valid=sid >= 0), enc.indices)
+
+    def _intern_config(self, cfg: pa.Table, new_configs: list) -> pa.Array:
+        """Map each row's launch configuration to a config_id. Only the distinct combinations of
+        the batch go through Python (found exactly with numpy: `distinct_rows`)."""
+        codes, k = distinct_rows(cfg)
+        rep = np.empty(k, np.int64)
+        rep[codes] = np.arange(len(codes))  # one row of each combination
+        reps = cfg.take(_int_array(rep))
+        values = [reps.column(c).to_pylist() if c in cfg.column_names else [None] * k
+                  for c in LAUNCH_CONFIG]
+        ids = np.empty(k, np.int32)
+        table = self._configs
+        for i, combo in enumerate(zip(*values)):
+            cid = table.get(combo)
+            if cid is None:
+                if all(v is None for v in combo):
+                    ids[i] = -1  # nothing recorded: config_id stays NULL
+                    continue
+                self._max_cid += 1  # ids of a rolled-back batch are skipped, never reused
+                cid = table[combo] = self._max_cid
+                new_configs.append((cid, *combo))
+            ids[i] = cid
+        return pc.take(_int_array(ids, valid=ids >= 0), _int_array(codes))
 
     def add_quality(self, check_name: str, subject: str | None, count: int | None,
                     detail: str, value_ns: int | None = None, pid: int | None = None) -> None:
@@ -344,6 +391,87 @@ def _reraise_interrupt() -> None:
                 (isinstance(exc, duckdb.Error) and "KeyboardInterrupt" in str(exc)):
             raise KeyboardInterrupt from None
         exc = exc.__context__
+
+
+def _int_array(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """An Arrow array over a numpy int32/int64 array, built from buffers: pa.array() imports
+    pandas (when installed) on first use, ~0.4 s. `valid`: False where the value is NULL."""
+    values = np.ascontiguousarray(values)
+    typ = pa.int32() if values.dtype == np.int32 else pa.int64()
+    bitmap = None
+    if valid is not None and not valid.all():
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(typ, len(values), [bitmap, pa.py_buffer(values)])
+
+
+_LOOKUP_MAX = 1 << 22   # key spaces up to this size are deduplicated with a lookup table
+_KEY_MAX = 1 << 62      # mixed-radix keys stay below this (int64, no overflow)
+
+
+def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
+    """Exact deduplication of rows of integer columns: (code per row in 0..k-1, k). NULL is a
+    value of its own.
+
+    Each varying column becomes small non-negative integers (value - min, or dictionary codes
+    when its range is wide) and the columns combine into one int64 mixed-radix key, which is
+    exact; the key is then renumbered through a lookup table (small key spaces) or a hash.
+    A few numpy passes per varying column; constant and all-NULL columns cost nothing.
+    """
+    n = tbl.num_rows
+    key: np.ndarray | None = None
+    radix = 1
+    for col in tbl.columns:
+        a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if not pa.types.is_integer(a.type):
+            a = pc.cast(a, pa.int64())
+        nulls = a.null_count
+        if nulls == n:
+            continue
+        mm = pc.min_max(a)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if lo == hi and not nulls:
+            continue
+        span = hi - lo + 1 + (1 if nulls else 0)  # NULL takes the code hi - lo + 1
+        if radix * span < _KEY_MAX:
+            if nulls:
+                a = pc.fill_null(pc.cast(a, pa.int64()), hi + 1)
+            v = _values(a).astype(np.int64)
+            v -= lo
+        else:  # a wide range: dictionary codes instead (at most n + 1 of them)
+            enc = pc.dictionary_encode(a, null_encoding="encode")
+            v = _values(enc.indices).astype(np.int64)
+            span = len(enc.dictionary)
+            if key is not None and radix * span >= _KEY_MAX:  # renumber the key so far first
+                codes, radix = _dense(key, radix)
+                key = codes.astype(np.int64)
+        if key is None:
+            key = v
+        else:
+            v *= radix
+            key += v
+        radix *= span
+    if key is None:
+        return np.zeros(n, np.int32), 1
+    return _dense(key, radix)
+
+
+def _dense(key: np.ndarray, radix: int) -> tuple[np.ndarray, int]:
+    """Renumber the distinct values of a non-negative int64 key 0..k-1 (any order): (codes, k)."""
+    if radix <= _LOOKUP_MAX:
+        present = np.zeros(radix, bool)
+        present[key] = True
+        rank = np.cumsum(present, dtype=np.int32)
+        rank -= 1
+        return rank[key], int(rank[-1]) + 1
+    enc = pc.dictionary_encode(_int_array(key))
+    return _values(enc.indices), len(enc.dictionary)
+
+
+def _values(a: pa.Array) -> np.ndarray:
+    """The value buffer of an integer Arrow array as numpy, without a copy (NULL slots hold
+    whatever the buffer has)."""
+    dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(a.type) else 'u'}{a.type.bit_width // 8}")
+    return np.frombuffer(a.buffers()[1], dtype, len(a), a.offset)
 
 
 def _as_table(batch: Batch) -> pa.Table:

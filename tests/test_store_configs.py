@@ -1,0 +1,144 @@
+"""Launch configurations: the writer interns them into launch_configs, the kernels view joins them
+back, appends and merges keep ids consistent, and the row deduplication is exact."""
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from cuptiprof.store.merge import merge_files
+from cuptiprof.store.schema import LAUNCH_CONFIG
+from cuptiprof.store.writer import Writer, distinct_rows
+
+CFG_COLS = ", ".join(LAUNCH_CONFIG)
+
+
+def rows(path, sql):
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def kernels(n: int, seed: int = 0, graph: bool = False) -> dict:
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, 5, n)
+    cols = {"start_ns": pa.array(np.arange(n, dtype=np.int64) * 10),
+            "end_ns": pa.array(np.arange(n, dtype=np.int64) * 10 + 5),
+            "name": pa.array([f"k{i % 3}" for i in range(n)]),
+            "grid_x": pa.array((g * 64 + 1).astype(np.int32)),
+            "grid_y": pa.array(np.ones(n, np.int32)),
+            "block_x": pa.array(np.where(g % 2 == 0, 128, 256).astype(np.int32)),
+            "registers": pa.array((g % 3 * 8 + 32).astype(np.int32), mask=g == 4),
+            "static_smem": pa.array((g % 2 * 49152).astype(np.int32))}
+    if graph:
+        cols["graph_id"] = pa.array(np.full(n, 7, np.int64))
+        cols["graph_node_id"] = pa.array((g + (1 << 40)).astype(np.int64))
+    return cols
+
+
+def expected(cols: dict) -> list[tuple]:
+    """(start_ns, every config column) per row, as the kernels view must return them."""
+    n = len(cols["start_ns"])
+    vals = [cols[c].to_pylist() if c in cols else [None] * n for c in LAUNCH_CONFIG]
+    return sorted(zip(cols["start_ns"].to_pylist(), *vals))
+
+
+def test_kernels_view_returns_what_was_given_and_configs_are_stored_once(tmp_path):
+    path = tmp_path / "a.duckdb"
+    a, b = kernels(500, seed=1), kernels(300, seed=2, graph=True)
+    b["start_ns"] = pa.array(np.arange(300, dtype=np.int64) * 10 + 100_000)
+    with Writer(path) as w:
+        w.append({"kernels": a})
+        w.append({"kernels": b})
+    got = rows(path, f"SELECT start_ns, {CFG_COLS} FROM kernels ORDER BY start_ns")
+    assert got == sorted(expected(a) + expected(b))
+    # 5 combinations without graph, 5 more with graph ids; none repeated.
+    assert rows(path, "SELECT count(*), count(DISTINCT config_id) FROM launch_configs") == [(10, 10)]
+    assert rows(path, "SELECT count(*) FROM kernel_rows WHERE config_id IS NULL") == [(0,)]
+    cols = {c for (c,) in rows(path, "SELECT column_name FROM information_schema.columns "
+                                      "WHERE table_name = 'kernel_rows'")}
+    assert "config_id" in cols and not cols & set(LAUNCH_CONFIG)
+
+
+def test_no_config_given_or_all_null_leaves_config_id_null(tmp_path):
+    path = tmp_path / "a.duckdb"
+    with Writer(path) as w:
+        w.append({"kernels": {"start_ns": [1, 2], "end_ns": [3, 4], "name": ["a", "b"]}})
+        w.append({"kernels": {"start_ns": [5], "end_ns": [6], "name": ["a"],
+                              "grid_x": pa.array([None], pa.int32())}})
+    assert rows(path, "SELECT count(*) FROM kernel_rows WHERE config_id IS NULL") == [(3,)]
+    assert rows(path, "SELECT count(*) FROM launch_configs") == [(0,)]
+    assert rows(path, "SELECT grid_x, block_x FROM kernels") == [(None, None)] * 3
+
+
+def test_append_mode_reuses_ids_and_a_failed_batch_leaves_no_config(tmp_path):
+    path = tmp_path / "a.duckdb"
+    cols = kernels(200, seed=3)
+    with Writer(path) as w:
+        w.append({"kernels": cols})
+        bad = dict(kernels(10, seed=4), grid_z=pa.array(np.full(10, 9, np.int32)), bogus=[0] * 10)
+        with pytest.raises(ValueError, match="unknown columns"):
+            w.append({"kernels": bad})
+        with pytest.raises(Exception):  # a NOT-a-number end_ns fails inside the transaction
+            w.append({"kernels": dict(kernels(10, seed=4), grid_z=pa.array(np.full(10, 9, np.int32)),
+                                      end_ns=pa.array(["x"] * 10))})
+        w.append({"kernels": dict(kernels(10, seed=4), grid_z=pa.array(np.full(10, 9, np.int32)))})
+    with Writer(path, mode="append") as w:
+        w.append({"kernels": cols})
+    n_cfg = rows(path, "SELECT count(*) FROM launch_configs")[0][0]
+    assert n_cfg == 5 + rows(path, "SELECT count(DISTINCT config_id) FROM kernel_rows k "
+                                    "JOIN launch_configs USING (config_id) WHERE grid_z = 9")[0][0]
+    assert rows(path, f"SELECT count(*) FROM (SELECT DISTINCT {CFG_COLS} FROM launch_configs)") == [(n_cfg,)]
+    assert rows(path, "SELECT count(*) FROM kernels WHERE grid_z = 9") == [(10,)]
+    by_run = rows(path, f"SELECT run_id, start_ns, {CFG_COLS} FROM kernels WHERE grid_z IS NULL "
+                        "ORDER BY run_id, start_ns")
+    assert [r[1:] for r in by_run if r[0] == 1] == [r[1:] for r in by_run if r[0] == 2] == expected(cols)
+
+
+def test_merge_maps_config_ids_by_value(tmp_path):
+    a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    ka, kb = kernels(100, seed=5), kernels(100, seed=6, graph=True)
+    kb["start_ns"] = pa.array(np.arange(100, dtype=np.int64) * 10 + 100_000)
+    with Writer(a) as w:
+        w.append({"kernels": ka})
+    with Writer(b) as w:
+        w.append({"kernels": kb})
+        w.append({"kernels": ka})
+    out = merge_files([a, b], tmp_path / "m.duckdb")
+    got = rows(out, f"SELECT run_id, start_ns, {CFG_COLS} FROM kernels ORDER BY ALL")
+    want = [(1,) + r for r in expected(ka)] + sorted((2,) + r for r in expected(ka) + expected(kb))
+    assert got == sorted(want)
+    assert rows(out, f"SELECT count(*), count(DISTINCT ({CFG_COLS})) FROM launch_configs") == [(10, 10)]
+
+
+def test_distinct_rows_is_exact():
+    rng = np.random.default_rng(0)
+    for _ in range(150):
+        n = int(rng.integers(1, 2000))
+        cols = {}
+        for j in range(int(rng.integers(1, 6))):
+            kind = int(rng.integers(0, 6))
+            if kind == 0:
+                v = pa.array(rng.integers(0, 4, n + 1).astype(np.int32))
+            elif kind == 1:   # full int32 range, NULLs
+                v = pa.array(rng.integers(-2**31, 2**31 - 1, n + 1).astype(np.int32),
+                             mask=rng.random(n + 1) < 0.3)
+            elif kind == 2:   # ranges too wide for a mixed-radix key
+                v = pa.array(rng.integers(-2**62, 2**62, n + 1).astype(np.int64))
+            elif kind == 3:
+                v = pa.nulls(n + 1, pa.int64())
+            elif kind == 4:
+                v = pa.array(np.full(n + 1, 7, np.int32))
+            else:
+                v = pa.array(rng.integers(0, 3, n + 1).astype(np.int64), mask=rng.random(n + 1) < 0.5)
+            cols[f"c{j}"] = v.slice(1) if rng.random() < 0.5 else v.slice(0, n)  # offsets too
+        tbl = pa.table(cols)
+        codes, k = distinct_rows(tbl)
+        seen: dict[tuple, int] = {}
+        for r, c in zip(zip(*(c.to_pylist() for c in tbl.columns)), codes.tolist()):
+            assert seen.setdefault(r, c) == c
+        assert len(seen) == k == len(set(seen.values()))
+        assert codes.min() >= 0 and codes.max() < k
