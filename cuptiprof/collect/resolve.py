@@ -15,8 +15,9 @@ one flush after its API record, never later since every flush follows a synchron
 GPU row whose API record has not arrived yet waits for one more flush.
 
 The joins are vectorised: each flush's correlation ids are sorted once (`CorrIndex`) and GPU
-rows find their external id and launching call with `np.searchsorted`; per-row Python runs only
-where NVTX markers must be compared (`claim`).
+rows find their external id and launching call with `np.searchsorted`; the NVTX projection
+finds each launch's innermost range by binary lifting (`_innermost`). Python runs per MARKER
+record (pairing starts and ends) and per distinct range id, never per GPU row.
 """
 from __future__ import annotations
 
