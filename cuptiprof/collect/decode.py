@@ -210,7 +210,8 @@ class Rows:
 
     def __init__(self, table: str):
         self.table = table
-        self.chunks: list[tuple[np.ndarray, dict]] = []  # (structured array, {field: (names, codes)})
+        # (structured array, {string field: (names, int32 code per record)})
+        self.chunks: list[tuple[np.ndarray, dict]] = []
         self.tuples: list[tuple] = []
 
     def __len__(self) -> int:
