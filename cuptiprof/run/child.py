@@ -357,16 +357,41 @@ def _chain_excepthook() -> None:
     sys.excepthook = hook
 
 
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# cuptiprof code that holds locks or a DuckDB connection while it runs (markers.py and this
+# module only wrap the program's own code).
+_INTERNAL = tuple(os.path.join(_PKG, d) for d in ("collect", "store", "analyse",
+                                                  os.path.join("run", "recorder.py")))
+
+
+def _inside_recording(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_INTERNAL):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _install_sigterm() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
 
+    retries = [0]
+
     def on_term(signum, frame):
         global _status
+        if _inside_recording(frame) and retries[0] < 250:
+            # Landed inside the collector or a writer (maybe within a DuckDB statement, with
+            # its locks held): stopping here would re-enter them and hang. Ask again shortly.
+            retries[0] += 1
+            threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            return
         _status = "interrupted"
-        _at_exit()
+        if retries[0] < 250:
+            _at_exit()
+        # else: never got out (5 s): die with what was committed rather than risk a hang
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)   # die of the signal, as the program would have
 
