@@ -176,6 +176,43 @@ def test_signal_to_launcher_is_forwarded_and_data_flushed(tmp_path, tally, sig):
     assert q(out, "SELECT exit_status FROM processes") == [(128 + sig,)]
 
 
+def test_sigterm_while_recording_never_hangs(tmp_path, tally):
+    """A program that spends most of its time inside the collector and its commits: SIGTERM
+    lands there (possibly inside a DuckDB statement). The child must still stop, promptly,
+    with a file that opens and holds the steps committed before."""
+    p = script(tmp_path, """
+        import pathlib, cuptiprof
+        for i in range(3000):
+            with cuptiprof.range("step", step=i):
+                for j in range(100):
+                    with cuptiprof.range("attn"):
+                        pass
+            if i == 2:
+                pathlib.Path("ready").touch()
+    """)
+    proc = subprocess.Popen([PY, "-m", "cuptiprof", "run", "-o", "t.duckdb", "--no-report", "--",
+                             PY, p], cwd=tmp_path, env=env(**FAKE), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(tmp_path / "ready", proc)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=45)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError("the profiled program hung after SIGTERM")
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    out = tmp_path / "t.duckdb"
+    assert q(out, "SELECT status FROM runs") == [("interrupted",)]
+    full = 101 * KERNELS_PER_RANGE
+    # every step but the one the signal cut short holds all its kernels
+    assert q(out, f"SELECT count(*) FROM (SELECT step FROM kernels GROUP BY step "
+                  f"HAVING count(*) <> {full})")[0][0] <= 1
+    assert q(out, f"SELECT count(*) FROM (SELECT step FROM kernels GROUP BY step "
+                  f"HAVING count(*) = {full})")[0][0] >= 3
+
+
 # -- the writer ---------------------------------------------------------------------------------
 WRITER = """
     import os, signal, sys
