@@ -59,7 +59,9 @@ WRITES = ["DELETE FROM kernel_rows", "DROP TABLE meta", "UPDATE meta SET value =
           "INSERT INTO meta VALUES ('x', 'y')", "CREATE TABLE t AS SELECT 1",
           "ALTER TABLE meta ADD COLUMN z INT", "CREATE VIEW v AS SELECT 1",
           "SELECT 1; DELETE FROM kernel_rows", "BEGIN; DELETE FROM kernel_rows; COMMIT",
-          "ATTACH 'other.duckdb' AS o; CREATE TABLE o.t AS SELECT 1"]
+          "ATTACH 'other.duckdb' AS o; CREATE TABLE o.t AS SELECT 1",
+          "COPY kernel_rows TO 'other.csv'", "EXPORT DATABASE 'other_dir'", "INSTALL httpfs",
+          "SET enable_external_access = true"]
 
 
 def test_sql_cannot_modify_the_file(nasty, tmp_path):
@@ -76,6 +78,7 @@ def test_sql_cannot_modify_the_file(nasty, tmp_path):
         assert "Traceback" not in res[name]["stderr"]
     assert digest(nasty) == before
     assert not (tmp_path / "other.duckdb").exists()
+    assert not (tmp_path / "other.csv").exists() and not (tmp_path / "other_dir").exists()
     assert stored_name(nasty) == NASTY
 
 

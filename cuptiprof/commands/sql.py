@@ -18,6 +18,10 @@ def register(sub) -> None:
 
 def run(args) -> int:
     with open_profile(args.file, args.steps) as prof:
+        # Read-only covers the file; this covers everything else a statement could touch
+        # (COPY ... TO, EXPORT DATABASE, ATTACH, INSTALL), and cannot be switched back.
+        prof.con.execute("SET enable_external_access = false")
+        prof.con.execute("SET lock_configuration = true")
         try:
             rel = prof.sql(args.query)
             if rel is None:
@@ -25,7 +29,9 @@ def run(args) -> int:
             render(rel, args.format)
         except duckdb.Error as exc:
             msg = str(exc).splitlines()[0]
-            if "read-only" in msg:
-                raise UsageError(f"{args.file}: cuptiprof sql is read-only; the file was not modified") from None
+            if "read-only" in msg or "disabled by configuration" in msg \
+                    or "configuration has been locked" in msg:
+                raise UsageError(f"{args.file}: cuptiprof sql is read-only (no writes, no other "
+                                 "files or extensions); nothing was modified") from None
             raise UsageError(f"SQL error: {msg}") from None
     return 0
