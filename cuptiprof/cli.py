@@ -12,7 +12,7 @@ import os
 import sys
 
 from cuptiprof._version import __version__
-from cuptiprof.errors import CuptiprofError
+from cuptiprof.errors import CuptiprofError, storage_error
 
 # Order shown in --help.
 COMMANDS = ("run", "report", "sql", "schema", "import", "export", "merge", "compare", "diff",
@@ -71,17 +71,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cuptiprof: error: {storage_error(exc, getattr(args, 'file', None))}",
               file=sys.stderr)
         return 2 if "orrupt" in str(exc) else 1
-
-
-def storage_error(exc: Exception, path: str | None = None) -> str:
-    """One line for a DuckDB failure met mid-command (disk full, damaged file)."""
-    import re
-
-    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    m = re.search(r'file "([^"]+)"', msg)
-    where = f"{m.group(1)}: " if m else (f"{path}: " if isinstance(path, str) else "")
-    if "No space left" in msg or "File too large" in msg or "Disk quota" in msg:
-        return f"{where}cannot write: the disk is full (or a file-size limit was reached)"
-    if "orrupt" in msg or "checksum" in msg:
-        return f"{where}the file is damaged ({msg[:200]}); it cannot be read in full"
-    return msg[:300]

@@ -8,6 +8,8 @@ Exit statuses (documented in README.md):
 """
 from __future__ import annotations
 
+import re
+
 
 class CuptiprofError(Exception):
     """Base class: the message is one line that says what is wrong and what to do."""
@@ -39,3 +41,15 @@ class WriterBusy(StoreError):
 
 class EnvironmentProblem(CuptiprofError):
     exit_code = 3
+
+
+def storage_error(exc: Exception, path: str | None = None) -> str:
+    """One line for a DuckDB failure met mid-command (disk full, damaged file)."""
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    m = re.search(r'file "([^"]+)"', msg)
+    where = f"{m.group(1)}: " if m else (f"{path}: " if isinstance(path, str) else "")
+    if "No space left" in msg or "File too large" in msg or "Disk quota" in msg:
+        return f"{where}cannot write: the disk is full (or a file-size limit was reached)"
+    if "orrupt" in msg or "checksum" in msg:
+        return f"{where}the file is damaged ({msg[:200]}); it cannot be read in full"
+    return msg[:300]

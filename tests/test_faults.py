@@ -390,17 +390,22 @@ def test_disk_full_writer_keeps_last_commit(tmp_path, tally):
     assert cli(["report", out, "--by", "op"], tmp_path).returncode == 0
 
 
-def test_disk_full_during_run_does_not_kill_the_program(tmp_path, tally):
+@pytest.mark.parametrize("program_exit,expected", [(0, 1), (3, 3)])
+def test_disk_full_during_run_does_not_kill_the_program(tmp_path, tally, program_exit, expected):
     """The part file fills the disk: the program still runs to its end, the launcher says what
-    happened in one line and keeps the part file, which still holds every committed step."""
-    p = script(tmp_path, STEPS.format(n=100, after="print('program finished', flush=True)"))
+    happened in one line (naming the output and the kept parts) and keeps the part file, which
+    still holds every committed step. The program's own failure status wins; a clean program
+    whose profile could not be written exits 1."""
+    after = f"print('program finished', flush=True); import sys; sys.exit({program_exit})"
+    p = script(tmp_path, STEPS.format(n=100, after=after))
     r = cli(["run", "-o", "d.duckdb", "--no-report", "--", PY, p], tmp_path,
             preexec=_fsize(600_000), **FAKE)
     assert "program finished" in r.stdout, r.stderr[-2000:]
     assert "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert r.returncode in (0, 1), r.stderr
+    assert r.returncode == expected, r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("cuptiprof: error:")]
     assert len(errors) == 1 and "disk is full" in errors[0], r.stderr
+    assert "d.duckdb.parts" in errors[0] and ".tmp-" not in errors[0], errors[0]
     parts = sorted((tmp_path / "d.duckdb.parts").glob("*.duckdb"))
     assert len(parts) == 1 and not (tmp_path / "d.duckdb").exists()
     # with room again, the kept part merges into a file with all 100 steps

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cuptiprof.errors import CuptiprofError, InputError, UsageError, WriterBusy
+from cuptiprof.errors import CuptiprofError, InputError, UsageError, WriterBusy, storage_error
 from cuptiprof.run import settings as S
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
@@ -232,7 +232,12 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path) -> LaunchResu
         return LaunchResult(code, rc, None, parts, wall)
     status = "complete" if rc == 0 else ("interrupted" if rc < 0 else "failed")
     result = LaunchResult(code, rc, None, parts, wall, no_gpu=mode == "profile" and not gpu)
-    result.output = finish(out, parts, st, cmd, child.pid, code, status, start_ns)
+    try:
+        result.output = finish(out, parts, st, cmd, child.pid, code, status, start_ns)
+    except MergeFailed as exc:
+        print(f"cuptiprof: error: {exc}", file=sys.stderr)
+        result.exit_code = exc.exit_code
+        return result
     if o.step_fn and (parts / "step-fn.error").exists():
         msg = (parts / "step-fn.error").read_text().strip()
         shutil.rmtree(parts, ignore_errors=True)
@@ -326,8 +331,29 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
     try:
         return merge_files(sources, out, one_run=True, run_info=info, status=status,
                            extra={"processes": procs}, ended_early=early)
-    except CuptiprofError as exc:
-        raise CuptiprofError(f"{exc} (the part files are kept in {parts})") from None
+    except Exception as exc:
+        duckdb = sys.modules.get("duckdb")
+        if isinstance(exc, CuptiprofError):
+            reason = str(exc)
+        elif isinstance(exc, OSError) or (duckdb and isinstance(exc, duckdb.Error)):
+            reason = storage_error(exc, str(out))
+        else:
+            raise
+        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+        reason = reason.replace(str(tmp), str(out)).replace(tmp.name, out.name)
+        raise MergeFailed(
+            f"{reason}; the part files are kept in {parts} (later: cuptiprof merge "
+            f"{parts}/*.duckdb -o {out})", exit_code) from None
+
+
+class MergeFailed(CuptiprofError):
+    """The command ran but its parts could not be merged into OUT (e.g. a full disk)."""
+
+    def __init__(self, msg: str, child_code: int):
+        super().__init__(msg)
+        # The profiled command's own failure wins; a clean command whose profile could not be
+        # written still fails (1), so CI does not take a missing file for success.
+        self.exit_code = child_code or 1
 
 
 def _wait_for_stragglers(parts: Path, timeout_s: float = 3.0) -> None:
