@@ -415,6 +415,17 @@ def test_disk_full_during_run_does_not_kill_the_program(tmp_path, tally, program
         == [(100, 100 * 2 * KERNELS_PER_RANGE)]
 
 
+def test_disk_full_export_names_the_file(tmp_path, tally):
+    from cuptiprof.synthetic import write_synthetic
+
+    src = tmp_path / "s.duckdb"
+    write_synthetic(str(src), steps=4, kernels_per_step=3000, seed=1)
+    r = cli(["export", src, "--chrome", "t.json"], tmp_path, preexec=_fsize(200_000))
+    assert r.returncode == 1, r.stderr
+    one_line(r.stderr, "t.json")
+    assert not (tmp_path / "t.json").exists()
+
+
 # -- files from other versions, and damaged files -----------------------------------------------
 @pytest.fixture(scope="module")
 def damaged(tmp_path_factory):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from cuptiprof.errors import UsageError
+from cuptiprof.errors import CuptiprofError, UsageError
 
 
 def register(sub) -> None:
@@ -29,7 +29,10 @@ def run(args) -> int:
     with open_profile(args.file, args.steps) as prof:
         if args.chrome:
             from cuptiprof.interop.chrome import export_chrome
-            c = export_chrome(prof, args.chrome, force=args.force)
+            try:
+                c = export_chrome(prof, args.chrome, force=args.force)
+            except OSError as exc:  # e.g. a full disk mid-write: name the file the user asked for
+                raise CuptiprofError(f"{args.chrome}: cannot write ({exc.strerror or exc})") from None
             print(f"wrote {c['events']:,} trace events ({c.get('kernels', 0):,} kernels, scope: "
                   f"{prof.scope}) -> {args.chrome}", file=sys.stderr)
         if args.parquet:
