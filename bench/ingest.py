@@ -33,7 +33,7 @@ def kernel_batches(rows: int, batch: int) -> list[pa.Table]:
 def bulk(path: Path, batches: list[pa.Table], threads: int | None) -> tuple[float, int]:
     w = Writer(path, RunInfo(source="synthetic"), mode="overwrite")
     if threads:
-        w.con.execute(f"SET threads={threads}")
+        w.execute(f"SET threads={threads}")
     t = time.perf_counter()
     for b in batches:
         w.append({"kernels": b})

@@ -251,6 +251,23 @@ CREATE TABLE data_quality (
     detail    VARCHAR    -- one readable sentence
 );
 
+-- GPU busy time per step, stored so that reports need not fold every row: written when a writer
+-- closes (and by merge) for each run listed in step_busy_runs. A run missing there (its writer
+-- died) has its busy time computed from the rows when a report needs it.
+CREATE TABLE step_busy (
+    run_id    INTEGER,   -- runs.run_id this row belongs to
+    pid       INTEGER,   -- OS process id
+    device_id INTEGER,   -- CUDA device ordinal (NULL for rows whose device is unknown)
+    step      INTEGER,   -- step index (NULL: work that no step claims)
+    busy_ns   BIGINT,    -- union of the work intervals (kernels, memcpys, memsets) across streams
+    start_ns  BIGINT,    -- first start of that work
+    end_ns    BIGINT     -- last end of that work
+);
+
+CREATE TABLE step_busy_runs (
+    run_id    INTEGER    -- a run whose step_busy rows are complete
+);
+
 -- Views ------------------------------------------------------------------------------------
 
 CREATE VIEW kernels AS

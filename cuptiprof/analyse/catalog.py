@@ -31,8 +31,13 @@ def _read(sub: str, name: str) -> str:
     return _SQL.joinpath(sub, f"{name}.sql").read_text()
 
 
-def scope_views(where: str) -> dict[str, str]:
-    return {v: _strip_comments(_read("scope", v)).replace("{where}", where) for v in SCOPE_VIEWS}
+def scope_views(where: str, stored_busy: bool = False) -> dict[str, str]:
+    """The scope views' SQL with the step filter. stored_busy: read busy time from step_busy
+    (complete for every run of the file) instead of folding every work interval."""
+    files = dict(zip(SCOPE_VIEWS, SCOPE_VIEWS))
+    if stored_busy:
+        files["sel_busy"] = "sel_busy_stored"
+    return {v: _strip_comments(_read("scope", f)).replace("{where}", where) for v, f in files.items()}
 
 
 @functools.lru_cache(maxsize=1)

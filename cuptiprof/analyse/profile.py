@@ -85,7 +85,16 @@ class Profile:
             self.con.close()
             raise SchemaVersionError(f"{self.path}: schema {version} is too old for this cuptiprof")
         self.schema_version = version
+        self.stored_busy = self._has_stored_busy()
         self.set_steps(steps)
+
+    def _has_stored_busy(self) -> bool:
+        """True when step_busy is complete for every run (no writer of the file died)."""
+        try:
+            return self.con.execute("SELECT NOT EXISTS (SELECT 1 FROM runs WHERE run_id NOT IN "
+                                    "(SELECT run_id FROM step_busy_runs))").fetchone()[0]
+        except duckdb.CatalogException:  # written before step_busy existed
+            return False
 
     # -- scope -------------------------------------------------------------------------------
     def set_steps(self, steps: str | tuple | None) -> None:
@@ -114,7 +123,7 @@ class Profile:
                                  "see `cuptiprof report FILE --by step` for the steps it has")
         self.steps = rng
         self.step_filter = where
-        for name, sql in catalog.scope_views(where).items():
+        for name, sql in catalog.scope_views(where, self.stored_busy).items():
             self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
 
     # -- queries -----------------------------------------------------------------------------

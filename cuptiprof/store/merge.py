@@ -24,6 +24,7 @@ import pyarrow as pa
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError
 from cuptiprof.store.schema import INTERNED, LAUNCH_CONFIG, SCHEMA_VERSION, schema_sql, table_columns
+from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
 
 # Worst first: the merged status of one run made of several parts.
@@ -104,6 +105,7 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
         if one_run:
             m.dead.update(int(p) for p in ended_early)
             m.finish_one_run(run_info or RunInfo(), status, end_ns, extra or {})
+        m.finish_busy()
         result.runs = con.execute("SELECT count(*) FROM runs").fetchone()[0]
         con.execute("CHECKPOINT")
         con.close()
@@ -134,12 +136,13 @@ class _Merger:
         self.tables = [t for (t,) in con.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema='main' "
             "AND table_type='BASE TABLE' AND table_catalog = current_database()").fetchall()
-            if t not in ("meta", "runs", "strings", "launch_configs")]
+            if t not in ("meta", "runs", "strings", "launch_configs", "step_busy", "step_busy_runs")]
         self.columns = {t: [c for c, _ in table_columns(con, t)] for t in self.tables + ["runs"]}
         self.next_run = 1
         self.part_runs: list[tuple] = []   # (start_ns, end_ns, status, versions...) per source run
         self.quality: list[tuple] = []     # (pid, check_name, subject, count, detail)
         self.dead: set[int] = set()        # pids that ended before their collector closed
+        self.busy_missing: set[int] = set()  # merged runs whose step_busy must be computed here
 
     def add(self, src: Path, skip: bool) -> None:
         con = self.con
@@ -250,6 +253,15 @@ class _Merger:
                         f"FROM src.{t} x JOIN runmap rm ON rm.old = x.run_id")
             n = con.execute(f"SELECT count(*) FROM src.{t}").fetchone()[0]
             self.result.rows[t] = self.result.rows.get(t, 0) + n
+        # Stored busy time is copied when the source has it for every run, else computed at the end.
+        complete = "step_busy_runs" in src_tables and not con.execute(
+            "SELECT count(*) FROM src.runs WHERE run_id NOT IN (SELECT run_id FROM src.step_busy_runs)"
+        ).fetchone()[0]
+        if complete:
+            con.execute("INSERT INTO step_busy SELECT rm.new, x.pid, x.device_id, x.step, x.busy_ns, "
+                        "x.start_ns, x.end_ns FROM src.step_busy x JOIN runmap rm ON rm.old = x.run_id")
+        else:
+            self.busy_missing.update(new for _, new in mapping)
         if self.one_run:
             dead = [r for r in runs if r[3] == "running"]
             if dead:
@@ -313,6 +325,19 @@ class _Merger:
         if self.quality:
             con.executemany("INSERT INTO data_quality (run_id, pid, check_name, subject, count, detail) "
                             "VALUES (1, ?, ?, ?, ?, ?)", self.quality)
+
+
+    def finish_busy(self) -> None:
+        """Complete step_busy for every merged run: compute it for runs whose source lacked it,
+        or whose parts brought the same (pid, device, step) twice."""
+        con = self.con
+        twice = {r for (r,) in con.execute(
+            "SELECT DISTINCT run_id FROM (SELECT run_id FROM step_busy GROUP BY run_id, pid, "
+            "device_id, step HAVING count(*) > 1)").fetchall()}
+        for run in sorted(self.busy_missing | twice):
+            con.execute("DELETE FROM step_busy WHERE run_id = ?", [run])
+            con.execute(f"INSERT INTO step_busy {BUSY_SQL.format(groups='TRUE')}", {"run": run})
+        con.execute("INSERT INTO step_busy_runs SELECT run_id FROM runs")
 
 
 def _pid_from_name(src: Path) -> int | None:

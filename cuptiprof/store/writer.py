@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
 from cuptiprof.store.demangle import demangle
+from cuptiprof.store.summary import BUSY_SQL, BusySummary
 from cuptiprof.store.schema import (
     INTERNED,
     LAUNCH_CONFIG,
@@ -99,6 +100,8 @@ class Writer:
         self._max_cid = 0
         self._closed = False
         self.rows_written: dict[str, int] = {}
+        self._busy: BusySummary | None = None
+        self._summary_stale = False
         parent = self.path.parent if str(self.path.parent) else Path(".")
         if not parent.is_dir():
             raise InputError(f"{self.path}: directory {parent} does not exist")
@@ -146,59 +149,73 @@ class Writer:
             reuse = False
         try:
             # Files are created with the user's umask (DuckDB opens with 0666 & ~umask).
-            self.con = duckdb.connect(str(self.path))
+            self._con = duckdb.connect(str(self.path))
         except duckdb.Error as exc:
             raise connect_error(self.path, exc, writing=True) from None
         if reuse:
-            version = file_schema_version(self.con)
+            version = file_schema_version(self._con)
             if version is None:
-                self.con.close()
+                self._con.close()
                 raise StoreError(f"{self.path}: not a cuptiprof file (no schema version)")
             if version > SCHEMA_VERSION:
-                self.con.close()
+                self._con.close()
                 raise SchemaVersionError(
                     f"{self.path}: written by a newer cuptiprof (schema {version}, this one "
                     f"reads up to {SCHEMA_VERSION}); upgrade cuptiprof")
             if version < SCHEMA_VERSION:
-                self.con.close()
+                self._con.close()
                 raise SchemaVersionError(
                     f"{self.path}: schema {version} is older than {SCHEMA_VERSION}; write a new "
                     "file instead of appending to this one")
-            for sid, value in self.con.execute("SELECT string_id, value FROM strings").fetchall():
+            for sid, value in self._con.execute("SELECT string_id, value FROM strings").fetchall():
                 self._strings[value] = sid
                 self._max_sid = max(self._max_sid, sid)
-            if self.con.execute("SELECT count(*) FROM information_schema.tables "
+            if self._con.execute("SELECT count(*) FROM information_schema.tables "
                                 "WHERE table_name = 'launch_configs'").fetchone()[0]:
-                for cid, *cfg in self.con.execute(
+                for cid, *cfg in self._con.execute(
                         f"SELECT config_id, {', '.join(LAUNCH_CONFIG)} FROM launch_configs").fetchall():
                     self._configs[tuple(cfg)] = cid
                     self._max_cid = max(self._max_cid, cid)
         else:
-            self.con.execute("BEGIN")
-            self.con.execute(schema_sql())
-            self.con.execute("INSERT INTO meta VALUES ('created_by', ?), ('created_at', ?)",
+            self._con.execute("BEGIN")
+            self._con.execute(schema_sql())
+            self._con.execute("INSERT INTO meta VALUES ('created_by', ?), ('created_at', ?)",
                              [f"cuptiprof {__version__}", _dt.datetime.now(_dt.timezone.utc).isoformat()])
-            self.con.execute("COMMIT")
-        self._columns = {t: {c for c, _ in table_columns(self.con, t)}
-                         for (t,) in self.con.execute(
+            self._con.execute("COMMIT")
+        self._columns = {t: {c for c, _ in table_columns(self._con, t)}
+                         for (t,) in self._con.execute(
                              "SELECT table_name FROM information_schema.tables "
                              "WHERE table_schema='main' AND table_type='BASE TABLE'").fetchall()}
         # Kernel batches carry the launch-configuration columns; files of this layout intern them.
         self._intern_configs = "config_id" in self._columns.get("kernel_rows", ())
         self._accepted = dict(self._columns)
+        if "step_busy_runs" in self._columns:
+            self._busy = BusySummary()
         if self._intern_configs:
             self._accepted["kernel_rows"] = self._columns["kernel_rows"] | set(LAUNCH_CONFIG)
-        row = self.con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()
+        row = self._con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()
         self.run_id = int(row[0])
         r = self.run
         start_ns = r.start_ns if r.start_ns is not None else time.time_ns()
-        self.con.execute(
+        self._con.execute(
             "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, NULL, 'running', ?, ?, ?, ?, ?, ?)",
             [self.run_id, r.label or self._final_path().stem, r.source,
              r.command if r.command is not None else " ".join(sys.argv), r.host,
              _dt.datetime.now(_dt.timezone.utc), start_ns, __version__, platform.python_version(),
              r.cuda_driver_version, r.cupti_version, r.torch_version,
              json.dumps(r.settings, sort_keys=True, default=str)])
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The connection, for statements the Writer has no method for. Rows changed through it
+        are invisible to the busy summary kept while appending, so close() then recomputes it."""
+        self._summary_stale = True
+        return self._con
+
+    @con.setter
+    def con(self, value) -> None:
+        self._summary_stale = True
+        self._con = value
 
     def _final_path(self) -> Path:
         return getattr(self, "_target", self.path)
@@ -219,13 +236,16 @@ class Writer:
             prepared.append((storage, tbl))
         if not prepared:
             return
-        con = self.con
+        con = self._con
         con.execute("BEGIN")
         new_strings: list[tuple[int, str, str | None]] = []
         new_configs: list[tuple] = []
+        work = []
         try:
             for storage, tbl in prepared:
                 tbl = self._complete(storage, tbl, new_strings, new_configs)
+                if storage in _WORK_TABLES:
+                    work.append(tbl)
                 con.register("_cuptiprof_batch", tbl)
                 try:
                     con.execute(f"INSERT INTO {storage} BY NAME SELECT * FROM _cuptiprof_batch")
@@ -251,6 +271,11 @@ class Writer:
                 self._configs.pop(tuple(cfg), None)
             _reraise_interrupt()
             raise
+        if work and self._busy is not None:
+            try:
+                self._busy.add(work)
+            except Exception:  # the summary is an optimisation: without it reports fold the rows
+                self._busy = None
 
     def _complete(self, storage: str, tbl: pa.Table, new_strings: list, new_configs: list) -> pa.Table:
         """Intern string columns and launch configurations, add run_id/pid, reject unknown columns."""
@@ -332,7 +357,7 @@ class Writer:
     def execute(self, sql: str, params: list | None = None) -> None:
         """Run one statement in its own transaction (metadata updates)."""
         try:
-            self.con.execute(sql, params or [])
+            self._con.execute(sql, params or [])
         except Exception:
             _reraise_interrupt()
             raise
@@ -344,11 +369,12 @@ class Writer:
             return self._final_path()
         self._closed = True
         try:
-            self.con.execute("UPDATE runs SET status = ?, end_ns = ? WHERE run_id = ?",
+            self._con.execute("UPDATE runs SET status = ?, end_ns = ? WHERE run_id = ?",
                              [status, end_ns if end_ns is not None else time.time_ns(), self.run_id])
-            self.con.execute("CHECKPOINT")
+            self._write_busy()
+            self._con.execute("CHECKPOINT")
         finally:
-            self.con.close()
+            self._con.close()
             with _open_lock:
                 _open_paths.discard(self._key)
         if self.atomic:
@@ -358,6 +384,38 @@ class Writer:
                 self.discard()
             self.path = self._target
         return self.path
+
+    def _write_busy(self) -> None:
+        """Store this run's busy time per step (step_busy) and list the run in step_busy_runs.
+        Skipped when the summary was dropped: reports then compute it from the rows."""
+        if self._busy is None:
+            return
+        con, run = self._con, self.run_id
+        try:
+            con.execute("BEGIN")
+            if self._summary_stale:  # rows may have changed outside append(): all from the table
+                con.execute(f"INSERT INTO step_busy {BUSY_SQL.format(groups='TRUE')}", {"run": run})
+            else:
+                rows, dirty = self._busy.finish()
+                if rows:
+                    con.execute("INSERT INTO step_busy SELECT $run, unnest($p), unnest($d), unnest($s), "
+                                "unnest($b), unnest($t0), unnest($t1)",
+                                {"run": run, **dict(zip(("p", "d", "s", "b", "t0", "t1"),
+                                                        (list(c) for c in zip(*rows))))})
+                if dirty:
+                    groups = ("EXISTS (SELECT 1 FROM (SELECT unnest($gp) AS p, unnest($gd) AS d, "
+                              "unnest($gs) AS s) g WHERE g.p = w.pid AND g.d IS NOT DISTINCT FROM "
+                              "w.device_id AND g.s IS NOT DISTINCT FROM w.step)")
+                    gp, gd, gs = (list(c) for c in zip(*dirty))
+                    con.execute(f"INSERT INTO step_busy {BUSY_SQL.format(groups=groups)}",
+                                {"run": run, "gp": gp, "gd": gd, "gs": gs})
+            con.execute("INSERT INTO step_busy_runs VALUES (?)", [run])
+            con.execute("COMMIT")
+        except duckdb.Error:
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
 
     def discard(self) -> None:
         """Remove a temporary (atomic) output after a failure."""
@@ -404,6 +462,7 @@ def _int_array(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     return pa.Array.from_buffers(typ, len(values), [bitmap, pa.py_buffer(values)])
 
 
+_WORK_TABLES = ("kernel_rows", "memcpys", "memsets")  # GPU work: what busy time is made of
 _LOOKUP_MAX = 1 << 22   # key spaces up to this size are deduplicated with a lookup table
 _KEY_MAX = 1 << 62      # mixed-radix keys stay below this (int64, no overflow)
 
