@@ -10,11 +10,16 @@
 -- max_us: longest call
 -- pct_gpu_time: share of ALL GPU time, i.e. of the summed duration of every GPU op in scope (the column sums to 100)
 -- pct_busy: share of step BUSY time, i.e. of the union of work intervals per device and step; ops on concurrent streams can together exceed 100
+-- Kernels group on their integer name id alone (a cheap key); copies and memsets on their name.
 WITH agg AS (
-    SELECT kind, name_id, name, count(*) AS calls, sum(d) AS total, min(d) AS mn, max(d) AS mx,
-           quantile_cont(d, [0.5, 0.95]) AS q
-    FROM (SELECT kind, name_id, name, end_ns - start_ns AS d FROM sel_work)
-    GROUP BY kind, name_id, name
+    SELECT 'kernel' AS kind, name_id, NULL::VARCHAR AS name, count(*) AS calls, sum(d) AS total,
+           min(d) AS mn, max(d) AS mx, quantile_cont(d, [0.5, 0.95]) AS q
+    FROM (SELECT name_id, end_ns - start_ns AS d FROM sel_work WHERE kind = 'kernel')
+    GROUP BY name_id
+    UNION ALL
+    SELECT kind, NULL, name, count(*), sum(d), min(d), max(d), quantile_cont(d, [0.5, 0.95])
+    FROM (SELECT kind, name, end_ns - start_ns AS d FROM sel_work WHERE kind <> 'kernel')
+    GROUP BY kind, name
 ), tot AS (SELECT sum(total) AS t FROM agg),
 busy AS (SELECT sum(busy_ns) AS b FROM sel_busy)
 SELECT coalesce(a.name, s.demangled, s.value) AS name, a.kind, a.calls,

@@ -16,9 +16,14 @@
 -- top_op: the op with the most summed time in the step
 -- top_op_ms: its summed time
 -- busy_vs_median_pct: busy time relative to the median step of the same device, in percent (step-to-step spread)
+-- Kernels group on integer keys alone (name ids); copies and memsets on their name.
 WITH optot AS (
-    SELECT run_id, pid, device_id, step, kind, name_id, name, count(*) AS n, sum(end_ns - start_ns) AS t
-    FROM sel_work GROUP BY ALL
+    SELECT run_id, pid, device_id, step, 'kernel' AS kind, name_id, NULL::VARCHAR AS name,
+           count(*) AS n, sum(end_ns - start_ns) AS t
+    FROM sel_work WHERE kind = 'kernel' GROUP BY run_id, pid, device_id, step, name_id
+    UNION ALL
+    SELECT run_id, pid, device_id, step, kind, NULL, name, count(*), sum(end_ns - start_ns)
+    FROM sel_work WHERE kind <> 'kernel' GROUP BY run_id, pid, device_id, step, kind, name
 ), per AS (
     SELECT run_id, pid, device_id, step,
            sum(n) FILTER (WHERE kind = 'kernel') AS kernels,
