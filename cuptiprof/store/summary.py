@@ -102,8 +102,7 @@ def _work(tables: list[pa.Table]) -> tuple[pa.Table | None, np.ndarray | None, n
     for t in tables:
         if not t.num_rows or "start_ns" not in t.column_names or "end_ns" not in t.column_names:
             continue
-        s_arr = pc.cast(t.column("start_ns").combine_chunks(), pa.int64())
-        e_arr = pc.cast(t.column("end_ns").combine_chunks(), pa.int64())
+        s_arr, e_arr = (_as(t.column(c), pa.int64()) for c in ("start_ns", "end_ns"))
         s, e = _values(s_arr), _values(e_arr)
         keep = e >= s
         for a in (s_arr, e_arr):
@@ -112,15 +111,23 @@ def _work(tables: list[pa.Table]) -> tuple[pa.Table | None, np.ndarray | None, n
         mask = None if keep.all() else pa.Array.from_buffers(
             pa.bool_(), len(keep), [None, pa.py_buffer(np.packbits(keep, bitorder="little"))])
         for c in GROUP_KEYS:
-            a = (pc.cast(t.column(c).combine_chunks(), pa.int32()) if c in t.column_names
+            a = (_as(t.column(c), pa.int32()) if c in t.column_names
                  else pa.nulls(t.num_rows, pa.int32()))
             cols[c].append(a if mask is None else pc.filter(a, mask))
         starts.append(s if mask is None else s[keep])
         ends.append(e if mask is None else e[keep])
     if not starts or not sum(len(s) for s in starts):
         return None, None, None
+    if len(starts) == 1:  # one table: no copies
+        return pa.table({c: v[0] for c, v in cols.items()}), starts[0], ends[0]
     groups = pa.table({c: pa.concat_arrays(v) for c, v in cols.items()})
     return groups, np.concatenate(starts), np.concatenate(ends)
+
+
+def _as(col, typ: pa.DataType) -> pa.Array:
+    """One array of the given type (no copy when it already is one)."""
+    a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return a if a.type == typ else pc.cast(a, typ)
 
 
 def _islands(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray, k: int):
@@ -136,11 +143,17 @@ def _islands(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray, k: int):
         return
     # Groups laid side by side on one axis (group i occupies [i*width, (i+1)*width)): one
     # stable sort of nearly-sorted keys, then a running max of ends finds the islands.
-    off = codes * width - t0
-    s = starts + off
-    order = np.argsort(s, kind="stable")
-    s = s[order]
-    e = (ends + off)[order]
+    if k == 1:
+        order = np.argsort(starts, kind="stable")
+        s, e = starts[order] - t0, ends[order] - t0
+    else:
+        off = codes * width
+        off -= t0
+        s = starts + off
+        order = np.argsort(s, kind="stable")
+        s = s[order]
+        off += ends
+        e = off[order]
     run_max = np.maximum.accumulate(e)
     first = np.empty(len(s), bool)
     first[0] = True
