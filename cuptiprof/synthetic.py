@@ -148,7 +148,7 @@ def synthetic_batches(steps: int = 5, kernels_per_step: int = 400, seed: int = 0
         "pid": pa.array([pid], pa.int32()), "host": ["synthetic-host"], "rank": pa.array([0], pa.int32()),
         "local_rank": pa.array([0], pa.int32()), "world_size": pa.array([1], pa.int32()),
         "command": ["python synthetic.py"], "start_ns": pa.array([T0_NS], pa.int64())},
-        "ranges": _ranges([(next(next_range), None, 0, f"warmup", t + i * 1_000_000,
+        "ranges": _ranges([(next(next_range), None, 0, "warmup", t + i * 1_000_000,
                             t + i * 1_000_000 + 900_000, "warmup", i) for i in range(warmup)], pid)}
     t += warmup * 1_000_000
     for s in range(warmup, warmup + steps):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -23,10 +23,9 @@ import pyarrow as pa
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import families
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError
-from cuptiprof.store.schema import SCHEMA_VERSION
+from cuptiprof.store.files import check_schema_version, require_duckdb
 from cuptiprof.store.writer import connect_error
 
-OLDEST_READABLE = 1
 BY = ("op", "family", "range")
 _KEYS = {"op": ("name", "'name'"), "family": ("family", "'family'"),
          "range": ("range_key", "range_key_type")}
@@ -91,20 +90,6 @@ def letter(i: int) -> str:
     return string.ascii_uppercase[i] if i < 26 else f"R{i}"
 
 
-def _check_path(p: Path) -> None:
-    if not p.exists():
-        raise InputError(f"{p}: no such file")
-    if p.is_dir():
-        raise InputError(f"{p}: is a directory, not a cuptiprof file")
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(16)
-    except OSError as exc:
-        raise InputError(f"{p}: cannot read ({exc.strerror})") from None
-    if len(head) < 12 or head[8:12] != b"DUCK":
-        raise StoreError(f"{p}: not a DuckDB file (expected a cuptiprof .duckdb file)")
-
-
 class Comparison:
     """Files compared side by side. Methods return DuckDB relations or Arrow tables."""
 
@@ -116,7 +101,7 @@ class Comparison:
             raise UsageError(f"need at least {min_files} files to compare, got {len(paths)}")
         self.paths = [Path(p) for p in paths]
         for p in self.paths:
-            _check_path(p)
+            require_duckdb(p)
         for i, a in enumerate(self.paths):
             for b in self.paths[:i]:
                 if os.path.samefile(a, b):
@@ -152,12 +137,7 @@ class Comparison:
             raise SchemaVersionError(f"files from different schema versions cannot be compared ({what}); "
                                      "re-record or re-import them with the same cuptiprof")
         for r in self.runs:
-            if r.schema_version > SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"{r.path}: written by a newer cuptiprof (schema {r.schema_version}; this one "
-                    f"reads up to {SCHEMA_VERSION}); upgrade cuptiprof to read it")
-            if r.schema_version < OLDEST_READABLE:
-                raise SchemaVersionError(f"{r.path}: schema {r.schema_version} is too old for this cuptiprof")
+            check_schema_version(r.path, r.schema_version)
 
     def _build(self, by: str, require_steps: bool, work: Sequence[Work]) -> None:
         con = self.con

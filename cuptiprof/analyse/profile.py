@@ -12,13 +12,11 @@ from pathlib import Path
 
 import duckdb
 
-from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError, WriterBusy
-from cuptiprof.store.schema import SCHEMA_VERSION, file_schema_version
+from cuptiprof.errors import SchemaVersionError, StoreError, UsageError, WriterBusy
+from cuptiprof.store.schema import file_schema_version
+from cuptiprof.store.files import check_schema_version, require_duckdb
 from cuptiprof.store.writer import connect_error
 from cuptiprof.analyse import catalog
-
-# Lowest schema version this reader still understands.
-OLDEST_READABLE = 1
 
 
 def parse_steps(spec: str | None) -> tuple[int | None, int | None] | None:
@@ -47,16 +45,7 @@ class Profile:
             if parts.is_dir():  # `cuptiprof run` writes OUT only when the command has ended
                 raise WriterBusy(f"{self.path}: a cuptiprof run is still writing this file (or "
                                  f"one ended without finishing: see {parts}); wait for it to end")
-            raise InputError(f"{self.path}: no such file")
-        if self.path.is_dir():
-            raise InputError(f"{self.path}: is a directory, not a cuptiprof file")
-        try:
-            with open(self.path, "rb") as fh:
-                head = fh.read(16)
-        except OSError as exc:
-            raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
-        if len(head) < 12 or head[8:12] != b"DUCK":
-            raise StoreError(f"{self.path}: not a DuckDB file (expected a cuptiprof .duckdb file)")
+        require_duckdb(self.path)
         try:
             self.con = duckdb.connect(str(self.path), read_only=True)
         except duckdb.Error as exc:
@@ -76,14 +65,11 @@ class Profile:
                 why = f"truncated or corrupt ({str(exc).splitlines()[0][:160]})"
             self.con.close()
             raise StoreError(f"{self.path}: {why}")
-        if version > SCHEMA_VERSION:
+        try:
+            check_schema_version(self.path, version)
+        except SchemaVersionError:
             self.con.close()
-            raise SchemaVersionError(
-                f"{self.path}: written by a newer cuptiprof (schema {version}; this one reads up to "
-                f"{SCHEMA_VERSION}); upgrade cuptiprof to read it")
-        if version < OLDEST_READABLE:
-            self.con.close()
-            raise SchemaVersionError(f"{self.path}: schema {version} is too old for this cuptiprof")
+            raise
         self.schema_version = version
         self.stored_busy = self._has_stored_busy()
         self.set_steps(steps)

@@ -11,7 +11,6 @@ import sys
 
 from cuptiprof.analyse.compare import BY
 from cuptiprof.analyse.diff import NOISE_RULE, diff, parse_number
-from cuptiprof.errors import UsageError
 from cuptiprof.render.table import _json_default, render
 
 _SHOW = ("item_type", "item", "base_ms", "new_ms", "delta_ms", "delta_pct", "allowed_ms", "status")

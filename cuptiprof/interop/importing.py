@@ -15,6 +15,7 @@ from typing import Callable
 
 from cuptiprof.errors import InputError, UsageError
 from cuptiprof.interop.kineto import import_kineto
+from cuptiprof.store.files import read_head
 from cuptiprof.store.writer import RunInfo, Writer
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -22,15 +23,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 def trace_kind(path: Path) -> str:
     """'nsys' for an SQLite file, 'kineto' for JSON (plain or gzip)."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory, expected a trace file")
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(16)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    head = read_head(path, "a trace file")
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
     if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):

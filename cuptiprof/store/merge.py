@@ -22,8 +22,9 @@ import duckdb
 import pyarrow as pa
 
 from cuptiprof._version import __version__
-from cuptiprof.errors import InputError, SchemaVersionError, StoreError
-from cuptiprof.store.schema import INTERNED, LAUNCH_CONFIG, SCHEMA_VERSION, schema_sql, table_columns
+from cuptiprof.errors import InputError, StoreError
+from cuptiprof.store.schema import INTERNED, LAUNCH_CONFIG, schema_sql, table_columns
+from cuptiprof.store.files import check_schema_version
 from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
 
@@ -161,12 +162,7 @@ class _Merger:
                     self._skipped(src, f"{src}: not a cuptiprof file")
                     return
                 raise StoreError(f"{src}: a DuckDB file, but not a cuptiprof file (no schema version)")
-            if version > SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"{src}: written by a newer cuptiprof (schema {version}; this one reads up to "
-                    f"{SCHEMA_VERSION}); upgrade cuptiprof to merge it")
-            if version < 1:  # no released cuptiprof wrote it: its tables cannot be trusted
-                raise SchemaVersionError(f"{src}: schema {version} is too old for this cuptiprof")
+            check_schema_version(src, version, "merge")
             self._copy(src)
         finally:
             con.execute("DETACH src")

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
 from cuptiprof.store.demangle import demangle
+from cuptiprof.store.files import check_schema_version
 from cuptiprof.store.summary import BUSY_SQL, BusySummary
 from cuptiprof.store.schema import (
     INTERNED,
@@ -159,9 +160,7 @@ class Writer:
                 raise StoreError(f"{self.path}: not a cuptiprof file (no schema version)")
             if version > SCHEMA_VERSION:
                 self._con.close()
-                raise SchemaVersionError(
-                    f"{self.path}: written by a newer cuptiprof (schema {version}, this one "
-                    f"reads up to {SCHEMA_VERSION}); upgrade cuptiprof")
+                check_schema_version(self.path, version, "append to")
             if version < SCHEMA_VERSION:
                 self._con.close()
                 raise SchemaVersionError(

@@ -1,0 +1,43 @@
+"""Checks every command makes before it reads a file: one place, one wording.
+
+Each raises a cuptiprof error whose message is the one line the user sees.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cuptiprof.errors import InputError, SchemaVersionError, StoreError
+from cuptiprof.store.schema import SCHEMA_VERSION
+
+# Lowest schema version this cuptiprof still reads (nothing older was ever released).
+OLDEST_READABLE = 1
+
+
+def read_head(path: Path, expected: str = "a cuptiprof file") -> bytes:
+    """The first 16 bytes of an input file (missing, a directory, unreadable: one line)."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, expected {expected}")
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def require_duckdb(path: Path) -> None:
+    """A cuptiprof file must at least be a DuckDB file (checked before DuckDB opens it)."""
+    head = read_head(path)
+    if len(head) < 12 or head[8:12] != b"DUCK":
+        raise StoreError(f"{path}: not a DuckDB file (expected a cuptiprof .duckdb file)")
+
+
+def check_schema_version(path: Path, version: int, action: str = "read") -> None:
+    """Refuse files this cuptiprof cannot `action` (read, merge, append to)."""
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path}: written by a newer cuptiprof (schema {version}; this one reads up to "
+            f"{SCHEMA_VERSION}); upgrade cuptiprof to {action} it")
+    if version < OLDEST_READABLE:  # no released cuptiprof wrote it: its tables cannot be trusted
+        raise SchemaVersionError(f"{path}: schema {version} is too old for this cuptiprof")
