@@ -10,7 +10,8 @@ import hostile_corpus as H
 
 # The reader decodes ~16 MB of text at a time, so 24 MB already crosses a piece boundary of
 # compact JSON ("},{"). Peak memory does not grow with the file (measured 1.17 GB at 64 MB and
-# at 1 GB, 11 s and 206 s); bench/faults.py runs the corpus with a larger array.
+# at 1 GB, 11 s and 206 s); bench/faults.py runs the corpus with a larger array, and
+# test_one_gigabyte_array_of_nothing imports the full 1 GB once (about 2 minutes).
 HUGE_MB = 24
 
 
@@ -70,3 +71,30 @@ def test_every_generated_case_is_checked(outcomes):
     # a case added to the corpus without a test line above still gets judged here
     bad = {n: o.why for n, o in outcomes.items() if not o.clean}
     assert not bad, bad
+
+
+def test_one_gigabyte_array_of_nothing(tmp_path):
+    """The issue's full-size case: 1 GB of empty events imports cleanly (a valid, empty trace)
+    in bounded memory, in its own process, well inside a CI run."""
+    import subprocess
+    import sys
+    import time
+
+    case = H.Case("gigabyte_of_nothing", H._huge_array(tmp_path / "huge1g.json", 1024), True,
+                  kernels=0)
+    assert case.path.stat().st_size >= 1023 << 20
+    out = tmp_path / "out" / "out.duckdb"
+    out.parent.mkdir()
+    # The CLI in a process that reports its own peak RSS on stdout when it is done.
+    code = ("import resource, sys; from cuptiprof.cli import main; rc = main(sys.argv[1:]); "
+            "print('maxrss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)")
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", code, "import", str(case.path), "-o", str(out),
+                        "--no-progress"], capture_output=True, text=True, timeout=900)
+    o = H.Outcome(case, r.returncode, r.stderr, time.perf_counter() - t0)
+    case.path.unlink()
+    why = H.judge(o, out)
+    assert not why, (why, r.stderr[-500:])
+    peak_mb = int(r.stdout.split("maxrss_kb")[-1].split()[0]) / 1024
+    # Bounded by the ~16 MB decode piece, not by the input: far below the 1 GB of text.
+    assert peak_mb < 1536, peak_mb
