@@ -1,6 +1,7 @@
 """Shared fixtures. GPU tests carry the `gpu` marker and skip cleanly without a GPU."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -45,3 +46,12 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip("../shared/traces is not present")
     return SHARED_TRACES
+
+
+def report_line(request, line: str) -> None:
+    """Print one line into pytest's output, outside capture (the reliability counts)."""
+    tr = request.config.pluginmanager.get_plugin("terminalreporter")
+    cap = request.config.pluginmanager.get_plugin("capturemanager")
+    if tr is not None:
+        with cap.global_and_fixture_disabled() if cap else contextlib.nullcontext():
+            tr.write_line(line)

@@ -6,7 +6,6 @@ range synthesizes one copy and two kernels, so every flushed step leaves GPU row
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import resource
 import shutil
@@ -21,6 +20,8 @@ import duckdb
 import pytest
 
 import hostile_corpus as H
+from _run_helpers import q
+from conftest import report_line
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -31,12 +32,9 @@ TALLY = {"tried": 0, "clean": 0}
 @pytest.fixture(scope="module", autouse=True)
 def _summary(request):
     yield
-    tr = request.config.pluginmanager.get_plugin("terminalreporter")
-    cap = request.config.pluginmanager.get_plugin("capturemanager")
-    if tr is not None and TALLY["tried"]:
-        with cap.global_and_fixture_disabled() if cap else contextlib.nullcontext():
-            tr.write_line(f"reliability: {TALLY['tried']} fault cases on real processes, "
-                          f"{TALLY['clean']} ended cleanly with nothing committed lost")
+    if TALLY["tried"]:
+        report_line(request, f"reliability: {TALLY['tried']} fault cases on real processes, "
+                             f"{TALLY['clean']} ended cleanly with nothing committed lost")
 
 
 @pytest.fixture
@@ -72,14 +70,6 @@ def script(tmp: Path, body: str, name: str = "prog.py") -> Path:
 def cli(args, cwd: Path, timeout: float = 120, preexec=None, **extra):
     return subprocess.run([PY, "-m", "cuptiprof", *map(str, args)], cwd=cwd, env=env(**extra),
                           capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
-
-
-def q(path: Path, sql: str) -> list:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def one_line(stderr: str, *words: str) -> str:

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import hostile_corpus as H
+from conftest import report_line
 from cuptiprof.errors import CuptiprofError
 
 FUZZ = settings(max_examples=25, deadline=None, database=None,
@@ -35,12 +36,9 @@ TALLY = {"tried": 0, "clean": 0}
 @pytest.fixture(scope="module", autouse=True)
 def _summary(request):
     yield
-    tr = request.config.pluginmanager.get_plugin("terminalreporter")
-    cap = request.config.pluginmanager.get_plugin("capturemanager")
-    if tr is not None and TALLY["tried"]:
-        with cap.global_and_fixture_disabled() if cap else contextlib.nullcontext():
-            tr.write_line(f"reliability: {TALLY['tried']} fuzzed inputs through import/report, "
-                          f"{TALLY['clean']} ended cleanly")
+    if TALLY["tried"]:
+        report_line(request, f"reliability: {TALLY['tried']} fuzzed inputs through import/report, "
+                             f"{TALLY['clean']} ended cleanly")
 
 
 def import_or_error(data: bytes, name: str = "t.json") -> tuple[Path | None, str | None, Path]:

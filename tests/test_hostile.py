@@ -3,10 +3,10 @@ fresh process each: one clear line and exit status 2 (or a clean import when the
 valid), never a traceback, a hang or a partial output file."""
 from __future__ import annotations
 
-import contextlib
 import pytest
 
 import hostile_corpus as H
+from conftest import report_line
 
 # The reader decodes ~16 MB of text at a time, so 24 MB already crosses a piece boundary of
 # compact JSON ("},{"). Peak memory does not grow with the file (measured 1.17 GB at 64 MB and
@@ -24,14 +24,10 @@ def outcomes(tmp_path_factory, request):
     res = {o.case.name: o for o in H.import_cases(corpus, work, timeout=60)}
     yield res
     clean = sum(o.clean for o in res.values())
-    tr = request.config.pluginmanager.get_plugin("terminalreporter")
-    cap = request.config.pluginmanager.get_plugin("capturemanager")
     line = (f"reliability: {len(res)} hostile inputs through `cuptiprof import`, {clean} ended "
             f"cleanly ({sum(bool(o.case.ok) for o in res.values())} of them valid, "
             f"slowest {max(o.seconds for o in res.values()):.1f} s)")
-    if tr is not None:
-        with cap.global_and_fixture_disabled() if cap else contextlib.nullcontext():
-            tr.write_line(line)
+    report_line(request, line)
 
 
 def test_corpus_covers_the_hostile_kinds(outcomes):
