@@ -11,7 +11,7 @@ import pytest
 
 from cuptiprof.analyse.compare import Comparison, known_gpu, work_list
 from cuptiprof.cli import main
-from cuptiprof.errors import InputError, SchemaVersionError, UsageError
+from cuptiprof.errors import InputError, SchemaVersionError
 from cuptiprof.store.writer import RunInfo, Writer
 
 GEMM_H100 = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel"

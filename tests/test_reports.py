@@ -12,7 +12,6 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
