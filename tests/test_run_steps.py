@@ -10,6 +10,17 @@ from _run_helpers import cli, q, script
 PY = sys.executable
 
 
+# Five "iteration" NVTX ranges with an inner range each (the --step-range tests).
+NVTX_ITERATIONS = """
+        import nvtx
+        for i in range(5):
+            nvtx.push_range("iteration")
+            nvtx.push_range("inner")
+            nvtx.pop_range()
+            nvtx.pop_range()
+"""
+
+
 def _steps(out):
     return q(out, "SELECT kind, step FROM ranges WHERE kind IN ('step', 'warmup') ORDER BY start_ns")
 
@@ -50,14 +61,7 @@ def test_step_fn_missing_attribute(tmp_path):
 
 
 def test_step_range_from_nvtx(tmp_path):
-    p = script(tmp_path, """
-        import nvtx
-        for i in range(5):
-            nvtx.push_range("iteration")
-            nvtx.push_range("inner")
-            nvtx.pop_range()
-            nvtx.pop_range()
-    """)
+    p = script(tmp_path, NVTX_ITERATIONS)
     r = cli(["run", "-o", "r.duckdb", "--no-report", "--step-range", "iteration", "--warmup", "1",
              "--steps", "2", "--", PY, p], tmp_path)
     assert r.returncode == 0, r.stderr
@@ -171,14 +175,7 @@ def test_step_range_from_torch_nvtx_on_cpu(tmp_path):
 def test_step_range_drives_the_collector(tmp_path):
     """--step-range over Python NVTX calls counts warm-up and recorded steps live in the CUPTI
     collector too (fake CUPTI): kernels only in the recorded steps, one step range per step."""
-    p = script(tmp_path, """
-        import nvtx
-        for i in range(5):
-            nvtx.push_range("iteration")
-            nvtx.push_range("inner")
-            nvtx.pop_range()
-            nvtx.pop_range()
-    """)
+    p = script(tmp_path, NVTX_ITERATIONS)
     r = cli(["run", "-o", "c.duckdb", "--no-report", "--step-range", "iteration", "--warmup", "1",
              "--steps", "2", "--", PY, p], tmp_path, CUPTIPROF_FAKE_CUPTI="1")
     assert r.returncode == 0, r.stderr

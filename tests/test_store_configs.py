@@ -2,7 +2,6 @@
 back, appends and merges keep ids consistent, and the row deduplication is exact."""
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -10,16 +9,11 @@ import pytest
 from cuptiprof.store.merge import merge_files
 from cuptiprof.store.schema import LAUNCH_CONFIG
 from cuptiprof.store.writer import Writer, distinct_rows
+from _run_helpers import q as rows
 
 CFG_COLS = ", ".join(LAUNCH_CONFIG)
 
 
-def rows(path, sql):
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def kernels(n: int, seed: int = 0, graph: bool = False) -> dict:

@@ -12,6 +12,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+from _run_helpers import q as rows
 
 import cuptiprof
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
@@ -30,12 +31,6 @@ def kernels(n: int, names, t0: int = 1_000, step: int = 0) -> dict:
             "name": [names[i % len(names)] for i in range(n)]}
 
 
-def rows(path, sql):
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def test_batches_in_rows_out(tmp_path):
