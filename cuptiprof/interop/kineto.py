@@ -5,8 +5,10 @@ modern ones (`kernel`, `cuda_runtime`, `cpu_op`, ...), string thread ids ("strea
 or fractional microsecond timestamps, `baseTimeNanoseconds`.
 
 How it stays fast and bounded: the uncompressed text is cut at event boundaries into pieces
-of ~16 MB, each decoded by msgspec into small typed Structs that keep only the fields used
-(no dict per event). GPU rows are written piece by piece; host rows (ops, annotations, API
+of ~16 MB, each read by the native scanner (`_kineto_scan.c`) straight into per-event columns,
+or, where it declines a piece (anything unusual) or is not built, decoded by msgspec into
+small typed Structs that are then turned into the same columns (pieces.py). Everything after
+that works on columns, category by category (no Python object per event). GPU rows are written piece by piece; host rows (ops, annotations, API
 calls) are kept as compact columns until the file ends, because a launch is attributed to the
 innermost op open on its thread, and a GPU row to the step of the call that launched it,
 which needs the whole host timeline. Those links are then applied to the written GPU rows
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Union
@@ -27,6 +28,7 @@ import pyarrow as pa
 
 from cuptiprof.errors import InputError
 from cuptiprof.interop import columns as AC
+from cuptiprof.interop import pieces as P
 from cuptiprof.interop.nesting import nest, steps_at
 from cuptiprof.interop.textsource import read_blocks
 
@@ -154,7 +156,13 @@ class _Malformed(Exception):
         self.offset, self.index = offset, index
 
 
-def _decode(piece: bytes, consumed: int, prefix_len: int, before: int) -> Doc:
+def _decode(piece, consumed: int, prefix_len: int, before: int, scan=None):
+    """One piece: the native scanner's columns when it takes it, else msgspec's Doc (whose
+    errors become _Malformed)."""
+    if scan is not None:
+        got = scan(piece)
+        if got is not None:
+            return got
     try:
         return _DECODER.decode(piece)
     except msgspec.ValidationError as exc:
@@ -171,9 +179,14 @@ def _decode(piece: bytes, consumed: int, prefix_len: int, before: int) -> Doc:
         raise _Malformed(msg, off, None) from None
 
 
-def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES):
+def _count(doc) -> int:
+    return doc.events if isinstance(doc, P.Piece) else len(doc.traceEvents or ())
+
+
+def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, scan=None):
     """Decode a trace piece by piece. Yields Doc objects; each holds some of the events and
-    whichever top-level keys its text contained."""
+    whichever top-level keys its text contained. With `scan` (text -> pieces.Piece, or None
+    where it declines), a piece it takes is yielded as that Piece instead."""
     buf = bytearray()
     consumed = 0        # bytes of the file dropped from the front of buf
     prefix_len = 0      # bytes of synthetic prefix at the front of buf
@@ -214,7 +227,7 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES):
         buf[end:end + 2] = b"]}"
         try:
             with memoryview(buf) as mv:
-                doc = _decode(mv[:end + 2], consumed, prefix_len, before)
+                doc = _decode(mv[:end + 2], consumed, prefix_len, before, scan)
         except _Malformed:
             buf[end:end + 2] = saved
             want *= 2  # a separator inside a string or nested value: cut elsewhere later
@@ -225,13 +238,13 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES):
         del buf[:cut]
         buf[0:0] = _PREFIX
         prefix_len = ev_start = len(_PREFIX)
-        before += len(doc.traceEvents or ())
+        before += _count(doc)
         yield doc
     if bare:
         buf += b"}"
     if not buf.strip() and consumed == 0:
         raise _Malformed("the file is empty", None, None)
-    yield _decode(bytes(buf), consumed, prefix_len, before)
+    yield _decode(bytes(buf), consumed, prefix_len, before, scan)
 
 
 # -- one file ---------------------------------------------------------------------------------
@@ -257,9 +270,8 @@ class _Cols:
         for k, v in cols.items():
             self.parts.setdefault(k, []).append(v)
 
-    def add_ints(self, k: str, values: list) -> None:
-        v, ok = AC.ints(values)
-        self.add(**{k: v, k + "?": ok if ok is not None else np.ones(len(v), bool)})
+    def add_col(self, k: str, values: np.ndarray, ok: np.ndarray) -> None:
+        self.add(**{k: values, k + "?": ok})
 
     def get(self, k, dtype=np.int64):
         p = self.parts.get(k)
@@ -304,8 +316,10 @@ class KinetoFile:
         self.pid: int | None = None
         self.scale = 1000          # ns per trace time unit (microseconds)
         self.base = 0
-        self.names: dict = {}
-        self.name_list: list = []
+        self.native = P.native_enabled()
+        self.names = P.interner()  # event names
+        self.small = P.interner()  # categories, ph, string pids/tids, labels
+        self.small.ids(["X", "i", "M"])  # ids 0, 1, 2
         self.tid_cache: dict = {}
         self.ranges = _Cols()
         self.calls = _Cols()
@@ -316,14 +330,22 @@ class KinetoFile:
         self.host: str | None = None
         self.devices_used: set[int] = set()
         self.events = 0
-        self.piece: list[Ev] = []
+        self.piece: P.Piece | None = None
         self.rows: dict[str, int] = {}
 
+    @property
+    def name_list(self) -> list:
+        return self.names.strings
+
     # errors ---------------------------------------------------------------------------------
-    def _bad(self, e: Ev, what: str) -> InputError:
-        idx = next((i for i, x in enumerate(self.piece) if x is e), None)
-        where = f"event #{self.events + idx}" if idx is not None else "an event"
-        return InputError(f"{self.path}: {where} ({e.cat} {str(e.name)[:60]!r}): {what}")
+    def _bad(self, r: int, what: str) -> InputError:
+        """An error naming the event in row `r` of the current piece."""
+        I = self.piece.I
+        c, n = int(I[r, P.C_CAT]), int(I[r, P.C_NAME])
+        cat = self.small.strings[c] if c >= 0 else None
+        name = self.names.strings[n] if n >= 0 else None
+        return InputError(f"{self.path}: event #{self.events + int(I[r, P.C_IDX])} "
+                          f"({cat} {str(name)[:60]!r}): {what}")
 
     def _err(self, exc: _Malformed) -> InputError:
         msg = str(exc)
@@ -336,15 +358,22 @@ class KinetoFile:
         return InputError(f"{self.path}: invalid JSON{where}: {msg}")
 
     # main loop ------------------------------------------------------------------------------
+    def _scan(self, text) -> P.Piece | None:
+        return P.scan(text, self.names, self.small, _DECODER.decode)
+
     def run(self) -> FileSummary:
         seen_events = False
         poll = getattr(self.w, "poll", None)  # an output still opening: fail early if it failed
         try:
-            for doc in iter_docs(read_blocks(self.path, self.on_read)):
-                if doc.traceEvents is not None:
+            for doc in iter_docs(read_blocks(self.path, self.on_read), PIECE_BYTES,
+                                 scan=self._scan if self.native else None):
+                piece = doc if isinstance(doc, P.Piece) else \
+                    P.from_events(doc.traceEvents or [], self.names, self.small, doc)
+                if piece.has_events:
                     seen_events = True
-                self._meta(doc)
-                self._take(doc.traceEvents or [])
+                if piece.meta is not None:
+                    self._meta(piece.meta)
+                self._take(piece)
                 if poll is not None:
                     poll()
         except _Malformed as exc:
@@ -364,77 +393,92 @@ class KinetoFile:
         if doc.host_name:
             self.host = doc.host_name
 
-    def _intern(self, names: list) -> np.ndarray:
-        """Name -> id (first seen, first numbered); the per-event work is one C-level map."""
-        d = self.names
-        ids = list(map(d.get, names))
-        if None in ids:
-            lst = self.name_list
-            for n in dict.fromkeys(names):
-                if n not in d:
-                    d[n] = len(lst)
-                    lst.append(n)
-            ids = list(map(d.__getitem__, names))
-        return np.array(ids, np.int32)
+    # columns of the current piece -----------------------------------------------------------
+    def _arg(self, rows: np.ndarray, field: str) -> tuple[np.ndarray, np.ndarray]:
+        """Values and validity of one args field for `rows` (an integer beyond int64 raises
+        OverflowError here, where it is read)."""
+        I, a = self.piece.I, P.A[field]
+        bits = I[rows, P.C_VALID]
+        if self.piece.overflow and ((bits >> (P.OVER + a)) & 1).any():
+            raise OverflowError(f"{field} beyond 64 bits")
+        return I[rows, P.C_ARG0 + a], ((bits >> a) & 1).astype(bool)
 
-    def _tids(self, lst: list[Ev]) -> np.ndarray:
-        tids = [e.tid for e in lst]
-        try:
-            return np.array(tids, np.int64)
-        except (TypeError, ValueError, OverflowError):
-            pass
-        c = self.tid_cache  # "stream 7", "25738" or missing: parsed once per distinct value
-        out = []
-        for t in tids:
-            if type(t) is not int:
-                v = c.get(t)
-                if v is None:
-                    v = c[t] = _tid_number(t)
-                t = v
-            out.append(t)
-        return np.array(out, np.int64)
+    def _ids(self, rows: np.ndarray, kcol: int, vcol: int) -> np.ndarray:
+        """pid / tid numbers: 25738, "25738" or "stream 7" (parsed once per distinct string);
+        0 where absent."""
+        I = self.piece.I
+        kind, v = I[rows, kcol], I[rows, vcol]
+        if (kind == P.ID_BIG).any():
+            raise OverflowError("thread or process id beyond 64 bits")
+        out = np.where(kind == P.ID_INT, v, 0)
+        s = kind == P.ID_STR
+        if s.any():
+            uniq, inv = np.unique(v[s], return_inverse=True)
+            c, strings = self.tid_cache, self.small.strings
+            nums = []
+            for u in uniq.tolist():
+                t = strings[u]
+                x = c.get(t)
+                if x is None:
+                    x = c[t] = _tid_number(t)
+                nums.append(x)
+            out[s] = np.array(nums, np.int64)[inv]
+        return out
 
-    def _times(self, lst: list[Ev]) -> tuple[np.ndarray, np.ndarray]:
-        ts = np.array([e.ts for e in lst], np.float64)
-        du = np.array([e.dur for e in lst], np.float64)
+    def _times(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        F = self.piece.F
+        ts, du = F[rows, 0], F[rows, 1]
         bad = np.isnan(ts)
         if bad.any():
-            raise self._bad(lst[int(np.argmax(bad))], "no timestamp (\"ts\")")
+            raise self._bad(rows[int(np.argmax(bad))], "no timestamp (\"ts\")")
         bad = np.isnan(du)
         if bad.any():
-            raise self._bad(lst[int(np.argmax(bad))], "no duration (\"dur\")")
+            raise self._bad(rows[int(np.argmax(bad))], "no duration (\"dur\")")
         # Out-of-range numbers would wrap around silently in int64; negative spans are not time.
         limit = float(1 << 62) / self.scale
         bad = ~((np.abs(ts) < limit) & (np.abs(du) < limit))
         if bad.any():
-            raise self._bad(lst[int(np.argmax(bad))], "timestamp or duration out of range")
+            raise self._bad(rows[int(np.argmax(bad))], "timestamp or duration out of range")
         bad = du < 0
         if bad.any():
-            raise self._bad(lst[int(np.argmax(bad))], f"negative duration ({du[bad][0]:g})")
-        return self._ns(ts), self._ns(ts) + np.rint(du * self.scale).astype(np.int64)
+            raise self._bad(rows[int(np.argmax(bad))], f"negative duration ({du[bad][0]:g})")
+        start = self._ns(ts)
+        return start, start + np.rint(du * self.scale).astype(np.int64)
 
     def _ns(self, ts: np.ndarray) -> np.ndarray:
         whole = np.floor(ts)
         return whole.astype(np.int64) * self.scale + np.rint((ts - whole) * self.scale).astype(np.int64)
 
-    def _args(self, lst: list[Ev]) -> list[Args]:
-        a = [e.args for e in lst]
-        if None in a:
-            raise self._bad(lst[a.index(None)], "no \"args\" (device, stream, correlation)")
-        return a
+    def _need_args(self, rows: np.ndarray) -> None:
+        no = self.piece.I[rows, P.C_HASARGS] == 0
+        if no.any():
+            raise self._bad(rows[int(np.argmax(no))], "no \"args\" (device, stream, correlation)")
 
-    def _decide_pid(self, buckets: dict) -> None:
-        for cat, lst in buckets.items():
+    def _decide_pid(self, cats: list) -> None:
+        I = self.piece.I
+        for c, rows in cats:
+            cat = self.small.strings[c] if c >= 0 else None
             if cat and CATEGORIES.get(cat.lower()) in ("op", "user", "runtime", "driver", "python"):
-                for e in lst:
-                    if isinstance(e.pid, int):
-                        self._set_pid(e.pid)
-                        return
-        for e in buckets.get(None, ()):
-            if e.ph == "M" and e.name == "process_labels" and e.args and e.args.labels == "CPU" \
-                    and isinstance(e.pid, int):
-                self._set_pid(e.pid)
-                return
+                kind = I[rows, P.C_PIDK]
+                hit = np.flatnonzero((kind == P.ID_INT) | (kind == P.ID_BIG))
+                if len(hit):
+                    if kind[hit[0]] == P.ID_BIG:
+                        raise OverflowError("process id beyond 64 bits")
+                    self._set_pid(int(I[rows[hit[0]], P.C_PID]))
+                    return
+        rows = next((r for c, r in cats if c == -1), None)
+        labels = self.names.find("process_labels")
+        cpu = self.small.find("CPU")
+        if rows is None or labels < 0 or cpu < 0:
+            return
+        R = I[rows]
+        hit = np.flatnonzero((R[:, P.C_PH] == _PH_M) & (R[:, P.C_NAME] == labels)
+                             & (R[:, P.C_HASARGS] == 1) & (R[:, P.C_LABELS] == cpu)
+                             & ((R[:, P.C_PIDK] == P.ID_INT) | (R[:, P.C_PIDK] == P.ID_BIG)))
+        if len(hit):
+            if R[hit[0], P.C_PIDK] == P.ID_BIG:
+                raise OverflowError("process id beyond 64 bits")
+            self._set_pid(int(R[hit[0], P.C_PID]))
 
     def _set_pid(self, pid: int) -> None:
         k = 0
@@ -445,111 +489,133 @@ class KinetoFile:
         self.used_pids.add(p)
         self.pid = p
 
-    def _take(self, evs: list[Ev]) -> None:
-        self.piece = evs
-        buckets: dict = {}
-        for e in evs:
-            c = e.cat
-            b = buckets.get(c)
-            if b is None:
-                b = buckets[c] = []
-            b.append(e)
+    def _take(self, piece: P.Piece) -> None:
+        """One piece's events, category by category (in the order each first appears)."""
+        self.piece = piece
+        I = piece.I
+        cat = I[:, P.C_CAT]
+        uniq, first = np.unique(cat, return_index=True)
+        order = uniq[np.argsort(first)].tolist()
+        if len(order) == 1:
+            cats = [(order[0], np.arange(len(I)))]
+        else:
+            srt = np.argsort(cat, kind="stable")
+            bounds = np.searchsorted(cat[srt], uniq)
+            split = dict(zip(uniq.tolist(), np.split(srt, bounds[1:])))
+            cats = [(c, split[c]) for c in order]
         if self.pid is None and self.events == 0:
-            if evs:
-                ts0 = next((e.ts for e in evs if e.ts), None)
-                if ts0 is not None and ts0 > 1e17:  # nanosecond timestamps
+            if len(I):
+                ts = piece.F[:, 0]
+                nz = np.flatnonzero(ts != 0)  # NaN (no ts) compares unequal: skip those too
+                nz = nz[~np.isnan(ts[nz])]
+                if len(nz) and ts[nz[0]] > 1e17:  # nanosecond timestamps
                     self.scale = 1
-            self._decide_pid(buckets)
-        for cat, lst in buckets.items():
-            low = cat.lower() if cat else None
+            self._decide_pid(cats)
+        strings = self.small.strings
+        ph = I[:, P.C_PH]
+        for c, rows in cats:
+            name = strings[c] if c >= 0 else None
+            low = name.lower() if name else None
             what = CATEGORIES.get(low)
             if what is None:
                 if low is None or low == "cpu_instant_event":
-                    self._instants(lst)
+                    self._instants(rows)
                 elif low not in IGNORED:
-                    lst = [e for e in lst if e.ph == "X"]
-                    if lst:
-                        self.unknown[cat] = self.unknown.get(cat, 0) + len(lst)
+                    n = int(np.count_nonzero(ph[rows] == _PH_X))
+                    if n:
+                        self.unknown[name] = self.unknown.get(name, 0) + n
                 continue
-            lst = [e for e in lst if e.ph == "X"]
-            if not lst:
+            rows = rows[ph[rows] == _PH_X]
+            if not len(rows):
                 continue
             if what in ("kernel", "memcpy", "memset", "sync"):
-                self._gpu(what, lst)
+                self._gpu(what, rows)
             elif what in ("runtime", "driver"):
-                self._call(what, lst)
+                self._call(what, rows)
             else:
-                self._range(what, lst)
-        self.events += len(evs)
-        self.piece = []
+                self._range(what, rows)
+        self.events += piece.events
+        self.piece = None
 
     # host side ------------------------------------------------------------------------------
-    def _call(self, what: str, lst: list[Ev]) -> None:
-        start, end = self._times(lst)
-        a = [e.args for e in lst]
-        if None in a:
-            a = [x if x is not None else _NO_ARGS for x in a]
-        self.calls.add(tid=self._tids(lst), start=start, end=end,
-                       name=self._intern([e.name for e in lst]),
-                       driver=np.full(len(lst), what == "driver"))
-        self.calls.add_ints("corr", [x.correlation for x in a])
-        self.calls.add_ints("cbid", [x.cbid for x in a])
+    def _call(self, what: str, rows: np.ndarray) -> None:
+        start, end = self._times(rows)
+        C = self.calls
+        C.add(tid=self._ids(rows, P.C_TIDK, P.C_TID), start=start, end=end,
+              name=self.piece.I[rows, P.C_NAME].astype(np.int32),
+              driver=np.full(len(rows), what == "driver"))
+        C.add_col("corr", *self._arg(rows, "correlation"))
+        C.add_col("cbid", *self._arg(rows, "cbid"))
 
-    def _range(self, what: str, lst: list[Ev]) -> None:
-        start, end = self._times(lst)
-        names = self._intern([e.name for e in lst])
+    def _range(self, what: str, rows: np.ndarray) -> None:
+        start, end = self._times(rows)
+        names = self.piece.I[rows, P.C_NAME].astype(np.int32)
         code = {"op": 0, "user": 1, "python": 2, "gpu_user": 3}[what]
         if what == "gpu_user":
-            a = self._args(lst)
-            dev = np.array([x.device if x.device is not None else _tid_number(e.pid)
-                            for x, e in zip(a, lst)], np.int64)
-            stream = np.array([x.stream if x.stream is not None else _tid_number(e.tid)
-                               for x, e in zip(a, lst)], np.int64)
+            self._need_args(rows)
+            dev = self._or_id(rows, "device", P.C_PIDK, P.C_PID)
+            stream = self._or_id(rows, "stream", P.C_TIDK, P.C_TID)
             key = -1 - (dev * 100_000 + stream)  # GPU-side annotations nest per stream
         else:
-            dev = stream = np.full(len(lst), -1, np.int64)
-            key = self._tids(lst)
-        self.ranges.add(key=key, start=start, end=end, name=names, code=np.full(len(lst), code, np.int8),
-                        dev=dev, stream=stream)
+            dev = stream = np.full(len(rows), -1, np.int64)
+            key = self._ids(rows, P.C_TIDK, P.C_TID)
+        self.ranges.add(key=key, start=start, end=end, name=names,
+                        code=np.full(len(rows), code, np.int8), dev=dev, stream=stream)
 
-    def _instants(self, lst: list[Ev]) -> None:
-        mem = [e for e in lst if e.ph == "i" and e.name == "[memory]" and e.args is not None
-               and e.args.mem_dev_type == 1 and e.args.mem_bytes is not None]
-        if not mem:
+    def _or_id(self, rows: np.ndarray, field: str, kcol: int, vcol: int) -> np.ndarray:
+        """An args field, or where it is absent the number in pid / tid."""
+        v, ok = self._arg(rows, field)
+        if not ok.all():
+            v = v.copy()
+            v[~ok] = self._ids(rows[~ok], kcol, vcol)
+        return v
+
+    def _instants(self, rows: np.ndarray) -> None:
+        mem = self.names.find("[memory]")
+        if mem < 0:
             return
-        ts = np.array([e.ts for e in mem], np.float64)
+        R = self.piece.I[rows]
+        sel = (R[:, P.C_PH] == _PH_I) & (R[:, P.C_NAME] == mem) & (R[:, P.C_HASARGS] == 1)
+        if not sel.any():
+            return
+        valid = R[:, P.C_VALID]
+        t, b = P.A["mem_dev_type"], P.A["mem_bytes"]
+        sel &= ((valid >> t) & 1).astype(bool) & (R[:, P.C_ARG0 + t] == 1)
+        sel &= (((valid >> b) | (valid >> (P.OVER + b))) & 1).astype(bool)
+        rows = rows[sel]
+        if not len(rows):
+            return
+        ts = self.piece.F[rows, 0]
         if np.isnan(ts).any():
             return
         M = self.gpu["memory_events"]
-        M.add(time_ns=self._ns(ts), bytes=np.array([e.args.mem_bytes for e in mem], np.int64))
-        M.add_ints("device_id", [e.args.mem_dev_id for e in mem])
-        self.rows["memory_events"] = self.rows.get("memory_events", 0) + len(mem)
+        M.add(time_ns=self._ns(ts), bytes=self._arg(rows, "mem_bytes")[0])
+        M.add_col("device_id", *self._arg(rows, "mem_dev_id"))
+        self.rows["memory_events"] = self.rows.get("memory_events", 0) + len(rows)
 
     # GPU side -------------------------------------------------------------------------------
-    def _gpu(self, what: str, lst: list[Ev]) -> None:
-        start, end = self._times(lst)
-        a = self._args(lst)
-        dev = [x.device for x in a]
-        if None in dev:
-            dev = [d if d is not None else _tid_number(e.pid) for d, e in zip(dev, lst)]
-        stream = [x.stream for x in a]
-        if None in stream:
-            stream = [s if s is not None else _tid_number(e.tid) for s, e in zip(stream, lst)]
-        self.devices_used.update(set(dev))
+    def _gpu(self, what: str, rows: np.ndarray) -> None:
+        start, end = self._times(rows)
+        self._need_args(rows)
+        dev = self._or_id(rows, "device", P.C_PIDK, P.C_PID)
+        stream = self._or_id(rows, "stream", P.C_TIDK, P.C_TID)
+        self.devices_used.update(np.unique(dev).tolist())
         G = self.gpu[_GPU_TABLE[what]]
-        G.add(start_ns=start, end_ns=end, name=self._intern([e.name for e in lst]))
-        G.add_ints("device_id", dev)
-        G.add_ints("stream_id", stream)
-        G.add_ints("context_id", [x.context for x in a])
-        G.add_ints("correlation_id", [x.correlation for x in a])
+        G.add(start_ns=start, end_ns=end, name=self.piece.I[rows, P.C_NAME].astype(np.int32))
+        ones = np.ones(len(rows), bool)
+        G.add_col("device_id", dev, ones)
+        G.add_col("stream_id", stream, ones)
+        G.add_col("context_id", *self._arg(rows, "context"))
+        G.add_col("correlation_id", *self._arg(rows, "correlation"))
         if what == "kernel":
-            _dims(G, "grid", [x.grid for x in a])
-            _dims(G, "block", [x.block for x in a])
-            G.add_ints("registers", [x.registers for x in a])
-            G.add_ints("static_smem", [x.smem for x in a])
+            for k in ("grid", "block"):
+                for j, xyz in enumerate("xyz"):
+                    G.add_col(f"{k}_{xyz}", *self._arg(rows, f"{k}{j}"))
+            G.add_col("registers", *self._arg(rows, "registers"))
+            G.add_col("static_smem", *self._arg(rows, "smem"))
         elif what in ("memcpy", "memset"):
-            G.add_ints("bytes", [x.bytes for x in a])
-        self.rows[_GPU_TABLE[what]] = self.rows.get(_GPU_TABLE[what], 0) + len(lst)
+            G.add_col("bytes", *self._arg(rows, "bytes"))
+        self.rows[_GPU_TABLE[what]] = self.rows.get(_GPU_TABLE[what], 0) + len(rows)
 
     # end of file ----------------------------------------------------------------------------
     def _gpu_tables(self, run_id, pid, base, link) -> dict:
@@ -734,7 +800,7 @@ class KinetoFile:
 
 
 _GPU_TABLE = {"kernel": "kernels", "memcpy": "memcpys", "memset": "memsets", "sync": "syncs"}
-_NO_ARGS = Args()
+_PH_X, _PH_I, _PH_M = 0, 1, 2  # ids in KinetoFile.small, interned first
 
 
 def _rows(run_id: int, pid: int, rows: list[dict], ints: dict) -> dict:
@@ -760,21 +826,6 @@ def _opt(ix) -> pa.Array:
 def _null_neg(v, typ) -> pa.Array:
     v = np.asarray(v)
     return AC.array(v, typ, v >= 0)
-
-
-def _dims(G: _Cols, prefix: str, dims: list) -> None:
-    """grid / block lists -> x, y, z columns (NULL where absent)."""
-    n = len(dims)
-    if n and None not in dims and set(map(len, dims)) == {3}:
-        flat = np.array(list(chain.from_iterable(dims)), np.int64).reshape(n, 3)
-        ok = np.ones(n, bool)
-        for j, k in enumerate("xyz"):
-            G.add(**{f"{prefix}_{k}": flat[:, j], f"{prefix}_{k}?": ok})
-        return
-    dims = [g or (None, None, None) for g in dims]
-    G.add_ints(f"{prefix}_x", [g[0] for g in dims])
-    G.add_ints(f"{prefix}_y", [g[1] if len(g) > 1 else None for g in dims])
-    G.add_ints(f"{prefix}_z", [g[2] if len(g) > 2 else None for g in dims])
 
 
 def import_kineto(w, paths: list[Path], on_read=None) -> list[FileSummary]:

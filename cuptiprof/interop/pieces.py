@@ -1,0 +1,193 @@
+"""One decoded piece of a Kineto trace as columns: what both decoders produce.
+
+The native scanner (`_kineto_scan.c`) reads trace text straight into these columns; when it
+declines a piece (anything unusual), msgspec decodes it into `Ev` structs and `from_events`
+turns those into the same columns. Everything after decoding (kineto.KinetoFile) reads only
+columns, so both paths import alike.
+
+Layout: `I` is an (events, NI) int64 matrix, `F` an (events, 2) float64 one (ts, dur; NaN for
+null or absent). Strings are ids into per-file interners: event names in `names` (first seen,
+first numbered, the same in both paths), categories, ph, string pids/tids and labels in
+`small`. Argument values carry a validity bit each in C_VALID; the msgspec path also marks
+integers beyond int64 there (bit 32 + field), which raise OverflowError only where read, as
+the per-event code did.
+
+`CUPTIPROF_NATIVE=0` turns the native scanner off (tests, or a suspected scanner bug).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+try:
+    from cuptiprof.interop import _kineto_scan as _native
+except ImportError:  # installed without a C compiler: the msgspec path does everything
+    _native = None
+
+# int64 columns (the C enum, in order)
+(C_IDX, C_CAT, C_PH, C_NAME, C_PIDK, C_PID, C_TIDK, C_TID, C_HASARGS, C_LABELS,
+ C_VALID) = range(11)
+C_ARG0 = 11
+# Args fields (kineto.Args), grid and block spread over three columns each
+ARGS = ("correlation", "device", "context", "stream", "bytes", "grid0", "grid1", "grid2",
+        "block0", "block1", "block2", "registers", "smem", "cbid", "mem_dev_type", "mem_dev_id",
+        "mem_bytes")
+A = {k: i for i, k in enumerate(ARGS)}
+NI = C_ARG0 + len(ARGS)
+OVER = 32  # bit OVER + a: the msgspec path saw an integer beyond int64 in field a
+# pid / tid kinds
+ID_NONE, ID_INT, ID_STR, ID_BIG = 0, 1, 2, 3
+_SCALAR_ARGS = [a for a in ARGS if a[:4] not in ("grid", "bloc")]
+
+if _native is not None:
+    assert _native.NI == NI, "the native scanner was built from another column layout"
+
+
+def native_available() -> bool:
+    return _native is not None
+
+
+def native_enabled() -> bool:
+    """The native scanner is built and not turned off with CUPTIPROF_NATIVE=0."""
+    return _native is not None and os.environ.get("CUPTIPROF_NATIVE", "1").strip() != "0"
+
+
+class PyInterner:
+    """Strings numbered in the order first seen (the native Interner's interface)."""
+
+    def __init__(self):
+        self._d: dict = {}
+        self.strings: list = []
+
+    def ids(self, values: list) -> np.ndarray:
+        d, lst = self._d, self.strings
+        out = list(map(d.get, values))
+        if None in out:
+            for i, v in enumerate(values):
+                if out[i] is None:
+                    if v is None:
+                        out[i] = -1
+                        continue
+                    k = d.get(v)
+                    if k is None:
+                        k = d[v] = len(lst)
+                        lst.append(v)
+                    out[i] = k
+        return np.array(out, np.int32)
+
+    def find(self, value: str) -> int:
+        """The id of `value` if it was seen, else -1 (nothing is added)."""
+        return self._d.get(value, -1)
+
+    def size(self) -> int:
+        return len(self.strings)
+
+
+def ids(it, values: list) -> np.ndarray:
+    """Ids of `values` (str or None -> -1) in interner `it`, numbering new strings in order."""
+    r = it.ids(values)
+    return r if isinstance(r, np.ndarray) else np.frombuffer(r, np.int32)
+
+
+def interner():
+    return _native.Interner() if native_enabled() else PyInterner()
+
+
+class Piece:
+    """The events of one piece as columns (`events` counts them all; `I` and `F` may leave
+    out events that carry no field the importer reads, `I[:, C_IDX]` keeps positions)."""
+
+    __slots__ = ("I", "F", "events", "has_events", "meta", "overflow")
+
+    def __init__(self, I, F, events, has_events, meta, overflow=False):
+        self.I, self.F, self.events, self.has_events = I, F, events, has_events
+        self.meta = meta          # a kineto.Doc with the piece's other top-level keys
+        self.overflow = overflow  # some integer beyond int64 is marked in C_VALID
+
+
+def scan(text, names, small, decode_meta) -> Piece | None:
+    """The native scanner on one piece of text; None where it declines. `decode_meta` turns
+    the text of the other top-level keys (a JSON object) into a Doc, or raises."""
+    r = _native.scan(text, names, small)
+    if r is None:
+        return None
+    ib, fb, kept, events, meta, has_events = r
+    doc = None
+    if meta:
+        with memoryview(text) as mv:
+            body = b",".join(b'"' + k + b'":' + bytes(mv[a:b]) for k, a, b in meta)
+        try:
+            doc = decode_meta(b"{" + body + b"}")
+        except Exception:  # leave every error of these keys to the msgspec path
+            return None
+    return Piece(np.frombuffer(ib, np.int64).reshape(kept, NI),
+                 np.frombuffer(fb, np.float64).reshape(kept, 2), events, has_events, doc)
+
+
+def _ints(values: list) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """int|None values -> int64 values, validity, and where a value is beyond int64."""
+    try:
+        v = np.array(values, np.int64)
+        return v, np.ones(len(v), bool), None
+    except TypeError:  # a None among them
+        pass
+    except OverflowError:
+        pass
+    lo, hi = -(1 << 63), (1 << 63) - 1
+    ok = [x is not None and lo <= x <= hi for x in values]
+    big = [x is not None and not (lo <= x <= hi) for x in values]
+    v = np.array([x if k else 0 for x, k in zip(values, ok)], np.int64)
+    return v, np.array(ok, bool), (np.array(big, bool) if True in big else None)
+
+
+def from_events(evs: list, names, small, doc) -> Piece:
+    """msgspec's Ev structs -> the columns the native scanner makes."""
+    n = len(evs)
+    I = np.zeros((n, NI), np.int64)
+    F = np.empty((n, 2), np.float64)
+    overflow = False
+    I[:, C_IDX] = np.arange(n)
+    I[:, C_NAME] = ids(names, [e.name for e in evs])
+    I[:, C_CAT] = ids(small, [e.cat for e in evs])
+    I[:, C_PH] = ids(small, [e.ph or None for e in evs])  # "" (the default) -> -1
+    for kc, vc, vals in ((C_PIDK, C_PID, [e.pid for e in evs]), (C_TIDK, C_TID, [e.tid for e in evs])):
+        kind = np.array([ID_NONE if x is None else ID_STR if type(x) is str else ID_INT
+                         for x in vals], np.int64)
+        strs = kind == ID_STR
+        ints = [x if type(x) is int else None for x in vals]
+        v, ok, big = _ints(ints)
+        if big is not None:
+            kind[big] = ID_BIG
+        if strs.any():
+            v[strs] = ids(small, [x for x, s in zip(vals, strs.tolist()) if s])
+        I[:, kc], I[:, vc] = kind, v
+    F[:, 0] = np.array([e.ts for e in evs], np.float64) if n else 0
+    F[:, 1] = np.array([e.dur for e in evs], np.float64) if n else 0
+    args = [e.args for e in evs]
+    has = np.array([a is not None for a in args], bool)
+    I[:, C_HASARGS] = has
+    a = [x for x in args if x is not None]
+    if a:
+        rows = np.flatnonzero(has)
+        I[rows, C_LABELS] = ids(small, [x.labels for x in a])
+        valid = np.zeros(len(a), np.int64)
+
+        def put(j: int, values: list) -> None:
+            nonlocal valid, overflow
+            v, ok, big = _ints(values)
+            I[rows, C_ARG0 + j] = v
+            valid |= ok.astype(np.int64) << j
+            if big is not None:
+                overflow = True
+                valid |= big.astype(np.int64) << (OVER + j)
+
+        for k in _SCALAR_ARGS:
+            put(A[k], [getattr(x, k) for x in a])
+        for k in ("grid", "block"):
+            dims = [getattr(x, k) for x in a]
+            for j in range(3):
+                put(A[f"{k}{j}"], [g[j] if g is not None and len(g) > j else None for g in dims])
+        I[rows, C_VALID] = valid
+    I[~has, C_LABELS] = -1
+    return Piece(I, F, n, doc.traceEvents is not None, doc, overflow)

@@ -1,0 +1,361 @@
+"""The native Kineto scanner (cuptiprof/interop/_kineto_scan.c) against the msgspec path: the
+same columns for every text it takes, a decline for every text it does not handle, and the same
+import either way (CUPTIPROF_NATIVE=0 forces the msgspec path)."""
+from __future__ import annotations
+
+import json
+import random
+
+import msgspec
+import numpy as np
+import pytest
+
+from cuptiprof.interop import pieces as P
+from cuptiprof.interop.kineto import _DECODER, iter_docs
+
+
+def test_the_extension_is_built():
+    """CI has a compiler and Python headers: a missing extension is a failed build, not a
+    silent fallback to the slow path."""
+    from cuptiprof.interop import _kineto_scan
+    assert _kineto_scan.NI == P.NI
+    assert P.native_available()
+
+
+def both(text: bytes):
+    """The native columns and msgspec's, with shared interners (so ids agree); None for the
+    native side where it declines."""
+    from cuptiprof.interop import _kineto_scan as K
+    names, small = K.Interner(), K.Interner()
+    got = P.scan(text, names, small, _DECODER.decode)
+    doc = _DECODER.decode(text)
+    ref = P.from_events(doc.traceEvents or [], names, small, doc)
+    return got, ref, names, small
+
+
+def assert_same(got: P.Piece, ref: P.Piece) -> None:
+    assert got.events == ref.events
+    assert got.has_events == ref.has_events
+    idx = got.I[:, P.C_IDX]
+    np.testing.assert_array_equal(got.I, ref.I[idx])
+    np.testing.assert_array_equal(got.F, ref.F[idx])  # NaN == NaN here
+    # rows the scanner leaves out carry nothing the importer reads
+    rest = np.setdiff1d(np.arange(ref.events), idx)
+    if len(rest):
+        R = ref.I[rest]
+        assert (R[:, [P.C_CAT, P.C_NAME, P.C_LABELS]] == -1).all()
+        assert (R[:, [P.C_PIDK, P.C_TIDK, P.C_HASARGS]] == 0).all()
+        assert np.isnan(ref.F[rest]).all()
+    want = msgspec.structs.replace(ref.meta, traceEvents=None)
+    assert (got.meta if got.meta is not None else type(want)()) == want
+
+
+def doc(*events, **top) -> bytes:
+    return json.dumps({**top, "traceEvents": list(events)}).encode()
+
+
+KERNEL = {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": "stream 7", "ts": 10.5,
+          "dur": 3, "args": {"device": 0, "stream": 7, "correlation": 77, "grid": [1, 2, 3],
+                             "block": [4, 5, 6], "registers per thread": 32,
+                             "shared memory": 0, "context": 1, "queued": 0}}
+
+TAKEN = {
+    "plain": doc(KERNEL),
+    "escapes in names": doc({**KERNEL, "name": 'a"b\\c/\u00e9\u4e2d\U0001f600\x01\n\t'}),
+    "escaped solidus and unicode escapes": (
+        b'{"traceEvents":[{"ph":"X","name":"\\/\\u00e9\\ud83d\\ude00\\u0041\\b\\f\\r"}]}'),
+    "raw utf-8": '{"traceEvents":[{"ph":"X","name":"\u00e9\u4e2d\U0001f600"}]}'.encode(),
+    "ints and floats": doc({"ph": "X", "ts": 1623143089861123, "dur": 0.001},
+                           {"ph": "X", "ts": 1.5e3, "dur": 2E-2}, {"ph": "X", "ts": -12, "dur": 0}),
+    "nanosecond timestamps": doc({"ph": "X", "cat": "cpu_op", "ts": 1712195495520922750,
+                                  "dur": 99}),
+    "many digits": b'{"traceEvents":[{"ts":0.1000000000000000055511151231257827021181583404541015625,"dur":123456789012345678}]}',
+    "missing fields": doc({"ph": "X"}, {"cat": "kernel"}, {"name": "n"}, {"args": {}}),
+    "nulls": doc({"ph": "X", "cat": None, "name": None, "pid": None, "tid": None, "ts": None,
+                  "dur": None, "args": None},
+                 {"ph": "i", "args": {"correlation": None, "grid": None, "name": None,
+                                      "labels": None}}),
+    "nested unknown args": doc({**KERNEL, "args": {**KERNEL["args"], "Input Dims": [[1, 2], []],
+                                                  "obj": {"a": [True, False, None, {"b": "c"}]},
+                                                  "x": -1.5e-7, "big": 10 ** 30}}),
+    "string and int ids": doc({"ph": "X", "pid": "Spans", "tid": "25738"},
+                              {"ph": "X", "pid": -3, "tid": 9223372036854775807},
+                              {"ph": "X", "pid": -9223372036854775808}),
+    "memory instants": doc({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 5,
+                            "args": {"Device Type": 1, "Device Id": 0, "Bytes": -512}}),
+    "process labels": doc({"ph": "M", "name": "process_labels", "pid": 42,
+                           "args": {"labels": "CPU", "name": "x"}}),
+    "empty events are counted, not kept": doc({}, {}, {"unknown": 1}, {"ph": "X"}, {}),
+    "empty array": doc(),
+    "other top-level keys": doc(KERNEL, deviceProperties=[{"id": 0, "name": "V100", "numSms": 80}],
+                                distributedInfo={"rank": 1, "world_size": 2},
+                                baseTimeNanoseconds=1700000000000000000, schemaVersion=1,
+                                traceName="t", host_name="h"),
+}
+
+
+def pretty(b: bytes) -> bytes:
+    return json.dumps(json.loads(b), indent=4).encode().replace(b": ", b" :\t ")
+
+
+@pytest.mark.parametrize("name", sorted(TAKEN))
+def test_scanner_takes_and_matches_msgspec(name):
+    for text in (TAKEN[name], pretty(TAKEN[name])):
+        got, ref, _, _ = both(text)
+        assert got is not None, f"{name}: declined"
+        assert_same(got, ref)
+
+
+def test_strings_are_decoded_like_msgspec():
+    got, ref, names, small = both(TAKEN["escaped solidus and unicode escapes"])
+    assert names.strings == ["/\u00e9\U0001f600A\b\f\r"]
+    got, ref, names, small = both(TAKEN["string and int ids"])
+    assert got.I[0, P.C_PIDK] == P.ID_STR and small.strings[got.I[0, P.C_PID]] == "Spans"
+    assert got.I[1, P.C_TID] == 9223372036854775807
+    assert got.F.shape == (3, 2) and np.isnan(got.F).all()
+
+
+def test_numbers_are_rounded_like_msgspec():
+    rng = random.Random(5)
+    vals = [rng.uniform(-1e6, 1e18) for _ in range(300)] + [rng.randrange(10 ** 17) for _ in range(100)]
+    vals += [0.1, 1e-300, 2.2250738585072014e-308, 5e-324, 1.7976931348623157e308, 123.456e5]
+    texts = [repr(v) for v in vals] + ["1.00000000000000011102230246251565404236316680908203125",
+                                       "9007199254740993", "0.30000000000000004", "1E5", "1e+5"]
+    text = b'{"traceEvents":[' + b",".join(b'{"ts":%s}' % t.encode() for t in texts) + b"]}"
+    got, ref, _, _ = both(text)
+    assert got is not None
+    assert_same(got, ref)
+
+
+DECLINED = {
+    "duplicate field": b'{"traceEvents":[{"ph":"X","ph":"i"}]}',
+    "duplicate arg": b'{"traceEvents":[{"args":{"device":1,"device":2}}]}',
+    "duplicate top-level key": b'{"a":1,"traceEvents":[],"a":2}',
+    "two event arrays": b'{"traceEvents":[],"traceEvents":[{"ph":"X"}]}',
+    "escaped key": b'{"traceEvents":[{"na\\u006de":"x"}]}',
+    "lone surrogate": b'{"traceEvents":[{"name":"\\ud800"}]}',
+    "lone low surrogate": b'{"traceEvents":[{"x":"\\udc00"}]}',
+    "invalid utf-8": b'{"traceEvents":[{"x":"\xff"}]}',
+    "overlong utf-8": b'{"traceEvents":[{"name":"\xc0\xaf"}]}',
+    "encoded surrogate": b'{"traceEvents":[{"name":"\xed\xa0\x80"}]}',
+    "control character": b'{"traceEvents":[{"name":"a\x01b"}]}',
+    "bad escape": b'{"traceEvents":[{"name":"\\x41"}]}',
+    "float pid": b'{"traceEvents":[{"pid":1.0}]}',
+    "bool tid": b'{"traceEvents":[{"tid":true}]}',
+    "uint64 pid": b'{"traceEvents":[{"pid":18446744073709551615}]}',
+    "int64 overflow arg": b'{"traceEvents":[{"args":{"correlation":9223372036854775808}}]}',
+    "huge int ts": b'{"traceEvents":[{"ts":123456789012345678901234567890}]}',
+    "negative zero": b'{"traceEvents":[{"ts":-0}]}',
+    "underflow": b'{"traceEvents":[{"ts":1e-400}]}',
+    "overflow": b'{"traceEvents":[{"ts":1e400}]}',
+    "leading zero": b'{"traceEvents":[{"ts":01}]}',
+    "bare dot": b'{"traceEvents":[{"ts":1.}]}',
+    "NaN literal": b'{"traceEvents":[{"ts":NaN}]}',
+    "ts as string": b'{"traceEvents":[{"ts":"5"}]}',
+    "null ph": b'{"traceEvents":[{"ph":null}]}',
+    "grid of two": b'{"traceEvents":[{"args":{"grid":[1,2]}}]}',
+    "grid of four": b'{"traceEvents":[{"args":{"grid":[1,2,3,4]}}]}',
+    "grid with null": b'{"traceEvents":[{"args":{"grid":[1,null,3]}}]}',
+    "grid of strings": b'{"traceEvents":[{"args":{"grid":["a",1,1]}}]}',
+    "args a string": b'{"traceEvents":[{"args":"none"}]}',
+    "labels an int": b'{"traceEvents":[{"args":{"labels":1}}]}',
+    "arg name a list": b'{"traceEvents":[{"args":{"name":[]}}]}',
+    "event a list": b'{"traceEvents":[[1,2,3]]}',
+    "events not a list": b'{"traceEvents":5}',
+    "events null": b'{"traceEvents":null}',
+    "trailing comma": b'{"traceEvents":[{"ph":"X"},]}',
+    "trailing garbage": b'{"traceEvents":[]} x',
+    "missing colon": b'{"traceEvents":[{"ph" "X"}]}',
+    "truncated": b'{"traceEvents":[{"ph":"X"',
+    "deep nesting": b'{"traceEvents":[{"x":' + b"[" * 300 + b"]" * 300 + b"}]}",
+    "not an object": b'[{"ph":"X"}]',
+    "true misspelt": b'{"traceEvents":[{"x":tru}]}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECLINED))
+def test_scanner_declines_what_it_does_not_handle(name):
+    from cuptiprof.interop import _kineto_scan as K
+    assert K.scan(DECLINED[name], K.Interner(), K.Interner()) is None
+
+
+def test_scanner_never_takes_what_msgspec_rejects():
+    """Random one-byte edits of valid traces: whatever the scanner takes, msgspec takes too and
+    decodes into the same columns."""
+    from cuptiprof.interop import _kineto_scan as K
+    rng = random.Random(7)
+    seeds = [TAKEN[k] for k in ("plain", "nested unknown args", "nulls", "string and int ids",
+                                "other top-level keys", "escapes in names")]
+    alphabet = b' \t\n{}[]:,"\\-+.0123456789eEtrufalsnXu\xc3\xa9\xff\x00'
+    taken = 0
+    for i in range(4000):
+        b = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 3)):
+            pos = rng.randrange(len(b))
+            op = rng.random()
+            if op < 0.4:
+                b[pos] = rng.choice(alphabet)
+            elif op < 0.7:
+                del b[pos]
+            else:
+                b.insert(pos, rng.choice(alphabet))
+        text = bytes(b)
+        names, small = K.Interner(), K.Interner()
+        got = P.scan(text, names, small, _DECODER.decode)
+        if got is None:
+            continue
+        taken += 1
+        try:
+            d = _DECODER.decode(text)
+        except msgspec.MsgspecError as exc:
+            raise AssertionError(f"the scanner took text msgspec rejects ({exc}): {text!r}")
+        assert_same(got, P.from_events(d.traceEvents or [], names, small, d))
+    assert taken > 200  # the edits also leave plenty of valid text
+
+
+@pytest.mark.parametrize("piece_bytes", [40, 200, 1000])
+def test_pieces_cut_for_the_scanner(piece_bytes):
+    """Pieces cut at a separator inside a string are declined and cut again, as with msgspec;
+    every event comes out once, in order."""
+    from cuptiprof.interop import _kineto_scan as K
+    events = [{"ph": "X", "name": f"k}}, {{weird{i}", "ts": i, "dur": 1} for i in range(200)]
+    text = json.dumps({"traceEvents": events}, indent=1).encode()
+    names, small = K.Interner(), K.Interner()
+    scan = lambda t: P.scan(t, names, small, _DECODER.decode)  # noqa: E731
+    blocks = [text[i:i + 97] for i in range(0, len(text), 97)]
+    got = []
+    native = 0
+    for d in iter_docs(blocks, piece_bytes, scan=scan):
+        if isinstance(d, P.Piece):
+            native += 1
+            got += [names.strings[i] for i in d.I[:, P.C_NAME]]
+        else:
+            got += [e.name for e in d.traceEvents or []]
+    assert got == [e["name"] for e in events]
+    assert native >= 1
+
+
+# -- whole imports: the native path and CUPTIPROF_NATIVE=0 write the same file ----------------
+SHARED = __import__("pathlib").Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+def tables(path) -> dict:
+    """Every table's full content in stored order (timestamps of the import itself left out)."""
+    import duckdb
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        out = {}
+        for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE table_name <> 'meta' "
+                                "ORDER BY 1").fetchall():
+            cols = [c for c, typ, *_ in con.execute(f"DESCRIBE {t}").fetchall()
+                    if not typ.startswith("TIMESTAMP")]
+            rows = con.execute(f"SELECT {', '.join(cols)} FROM {t}").fetchall()
+            # the writer's own per-step summary comes out of a parallel aggregation: no order
+            out[t] = sorted(rows, key=repr) if t.startswith("step_busy") else rows
+        return out
+    finally:
+        con.close()
+
+
+def import_both(paths, tmp_path, monkeypatch, calls=None):
+    from cuptiprof.interop import kineto
+    from cuptiprof.interop.importing import import_traces
+    res = {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv("CUPTIPROF_NATIVE", mode)
+        out = tmp_path / f"native{mode}" / "out.duckdb"  # the label is the file's name
+        out.parent.mkdir(parents=True)
+        if calls is not None:
+            calls.clear()
+        import_traces(paths, out)
+        res[mode] = tables(out)
+        if calls is not None:
+            res[mode + "calls"] = list(calls)
+    monkeypatch.delenv("CUPTIPROF_NATIVE")
+    assert res["1"] == res["0"]
+    return res
+
+
+def _shared_traces():
+    if not SHARED.is_dir():
+        return []
+    return sorted(str(p.relative_to(SHARED)) for p in SHARED.rglob("*.json.gz")
+                  if p.name != "gpu_metrics_input.json") + ["param-dlrm-v100x8/dlrm_kineto.tar.gz"]
+
+
+@pytest.mark.parametrize("rel", _shared_traces() or ["(none)"])
+def test_shared_traces_import_identically(rel, tmp_path, monkeypatch):
+    if rel == "(none)":
+        pytest.skip("../shared/traces is not present")
+    src = SHARED / rel
+    if rel.endswith(".tar.gz"):
+        import tarfile
+        with tarfile.open(src) as tf:
+            tf.extractall(tmp_path / "x", filter="data")
+        paths = sorted((tmp_path / "x").rglob("*.json"))
+    else:
+        paths = [src]
+    res = import_both(paths, tmp_path, monkeypatch)
+    assert sum(len(v) for k, v in res["1"].items() if k in ("kernel_rows", "range_rows")) > 0
+
+
+def test_crafted_trace_imports_identically(tmp_path, monkeypatch):
+    """Escapes, pretty JSON, ints and floats, nulls, string ids, unknown nested args, memory
+    instants, metadata and pieces the scanner declines (a grid of two, a uint64 id in a flow
+    event, an escaped key): the same tables from both paths."""
+    ev = []
+    for i in range(400):
+        t = 1000 + i * 10
+        ev += [{"ph": "X", "cat": "cpu_op", "name": f"aten::op\"{i % 7}\\\u00e9", "pid": 11,
+                "tid": "25738", "ts": t, "dur": 8.25, "args": {"Input Dims": [[1, 2]], "x": None}},
+               {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 11,
+                "tid": 25738, "ts": t + 1, "dur": 2, "args": {"correlation": i, "cbid": 211}},
+               {"ph": "X", "cat": "kernel", "name": f"k\U0001f600{i % 5}", "pid": 0,
+                "tid": "stream 7", "ts": t + 3.5, "dur": 4,
+                "args": {"device": 0, "stream": 7, "correlation": i, "grid": [i, 1, 1],
+                         "block": [128, 1, 1], "registers per thread": 32, "context": None}},
+               {"ph": "f", "cat": "ac2g", "id": i, "pid": 0, "tid": 0, "ts": t},
+               {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 11, "ts": t,
+                "args": {"Device Type": 1, "Device Id": 0, "Bytes": 512 if i % 2 else -512}}]
+        if i % 50 == 0:
+            ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i // 50}",
+                       "pid": 11, "tid": 25738, "ts": t - 0.5, "dur": 500})
+    ev.append({"ph": "M", "name": "process_labels", "pid": 11, "args": {"labels": "CPU"}})
+    ev.append({"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0,
+               "tid": 7, "ts": 1500, "dur": 3, "args": {"bytes": 4096, "device": 0}})
+    ev.append({"ph": "X", "cat": "mystery", "name": "m", "ts": 1, "dur": 1})
+    base = {"traceEvents": ev, "deviceProperties": [{"id": 0, "name": "A100", "numSms": 108}],
+            "baseTimeNanoseconds": 1700000000000000000, "schemaVersion": 1}
+    compact = json.dumps(base).encode()
+    declined = compact.replace(b'"grid": [7, 1, 1]', b'"grid": [7, 1]', 1).replace(
+        b'"id": 9,', b'"id": 18446744073709551615, "n\\u0061me": "flow",', 1)
+    assert declined != compact
+    for i, text in enumerate((compact, json.dumps(base, indent=2).encode(), declined)):
+        src = tmp_path / f"t{i}.json"
+        src.write_bytes(text)
+        res = import_both([src], tmp_path / f"o{i}", monkeypatch)
+        assert len(res["1"]["kernel_rows"]) == 400
+
+
+def test_declined_pieces_fall_back_to_msgspec(tmp_path, monkeypatch):
+    """A trace cut into many pieces, some of which the scanner declines: only those go to
+    msgspec, and the import is the same."""
+    from cuptiprof.interop import kineto
+    ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1,
+           "args": {"device": 0, "stream": 7, "correlation": i,
+                    "grid": [1, 1] if i % 1000 == 999 else [1, 1, 1]}} for i in range(5000)]
+    src = tmp_path / "t.json"
+    src.write_bytes(json.dumps({"traceEvents": ev}).encode())
+    seen = []
+    real = kineto._DECODER
+    monkeypatch.setattr(kineto, "PIECE_BYTES", 64 << 10)
+    monkeypatch.setattr("cuptiprof.interop.textsource.BLOCK", 50_000)
+
+    class Counting:
+        def decode(self, b):
+            seen.append(len(b))
+            return real.decode(b)
+    monkeypatch.setattr(kineto, "_DECODER", Counting())
+    res = import_both([src], tmp_path / "o", monkeypatch, calls=seen)
+    assert 0 < len(res["1calls"]) < len(res["0calls"])  # some pieces native, some not
+    assert len(res["1"]["kernel_rows"]) == 5000
