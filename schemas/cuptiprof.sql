@@ -10,7 +10,7 @@
 --     `strings`, kernel launch configurations in `launch_configs`; the tables that hold them end
 --     in `_rows` and keep only the integer ids. The view of the same name without `_rows` joins
 --     the values back (use the views).
---   * Every row carries `run_id`, so files from several hosts/ranks merge into one.
+--   * Every row carries `run_id` (kernel rows through their lane), so files from several hosts/ranks merge into one.
 --   * `step` is NULL when no step range claims a row; `range_id` is the innermost range that
 --     launched it (NULL when none). Both are decided by the launching call, not by when the GPU
 --     ran the work.
@@ -22,7 +22,7 @@ CREATE TABLE meta (
     key   VARCHAR,   -- 'schema_version', 'created_by', 'created_at'
     value VARCHAR                       -- the value, as text
 );
-INSERT INTO meta VALUES ('schema_version', '1');
+INSERT INTO meta VALUES ('schema_version', '2');
 
 CREATE TABLE runs (
     run_id              INTEGER,   -- 1-based id of the run inside this file
@@ -84,15 +84,13 @@ CREATE TABLE strings (
 );
 
 -- One row per kernel execution (CUPTI CONCURRENT_KERNEL, or an imported kernel event).
--- The launch configuration (grid, block, registers, shared memory, graph node) repeats a handful
--- of combinations, so it is interned like names: writers pass the columns, the file stores one
--- `config_id` per row (fewer stored columns make bulk ingest faster). Use the `kernels` view.
+-- Kernel rows are the bulk of a file, so every column that repeats a handful of combinations is
+-- interned and the row keeps one id: where it ran (run, process, device, context, stream) in
+-- `lanes`, the launch configuration (grid, block, registers, shared memory, graph node) in
+-- `launch_configs`, the name in `strings`. Writers pass the plain columns; fewer stored columns
+-- make bulk ingest faster. Use the `kernels` view, which joins them back.
 CREATE TABLE kernel_rows (
-    run_id          INTEGER,            -- runs.run_id this row belongs to
-    pid             INTEGER,            -- OS process id of the process that recorded the row
-    device_id       INTEGER,            -- CUDA device ordinal as seen by the process (NULL when unknown)
-    context_id      INTEGER,            -- CUDA context id
-    stream_id       INTEGER,            -- CUDA stream id
+    lane_id         INTEGER,   -- lanes.lane_id: run, process, device, context and stream it ran on
     correlation_id  BIGINT,    -- CUPTI correlation id of the launching API call (cudaGraphLaunch for graph replays)
     start_ns        BIGINT,             -- start, nanoseconds on the record clock
     end_ns          BIGINT,             -- end, nanoseconds on the record clock
@@ -101,6 +99,17 @@ CREATE TABLE kernel_rows (
     op_id           BIGINT,    -- framework op (ranges with kind 'op') that launched it, where known
     name_id         INTEGER,   -- strings.string_id of the kernel name as recorded
     config_id       INTEGER    -- launch_configs.config_id of its launch configuration (NULL when none was recorded)
+);
+
+-- Distinct places kernels ran: one row per (run, process, device, context, stream) combination,
+-- interned by the writer.
+CREATE TABLE lanes (
+    lane_id         INTEGER,   -- referenced by kernel_rows.lane_id
+    run_id          INTEGER,   -- runs.run_id
+    pid             INTEGER,   -- OS process id of the process that recorded the rows
+    device_id       INTEGER,   -- CUDA device ordinal as seen by the process (NULL when unknown)
+    context_id      INTEGER,   -- CUDA context id
+    stream_id       INTEGER    -- CUDA stream id
 );
 
 -- Distinct launch configurations of kernel_rows (one row per combination, interned by the writer).
@@ -271,13 +280,14 @@ CREATE TABLE step_busy_runs (
 -- Views ------------------------------------------------------------------------------------
 
 CREATE VIEW kernels AS
-SELECT k.run_id, k.pid, k.device_id, k.context_id, k.stream_id, k.correlation_id,
+SELECT l.run_id, l.pid, l.device_id, l.context_id, l.stream_id, k.correlation_id,
        k.start_ns, k.end_ns, k.step, k.range_id, k.op_id,
        s.value AS name,                                -- kernel name as recorded (mangled for C++)
        coalesce(s.demangled, s.value) AS demangled,    -- readable name
        c.grid_x, c.grid_y, c.grid_z, c.block_x, c.block_y, c.block_z,
        c.registers, c.static_smem, c.dynamic_smem, c.graph_id, c.graph_node_id, k.name_id
-FROM kernel_rows k LEFT JOIN strings s ON s.string_id = k.name_id
+FROM kernel_rows k JOIN lanes l ON l.lane_id = k.lane_id
+LEFT JOIN strings s ON s.string_id = k.name_id
 LEFT JOIN launch_configs c ON c.config_id = k.config_id;
 
 CREATE VIEW api_calls AS

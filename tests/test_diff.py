@@ -97,7 +97,7 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert "no recorded steps" in capsys.readouterr().err
     other = make_run(tmp_path / "v2.duckdb")
     con = duckdb.connect(str(other))
-    con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     con.close()
     assert main(["diff", str(a), str(other), "--fail-above", "5"]) == 2
     assert "different schema versions" in capsys.readouterr().err

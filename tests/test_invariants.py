@@ -122,7 +122,7 @@ def sql_busy(prof) -> dict:
 def python_busy(prof) -> dict:
     groups = defaultdict(list)
     for dev, step, s, e in prof.sql(
-            "SELECT device_id, step, start_ns, end_ns FROM kernel_rows WHERE step IS NOT NULL "
+            "SELECT device_id, step, start_ns, end_ns FROM kernels WHERE step IS NOT NULL "
             "UNION ALL SELECT device_id, step, start_ns, end_ns FROM memcpys WHERE step IS NOT NULL "
             "UNION ALL SELECT device_id, step, start_ns, end_ns FROM memsets WHERE step IS NOT NULL").fetchall():
         groups[(dev, step)].append((s, e))

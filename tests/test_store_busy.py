@@ -117,3 +117,30 @@ def test_merge_copies_or_computes_stored_busy(tmp_path):
     out = merge_files([a, a], tmp_path / "twice.duckdb", one_run=True)
     with cuptiprof.open(out) as prof:
         assert stored(prof) == computed(prof)
+
+
+def test_islands_equal_a_plain_union_for_any_order_of_groups_and_rows():
+    from cuptiprof.store.summary import _islands
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        n, k = int(rng.integers(1, 3000)), int(rng.integers(1, 6))
+        starts = rng.integers(-10**6, 10**15, n) if rng.random() < 0.2 else rng.integers(0, 50_000, n)
+        ends = starts + rng.integers(0, 2_000, n)
+        codes = rng.integers(0, k, n).astype(np.int64)
+        if rng.random() < 0.5:  # rows in (group, start) order: the no-sort paths
+            o = np.lexsort((starts, codes))
+            starts, ends, codes = starts[o], ends[o], codes[o]
+        got = {c: (s.tolist(), e.tolist()) for c, s, e in _islands(starts, ends, codes, k)}
+        want = {}
+        for c in range(k):
+            iv = sorted(zip(starts[codes == c].tolist(), ends[codes == c].tolist()))
+            out_s, out_e = [], []
+            for s, e in iv:
+                if out_e and s <= out_e[-1]:
+                    out_e[-1] = max(out_e[-1], e)
+                else:
+                    out_s.append(s)
+                    out_e.append(e)
+            if iv:
+                want[c] = (out_s, out_e)
+        assert got == want

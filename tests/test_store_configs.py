@@ -1,5 +1,6 @@
-"""Launch configurations: the writer interns them into launch_configs, the kernels view joins them
-back, appends and merges keep ids consistent, and the row deduplication is exact."""
+"""Launch configurations and lanes: the writer interns them into launch_configs and lanes, the
+kernels view joins them back, appends and merges keep ids consistent, and the row deduplication
+is exact."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,9 +13,6 @@ from cuptiprof.store.writer import Writer, distinct_rows
 from _run_helpers import q as rows
 
 CFG_COLS = ", ".join(LAUNCH_CONFIG)
-
-
-
 
 def kernels(n: int, seed: int = 0, graph: bool = False) -> dict:
     rng = np.random.default_rng(seed)
@@ -106,6 +104,71 @@ def test_merge_maps_config_ids_by_value(tmp_path):
     want = [(1,) + r for r in expected(ka)] + sorted((2,) + r for r in expected(ka) + expected(kb))
     assert got == sorted(want)
     assert rows(out, f"SELECT count(*), count(DISTINCT ({CFG_COLS})) FROM launch_configs") == [(10, 10)]
+
+
+LANE_COLS = "run_id, pid, device_id, context_id, stream_id"
+
+
+def lanes_batch(n: int, seed: int, pid: int | None = None) -> dict:
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 4, n)
+    cols = {"start_ns": pa.array(np.arange(n, dtype=np.int64) * 10 + seed * 1_000_000),
+            "end_ns": pa.array(np.arange(n, dtype=np.int64) * 10 + seed * 1_000_000 + 5),
+            "name": pa.array(["k"] * n),
+            "device_id": pa.array((s % 2).astype(np.int32), mask=s == 3),
+            "context_id": pa.array(np.ones(n, np.int32)),
+            "stream_id": pa.array((s + 7).astype(np.int32))}
+    if pid is not None:
+        cols["pid"] = pa.array(np.full(n, pid, np.int32))
+    return cols
+
+
+def nulls_last(rs) -> list[tuple]:
+    return sorted(rs, key=lambda r: tuple((v is None, v or 0) for v in r))
+
+
+def lane_rows(cols: dict, run: int, pid: int) -> list[tuple]:
+    n = len(cols["start_ns"])
+    pids = cols["pid"].to_pylist() if "pid" in cols else [pid] * n
+    return list(zip([run] * n, pids, cols["device_id"].to_pylist(), cols["context_id"].to_pylist(),
+                      cols["stream_id"].to_pylist(), cols["start_ns"].to_pylist()))
+
+
+def test_lanes_are_interned_once_and_the_view_gives_every_row_back(tmp_path):
+    path = tmp_path / "a.duckdb"
+    a, b = lanes_batch(400, seed=1), lanes_batch(300, seed=2, pid=4242)
+    with Writer(path, pid=77) as w:
+        w.append({"kernels": a})
+        w.append({"kernels": b})
+        w.append({"kernels": {"start_ns": [5], "end_ns": [9], "name": ["z"]}})  # no lane columns
+    got = rows(path, f"SELECT {LANE_COLS}, start_ns FROM kernels WHERE name <> 'z'")
+    assert nulls_last(got) == nulls_last(lane_rows(a, 1, 77) + lane_rows(b, 1, 4242))
+    assert rows(path, f"SELECT {LANE_COLS} FROM kernels WHERE name = 'z'") == [(1, 77, None, None, None)]
+    # 4 device/stream combinations per pid, plus the row without lane columns; none repeated.
+    assert rows(path, f"SELECT count(*), count(DISTINCT ({LANE_COLS})) FROM lanes") == [(9, 9)]
+    cols = {c for (c,) in rows(path, "SELECT column_name FROM information_schema.columns "
+                                      "WHERE table_name = 'kernel_rows'")}
+    assert "lane_id" in cols and not cols & {"run_id", "pid", "device_id", "stream_id"}
+
+
+def test_lanes_of_a_failed_batch_are_forgotten_and_merge_maps_them(tmp_path):
+    a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    ka, kb = lanes_batch(100, seed=3), lanes_batch(100, seed=4)
+    with Writer(a, pid=1) as w:
+        w.append({"kernels": ka})
+        with pytest.raises(Exception):  # fails inside the transaction, after lanes were interned
+            w.append({"kernels": dict(lanes_batch(10, seed=5, pid=999), end_ns=pa.array(["x"] * 10))})
+        assert all(k[1] != 999 for k in w._combos["lanes"])
+    with Writer(b, pid=2) as w:
+        w.append({"kernels": kb})
+    with Writer(b, mode="append", pid=2) as w:  # a second run: same places, new lanes
+        w.append({"kernels": ka})
+    assert rows(b, "SELECT count(*), count(DISTINCT run_id) FROM lanes") == [(8, 2)]
+    assert rows(a, "SELECT count(*) FROM lanes WHERE pid = 999") == [(0,)]
+    out = merge_files([a, b], tmp_path / "m.duckdb")
+    got = rows(out, f"SELECT {LANE_COLS}, start_ns FROM kernels")
+    assert nulls_last(got) == nulls_last(lane_rows(ka, 1, 1) + lane_rows(kb, 2, 2) + lane_rows(ka, 3, 2))
+    assert rows(out, f"SELECT count(*), count(DISTINCT ({LANE_COLS})) FROM lanes") == [(12, 12)]
 
 
 def test_distinct_rows_is_exact():

@@ -42,7 +42,7 @@ def test_batches_in_rows_out(tmp_path):
                               "device_id": [0], "step": [0]}})
         assert w.rows_written == {"kernel_rows": 150, "memcpys": 1}
     assert rows(path, "SELECT count(*), count(DISTINCT name), min(step), max(step) FROM kernels") == [(150, 3, 0, 1)]
-    assert rows(path, "SELECT DISTINCT run_id, pid FROM kernel_rows") == [(1, os.getpid())]
+    assert rows(path, "SELECT DISTINCT run_id, pid FROM kernels") == [(1, os.getpid())]
     assert rows(path, "SELECT copy_kind, bytes, end_ns - start_ns FROM memcpys") == [("HtoD", 64, 4)]
     assert rows(path, "SELECT label, source, status, settings FROM runs") == \
         [("t", "synthetic", "complete", '{"steps": 2}')]
@@ -82,7 +82,7 @@ def test_names_are_interned_once(tmp_path):
     with Writer(path, mode="append") as w:
         w.append({"kernels": kernels(10, names[:5] + ["fresh"])})
     assert rows(path, "SELECT count(*) FROM strings") == [(53,)]
-    assert rows(path, "SELECT count(DISTINCT name_id) FROM kernel_rows WHERE run_id = 2") == [(6,)]
+    assert rows(path, "SELECT count(DISTINCT name_id) FROM kernels WHERE run_id = 2") == [(6,)]
 
 
 def test_dictionary_and_null_names(tmp_path):
@@ -228,7 +228,7 @@ def test_modes(tmp_path):
         Writer(path)
     write_synthetic(path, steps=2, kernels_per_step=20, mode="append")
     assert rows(path, "SELECT run_id, status FROM runs ORDER BY 1") == [(1, "complete"), (2, "complete")]
-    assert rows(path, "SELECT count(DISTINCT step) FROM kernel_rows WHERE run_id = 2") == [(2,)]
+    assert rows(path, "SELECT count(DISTINCT step) FROM kernels WHERE run_id = 2") == [(2,)]
     write_synthetic(path, steps=1, kernels_per_step=20, mode="overwrite")
     assert rows(path, "SELECT count(*) FROM runs") == [(1,)]
 
@@ -307,7 +307,7 @@ def test_synthetic_is_deterministic_and_realistic(tmp_path):
     kinds = dict(rows(path, "SELECT kind, count(*) FROM gpu_activities GROUP BY kind"))
     assert set(kinds) == {"kernel", "memcpy", "memset", "sync"}
     assert {r[0] for r in rows(path, "SELECT DISTINCT copy_kind FROM memcpys")} == {"HtoD", "DtoH", "DtoD", "PtoP"}
-    assert rows(path, "SELECT count(DISTINCT stream_id) FROM kernel_rows")[0][0] >= 3
+    assert rows(path, "SELECT count(DISTINCT stream_id) FROM kernels")[0][0] >= 3
     assert rows(path, "SELECT count(DISTINCT name) FROM kernels")[0][0] > 100
     assert rows(path, "SELECT max(length(name)) FROM kernels")[0][0] > 150
     assert rows(path, "SELECT list(DISTINCT kind ORDER BY kind) FROM ranges") == [(["step", "user", "warmup"],)]

@@ -301,8 +301,11 @@ class NsysFile:
         try:
             con.execute("BEGIN")
             for t in ("kernel_rows", "memcpys", "memsets", "syncs"):
+                # kernel rows keep run and pid in their lane
+                src, where = ((", lanes n", "kernel_rows.lane_id = n.lane_id AND n.run_id = ? AND n.pid")
+                              if t == "kernel_rows" else ("", f"{t}.run_id = ? AND {t}.pid"))
                 con.execute(f"UPDATE {t} SET step = l.step, range_id = l.range_id "
-                            f"FROM _cuptiprof_link l WHERE {t}.run_id = ? AND {t}.pid = l.pid "
+                            f"FROM _cuptiprof_link l{src} WHERE {where} = l.pid "
                             f"AND {t}.correlation_id = l.correlation_id", [w.run_id])
             con.execute("COMMIT")
         finally:

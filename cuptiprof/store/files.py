@@ -9,8 +9,9 @@ from pathlib import Path
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError
 from cuptiprof.store.schema import SCHEMA_VERSION
 
-# Lowest schema version this cuptiprof still reads (nothing older was ever released).
-OLDEST_READABLE = 1
+# Lowest schema version this cuptiprof still reads (nothing older was ever released; schema 1
+# stored the lane columns in every kernel row).
+OLDEST_READABLE = 2
 
 
 def read_head(path: Path, expected: str = "a cuptiprof file") -> bytes:
@@ -40,4 +41,5 @@ def check_schema_version(path: Path, version: int, action: str = "read") -> None
             f"{path}: written by a newer cuptiprof (schema {version}; this one reads up to "
             f"{SCHEMA_VERSION}); upgrade cuptiprof to {action} it")
     if version < OLDEST_READABLE:  # no released cuptiprof wrote it: its tables cannot be trusted
-        raise SchemaVersionError(f"{path}: schema {version} is too old for this cuptiprof")
+        raise SchemaVersionError(f"{path}: schema {version} is too old for this cuptiprof; "
+                                 "record or import it again with this version")

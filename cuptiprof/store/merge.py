@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, StoreError
-from cuptiprof.store.schema import INTERNED, LAUNCH_CONFIG, schema_sql, table_columns
+from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, table_columns
 from cuptiprof.store.files import check_schema_version
 from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
@@ -137,7 +137,8 @@ class _Merger:
         self.tables = [t for (t,) in con.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema='main' "
             "AND table_type='BASE TABLE' AND table_catalog = current_database()").fetchall()
-            if t not in ("meta", "runs", "strings", "launch_configs", "step_busy", "step_busy_runs")]
+            if t not in ("meta", "runs", "strings", "launch_configs", "lanes", "step_busy",
+                         "step_busy_runs")]
         self.columns = {t: [c for c, _ in table_columns(con, t)] for t in self.tables + ["runs"]}
         self.next_run = 1
         self.part_runs: list[tuple] = []   # (start_ns, end_ns, status, versions...) per source run
@@ -229,6 +230,18 @@ class _Merger:
                 f"      (SELECT 1 FROM main.launch_configs d WHERE {same}))", [base])
             con.execute(f"CREATE OR REPLACE TEMP TABLE cmap AS SELECT s.config_id AS old, "
                         f"d.config_id AS new FROM src.launch_configs s JOIN main.launch_configs d ON {same}")
+        # Lanes: the source's lanes with their new run ids, added by value, then old -> new id.
+        lane = ", ".join(LANE)
+        same = " AND ".join(f"d.{c} IS NOT DISTINCT FROM s.{c}" for c in LANE)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE slanes AS SELECT x.lane_id, rm.new AS run_id, "
+                    f"{', '.join('x.' + c for c in LANE[1:])} FROM src.lanes x "
+                    "JOIN runmap rm ON rm.old = x.run_id")
+        base = con.execute("SELECT coalesce(max(lane_id), 0) FROM lanes").fetchone()[0]
+        con.execute(f"INSERT INTO lanes SELECT ? + row_number() OVER (ORDER BY {lane}), {lane} "
+                    f"FROM (SELECT DISTINCT {lane} FROM slanes s WHERE NOT EXISTS "
+                    f"      (SELECT 1 FROM main.lanes d WHERE {same}))", [base])
+        con.execute(f"CREATE OR REPLACE TEMP TABLE lmap AS SELECT s.lane_id AS old, "
+                    f"d.lane_id AS new FROM slanes s JOIN main.lanes d ON {same}")
         for t in self.tables:
             if t not in src_tables:
                 continue
@@ -239,14 +252,18 @@ class _Merger:
             for c in cols:
                 if c == "run_id":
                     sel.append("rm.new")
+                elif c == "lane_id":
+                    sel.append("lm.new")
                 elif c in interned and c in have:
                     sel.append(f"(SELECT sm.new FROM smap sm WHERE sm.old = x.{c})")
                 elif c == "config_id" and c in have and has_configs:
                     sel.append("(SELECT cm.new FROM cmap cm WHERE cm.old = x.config_id)")
                 else:
                     sel.append(f"x.{c}" if c in have else "NULL")
+            join = ("JOIN lmap lm ON lm.old = x.lane_id" if "lane_id" in cols
+                    else "JOIN runmap rm ON rm.old = x.run_id")
             con.execute(f"INSERT INTO {t} ({', '.join(cols)}) SELECT {', '.join(sel)} "
-                        f"FROM src.{t} x JOIN runmap rm ON rm.old = x.run_id")
+                        f"FROM src.{t} x {join}")
             n = con.execute(f"SELECT count(*) FROM src.{t}").fetchone()[0]
             self.result.rows[t] = self.result.rows.get(t, 0) + n
         # Stored busy time is copied when the source has it for every run, else computed at the end.

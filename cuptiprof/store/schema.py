@@ -15,6 +15,9 @@ INTERNED = {
 # kernel_rows keeps only their config_id (the `kernels` view joins them back).
 LAUNCH_CONFIG = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers",
                  "static_smem", "dynamic_smem", "graph_id", "graph_node_id")
+# Where a kernel ran: the columns a writer is given with kernels (run_id and pid filled in by the
+# writer) and interns into lanes; kernel_rows keeps only their lane_id.
+LANE = ("run_id", "pid", "device_id", "context_id", "stream_id")
 # Friendly table names accepted by the writer (the view name) -> storage table.
 STORAGE_TABLE = {"kernels": "kernel_rows", "api_calls": "api_call_rows", "ranges": "range_rows"}
 # The GPU activity tables, in the order of gpu_activities.

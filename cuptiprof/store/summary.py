@@ -24,7 +24,8 @@ FROM (
                        lambda acc, x: {{'m': greatest(acc.m, x.e),
                                        'b': acc.b + greatest(0, x.e - greatest(x.s, acc.m))}},
                        {{'m': -9223372036854775807::BIGINT, 'b': 0::BIGINT}}) AS busy
-    FROM (SELECT run_id, pid, device_id, step, start_ns, end_ns FROM kernel_rows WHERE run_id = $run
+    FROM (SELECT l.run_id, l.pid, l.device_id, k.step, k.start_ns, k.end_ns
+          FROM kernel_rows k JOIN lanes l ON l.lane_id = k.lane_id WHERE l.run_id = $run
           UNION ALL
           SELECT run_id, pid, device_id, step, start_ns, end_ns FROM memcpys WHERE run_id = $run
           UNION ALL
@@ -37,6 +38,11 @@ FROM (
 GROUP_KEYS = ("pid", "device_id", "step")
 
 
+# One batch's work of one table: (group keys (pid, device_id, step), group code per row,
+# start_ns, end_ns), rows that cannot be work (NULL times, end before start) left out.
+WorkPart = tuple[list[tuple], np.ndarray, np.ndarray, np.ndarray]
+
+
 class BusySummary:
     """Busy time per (pid, device_id, step) of one run, built batch by batch."""
 
@@ -45,20 +51,26 @@ class BusySummary:
         self.open: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # group -> island starts, ends
         self.dirty: set[tuple] = set()                          # recomputed from the table
 
-    def add(self, tables: list[pa.Table]) -> None:
-        """Take the work rows of one committed batch (tables with pid, device_id, step,
-        start_ns, end_ns; missing device_id/step columns are NULL)."""
-        groups, starts, ends = _work(tables)
-        if starts is None:
+    def add(self, parts: list[WorkPart]) -> None:
+        """Take the work of one committed batch (one part per table, see `work_part`)."""
+        parts = [p for p in parts if len(p[1])]
+        if not parts:
             self._close_open(set())
             return
-        from cuptiprof.store.writer import _int_array, distinct_rows
-
-        codes, k = distinct_rows(groups)
-        rep = np.empty(k, np.int64)
-        rep[codes] = np.arange(len(codes))
-        reps = groups.take(_int_array(rep))
-        keys = list(zip(*(reps.column(c).to_pylist() for c in GROUP_KEYS)))
+        if len(parts) == 1:
+            keys, c, starts, ends = parts[0]
+            c = c.astype(np.int64)  # codes times the time axis width must not overflow
+        else:  # number the groups of all parts together
+            index: dict[tuple, int] = {}
+            cs = []
+            for k, codes, _, _ in parts:
+                remap = np.array([index.setdefault(key, len(index)) for key in k], np.int64)
+                cs.append(remap[codes])
+            keys = list(index)
+            c = np.concatenate(cs)
+            starts = np.concatenate([p[2] for p in parts])
+            ends = np.concatenate([p[3] for p in parts])
+        k = len(keys)
         for key in keys:
             if key in self.done:  # seen in an earlier batch, not the previous one
                 del self.done[key]
@@ -72,7 +84,6 @@ class BusySummary:
                 extra_e.append(e)
                 extra_c.append(np.full(len(s), i, np.int64))
         self._close_open(set(keys))
-        c = codes.astype(np.int64)
         if extra_s:
             starts = np.concatenate([starts, *extra_s])
             ends = np.concatenate([ends, *extra_e])
@@ -94,34 +105,39 @@ class BusySummary:
         return rows, sorted(self.dirty, key=lambda k: tuple((v is None, v or 0) for v in k))
 
 
-def _work(tables: list[pa.Table]) -> tuple[pa.Table | None, np.ndarray | None, np.ndarray | None]:
-    from cuptiprof.store.writer import _values
+def work_part(t: pa.Table, groups: tuple[list[tuple], np.ndarray] | None = None) -> WorkPart:
+    """The work of one table (columns pid, device_id, step, start_ns, end_ns; a missing
+    device_id or step is NULL). `groups`: the (keys, code per row) when the caller already has
+    them; otherwise they are found here."""
+    from cuptiprof.store.writer import _int_array, _values, distinct_rows
 
-    cols: dict[str, list] = {c: [] for c in GROUP_KEYS}
-    starts, ends = [], []
-    for t in tables:
-        if not t.num_rows or "start_ns" not in t.column_names or "end_ns" not in t.column_names:
-            continue
-        s_arr, e_arr = (_as(t.column(c), pa.int64()) for c in ("start_ns", "end_ns"))
-        s, e = _values(s_arr), _values(e_arr)
-        keep = e >= s
-        for a in (s_arr, e_arr):
-            if a.null_count:
-                keep &= a.is_valid().to_numpy(zero_copy_only=False)
-        mask = None if keep.all() else pa.Array.from_buffers(
-            pa.bool_(), len(keep), [None, pa.py_buffer(np.packbits(keep, bitorder="little"))])
-        for c in GROUP_KEYS:
-            a = (_as(t.column(c), pa.int32()) if c in t.column_names
-                 else pa.nulls(t.num_rows, pa.int32()))
-            cols[c].append(a if mask is None else pc.filter(a, mask))
-        starts.append(s if mask is None else s[keep])
-        ends.append(e if mask is None else e[keep])
-    if not starts or not sum(len(s) for s in starts):
-        return None, None, None
-    if len(starts) == 1:  # one table: no copies
-        return pa.table({c: v[0] for c, v in cols.items()}), starts[0], ends[0]
-    groups = pa.table({c: pa.concat_arrays(v) for c, v in cols.items()})
-    return groups, np.concatenate(starts), np.concatenate(ends)
+    if not t.num_rows or "start_ns" not in t.column_names or "end_ns" not in t.column_names:
+        return [], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    s_arr, e_arr = (_as(t.column(c), pa.int64()) for c in ("start_ns", "end_ns"))
+    s, e = _values(s_arr), _values(e_arr)
+    if groups is None:
+        cols = {c: (_as(t.column(c), pa.int32()) if c in t.column_names
+                    else pa.nulls(t.num_rows, pa.int32())) for c in GROUP_KEYS}
+        g = pa.table(cols)
+        codes, k = distinct_rows(g)
+        rep = np.empty(k, np.int64)
+        rep[codes] = np.arange(len(codes))
+        reps = g.take(_int_array(rep))
+        keys = list(zip(*(reps.column(c).to_pylist() for c in GROUP_KEYS)))
+    else:
+        keys, codes = groups
+    keep = e >= s
+    for a in (s_arr, e_arr):
+        if a.null_count:
+            keep &= a.is_valid().to_numpy(zero_copy_only=False)
+    if not keep.all():
+        s, e, codes = s[keep], e[keep], codes[keep]
+        used = np.bincount(codes, minlength=len(keys)) > 0
+        if not used.all():  # groups left without rows are no groups of this batch
+            renum = np.cumsum(used) - 1
+            keys = [k for k, u in zip(keys, used.tolist()) if u]
+            codes = renum[codes]
+    return keys, codes, s, e
 
 
 def _as(col, typ: pa.DataType) -> pa.Array:
@@ -132,38 +148,33 @@ def _as(col, typ: pa.DataType) -> pa.Array:
 
 def _islands(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray, k: int):
     """Yield (group code, island starts, island ends) of the union of intervals per group."""
-    t0 = int(starts.min())
-    width = int(ends.max()) - t0 + 1
-    if width * k >= 1 << 62:  # time span too wide to lay groups side by side: one by one
-        for i in range(k):
-            sel = codes == i
-            if sel.any():
-                yield from ((i, s, e) for _, s, e in
-                            _islands(starts[sel], ends[sel], np.zeros(sel.sum(), np.int64), 1))
-        return
-    # Groups laid side by side on one axis (group i occupies [i*width, (i+1)*width)): one
-    # stable sort of nearly-sorted keys, then a running max of ends finds the islands.
     if k == 1:
-        order = np.argsort(starts, kind="stable")
-        s, e = starts[order] - t0, ends[order] - t0
-    else:
-        off = codes * width
-        off -= t0
-        s = starts + off
+        yield 0, *_union(starts, ends)
+        return
+    if not (codes[1:] >= codes[:-1]).all():  # rows of a group together (radix sort when small)
+        order = np.argsort(codes.astype(np.int16) if k < 1 << 15 else codes, kind="stable")
+        starts, ends, codes = starts[order], ends[order], codes[order]
+    bounds = np.searchsorted(codes, np.arange(k + 1))
+    for c in range(k):
+        lo, hi = int(bounds[c]), int(bounds[c + 1])
+        if hi > lo:
+            yield c, *_union(starts[lo:hi], ends[lo:hi])
+
+
+def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [s, e) (e >= s) as disjoint islands in order: starts, ends. One
+    stable sort of nearly-sorted starts (skipped when in order), then a running max of ends."""
+    if not (s[1:] >= s[:-1]).all():
         order = np.argsort(s, kind="stable")
-        s = s[order]
-        off += ends
-        e = off[order]
+        s, e = s[order], e[order]
     run_max = np.maximum.accumulate(e)
     first = np.empty(len(s), bool)
     first[0] = True
     np.greater(s[1:], run_max[:-1], out=first[1:])
     idx = np.flatnonzero(first)
-    isl_e = np.maximum.reduceat(e, idx)
-    isl_s = s[idx]
-    isl_c = codes[order][idx]
-    bounds = np.flatnonzero(np.diff(isl_c)) + 1
-    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(idx)]):
-        c = int(isl_c[lo])
-        base = c * width - t0
-        yield c, isl_s[lo:hi] - base, isl_e[lo:hi] - base
+    # An island ends where the next begins; the running max there is its end (islands are
+    # disjoint and in order, so no earlier island reaches that far).
+    last = np.empty(len(idx), np.int64)
+    last[:-1] = idx[1:] - 1
+    last[-1] = len(s) - 1
+    return s[idx], run_max[last]

@@ -28,9 +28,10 @@ from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
 from cuptiprof.store.demangle import demangle
 from cuptiprof.store.files import check_schema_version
-from cuptiprof.store.summary import BUSY_SQL, BusySummary
+from cuptiprof.store.summary import BUSY_SQL, BusySummary, work_part
 from cuptiprof.store.schema import (
     INTERNED,
+    LANE,
     LAUNCH_CONFIG,
     SCHEMA_VERSION,
     STORAGE_TABLE,
@@ -97,8 +98,9 @@ class Writer:
         self.pid = os.getpid() if pid is None else pid
         self._strings: dict[str, int] = {}
         self._max_sid = 0
-        self._configs: dict[tuple, int] = {}
-        self._max_cid = 0
+        # Interned combinations (launch_configs, lanes): value tuple -> id, and the highest id.
+        self._combos: dict[str, dict[tuple, int]] = {"launch_configs": {}, "lanes": {}}
+        self._max_combo: dict[str, int] = {"launch_configs": 0, "lanes": 0}
         self._closed = False
         self.rows_written: dict[str, int] = {}
         self._busy: BusySummary | None = None
@@ -169,12 +171,12 @@ class Writer:
             for sid, value in self._con.execute("SELECT string_id, value FROM strings").fetchall():
                 self._strings[value] = sid
                 self._max_sid = max(self._max_sid, sid)
-            if self._con.execute("SELECT count(*) FROM information_schema.tables "
-                                "WHERE table_name = 'launch_configs'").fetchone()[0]:
-                for cid, *cfg in self._con.execute(
-                        f"SELECT config_id, {', '.join(LAUNCH_CONFIG)} FROM launch_configs").fetchall():
-                    self._configs[tuple(cfg)] = cid
-                    self._max_cid = max(self._max_cid, cid)
+            for table, id_col, cols in _COMBOS:
+                known = self._combos[table]
+                for cid, *combo in self._con.execute(
+                        f"SELECT {id_col}, {', '.join(cols)} FROM {table}").fetchall():
+                    known[tuple(combo)] = cid
+                    self._max_combo[table] = max(self._max_combo[table], cid)
         else:
             self._con.execute("BEGIN")
             self._con.execute(schema_sql())
@@ -185,13 +187,10 @@ class Writer:
                          for (t,) in self._con.execute(
                              "SELECT table_name FROM information_schema.tables "
                              "WHERE table_schema='main' AND table_type='BASE TABLE'").fetchall()}
-        # Kernel batches carry the launch-configuration columns; files of this layout intern them.
-        self._intern_configs = "config_id" in self._columns.get("kernel_rows", ())
+        # Kernel batches carry the launch-configuration and lane columns; the writer interns them.
         self._accepted = dict(self._columns)
-        if "step_busy_runs" in self._columns:
-            self._busy = BusySummary()
-        if self._intern_configs:
-            self._accepted["kernel_rows"] = self._columns["kernel_rows"] | set(LAUNCH_CONFIG)
+        self._accepted["kernel_rows"] = self._columns["kernel_rows"] | set(LAUNCH_CONFIG) | set(LANE)
+        self._busy = BusySummary()
         row = self._con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()
         self.run_id = int(row[0])
         r = self.run
@@ -238,13 +237,13 @@ class Writer:
         con = self._con
         con.execute("BEGIN")
         new_strings: list[tuple[int, str, str | None]] = []
-        new_configs: list[tuple] = []
+        new_combos: dict[str, list[tuple]] = {"launch_configs": [], "lanes": []}
         work = []
         try:
             for storage, tbl in prepared:
-                tbl = self._complete(storage, tbl, new_strings, new_configs)
-                if storage in _WORK_TABLES:
-                    work.append(tbl)
+                tbl, busy = self._complete(storage, tbl, new_strings, new_combos)
+                if busy is not None:
+                    work.append(busy)
                 con.register("_cuptiprof_batch", tbl)
                 try:
                     con.execute(f"INSERT INTO {storage} BY NAME SELECT * FROM _cuptiprof_batch")
@@ -254,10 +253,12 @@ class Writer:
             if new_strings:  # lists as parameters, not pa.array(): see _intern_dict
                 con.execute("INSERT INTO strings SELECT unnest(?::INTEGER[]), unnest(?::VARCHAR[]), "
                             "unnest(?::VARCHAR[])", [list(x) for x in zip(*new_strings)])
-            if new_configs:
-                con.execute(f"INSERT INTO launch_configs (config_id, {', '.join(LAUNCH_CONFIG)}) "
-                            f"SELECT {', '.join(['unnest(?::BIGINT[])'] * (len(LAUNCH_CONFIG) + 1))}",
-                            [list(x) for x in zip(*new_configs)])
+            for table, id_col, cols in _COMBOS:
+                new = new_combos[table]
+                if new:
+                    con.execute(f"INSERT INTO {table} ({id_col}, {', '.join(cols)}) "
+                                f"SELECT {', '.join(['unnest(?::BIGINT[])'] * (len(cols) + 1))}",
+                                [list(x) for x in zip(*new)])
             con.execute("COMMIT")
         except BaseException:
             try:
@@ -266,8 +267,9 @@ class Writer:
                 pass
             for sid, value, _ in new_strings:  # forget ids that were never committed
                 self._strings.pop(value, None)
-            for cid, *cfg in new_configs:
-                self._configs.pop(tuple(cfg), None)
+            for table, new in new_combos.items():
+                for cid, *combo in new:
+                    self._combos[table].pop(tuple(combo), None)
             _reraise_interrupt()
             raise
         if work and self._busy is not None:
@@ -276,8 +278,11 @@ class Writer:
             except Exception:  # the summary is an optimisation: without it reports fold the rows
                 self._busy = None
 
-    def _complete(self, storage: str, tbl: pa.Table, new_strings: list, new_configs: list) -> pa.Table:
-        """Intern string columns and launch configurations, add run_id/pid, reject unknown columns."""
+    def _complete(self, storage: str, tbl: pa.Table, new_strings: list,
+                  new_combos: dict) -> tuple[pa.Table, pa.Table | None]:
+        """Intern string columns, lanes and launch configurations, add run_id/pid, reject
+        unknown columns. Returns the table to insert and, for GPU work, the columns the busy
+        summary needs (pid, device_id, step, start_ns, end_ns)."""
         interned = INTERNED.get(storage, {})
         unknown = set(tbl.column_names) - self._accepted[storage] - set(interned)
         if unknown:
@@ -286,17 +291,29 @@ class Writer:
             if src in tbl.column_names:
                 ids = self._intern(tbl.column(src), new_strings, kernel=(storage == "kernel_rows"))
                 tbl = tbl.drop_columns([src]).append_column(dst, ids)
-        if storage == "kernel_rows" and self._intern_configs:
-            given = [c for c in LAUNCH_CONFIG if c in tbl.column_names]
-            if given:
-                ids = self._intern_config(tbl.select(given), new_configs)
-                tbl = tbl.drop_columns(given).append_column("config_id", ids)
         names = set(tbl.column_names)
-        if "run_id" not in names:
-            tbl = tbl.append_column("run_id", pa.array(np.full(tbl.num_rows, self.run_id, np.int32)))
+        n = tbl.num_rows
+        if "run_id" in self._columns[storage] and "run_id" not in names:
+            tbl = tbl.append_column("run_id", _int_array(np.full(n, self.run_id, np.int32)))
         if "pid" in self._columns[storage] and "pid" not in names:
-            tbl = tbl.append_column("pid", pa.array(np.full(tbl.num_rows, self.pid, np.int32)))
-        return tbl
+            tbl = tbl.append_column("pid", _int_array(np.full(n, self.pid, np.int32)))
+        if storage != "kernel_rows":
+            return tbl, (work_part(tbl) if storage in _WORK_TABLES else None)
+        # Kernel rows: where they ran and how they were launched become one id each.
+        lane = tbl.select([c for c in LANE if c in names])
+        consts = {"run_id": self.run_id, **({} if "pid" in names else {"pid": self.pid})}
+        codes, k = distinct_rows(lane)
+        ids, values = self._intern_combos("lanes", lane, consts, new_combos["lanes"], codes, k)
+        busy = work_part(tbl, _kernel_groups(values, codes, tbl.column("step") if "step" in names
+                                             else None))
+        tbl = tbl.drop_columns(lane.column_names).append_column("lane_id", ids)
+        given = [c for c in LAUNCH_CONFIG if c in names]
+        if given:
+            cfg = tbl.select(given)
+            ids, _ = self._intern_combos("launch_configs", cfg, {}, new_combos["launch_configs"],
+                                         *distinct_rows(cfg))
+            tbl = tbl.drop_columns(given).append_column("config_id", ids)
+        return tbl, busy
 
     def _intern(self, col: pa.ChunkedArray, new_strings: list, kernel: bool) -> pa.Array:
         """Map a string column to string ids; only the distinct values go through Python."""
@@ -322,28 +339,37 @@ class Writer:
         sid = np.array([-1 if x is None else x for x in ids], np.int32)
         return pc.take(_int_array(sid, valid=sid >= 0), enc.indices)
 
-    def _intern_config(self, cfg: pa.Table, new_configs: list) -> pa.Array:
-        """Map each row's launch configuration to a config_id. Only the distinct combinations of
-        the batch go through Python (found exactly with numpy: `distinct_rows`)."""
-        codes, k = distinct_rows(cfg)
+    def _intern_combos(self, table: str, given: pa.Table, consts: dict, new: list,
+                       codes: np.ndarray, k: int) -> tuple[pa.Array, dict[str, list]]:
+        """Map each row's combination of `table`'s columns (those in `given`, the ones in `consts`
+        the same for every row, the rest NULL) to its id; `codes`, `k`: the rows' distinct
+        combinations (`distinct_rows(given)`), so only k combinations go through Python. A
+        combination that is all NULL gets a NULL id. Also returns each column's k values."""
+        cols = _COMBO_COLUMNS[table]
         rep = np.empty(k, np.int64)
         rep[codes] = np.arange(len(codes))  # one row of each combination
-        reps = cfg.take(_int_array(rep))
-        values = [reps.column(c).to_pylist() if c in cfg.column_names else [None] * k
-                  for c in LAUNCH_CONFIG]
+        reps = given.take(_int_array(rep))
+        values = [reps.column(c).to_pylist() if c in given.column_names
+                  else [consts.get(c)] * k for c in cols]
         ids = np.empty(k, np.int32)
-        table = self._configs
+        known = self._combos[table]
         for i, combo in enumerate(zip(*values)):
-            cid = table.get(combo)
+            cid = known.get(combo)
             if cid is None:
                 if all(v is None for v in combo):
-                    ids[i] = -1  # nothing recorded: config_id stays NULL
+                    ids[i] = -1  # nothing recorded: the id stays NULL
                     continue
-                self._max_cid += 1  # ids of a rolled-back batch are skipped, never reused
-                cid = table[combo] = self._max_cid
-                new_configs.append((cid, *combo))
+                self._max_combo[table] += 1  # ids of a rolled-back batch are skipped, never reused
+                cid = known[combo] = self._max_combo[table]
+                new.append((cid, *combo))
             ids[i] = cid
-        return pc.take(_int_array(ids, valid=ids >= 0), _int_array(codes))
+        if k == 1:
+            arr = _int_array(np.full(given.num_rows, ids[0], np.int32), valid=None if ids[0] >= 0
+                             else np.zeros(given.num_rows, bool))
+        else:
+            per_row = ids[codes]
+            arr = _int_array(per_row, valid=None if (ids >= 0).all() else per_row >= 0)
+        return arr, dict(zip(cols, values))
 
     def add_quality(self, check_name: str, subject: str | None, count: int | None,
                     detail: str, value_ns: int | None = None, pid: int | None = None) -> None:
@@ -462,6 +488,38 @@ def _int_array(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
 
 
 _WORK_TABLES = ("kernel_rows", "memcpys", "memsets")  # GPU work: what busy time is made of
+# Interned combinations: table, id column, value columns.
+_COMBOS = (("launch_configs", "config_id", LAUNCH_CONFIG), ("lanes", "lane_id", LANE))
+_COMBO_COLUMNS = {t: cols for t, _, cols in _COMBOS}
+
+
+def _kernel_groups(lanes: dict[str, list], codes: np.ndarray, step) -> tuple[list[tuple], np.ndarray]:
+    """Busy-time groups (pid, device_id, step) of kernel rows, from their lane codes (`lanes`:
+    each lane column's values per code) and their step column: a few numpy passes, no search
+    for distinct rows."""
+    pd_index: dict[tuple, int] = {}
+    lane_pd = np.array([pd_index.setdefault(pd, len(pd_index))
+                        for pd in zip(lanes["pid"], lanes["device_id"])], np.int64)
+    pds = list(pd_index)
+    key = lane_pd[codes] if len(pds) > 1 else np.zeros(len(codes), np.int64)
+    if step is None or step.null_count == len(step):
+        return [(*pd, None) for pd in pds], key
+    st = step.combine_chunks() if isinstance(step, pa.ChunkedArray) else step
+    if st.type != pa.int32():
+        st = pc.cast(st, pa.int32())
+    mm = pc.min_max(st)
+    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    span = hi - lo + 2  # code hi - lo + 1: NULL
+    sc = _values(st).astype(np.int64)
+    sc -= lo
+    if st.null_count:
+        sc[~st.is_valid().to_numpy(zero_copy_only=False)] = hi - lo + 1
+    key *= span
+    key += sc
+    gcodes, _, kf = _dense(key, len(pds) * span, distinct=True)
+    keys = [(*pds[pk], None if sk == hi - lo + 1 else lo + sk)
+            for pk, sk in zip((kf // span).tolist(), (kf % span).tolist())]
+    return keys, gcodes
 _LOOKUP_MAX = 1 << 22   # key spaces up to this size are deduplicated with a lookup table
 _KEY_MAX = 1 << 62      # mixed-radix keys stay below this (int64, no overflow)
 
@@ -473,11 +531,14 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
     Each varying column becomes small non-negative integers (value - min, or dictionary codes
     when its range is wide) and the columns combine into one int64 mixed-radix key, which is
     exact; the key is then renumbered through a lookup table (small key spaces) or a hash.
-    A few numpy passes per varying column; constant and all-NULL columns cost nothing.
+    Two numpy passes per varying column (the minima are subtracted once, at the end: int64
+    arithmetic wraps, so the result is exact whenever the final key fits); constant and
+    all-NULL columns cost nothing.
     """
     n = tbl.num_rows
     key: np.ndarray | None = None
     radix = 1
+    offset = 0  # sum of min * radix over the columns added so far
     for col in tbl.columns:
         a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
         if not pa.types.is_integer(a.type):
@@ -493,36 +554,45 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
         if radix * span < _KEY_MAX:
             if nulls:
                 a = pc.fill_null(pc.cast(a, pa.int64()), hi + 1)
-            v = _values(a).astype(np.int64)
-            v -= lo
+            v, base = _values(a), lo
         else:  # a wide range: dictionary codes instead (at most n + 1 of them)
             enc = pc.dictionary_encode(a, null_encoding="encode")
-            v = _values(enc.indices).astype(np.int64)
+            v, base = _values(enc.indices), 0
             span = len(enc.dictionary)
             if key is not None and radix * span >= _KEY_MAX:  # renumber the key so far first
-                codes, radix = _dense(key, radix)
-                key = codes.astype(np.int64)
+                codes, radix = _dense(_wrap_sub(key, offset), radix)
+                key, offset = codes.astype(np.int64), 0
         if key is None:
-            key = v
+            key = v.astype(np.int64)
         else:
-            v *= radix
-            key += v
+            key += np.multiply(v, radix, dtype=np.int64, casting="unsafe")
+        offset += base * radix
         radix *= span
     if key is None:
         return np.zeros(n, np.int32), 1
-    return _dense(key, radix)
+    return _dense(_wrap_sub(key, offset), radix)
 
 
-def _dense(key: np.ndarray, radix: int) -> tuple[np.ndarray, int]:
-    """Renumber the distinct values of a non-negative int64 key 0..k-1 (any order): (codes, k)."""
+def _wrap_sub(key: np.ndarray, offset: int) -> np.ndarray:
+    """key - offset in wrapping int64 arithmetic (in place)."""
+    if offset:
+        key -= np.int64(((offset + (1 << 63)) % (1 << 64)) - (1 << 63))
+    return key
+
+
+def _dense(key: np.ndarray, radix: int, distinct: bool = False):
+    """Renumber the distinct values of a non-negative int64 key 0..k-1 (any order): (codes, k),
+    and with `distinct` also the key value of each code."""
     if radix <= _LOOKUP_MAX:
         present = np.zeros(radix, bool)
         present[key] = True
         rank = np.cumsum(present, dtype=np.int32)
         rank -= 1
-        return rank[key], int(rank[-1]) + 1
+        out = rank[key], int(rank[-1]) + 1
+        return (*out, np.flatnonzero(present)) if distinct else out
     enc = pc.dictionary_encode(_int_array(key))
-    return _values(enc.indices), len(enc.dictionary)
+    out = _values(enc.indices), len(enc.dictionary)
+    return (*out, _values(enc.dictionary)) if distinct else out
 
 
 def _values(a: pa.Array) -> np.ndarray:

@@ -16,7 +16,7 @@ SELECT r.run_id, r.label, r.source, r.status,
        (SELECT count(*) FROM processes p WHERE p.run_id = r.run_id) AS processes,
        (SELECT count(DISTINCT step) FROM (SELECT step FROM sel_busy a WHERE a.run_id = r.run_id
                                           UNION ALL SELECT step FROM sel_steps s WHERE s.run_id = r.run_id)) AS steps,
-       (SELECT count(*) FROM kernel_rows k WHERE k.run_id = r.run_id) AS kernels,
+       (SELECT count(*) FROM kernel_rows k JOIN lanes l ON l.lane_id = k.lane_id WHERE l.run_id = r.run_id) AS kernels,
        (SELECT count(*) FROM memcpys m WHERE m.run_id = r.run_id) AS memcpys,
        (SELECT sum(end_ns - start_ns) / 1e6 FROM sel_work a WHERE a.run_id = r.run_id) AS gpu_ms,
        (SELECT sum(busy_ns) / 1e6 FROM sel_busy b WHERE b.run_id = r.run_id) AS busy_ms,
