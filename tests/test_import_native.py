@@ -359,3 +359,27 @@ def test_declined_pieces_fall_back_to_msgspec(tmp_path, monkeypatch):
     res = import_both([src], tmp_path / "o", monkeypatch, calls=seen)
     assert 0 < len(res["1calls"]) < len(res["0calls"])  # some pieces native, some not
     assert len(res["1"]["kernel_rows"]) == 5000
+
+
+def test_native_sweep_nests_like_python(monkeypatch):
+    """nesting.nest's sweep in C against the Python one: random ranges and calls on a few
+    threads, with equal starts and ends, touching and nested."""
+    from cuptiprof.interop import nesting
+    rng = np.random.default_rng(3)
+    for n, m in ((0, 0), (0, 5), (5, 0), (300, 500), (3000, 2000)):
+        r_key, c_key = rng.integers(0, 4, n), rng.integers(0, 4, m)
+        r_start = rng.integers(0, 1000, n)
+        r_end = r_start + rng.integers(0, 200, n)
+        c_start = rng.integers(0, 1000, m)
+        c_end = c_start + rng.integers(0, 5, m)
+        is_op = rng.random(n) < 0.5
+        args = (r_key, r_start, r_end, is_op, c_key, c_start, c_end)
+        monkeypatch.setenv("CUPTIPROF_NATIVE", "1")
+        native = nesting.nest(*args)
+        monkeypatch.setenv("CUPTIPROF_NATIVE", "0")
+        python = nesting.nest(*args)
+        for a, b in zip(native, python):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+        if n > 100:
+            assert (python[0] >= 0).any() and (python[2] >= 0).any()

@@ -858,7 +858,76 @@ done:
 #undef FAIL
 }
 
+/* ---- range nesting (nesting.nest's sweep) ---------------------------------------------------
+ * sweep(order, keys, starts, ends, is_op, n): rows 0..n-1 are ranges, n.. calls; `order` sorts
+ * them by key, then start (ranges first, longer first). Returns bytearrays of parent (int64),
+ * depth (int32) per range and innermost range and op (int64) per call. */
+static PyObject *sweep(PyObject *self, PyObject *args) {
+    Py_buffer ob, kb, sb, eb, pb;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*n", &ob, &kb, &sb, &eb, &pb, &n)) return NULL;
+    PyObject *res = NULL, *parent = NULL, *depth = NULL, *crange = NULL, *cop = NULL;
+    int64_t *st = NULL;
+    Py_ssize_t total = kb.len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t m = total - n;
+    if (ob.len != total * (Py_ssize_t)sizeof(int64_t) || sb.len != kb.len || eb.len != kb.len ||
+        pb.len != n || m < 0) {
+        PyErr_SetString(PyExc_ValueError, "sweep: inconsistent lengths");
+        goto done;
+    }
+    const int64_t *order = ob.buf, *keys = kb.buf, *starts = sb.buf, *ends = eb.buf;
+    const int8_t *is_op = pb.buf;
+    parent = PyByteArray_FromStringAndSize(NULL, n * sizeof(int64_t));
+    depth = PyByteArray_FromStringAndSize(NULL, n * sizeof(int32_t));
+    crange = PyByteArray_FromStringAndSize(NULL, m * sizeof(int64_t));
+    cop = PyByteArray_FromStringAndSize(NULL, m * sizeof(int64_t));
+    st = PyMem_Malloc((3 * total + 1) * sizeof(int64_t));
+    if (!parent || !depth || !crange || !cop || !st) { PyErr_NoMemory(); goto done; }
+    int64_t *par = (int64_t *)PyByteArray_AS_STRING(parent);
+    int32_t *dep = (int32_t *)PyByteArray_AS_STRING(depth);
+    int64_t *cr = (int64_t *)PyByteArray_AS_STRING(crange);
+    int64_t *co = (int64_t *)PyByteArray_AS_STRING(cop);
+    int64_t *s_end = st, *s_idx = st + total, *s_op = st + 2 * total;
+    Py_ssize_t top = 0;
+    int64_t cur = 0;
+    int have = 0;
+    for (Py_ssize_t j = 0; j < total; j++) {
+        int64_t i = order[j];
+        if (i < 0 || i >= total) { PyErr_SetString(PyExc_ValueError, "sweep: bad order"); goto done; }
+        int64_t k = keys[i];
+        if (!have || k != cur) { cur = k; have = 1; top = 0; }
+        int64_t s0 = starts[i];
+        while (top && s_end[top - 1] <= s0) top--;
+        if (i < n) {
+            int64_t op;
+            if (top) {
+                par[i] = s_idx[top - 1];
+                dep[i] = (int32_t)top;
+                op = is_op[i] ? i : s_op[top - 1];
+            } else {
+                par[i] = -1;
+                dep[i] = 0;
+                op = is_op[i] ? i : -1;
+            }
+            s_end[top] = ends[i]; s_idx[top] = i; s_op[top] = op;
+            top++;
+        } else {
+            cr[i - n] = top ? s_idx[top - 1] : -1;
+            co[i - n] = top ? s_op[top - 1] : -1;
+        }
+    }
+    res = PyTuple_Pack(4, parent, depth, crange, cop);
+done:
+    Py_XDECREF(parent); Py_XDECREF(depth); Py_XDECREF(crange); Py_XDECREF(cop);
+    PyMem_Free(st);
+    PyBuffer_Release(&ob); PyBuffer_Release(&kb); PyBuffer_Release(&sb);
+    PyBuffer_Release(&eb); PyBuffer_Release(&pb);
+    return res;
+}
+
 static PyMethodDef methods[] = {
+    {"sweep", sweep, METH_VARARGS,
+     "sweep(order, keys, starts, ends, is_op, n) -> (parent, depth, call_range, call_op)"},
     {"scan", scan, METH_VARARGS,
      "scan(text, names, small) -> (ints, floats, kept, events, meta, has_events) or None"},
     {NULL}

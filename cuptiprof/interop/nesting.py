@@ -6,7 +6,14 @@ answers both, the way the CUPTI collector decides it at collection time.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
+
+try:  # the sweep in C when the native scanner is built (CUPTIPROF_NATIVE=0: Python)
+    from cuptiprof.interop._kineto_scan import sweep as _sweep_c
+except ImportError:
+    _sweep_c = None
 
 
 def nest(r_key, r_start, r_end, r_is_op, c_key, c_start, c_end):
@@ -21,9 +28,19 @@ def nest(r_key, r_start, r_end, r_is_op, c_key, c_start, c_end):
     ends = np.concatenate([np.asarray(r_end, np.int64), np.asarray(c_end, np.int64)])
     typ = np.concatenate([np.zeros(n, np.int8), np.ones(m, np.int8)])
     # thread, then start; at equal starts ranges before calls, longer ranges first.
-    order = np.lexsort((-ends, typ, starts, keys)).tolist()
-    keys_l, starts_l, ends_l = keys.tolist(), starts.tolist(), ends.tolist()
-    is_op = np.asarray(r_is_op, bool).tolist()
+    order = np.lexsort((-ends, typ, starts, keys))
+    is_op = np.ascontiguousarray(r_is_op, np.int8)
+    if _sweep_c is not None and os.environ.get("CUPTIPROF_NATIVE", "1").strip() != "0":
+        parent, depth, c_range, c_op = _sweep_c(order.astype(np.int64), keys, starts, ends,
+                                                is_op, n)
+        return (np.frombuffer(parent, np.int64), np.frombuffer(depth, np.int32),
+                np.frombuffer(c_range, np.int64), np.frombuffer(c_op, np.int64))
+    return _sweep(order.tolist(), keys.tolist(), starts.tolist(), ends.tolist(),
+                  is_op.astype(bool).tolist(), n, m)
+
+
+def _sweep(order, keys_l, starts_l, ends_l, is_op, n, m):
+    """The sweep in Python (the native one does the same)."""
     parent = [-1] * n
     depth = [0] * n
     c_range = [-1] * m
