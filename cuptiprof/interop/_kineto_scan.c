@@ -26,6 +26,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__GLIBC__) || defined(__APPLE__)
+#include <locale.h>
+#ifdef __APPLE__
+#include <xlocale.h>
+#endif
+static locale_t c_locale;
+static double c_strtod(const char *b, char **e) { return strtod_l(b, e, c_locale); }
+#else  /* no strtod_l: leave fractions and exponents to msgspec */
+static double c_strtod(const char *b, char **e) { *e = (char *)b; return 0.0; }
+#endif
+
 #define MAX_DEPTH 256
 
 /* int64 columns */
@@ -68,23 +79,24 @@ static uint64_t hash_bytes(const unsigned char *s, Py_ssize_t n) {
 
 static int interner_grow(Interner *it) {
     Py_ssize_t ns = it->tsize ? it->tsize * 2 : 1024;
-    int32_t *t = PyMem_Malloc(ns * sizeof(int32_t));
-    if (!t) { PyErr_NoMemory(); return -1; }
+    int32_t *t = malloc(ns * sizeof(int32_t));
+    if (!t) return -1;
     for (Py_ssize_t i = 0; i < ns; i++) t[i] = -1;
     for (Py_ssize_t id = 0; id < it->n; id++) {
         Py_ssize_t j = it->hashes[id] & (ns - 1);
         while (t[j] >= 0) j = (j + 1) & (ns - 1);
         t[j] = (int32_t)id;
     }
-    PyMem_Free(it->table);
+    free(it->table);
     it->table = t;
     it->tsize = ns;
     return 0;
 }
 
-/* id of the utf-8 bytes s[0:n]; `str` is the Python str when the caller has it (else made
- * from the bytes). -1 with an exception set on failure. */
-static Py_ssize_t intern_bytes(Interner *it, const char *s, Py_ssize_t n, PyObject *str) {
+/* id of the utf-8 bytes s[0:n], numbering them when new. Touches no Python object (the
+ * scanner calls it without the GIL): the str of a new id is added to `strings` by the caller
+ * (materialize). -1 when out of memory. */
+static Py_ssize_t intern_bytes(Interner *it, const char *s, Py_ssize_t n) {
     uint64_t h = hash_bytes((const unsigned char *)s, n);
     if (it->tsize == 0 || (it->n + 1) * 2 > it->tsize) {
         if (interner_grow(it) < 0) return -1;
@@ -96,37 +108,41 @@ static Py_ssize_t intern_bytes(Interner *it, const char *s, Py_ssize_t n, PyObje
             return id;
         j = (j + 1) & (it->tsize - 1);
     }
-    if (it->n >= INT32_MAX - 1) { PyErr_SetString(PyExc_OverflowError, "too many strings"); return -1; }
+    if (it->n >= INT32_MAX - 1) return -1;
     if (it->n == it->cap) {
         Py_ssize_t nc = it->cap ? it->cap * 2 : 256;
-        char **k = PyMem_Realloc(it->keys, nc * sizeof(char *));
-        if (!k) { PyErr_NoMemory(); return -1; }
+        char **k = realloc(it->keys, nc * sizeof(char *));
+        if (!k) return -1;
         it->keys = k;
-        Py_ssize_t *l = PyMem_Realloc(it->lens, nc * sizeof(Py_ssize_t));
-        if (!l) { PyErr_NoMemory(); return -1; }
+        Py_ssize_t *l = realloc(it->lens, nc * sizeof(Py_ssize_t));
+        if (!l) return -1;
         it->lens = l;
-        uint64_t *hh = PyMem_Realloc(it->hashes, nc * sizeof(uint64_t));
-        if (!hh) { PyErr_NoMemory(); return -1; }
+        uint64_t *hh = realloc(it->hashes, nc * sizeof(uint64_t));
+        if (!hh) return -1;
         it->hashes = hh;
         it->cap = nc;
     }
-    char *copy = PyMem_Malloc(n ? n : 1);
-    if (!copy) { PyErr_NoMemory(); return -1; }
+    char *copy = malloc(n ? n : 1);
+    if (!copy) return -1;
     memcpy(copy, s, n);
-    if (str) {
-        Py_INCREF(str);
-    } else {
-        str = PyUnicode_DecodeUTF8(s, n, "strict");
-        if (!str) { PyMem_Free(copy); return -1; }
-    }
-    if (PyList_Append(it->strings, str) < 0) { Py_DECREF(str); PyMem_Free(copy); return -1; }
-    Py_DECREF(str);
     Py_ssize_t id = it->n++;
     it->keys[id] = copy;
     it->lens[id] = n;
     it->hashes[id] = h;
     it->table[j] = (int32_t)id;
     return id;
+}
+
+/* The str of every id numbered since the last call (GIL held). */
+static int materialize(Interner *it) {
+    for (Py_ssize_t id = PyList_GET_SIZE(it->strings); id < it->n; id++) {
+        PyObject *str = PyUnicode_DecodeUTF8(it->keys[id], it->lens[id], "strict");
+        if (!str) return -1;
+        int r = PyList_Append(it->strings, str);
+        Py_DECREF(str);
+        if (r < 0) return -1;
+    }
+    return 0;
 }
 
 static PyObject *Interner_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -138,11 +154,11 @@ static PyObject *Interner_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
 }
 
 static void Interner_dealloc(Interner *it) {
-    for (Py_ssize_t i = 0; i < it->n; i++) PyMem_Free(it->keys[i]);
-    PyMem_Free(it->keys);
-    PyMem_Free(it->lens);
-    PyMem_Free(it->hashes);
-    PyMem_Free(it->table);
+    for (Py_ssize_t i = 0; i < it->n; i++) free(it->keys[i]);
+    free(it->keys);
+    free(it->lens);
+    free(it->hashes);
+    free(it->table);
     Py_XDECREF(it->strings);
     Py_TYPE(it)->tp_free((PyObject *)it);
 }
@@ -166,17 +182,18 @@ static PyObject *Interner_ids(Interner *it, PyObject *seq) {
         }
         Py_ssize_t len;
         const char *u = PyUnicode_AsUTF8AndSize(s, &len);
-        Py_ssize_t id;
+        Py_ssize_t id, before = it->n;
         if (u) {
-            id = intern_bytes(it, u, len, s);
+            id = intern_bytes(it, u, len);
         } else {  /* lone surrogates: bytes the scanner never produces, so no clash */
             PyErr_Clear();
             PyObject *b = PyUnicode_AsEncodedString(s, "utf-8", "surrogatepass");
             if (!b) goto fail;
-            id = intern_bytes(it, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), s);
+            id = intern_bytes(it, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
             Py_DECREF(b);
         }
-        if (id < 0) goto fail;
+        if (id < 0) { PyErr_NoMemory(); goto fail; }
+        if (it->n > before && PyList_Append(it->strings, s) < 0) goto fail;
         o[i] = (int32_t)id;
     }
     Py_DECREF(fast);
@@ -238,11 +255,12 @@ static PyTypeObject InternerType = {
 typedef struct {
     const unsigned char *p, *end, *base;
     Interner *names, *small;
-    PyObject *Iobj, *Fobj;          /* bytearrays, handed out without a copy */
     int64_t *I; double *F;
     Py_ssize_t kept, cap;
     char *sbuf; Py_ssize_t scap;   /* unescaped string */
-    int pyerr;                      /* a Python exception is set (memory): not a decline */
+    int nomem;                      /* out of memory: raise MemoryError, not a decline */
+    struct meta { const char *k; Py_ssize_t n, vs, ve; } *meta;
+    Py_ssize_t nmeta, capmeta;
 } S;
 
 #define DECLINE (-1)
@@ -254,8 +272,8 @@ static int sbuf_reserve(S *s, Py_ssize_t n) {
     if (n <= s->scap) return 0;
     Py_ssize_t nc = s->scap ? s->scap : 256;
     while (nc < n) nc *= 2;
-    char *b = PyMem_Realloc(s->sbuf, nc);
-    if (!b) { PyErr_NoMemory(); s->pyerr = 1; return DECLINE; }
+    char *b = realloc(s->sbuf, nc);
+    if (!b) { s->nomem = 1; return DECLINE; }
     s->sbuf = b; s->scap = nc;
     return 0;
 }
@@ -543,8 +561,7 @@ static int read_float_or_null(S *s, double *v) {
     memcpy(buf, t, n);
     buf[n] = 0;
     char *e;
-    double d = PyOS_string_to_double(buf, &e, NULL);  /* locale-independent, correctly rounded */
-    if (d == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return DECLINE; }
+    double d = c_strtod(buf, &e);  /* correctly rounded, whatever the locale */
     if (e != buf + n || !isfinite(d)) return DECLINE;
     if (d == 0.0) {  /* an underflow or a negative zero: not worth matching in C */
         for (Py_ssize_t i = 0; i < n; i++)
@@ -560,8 +577,8 @@ static int read_str_or_null(S *s, Interner *it, int64_t *id) {
     if (s->p >= s->end || *s->p != '"') return DECLINE;
     const char *u; Py_ssize_t n;
     if (read_string(s, 1, &u, &n, NULL) < 0) return DECLINE;
-    Py_ssize_t r = intern_bytes(it, u, n, NULL);
-    if (r < 0) { s->pyerr = 1; return DECLINE; }
+    Py_ssize_t r = intern_bytes(it, u, n);
+    if (r < 0) { s->nomem = 1; return DECLINE; }
     *id = r;
     return 0;
 }
@@ -674,13 +691,12 @@ static int read_id(S *s, int64_t *kind, int64_t *val) {
 
 static int grow(S *s) {
     Py_ssize_t nc = s->cap ? s->cap * 2 : 4096;
-    if (PyByteArray_Resize(s->Iobj, nc * NI * sizeof(int64_t)) < 0 ||
-        PyByteArray_Resize(s->Fobj, nc * 2 * sizeof(double)) < 0) {
-        s->pyerr = 1;
-        return DECLINE;
-    }
-    s->I = (int64_t *)PyByteArray_AS_STRING(s->Iobj);
-    s->F = (double *)PyByteArray_AS_STRING(s->Fobj);
+    int64_t *I = realloc(s->I, nc * NI * sizeof(int64_t));
+    if (!I) { s->nomem = 1; return DECLINE; }
+    s->I = I;
+    double *F = realloc(s->F, nc * 2 * sizeof(double));
+    if (!F) { s->nomem = 1; return DECLINE; }
+    s->F = F;
     s->cap = nc;
     return 0;
 }
@@ -735,8 +751,8 @@ static int read_event(S *s, int64_t index) {
             const char *u; Py_ssize_t un;
             if (read_string(s, 1, &u, &un, NULL) < 0) return DECLINE;
             if (un) {  /* "" stays -1, as when absent */
-                Py_ssize_t id = intern_bytes(s->small, u, un, NULL);
-                if (id < 0) { s->pyerr = 1; return DECLINE; }
+                Py_ssize_t id = intern_bytes(s->small, u, un);
+                if (id < 0) { s->nomem = 1; return DECLINE; }
                 row[C_PH] = id;
             }
             break;
@@ -767,95 +783,110 @@ static int read_event(S *s, int64_t index) {
     return 0;
 }
 
+/* The whole piece, without the GIL: 0 taken, DECLINE otherwise. */
+static int scan_text(S *s, int64_t *events, int *has_events) {
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != '{') return DECLINE;
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == '}') { s->p++; goto tail; }
+    while (1) {
+        const char *k; Py_ssize_t n;
+        if (read_key(s, &k, &n) < 0) return DECLINE;
+        if (key_is(k, n, "traceEvents")) {
+            if (*has_events) return DECLINE;
+            *has_events = 1;
+            if (s->p >= s->end || *s->p != '[') return DECLINE;
+            s->p++;
+            skip_ws(s);
+            if (s->p < s->end && *s->p == ']') {
+                s->p++;
+            } else {
+                while (1) {
+                    if (read_event(s, *events) < 0) return DECLINE;
+                    (*events)++;
+                    skip_ws(s);
+                    if (s->p >= s->end) return DECLINE;
+                    if (*s->p == ',') { s->p++; skip_ws(s); continue; }
+                    if (*s->p == ']') { s->p++; break; }
+                    return DECLINE;
+                }
+            }
+        } else {
+            /* other top-level keys: validated here, decoded by msgspec from their text */
+            const unsigned char *vs = s->p;
+            if (skip_value(s, 1) < 0) return DECLINE;
+            for (Py_ssize_t i = 0; i < s->nmeta; i++)  /* a duplicate key: msgspec's business */
+                if (s->meta[i].n == n && memcmp(s->meta[i].k, k, n) == 0) return DECLINE;
+            if (s->nmeta == s->capmeta) {
+                Py_ssize_t nc = s->capmeta ? s->capmeta * 2 : 16;
+                struct meta *m = realloc(s->meta, nc * sizeof(*m));
+                if (!m) { s->nomem = 1; return DECLINE; }
+                s->meta = m;
+                s->capmeta = nc;
+            }
+            s->meta[s->nmeta].k = k;
+            s->meta[s->nmeta].n = n;
+            s->meta[s->nmeta].vs = vs - s->base;
+            s->meta[s->nmeta].ve = s->p - s->base;
+            s->nmeta++;
+        }
+        skip_ws(s);
+        if (s->p >= s->end) return DECLINE;
+        if (*s->p == ',') { s->p++; skip_ws(s); continue; }
+        if (*s->p == '}') { s->p++; break; }
+        return DECLINE;
+    }
+tail:
+    skip_ws(s);
+    return s->p == s->end ? 0 : DECLINE;
+}
+
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     PyObject *names, *small;
     if (!PyArg_ParseTuple(args, "y*O!O!", &view, &InternerType, &names, &InternerType, &small))
         return NULL;
-    S s = {0};
+    S s;
+    memset(&s, 0, sizeof(s));
     s.base = s.p = view.buf;
     s.end = s.p + view.len;
     s.names = (Interner *)names;
     s.small = (Interner *)small;
-    PyObject *meta = PyList_New(0);
-    PyObject *result = NULL;
-    s.Iobj = PyByteArray_FromStringAndSize(NULL, 0);
-    s.Fobj = PyByteArray_FromStringAndSize(NULL, 0);
-    if (!s.Iobj || !s.Fobj) goto done;
     int64_t events = 0;
-    int has_events = 0;
+    int has_events = 0, r;
+    PyObject *result = NULL, *meta = NULL, *ib = NULL, *fb = NULL;
+    /* Other threads (the gunzip reader, the output being opened) run meanwhile. */
+    Py_BEGIN_ALLOW_THREADS
+    r = scan_text(&s, &events, &has_events);
+    Py_END_ALLOW_THREADS
+    /* strings numbered during the scan get their str now, taken or not (a declined piece's
+     * prefix was read in order, so the numbering stays first-seen) */
+    if (materialize(s.names) < 0 || materialize(s.small) < 0) goto done;
+    if (s.nomem) { PyErr_NoMemory(); goto done; }
+    if (r < 0) { result = Py_None; Py_INCREF(result); goto done; }
+    meta = PyList_New(s.nmeta);
     if (!meta) goto done;
-
-
-#define FAIL goto decline
-    skip_ws(&s);
-    if (s.p >= s.end || *s.p != '{') FAIL;
-    s.p++;
-    skip_ws(&s);
-    if (s.p < s.end && *s.p == '}') { s.p++; goto tail; }
-    while (1) {
-        const char *k; Py_ssize_t n;
-        if (read_key(&s, &k, &n) < 0) FAIL;
-        if (key_is(k, n, "traceEvents")) {
-            if (has_events) FAIL;
-            has_events = 1;
-            if (s.p >= s.end || *s.p != '[') FAIL;
-            s.p++;
-            skip_ws(&s);
-            if (s.p < s.end && *s.p == ']') {
-                s.p++;
-            } else {
-                while (1) {
-                    if (read_event(&s, events) < 0) FAIL;
-                    events++;
-                    skip_ws(&s);
-                    if (s.p >= s.end) FAIL;
-                    if (*s.p == ',') { s.p++; skip_ws(&s); continue; }
-                    if (*s.p == ']') { s.p++; break; }
-                    FAIL;
-                }
-            }
-        } else {
-            /* other top-level keys: validated here, decoded by msgspec from their text */
-            const unsigned char *vs = s.p;
-            if (skip_value(&s, 1) < 0) FAIL;
-            Py_ssize_t nmeta = PyList_GET_SIZE(meta);
-            for (Py_ssize_t i = 0; i < nmeta; i++) {  /* a duplicate key: msgspec's business */
-                PyObject *kb = PyTuple_GET_ITEM(PyList_GET_ITEM(meta, i), 0);
-                if (PyBytes_GET_SIZE(kb) == n && memcmp(PyBytes_AS_STRING(kb), k, n) == 0) FAIL;
-            }
-            PyObject *t = Py_BuildValue("(y#nn)", k, n, (Py_ssize_t)(vs - s.base),
-                                        (Py_ssize_t)(s.p - s.base));
-            if (!t || PyList_Append(meta, t) < 0) { Py_XDECREF(t); s.pyerr = 1; FAIL; }
-            Py_DECREF(t);
-        }
-        skip_ws(&s);
-        if (s.p >= s.end) FAIL;
-        if (*s.p == ',') { s.p++; skip_ws(&s); continue; }
-        if (*s.p == '}') { s.p++; break; }
-        FAIL;
+    for (Py_ssize_t i = 0; i < s.nmeta; i++) {
+        PyObject *t = Py_BuildValue("(y#nn)", s.meta[i].k, s.meta[i].n, s.meta[i].vs, s.meta[i].ve);
+        if (!t) goto done;
+        PyList_SET_ITEM(meta, i, t);
     }
-tail:
-    skip_ws(&s);
-    if (s.p != s.end) FAIL;
-    if (PyByteArray_Resize(s.Iobj, s.kept * NI * sizeof(int64_t)) < 0 ||
-        PyByteArray_Resize(s.Fobj, s.kept * 2 * sizeof(double)) < 0)
-        goto done;
-    result = Py_BuildValue("(OOnLOO)", s.Iobj, s.Fobj, s.kept, (long long)events, meta,
+    ib = PyByteArray_FromStringAndSize((const char *)s.I, s.kept * NI * sizeof(int64_t));
+    fb = PyByteArray_FromStringAndSize((const char *)s.F, s.kept * 2 * sizeof(double));
+    if (!ib || !fb) goto done;
+    result = Py_BuildValue("(OOnLOO)", ib, fb, s.kept, (long long)events, meta,
                            has_events ? Py_True : Py_False);
-    goto done;
-decline:
-    if (s.pyerr || PyErr_Occurred()) goto done;
-    result = Py_None;
-    Py_INCREF(result);
 done:
     Py_XDECREF(meta);
-    Py_XDECREF(s.Iobj);
-    Py_XDECREF(s.Fobj);
-    PyMem_Free(s.sbuf);
+    Py_XDECREF(ib);
+    Py_XDECREF(fb);
+    free(s.I);
+    free(s.F);
+    free(s.sbuf);
+    free(s.meta);
     PyBuffer_Release(&view);
     return result;
-#undef FAIL
 }
 
 /* ---- range nesting (nesting.nest's sweep) ---------------------------------------------------
@@ -939,6 +970,10 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__kineto_scan(void) {
     for (int i = 0; i < NARGS; i++) ARG_LENS[i] = ARG_KEYS[i] ? (Py_ssize_t)strlen(ARG_KEYS[i]) : -1;
+#if defined(__GLIBC__) || defined(__APPLE__)
+    c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    if (!c_locale) return PyErr_NoMemory();
+#endif
     if (PyType_Ready(&InternerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;

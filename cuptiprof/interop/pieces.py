@@ -17,6 +17,7 @@ the per-event code did.
 from __future__ import annotations
 
 import os
+from operator import attrgetter
 
 import numpy as np
 
@@ -57,23 +58,20 @@ class PyInterner:
     """Strings numbered in the order first seen (the native Interner's interface)."""
 
     def __init__(self):
-        self._d: dict = {}
+        self._d: dict = {None: -1}
         self.strings: list = []
 
     def ids(self, values: list) -> np.ndarray:
         d, lst = self._d, self.strings
         out = list(map(d.get, values))
-        if None in out:
-            for i, v in enumerate(values):
-                if out[i] is None:
-                    if v is None:
-                        out[i] = -1
-                        continue
-                    k = d.get(v)
-                    if k is None:
-                        k = d[v] = len(lst)
-                        lst.append(v)
-                    out[i] = k
+        if None in out:  # new strings: numbered in order of first appearance
+            for i in [i for i, x in enumerate(out) if x is None]:
+                v = values[i]
+                k = d.get(v)
+                if k is None:
+                    k = d[v] = len(lst)
+                    lst.append(v)
+                out[i] = k
         return np.array(out, np.int32)
 
     def find(self, value: str) -> int:
@@ -127,11 +125,19 @@ def scan(text, names, small, decode_meta) -> Piece | None:
 
 def _ints(values: list) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """int|None values -> int64 values, validity, and where a value is beyond int64."""
+    n = len(values)
+    nones = values.count(None)
+    if nones == n:
+        return np.zeros(n, np.int64), np.zeros(n, bool), None
+    if not nones:
+        try:
+            return np.array(values, np.int64), np.ones(n, bool), None
+        except OverflowError:
+            pass
+    o = np.array(values, object)
+    ok = np.not_equal(o, None).astype(bool)
     try:
-        v = np.array(values, np.int64)
-        return v, np.ones(len(v), bool), None
-    except TypeError:  # a None among them
-        pass
+        return np.where(ok, o, 0).astype(np.int64), ok, None
     except OverflowError:
         pass
     lo, hi = -(1 << 63), (1 << 63) - 1
@@ -141,36 +147,59 @@ def _ints(values: list) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     return v, np.array(ok, bool), (np.array(big, bool) if True in big else None)
 
 
+_KIND = {type(None): ID_NONE, int: ID_INT, str: ID_STR}
+
+
+def _id_column(vals: list, small) -> tuple[np.ndarray, np.ndarray]:
+    """pid / tid values (int, str or None) -> kinds and values (string ids for strings)."""
+    n = len(vals)
+    kind = np.fromiter(map(_KIND.__getitem__, map(type, vals)), np.int64, n)
+    strs = kind == ID_STR
+    if not strs.any() and not (kind == ID_NONE).any():
+        v, _, big = _ints(vals)
+    else:
+        v, _, big = _ints([x if k == ID_INT else None for x, k in zip(vals, kind.tolist())])
+        if strs.any():
+            v[strs] = ids(small, [x for x, k in zip(vals, strs.tolist()) if k])
+    if big is not None:
+        kind[big] = ID_BIG
+    return kind, v
+
+
+def _dims(dims: list) -> list[list]:
+    """grid / block lists -> three lists of int|None (x, y, z; None where absent)."""
+    k = len(dims) - dims.count(None)
+    if k == 0:
+        return [dims, dims, dims]  # all None
+    if k == len(dims) and all(len(g) == 3 for g in dims):
+        return [list(c) for c in zip(*dims)]
+    return [[g[j] if g is not None and len(g) > j else None for g in dims] for j in range(3)]
+
+
 def from_events(evs: list, names, small, doc) -> Piece:
     """msgspec's Ev structs -> the columns the native scanner makes."""
     n = len(evs)
     I = np.zeros((n, NI), np.int64)
     F = np.empty((n, 2), np.float64)
     overflow = False
+    col = lambda k: list(map(attrgetter(k), evs))  # noqa: E731
     I[:, C_IDX] = np.arange(n)
-    I[:, C_NAME] = ids(names, [e.name for e in evs])
-    I[:, C_CAT] = ids(small, [e.cat for e in evs])
-    I[:, C_PH] = ids(small, [e.ph or None for e in evs])  # "" (the default) -> -1
-    for kc, vc, vals in ((C_PIDK, C_PID, [e.pid for e in evs]), (C_TIDK, C_TID, [e.tid for e in evs])):
-        kind = np.array([ID_NONE if x is None else ID_STR if type(x) is str else ID_INT
-                         for x in vals], np.int64)
-        strs = kind == ID_STR
-        ints = [x if type(x) is int else None for x in vals]
-        v, ok, big = _ints(ints)
-        if big is not None:
-            kind[big] = ID_BIG
-        if strs.any():
-            v[strs] = ids(small, [x for x, s in zip(vals, strs.tolist()) if s])
-        I[:, kc], I[:, vc] = kind, v
-    F[:, 0] = np.array([e.ts for e in evs], np.float64) if n else 0
-    F[:, 1] = np.array([e.dur for e in evs], np.float64) if n else 0
-    args = [e.args for e in evs]
-    has = np.array([a is not None for a in args], bool)
+    I[:, C_NAME] = ids(names, col("name"))
+    I[:, C_CAT] = ids(small, col("cat"))
+    I[:, C_PH] = ids(small, [p or None for p in col("ph")])  # "" (the default) -> -1
+    I[:, C_PIDK], I[:, C_PID] = _id_column(col("pid"), small)
+    I[:, C_TIDK], I[:, C_TID] = _id_column(col("tid"), small)
+    if n:
+        F[:, 0] = np.array(col("ts"), np.float64)  # None -> NaN
+        F[:, 1] = np.array(col("dur"), np.float64)
+    args = col("args")
+    has = np.not_equal(np.array(args, object), None).astype(bool) if n else np.zeros(0, bool)
     I[:, C_HASARGS] = has
+    I[:, C_LABELS] = -1
     a = [x for x in args if x is not None]
     if a:
         rows = np.flatnonzero(has)
-        I[rows, C_LABELS] = ids(small, [x.labels for x in a])
+        I[rows, C_LABELS] = ids(small, list(map(attrgetter("labels"), a)))
         valid = np.zeros(len(a), np.int64)
 
         def put(j: int, values: list) -> None:
@@ -183,11 +212,9 @@ def from_events(evs: list, names, small, doc) -> Piece:
                 valid |= big.astype(np.int64) << (OVER + j)
 
         for k in _SCALAR_ARGS:
-            put(A[k], [getattr(x, k) for x in a])
+            put(A[k], list(map(attrgetter(k), a)))
         for k in ("grid", "block"):
-            dims = [getattr(x, k) for x in a]
-            for j in range(3):
-                put(A[f"{k}{j}"], [g[j] if g is not None and len(g) > j else None for g in dims])
+            for j, values in enumerate(_dims(list(map(attrgetter(k), a)))):
+                put(A[f"{k}{j}"], values)
         I[rows, C_VALID] = valid
-    I[~has, C_LABELS] = -1
     return Piece(I, F, n, doc.traceEvents is not None, doc, overflow)
