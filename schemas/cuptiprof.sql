@@ -78,7 +78,7 @@ CREATE TABLE devices (
 
 -- Interned strings. `demangled` is filled for C++ kernel names (NULL when the name is not mangled).
 CREATE TABLE strings (
-    string_id INTEGER,   -- referenced by *_rows.name_id
+    string_id INTEGER,   -- referenced by *_rows.name_id and launch_configs.name_id
     value     VARCHAR,   -- the string as recorded (mangled kernel name, API name, range name)
     demangled VARCHAR    -- readable form of a mangled C++ name; NULL when not applicable
 );
@@ -86,9 +86,10 @@ CREATE TABLE strings (
 -- One row per kernel execution (CUPTI CONCURRENT_KERNEL, or an imported kernel event).
 -- Kernel rows are the bulk of a file, so every column that repeats a handful of combinations is
 -- interned and the row keeps one id: where it ran (run, process, device, context, stream) in
--- `lanes`, the launch configuration (grid, block, registers, shared memory, graph node) in
--- `launch_configs`, the name in `strings`. Writers pass the plain columns; fewer stored columns
--- make bulk ingest faster. Use the `kernels` view, which joins them back.
+-- `lanes`; what ran, the kernel name with its launch configuration (grid, block, registers,
+-- shared memory, graph node), in `launch_configs` (the name itself in `strings`). Writers pass
+-- the plain columns; fewer stored columns make bulk ingest faster. Use the `kernels` view, which
+-- joins them back.
 CREATE TABLE kernel_rows (
     lane_id         INTEGER,   -- lanes.lane_id: run, process, device, context and stream it ran on
     correlation_id  BIGINT,    -- CUPTI correlation id of the launching API call (cudaGraphLaunch for graph replays)
@@ -97,8 +98,7 @@ CREATE TABLE kernel_rows (
     step            INTEGER,   -- recorded step index, NULL when no step claims it
     range_id        BIGINT,    -- innermost range (ranges.range_id) open on the launching thread
     op_id           BIGINT,    -- framework op (ranges with kind 'op') that launched it, where known
-    name_id         INTEGER,   -- strings.string_id of the kernel name as recorded
-    config_id       INTEGER    -- launch_configs.config_id of its launch configuration (NULL when none was recorded)
+    config_id       INTEGER    -- launch_configs.config_id: its kernel name and launch configuration (NULL when neither was recorded)
 );
 
 -- Distinct places kernels ran: one row per (run, process, device, context, stream) combination,
@@ -112,9 +112,11 @@ CREATE TABLE lanes (
     stream_id       INTEGER    -- CUDA stream id
 );
 
--- Distinct launch configurations of kernel_rows (one row per combination, interned by the writer).
+-- Distinct kernels of kernel_rows: one row per combination of kernel name and launch
+-- configuration, interned by the writer.
 CREATE TABLE launch_configs (
     config_id       INTEGER,   -- referenced by kernel_rows.config_id
+    name_id         INTEGER,   -- strings.string_id of the kernel name as recorded
     grid_x          INTEGER,            -- grid dimension x (blocks)
     grid_y          INTEGER,            -- grid dimension y
     grid_z          INTEGER,            -- grid dimension z
@@ -285,10 +287,10 @@ SELECT l.run_id, l.pid, l.device_id, l.context_id, l.stream_id, k.correlation_id
        s.value AS name,                                -- kernel name as recorded (mangled for C++)
        coalesce(s.demangled, s.value) AS demangled,    -- readable name
        c.grid_x, c.grid_y, c.grid_z, c.block_x, c.block_y, c.block_z,
-       c.registers, c.static_smem, c.dynamic_smem, c.graph_id, c.graph_node_id, k.name_id
+       c.registers, c.static_smem, c.dynamic_smem, c.graph_id, c.graph_node_id, c.name_id
 FROM kernel_rows k JOIN lanes l ON l.lane_id = k.lane_id
-LEFT JOIN strings s ON s.string_id = k.name_id
-LEFT JOIN launch_configs c ON c.config_id = k.config_id;
+LEFT JOIN launch_configs c ON c.config_id = k.config_id
+LEFT JOIN strings s ON s.string_id = c.name_id;
 
 CREATE VIEW api_calls AS
 SELECT a.run_id, a.pid, a.thread_id, a.api_kind, a.cbid, s.value AS name, a.correlation_id,

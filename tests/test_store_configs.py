@@ -13,6 +13,7 @@ from cuptiprof.store.writer import Writer, distinct_rows
 from _run_helpers import q as rows
 
 CFG_COLS = ", ".join(LAUNCH_CONFIG)
+KERNEL_COLS = "name_id, " + CFG_COLS  # what launch_configs holds per row
 
 def kernels(n: int, seed: int = 0, graph: bool = False) -> dict:
     rng = np.random.default_rng(seed)
@@ -32,10 +33,16 @@ def kernels(n: int, seed: int = 0, graph: bool = False) -> dict:
 
 
 def expected(cols: dict) -> list[tuple]:
-    """(start_ns, every config column) per row, as the kernels view must return them."""
+    """(start_ns, name, every config column) per row, as the kernels view must return them."""
     n = len(cols["start_ns"])
     vals = [cols[c].to_pylist() if c in cols else [None] * n for c in LAUNCH_CONFIG]
-    return sorted(zip(cols["start_ns"].to_pylist(), *vals))
+    return sorted(zip(cols["start_ns"].to_pylist(), cols["name"].to_pylist(), *vals),
+                  key=lambda r: tuple((v is None, v or 0) for v in r))
+
+
+def distinct_kernels(*batches: dict) -> int:
+    """Distinct (name, launch configuration) combinations of the given batches."""
+    return len({r[1:] for b in batches for r in expected(b)})
 
 
 def test_kernels_view_returns_what_was_given_and_configs_are_stored_once(tmp_path):
@@ -45,25 +52,30 @@ def test_kernels_view_returns_what_was_given_and_configs_are_stored_once(tmp_pat
     with Writer(path) as w:
         w.append({"kernels": a})
         w.append({"kernels": b})
-    got = rows(path, f"SELECT start_ns, {CFG_COLS} FROM kernels ORDER BY start_ns")
-    assert got == sorted(expected(a) + expected(b))
-    # 5 combinations without graph, 5 more with graph ids; none repeated.
-    assert rows(path, "SELECT count(*), count(DISTINCT config_id) FROM launch_configs") == [(10, 10)]
+    got = rows(path, f"SELECT start_ns, name, {CFG_COLS} FROM kernels ORDER BY start_ns")
+    assert got == expected(a) + expected(b)
+    # Each (name, configuration) once: 3 names x 5 configurations, without and with graph ids.
+    n = distinct_kernels(a, b)
+    assert 20 <= n <= 30
+    assert rows(path, f"SELECT count(*), count(DISTINCT config_id), count(DISTINCT ({KERNEL_COLS})) "
+                      "FROM launch_configs") == [(n, n, n)]
     assert rows(path, "SELECT count(*) FROM kernel_rows WHERE config_id IS NULL") == [(0,)]
     cols = {c for (c,) in rows(path, "SELECT column_name FROM information_schema.columns "
                                       "WHERE table_name = 'kernel_rows'")}
-    assert "config_id" in cols and not cols & set(LAUNCH_CONFIG)
+    assert "config_id" in cols and not cols & (set(LAUNCH_CONFIG) | {"name_id"})
 
 
-def test_no_config_given_or_all_null_leaves_config_id_null(tmp_path):
+def test_no_config_given_or_all_null_keeps_the_name_and_nothing_leaves_config_id_null(tmp_path):
     path = tmp_path / "a.duckdb"
     with Writer(path) as w:
         w.append({"kernels": {"start_ns": [1, 2], "end_ns": [3, 4], "name": ["a", "b"]}})
         w.append({"kernels": {"start_ns": [5], "end_ns": [6], "name": ["a"],
                               "grid_x": pa.array([None], pa.int32())}})
-    assert rows(path, "SELECT count(*) FROM kernel_rows WHERE config_id IS NULL") == [(3,)]
-    assert rows(path, "SELECT count(*) FROM launch_configs") == [(0,)]
-    assert rows(path, "SELECT grid_x, block_x FROM kernels") == [(None, None)] * 3
+        w.append({"kernels": {"start_ns": [7], "end_ns": [8], "name": pa.array([None], pa.string())}})
+    assert rows(path, "SELECT count(*) FROM kernel_rows WHERE config_id IS NULL") == [(1,)]
+    assert rows(path, "SELECT count(*) FROM launch_configs") == [(2,)]  # names a and b only
+    assert rows(path, "SELECT start_ns, name, grid_x, block_x FROM kernels ORDER BY start_ns") == \
+        [(1, "a", None, None), (2, "b", None, None), (5, "a", None, None), (7, None, None, None)]
 
 
 def test_append_mode_reuses_ids_and_a_failed_batch_leaves_no_config(tmp_path):
@@ -81,11 +93,12 @@ def test_append_mode_reuses_ids_and_a_failed_batch_leaves_no_config(tmp_path):
     with Writer(path, mode="append") as w:
         w.append({"kernels": cols})
     n_cfg = rows(path, "SELECT count(*) FROM launch_configs")[0][0]
-    assert n_cfg == 5 + rows(path, "SELECT count(DISTINCT config_id) FROM kernel_rows k "
-                                    "JOIN launch_configs USING (config_id) WHERE grid_z = 9")[0][0]
-    assert rows(path, f"SELECT count(*) FROM (SELECT DISTINCT {CFG_COLS} FROM launch_configs)") == [(n_cfg,)]
+    assert n_cfg == distinct_kernels(cols) + rows(
+        path, "SELECT count(DISTINCT config_id) FROM kernel_rows k "
+              "JOIN launch_configs USING (config_id) WHERE grid_z = 9")[0][0]
+    assert rows(path, f"SELECT count(*) FROM (SELECT DISTINCT {KERNEL_COLS} FROM launch_configs)") == [(n_cfg,)]
     assert rows(path, "SELECT count(*) FROM kernels WHERE grid_z = 9") == [(10,)]
-    by_run = rows(path, f"SELECT run_id, start_ns, {CFG_COLS} FROM kernels WHERE grid_z IS NULL "
+    by_run = rows(path, f"SELECT run_id, start_ns, name, {CFG_COLS} FROM kernels WHERE grid_z IS NULL "
                         "ORDER BY run_id, start_ns")
     assert [r[1:] for r in by_run if r[0] == 1] == [r[1:] for r in by_run if r[0] == 2] == expected(cols)
 
@@ -100,10 +113,12 @@ def test_merge_maps_config_ids_by_value(tmp_path):
         w.append({"kernels": kb})
         w.append({"kernels": ka})
     out = merge_files([a, b], tmp_path / "m.duckdb")
-    got = rows(out, f"SELECT run_id, start_ns, {CFG_COLS} FROM kernels ORDER BY ALL")
-    want = [(1,) + r for r in expected(ka)] + sorted((2,) + r for r in expected(ka) + expected(kb))
-    assert got == sorted(want)
-    assert rows(out, f"SELECT count(*), count(DISTINCT ({CFG_COLS})) FROM launch_configs") == [(10, 10)]
+    got = rows(out, f"SELECT run_id, start_ns, name, {CFG_COLS} FROM kernels")
+    want = [(1,) + r for r in expected(ka)] + [(2,) + r for r in expected(ka) + expected(kb)]
+    key = lambda r: tuple((v is None, v or 0) for v in r)  # noqa: E731
+    assert sorted(got, key=key) == sorted(want, key=key)
+    n = distinct_kernels(ka, kb)
+    assert rows(out, f"SELECT count(*), count(DISTINCT ({KERNEL_COLS})) FROM launch_configs") == [(n, n)]
 
 
 LANE_COLS = "run_id, pid, device_id, context_id, stream_id"

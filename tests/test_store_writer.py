@@ -76,7 +76,7 @@ def test_names_are_interned_once(tmp_path):
                                  "start_ns": [0], "end_ns": [1]}})
     assert rows(path, "SELECT count(*), count(DISTINCT value) FROM strings") == [(52, 52)]
     assert rows(path, "SELECT count(*) FROM kernels WHERE name IS NULL") == [(0,)]
-    assert rows(path, "SELECT count(DISTINCT name_id) FROM kernel_rows") == [(50,)]
+    assert rows(path, "SELECT count(DISTINCT name_id) FROM kernels") == [(50,)]
     assert rows(path, "SELECT DISTINCT name FROM api_calls") == [("cudaLaunchKernel",)]
     # Appending to the file later reuses the ids already there.
     with Writer(path, mode="append") as w:

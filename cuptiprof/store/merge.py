@@ -218,18 +218,23 @@ class _Merger:
                     "FROM src.strings s JOIN main.strings d ON d.value IS NOT DISTINCT FROM s.value")
         src_tables = {t for (t,) in con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name='src'").fetchall()}
-        # Launch configurations: likewise by value (every column, NULL equal to NULL).
+        # Kernels (name and launch configuration): likewise by value (every column, NULL equal to
+        # NULL), the name by its new string id.
         has_configs = "launch_configs" in src_tables
         if has_configs:
-            cfg = ", ".join(LAUNCH_CONFIG)
-            same = " AND ".join(f"d.{c} IS NOT DISTINCT FROM s.{c}" for c in LAUNCH_CONFIG)
+            cols = ("name_id",) + LAUNCH_CONFIG
+            cfg = ", ".join(cols)
+            same = " AND ".join(f"d.{c} IS NOT DISTINCT FROM s.{c}" for c in cols)
+            con.execute(f"CREATE OR REPLACE TEMP TABLE sconfigs AS SELECT x.config_id, "
+                        f"(SELECT sm.new FROM smap sm WHERE sm.old = x.name_id) AS name_id, "
+                        f"{', '.join('x.' + c for c in LAUNCH_CONFIG)} FROM src.launch_configs x")
             base = con.execute("SELECT coalesce(max(config_id), 0) FROM launch_configs").fetchone()[0]
             con.execute(
                 f"INSERT INTO launch_configs SELECT ? + row_number() OVER (ORDER BY {cfg}), {cfg} "
-                f"FROM (SELECT DISTINCT {cfg} FROM src.launch_configs s WHERE NOT EXISTS "
+                f"FROM (SELECT DISTINCT {cfg} FROM sconfigs s WHERE NOT EXISTS "
                 f"      (SELECT 1 FROM main.launch_configs d WHERE {same}))", [base])
             con.execute(f"CREATE OR REPLACE TEMP TABLE cmap AS SELECT s.config_id AS old, "
-                        f"d.config_id AS new FROM src.launch_configs s JOIN main.launch_configs d ON {same}")
+                        f"d.config_id AS new FROM sconfigs s JOIN main.launch_configs d ON {same}")
         # Lanes: the source's lanes with their new run ids, added by value, then old -> new id.
         lane = ", ".join(LANE)
         same = " AND ".join(f"d.{c} IS NOT DISTINCT FROM s.{c}" for c in LANE)

@@ -7,12 +7,13 @@ from importlib import resources
 
 # Tables that hold interned strings: column given by the caller -> id column stored.
 INTERNED = {
-    "kernel_rows": {"name": "name_id"},
+    "kernel_rows": {"name": "name_id"},   # then interned with the launch configuration
     "api_call_rows": {"name": "name_id"},
     "range_rows": {"name": "name_id"},
 }
-# Launch-configuration columns a writer is given with kernels and interns into launch_configs;
-# kernel_rows keeps only their config_id (the `kernels` view joins them back).
+# Launch-configuration columns a writer is given with kernels and interns, with the kernel's
+# name id, into launch_configs; kernel_rows keeps only their config_id (the `kernels` view joins
+# them back).
 LAUNCH_CONFIG = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers",
                  "static_smem", "dynamic_smem", "graph_id", "graph_node_id")
 # Where a kernel ran: the columns a writer is given with kernels (run_id and pid filled in by the

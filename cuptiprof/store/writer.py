@@ -189,7 +189,7 @@ class Writer:
                              "WHERE table_schema='main' AND table_type='BASE TABLE'").fetchall()}
         # Kernel batches carry the launch-configuration and lane columns; the writer interns them.
         self._accepted = dict(self._columns)
-        self._accepted["kernel_rows"] = self._columns["kernel_rows"] | set(LAUNCH_CONFIG) | set(LANE)
+        self._accepted["kernel_rows"] = self._columns["kernel_rows"] | set(_KERNEL) | set(LANE)
         self._busy = BusySummary()
         row = self._con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()
         self.run_id = int(row[0])
@@ -299,7 +299,8 @@ class Writer:
             tbl = tbl.append_column("pid", _int_array(np.full(n, self.pid, np.int32)))
         if storage != "kernel_rows":
             return tbl, (work_part(tbl) if storage in _WORK_TABLES else None)
-        # Kernel rows: where they ran and how they were launched become one id each.
+        # Kernel rows: where they ran, and what ran (name and launch configuration), become one
+        # id each.
         lane = tbl.select([c for c in LANE if c in names])
         consts = {"run_id": self.run_id, **({} if "pid" in names else {"pid": self.pid})}
         codes, k = distinct_rows(lane)
@@ -307,7 +308,7 @@ class Writer:
         busy = work_part(tbl, _kernel_groups(values, codes, tbl.column("step") if "step" in names
                                              else None))
         tbl = tbl.drop_columns(lane.column_names).append_column("lane_id", ids)
-        given = [c for c in LAUNCH_CONFIG if c in names]
+        given = [c for c in _KERNEL if c in tbl.column_names]
         if given:
             cfg = tbl.select(given)
             ids, _ = self._intern_combos("launch_configs", cfg, {}, new_combos["launch_configs"],
@@ -489,7 +490,8 @@ def _int_array(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
 
 _WORK_TABLES = ("kernel_rows", "memcpys", "memsets")  # GPU work: what busy time is made of
 # Interned combinations: table, id column, value columns.
-_COMBOS = (("launch_configs", "config_id", LAUNCH_CONFIG), ("lanes", "lane_id", LANE))
+_KERNEL = ("name_id",) + LAUNCH_CONFIG  # what ran: interned into launch_configs
+_COMBOS = (("launch_configs", "config_id", _KERNEL), ("lanes", "lane_id", LANE))
 _COMBO_COLUMNS = {t: cols for t, _, cols in _COMBOS}
 
 
