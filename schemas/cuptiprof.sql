@@ -96,8 +96,8 @@ CREATE TABLE kernel_rows (
     start_ns        BIGINT,             -- start, nanoseconds on the record clock
     end_ns          BIGINT,             -- end, nanoseconds on the record clock
     step            INTEGER,   -- recorded step index, NULL when no step claims it
-    range_id        BIGINT,    -- innermost range (ranges.range_id) open on the launching thread
-    op_id           BIGINT,    -- framework op (ranges with kind 'op') that launched it, where known
+    range_id        BIGINT,    -- innermost range (ranges.range_id) open on the launching thread; 0: none (range ids start at 1; a NULL column costs more to write, the view gives NULL)
+    op_id           BIGINT,    -- framework op (ranges with kind 'op') that launched it, where known; 0: none (as range_id)
     config_id       INTEGER    -- launch_configs.config_id: its kernel name and launch configuration (NULL when neither was recorded)
 );
 
@@ -283,7 +283,7 @@ CREATE TABLE step_busy_runs (
 
 CREATE VIEW kernels AS
 SELECT l.run_id, l.pid, l.device_id, l.context_id, l.stream_id, k.correlation_id,
-       k.start_ns, k.end_ns, k.step, k.range_id, k.op_id,
+       k.start_ns, k.end_ns, k.step, nullif(k.range_id, 0) AS range_id, nullif(k.op_id, 0) AS op_id,
        s.value AS name,                                -- kernel name as recorded (mangled for C++)
        coalesce(s.demangled, s.value) AS demangled,    -- readable name
        c.grid_x, c.grid_y, c.grid_z, c.block_x, c.block_y, c.block_z,

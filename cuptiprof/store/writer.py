@@ -308,6 +308,12 @@ class Writer:
         busy = work_part(tbl, _kernel_groups(values, codes, tbl.column("step") if "step" in names
                                              else None))
         tbl = tbl.drop_columns(lane.column_names).append_column("lane_id", ids)
+        for c in _ZERO_IS_NONE:  # stored as 0 when there is none (see the schema)
+            if c not in names:
+                tbl = tbl.append_column(c, _int_array(np.zeros(n, np.int64)))
+            elif tbl.column(c).null_count:
+                i = tbl.column_names.index(c)
+                tbl = tbl.set_column(i, c, pc.fill_null(pc.cast(tbl.column(c), pa.int64()), 0))
         given = [c for c in _KERNEL if c in tbl.column_names]
         if given:
             cfg = tbl.select(given)
@@ -491,6 +497,7 @@ def _int_array(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
 _WORK_TABLES = ("kernel_rows", "memcpys", "memsets")  # GPU work: what busy time is made of
 # Interned combinations: table, id column, value columns.
 _KERNEL = ("name_id",) + LAUNCH_CONFIG  # what ran: interned into launch_configs
+_ZERO_IS_NONE = ("range_id", "op_id")    # kernel_rows ids stored as 0 (not NULL) when absent
 _COMBOS = (("launch_configs", "config_id", _KERNEL), ("lanes", "lane_id", LANE))
 _COMBO_COLUMNS = {t: cols for t, _, cols in _COMBOS}
 
