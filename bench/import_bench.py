@@ -5,7 +5,10 @@ subprocess; time is the work inside it (after imports; wall clock, and CPU secon
 its threads), memory its peak RSS (VmHWM). Each round runs every approach back to back, so a
 speed-up compares runs under the same load; the table shows medians over the rounds.
 
-    python bench/import_bench.py [TRACE.json.gz ...] [--big N] [--repeat 3]
+    python bench/import_bench.py [TRACE.json.gz ...] [--big N] [--repeat 3] [--msgspec]
+
+--msgspec also runs cuptiprof with CUPTIPROF_NATIVE=0 (msgspec decoding, as without a C
+compiler).
 
 --big N also builds (in a temp dir) a trace N times the largest one, events repeated with
 shifted timestamps, to show memory on traces larger than the interpreter's own footprint.
@@ -50,6 +53,7 @@ t1 = time.perf_counter(); c1 = cpu()
 out = os.path.join(tempfile.mkdtemp(), "o.duckdb")
 res = import_traces([sys.argv[1]], out)
 t2 = time.perf_counter()
+print("pandas_imported", "pandas" in sys.modules)
 print(t2 - t1, cpu() - c1, t1 - t0, peak())
 """,
     "json_script": PEAK + """
@@ -80,14 +84,18 @@ print(t2 - t1, cpu() - c1, t1 - t0, peak())
 }
 
 
+RUNNERS["cuptiprof_msgspec"] = RUNNERS["cuptiprof"]  # the same, with CUPTIPROF_NATIVE=0
+ENV = {"cuptiprof_msgspec": {"CUPTIPROF_NATIVE": "0"}}
+
+
 def measure(name: str, trace: Path) -> dict:
     r = subprocess.run([sys.executable, "-c", RUNNERS[name], str(trace)], capture_output=True,
-                       text=True, timeout=1800)
+                       text=True, timeout=1800, env={**os.environ, **ENV.get(name, {})})
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["failed"])[-1][:200]}
     work, cpu, imports, rss_kb = r.stdout.split()[-4:]
     return {"work_s": float(work), "cpu_s": float(cpu), "import_s": float(imports),
-            "peak_mb": int(rss_kb) / 1024}
+            "peak_mb": int(rss_kb) / 1024, "pandas": "pandas_imported True" in r.stdout}
 
 
 def info(trace: Path) -> tuple[int, int]:
@@ -123,12 +131,15 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3,
                     help="rounds; each round runs every approach back to back (medians are shown)")
     ap.add_argument("--no-hta", action="store_true", help="leave Holistic Trace Analysis out")
+    ap.add_argument("--msgspec", action="store_true",
+                    help="also run cuptiprof with CUPTIPROF_NATIVE=0 (no native scanner)")
     args = ap.parse_args()
     traces = [Path(t) for t in args.traces] or [SHARED / t for t in DEFAULT]
     tmp = tempfile.mkdtemp()
     if args.big:
         traces.append(make_big(traces[0], args.big, Path(tmp) / f"big{args.big}x.json.gz"))
-    names = [n for n in RUNNERS if not (args.no_hta and n == "hta")]
+    names = [n for n in RUNNERS if not (args.no_hta and n == "hta")
+             and not (n == "cuptiprof_msgspec" and not args.msgspec)]
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}, "
           f"load average {os.getloadavg()[0]:.1f}, median of {args.repeat} rounds")
@@ -146,12 +157,15 @@ def main() -> int:
             if bad:
                 print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | failed: {bad['error']} | | | | |")
                 continue
-            med = {k: statistics.median(m[k] for m in ms) for k in ms[0]}
+            med = {k: statistics.median(m[k] for m in ms) for k in ms[0] if k != "pandas"}
             sp = ""
             if name != "cuptiprof" and None not in ours:
                 sp = f"{statistics.median(m['work_s'] / o for m, o in zip(ms, ours)):.2f}x"
             print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | {med['work_s']:.2f} | "
                   f"{med['cpu_s']:.2f} | {med['import_s']:.2f} | {med['peak_mb']:.0f} | {sp} |")
+        if any(m.get("pandas") for m in rounds["cuptiprof"]):
+            print(f"| {t.name} | | | (cuptiprof's work above includes importing pandas, "
+                  "which pyarrow does on its first Array.to_numpy in the writer) | | | | | |")
         sys.stdout.flush()
     print(f"# load average at the end {os.getloadavg()[0]:.1f}")
     return 0
