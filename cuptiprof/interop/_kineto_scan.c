@@ -256,7 +256,7 @@ typedef struct {
     const unsigned char *p, *end, *base;
     Interner *names, *small;
     int64_t *I; double *F;
-    Py_ssize_t kept, cap;
+    Py_ssize_t kept, cap, hint;    /* hint: first capacity, from the text's size */
     char *sbuf; Py_ssize_t scap;   /* unescaped string */
     int nomem;                      /* out of memory: raise MemoryError, not a decline */
     struct meta { const char *k; Py_ssize_t n, vs, ve; } *meta;
@@ -690,7 +690,7 @@ static int read_id(S *s, int64_t *kind, int64_t *val) {
 }
 
 static int grow(S *s) {
-    Py_ssize_t nc = s->cap ? s->cap * 2 : 4096;
+    Py_ssize_t nc = s->cap ? s->cap * 2 : s->hint;
     int64_t *I = realloc(s->I, nc * NI * sizeof(int64_t));
     if (!I) { s->nomem = 1; return DECLINE; }
     s->I = I;
@@ -853,6 +853,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     s.end = s.p + view.len;
     s.names = (Interner *)names;
     s.small = (Interner *)small;
+    /* Kineto events take 150-400 bytes of text: room for most pieces without growing (pages
+     * are only touched as rows are written) */
+    s.hint = view.len / 160 > 4096 ? view.len / 160 : 4096;
     int64_t events = 0;
     int has_events = 0, r;
     PyObject *result = NULL, *meta = NULL, *ib = NULL, *fb = NULL;
