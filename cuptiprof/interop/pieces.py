@@ -65,13 +65,11 @@ class PyInterner:
         d, lst = self._d, self.strings
         out = list(map(d.get, values))
         if None in out:  # new strings: numbered in order of first appearance
-            for i in [i for i, x in enumerate(out) if x is None]:
-                v = values[i]
-                k = d.get(v)
-                if k is None:
-                    k = d[v] = len(lst)
+            for v in dict.fromkeys(values):
+                if v not in d:
+                    d[v] = len(lst)
                     lst.append(v)
-                out[i] = k
+            out = list(map(d.__getitem__, values))
         return np.array(out, np.int32)
 
     def find(self, value: str) -> int:
@@ -158,9 +156,11 @@ def _id_column(vals: list, small) -> tuple[np.ndarray, np.ndarray]:
     if not strs.any() and not (kind == ID_NONE).any():
         v, _, big = _ints(vals)
     else:
-        v, _, big = _ints([x if k == ID_INT else None for x, k in zip(vals, kind.tolist())])
+        o = np.array(vals, object)
+        o[kind != ID_INT] = None
+        v, _, big = _ints(o.tolist())
         if strs.any():
-            v[strs] = ids(small, [x for x, k in zip(vals, strs.tolist()) if k])
+            v[strs] = ids(small, np.array(vals, object)[strs].tolist())
     if big is not None:
         kind[big] = ID_BIG
     return kind, v
@@ -198,7 +198,12 @@ def from_events(evs: list, names, small, doc) -> Piece:
     I[:, C_LABELS] = -1
     a = [x for x in args if x is not None]
     if a:
-        rows = np.flatnonzero(has)
+        # most args (a CPU op's "External id" and the like) hold none of the fields kept: only
+        # the others go through the per-field passes below
+        kept = np.fromiter(map(type(a[0])().__ne__, a), bool, len(a))
+        rows = np.flatnonzero(has)[kept]
+        a = [x for x, k in zip(a, kept.tolist()) if k]
+    if a:
         I[rows, C_LABELS] = ids(small, list(map(attrgetter("labels"), a)))
         valid = np.zeros(len(a), np.int64)
 
