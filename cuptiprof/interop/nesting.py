@@ -6,14 +6,9 @@ answers both, the way the CUPTI collector decides it at collection time.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-try:  # the sweep in C when the native scanner is built (CUPTIPROF_NATIVE=0: Python)
-    from cuptiprof.interop._kineto_scan import sweep as _sweep_c
-except ImportError:
-    _sweep_c = None
+from cuptiprof.interop import pieces
 
 
 def nest(r_key, r_start, r_end, r_is_op, c_key, c_start, c_end):
@@ -30,9 +25,9 @@ def nest(r_key, r_start, r_end, r_is_op, c_key, c_start, c_end):
     # thread, then start; at equal starts ranges before calls, longer ranges first.
     order = np.lexsort((-ends, typ, starts, keys))
     is_op = np.ascontiguousarray(r_is_op, np.int8)
-    if _sweep_c is not None and os.environ.get("CUPTIPROF_NATIVE", "1").strip() != "0":
-        parent, depth, c_range, c_op = _sweep_c(order.astype(np.int64), keys, starts, ends,
-                                                is_op, n)
+    if pieces.native_enabled():  # the sweep in C (the native module is built and not off)
+        parent, depth, c_range, c_op = pieces.native().sweep(order.astype(np.int64), keys,
+                                                             starts, ends, is_op, n)
         return (np.frombuffer(parent, np.int64), np.frombuffer(depth, np.int32),
                 np.frombuffer(c_range, np.int64), np.frombuffer(c_op, np.int64))
     return _sweep(order.tolist(), keys.tolist(), starts.tolist(), ends.tolist(),

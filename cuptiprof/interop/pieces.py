@@ -49,6 +49,11 @@ def native_available() -> bool:
     return _native is not None
 
 
+def native():
+    """The native module (_kineto_scan), or None when it was not built."""
+    return _native
+
+
 def native_enabled() -> bool:
     """The native scanner is built and not turned off with CUPTIPROF_NATIVE=0."""
     return _native is not None and os.environ.get("CUPTIPROF_NATIVE", "1").strip() != "0"
