@@ -353,9 +353,7 @@ class Writer:
         combinations (`distinct_rows(given)`), so only k combinations go through Python. A
         combination that is all NULL gets a NULL id. Also returns each column's k values."""
         cols = _COMBO_COLUMNS[table]
-        rep = np.empty(k, np.int64)
-        rep[codes] = np.arange(len(codes))  # one row of each combination
-        reps = given.take(_int_array(rep))
+        reps = given.take(_int_array(_one_row_each(codes, k)))
         values = [reps.column(c).to_pylist() if c in given.column_names
                   else [consts.get(c)] * k for c in cols]
         ids = np.empty(k, np.int32)
@@ -502,6 +500,17 @@ _COMBOS = (("launch_configs", "config_id", _KERNEL), ("lanes", "lane_id", LANE))
 _COMBO_COLUMNS = {t: cols for t, _, cols in _COMBOS}
 
 
+def _one_row_each(codes: np.ndarray, k: int) -> np.ndarray:
+    """A row index for each code 0..k-1 (every code occurs). The first rows usually hold them
+    all; the whole array is scanned only when they do not."""
+    rep = np.full(k, -1, np.int64)
+    head = min(len(codes), max(4096, 64 * k))
+    rep[codes[:head]] = np.arange(head)
+    if (rep < 0).any():
+        rep[codes] = np.arange(len(codes))
+    return rep
+
+
 def _kernel_groups(lanes: dict[str, list], codes: np.ndarray, step) -> tuple[list[tuple], np.ndarray]:
     """Busy-time groups (pid, device_id, step) of kernel rows, from their lane codes (`lanes`:
     each lane column's values per code) and their step column: a few numpy passes, no search
@@ -510,21 +519,21 @@ def _kernel_groups(lanes: dict[str, list], codes: np.ndarray, step) -> tuple[lis
     lane_pd = np.array([pd_index.setdefault(pd, len(pd_index))
                         for pd in zip(lanes["pid"], lanes["device_id"])], np.int64)
     pds = list(pd_index)
-    key = lane_pd[codes] if len(pds) > 1 else np.zeros(len(codes), np.int64)
     if step is None or step.null_count == len(step):
-        return [(*pd, None) for pd in pds], key
+        return [(*pd, None) for pd in pds], (lane_pd[codes] if len(pds) > 1
+                                             else np.zeros(len(codes), np.int64))
     st = step.combine_chunks() if isinstance(step, pa.ChunkedArray) else step
     if st.type != pa.int32():
         st = pc.cast(st, pa.int32())
     mm = pc.min_max(st)
     lo, hi = mm["min"].as_py(), mm["max"].as_py()
     span = hi - lo + 2  # code hi - lo + 1: NULL
-    sc = _values(st).astype(np.int64)
-    sc -= lo
+    dt = np.dtype(np.int32 if len(pds) * span < _I32 else np.int64)
+    key = np.subtract(_values(st), _wrap(lo, dt), dtype=dt, casting="unsafe")
     if st.null_count:
-        sc[~st.is_valid().to_numpy(zero_copy_only=False)] = hi - lo + 1
-    key *= span
-    key += sc
+        key[~st.is_valid().to_numpy(zero_copy_only=False)] = hi - lo + 1
+    if len(pds) > 1:
+        key += np.multiply(lane_pd[codes], span, dtype=dt, casting="unsafe")
     gcodes, _, kf = _dense(key, len(pds) * span, distinct=True)
     keys = [(*pds[pk], None if sk == hi - lo + 1 else lo + sk)
             for pk, sk in zip((kf // span).tolist(), (kf % span).tolist())]
@@ -538,16 +547,16 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
     value of its own.
 
     Each varying column becomes small non-negative integers (value - min, or dictionary codes
-    when its range is wide) and the columns combine into one int64 mixed-radix key, which is
-    exact; the key is then renumbered through a lookup table (small key spaces) or a hash.
-    Two numpy passes per varying column (the minima are subtracted once, at the end: int64
-    arithmetic wraps, so the result is exact whenever the final key fits); constant and
-    all-NULL columns cost nothing.
+    when its range is wide) and the columns combine into one mixed-radix key, which is exact;
+    the key is then renumbered through a lookup table (small key spaces) or a hash. Two numpy
+    passes per varying column: the minima are subtracted once, at the end (integer arithmetic
+    wraps, so the result is exact whenever the final key fits), and the key stays int32 while
+    it fits (half the memory traffic). Constant and all-NULL columns cost nothing.
     """
     n = tbl.num_rows
     key: np.ndarray | None = None
     radix = 1
-    offset = 0  # sum of min * radix over the columns added so far
+    offset = 0  # sum of min * radix over the columns added after the first
     for col in tbl.columns:
         a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
         if not pa.types.is_integer(a.type):
@@ -571,21 +580,33 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
             if key is not None and radix * span >= _KEY_MAX:  # renumber the key so far first
                 codes, radix = _dense(_wrap_sub(key, offset), radix)
                 key, offset = codes.astype(np.int64), 0
+        if key is not None and key.dtype == np.int32 and radix * span >= _I32:
+            key, offset = _wrap_sub(key, offset).astype(np.int64), 0  # wider from here on
         if key is None:
-            key = v.astype(np.int64)
+            dt = np.dtype(np.int32 if span < _I32 else np.int64)
+            key = np.subtract(v, _wrap(base, dt), dtype=dt, casting="unsafe")
         else:
-            key += np.multiply(v, radix, dtype=np.int64, casting="unsafe")
-        offset += base * radix
+            key += np.multiply(v, radix, dtype=key.dtype, casting="unsafe")
+            offset += base * radix
         radix *= span
     if key is None:
         return np.zeros(n, np.int32), 1
     return _dense(_wrap_sub(key, offset), radix)
 
 
+_I32 = 1 << 31
+
+
+def _wrap(x: int, dtype: np.dtype):
+    """x as a value of the integer dtype, wrapped around (two's complement)."""
+    bits = dtype.itemsize * 8
+    return dtype.type(((x + (1 << (bits - 1))) % (1 << bits)) - (1 << (bits - 1)))
+
+
 def _wrap_sub(key: np.ndarray, offset: int) -> np.ndarray:
-    """key - offset in wrapping int64 arithmetic (in place)."""
+    """key - offset in wrapping arithmetic of key's dtype (in place)."""
     if offset:
-        key -= np.int64(((offset + (1 << 63)) % (1 << 64)) - (1 << 63))
+        key -= _wrap(offset, key.dtype)
     return key
 
 
