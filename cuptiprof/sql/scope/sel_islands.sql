@@ -1,8 +1,9 @@
 -- Busy islands: the union of GPU work intervals (kernels, memcpys, memsets; not host-side syncs)
--- per run, process, device and step. Overlapping work on different streams counts once.
+-- per run, process, device and step. Overlapping work on different streams counts once. Reads
+-- sel_work (integer keys, syncs already left out), not the named sel_activities.
 WITH g AS (
     SELECT run_id, pid, device_id, step, start_ns, end_ns
-    FROM sel_activities WHERE kind <> 'sync' AND end_ns >= start_ns
+    FROM sel_work WHERE end_ns >= start_ns
 ), o AS (
     SELECT *, max(end_ns) OVER (PARTITION BY run_id, pid, device_id, step ORDER BY start_ns, end_ns
                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end

@@ -1,7 +1,8 @@
--- Kernel-only busy islands per run, process and device (used for exposed copy time).
+-- Kernel-only busy islands per run, process and device: the union of the kernel intervals across
+-- streams (the kinds report measures exposed copy time without building these; see kinds.sql).
 WITH g AS (
     SELECT run_id, pid, device_id, start_ns, end_ns
-    FROM sel_activities WHERE kind = 'kernel' AND end_ns >= start_ns
+    FROM sel_kernel_spans WHERE end_ns >= start_ns
 ), o AS (
     SELECT *, max(end_ns) OVER (PARTITION BY run_id, pid, device_id ORDER BY start_ns, end_ns
                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
