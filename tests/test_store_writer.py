@@ -311,3 +311,20 @@ def test_synthetic_is_deterministic_and_realistic(tmp_path):
     assert rows(path, "SELECT count(DISTINCT name) FROM kernels")[0][0] > 100
     assert rows(path, "SELECT max(length(name)) FROM kernels")[0][0] > 150
     assert rows(path, "SELECT list(DISTINCT kind ORDER BY kind) FROM ranges") == [(["step", "user", "warmup"],)]
+
+
+def test_validity_masks_are_read_without_pandas():
+    """The writer reads NULL masks from the bitmap: pyarrow's bool conversion would import
+    pandas (when installed), ~0.3 s inside an append."""
+    import subprocess, sys
+    code = ("import sys, numpy as np, pyarrow as pa\n"
+            "from cuptiprof.store.writer import _int_array, _valid\n"
+            "ok = np.arange(35) % 5 % 2 == 0\n"
+            "a = _int_array(np.arange(35, dtype=np.int32), valid=ok).slice(3)\n"
+            "assert _valid(a).tolist() == ok[3:].tolist()\n"
+            "full = _int_array(np.arange(2, dtype=np.int32))\n"
+            "assert _valid(full).all() and not _valid(pa.nulls(3, pa.int32())).any()\n"
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

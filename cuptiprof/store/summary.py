@@ -109,7 +109,7 @@ def work_part(t: pa.Table, groups: tuple[list[tuple], np.ndarray] | None = None)
     """The work of one table (columns pid, device_id, step, start_ns, end_ns; a missing
     device_id or step is NULL). `groups`: the (keys, code per row) when the caller already has
     them; otherwise they are found here."""
-    from cuptiprof.store.writer import _int_array, _one_row_each, _values, distinct_rows
+    from cuptiprof.store.writer import _int_array, _one_row_each, _valid, _values, distinct_rows
 
     if not t.num_rows or "start_ns" not in t.column_names or "end_ns" not in t.column_names:
         return [], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -127,7 +127,7 @@ def work_part(t: pa.Table, groups: tuple[list[tuple], np.ndarray] | None = None)
     keep = e >= s
     for a in (s_arr, e_arr):
         if a.null_count:
-            keep &= a.is_valid().to_numpy(zero_copy_only=False)
+            keep &= _valid(a)
     if not keep.all():
         s, e, codes = s[keep], e[keep], codes[keep]
         used = np.bincount(codes, minlength=len(keys)) > 0
