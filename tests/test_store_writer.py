@@ -313,8 +313,8 @@ def test_synthetic_is_deterministic_and_realistic(tmp_path):
     assert rows(path, "SELECT list(DISTINCT kind ORDER BY kind) FROM ranges") == [(["step", "user", "warmup"],)]
 
 
-def test_validity_masks_are_read_without_pandas():
-    """The writer reads NULL masks from the bitmap: pyarrow's bool conversion would import
+def test_appends_with_nulls_do_not_import_pandas():
+    """The writer reads and fills NULLs with numpy: pyarrow's bool conversion and scalars import
     pandas (when installed), ~0.3 s inside an append."""
     import subprocess, sys
     code = ("import sys, numpy as np, pyarrow as pa\n"
@@ -324,6 +324,11 @@ def test_validity_masks_are_read_without_pandas():
             "assert _valid(a).tolist() == ok[3:].tolist()\n"
             "full = _int_array(np.arange(2, dtype=np.int32))\n"
             "assert _valid(full).all() and not _valid(pa.nulls(3, pa.int32())).any()\n"
+            "import tempfile, os\n"
+            "from cuptiprof.store.writer import Writer\n"
+            "with Writer(os.path.join(tempfile.mkdtemp(), 'a.duckdb')) as w:\n"
+            "    w.append({'kernels': {'start_ns': full, 'end_ns': full, 'step': a.slice(0, 2),\n"
+            "              'range_id': a.slice(1, 2), 'registers': a.slice(0, 2)}})\n"
             "print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

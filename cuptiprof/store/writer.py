@@ -313,7 +313,7 @@ class Writer:
                 tbl = tbl.append_column(c, _int_array(np.zeros(n, np.int64)))
             elif tbl.column(c).null_count:
                 i = tbl.column_names.index(c)
-                tbl = tbl.set_column(i, c, pc.fill_null(pc.cast(tbl.column(c), pa.int64()), 0))
+                tbl = tbl.set_column(i, c, _int_array(_filled(tbl.column(c), 0)))
         given = [c for c in _KERNEL if c in tbl.column_names]
         if given:
             cfg = tbl.select(given)
@@ -570,9 +570,7 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
             continue
         span = hi - lo + 1 + (1 if nulls else 0)  # NULL takes the code hi - lo + 1
         if radix * span < _KEY_MAX:
-            if nulls:
-                a = pc.fill_null(pc.cast(a, pa.int64()), hi + 1)
-            v, base = _values(a), lo
+            v, base = (_filled(a, hi + 1) if nulls else _values(a)), lo
         else:  # a wide range: dictionary codes instead (at most n + 1 of them)
             enc = pc.dictionary_encode(a, null_encoding="encode")
             v, base = _values(enc.indices), 0
@@ -623,6 +621,17 @@ def _dense(key: np.ndarray, radix: int, distinct: bool = False):
     enc = pc.dictionary_encode(_int_array(key))
     out = _values(enc.indices), len(enc.dictionary)
     return (*out, _values(enc.dictionary)) if distinct else out
+
+
+def _filled(col, value: int) -> np.ndarray:
+    """An integer column as int64 numpy values with NULL replaced by `value` (pc.fill_null
+    makes a pyarrow scalar, which imports pandas when installed)."""
+    a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if a.null_count == len(a):
+        return np.full(len(a), value, np.int64)
+    v = _values(a).astype(np.int64)
+    v[~_valid(a)] = value
+    return v
 
 
 def _valid(a: pa.Array) -> np.ndarray:
