@@ -9,16 +9,17 @@
 -- gbps: achieved bandwidth, bytes / total time (GB/s)
 
 -- Hidden time of a copy [cs, ce): the length of its intersection with the union of the kernel
--- intervals on the same run, process and device (any step, any stream). It is found without a
--- range join and without sorting the kernels: time is cut into bins of 2^18 ns (`>> 18`), and
--- every kernel that overlaps a copy is found by a hash-join equality on (device group, bin).
--- `near` takes the kernels whose start bin lies in [copy's first bin - 1, copy's last bin]
--- (each kernel probes once, with its start bin). `far` takes the kernels that start two or more
--- bins before the copy's first bin and run into it: only kernels longer than a bin list their
--- later bins, matched against the copy's first bin. Each overlapping (copy, kernel) pair is
--- found exactly once; per copy the clipped kernel pieces are folded into their union (the fold
--- of sel_busy.sql). The bin width only moves work between the two branches, never the result.
-WITH c AS (
+-- intervals on the same run, process and device (any step, any stream). It is found without a range
+-- join and without sorting the kernels: time is cut into bins of 2^18 ns (`>> 18`), and every
+-- kernel that overlaps a copy is found by a hash-join equality on (device group, bin). `near` takes
+-- the kernels whose start bin lies in [copy's first bin - 1, copy's last bin] (each kernel probes
+-- once, with its start bin). `far` takes the kernels that start two or more bins before the copy's
+-- first bin and run into it: only kernels that span three or more bins list their later bins,
+-- matched against the copy's first bin. Each overlapping (copy, kernel) pair is found exactly once;
+-- per copy the clipped kernel pieces are folded into their union (the fold of sel_busy.sql). The
+-- bin width only moves work between the two branches, never the result.
+WITH c AS MATERIALIZED (
+    -- materialized: every reader must see the same copy_id numbering
     SELECT row_number() OVER () AS copy_id, kind, CASE kind WHEN 'memcpy' THEN substr(name, 8) END AS detail,
            run_id, pid, device_id, start_ns AS cs, end_ns AS ce
     FROM sel_work WHERE kind IN ('memcpy', 'memset') AND end_ns > start_ns
@@ -36,12 +37,14 @@ WITH c AS (
     SELECT copy_id, gid, cs, ce, unnest(range((cs >> 18) - 1, ((ce - 1) >> 18) + 1)) AS b FROM cg
 ), near AS (
     SELECT cb.copy_id, greatest(k.start_ns, cb.cs) AS s, least(k.end_ns, cb.ce) AS e
-    FROM cb JOIN (SELECT lg.gid, k.start_ns, k.end_ns FROM sel_kernel_spans k JOIN lg ON lg.lane_id = k.lane_id) k
+    FROM cb JOIN (SELECT lg.gid, k.start_ns, k.end_ns
+                  FROM sel_kernel_spans k JOIN lg ON lg.lane_id = k.lane_id) k
       ON k.gid = cb.gid AND k.start_ns >> 18 = cb.b
     WHERE k.start_ns < cb.ce AND k.end_ns > cb.cs AND k.end_ns > k.start_ns
 ), far AS (
     SELECT cg.copy_id, cg.cs AS s, least(k.end_ns, cg.ce) AS e
-    FROM cg JOIN (SELECT lg.gid, k.end_ns, unnest(range((k.start_ns >> 18) + 2, ((k.end_ns - 1) >> 18) + 1)) AS b
+    FROM cg JOIN (SELECT lg.gid, k.end_ns,
+                         unnest(range((k.start_ns >> 18) + 2, ((k.end_ns - 1) >> 18) + 1)) AS b
                   FROM sel_kernel_spans k JOIN lg ON lg.lane_id = k.lane_id
                   WHERE (k.end_ns - 1) >> 18 >= (k.start_ns >> 18) + 2) k
       ON k.gid = cg.gid AND k.b = cg.cs >> 18
@@ -61,7 +64,8 @@ WITH c AS (
            NULL::HUGEINT AS bytes
     FROM sel_kernel_spans
     UNION ALL
-    SELECT kind, CASE kind WHEN 'memcpy' THEN substr(name, 8) END, count(*), sum(end_ns - start_ns), sum(bytes)
+    SELECT kind, CASE kind WHEN 'memcpy' THEN substr(name, 8) END, count(*), sum(end_ns - start_ns),
+           sum(bytes)
     FROM sel_work WHERE kind IN ('memcpy', 'memset') GROUP BY ALL
     UNION ALL
     SELECT kind, substr(name, 6), count(*), sum(end_ns - start_ns), NULL
