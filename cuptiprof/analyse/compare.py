@@ -370,7 +370,8 @@ def step_timeline(profile, step: int) -> duckdb.DuckDBPyRelation:
 def median_step(profile) -> int | None:
     """The step whose busy time is the median of the profile's steps (the typical step)."""
     rows = profile.sql(
-        "WITH s AS (SELECT step, sum(end_ns - start_ns) AS b FROM sel_islands WHERE step IS NOT NULL "
+        # busy time per step summed over devices (read from step_busy when the file stores it)
+        "WITH s AS (SELECT step, sum(busy_ns) AS b FROM sel_busy WHERE step IS NOT NULL "
         "GROUP BY step) SELECT step FROM s ORDER BY abs(b - (SELECT median(b) FROM s)), step LIMIT 1"
     ).fetchall()
     return int(rows[0][0]) if rows else None
