@@ -528,17 +528,17 @@ def _kernel_groups(lanes: dict[str, list], codes: np.ndarray, step) -> tuple[lis
     mm = pc.min_max(st)
     lo, hi = mm["min"].as_py(), mm["max"].as_py()
     span = hi - lo + 2  # code hi - lo + 1: NULL
-    dt = np.dtype(np.int32 if len(pds) * span < _I32 else np.int64)
-    key = np.subtract(_values(st), _wrap(lo, dt), dtype=dt, casting="unsafe")
+    key = np.subtract(_values(st), _wrap(lo, _I64), dtype=_I64, casting="unsafe")
     if st.null_count:
         key[~_valid(st)] = hi - lo + 1
     if len(pds) > 1:
-        key += np.multiply(lane_pd[codes], span, dtype=dt, casting="unsafe")
+        key += np.multiply(np.take(lane_pd, codes), span, dtype=_I64)
     gcodes, _, kf = _dense(key, len(pds) * span, distinct=True)
     keys = [(*pds[pk], None if sk == hi - lo + 1 else lo + sk)
             for pk, sk in zip((kf // span).tolist(), (kf % span).tolist())]
     return keys, gcodes
-_LOOKUP_MAX = 1 << 22   # key spaces up to this size are deduplicated with a lookup table
+_LOOKUP_MAX = 1 << 18   # key spaces up to this size are deduplicated with a lookup table
+                        # (larger tables leave the cache: hashing is faster)
 _KEY_MAX = 1 << 62      # mixed-radix keys stay below this (int64, no overflow)
 
 
@@ -550,8 +550,9 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
     when its range is wide) and the columns combine into one mixed-radix key, which is exact;
     the key is then renumbered through a lookup table (small key spaces) or a hash. Two numpy
     passes per varying column: the minima are subtracted once, at the end (integer arithmetic
-    wraps, so the result is exact whenever the final key fits), and the key stays int32 while
-    it fits (half the memory traffic). Constant and all-NULL columns cost nothing.
+    wraps, so the result is exact whenever the final key fits). The key is int64 throughout:
+    numpy indexes with intp, narrower keys are converted on every lookup. Constant and
+    all-NULL columns cost nothing.
     """
     n = tbl.num_rows
     key: np.ndarray | None = None
@@ -578,11 +579,8 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
             if key is not None and radix * span >= _KEY_MAX:  # renumber the key so far first
                 codes, radix = _dense(_wrap_sub(key, offset), radix)
                 key, offset = codes.astype(np.int64), 0
-        if key is not None and key.dtype == np.int32 and radix * span >= _I32:
-            key, offset = _wrap_sub(key, offset).astype(np.int64), 0  # wider from here on
         if key is None:
-            dt = np.dtype(np.int32 if span < _I32 else np.int64)
-            key = np.subtract(v, _wrap(base, dt), dtype=dt, casting="unsafe")
+            key = np.subtract(v, _wrap(base, _I64), dtype=_I64, casting="unsafe")
         else:
             key += np.multiply(v, radix, dtype=key.dtype, casting="unsafe")
             offset += base * radix
@@ -592,7 +590,7 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
     return _dense(_wrap_sub(key, offset), radix)
 
 
-_I32 = 1 << 31
+_I64 = np.dtype(np.int64)
 
 
 def _wrap(x: int, dtype: np.dtype):
@@ -616,7 +614,7 @@ def _dense(key: np.ndarray, radix: int, distinct: bool = False):
         present[key] = True
         rank = np.cumsum(present, dtype=np.int32)
         rank -= 1
-        out = rank[key], int(rank[-1]) + 1
+        out = np.take(rank, key), int(rank[-1]) + 1  # np.take: a tighter loop than rank[key]
         return (*out, np.flatnonzero(present)) if distinct else out
     enc = pc.dictionary_encode(_int_array(key))
     out = _values(enc.indices), len(enc.dictionary)
