@@ -48,8 +48,8 @@ def naive(path: Path, table: pa.Table) -> float:
     w.con.execute("SET threads=1")
     rows = table.to_pylist()
     cols = ["correlation_id", "start_ns", "end_ns", "step", "range_id"]
-    sql = (f"INSERT INTO kernel_rows (lane_id, name_id, config_id, {', '.join(cols)}) "
-           f"VALUES (1, 1, 1, {', '.join('?' * len(cols))})")
+    sql = (f"INSERT INTO kernel_rows (lane_id, config_id, {', '.join(cols)}) "
+           f"VALUES (1, 1, {', '.join('?' * len(cols))})")
     t = time.perf_counter()
     w.con.execute("BEGIN")
     for r in rows:
