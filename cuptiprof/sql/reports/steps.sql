@@ -18,9 +18,8 @@
 -- busy_vs_median_pct: busy time relative to the median step of the same device, in percent (step-to-step spread)
 -- Kernels group on integer keys alone (name ids); copies and memsets on their name.
 WITH optot AS (
-    SELECT run_id, pid, device_id, step, 'kernel' AS kind, name_id, NULL::VARCHAR AS name,
-           count(*) AS n, sum(end_ns - start_ns) AS t
-    FROM sel_work WHERE kind = 'kernel' GROUP BY run_id, pid, device_id, step, name_id
+    SELECT run_id, pid, device_id, step, 'kernel' AS kind, name_id, NULL::VARCHAR AS name, n, t
+    FROM sel_kernel_time
     UNION ALL
     SELECT run_id, pid, device_id, step, kind, NULL, name, count(*), sum(end_ns - start_ns)
     FROM sel_work WHERE kind <> 'kernel' GROUP BY run_id, pid, device_id, step, kind, name
