@@ -47,9 +47,11 @@ class BusySummary:
     """Busy time per (pid, device_id, step) of one run, built batch by batch."""
 
     def __init__(self) -> None:
-        self.done: dict[tuple, tuple[int, int, int]] = {}       # group -> (busy, start, end)
-        self.open: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # group -> island starts, ends
-        self.dirty: set[tuple] = set()                          # recomputed from the table
+        self.done: dict[tuple, tuple[int, int, int]] = {}  # group -> (busy, start, end)
+        # group -> (starts, ends: its intervals in start order; busy, start, end). The intervals
+        # are kept as they came (no islands computed) unless the group already spans batches.
+        self.open: dict[tuple, tuple] = {}
+        self.dirty: set[tuple] = set()                     # recomputed from the table
 
     def add(self, parts: list[WorkPart]) -> None:
         """Take the work of one committed batch (one part per table, see `work_part`)."""
@@ -75,28 +77,37 @@ class BusySummary:
             if key in self.done:  # seen in an earlier batch, not the previous one
                 del self.done[key]
                 self.dirty.add(key)
-        # Islands still open from the previous batch take part as intervals of their group.
+        # Intervals still open from the previous batch take part as intervals of their group.
         extra_s, extra_e, extra_c = [], [], []
+        spans = set()
         for i, key in enumerate(keys):
             if key in self.open:
-                s, e = self.open[key]
+                s, e = self.open[key][:2]
                 extra_s.append(s)
                 extra_e.append(e)
                 extra_c.append(np.full(len(s), i, np.int64))
+                spans.add(i)
         self._close_open(set(keys))
         if extra_s:
             starts = np.concatenate([starts, *extra_s])
             ends = np.concatenate([ends, *extra_e])
             c = np.concatenate([c, *extra_c])
-        for i, s, e in _islands(starts, ends, c, k):
+        for i, s, e in _in_start_order(starts, ends, c, k):
             key = keys[i]
-            if key not in self.dirty:
-                self.open[key] = (s, e)
+            if key in self.dirty:
+                continue
+            run_max = np.maximum.accumulate(e)
+            busy = int(e[0] - s[0])
+            if len(s) > 1:  # each interval adds what ends after everything before it
+                add = e[1:] - np.maximum(s[1:], run_max[:-1])
+                busy += int(np.maximum(add, 0, out=add).sum())
+            if i in spans:  # a group spanning batches keeps only its islands
+                s, e = _union_sorted(s, run_max)
+            self.open[key] = (s, e, busy, int(s[0]), int(run_max[-1]))
 
     def _close_open(self, keep: set) -> None:
         for key in [k for k in self.open if k not in keep]:
-            s, e = self.open.pop(key)
-            self.done[key] = (int((e - s).sum()), int(s[0]), int(e[-1]))
+            self.done[key] = self.open.pop(key)[2:]
 
     def finish(self) -> tuple[list[tuple], list[tuple]]:
         """(rows (pid, device_id, step, busy_ns, start_ns, end_ns), groups to recompute)."""
@@ -146,8 +157,14 @@ def _as(col, typ: pa.DataType) -> pa.Array:
 
 def _islands(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray, k: int):
     """Yield (group code, island starts, island ends) of the union of intervals per group."""
+    for c, s, e in _in_start_order(starts, ends, codes, k):
+        yield c, *_union_sorted(s, np.maximum.accumulate(e))
+
+
+def _in_start_order(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray, k: int):
+    """Yield (group code, starts, ends) per group that has rows, in start order."""
     if k == 1:
-        yield 0, *_union(starts, ends)
+        yield 0, *_by_start(starts, ends)
         return
     if not (codes[1:] >= codes[:-1]).all():  # rows of a group together (radix sort when small)
         order = np.argsort(codes.astype(np.int16) if k < 1 << 15 else codes, kind="stable")
@@ -156,16 +173,20 @@ def _islands(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray, k: int):
     for c in range(k):
         lo, hi = int(bounds[c]), int(bounds[c + 1])
         if hi > lo:
-            yield c, *_union(starts[lo:hi], ends[lo:hi])
+            yield c, *_by_start(starts[lo:hi], ends[lo:hi])
 
 
-def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [s, e) (e >= s) as disjoint islands in order: starts, ends. One
-    stable sort of nearly-sorted starts (skipped when in order), then a running max of ends."""
+def _by_start(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals in start order: one stable sort of nearly-sorted starts, skipped when in order."""
     if not (s[1:] >= s[:-1]).all():
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
-    run_max = np.maximum.accumulate(e)
+    return s, e
+
+
+def _union_sorted(s: np.ndarray, run_max: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Islands (disjoint, in order) of intervals in start order, given the running max of
+    their ends."""
     first = np.empty(len(s), bool)
     first[0] = True
     np.greater(s[1:], run_max[:-1], out=first[1:])
