@@ -1,10 +1,12 @@
 """GPU busy time per run, process, device and step (the union of the work intervals of kernels,
 memcpys and memsets across streams), kept while writing so that reports need not fold every row.
 
-The writer feeds each committed batch to `BusySummary.add`: the batch's intervals are merged into
-islands with numpy (one nearly-sorted argsort). A group (pid, device, step) keeps its islands while
-the next batch may still add to it; a group seen again after that is recomputed from the table at
-close (`BUSY_SQL`), so the stored numbers are exact whatever the batching. The result goes to
+The writer feeds each committed batch to `BusySummary.add`: per group (pid, device, step) the
+batch's intervals are put in start order (one nearly-sorted argsort, skipped when in order) and a
+running max of their ends gives the union. A group keeps its intervals while the next batch may
+still add to it (reduced to islands once it spans batches); a group seen again after that is
+recomputed from the table at close (`BUSY_SQL`), so the stored numbers are exact whatever the
+batching. The result goes to
 `step_busy` at close, and the run to `step_busy_runs`; a file whose writer died has neither for its
 run and the reports compute busy time from the rows instead.
 """
