@@ -235,7 +235,11 @@ class Writer:
         if not prepared:
             return
         con = self._con
-        con.execute("BEGIN")
+        try:
+            con.execute("BEGIN")
+        except Exception:
+            _reraise_interrupt()
+            raise
         new_strings: list[tuple[int, str, str | None]] = []
         new_combos: dict[str, list[tuple]] = {"launch_configs": [], "lanes": []}
         work = []
@@ -276,6 +280,7 @@ class Writer:
             try:
                 self._busy.add(work)
             except Exception:  # the summary is an optimisation: without it reports fold the rows
+                _reraise_interrupt()  # but a Ctrl-C must not be lost with it
                 self._busy = None
 
     def _complete(self, storage: str, tbl: pa.Table, new_strings: list,
@@ -403,6 +408,9 @@ class Writer:
                              [status, end_ns if end_ns is not None else time.time_ns(), self.run_id])
             self._write_busy()
             self._con.execute("CHECKPOINT")
+        except Exception:
+            _reraise_interrupt()
+            raise
         finally:
             self._con.close()
             with _open_lock:
@@ -471,12 +479,14 @@ class Writer:
 
 def _reraise_interrupt() -> None:
     """DuckDB turns a Ctrl-C that lands in a statement into RuntimeError('Query interrupted')
-    (or an error naming KeyboardInterrupt while it reads a registered batch) and swallows the
-    KeyboardInterrupt; give it back so that the program stops as asked."""
+    (or an error naming KeyboardInterrupt while it reads a registered batch), pyarrow into
+    ArrowCancelled, and both swallow the KeyboardInterrupt; give it back so that the program
+    stops as asked."""
     exc = sys.exc_info()[1]
     while exc is not None:  # a later statement of the aborted transaction may have replaced it
         if (type(exc) is RuntimeError and str(exc) == "Query interrupted") or \
-                (isinstance(exc, duckdb.Error) and "KeyboardInterrupt" in str(exc)):
+                (isinstance(exc, duckdb.Error) and "KeyboardInterrupt" in str(exc)) or \
+                isinstance(exc, (pa.ArrowCancelled, KeyboardInterrupt)):
             raise KeyboardInterrupt from None
         exc = exc.__context__
 
