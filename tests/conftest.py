@@ -48,6 +48,12 @@ def shared_traces() -> Path:
     return SHARED_TRACES
 
 
+def report_tally(request, tally: dict, what: str, outcome: str) -> None:
+    """The reliability line of a test module that counts its cases in `tally` (tried, clean)."""
+    if tally["tried"]:
+        report_line(request, f"reliability: {tally['tried']} {what}, {tally['clean']} {outcome}")
+
+
 def report_line(request, line: str) -> None:
     """Print one line into pytest's output, outside capture (the reliability counts)."""
     tr = request.config.pluginmanager.get_plugin("terminalreporter")

@@ -21,7 +21,7 @@ import pytest
 
 import hostile_corpus as H
 from _run_helpers import q
-from conftest import report_line
+from conftest import report_tally
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -32,9 +32,8 @@ TALLY = {"tried": 0, "clean": 0}
 @pytest.fixture(scope="module", autouse=True)
 def _summary(request):
     yield
-    if TALLY["tried"]:
-        report_line(request, f"reliability: {TALLY['tried']} fault cases on real processes, "
-                             f"{TALLY['clean']} ended cleanly with nothing committed lost")
+    report_tally(request, TALLY, "fault cases on real processes",
+                 "ended cleanly with nothing committed lost")
 
 
 @pytest.fixture

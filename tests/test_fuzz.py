@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import hostile_corpus as H
-from conftest import report_line
+from conftest import report_tally
 from cuptiprof.errors import CuptiprofError
 
 FUZZ = settings(max_examples=25, deadline=None, database=None,
@@ -36,9 +36,7 @@ TALLY = {"tried": 0, "clean": 0}
 @pytest.fixture(scope="module", autouse=True)
 def _summary(request):
     yield
-    if TALLY["tried"]:
-        report_line(request, f"reliability: {TALLY['tried']} fuzzed inputs through import/report, "
-                             f"{TALLY['clean']} ended cleanly")
+    report_tally(request, TALLY, "fuzzed inputs through import/report", "ended cleanly")
 
 
 def import_or_error(data: bytes, name: str = "t.json") -> tuple[Path | None, str | None, Path]:
