@@ -120,7 +120,7 @@ def test_merge_copies_or_computes_stored_busy(tmp_path):
 
 
 def test_islands_equal_a_plain_union_for_any_order_of_groups_and_rows():
-    from cuptiprof.store.summary import _islands
+    from cuptiprof.store.summary import BusySummary, _in_start_order, _union_sorted
     rng = np.random.default_rng(11)
     for _ in range(60):
         n, k = int(rng.integers(1, 3000)), int(rng.integers(1, 6))
@@ -130,7 +130,13 @@ def test_islands_equal_a_plain_union_for_any_order_of_groups_and_rows():
         if rng.random() < 0.5:  # rows in (group, start) order: the no-sort paths
             o = np.lexsort((starts, codes))
             starts, ends, codes = starts[o], ends[o], codes[o]
-        got = {c: (s.tolist(), e.tolist()) for c, s, e in _islands(starts, ends, codes, k)}
+        got = {c: tuple(x.tolist() for x in _union_sorted(s, np.maximum.accumulate(e)))
+               for c, s, e in _in_start_order(starts, ends, codes, k)}
+        summary = BusySummary()  # busy time from the running max equals the islands' length
+        summary.add([([(c,) for c in range(k)], codes, starts, ends)])
+        rows, _ = summary.finish()
+        assert {r[0]: r[1:] for r in rows} == {
+            c: (sum(e - s for s, e in zip(*v)), v[0][0], v[1][-1]) for c, v in got.items()}
         want = {}
         for c in range(k):
             iv = sorted(zip(starts[codes == c].tolist(), ends[codes == c].tolist()))

@@ -157,12 +157,6 @@ def _as(col, typ: pa.DataType) -> pa.Array:
     return a if a.type == typ else pc.cast(a, typ)
 
 
-def _islands(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray, k: int):
-    """Yield (group code, island starts, island ends) of the union of intervals per group."""
-    for c, s, e in _in_start_order(starts, ends, codes, k):
-        yield c, *_union_sorted(s, np.maximum.accumulate(e))
-
-
 def _in_start_order(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray, k: int):
     """Yield (group code, starts, ends) per group that has rows, in start order."""
     if k == 1:

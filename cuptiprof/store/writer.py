@@ -508,6 +508,10 @@ _KERNEL = ("name_id",) + LAUNCH_CONFIG  # what ran: interned into launch_configs
 _ZERO_IS_NONE = ("range_id", "op_id")    # kernel_rows ids stored as 0 (not NULL) when absent
 _COMBOS = (("launch_configs", "config_id", _KERNEL), ("lanes", "lane_id", LANE))
 _COMBO_COLUMNS = {t: cols for t, _, cols in _COMBOS}
+_LOOKUP_MAX = 1 << 18   # key spaces up to this size are deduplicated with a lookup table
+                        # (larger tables leave the cache: hashing is faster)
+_KEY_MAX = 1 << 62      # mixed-radix keys stay below this (int64, no overflow)
+_I64 = np.dtype(np.int64)
 
 
 def _one_row_each(codes: np.ndarray, k: int) -> np.ndarray:
@@ -538,7 +542,7 @@ def _kernel_groups(lanes: dict[str, list], codes: np.ndarray, step) -> tuple[lis
     mm = pc.min_max(st)
     lo, hi = mm["min"].as_py(), mm["max"].as_py()
     span = hi - lo + 2  # code hi - lo + 1: NULL
-    key = np.subtract(_values(st), _wrap(lo, _I64), dtype=_I64, casting="unsafe")
+    key = np.subtract(_values(st), _wrap(lo), dtype=_I64, casting="unsafe")
     if st.null_count:
         key[~_valid(st)] = hi - lo + 1
     if len(pds) > 1:
@@ -547,9 +551,6 @@ def _kernel_groups(lanes: dict[str, list], codes: np.ndarray, step) -> tuple[lis
     keys = [(*pds[pk], None if sk == hi - lo + 1 else lo + sk)
             for pk, sk in zip((kf // span).tolist(), (kf % span).tolist())]
     return keys, gcodes
-_LOOKUP_MAX = 1 << 18   # key spaces up to this size are deduplicated with a lookup table
-                        # (larger tables leave the cache: hashing is faster)
-_KEY_MAX = 1 << 62      # mixed-radix keys stay below this (int64, no overflow)
 
 
 def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
@@ -590,9 +591,9 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
                 codes, radix = _dense(_wrap_sub(key, offset), radix)
                 key, offset = codes.astype(np.int64), 0
         if key is None:
-            key = np.subtract(v, _wrap(base, _I64), dtype=_I64, casting="unsafe")
+            key = np.subtract(v, _wrap(base), dtype=_I64, casting="unsafe")
         else:
-            key += np.multiply(v, radix, dtype=key.dtype, casting="unsafe")
+            key += np.multiply(v, radix, dtype=_I64, casting="unsafe")
             offset += base * radix
         radix *= span
     if key is None:
@@ -600,19 +601,15 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
     return _dense(_wrap_sub(key, offset), radix)
 
 
-_I64 = np.dtype(np.int64)
-
-
-def _wrap(x: int, dtype: np.dtype):
-    """x as a value of the integer dtype, wrapped around (two's complement)."""
-    bits = dtype.itemsize * 8
-    return dtype.type(((x + (1 << (bits - 1))) % (1 << bits)) - (1 << (bits - 1)))
+def _wrap(x: int) -> np.int64:
+    """x as an int64, wrapped around (two's complement)."""
+    return np.int64(((x + (1 << 63)) % (1 << 64)) - (1 << 63))
 
 
 def _wrap_sub(key: np.ndarray, offset: int) -> np.ndarray:
-    """key - offset in wrapping arithmetic of key's dtype (in place)."""
+    """key - offset in wrapping int64 arithmetic (in place)."""
     if offset:
-        key -= _wrap(offset, key.dtype)
+        key -= _wrap(offset)
     return key
 
 
