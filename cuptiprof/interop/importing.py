@@ -119,12 +119,16 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
             else:
                 from cuptiprof.interop.nsys import import_nsys
                 files = import_nsys(w, paths, on_read)
-        lo, hi = w.con.execute(
-            "SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM gpu_activities "
-            "UNION ALL SELECT min(start_ns), max(end_ns) FROM ranges "
-            "UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls)").fetchone()
-        if lo is not None:
-            w.execute("UPDATE runs SET start_ns = ? WHERE run_id = ?", [lo, w.run_id])
+        # The Kineto importer gives each process its first and last time over every row; the
+        # rows are the fallback.
+        rows = w.query("SELECT min(start_ns), max(end_ns) FROM processes WHERE run_id = ? "
+                       "HAVING count(*) = count(start_ns)", [w.run_id]) if kind == "kineto" else []
+        lo, hi = rows[0] if rows else (None, None)
+        if lo is None:
+            lo, hi = w.query(
+                "SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM "
+                "gpu_activities UNION ALL SELECT min(start_ns), max(end_ns) FROM ranges "
+                "UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls)")[0]
         counts = dict(w.rows_written)
     except BaseException as exc:
         if w is None:  # the output may still be opening: wait, then remove it
@@ -142,5 +146,5 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
     finally:
         if gc_was:
             gc.enable()
-    path = w.close("complete", end_ns=hi if lo is not None else time.time_ns())
+    path = w.close("complete", end_ns=hi if lo is not None else time.time_ns(), start_ns=lo)
     return {"path": str(path), "source": kind, "files": files, "rows": counts}

@@ -155,6 +155,14 @@ class Writer:
             self._con = duckdb.connect(str(self.path))
         except duckdb.Error as exc:
             raise connect_error(self.path, exc, writing=True) from None
+        # RLE only ever wins where bitpacking's constant mode does as well (same file sizes),
+        # and analysing it costs every column of every row group: off for this connection.
+        self._con.execute("SET disabled_compression_methods='rle'")
+        if self.atomic:
+            # A fresh file written in a few large commits (imports, merges): a large commit
+            # checkpoints at once instead of going through the log first and being written
+            # again at close.
+            self._con.execute("SET checkpoint_threshold='1MB'")
         if reuse:
             version = file_schema_version(self._con)
             if version is None:
@@ -248,21 +256,16 @@ class Writer:
                 tbl, busy = self._complete(storage, tbl, new_strings, new_combos)
                 if busy is not None:
                     work.append(busy)
-                con.register("_cuptiprof_batch", tbl)
-                try:
-                    con.execute(f"INSERT INTO {storage} BY NAME SELECT * FROM _cuptiprof_batch")
-                finally:
-                    con.unregister("_cuptiprof_batch")
+                _insert(con, storage, tbl)
                 self.rows_written[storage] = self.rows_written.get(storage, 0) + tbl.num_rows
             if new_strings:  # lists as parameters, not pa.array(): see _intern_dict
                 con.execute("INSERT INTO strings SELECT unnest(?::INTEGER[]), unnest(?::VARCHAR[]), "
                             "unnest(?::VARCHAR[])", [list(x) for x in zip(*new_strings)])
             for table, id_col, cols in _COMBOS:
                 new = new_combos[table]
-                if new:
-                    con.execute(f"INSERT INTO {table} ({id_col}, {', '.join(cols)}) "
-                                f"SELECT {', '.join(['unnest(?::BIGINT[])'] * (len(cols) + 1))}",
-                                [list(x) for x in zip(*new)])
+                if new:  # from Arrow: binding one list parameter per column costs ~2 us a value
+                    _insert(con, table, pa.table({c: _int_array(*_with_nulls(v)) for c, v in
+                                                  zip((id_col, *cols), zip(*new))}))
             con.execute("COMMIT")
         except BaseException:
             try:
@@ -315,10 +318,10 @@ class Writer:
         tbl = tbl.drop_columns(lane.column_names).append_column("lane_id", ids)
         for c in _ZERO_IS_NONE:  # stored as 0 when there is none (see the schema)
             if c not in names:
-                tbl = tbl.append_column(c, _int_array(np.zeros(n, np.int64)))
+                tbl = tbl.append_column(c, _int_array(np.zeros(n, np.int32)))
             elif tbl.column(c).null_count:
                 i = tbl.column_names.index(c)
-                tbl = tbl.set_column(i, c, _int_array(_filled(tbl.column(c), 0)))
+                tbl = tbl.set_column(i, c, _int_array(_filled(tbl.column(c), 0, np.int32)))
         given = [c for c in _KERNEL if c in tbl.column_names]
         if given:
             cfg = tbl.select(given)
@@ -389,6 +392,14 @@ class Writer:
             "subject": [subject], "count": pa.array([count], pa.int64()),
             "value_ns": pa.array([value_ns], pa.int64()), "detail": [detail]}})
 
+    def query(self, sql: str, params: list | None = None) -> list[tuple]:
+        """Rows of a read-only statement (unlike `con`, keeps the busy summary valid)."""
+        try:
+            return self._con.execute(sql, params or []).fetchall()
+        except Exception:
+            _reraise_interrupt()
+            raise
+
     def execute(self, sql: str, params: list | None = None) -> None:
         """Run one statement in its own transaction (metadata updates)."""
         try:
@@ -398,14 +409,18 @@ class Writer:
             raise
 
     # -- closing ---------------------------------------------------------------------------
-    def close(self, status: str = "complete", end_ns: int | None = None) -> Path:
-        """Mark the run finished, checkpoint and release the file. Returns the final path."""
+    def close(self, status: str = "complete", end_ns: int | None = None,
+              start_ns: int | None = None) -> Path:
+        """Mark the run finished (and, given `start_ns`, correct its start), checkpoint and
+        release the file. Returns the final path."""
         if self._closed:
             return self._final_path()
         self._closed = True
         try:
-            self._con.execute("UPDATE runs SET status = ?, end_ns = ? WHERE run_id = ?",
-                             [status, end_ns if end_ns is not None else time.time_ns(), self.run_id])
+            self._con.execute("UPDATE runs SET status = ?, end_ns = ?, start_ns = coalesce(?, "
+                              "start_ns) WHERE run_id = ?",
+                              [status, end_ns if end_ns is not None else time.time_ns(), start_ns,
+                               self.run_id])
             self._write_busy()
             self._con.execute("CHECKPOINT")
         except Exception:
@@ -489,6 +504,21 @@ def _reraise_interrupt() -> None:
                 isinstance(exc, (pa.ArrowCancelled, KeyboardInterrupt)):
             raise KeyboardInterrupt from None
         exc = exc.__context__
+
+
+def _insert(con, table: str, tbl: pa.Table) -> None:
+    """Bulk-insert an Arrow table into `table`, columns matched by name."""
+    con.register("_cuptiprof_batch", tbl)
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _cuptiprof_batch")
+    finally:
+        con.unregister("_cuptiprof_batch")
+
+
+def _with_nulls(values) -> tuple[np.ndarray, np.ndarray]:
+    """Python ints or None -> (int64 values, validity)."""
+    valid = np.array([v is not None for v in values], bool)
+    return np.array([0 if v is None else v for v in values], np.int64), valid
 
 
 def _int_array(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
@@ -628,13 +658,13 @@ def _dense(key: np.ndarray, radix: int, distinct: bool = False):
     return (*out, _values(enc.dictionary)) if distinct else out
 
 
-def _filled(col, value: int) -> np.ndarray:
-    """An integer column as int64 numpy values with NULL replaced by `value` (pc.fill_null
-    makes a pyarrow scalar, which imports pandas when installed)."""
+def _filled(col, value: int, dtype=np.int64) -> np.ndarray:
+    """An integer column as numpy values (int64 unless told) with NULL replaced by `value`
+    (pc.fill_null makes a pyarrow scalar, which imports pandas when installed)."""
     a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if a.null_count == len(a):
-        return np.full(len(a), value, np.int64)
-    v = _values(a).astype(np.int64)
+        return np.full(len(a), value, dtype)
+    v = _values(a).astype(dtype)
     v[~_valid(a)] = value
     return v
 
