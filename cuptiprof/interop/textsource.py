@@ -1,7 +1,9 @@
 """Read a (possibly gzip-compressed) text file as a stream of uncompressed blocks.
 
-Decompression runs in a background thread: zlib releases the GIL, so on two cores the
-gunzip of block N+1 overlaps the JSON decoding of block N.
+Decompression runs in a background thread: the inflater releases the GIL, so on two cores the
+gunzip of block N+1 overlaps the JSON decoding of block N. ISA-L's inflate (the `isal`
+package, a dependency) runs about twice as fast as zlib's; zlib is the fallback where it is
+not installed.
 """
 from __future__ import annotations
 
@@ -13,6 +15,12 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from cuptiprof.errors import InputError
+
+try:
+    from isal import isal_zlib as _inflate
+except ImportError:  # pragma: no cover - a platform without isal wheels
+    _inflate = zlib
+_ERRORS = (zlib.error, _inflate.error)
 
 BLOCK = 1 << 20  # compressed bytes read per step
 OUT_BLOCK = 8 << 20  # most uncompressed bytes handed on at once
@@ -34,7 +42,7 @@ def _blocks(path: Path, on_read: Callable[[int], None] | None) -> Iterator[bytes
                 if on_read:
                     on_read(len(raw))
                 yield raw
-        d = zlib.decompressobj(wbits=47)
+        d = _inflate.decompressobj(wbits=47)
         while True:
             raw = fh.read(BLOCK)
             if on_read and raw:
@@ -47,14 +55,14 @@ def _blocks(path: Path, on_read: Callable[[int], None] | None) -> Iterator[bytes
             while raw:
                 try:
                     out = d.decompress(raw, OUT_BLOCK)
-                except zlib.error as exc:
+                except _ERRORS as exc:
                     raise InputError(f"{path}: corrupt gzip data ({exc})") from None
                 if out:
                     yield out
                 if d.eof:  # concatenated gzip members
                     raw = d.unused_data
                     if raw:
-                        d = zlib.decompressobj(wbits=47)
+                        d = _inflate.decompressobj(wbits=47)
                 else:
                     raw = d.unconsumed_tail
 
