@@ -3,7 +3,8 @@
  * scan(text, names, small) reads one piece of a trace as cut by kineto.iter_docs (a JSON
  * object holding a "traceEvents" array and maybe other top-level keys) and returns
  *   (ints, floats, kept, events, meta, has_events)
- * ints:   kept x NI int64, row-major (columns: see the C_* constants, mirrored in kineto.py)
+ * ints:   kept x NI int64, row-major (columns: see the C_* constants, mirrored in pieces.py),
+ *         in a Block (writable memory with the buffer protocol: numpy.frombuffer reads it)
  * floats: kept x 2 float64 (ts, dur; NaN where null or absent)
  * kept:   events that carry at least one field kineto.py reads (an event with none of them,
  *         such as {}, can never change an import; its position is still counted)
@@ -21,10 +22,14 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)  /* every x86-64: 16 bytes per step when looking for a string's end */
+#include <emmintrin.h>
+#endif
 
 #if defined(__GLIBC__) || defined(__APPLE__)
 #include <locale.h>
@@ -38,6 +43,36 @@ static double c_strtod(const char *b, char **e) { *e = (char *)b; return 0.0; }
 #endif
 
 #define MAX_DEPTH 256
+
+#if defined(__GNUC__)
+#define HOT_INLINE static inline __attribute__((always_inline))
+#else
+#define HOT_INLINE static inline
+#endif
+
+/* a == b for n bytes, inline: the strings compared here (interned names, keys) are short,
+ * where a call to memcmp costs more than the comparison. Loads stay inside both buffers
+ * (the last word overlaps the one before it). */
+static inline int bytes_eq(const void *a, const void *b, Py_ssize_t n) {
+    const unsigned char *x = a, *y = b;
+    if (n >= 8) {
+        uint64_t u, v;
+        for (Py_ssize_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&u, x + i, 8); memcpy(&v, y + i, 8);
+            if (u != v) return 0;
+        }
+        memcpy(&u, x + n - 8, 8); memcpy(&v, y + n - 8, 8);
+        return u == v;
+    }
+    if (n >= 4) {
+        uint32_t u, v, u2, v2;
+        memcpy(&u, x, 4); memcpy(&v, y, 4); memcpy(&u2, x + n - 4, 4); memcpy(&v2, y + n - 4, 4);
+        return u == v && u2 == v2;
+    }
+    if (n > 0)  /* first, middle and last cover one to three bytes */
+        return x[0] == y[0] && x[n >> 1] == y[n >> 1] && x[n - 1] == y[n - 1];
+    return 1;
+}
 
 /* int64 columns */
 enum {
@@ -59,38 +94,70 @@ typedef struct {
     Py_ssize_t *lens;
     uint64_t *hashes;
     Py_ssize_t n, cap;
-    int32_t *table;         /* open addressing: id or -1 */
+    uint64_t *table;        /* open addressing: 0 empty, else the hash's top 32 bits | id + 1 */
     Py_ssize_t tsize;       /* power of two */
 } Interner;
 
-static uint64_t hash_bytes(const unsigned char *s, Py_ssize_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        h = (h ^ w) * 1099511628211ULL;
-        h ^= h >> 29;
+/* Whole words, the short tail read as one overlapping word: no loop over single bytes. The
+ * length is mixed in, so a tail read twice cannot make two lengths collide often. */
+static inline uint64_t hash_bytes(const unsigned char *s, Py_ssize_t n) {
+    const uint64_t M = 0x9E3779B97F4A7C15ULL;
+    uint64_t h = (uint64_t)n * M, w;
+    if (n >= 8) {
+        for (Py_ssize_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&w, s + i, 8);
+            h = (h ^ w) * M;
+            h ^= h >> 29;
+        }
+        memcpy(&w, s + n - 8, 8);
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        w = ((uint64_t)a << 32) | b;
+    } else if (n > 0) {
+        w = ((uint64_t)s[0] << 16) | ((uint64_t)s[n >> 1] << 8) | s[n - 1];
+    } else {
+        w = 0;
     }
-    for (; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
+    h = (h ^ w) * M;
     h ^= h >> 32;
     return h | 1;
 }
 
+#define HASH_TOP 0xFFFFFFFF00000000ULL
+#define ENTRY(h, id) (((h) & HASH_TOP) | (uint64_t)((id) + 1))
+
 static int interner_grow(Interner *it) {
     Py_ssize_t ns = it->tsize ? it->tsize * 2 : 1024;
-    int32_t *t = malloc(ns * sizeof(int32_t));
+    uint64_t *t = calloc(ns, sizeof(uint64_t));
     if (!t) return -1;
-    for (Py_ssize_t i = 0; i < ns; i++) t[i] = -1;
     for (Py_ssize_t id = 0; id < it->n; id++) {
         Py_ssize_t j = it->hashes[id] & (ns - 1);
-        while (t[j] >= 0) j = (j + 1) & (ns - 1);
-        t[j] = (int32_t)id;
+        while (t[j]) j = (j + 1) & (ns - 1);
+        t[j] = ENTRY(it->hashes[id], id);
     }
     free(it->table);
     it->table = t;
     it->tsize = ns;
     return 0;
+}
+
+/* The id of s[0:n] (hash h) if numbered, else -1 with *slot the empty entry for it. Each
+ * entry holds part of its hash: a probe past other strings touches no other memory. */
+static inline Py_ssize_t lookup(Interner *it, const char *s, Py_ssize_t n, uint64_t h,
+                                Py_ssize_t *slot) {
+    Py_ssize_t j = h & (it->tsize - 1);
+    uint64_t e;
+    while ((e = it->table[j]) != 0) {
+        if ((e & HASH_TOP) == (h & HASH_TOP)) {
+            Py_ssize_t id = (Py_ssize_t)(e & 0xFFFFFFFFULL) - 1;
+            if (it->lens[id] == n && bytes_eq(it->keys[id], s, n)) return id;
+        }
+        j = (j + 1) & (it->tsize - 1);
+    }
+    *slot = j;
+    return -1;
 }
 
 /* id of the utf-8 bytes s[0:n], numbering them when new. Touches no Python object (the
@@ -101,13 +168,8 @@ static Py_ssize_t intern_bytes(Interner *it, const char *s, Py_ssize_t n) {
     if (it->tsize == 0 || (it->n + 1) * 2 > it->tsize) {
         if (interner_grow(it) < 0) return -1;
     }
-    Py_ssize_t j = h & (it->tsize - 1);
-    while (it->table[j] >= 0) {
-        int32_t id = it->table[j];
-        if (it->hashes[id] == h && it->lens[id] == n && memcmp(it->keys[id], s, n) == 0)
-            return id;
-        j = (j + 1) & (it->tsize - 1);
-    }
+    Py_ssize_t j = 0, found = lookup(it, s, n, h, &j);
+    if (found >= 0) return found;
     if (it->n >= INT32_MAX - 1) return -1;
     if (it->n == it->cap) {
         Py_ssize_t nc = it->cap ? it->cap * 2 : 256;
@@ -129,7 +191,7 @@ static Py_ssize_t intern_bytes(Interner *it, const char *s, Py_ssize_t n) {
     it->keys[id] = copy;
     it->lens[id] = n;
     it->hashes[id] = h;
-    it->table[j] = (int32_t)id;
+    it->table[j] = ENTRY(h, id);
     return id;
 }
 
@@ -210,16 +272,9 @@ static PyObject *Interner_find(Interner *it, PyObject *str) {
     Py_ssize_t n;
     const char *u = PyUnicode_AsUTF8AndSize(str, &n);
     if (!u) { PyErr_Clear(); return PyLong_FromLong(-1); }
-    if (it->tsize) {
-        uint64_t h = hash_bytes((const unsigned char *)u, n);
-        Py_ssize_t j = h & (it->tsize - 1);
-        while (it->table[j] >= 0) {
-            int32_t id = it->table[j];
-            if (it->hashes[id] == h && it->lens[id] == n && memcmp(it->keys[id], u, n) == 0)
-                return PyLong_FromLong(id);
-            j = (j + 1) & (it->tsize - 1);
-        }
-    }
+    Py_ssize_t j;
+    if (it->tsize)
+        return PyLong_FromSsize_t(lookup(it, u, n, hash_bytes((const unsigned char *)u, n), &j));
     return PyLong_FromLong(-1);
 }
 
@@ -251,6 +306,53 @@ static PyTypeObject InternerType = {
     .tp_getset = Interner_getset,
 };
 
+/* ---- Block: malloc'd memory handed to Python as a buffer, so the columns are not copied --- */
+typedef struct {
+    PyObject_HEAD
+    void *buf;
+    Py_ssize_t len;
+} Block;
+
+static int Block_getbuffer(Block *b, Py_buffer *view, int flags) {
+    static char empty[1];
+    return PyBuffer_FillInfo(view, (PyObject *)b, b->buf ? b->buf : empty, b->len, 0, flags);
+}
+
+static void Block_dealloc(Block *b) {
+    free(b->buf);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+static PyBufferProcs Block_as_buffer = {(getbufferproc)Block_getbuffer, NULL};
+
+static PyTypeObject BlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cuptiprof.interop._kineto_scan.Block",
+    .tp_basicsize = sizeof(Block),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Writable memory of scanned columns (the buffer protocol, e.g. numpy.frombuffer).",
+    .tp_dealloc = (destructor)Block_dealloc,
+    .tp_as_buffer = &Block_as_buffer,
+};
+
+/* A Block owning buf (malloc'd, its first n bytes used), shrunk to n: a piece's columns may
+ * live until the file ends, and the capacity was a guess from the text's size (a large block
+ * shrinks in place, without a copy). NULL with buf freed on failure. */
+static PyObject *block_of(void *buf, Py_ssize_t n) {
+    if (!n) {
+        free(buf);
+        buf = NULL;
+    } else {
+        void *b = realloc(buf, n);
+        if (b) buf = b;
+    }
+    Block *b = PyObject_New(Block, &BlockType);
+    if (!b) { free(buf); return NULL; }
+    b->buf = buf;
+    b->len = n;
+    return (PyObject *)b;
+}
+
 /* ---- the scanner ------------------------------------------------------------------------- */
 typedef struct {
     const unsigned char *p, *end, *base;
@@ -261,12 +363,75 @@ typedef struct {
     int nomem;                      /* out of memory: raise MemoryError, not a decline */
     struct meta { const char *k; Py_ssize_t n, vs, ve; } *meta;
     Py_ssize_t nmeta, capmeta;
+    Py_ssize_t last[6];             /* intern_memo: the last id per field (L_*), or -1 */
 } S;
+
+enum { L_CAT, L_PH, L_NAME, L_PID, L_TID, L_LABELS };
+
+/* intern_bytes with a one-entry memo per field: events in a row often share a category, a
+ * ph, a thread or a name, found then without hashing or probing. */
+static inline Py_ssize_t intern_memo(S *s, Interner *it, const char *u, Py_ssize_t n, int field) {
+    Py_ssize_t id = s->last[field];
+    if (id >= 0 && it->lens[id] == n && bytes_eq(it->keys[id], u, n)) return id;
+    id = intern_bytes(it, u, n);
+    s->last[field] = id;
+    return id;
+}
 
 #define DECLINE (-1)
 #define WS(c) ((c) == ' ' || (c) == '\n' || (c) == '\r' || (c) == '\t')
 
-static inline void skip_ws(S *s) { while (s->p < s->end && WS(*s->p)) s->p++; }
+/* Past the whitespace at p. Compact JSON has none (one test); pretty JSON mostly has one
+ * space (after ':' or ',', two tests) or a newline and an indent, taken 16 bytes at a time. */
+static inline const unsigned char *ws_end(const unsigned char *p, const unsigned char *end) {
+    if (p >= end || *p > ' ') return p;
+    if (end - p >= 2 && p[1] > ' ' && WS(*p)) return p + 1;
+#if defined(__SSE2__)
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i w = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
+            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
+        unsigned other = ~(unsigned)_mm_movemask_epi8(w) & 0xFFFF;
+        if (other) return p + __builtin_ctz(other);
+        p += 16;
+    }
+#endif
+    while (p < end && WS(*p)) p++;
+    return p;
+}
+
+static inline void skip_ws(S *s) { s->p = ws_end(s->p, s->end); }
+
+/* The first byte in [q, end) that a plain string cannot hold as is: '"', '\\', a control
+ * character or a byte >= 0x80 (which needs UTF-8 validation); end if none. */
+static inline const unsigned char *string_stop(const unsigned char *q, const unsigned char *end) {
+#if defined(__SSE2__)
+    while (end - q >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)q);
+        /* signed compare: bytes >= 0x80 are negative, so "< 0x20" catches them too */
+        __m128i m = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+            _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+        unsigned mask = (unsigned)_mm_movemask_epi8(m);
+        if (mask) return q + __builtin_ctz(mask);
+        q += 16;
+    }
+#else
+    while (end - q >= 8) {  /* eight plain ASCII bytes at a time */
+        uint64_t w;
+        memcpy(&w, q, 8);
+        const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+        uint64_t xq = w ^ (ones * '"'), xb = w ^ (ones * '\\');
+        uint64_t special = (w | ((w - ones * 0x20) & ~w) | ((xq - ones) & ~xq) |
+                            ((xb - ones) & ~xb)) & high;
+        if (special) break;
+        q += 8;
+    }
+#endif
+    while (q < end && *q >= 0x20 && *q != '"' && *q != '\\' && *q < 0x80) q++;
+    return q;
+}
 
 static int sbuf_reserve(S *s, Py_ssize_t n) {
     if (n <= s->scap) return 0;
@@ -320,24 +485,31 @@ static inline int utf8_len(const unsigned char *q, const unsigned char *end) {
     return 0;
 }
 
+static int read_string_rest(S *s, const unsigned char *q, int want, const char **out,
+                            Py_ssize_t *outn, int *escaped);
+
 /* A string at s->p (on the opening quote). With want, its utf-8 text is left in out and outn
  * (pointing into the input when it has no escapes, else into s->sbuf). */
-static int read_string(S *s, int want, const char **out, Py_ssize_t *outn, int *escaped) {
-    const unsigned char *q = s->p + 1, *end = s->end;
-    const unsigned char *start = q;
+static inline int read_string(S *s, int want, const char **out, Py_ssize_t *outn, int *escaped) {
+    const unsigned char *start = s->p + 1;
+    const unsigned char *q = string_stop(start, s->end);
+    if (q < s->end && *q == '"') {  /* the usual string: plain ASCII, no escapes */
+        s->p = q + 1;
+        if (escaped) *escaped = 0;
+        if (want) { *out = (const char *)start; *outn = q - start; }
+        return 0;
+    }
+    return read_string_rest(s, q, want, out, outn, escaped);
+}
+
+/* The rest of a string from q, its first escape, control character or non-ASCII byte. */
+static int read_string_rest(S *s, const unsigned char *q, int want, const char **out,
+                            Py_ssize_t *outn, int *escaped) {
+    const unsigned char *end = s->end;
+    const unsigned char *start = s->p + 1;
     int esc = 0;
     while (1) {
-        while (end - q >= 8) {  /* eight plain ASCII bytes at a time */
-            uint64_t w;
-            memcpy(&w, q, 8);
-            const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
-            uint64_t xq = w ^ (ones * '"'), xb = w ^ (ones * '\\');
-            uint64_t special = (w | ((w - ones * 0x20) & ~w) | ((xq - ones) & ~xq) |
-                                ((xb - ones) & ~xb)) & high;
-            if (special) break;
-            q += 8;
-        }
-        while (q < end && *q >= 0x20 && *q != '"' && *q != '\\' && *q < 0x80) q++;
+        q = string_stop(q, end);
         if (q >= end) return DECLINE;
         unsigned char c = *q;
         if (c == '"') break;
@@ -424,6 +596,46 @@ static int read_string(S *s, int want, const char **out, Py_ssize_t *outn, int *
     return 0;
 }
 
+#if defined(__SSE2__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FAST_DIGITS 1
+/* How many ASCII digits start the 16 bytes at q (0-16). */
+static inline int digit_run16(const unsigned char *q) {
+    __m128i v = _mm_loadu_si128((const __m128i *)q);
+    __m128i d = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)),
+                              _mm_cmplt_epi8(v, _mm_set1_epi8('9' + 1)));
+    return __builtin_ctz(~(unsigned)_mm_movemask_epi8(d));
+}
+
+/* The value of the n (1-8) ASCII digits at q, 8 bytes at q readable. SWAR: the digits are
+ * moved to the top of a word (leading zeros below), then summed in pairs, quads and the eight,
+ * each step one multiply: no branch per digit, so no misprediction on the number's length. */
+static inline uint64_t digits_value(const unsigned char *q, int n) {
+    uint64_t w;
+    memcpy(&w, q, 8);
+    w -= 0x3030303030303030ULL;  /* no borrow out of the digits; the bytes after go below */
+    w <<= 8 * (8 - n);
+    w = (w * 10 + (w >> 8)) & 0x00FF00FF00FF00FFULL;
+    w = (w * 100 + (w >> 16)) & 0x0000FFFF0000FFFFULL;
+    return (w * 10000 + (w >> 32)) & 0xFFFFFFFFULL;
+}
+
+static const uint64_t UPOW10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000,
+                                   100000000};
+#endif
+
+/* Past the ASCII digits at q. */
+static inline const unsigned char *skip_digits(const unsigned char *q, const unsigned char *end) {
+#ifdef FAST_DIGITS
+    if (end - q >= 16) {
+        int k = digit_run16(q);
+        if (k < 16) return q + k;
+        q += 16;
+    }
+#endif
+    while (q < end && *q >= '0' && *q <= '9') q++;
+    return q;
+}
+
 /* A JSON number at s->p: strict grammar. is_int: no fraction and no exponent. */
 static int scan_number(S *s, const unsigned char **tok, Py_ssize_t *len, int *is_int) {
     const unsigned char *q = s->p, *end = s->end;
@@ -433,7 +645,7 @@ static int scan_number(S *s, const unsigned char **tok, Py_ssize_t *len, int *is
     if (*q == '0') {
         q++;
     } else if (*q >= '1' && *q <= '9') {
-        while (q < end && *q >= '0' && *q <= '9') q++;
+        q = skip_digits(q, end);
     } else {
         return DECLINE;
     }
@@ -442,35 +654,18 @@ static int scan_number(S *s, const unsigned char **tok, Py_ssize_t *len, int *is
         integer = 0;
         q++;
         if (q >= end || *q < '0' || *q > '9') return DECLINE;
-        while (q < end && *q >= '0' && *q <= '9') q++;
+        q = skip_digits(q, end);
     }
     if (q < end && (*q == 'e' || *q == 'E')) {
         integer = 0;
         q++;
         if (q < end && (*q == '+' || *q == '-')) q++;
         if (q >= end || *q < '0' || *q > '9') return DECLINE;
-        while (q < end && *q >= '0' && *q <= '9') q++;
+        q = skip_digits(q, end);
     }
     if (q >= end) return DECLINE;  /* a piece never ends inside a value */
     *tok = t; *len = q - t; *is_int = integer;
     s->p = q;
-    return 0;
-}
-
-/* An integer token within int64. */
-static int parse_int64(const unsigned char *t, Py_ssize_t n, int64_t *out) {
-    int neg = 0;
-    if (*t == '-') { neg = 1; t++; n--; }
-    if (n > 19) return DECLINE;
-    uint64_t v = 0;
-    for (Py_ssize_t i = 0; i < n; i++) v = v * 10 + (t[i] - '0');  /* <= 19 digits: no wrap */
-    if (neg) {
-        if (v > (uint64_t)INT64_MAX + 1) return DECLINE;
-        *out = (int64_t)(0 - v);
-    } else {
-        if (v > (uint64_t)INT64_MAX) return DECLINE;
-        *out = (int64_t)v;
-    }
     return 0;
 }
 
@@ -528,36 +723,138 @@ static int skip_value(S *s, int depth) {
 }
 
 static inline int is_null(S *s) {
-    if (s->end - s->p >= 4 && memcmp(s->p, "null", 4) == 0) { s->p += 4; return 1; }
+    if (s->end - s->p >= 4 && bytes_eq(s->p, "null", 4)) { s->p += 4; return 1; }
     return 0;
+}
+
+enum { NUM_INT = 1, NUM_OTHER = 2 };
+
+/* The number at q when it is an integer: its value, read while scanning (NUM_INT, *after past
+ * it). NUM_OTHER when a fraction or an exponent follows the integer part (nothing is read).
+ * DECLINE for bad grammar, and for an integer of more than 19 digits or beyond int64 (msgspec
+ * reads those as Python ints; the msgspec path decides what they mean). */
+static inline int scan_int(const unsigned char *q, const unsigned char *end, int64_t *out,
+                           const unsigned char **after) {
+    int neg = 0;
+    if (q < end && *q == '-') { neg = 1; q++; }
+    if (q >= end) return DECLINE;
+    uint64_t v = 0;
+    int nd = 0;
+    if (*q == '0') {
+        q++;
+        nd = 1;
+    } else if (*q >= '1' && *q <= '9') {
+#ifdef FAST_DIGITS
+        if (end - q >= 16) {  /* ids, sizes and microsecond timestamps: up to 16 digits */
+            int k = digit_run16(q);
+            if (k <= 8) {
+                v = digits_value(q, k);
+            } else {
+                v = digits_value(q, 8) * UPOW10[k - 8] + digits_value(q + 8, k - 8);
+            }
+            q += k;
+            nd = k;
+        }
+#endif
+        for (; q < end && (unsigned)(*q - '0') < 10; q++, nd++)
+            if (nd < 19) v = v * 10 + (*q - '0');  /* <= 19 digits: no wrap */
+    } else {
+        return DECLINE;
+    }
+    if (q >= end) return DECLINE;  /* a piece never ends inside a value */
+    if (*q == '.' || *q == 'e' || *q == 'E') return NUM_OTHER;
+    if (nd > 19) return DECLINE;
+    if (neg) {
+        if (v > (uint64_t)INT64_MAX + 1) return DECLINE;
+        *out = (int64_t)(0 - v);
+    } else {
+        if (v > (uint64_t)INT64_MAX) return DECLINE;
+        *out = (int64_t)v;
+    }
+    *after = q;
+    return NUM_INT;
 }
 
 /* int|None into an argument column. 1: a value, 0: null. */
 static int read_int_or_null(S *s, int64_t *v) {
     if (is_null(s)) return 0;
-    const unsigned char *t; Py_ssize_t n; int is_int;
-    if (s->p >= s->end || !(*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) return DECLINE;
-    if (scan_number(s, &t, &n, &is_int) < 0 || !is_int) return DECLINE;
-    if (parse_int64(t, n, v) < 0) return DECLINE;
+    const unsigned char *after;
+    if (scan_int(s->p, s->end, v, &after) != NUM_INT) return DECLINE;
+    s->p = after;
     return 1;
 }
 
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+static const double POW10[23] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+#endif
+
+/* The value of a number token with a fraction or exponent (grammar already checked), when
+ * Clinger's fast path gives it: at most 19 significant digits forming a mantissa m <= 2^53,
+ * and a power of ten 10^k with |k| <= 22. Both are exact doubles, so the one multiply or
+ * divide is correctly rounded: the same double as strtod. 0 when it cannot tell (also for
+ * zero, whose sign and underflow checks stay with the strtod path). */
+static inline int fast_decimal(const unsigned char *t, Py_ssize_t n, double *out) {
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0  /* no double rounding in registers */
+    const unsigned char *q = t, *end = t + n;
+    int neg = *q == '-';
+    q += neg;
+    uint64_t m = 0;
+    int nd = 0, e10 = 0;
+    for (; q < end && (unsigned)(*q - '0') < 10; q++) {
+        if (m == 0 && *q == '0') continue;  /* a leading zero */
+        if (nd == 19) return 0;
+        m = m * 10 + (*q - '0');
+        nd++;
+    }
+    if (q < end && *q == '.') {
+        for (q++; q < end && (unsigned)(*q - '0') < 10; q++) {
+            e10--;
+            if (m == 0 && *q == '0') continue;
+            if (nd == 19) return 0;
+            m = m * 10 + (*q - '0');
+            nd++;
+        }
+    }
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        q++;
+        int eneg = 0, x = 0;
+        if (*q == '-') { eneg = 1; q++; } else if (*q == '+') { q++; }
+        for (; q < end && (unsigned)(*q - '0') < 10; q++)
+            if (x < 100000) x = x * 10 + (*q - '0');
+        e10 += eneg ? -x : x;
+    }
+    if (m == 0 || m > ((uint64_t)1 << 53) || e10 < -22 || e10 > 22) return 0;
+    double d = (double)m;
+    d = e10 < 0 ? d / POW10[-e10] : d * POW10[e10];
+    *out = neg ? -d : d;
+    return 1;
+#else
+    (void)t; (void)n; (void)out;
+    return 0;
+#endif
+}
+
 /* float|None: JSON ints are converted exactly as msgspec does (int64 -> double); other
- * numbers by Python's own correctly rounded parser on a copy of the token. */
+ * numbers by the fast path above, or else by a correctly rounded strtod on a copy of the
+ * token. */
 static int read_float_or_null(S *s, double *v) {
     if (is_null(s)) { *v = NAN; return 0; }
-    const unsigned char *t; Py_ssize_t n; int is_int;
-    if (s->p >= s->end || !(*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) return DECLINE;
-    if (scan_number(s, &t, &n, &is_int) < 0) return DECLINE;
-    if (is_int) {
-        int64_t iv;
-        if (parse_int64(t, n, &iv) < 0) return DECLINE;
-        if (iv == 0 && *t == '-') return DECLINE;  /* -0: leave the sign question to msgspec */
+    int64_t iv;
+    const unsigned char *after;
+    int r = scan_int(s->p, s->end, &iv, &after);
+    if (r == DECLINE) return DECLINE;
+    if (r == NUM_INT) {
+        if (iv == 0 && *s->p == '-') return DECLINE;  /* -0: leave the sign question to msgspec */
+        s->p = after;
         *v = (double)iv;
         return 1;
     }
+    const unsigned char *t; Py_ssize_t n; int is_int;
+    if (scan_number(s, &t, &n, &is_int) < 0) return DECLINE;
     char buf[64];
     if (n >= (Py_ssize_t)sizeof(buf)) return DECLINE;
+    if (fast_decimal(t, n, v)) return 1;
     memcpy(buf, t, n);
     buf[n] = 0;
     char *e;
@@ -572,21 +869,51 @@ static int read_float_or_null(S *s, double *v) {
 }
 
 /* str|None interned into `it`: id or -1 for null. */
-static int read_str_or_null(S *s, Interner *it, int64_t *id) {
+static int read_str_or_null(S *s, Interner *it, int field, int64_t *id) {
     if (is_null(s)) { *id = -1; return 0; }
     if (s->p >= s->end || *s->p != '"') return DECLINE;
     const char *u; Py_ssize_t n;
     if (read_string(s, 1, &u, &n, NULL) < 0) return DECLINE;
-    Py_ssize_t r = intern_bytes(it, u, n);
+    Py_ssize_t r = intern_memo(s, it, u, n, field);
     if (r < 0) { s->nomem = 1; return DECLINE; }
     *id = r;
     return 0;
 }
 
-#define key_is(k, n, lit) ((n) == (Py_ssize_t)sizeof(lit) - 1 && memcmp((k), (lit), (n)) == 0)
+#define key_is(k, n, lit) ((n) == (Py_ssize_t)sizeof(lit) - 1 && bytes_eq((k), (lit), (n)))
 
-/* A key at s->p: raw bytes (no escapes allowed: an escaped key could spell a field name). */
-static int read_key(S *s, const char **k, Py_ssize_t *n) {
+/* A key at s->p: raw bytes (no escapes allowed: an escaped key could spell a field name).
+ * Inlined where called (events, args, the top level): no call per key. */
+HOT_INLINE int read_key(S *s, const char **k, Py_ssize_t *n) {
+#if defined(__SSE2__)
+    /* One 16-byte look at the whitespace before a key and the key itself (an indent and a
+     * short key, as Kineto writes them): where it spans them both, no byte-wise walk. */
+    if (s->end - s->p >= 16) {
+        const unsigned char *p = s->p;
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i ws = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
+            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
+        __m128i stop = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+            _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+        unsigned other = ~(unsigned)_mm_movemask_epi8(ws) & 0xFFFF;
+        unsigned stops = (unsigned)_mm_movemask_epi8(stop);
+        if (other) {
+            int i = __builtin_ctz(other);              /* the opening quote, if all is well */
+            unsigned after = (stops >> i) >> 1;        /* stops inside the key */
+            if (p[i] == '"' && after) {
+                int j = i + 1 + __builtin_ctz(after);
+                if (p[j] == '"') {                     /* a plain key: no escape, all ASCII */
+                    *k = (const char *)p + i + 1;
+                    *n = j - i - 1;
+                    s->p = p + j + 1;
+                    goto colon;
+                }
+            }
+        }
+    }
+#endif
     skip_ws(s);
     if (s->p >= s->end || *s->p != '"') return DECLINE;
     int esc;
@@ -594,17 +921,54 @@ static int read_key(S *s, const char **k, Py_ssize_t *n) {
     if (read_string(s, 0, NULL, NULL, &esc) < 0 || esc) return DECLINE;
     *k = (const char *)start;
     *n = s->p - 1 - start;
-    skip_ws(s);
-    if (s->p >= s->end || *s->p != ':') return DECLINE;
-    s->p++;
+#if defined(__SSE2__)
+colon:
+#endif
+    if (s->p < s->end && *s->p == ':') {  /* the usual: no space before the colon */
+        s->p++;
+    } else {
+        skip_ws(s);
+        if (s->p >= s->end || *s->p != ':') return DECLINE;
+        s->p++;
+    }
     skip_ws(s);
     return 0;
 }
 
-static const char *ARG_KEYS[NARGS] = {
-    "correlation", "device", "context", "stream", "bytes", NULL, NULL, NULL, NULL, NULL, NULL,
-    "registers per thread", "shared memory", "cbid", "Device Type", "Device Id", "Bytes"};
-static Py_ssize_t ARG_LENS[NARGS];
+/* What an args key is: an int argument (its A_* column), one of these, or AK_OTHER. Matched
+ * by length first (most args keys, such as "External id", match no length or one word). */
+enum { AK_OTHER = -1, AK_GRID = NARGS, AK_BLOCK, AK_NAME, AK_LABELS };
+
+static inline int arg_key(const char *k, Py_ssize_t n) {
+#define IS(lit) bytes_eq(k, lit, sizeof(lit) - 1)
+    switch (n) {
+    case 4:
+        if (IS("cbid")) return A_CBID;
+        if (IS("grid")) return AK_GRID;
+        if (IS("name")) return AK_NAME;
+        break;
+    case 5:
+        if (IS("bytes")) return A_BYTES;
+        if (IS("Bytes")) return A_MEMBYTES;
+        if (IS("block")) return AK_BLOCK;
+        break;
+    case 6:
+        if (IS("device")) return A_DEVICE;
+        if (IS("stream")) return A_STREAM;
+        if (IS("labels")) return AK_LABELS;
+        break;
+    case 7: if (IS("context")) return A_CONTEXT; break;
+    case 9: if (IS("Device Id")) return A_DEVID; break;
+    case 11:
+        if (IS("correlation")) return A_CORRELATION;
+        if (IS("Device Type")) return A_DEVTYPE;
+        break;
+    case 13: if (IS("shared memory")) return A_SMEM; break;
+    case 20: if (IS("registers per thread")) return A_REGISTERS; break;
+    }
+    return AK_OTHER;
+#undef IS
+}
 
 static int read_dims(S *s, int64_t *row, int a0, int64_t *valid) {
     if (is_null(s)) return 0;
@@ -639,30 +1003,28 @@ static int read_args(S *s, int64_t *row) {
     while (1) {
         const char *k; Py_ssize_t n;
         if (read_key(s, &k, &n) < 0) return DECLINE;
-        int a = -1;
-        for (int i = 0; i < NARGS; i++)
-            if (ARG_LENS[i] == n && memcmp(k, ARG_KEYS[i], n) == 0) { a = i; break; }
-        if (a >= 0) {
+        int a = arg_key(k, n);
+        if (a >= 0 && a < NARGS) {
             if (seen & (1u << a)) return DECLINE;
             seen |= 1u << a;
             int64_t v;
             int r = read_int_or_null(s, &v);
             if (r < 0) return DECLINE;
             if (r == 1) { row[C_ARG0 + a] = v; valid |= (int64_t)1 << a; }
-        } else if (key_is(k, n, "grid") || key_is(k, n, "block")) {
-            int a0 = k[0] == 'g' ? A_GRID0 : A_BLOCK0;
+        } else if (a == AK_GRID || a == AK_BLOCK) {
+            int a0 = a == AK_GRID ? A_GRID0 : A_BLOCK0;
             if (seen & (1u << a0)) return DECLINE;
             seen |= 1u << a0;
             if (read_dims(s, row, a0, &valid) < 0) return DECLINE;
-        } else if (key_is(k, n, "name")) {
+        } else if (a == AK_NAME) {
             if (seen_name++) return DECLINE;
             if (!is_null(s)) {  /* kept by nothing, but it must be a string */
                 if (s->p >= s->end || *s->p != '"') return DECLINE;
                 if (read_string(s, 0, NULL, NULL, NULL) < 0) return DECLINE;
             }
-        } else if (key_is(k, n, "labels")) {
+        } else if (a == AK_LABELS) {
             if (seen_labels++) return DECLINE;
-            if (read_str_or_null(s, s->small, &row[C_LABELS]) < 0) return DECLINE;
+            if (read_str_or_null(s, s->small, L_LABELS, &row[C_LABELS]) < 0) return DECLINE;
         } else {
             if (skip_value(s, 3) < 0) return DECLINE;
         }
@@ -677,11 +1039,11 @@ static int read_args(S *s, int64_t *row) {
 }
 
 /* pid / tid: int | str | None. kind 0 none, 1 int, 2 str (value: id in small). */
-static int read_id(S *s, int64_t *kind, int64_t *val) {
+static int read_id(S *s, int field, int64_t *kind, int64_t *val) {
     if (is_null(s)) return 0;
     if (s->p < s->end && *s->p == '"') {
         *kind = 2;
-        return read_str_or_null(s, s->small, val);
+        return read_str_or_null(s, s->small, field, val);
     }
     int r = read_int_or_null(s, val);
     if (r < 0) return DECLINE;
@@ -730,14 +1092,14 @@ static int read_event(S *s, int64_t index) {
             else if (k[0] == 't' && k[1] == 's') bit = K_TS;
             break;
         case 3:
-            if (!memcmp(k, "cat", 3)) bit = K_CAT;
-            else if (!memcmp(k, "pid", 3)) bit = K_PID;
-            else if (!memcmp(k, "tid", 3)) bit = K_TID;
-            else if (!memcmp(k, "dur", 3)) bit = K_DUR;
+            if (bytes_eq(k, "cat", 3)) bit = K_CAT;
+            else if (bytes_eq(k, "pid", 3)) bit = K_PID;
+            else if (bytes_eq(k, "tid", 3)) bit = K_TID;
+            else if (bytes_eq(k, "dur", 3)) bit = K_DUR;
             break;
         case 4:
-            if (!memcmp(k, "name", 4)) bit = K_NAME;
-            else if (!memcmp(k, "args", 4)) bit = K_ARGS;
+            if (bytes_eq(k, "name", 4)) bit = K_NAME;
+            else if (bytes_eq(k, "args", 4)) bit = K_ARGS;
             break;
         }
         if (bit) {
@@ -751,16 +1113,16 @@ static int read_event(S *s, int64_t index) {
             const char *u; Py_ssize_t un;
             if (read_string(s, 1, &u, &un, NULL) < 0) return DECLINE;
             if (un) {  /* "" stays -1, as when absent */
-                Py_ssize_t id = intern_bytes(s->small, u, un);
+                Py_ssize_t id = intern_memo(s, s->small, u, un, L_PH);
                 if (id < 0) { s->nomem = 1; return DECLINE; }
                 row[C_PH] = id;
             }
             break;
         }
-        case K_CAT: r = read_str_or_null(s, s->small, &row[C_CAT]); break;
-        case K_NAME: r = read_str_or_null(s, s->names, &row[C_NAME]); break;
-        case K_PID: r = read_id(s, &row[C_PIDK], &row[C_PID]); break;
-        case K_TID: r = read_id(s, &row[C_TIDK], &row[C_TID]); break;
+        case K_CAT: r = read_str_or_null(s, s->small, L_CAT, &row[C_CAT]); break;
+        case K_NAME: r = read_str_or_null(s, s->names, L_NAME, &row[C_NAME]); break;
+        case K_PID: r = read_id(s, L_PID, &row[C_PIDK], &row[C_PID]); break;
+        case K_TID: r = read_id(s, L_TID, &row[C_TIDK], &row[C_TID]); break;
         case K_TS: r = read_float_or_null(s, &f[0]) < 0 ? DECLINE : 0; break;
         case K_DUR: r = read_float_or_null(s, &f[1]) < 0 ? DECLINE : 0; break;
         case K_ARGS:
@@ -853,6 +1215,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     s.end = s.p + view.len;
     s.names = (Interner *)names;
     s.small = (Interner *)small;
+    for (int i = 0; i < 6; i++) s.last[i] = -1;
     /* Kineto events take 150-400 bytes of text: room for most pieces without growing (pages
      * are only touched as rows are written) */
     s.hint = view.len / 160 > 4096 ? view.len / 160 : 4096;
@@ -875,8 +1238,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (!t) goto done;
         PyList_SET_ITEM(meta, i, t);
     }
-    ib = PyByteArray_FromStringAndSize((const char *)s.I, s.kept * NI * sizeof(int64_t));
-    fb = PyByteArray_FromStringAndSize((const char *)s.F, s.kept * 2 * sizeof(double));
+    /* the row buffers become the columns' memory (no copy); ib and fb own them from here */
+    ib = block_of(s.I, s.kept * NI * sizeof(int64_t));
+    s.I = NULL;
+    fb = block_of(s.F, s.kept * 2 * sizeof(double));
+    s.F = NULL;
     if (!ib || !fb) goto done;
     result = Py_BuildValue("(OOnLOO)", ib, fb, s.kept, (long long)events, meta,
                            has_events ? Py_True : Py_False);
@@ -972,12 +1338,11 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__kineto_scan(void) {
-    for (int i = 0; i < NARGS; i++) ARG_LENS[i] = ARG_KEYS[i] ? (Py_ssize_t)strlen(ARG_KEYS[i]) : -1;
 #if defined(__GLIBC__) || defined(__APPLE__)
     c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
     if (!c_locale) return PyErr_NoMemory();
 #endif
-    if (PyType_Ready(&InternerType) < 0) return NULL;
+    if (PyType_Ready(&InternerType) < 0 || PyType_Ready(&BlockType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&InternerType);
