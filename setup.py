@@ -7,4 +7,6 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("cuptiprof.interop._kineto_scan",
                              ["cuptiprof/interop/_kineto_scan.c"],
+                             extra_compile_args=["-O2", "-std=c99"], optional=True),
+                   Extension("cuptiprof.store._islands", ["cuptiprof/store/_islands.c"],
                              extra_compile_args=["-O2", "-std=c99"], optional=True)])

@@ -10,6 +10,7 @@ import textwrap
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 import cuptiprof
 from cuptiprof.analyse import catalog
@@ -150,3 +151,304 @@ def test_islands_equal_a_plain_union_for_any_order_of_groups_and_rows():
             if iv:
                 want[c] = (out_s, out_e)
         assert got == want
+
+
+# -- the native islands (cuptiprof/store/_islands.c) and the numpy path ----------------------
+
+def test_the_islands_extension_is_built():
+    """CI has a compiler and Python headers: a missing extension is a failed build, not a
+    silent fallback to the numpy path."""
+    from cuptiprof.store import _islands, summary
+    assert _islands.API == 1 and summary._islands is _islands
+
+
+def brute_islands(starts, ends) -> list[tuple[int, int]]:
+    """The union of closed intervals (touching ones merge), plainly."""
+    out: list[list[int]] = []
+    for s, e in sorted(zip(starts, ends)):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [tuple(x) for x in out]
+
+
+def make_rows(rng, kind: str, n: int, k: int):
+    """(codes, starts, ends) of n rows in k groups, in the given kind of order."""
+    codes = rng.integers(0, k, n).astype(np.int64)
+    if kind == "random":
+        starts = rng.integers(-10**6, 10**6, n)
+        ends = starts + rng.integers(0, 5_000, n)
+    elif kind == "nearly":  # launch order on a few streams: starts nearly sorted
+        starts = np.cumsum(rng.integers(0, 3_000, n)) + rng.integers(0, 4_000, n)
+        ends = starts + rng.integers(1_000, 6_000, n)
+    elif kind == "reverse":  # disjoint intervals, latest first: the walk back gives up
+        starts = np.arange(n, 0, -1, dtype=np.int64) * 10
+        ends = starts + 5
+    elif kind == "touching":  # islands that touch end to start, and zero-length intervals
+        starts = rng.integers(0, 200, n) * 10
+        ends = starts + rng.choice([0, 0, 10, 20], n)
+    else:
+        raise ValueError(kind)
+    return codes, starts.astype(np.int64), ends.astype(np.int64)
+
+
+KINDS = ("random", "nearly", "reverse", "touching")
+
+
+@pytest.fixture(params=["native", "numpy"])
+def busy_path(request, monkeypatch):
+    """BusySummary with the native islands, or with the module away (the numpy path)."""
+    from cuptiprof.store import summary
+    monkeypatch.delenv("CUPTIPROF_NATIVE", raising=False)
+    if request.param == "numpy":
+        monkeypatch.setattr(summary, "_islands", None)
+    elif summary._islands is None:
+        pytest.skip("the islands extension is not built (see test_the_islands_extension_is_built)")
+    return request.param
+
+
+def unpack(res, k):
+    store, summary = res
+    count, busy, first, last = np.frombuffer(summary, np.int64).reshape(4, k).tolist()
+    got = {}
+    for g in range(k):
+        s, e = (np.frombuffer(x, np.int64).tolist() for x in store.get(g))
+        assert len(s) == count[g] and len(store) == k
+        if s:
+            assert busy[g] == sum(b - a for a, b in zip(s, e))
+            assert (first[g], last[g]) == (s[0], e[-1])
+            got[g] = list(zip(s, e))
+    return got
+
+
+@pytest.mark.parametrize("kind", ("random", "nearly", "touching"))
+def test_native_islands_equal_a_plain_union(kind):
+    from cuptiprof.store import _islands
+    rng = np.random.default_rng(KINDS.index(kind))
+    for trial in range(30):
+        n, k = int(rng.integers(1, 4000)), int(rng.integers(1, 7))
+        codes, starts, ends = make_rows(rng, kind, n, k)
+        want = {g: brute_islands(starts[codes == g].tolist(), ends[codes == g].tolist())
+                for g in range(k) if (codes == g).any()}
+        for c in (codes, codes.astype(np.int32)):
+            assert unpack(_islands.islands([(c, starts, ends)], k), k) == want
+        # Cut into parts (one with its own numbering through a remap, one of a single group),
+        # and the islands of a first call continued by a second: the same union.
+        cut = int(rng.integers(0, n + 1))
+        perm = rng.permutation(k)
+        first = _islands.islands([(codes[:cut], starts[:cut], ends[:cut])], k)
+        single = codes[cut:] == 0
+        c, s, e = codes[cut:], starts[cut:], ends[cut:]
+        rest = [(perm.argsort()[c[~single]], s[~single], e[~single], perm),
+                (0, s[single], e[single])]
+        seeds = [(g, first[0], g) for g in range(k)]
+        assert unpack(_islands.islands(seeds + rest, k), k) == want
+
+
+def test_native_islands_give_up_far_from_start_order():
+    from cuptiprof.store import _islands
+    rng = np.random.default_rng(5)
+    codes, starts, ends = make_rows(rng, "reverse", 3000, 1)
+    assert _islands.islands([(codes, starts, ends)], 1) is None
+    # A few rows out of order are cheap, unless the bound is tiny.
+    codes, starts, ends = make_rows(rng, "nearly", 3000, 2)
+    assert _islands.islands([(codes, starts, ends)], 2) is not None
+    assert _islands.islands([(codes, starts, ends)], 2, limit=0) is None
+    assert _islands.islands([(codes, starts[::-1].copy(), ends[::-1].copy())], 2, limit=10**9)
+
+
+def test_native_islands_reject_bad_input():
+    from cuptiprof.store import _islands
+    s = np.arange(5, dtype=np.int64)
+    c = np.zeros(5, np.int64)
+    assert unpack(_islands.islands([], 3), 3) == {}
+    with pytest.raises(ValueError, match="out of range"):
+        _islands.islands([(c + 3, s, s)], 3)
+    with pytest.raises(ValueError, match="out of range"):
+        _islands.islands([(c - 1, s, s)], 3)
+    with pytest.raises(ValueError, match="out of range"):
+        _islands.islands([(c + 1, s, s, np.array([0], np.int64))], 3)
+    with pytest.raises(ValueError, match="out of range"):
+        _islands.islands([(7, s, s)], 3)
+    with pytest.raises(ValueError, match="ends before"):
+        _islands.islands([(c, s, s - 1)], 3)
+    with pytest.raises(ValueError, match="length"):
+        _islands.islands([(c, s, s[:4])], 3)
+    with pytest.raises(TypeError):
+        _islands.islands([(c, s.astype(np.float64), s)], 3)
+    with pytest.raises(TypeError):
+        _islands.islands([(c.astype(np.int16), s, s)], 3)
+    with pytest.raises((TypeError, ValueError)):
+        _islands.islands([(c, s[::2], s[::2])], 3)  # not contiguous
+    with pytest.raises(TypeError):
+        _islands.islands([(c, s)], 3)
+
+
+def test_native_islands_from_threads():
+    """The loop runs without the GIL; calls in threads (sharing the arrays kept for reuse) give
+    the same islands."""
+    import threading
+    from cuptiprof.store import _islands
+    rng = np.random.default_rng(9)
+    codes, starts, ends = make_rows(rng, "nearly", 200_000, 3)
+    want = unpack(_islands.islands([(codes, starts, ends)], 3), 3)
+    got, errors = [], []
+
+    def work():
+        try:
+            for _ in range(5):
+                got.append(unpack(_islands.islands([(codes, starts, ends)], 3), 3) == want)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and got == [True] * 15
+    _islands.trim()
+
+
+def expected_finish(batches) -> tuple[dict, set]:
+    """What BusySummary.finish() must give for these batches (lists of (keys, codes, starts,
+    ends) parts): busy/start/end from a plain union per group, and the groups seen again after
+    a batch without them (recomputed from the table instead)."""
+    seen: dict[tuple, list[int]] = {}
+    rows: dict[tuple, tuple[list, list]] = {}
+    for b, parts in enumerate(batches):
+        for keys, codes, starts, ends in parts:
+            for g, key in enumerate(keys):
+                m = codes == g
+                if not m.any():
+                    continue
+                if seen.setdefault(key, [])[-1:] != [b]:
+                    seen[key].append(b)
+                r = rows.setdefault(key, ([], []))
+                r[0].extend(starts[m].tolist())
+                r[1].extend(ends[m].tolist())
+    dirty = {key for key, bs in seen.items() if bs != list(range(bs[0], bs[-1] + 1))}
+    done = {}
+    for key, (s, e) in rows.items():
+        if key not in dirty:
+            isl = brute_islands(s, e)
+            done[key] = (sum(b - a for a, b in isl), isl[0][0], isl[-1][1])
+    return done, dirty
+
+
+def run_summary(batches):
+    from cuptiprof.store.summary import BusySummary
+    summary = BusySummary()
+    for parts in batches:
+        summary.add(parts)
+    rows, dirty = summary.finish()
+    return {r[:3]: r[3:] for r in rows}, set(dirty), (rows, dirty)
+
+
+def random_batches(rng, kind: str, nbatches: int):
+    """Batches of one or two parts (kernels, memcpys) whose groups (pid, device, step) span
+    batches: each group's rows are cut at random batch boundaries."""
+    n, k = int(rng.integers(500, 4000)), int(rng.integers(1, 6))
+    codes, starts, ends = make_rows(rng, kind, n, k)
+    order = np.argsort(codes, kind="stable")  # groups one after another, as steps come
+    codes, starts, ends = codes[order], starts[order], ends[order]
+    allkeys = [(7, d % 2, d // 2 if d else None) for d in range(k)]
+    cuts = np.sort(rng.integers(0, n + 1, nbatches - 1))
+    batches = []
+    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n]):
+        c, s, e = codes[lo:hi], starts[lo:hi], ends[lo:hi]
+        present = sorted(set(c.tolist()))
+        if not present:
+            continue
+        parts = []
+        two = rng.random() < 0.5 and len(c) > 1
+        for sel in ((slice(None),) if not two else (slice(0, None, 2), slice(1, None, 2))):
+            cc, ss, ee = c[sel], s[sel], e[sel]
+            used = sorted(set(cc.tolist()))
+            order_keys = list(rng.permutation(used)) if two else used
+            keys = [allkeys[g] for g in order_keys]
+            local = {g: i for i, g in enumerate(order_keys)}
+            parts.append((keys, np.array([local[g] for g in cc.tolist()], np.int32),
+                          ss.copy(), ee.copy()))
+        batches.append(parts)
+    return batches
+
+
+class Spy:
+    """The islands module, counting the calls that gave up."""
+
+    def __init__(self, module):
+        self.module, self.API, self.calls, self.gave_up = module, module.API, 0, 0
+
+    def islands(self, *a, **kw):
+        r = self.module.islands(*a, **kw)
+        self.calls += 1
+        self.gave_up += r is None
+        return r
+
+    def trim(self):
+        self.module.trim()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_busy_summary_equals_a_plain_union_across_batches(busy_path, kind, monkeypatch):
+    from cuptiprof.store import summary as S
+    spy = None
+    if busy_path == "native":
+        spy = Spy(S._islands)
+        monkeypatch.setattr(S, "_islands", spy)
+    rng = np.random.default_rng(100 + KINDS.index(kind))
+    for trial in range(12):
+        batches = random_batches(rng, kind, int(rng.integers(1, 6)))
+        if trial % 3 == 2 and len(batches) > 2:  # a piece of an early group arrives late
+            batches.append(batches[0])
+        want_done, want_dirty = expected_finish(batches)
+        done, dirty, _ = run_summary(batches)
+        assert dirty == want_dirty
+        assert done == want_done
+    if spy:  # the reversed rows take the numpy path (the native walk back gives up)
+        assert spy.calls and (spy.gave_up > 0) == (kind == "reverse")
+
+
+def test_both_paths_finish_the_same_also_when_the_native_gives_up_midway(monkeypatch):
+    """The same batches, native and numpy, give the same finish() (row order included); a
+    batch where the native call gives up (reversed rows) hands its groups to the numpy path and
+    the next batch back to the native one."""
+    from cuptiprof.store import summary as S
+    if S._islands is None:
+        pytest.skip("the islands extension is not built")
+    monkeypatch.delenv("CUPTIPROF_NATIVE", raising=False)
+    module = S._islands
+    rng = np.random.default_rng(21)
+    for trial in range(8):
+        kinds = [("nearly", "reverse", "nearly", "touching")[(trial + i) % 4] for i in range(4)]
+        batches = []
+        for b, kind in enumerate(kinds):  # the same three groups in most batches (spanning
+            codes, starts, ends = make_rows(rng, kind, int(rng.integers(1500, 3000)), 3)
+            keys = [(1, 0, 5), (1, 1, 5), (1, 0, None)]  # them all), later batches later in time
+            if kind == "reverse":  # one group only (the other two are still open after it)
+                codes, keys = np.zeros_like(codes), keys[:1]
+            at = b * 10**8 - int(rng.integers(0, 10**4))  # a little overlap with the batch before
+            batches.append([(keys, codes, starts + at, ends + at)])
+        want_done, want_dirty = expected_finish(batches)
+        spy = Spy(module)
+        monkeypatch.setattr(S, "_islands", spy)
+        native = run_summary(batches)
+        assert spy.gave_up == 1 and spy.calls == 4
+        monkeypatch.setattr(S, "_islands", None)
+        numpy = run_summary(batches)
+        assert native[2] == numpy[2]
+        assert native[0] == want_done and native[1] == want_dirty
+
+
+def test_cuptiprof_native_0_takes_the_numpy_path(monkeypatch):
+    from cuptiprof.store import summary as S
+    if S._islands is None:
+        pytest.skip("the islands extension is not built")
+    spy = Spy(S._islands)
+    monkeypatch.setattr(S, "_islands", spy)
+    monkeypatch.setenv("CUPTIPROF_NATIVE", "0")
+    rng = np.random.default_rng(2)
+    batches = random_batches(rng, "nearly", 3)
+    assert run_summary(batches)[:2] == expected_finish(batches)
+    assert spy.calls == 0

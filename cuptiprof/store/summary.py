@@ -1,20 +1,32 @@
 """GPU busy time per run, process, device and step (the union of the work intervals of kernels,
 memcpys and memsets across streams), kept while writing so that reports need not fold every row.
 
-The writer feeds each committed batch to `BusySummary.add`: per group (pid, device, step) the
-batch's intervals are put in start order (one nearly-sorted argsort, skipped when in order) and a
-running max of their ends gives the union. A group keeps its intervals while the next batch may
-still add to it (reduced to islands once it spans batches); a group seen again after that is
-recomputed from the table at close (`BUSY_SQL`), so the stored numbers are exact whatever the
-batching. The result goes to
-`step_busy` at close, and the run to `step_busy_runs`; a file whose writer died has neither for its
-run and the reports compute busy time from the rows instead.
+The writer feeds each committed batch to `BusySummary.add`. The native module (`_islands.c`)
+builds each group's (pid, device, step) islands in one pass over the rows as they come, merging
+an interval that starts early in from the end (O(1) a row when starts are nearly in order); it
+gives up on rows far from start order, and without it (no compiler, CUPTIPROF_NATIVE=0) numpy
+does the same: per group the batch's intervals are put in start order (one nearly-sorted
+argsort, skipped when in order) and a running max of their ends gives the union. Both give the
+same numbers. A group keeps its islands (numpy: its intervals, reduced to islands once it spans
+batches) while the next batch may still add to it; a group seen again after that is recomputed
+from the table at close (`BUSY_SQL`), so the stored numbers are exact whatever the batching.
+The result goes to `step_busy` at close, and the run to `step_busy_runs`; a file whose writer
+died has neither for its run and the reports compute busy time from the rows instead.
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+try:
+    from cuptiprof.store import _islands
+except ImportError:  # installed without a C compiler: the numpy path does everything
+    _islands = None
+if _islands is not None and getattr(_islands, "API", None) != 1:
+    _islands = None  # a stale build of another interface: not used
 
 # The same fold as sql/scope/sel_busy.sql, over the stored rows of one run. {groups}: an extra
 # condition on (pid, device_id, step) or TRUE.
@@ -50,8 +62,9 @@ class BusySummary:
 
     def __init__(self) -> None:
         self.done: dict[tuple, tuple[int, int, int]] = {}  # group -> (busy, start, end)
-        # group -> (starts, ends: its intervals in start order; busy, start, end). The intervals
-        # are kept as they came (no islands computed) unless the group already spans batches.
+        # group -> (intervals, busy, start, end). Intervals: (native store, index) of its islands,
+        # or (starts, ends) arrays from the numpy path: its intervals in start order as they
+        # came (no islands computed) unless the group already spans batches.
         self.open: dict[tuple, tuple] = {}
         self.dirty: set[tuple] = set()                     # recomputed from the table
 
@@ -62,38 +75,49 @@ class BusySummary:
             self._close_open(set())
             return
         if len(parts) == 1:
-            keys, c, starts, ends = parts[0]
-            c = c.astype(np.int64)  # codes times the time axis width must not overflow
-        else:  # number the groups of all parts together
+            keys, remaps = parts[0][0], [None]
+        else:  # number the groups of all parts together (a small table per part)
             index: dict[tuple, int] = {}
-            cs = []
-            for k, codes, _, _ in parts:
-                remap = np.array([index.setdefault(key, len(index)) for key in k], np.int64)
-                cs.append(remap[codes])
+            remaps = [np.array([index.setdefault(key, len(index)) for key in p[0]], np.int64)
+                      for p in parts]
             keys = list(index)
-            c = np.concatenate(cs)
-            starts = np.concatenate([p[2] for p in parts])
-            ends = np.concatenate([p[3] for p in parts])
         k = len(keys)
         for key in keys:
             if key in self.done:  # seen in an earlier batch, not the previous one
                 del self.done[key]
                 self.dirty.add(key)
         # Intervals still open from the previous batch take part as intervals of their group.
-        extra_s, extra_e, extra_c = [], [], []
-        spans = set()
-        for i, key in enumerate(keys):
-            if key in self.open:
-                s, e = self.open[key][:2]
-                extra_s.append(s)
-                extra_e.append(e)
-                extra_c.append(np.full(len(s), i, np.int64))
-                spans.add(i)
+        prev = [(i, *self.open[key][0]) for i, key in enumerate(keys) if key in self.open]
+        native = _native()
+        if native is not None:
+            # The previous islands go first: in start order, each is appended (or merged into
+            # the last island) in O(1). The parts go as they are (no concatenation, no remapped
+            # copy of their codes).
+            seeds = [(i, a, b) if not isinstance(a, np.ndarray)
+                     else (i, _native_ints(a), _native_ints(b)) for i, a, b in prev]
+            res = native.islands([*seeds, *((_native_ints(c), _native_ints(s), _native_ints(e), r)
+                                            for (_, c, s, e), r in zip(parts, remaps))], k)
+            if res is not None:
+                self._close_open(set(keys))
+                store, summary = res
+                count, busy, first, last = np.frombuffer(summary, np.int64).reshape(4, k).tolist()
+                for i, key in enumerate(keys):
+                    if count[i] and key not in self.dirty:
+                        self.open[key] = ((store, i), busy[i], first[i], last[i])
+                return
         self._close_open(set(keys))
-        if extra_s:
-            starts = np.concatenate([starts, *extra_s])
-            ends = np.concatenate([ends, *extra_e])
-            c = np.concatenate([c, *extra_c])
+        if len(parts) == 1:
+            c, starts, ends = parts[0][1:]
+        else:
+            c = np.concatenate([r[p[1]] for p, r in zip(parts, remaps)])
+            starts = np.concatenate([p[2] for p in parts])
+            ends = np.concatenate([p[3] for p in parts])
+        if prev:
+            prev = [(i, *_arrays(a, b)) for i, a, b in prev]
+            starts = np.concatenate([starts, *(s for _, s, _ in prev)])
+            ends = np.concatenate([ends, *(e for _, _, e in prev)])
+            c = np.concatenate([c, *(np.full(len(s), i, c.dtype) for i, s, _ in prev)])
+        spans = {i for i, _, _ in prev}
         for i, s, e in _in_start_order(starts, ends, c, k):
             key = keys[i]
             if key in self.dirty:
@@ -105,15 +129,17 @@ class BusySummary:
                 busy += int(np.maximum(add, 0, out=add).sum())
             if i in spans:  # a group spanning batches keeps only its islands
                 s, e = _union_sorted(s, run_max)
-            self.open[key] = (s, e, busy, int(s[0]), int(run_max[-1]))
+            self.open[key] = ((s, e), busy, int(s[0]), int(run_max[-1]))
 
     def _close_open(self, keep: set) -> None:
         for key in [k for k in self.open if k not in keep]:
-            self.done[key] = self.open.pop(key)[2:]
+            self.done[key] = self.open.pop(key)[1:]
 
     def finish(self) -> tuple[list[tuple], list[tuple]]:
         """(rows (pid, device_id, step, busy_ns, start_ns, end_ns), groups to recompute)."""
         self._close_open(set())
+        if _islands is not None:
+            _islands.trim()  # the island arrays kept for reuse
         rows = [(*k, b, s, e) for k, (b, s, e) in self.done.items()]
         return rows, sorted(self.dirty, key=lambda k: tuple((v is None, v or 0) for v in k))
 
@@ -155,6 +181,28 @@ def _as(col, typ: pa.DataType) -> pa.Array:
     """One array of the given type (no copy when it already is one)."""
     a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     return a if a.type == typ else pc.cast(a, typ)
+
+
+def _native():
+    """The native islands module, or None when it was not built or CUPTIPROF_NATIVE=0."""
+    if _islands is None or os.environ.get("CUPTIPROF_NATIVE", "1").strip() == "0":
+        return None
+    return _islands
+
+
+def _native_ints(a: np.ndarray) -> np.ndarray:
+    """An array as the native module takes it: contiguous int32 or int64 (no copy when it is)."""
+    if a.dtype != np.int64 and a.dtype != np.int32:
+        a = a.astype(np.int64)
+    return np.ascontiguousarray(a)
+
+
+def _arrays(a, b) -> tuple[np.ndarray, np.ndarray]:
+    """An open group's intervals as (starts, ends) arrays: (a, b) is either those arrays or
+    (native store, group index)."""
+    if isinstance(a, np.ndarray):
+        return a, b
+    return tuple(np.frombuffer(x, np.int64) for x in a.get(b))
 
 
 def _in_start_order(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray, k: int):
