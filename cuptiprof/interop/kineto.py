@@ -235,8 +235,10 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, scan=None
         buf[end:end + 2] = saved
         want = piece_bytes
         consumed += cut - prefix_len
-        del buf[:cut]
-        buf[0:0] = _PREFIX
+        # The prefix goes over the last bytes of the piece just decoded: deleting from the
+        # front of a bytearray only moves its start, inserting there would move everything.
+        del buf[:cut - len(_PREFIX)]
+        buf[:len(_PREFIX)] = _PREFIX
         prefix_len = ev_start = len(_PREFIX)
         before += _count(doc)
         yield doc
@@ -244,7 +246,9 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, scan=None
         buf += b"}"
     if not buf.strip() and consumed == 0:
         raise _Malformed("the file is empty", None, None)
-    yield _decode(bytes(buf), consumed, prefix_len, before, scan)
+    with memoryview(buf) as mv:  # no copy of the last piece
+        doc = _decode(mv, consumed, prefix_len, before, scan)
+    yield doc
 
 
 # -- one file ---------------------------------------------------------------------------------
