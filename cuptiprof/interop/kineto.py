@@ -34,6 +34,7 @@ from cuptiprof.interop.textsource import read_blocks
 
 BATCH_ROWS = 200_000
 PIECE_BYTES = 16 << 20
+FIRST_PIECE = 2 << 20  # the first piece is small, so decoding starts while most is still gzip
 
 
 # -- the fields kept from each event ----------------------------------------------------------
@@ -193,7 +194,7 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, scan=None
     ev_start = -1       # position of the first event in buf
     bare = False        # the file is a bare JSON array of events
     before = 0          # events in pieces already decoded
-    want = piece_bytes
+    want = min(piece_bytes, FIRST_PIECE)
     for block in blocks:
         buf += block
         if ev_start < 0:
@@ -201,8 +202,7 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, scan=None
             if head.startswith(b"["):
                 lead = len(buf) - len(buf.lstrip())
                 consumed, prefix_len = lead, len(_PREFIX)
-                del buf[:lead + 1]
-                buf[0:0] = _PREFIX
+                buf = bytearray(_PREFIX) + buf[lead + 1:]  # a new buffer: see below
                 ev_start, bare = len(_PREFIX), True
             else:
                 m = _ARRAY_START.search(buf)
@@ -235,16 +235,17 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, scan=None
         buf[end:end + 2] = saved
         want = piece_bytes
         consumed += cut - prefix_len
-        # The prefix goes over the last bytes of the piece just decoded: deleting from the
-        # front of a bytearray only moves its start, inserting there would move everything.
-        del buf[:cut - len(_PREFIX)]
+        # The rest (less than an event or two: the cut is at the last separator) starts a new
+        # buffer, the prefix written over the piece's last bytes. Not `del buf[:cut]`: a
+        # bytearray with free space at its front copies itself whole on every later append.
+        buf = buf[cut - len(_PREFIX):]
         buf[:len(_PREFIX)] = _PREFIX
         prefix_len = ev_start = len(_PREFIX)
         before += _count(doc)
         yield doc
     if bare:
         buf += b"}"
-    if not buf.strip() and consumed == 0:
+    if consumed == 0 and (not buf or buf.isspace()):  # (strip() would copy the text)
         raise _Malformed("the file is empty", None, None)
     with memoryview(buf) as mv:  # no copy of the last piece
         doc = _decode(mv, consumed, prefix_len, before, scan)

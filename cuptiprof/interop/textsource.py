@@ -23,7 +23,8 @@ except ImportError:  # pragma: no cover - a platform without isal wheels
 _ERRORS = (zlib.error, _inflate.error)
 
 BLOCK = 1 << 20  # compressed bytes read per step
-OUT_BLOCK = 8 << 20  # most uncompressed bytes handed on at once
+OUT_BLOCK = 2 << 20  # most uncompressed bytes handed on at once (small: decoding starts early)
+AHEAD = 8            # blocks the reader may run ahead of the decoder
 
 
 def is_gzip(path: Path) -> bool:
@@ -69,9 +70,9 @@ def _blocks(path: Path, on_read: Callable[[int], None] | None) -> Iterator[bytes
 
 def read_blocks(path: str | os.PathLike, on_read: Callable[[int], None] | None = None
                 ) -> Iterator[bytes]:
-    """Uncompressed blocks of `path`, produced by a reader thread two blocks ahead."""
+    """Uncompressed blocks of `path`, produced by a reader thread up to AHEAD blocks ahead."""
     path = Path(path)
-    q: queue.Queue = queue.Queue(maxsize=2)
+    q: queue.Queue = queue.Queue(maxsize=AHEAD)
     stop = threading.Event()
     done = object()
 

@@ -157,6 +157,10 @@ class Writer:
         # RLE only ever wins where bitpacking's constant mode does as well (same file sizes),
         # and analysing it costs every column of every row group: off for this connection.
         self._con.execute("SET disabled_compression_methods='rle'")
+        # Appends of Arrow batches run faster on one thread (measured: more threads only add
+        # scheduling to small tables and nothing to large ones), and a writer inside a
+        # profiled process should not take the workload's cores.
+        self._con.execute("SET threads=1")
         if self.atomic:
             # A fresh file written in a few large commits (imports, merges): a large commit
             # checkpoints at once instead of going through the log first and being written
