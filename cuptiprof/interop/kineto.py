@@ -8,11 +8,10 @@ How it stays fast and bounded: the uncompressed text is cut at event boundaries 
 of ~16 MB, each read by the native scanner (`_kineto_scan.c`) straight into per-event columns,
 or, where it declines a piece (anything unusual) or is not built, decoded by msgspec into
 small typed Structs that are then turned into the same columns (pieces.py). Everything after
-that works on columns, category by category (no Python object per event). GPU rows are written piece by piece; host rows (ops, annotations, API
-calls) are kept as compact columns until the file ends, because a launch is attributed to the
-innermost op open on its thread, and a GPU row to the step of the call that launched it,
-which needs the whole host timeline. Those links are then applied to the written GPU rows
-with one UPDATE per table.
+that works on columns, category by category (no Python object per event). Rows are kept as
+compact columns until the file ends, because a launch is attributed to the innermost op open
+on its thread, and a GPU row to the step of the call that launched it, which needs the whole
+host timeline; then the file's rows go to the writer in one append.
 """
 from __future__ import annotations
 
