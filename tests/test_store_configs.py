@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from cuptiprof.store import writer as W
 from cuptiprof.store.merge import merge_files
 from cuptiprof.store.schema import LAUNCH_CONFIG
 from cuptiprof.store.writer import Writer, distinct_rows
@@ -186,7 +187,9 @@ def test_lanes_of_a_failed_batch_are_forgotten_and_merge_maps_them(tmp_path):
     assert rows(out, f"SELECT count(*), count(DISTINCT ({LANE_COLS})) FROM lanes") == [(12, 12)]
 
 
-def test_distinct_rows_is_exact():
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_distinct_rows_is_exact(native, monkeypatch):
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
     rng = np.random.default_rng(0)
     for _ in range(150):
         n = int(rng.integers(1, 2000))
@@ -214,3 +217,137 @@ def test_distinct_rows_is_exact():
             assert seen.setdefault(r, c) == c
         assert len(seen) == k == len(set(seen.values()))
         assert codes.min() >= 0 and codes.max() < k
+
+
+# -- the native deduplication (cuptiprof/store/_dedupe.c) against the numpy path ---------------
+
+def test_the_dedupe_extension_is_built():
+    """CI has a compiler and Python headers: a missing extension is a failed build, not a
+    silent fallback to the numpy path."""
+    from cuptiprof.store import _dedupe
+    assert _dedupe.API == 1
+    before = sum(v for k, v in _dedupe.stats().items() if k not in ("fell_back", "widened"))
+    distinct_rows(pa.table({"a": pa.array([1, 2, 1], pa.int32())}))
+    assert sum(v for k, v in _dedupe.stats().items() if k not in ("fell_back", "widened")) == before + 1
+
+
+INT_TYPES = [pa.int8(), pa.uint8(), pa.int16(), pa.uint16(), pa.int32(), pa.uint32(), pa.int64(),
+             pa.uint64()]
+
+
+def numpy_rows(tbl: pa.Table, monkeypatch) -> tuple[np.ndarray, int]:
+    with monkeypatch.context() as m:
+        m.setenv("CUPTIPROF_NATIVE", "0")
+        return distinct_rows(tbl)
+
+
+def assert_agree(tbl: pa.Table, monkeypatch) -> None:
+    """The native codes, every way (as it comes, exact only, ranges guessed from one row), and
+    the numpy codes: the same partition of the rows, the same k; native codes numbered in order
+    of first appearance."""
+    want, k = numpy_rows(tbl, monkeypatch)
+    assert len(want) == tbl.num_rows and (tbl.num_rows == 0) == (k == 0)
+    for how in (0, 1, 2):
+        codes, got_k = W._native_distinct(tbl, how)
+        assert codes.dtype == np.int32 and len(codes) == tbl.num_rows
+        assert got_k == k, (how, got_k, k)
+        if k:
+            pairs = np.unique(np.stack([codes.astype(np.int64), want.astype(np.int64)]), axis=1)
+            assert pairs.shape[1] == k  # a one-to-one map between the two numberings
+            first = np.unique(codes, return_index=True)[1]  # each code's first row, by code
+            assert first[0] == 0 and (np.diff(first) > 0).all()
+
+
+def random_column(rng, n: int, typ: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    dt = np.dtype(typ.to_pandas_dtype())
+    info = np.iinfo(dt)
+    kind = int(rng.integers(0, 8))
+    if kind == 0:    # a few small values
+        v = rng.integers(0, 4, n + 2).astype(dt)
+    elif kind == 1:  # the type's whole range: extremes, k ~ n
+        v = rng.integers(info.min, info.max, n + 2, dtype=dt, endpoint=True)
+    elif kind == 2:  # constant at an extreme
+        v = np.full(n + 2, info.max if rng.random() < 0.5 else info.min, dt)
+    elif kind == 3:  # rare values far away (missed by any sample)
+        v = np.full(n + 2, 3, dt)
+        v[rng.integers(0, n + 2, 3)] = info.max if rng.random() < 0.5 else info.min
+    elif kind == 4:  # as many distinct values as rows
+        v = (np.arange(n + 2) % max(1, min(n, int(info.max)))).astype(dt)
+    elif kind == 5:  # ids that grow along the rows
+        v = (np.arange(n + 2) * min(int(info.max), 200) // (n + 2) + 100 % int(info.max)).astype(dt)
+    elif kind == 6:  # spread-out values
+        v = (rng.integers(0, 100, n + 2) * (int(info.max) // 100)).astype(dt)
+    else:
+        v = rng.integers(0, 3, n + 2).astype(dt)
+    p_null = float(rng.choice([0, 0, 0.001, 0.3, 1.0]))
+    mask = rng.random(n + 2) < p_null if p_null else None
+    a = pa.array(v, type=typ, mask=mask).slice(int(rng.integers(0, 3)), n)  # offsets too
+    if n > 3 and rng.random() < 0.5:  # chunked, boundaries differing between columns
+        cuts = sorted({0, n, *(int(x) for x in rng.integers(0, n, int(rng.integers(1, 6))))})
+        return pa.chunked_array([a.slice(c0, c1 - c0) for c0, c1 in zip(cuts, cuts[1:])], typ)
+    return a
+
+
+def test_native_and_numpy_agree_on_random_tables(monkeypatch):
+    rng = np.random.default_rng(1)
+    for _ in range(80):
+        n = int(rng.choice([0, 1, 2, 7, 1000, 5000, 20000, 60000]))
+        cols = {f"c{j}": random_column(rng, n, INT_TYPES[int(rng.integers(0, len(INT_TYPES)))])
+                for j in range(int(rng.integers(1, 7)))}
+        assert_agree(pa.table(cols), monkeypatch)
+
+
+def test_native_and_numpy_agree_on_special_tables(monkeypatch):
+    n = 50_000
+    rng = np.random.default_rng(2)
+    i64 = np.iinfo(np.int64)
+    ext = np.where(rng.random(n) < 0.5, i64.min, i64.max)
+    tables = [
+        # empty: no rows, no chunks
+        pa.table({"a": pa.chunked_array([], pa.int32()), "b": pa.chunked_array([], pa.int64())}),
+        pa.table({"a": pa.array([], pa.int32())}),
+        # constant and all-NULL columns only (k = 1)
+        pa.table({"a": pa.array(np.full(n, 5, np.int32)), "b": pa.nulls(n, pa.int64()),
+                  "c": pa.nulls(n)}),
+        # int64 extremes with NULLs, next to a small column
+        pa.table({"a": pa.array(ext, mask=rng.random(n) < 0.1),
+                  "b": pa.array(rng.integers(0, 3, n).astype(np.int32))}),
+        # every row distinct, values wide apart (no 63-bit key: rows compared value by value)
+        pa.table({"a": pa.array(rng.integers(i64.min, i64.max, n)),
+                  "b": pa.array(rng.integers(i64.min, i64.max, n))}),
+        # every row distinct, narrow (k = n)
+        pa.table({"a": pa.array(np.arange(n, dtype=np.int32)[::-1].copy())}),
+        # new values late in the rows (guessed ranges widened or given up)
+        pa.table({"a": pa.array(np.where(np.arange(n) < n - 10, 1, np.arange(n) * 1000).astype(np.int32)),
+                  "b": pa.array(np.where(np.arange(n) % 9999 == 1, -7, 0).astype(np.int16))}),
+        pa.table({"a": pa.array(np.where(np.arange(n) < n - 10, 1, 1 << 40).astype(np.int64))}),
+        # other types go through int64, as on the numpy path
+        pa.table({"a": pa.array(rng.random(n) < 0.5), "b": pa.array(rng.integers(0, 9, n))}),
+        # 64 varying columns, the most the native pass takes
+        pa.table({f"c{j}": pa.array(rng.integers(0, 2, n).astype(np.int8)) for j in range(64)}),
+    ]
+    for tbl in tables:
+        assert_agree(tbl, monkeypatch)
+    # more varying columns than that, and no 63-bit key: the numpy path takes them
+    many = pa.table({f"c{j}": pa.array(rng.integers(0, 2, n).astype(np.int8)) for j in range(70)})
+    assert W._native_distinct(many) is None
+    codes, k = distinct_rows(many)
+    want, want_k = numpy_rows(many, monkeypatch)
+    assert k == want_k and (codes == want).all()
+
+
+def test_native_guesses_are_widened_and_given_up_on(monkeypatch):
+    from cuptiprof.store import _dedupe
+    n = 200_000
+    rows_ = np.arange(n)
+    before = _dedupe.stats()
+    # one kernel name that only turns up late: outside every window the sample suggested
+    late = pa.table({"name_id": pa.array(np.where(rows_ == n - 5, 5000, rows_ % 30).astype(np.int32)),
+                     "grid_x": pa.array(np.where(rows_ == 3 * n // 4, 7, 1).astype(np.int32))})
+    assert_agree(late, monkeypatch)
+    mid = _dedupe.stats()
+    assert mid["widened"] > before["widened"]
+    # a range too wide for a window: the exact way after the guess
+    wide = pa.table({"a": pa.array(np.where(rows_ == n - 5, 1 << 50, rows_ % 3))})
+    assert_agree(wide, monkeypatch)
+    assert _dedupe.stats()["fell_back"] > mid["fell_back"]

@@ -590,17 +590,22 @@ def _kernel_groups(lanes: dict[str, list], codes: np.ndarray, step) -> tuple[lis
 
 
 def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
-    """Exact deduplication of rows of integer columns: (code per row in 0..k-1, k). NULL is a
-    value of its own.
+    """Exact deduplication of rows of integer columns: (code per row in 0..k-1, k; k = 0 for no
+    rows). NULL is a value of its own. Codes are int32, in no particular order.
 
-    Each varying column becomes small non-negative integers (value - min, or dictionary codes
-    when its range is wide) and the columns combine into one mixed-radix key, which is exact;
-    the key is then renumbered through a lookup table (small key spaces) or a hash. Two numpy
-    passes per varying column: the minima are subtracted once, at the end (integer arithmetic
-    wraps, so the result is exact whenever the final key fits). The key is int64 throughout:
-    numpy indexes with intp, narrower keys are converted on every lookup. Constant and
-    all-NULL columns cost nothing.
+    The native pass (`_dedupe.c`: one pass over the rows, codes in order of first appearance)
+    runs when it was built and CUPTIPROF_NATIVE is not 0; otherwise numpy: each varying column
+    becomes small non-negative integers (value - min, or dictionary codes when its range is
+    wide) and the columns combine into one mixed-radix key, which is exact; the key is then
+    renumbered through a lookup table (small key spaces) or a hash. Two numpy passes per
+    varying column: the minima are subtracted once, at the end (integer arithmetic wraps, so
+    the result is exact whenever the final key fits). The key is int64 throughout: numpy
+    indexes with intp, narrower keys are converted on every lookup. Constant and all-NULL
+    columns cost nothing either way.
     """
+    native = _native_distinct(tbl)
+    if native is not None:
+        return native
     n = tbl.num_rows
     key: np.ndarray | None = None
     radix = 1
@@ -618,7 +623,7 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
             continue
         span = hi - lo + 1 + (1 if nulls else 0)  # NULL takes the code hi - lo + 1
         if radix * span < _KEY_MAX:
-            v, base = (_filled(a, hi + 1) if nulls else _values(a)), lo
+            v, base = (_filled(a, _wrap(hi + 1)) if nulls else _values(a)), lo  # wraps: exact
         else:  # a wide range: dictionary codes instead (at most n + 1 of them)
             enc = pc.dictionary_encode(a, null_encoding="encode")
             v, base = _values(enc.indices), 0
@@ -633,8 +638,43 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
             offset += base * radix
         radix *= span
     if key is None:
-        return np.zeros(n, np.int32), 1
+        return np.zeros(n, np.int32), min(n, 1)
     return _dense(_wrap_sub(key, offset), radix)
+
+
+_dedupe: Any = False  # the native module once looked for: None when it is not built
+# Arrow integer type id -> (itemsize, signed), as the native module takes columns
+_INT_KINDS = {t.id: (t.bit_width // 8, pa.types.is_signed_integer(t))
+              for t in (pa.int8(), pa.int16(), pa.int32(), pa.int64(),
+                        pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64())}
+
+
+def _native_distinct(tbl: pa.Table, how: int = 0) -> tuple[np.ndarray, int] | None:
+    """distinct_rows by the native module; None when it is missing, turned off
+    (CUPTIPROF_NATIVE=0) or declines. Arrow chunks go in as they are (no concatenation);
+    columns of other types are cast to int64 as on the numpy path. `how` (tests): 1 the exact
+    way only, 2 ranges guessed from the first row (see _dedupe.c)."""
+    global _dedupe
+    if _dedupe is False:
+        try:
+            from cuptiprof.store import _dedupe as mod
+        except ImportError:
+            mod = None
+        _dedupe = mod if getattr(mod, "API", None) == 1 else None  # a stale build: not used
+    if _dedupe is None or os.environ.get("CUPTIPROF_NATIVE", "1").strip() == "0":
+        return None
+    n = tbl.num_rows
+    cols = []
+    for col in tbl.columns:
+        kind = _INT_KINDS.get(col.type.id)
+        if kind is None:
+            col = pc.cast(col, pa.int64())
+            kind = (8, True)
+        cols.append((*kind, [(b[1], b[0], a.offset, len(a), a.null_count)
+                             for a in col.chunks for b in (a.buffers(),)]))
+    codes = np.empty(n, np.int32)
+    got = _dedupe.distinct(n, cols, codes, how)
+    return None if got is None else (codes, got[0])
 
 
 def _wrap(x: int) -> np.int64:
