@@ -351,3 +351,13 @@ def test_native_guesses_are_widened_and_given_up_on(monkeypatch):
     wide = pa.table({"a": pa.array(np.where(rows_ == n - 5, 1 << 50, rows_ % 3))})
     assert_agree(wide, monkeypatch)
     assert _dedupe.stats()["fell_back"] > mid["fell_back"]
+
+
+def test_values_of_a_sliced_array_are_its_own():
+    """A slice of an Arrow array starts `offset` elements (not bytes) into its buffer."""
+    from cuptiprof.store.writer import _filled, _values
+    for typ in (pa.int32(), pa.int64(), pa.uint64()):
+        a = pa.array(list(range(10)), typ).slice(3, 4)
+        assert _values(a).tolist() == [3, 4, 5, 6]
+    b = pa.array([0, 1, None, 3, 4], pa.int64()).slice(1, 3)
+    assert _filled(b, -1).tolist() == [1, -1, 3]

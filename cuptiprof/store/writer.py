@@ -731,7 +731,7 @@ def _values(a: pa.Array) -> np.ndarray:
     """The value buffer of an integer Arrow array as numpy, without a copy (NULL slots hold
     whatever the buffer has)."""
     dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(a.type) else 'u'}{a.type.bit_width // 8}")
-    return np.frombuffer(a.buffers()[1], dtype, len(a), a.offset)
+    return np.frombuffer(a.buffers()[1], dtype, len(a), a.offset * dtype.itemsize)  # bytes
 
 
 def _as_table(batch: Batch) -> pa.Table:
