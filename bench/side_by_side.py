@@ -74,6 +74,8 @@ def main() -> None:
     a = ap.parse_args()
     trees = {"other": a.other.resolve(), "this": HERE}
     tmp = Path(tempfile.gettempdir())
+    for k in trees:  # each run writes its report files anew (a file of older code would mislead)
+        (tmp / f"cuptiprof-sbs-{k}.duckdb").unlink(missing_ok=True)
     ingest = {k: [] for k in trees}
     reports = {k: [] for k in trees}
     for r in range(a.rounds):
