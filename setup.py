@@ -1,7 +1,11 @@
-"""Builds the optional native Kineto scanner; all other metadata is in pyproject.toml.
+"""Builds the optional native parts; all other metadata is in pyproject.toml.
 
-Without a C compiler the install still succeeds (optional=True) and imports use the msgspec
-path only.
+- cuptiprof.interop._kineto_scan: reads Kineto trace text into columns (imports);
+- cuptiprof.store._islands: busy-time islands per step while writing;
+- cuptiprof.store._dedupe: distinct lanes and launch configurations while writing.
+
+Without a C compiler the install still succeeds (optional=True): imports use msgspec and the
+writer numpy, with the same results (CUPTIPROF_NATIVE=0 chooses those paths on purpose).
 """
 from setuptools import Extension, setup
 
