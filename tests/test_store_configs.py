@@ -361,3 +361,25 @@ def test_values_of_a_sliced_array_are_its_own():
         assert _values(a).tolist() == [3, 4, 5, 6]
     b = pa.array([0, 1, None, 3, 4], pa.int64()).slice(1, 3)
     assert _filled(b, -1).tolist() == [1, -1, 3]
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_ids_are_numbered_in_order_of_first_appearance(tmp_path, monkeypatch, native):
+    """Config and lane ids follow the rows' order, whichever deduplication numbered the codes,
+    so a file is the same with and without the native parts."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    rng = np.random.default_rng(5)
+    n = 6000
+    grid = rng.choice([7, 300, 12, 5000, 64], n).astype(np.int32)   # not in value order
+    stream = rng.choice([40, 3, 17], n).astype(np.int32)
+    batch = {"start_ns": np.arange(n, dtype=np.int64) * 10, "name": ["k"] * n,
+             "end_ns": np.arange(n, dtype=np.int64) * 10 + 5, "grid_x": grid,
+             "device_id": np.zeros(n, np.int32), "stream_id": stream}
+    path = tmp_path / "a.duckdb"
+    with Writer(path, pid=7) as w:
+        w.append({"kernels": batch})
+    for col in ("config_id", "lane_id"):
+        firsts = rows(path, f"SELECT {col}, min(start_ns) FROM kernel_rows GROUP BY {col} "
+                            f"ORDER BY {col}")
+        assert [c for c, _ in firsts] == list(range(1, len(firsts) + 1))
+        assert [t for _, t in firsts] == sorted(t for _, t in firsts), col

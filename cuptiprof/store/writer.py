@@ -367,12 +367,17 @@ class Writer:
         combinations (`distinct_rows(given)`), so only k combinations go through Python. A
         combination that is all NULL gets a NULL id. Also returns each column's k values."""
         cols = _COMBO_COLUMNS[table]
-        reps = given.take(_int_array(_one_row_each(codes, k)))
+        first = _one_row_each(codes, k)
+        reps = given.take(_int_array(first))
         values = [reps.column(c).to_pylist() if c in given.column_names
                   else [consts.get(c)] * k for c in cols]
+        combos = list(zip(*values))
         ids = np.empty(k, np.int32)
         known = self._combos[table]
-        for i, combo in enumerate(zip(*values)):
+        # New ids in order of first appearance, so they do not depend on how the codes were
+        # numbered (the native and the numpy deduplication number them differently).
+        for i in np.argsort(first).tolist():
+            combo = combos[i]
             cid = known.get(combo)
             if cid is None:
                 if all(v is None for v in combo):
@@ -551,13 +556,14 @@ _I64 = np.dtype(np.int64)
 
 
 def _one_row_each(codes: np.ndarray, k: int) -> np.ndarray:
-    """A row index for each code 0..k-1 (every code occurs). The first rows usually hold them
-    all; the whole array is scanned only when they do not."""
+    """The first row of each code 0..k-1 (every code occurs). The first rows usually hold them
+    all; the whole array is scanned only when they do not. (Assigned in reverse: the last
+    assignment to an index wins.)"""
     rep = np.full(k, -1, np.int64)
     head = min(len(codes), max(4096, 64 * k))
-    rep[codes[:head]] = np.arange(head)
+    rep[codes[:head][::-1]] = np.arange(head - 1, -1, -1)
     if (rep < 0).any():
-        rep[codes] = np.arange(len(codes))
+        rep[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)
     return rep
 
 
