@@ -468,26 +468,23 @@ typedef struct {
     int lut_used;         /* the codes so far are the lookup table's */
 } state_t;
 
+/* Resize `ptr` to n elements, or return -1 from the caller (the old block stays valid). */
+#define REGROW(ptr, n)                                                   \
+    do {                                                                 \
+        void *grown_ = realloc((ptr), (size_t)(n) * sizeof *(ptr));      \
+        if (!grown_)                                                     \
+            return -1;                                                   \
+        (ptr) = grown_;                                                  \
+    } while (0)
+
 static int grow_codes(state_t *s, int rowmode)
 {
     Py_ssize_t cap = s->cap ? s->cap * 2 : 256;
-    int64_t *r = realloc(s->reps, (size_t)cap * sizeof(int64_t));
-    if (!r)
-        return -1;
-    s->reps = r;
-    uint64_t *ck = realloc(s->ckeys, (size_t)cap * sizeof(uint64_t));
-    if (!ck)
-        return -1;
-    s->ckeys = ck;
+    REGROW(s->reps, cap);
+    REGROW(s->ckeys, cap);
     if (rowmode) {
-        uint64_t *cv = realloc(s->cvals, (size_t)cap * s->m * sizeof(uint64_t));
-        if (!cv)
-            return -1;
-        s->cvals = cv;
-        uint64_t *cm = realloc(s->cmasks, (size_t)cap * sizeof(uint64_t));
-        if (!cm)
-            return -1;
-        s->cmasks = cm;
+        REGROW(s->cvals, cap * s->m);
+        REGROW(s->cmasks, cap);
     }
     s->cap = cap;
     return 0;
