@@ -16,15 +16,13 @@ the per-event code did.
 """
 from __future__ import annotations
 
-import os
 from operator import attrgetter
 
 import numpy as np
 
-try:
-    from cuptiprof.interop import _kineto_scan as _native
-except ImportError:  # installed without a C compiler: the msgspec path does everything
-    _native = None
+from cuptiprof.native import extensions_enabled, load_extension
+
+_native = load_extension("cuptiprof.interop._kineto_scan")  # None: the msgspec path does it all
 
 # int64 columns (the C enum, in order)
 (C_IDX, C_CAT, C_PH, C_NAME, C_PIDK, C_PID, C_TIDK, C_TID, C_HASARGS, C_LABELS,
@@ -56,7 +54,7 @@ def native():
 
 def native_enabled() -> bool:
     """The native scanner is built and not turned off with CUPTIPROF_NATIVE=0."""
-    return _native is not None and os.environ.get("CUPTIPROF_NATIVE", "1").strip() != "0"
+    return _native is not None and extensions_enabled()
 
 
 class PyInterner:

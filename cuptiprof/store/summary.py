@@ -15,18 +15,13 @@ died has neither for its run and the reports compute busy time from the rows ins
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-try:
-    from cuptiprof.store import _islands
-except ImportError:  # installed without a C compiler: the numpy path does everything
-    _islands = None
-if _islands is not None and getattr(_islands, "API", None) != 1:
-    _islands = None  # a stale build of another interface: not used
+from cuptiprof.native import extensions_enabled, load_extension
+
+_islands = load_extension("cuptiprof.store._islands", api=1)  # None: the numpy path does it all
 
 # The same fold as sql/scope/sel_busy.sql, over the stored rows of one run. {groups}: an extra
 # condition on (pid, device_id, step) or TRUE.
@@ -185,9 +180,7 @@ def _as(col, typ: pa.DataType) -> pa.Array:
 
 def _native():
     """The native islands module, or None when it was not built or CUPTIPROF_NATIVE=0."""
-    if _islands is None or os.environ.get("CUPTIPROF_NATIVE", "1").strip() == "0":
-        return None
-    return _islands
+    return _islands if extensions_enabled() else None
 
 
 def _native_ints(a: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
+from cuptiprof.native import extensions_enabled, load_extension
 from cuptiprof.store.demangle import demangle
 from cuptiprof.store.files import check_schema_version
 from cuptiprof.store.summary import BUSY_SQL, BusySummary, work_part
@@ -648,7 +649,7 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
     return _dense(_wrap_sub(key, offset), radix)
 
 
-_dedupe: Any = False  # the native module once looked for: None when it is not built
+_dedupe = load_extension("cuptiprof.store._dedupe", api=1)  # None: the numpy path does it all
 # Arrow integer type id -> (itemsize, signed), as the native module takes columns
 _INT_KINDS = {t.id: (t.bit_width // 8, pa.types.is_signed_integer(t))
               for t in (pa.int8(), pa.int16(), pa.int32(), pa.int64(),
@@ -660,14 +661,7 @@ def _native_distinct(tbl: pa.Table, how: int = 0) -> tuple[np.ndarray, int] | No
     (CUPTIPROF_NATIVE=0) or declines. Arrow chunks go in as they are (no concatenation);
     columns of other types are cast to int64 as on the numpy path. `how` (tests): 1 the exact
     way only, 2 ranges guessed from the first row (see _dedupe.c)."""
-    global _dedupe
-    if _dedupe is False:
-        try:
-            from cuptiprof.store import _dedupe as mod
-        except ImportError:
-            mod = None
-        _dedupe = mod if getattr(mod, "API", None) == 1 else None  # a stale build: not used
-    if _dedupe is None or os.environ.get("CUPTIPROF_NATIVE", "1").strip() == "0":
+    if _dedupe is None or not extensions_enabled():
         return None
     n = tbl.num_rows
     cols = []
