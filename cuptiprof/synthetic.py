@@ -153,7 +153,7 @@ def synthetic_batches(steps: int = 5, kernels_per_step: int = 400, seed: int = 0
     t += warmup * 1_000_000
     for s in range(warmup, warmup + steps):
         step_rid = next(next_range)
-        block_rids = np.array([next(next_range) for _ in range(blocks)], np.int32)
+        block_rids = np.array([next(next_range) for _ in range(blocks)], np.int64)
         host_start = t
         t0 = host_start + 30_000
         cols: dict[str, list[dict]] = {"kernels": [], "memcpys": [], "memsets": [], "syncs": [],
@@ -244,7 +244,7 @@ def synthetic_batches(steps: int = 5, kernels_per_step: int = 400, seed: int = 0
                 "start_ns": pa.array([int(e[0]) for e in extra], pa.int64()),
                 "end_ns": pa.array([int(e[1]) for e in extra], pa.int64()),
                 "step": pa.array(np.full(ne, s, np.int32)),
-                "range_id": pa.array(np.full(ne, step_rid, np.int32)),
+                "range_id": pa.array(np.full(ne, step_rid, np.int64)),
                 "copy_kind": [e[2] for e in extra], "src_kind": [e[3] for e in extra],
                 "dst_kind": [e[4] for e in extra], "bytes": pa.array([int(e[5]) for e in extra], pa.int64()),
                 "src_device_id": pa.array([e[6] for e in extra], pa.int32()),
@@ -261,7 +261,7 @@ def synthetic_batches(steps: int = 5, kernels_per_step: int = 400, seed: int = 0
                 "start_ns": pa.array([mid - 20_000, mid, t0 + 200_000 + dev * 1_000], pa.int64()),
                 "end_ns": pa.array([mid - 5_000, mid + 800, dev_end + 2_000], pa.int64()),
                 "step": pa.array([s] * 3, pa.int32()),
-                "range_id": pa.array([step_rid] * 3, pa.int32()),
+                "range_id": pa.array([step_rid] * 3, pa.int64()),
                 "sync_type": ["event_synchronize", "stream_wait_event", "stream_synchronize"],
                 "cuda_event_id": pa.array([s * 10 + 1, s * 10 + 2, None], pa.int64())})
             corr += 3

@@ -96,8 +96,8 @@ CREATE TABLE kernel_rows (
     start_ns        BIGINT,             -- start, nanoseconds on the record clock
     end_ns          BIGINT,             -- end, nanoseconds on the record clock
     step            INTEGER,   -- recorded step index, NULL when no step claims it
-    range_id        INTEGER,   -- innermost range (ranges.range_id) open on the launching thread; 0: none (range ids start at 1; a NULL column costs more to write, the view gives NULL)
-    op_id           INTEGER,   -- framework op (ranges with kind 'op') that launched it, where known; 0: none (as range_id)
+    range_id        BIGINT,    -- innermost range (ranges.range_id) open on the launching thread; 0: none (range ids start at 1; a NULL column costs more to write, the view gives NULL)
+    op_id           BIGINT,    -- framework op (ranges with kind 'op') that launched it, where known; 0: none (as range_id)
     config_id       INTEGER    -- launch_configs.config_id: its kernel name and launch configuration (NULL when neither was recorded)
 );
 
@@ -141,8 +141,8 @@ CREATE TABLE memcpys (
     start_ns        BIGINT,             -- start, nanoseconds on the record clock
     end_ns          BIGINT,             -- end, nanoseconds on the record clock
     step            INTEGER,            -- step index the launching call belongs to, NULL when no step claims it
-    range_id        INTEGER,            -- innermost range (ranges.range_id) open on the launching thread
-    op_id           INTEGER,            -- framework op (ranges with kind 'op') that launched it, where known
+    range_id        BIGINT,             -- innermost range (ranges.range_id) open on the launching thread
+    op_id           BIGINT,             -- framework op (ranges with kind 'op') that launched it, where known
     copy_kind       VARCHAR,   -- 'HtoD' | 'DtoH' | 'DtoD' | 'HtoH' | 'PtoP' | 'HtoA' | 'AtoH' | 'AtoA' | 'AtoD' | 'DtoA' | 'unknown'
     src_kind        VARCHAR,   -- source memory: 'pageable' | 'pinned' | 'device' | 'array' | 'managed' | 'device_static' | 'managed_static' | 'unknown'
     dst_kind        VARCHAR,   -- destination memory, same values as src_kind
@@ -165,8 +165,8 @@ CREATE TABLE memsets (
     start_ns        BIGINT,             -- start, nanoseconds on the record clock
     end_ns          BIGINT,             -- end, nanoseconds on the record clock
     step            INTEGER,            -- step index the launching call belongs to, NULL when no step claims it
-    range_id        INTEGER,            -- innermost range (ranges.range_id) open on the launching thread
-    op_id           INTEGER,            -- framework op (ranges with kind 'op') that launched it, where known
+    range_id        BIGINT,             -- innermost range (ranges.range_id) open on the launching thread
+    op_id           BIGINT,             -- framework op (ranges with kind 'op') that launched it, where known
     bytes           BIGINT,             -- bytes set
     value           INTEGER,   -- byte value written
     memory_kind     VARCHAR,   -- same values as memcpys.src_kind
@@ -185,8 +185,8 @@ CREATE TABLE syncs (
     start_ns        BIGINT,             -- when the host started waiting
     end_ns          BIGINT,             -- when the host wait returned
     step            INTEGER,            -- step index the launching call belongs to, NULL when no step claims it
-    range_id        INTEGER,            -- innermost range (ranges.range_id) open on the launching thread
-    op_id           INTEGER,            -- framework op (ranges with kind 'op') that launched it, where known
+    range_id        BIGINT,             -- innermost range (ranges.range_id) open on the launching thread
+    op_id           BIGINT,             -- framework op (ranges with kind 'op') that launched it, where known
     sync_type       VARCHAR,   -- 'event_synchronize' | 'stream_wait_event' | 'stream_synchronize' | 'context_synchronize' | 'unknown'
     cuda_event_id   BIGINT     -- event waited on, where applicable
 );
@@ -204,15 +204,15 @@ CREATE TABLE api_call_rows (
     end_ns          BIGINT,             -- end, nanoseconds on the record clock
     return_code     INTEGER,   -- CUresult / cudaError_t, 0 = success
     step            INTEGER,            -- step the call belongs to (NULL when none)
-    range_id        INTEGER             -- innermost range open on the calling thread
+    range_id        BIGINT              -- innermost range open on the calling thread
 );
 
 -- NVTX / cuptiprof ranges, framework annotations and CPU ops.
 CREATE TABLE range_rows (
     run_id      INTEGER,                -- runs.run_id this row belongs to
     pid         INTEGER,                -- OS process id of the process that recorded the row
-    range_id    INTEGER,   -- unique per (run_id, pid); also the CUSTOM2 external correlation id for cuptiprof ranges
-    parent_id   INTEGER,   -- enclosing range on the same thread (NULL at top level)
+    range_id    BIGINT,    -- unique per (run_id, pid); also the CUSTOM2 external correlation id for cuptiprof ranges
+    parent_id   BIGINT,    -- enclosing range on the same thread (NULL at top level)
     depth       INTEGER,   -- 0 at top level
     name_id     INTEGER,   -- strings.string_id of the range name / message
     domain      VARCHAR,   -- NVTX domain ('cuptiprof' for cuptiprof.range; NULL for the default domain)

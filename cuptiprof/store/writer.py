@@ -325,10 +325,10 @@ class Writer:
         tbl = tbl.drop_columns(lane.column_names).append_column("lane_id", ids)
         for c in _ZERO_IS_NONE:  # stored as 0 when there is none (see the schema)
             if c not in names:
-                tbl = tbl.append_column(c, _int_array(np.zeros(n, np.int32)))
+                tbl = tbl.append_column(c, _int_array(np.zeros(n, np.int64)))
             elif tbl.column(c).null_count:
                 i = tbl.column_names.index(c)
-                tbl = tbl.set_column(i, c, _int_array(_filled(tbl.column(c), 0, np.int32)))
+                tbl = tbl.set_column(i, c, _int_array(_filled(tbl.column(c), 0)))
         given = [c for c in _KERNEL if c in tbl.column_names]
         if given:
             cfg = tbl.select(given)
@@ -704,13 +704,13 @@ def _dense(key: np.ndarray, radix: int, distinct: bool = False):
     return (*out, _values(enc.dictionary)) if distinct else out
 
 
-def _filled(col, value: int, dtype=np.int64) -> np.ndarray:
-    """An integer column as numpy values (int64 unless told) with NULL replaced by `value`
-    (pc.fill_null makes a pyarrow scalar, which imports pandas when installed)."""
+def _filled(col, value: int) -> np.ndarray:
+    """An integer column as int64 numpy values with NULL replaced by `value` (pc.fill_null
+    makes a pyarrow scalar, which imports pandas when installed)."""
     a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if a.null_count == len(a):
-        return np.full(len(a), value, dtype)
-    v = _values(a).astype(dtype)
+        return np.full(len(a), value, np.int64)
+    v = _values(a).astype(np.int64)
     v[~_valid(a)] = value
     return v
 
