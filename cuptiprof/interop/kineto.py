@@ -31,7 +31,6 @@ from cuptiprof.interop import pieces as P
 from cuptiprof.interop.nesting import nest, steps_at
 from cuptiprof.interop.textsource import read_blocks
 
-BATCH_ROWS = 200_000
 PIECE_BYTES = 16 << 20
 FIRST_PIECE = 2 << 20  # the first piece is small, so decoding starts while most is still gzip
 
@@ -281,7 +280,9 @@ class _Cols:
         p = self.parts.get(k)
         if not p:
             return np.zeros(0, dtype)
-        return np.concatenate(p) if len(p) > 1 else p[0]
+        if len(p) > 1:  # joined once: the pieces go, and later gets cost nothing
+            p[:] = [np.concatenate(p)]
+        return p[0]
 
     def arrow(self, k, typ) -> pa.Array:
         """A nullable column as one Arrow array."""
@@ -679,9 +680,11 @@ class KinetoFile:
         w = self.w() if callable(self.w) else self.w
 
         R, C = self.ranges, self.calls
-        r_start, r_end = R.get("start") + base, R.get("end") + base
+        # Times move to the trace's base in place: no second copy of the largest columns.
+        r_start, r_end, c_start, c_end = R.get("start"), R.get("end"), C.get("start"), C.get("end")
+        for v in (r_start, r_end, c_start, c_end):
+            v += base
         r_code, r_name, r_key = R.get("code", np.int8), R.get("name", np.int32), R.get("key")
-        c_start, c_end = C.get("start") + base, C.get("end") + base
         c_tid = C.get("tid")
         c_corr_ok = C.get("corr?", bool)
         c_corr = np.where(c_corr_ok, C.get("corr"), -1)
