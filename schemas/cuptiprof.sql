@@ -46,9 +46,9 @@ CREATE TABLE processes (
     run_id      INTEGER,                -- runs.run_id this row belongs to
     pid         INTEGER,   -- OS process id
     host        VARCHAR,                -- host name of the process
-    rank        INTEGER,   -- RANK / global rank when set (NULL otherwise)
-    local_rank  INTEGER,   -- LOCAL_RANK when set
-    world_size  INTEGER,   -- WORLD_SIZE when set
+    rank        INTEGER,   -- global rank from the launcher (torchrun RANK, MPI, Slurm; cuptiprof.ranks), a trace's distributedInfo or file name; NULL when unknown
+    local_rank  INTEGER,   -- rank on its host (LOCAL_RANK and MPI/Slurm equivalents) when set
+    world_size  INTEGER,   -- ranks in the job (WORLD_SIZE and MPI/Slurm equivalents) when set
     command     VARCHAR,   -- argv of the process
     start_ns    BIGINT,                 -- process start on the record clock
     end_ns      BIGINT,    -- NULL when the process ended before it could say so

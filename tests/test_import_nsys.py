@@ -64,6 +64,10 @@ def test_cloverleaf_metadata(clover):
     assert clover.execute("SELECT name, compute_capability, sm_count FROM devices").fetchall() \
         == [("NVIDIA A100-SXM4-80GB", "8.0", 108)]
     assert clover.execute("SELECT pid, command FROM processes").fetchall() == [(1701896, "cuda-cloverleaf")]
+    # host from TARGET_INFO_SYSTEM_ENV; rank from the environment nsys ran in (srun: PMI_RANK=0,
+    # PMI_SIZE=1, SLURM_LOCALID=0)
+    assert clover.execute("SELECT host, rank, local_rank, world_size FROM processes").fetchall() \
+        == [("nid008553", 0, 0, 1)]
     assert clover.execute("SELECT count(*), count(DISTINCT sync_type) FROM syncs").fetchone() == (1312, 1)
     # every kernel has its launching runtime call
     assert clover.execute("""SELECT count(*) FROM kernels k LEFT JOIN api_calls c
@@ -80,6 +84,26 @@ def test_old_schema_and_nvtx_projection(tmp_path_factory):
     assert con.execute("""SELECT r.name, count(*) FROM kernels k JOIN ranges r
         ON r.pid = k.pid AND r.range_id = k.range_id GROUP BY 1""").fetchall() == [("saxpy", 5)]
     assert con.execute("SELECT count(*) FROM ranges WHERE name = 'MPI_Send'").fetchone()[0] == 10
+    # the host is recorded; no launcher variable and no rank in the file name: no rank
+    assert con.execute("SELECT host, rank, world_size FROM processes").fetchall() \
+        == [("nid001608", None, None)]
+
+
+def test_rank_from_the_file_name_and_an_export_without_system_env(tmp_path):
+    """An export without TARGET_INFO_SYSTEM_ENV (older nsys, or stripped) still imports; its
+    rank comes from a file name such as report_rank3.sqlite."""
+    import shutil
+    if not SAXPY.exists():
+        pytest.skip("../shared/traces is not present")
+    src = tmp_path / "job_rank3.sqlite"
+    shutil.copy(SAXPY, src)
+    with sqlite3.connect(src) as db:
+        db.execute("DROP TABLE TARGET_INFO_SYSTEM_ENV")
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT host, rank FROM processes").fetchall() == [(None, 3)]
+    assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == 5
 
 
 def run_cli(*args):

@@ -223,3 +223,14 @@ def test_collector_path_with_fake_cupti(tmp_path):
     assert q(out, "SELECT ended_early, exit_status FROM processes") == [(False, 0)]
     assert q(out, "SELECT message, step FROM logs WHERE logger='app' ORDER BY time_ns") == [
         ("in step 0", None), ("in step 1", 1), ("in step 2", 2), ("in step 3", None)]
+
+
+def test_rank_from_an_mpi_launcher(tmp_path):
+    """A process started by mpirun (Open MPI) records its rank and world size, as one started
+    by torchrun does."""
+    p = script(tmp_path, "print('rank process')\n")
+    r = cli(["run", "-o", "mpi.duckdb", "--no-report", "--", PY, p], tmp_path,
+            OMPI_COMM_WORLD_RANK="2", OMPI_COMM_WORLD_LOCAL_RANK="0", OMPI_COMM_WORLD_SIZE="4")
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "mpi.duckdb", "SELECT rank, local_rank, world_size FROM processes") \
+        == [(2, 0, 4)]

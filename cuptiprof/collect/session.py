@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
-from cuptiprof import markers
+from cuptiprof import markers, ranks
 from cuptiprof.collect.decode import no_gc
 from cuptiprof.collect.errors import CollectorProblem
 from cuptiprof.collect.resolve import SELF_ID
@@ -250,12 +250,9 @@ class Session:
              device_info.cupti_version() if src.name == "cupti" else
              ("fake cupti" if src.name == "fake" else None),
              device_info.torch_version(), self.writer.run_id])
-        env = os.environ
         self.writer.append({"processes": {
             "pid": [self.pid], "host": [socket.gethostname()],
-            "rank": pa.array([_int_env(env, "RANK")], pa.int32()),
-            "local_rank": pa.array([_int_env(env, "LOCAL_RANK")], pa.int32()),
-            "world_size": pa.array([_int_env(env, "WORLD_SIZE")], pa.int32()),
+            **{k: pa.array([v], pa.int32()) for k, v in ranks.from_env(os.environ)._asdict().items()},
             "command": [" ".join(sys.argv)], "start_ns": [self._start_ns],
             "end_ns": pa.array([None], pa.int64()), "exit_status": pa.array([None], pa.int32()),
             # TRUE until stop() says otherwise: a killed process leaves it TRUE.
@@ -634,11 +631,6 @@ def _overhead_name(src: Any, kind: int) -> str:
             return cupti.ActivityOverheadKind(kind).name.lower()
         except Exception:
             return str(kind)
-
-
-def _int_env(env: Any, key: str) -> int | None:
-    v = env.get(key)
-    return int(v) if v is not None and v.strip().lstrip("-").isdigit() else None
 
 
 def _cpu_name() -> str:

@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from cuptiprof import ranks
 from cuptiprof.errors import InputError
 from cuptiprof.interop import columns as AC
 from cuptiprof.interop import pieces as P
@@ -767,8 +768,7 @@ class KinetoFile:
                 hi.append(int(G.get("end_ns").max()) + self.base)
         rank = self.dist.rank if self.dist else None
         if rank is None:
-            m = re.search(r"rank[-_]?(\d+)", self.path.name)
-            rank = int(m.group(1)) if m else None
+            rank = ranks.from_name(self.path.name)
         batch["processes"] = _rows(run_id, pid, [{
             "host": self.host, "rank": rank,
             "world_size": self.dist.world_size if self.dist else None, "command": str(self.path),

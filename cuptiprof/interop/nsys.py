@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from cuptiprof import ranks
 from cuptiprof.errors import InputError
 from cuptiprof.interop.kineto import FileSummary
 from cuptiprof.interop.nesting import nest, steps_at
@@ -311,6 +312,19 @@ class NsysFile:
         finally:
             con.unregister("_cuptiprof_link")
 
+    def _system_env(self) -> tuple[str | None, dict[str, str]]:
+        """The capturing host's name and the profiled environment, from TARGET_INFO_SYSTEM_ENV
+        (absent from some exports: then nothing)."""
+        if "TARGET_INFO_SYSTEM_ENV" not in self.tables or not {"name", "value"} <= self._cols(
+                "TARGET_INFO_SYSTEM_ENV"):
+            return None, {}
+        got = dict(self.db.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "
+                                   "('Hostname', 'DeviceEnvironment')").fetchall())
+        host = got.get("Hostname")
+        return (host if isinstance(host, str) and host else None,
+                ranks.parse_env_block(got.get("DeviceEnvironment")
+                                      if isinstance(got.get("DeviceEnvironment"), str) else None))
+
     def _meta(self) -> None:
         w = self.w
         names = {}
@@ -319,8 +333,15 @@ class NsysFile:
                 names[pid] = name
         pids = sorted(self.devices)
         if pids:
+            host, env = self._system_env()
+            # The environment is the one nsys was started in: it names the rank when nsys ran
+            # under the launcher (srun/mpirun nsys profile ...), one profiled process per file.
+            rank = ranks.from_env(env) if len(pids) == 1 else ranks.Rank(None, None, None)
+            if rank.rank is None and len(pids) == 1:
+                rank = rank._replace(rank=ranks.from_name(self.path.name))
             w.append({"processes": {
-                "pid": pa.array(pids, pa.int32()), "host": [None] * len(pids),
+                "pid": pa.array(pids, pa.int32()), "host": [host] * len(pids),
+                **{k: pa.array([v] * len(pids), pa.int32()) for k, v in rank._asdict().items()},
                 "command": [names.get(p) or str(self.path) for p in pids],
                 "start_ns": [self.spans[p][0] for p in pids], "end_ns": [self.spans[p][1] for p in pids]}})
         gpus = {}

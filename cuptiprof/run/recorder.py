@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from cuptiprof import ranks
 from cuptiprof.run.settings import ChildSettings
 
 log = logging.getLogger("cuptiprof")
@@ -32,11 +33,6 @@ class _Open:
     def __init__(self, **kw):
         for k, v in kw.items():
             setattr(self, k, v)
-
-
-def _env_int(name: str) -> int | None:
-    v = os.environ.get(name, "")
-    return int(v) if v.lstrip("-").isdigit() else None
 
 
 class Recorder:
@@ -71,8 +67,7 @@ class Recorder:
         """A small JSON saying this process started; the launcher uses it to find processes
         that ended before writing anything."""
         doc = {"pid": self.pid, "ppid": os.getppid(), "host": self.host, "start_ns": self.start_ns,
-               "argv": argv, "rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"),
-               "world_size": _env_int("WORLD_SIZE")}
+               "argv": argv, **ranks.from_env(os.environ)._asdict()}
         try:
             self.part_path(".start.json").write_text(json.dumps(doc))
         except OSError:
@@ -259,8 +254,8 @@ class Recorder:
         if self.mode == "logs":
             return
         self.writer.append({"processes": {
-            "pid": [self.pid], "host": [self.host], "rank": pa_int(_env_int("RANK")),
-            "local_rank": pa_int(_env_int("LOCAL_RANK")), "world_size": pa_int(_env_int("WORLD_SIZE")),
+            "pid": [self.pid], "host": [self.host],
+            **{k: pa_int(v) for k, v in ranks.from_env(os.environ)._asdict().items()},
             "command": [" ".join(sys.argv)], "start_ns": [self.start_ns], "ended_early": [None]}})
         if self.mode == "cpu":
             self.writer.append({"devices": {"device_id": [-1], "kind": ["cpu"], "name": [_cpu_name()],

@@ -1,0 +1,47 @@
+"""Rank, local rank and world size from launcher variables and file names (cuptiprof.ranks),
+shared by profiled runs and imports."""
+from __future__ import annotations
+
+import pytest
+
+from cuptiprof import ranks
+
+
+@pytest.mark.parametrize("env, want", [
+    ({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}, (3, 1, 8)),                 # torchrun
+    ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+      "OMPI_COMM_WORLD_SIZE": "16"}, (5, 1, 16)),                                     # Open MPI
+    ({"PMI_RANK": "2", "MPI_LOCALRANKID": "0", "PMI_SIZE": "4"}, (2, 0, 4)),          # MPICH/Hydra
+    ({"PMIX_RANK": "7"}, (7, None, None)),                                           # PMIx
+    ({"MV2_COMM_WORLD_RANK": "1", "MV2_COMM_WORLD_SIZE": "2"}, (1, None, 2)),         # MVAPICH
+    ({"SLURM_PROCID": "9", "SLURM_LOCALID": "1", "SLURM_NTASKS": "12"}, (9, 1, 12)),  # srun
+    ({}, (None, None, None)),
+])
+def test_launchers(env, want):
+    assert tuple(ranks.from_env(env)) == want
+
+
+def test_torchrun_wins_over_the_slurm_task_that_started_it():
+    """srun starts one torchrun per node (SLURM_PROCID = node); torchrun's RANK is the rank."""
+    env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+           "RANK": "12", "LOCAL_RANK": "4", "WORLD_SIZE": "16"}
+    assert ranks.from_env(env) == ranks.Rank(12, 4, 16)
+
+
+def test_values_that_are_not_ranks_are_skipped():
+    assert ranks.from_env({"RANK": "", "PMI_RANK": "x1", "SLURM_PROCID": " 4 "}).rank == 4
+    assert ranks.from_env({"RANK": "-1"}).rank is None
+
+
+def test_env_block_as_nsys_stores_it():
+    env = ranks.parse_env_block("A=1;PMI_RANK=3;EQ=a=b;PMI_SIZE=4;;NOVALUE;A=2")
+    assert env == {"A": "1", "PMI_RANK": "3", "EQ": "a=b", "PMI_SIZE": "4"}
+    assert ranks.from_env(env) == ranks.Rank(3, None, 4)
+    assert ranks.parse_env_block(None) == {}
+
+
+@pytest.mark.parametrize("name, want", [
+    ("rank0.json.gz", 0), ("sampled_rank-1.json.gz", 1), ("job_RANK_12.sqlite", 12),
+    ("worker0.1623143089861.pt.trace.json.gz", None), ("perlmutter0.sqlite", None)])
+def test_rank_in_a_file_name(name, want):
+    assert ranks.from_name(name) == want
