@@ -2,7 +2,8 @@
 json.loads, sum dur/count per name over kernel and memcpy events) and (b) Holistic Trace
 Analysis's trace loader, on the same traces in the same run. Each approach runs in its own
 subprocess; time is the work inside it (after imports; wall clock, and CPU seconds of all
-its threads), memory its peak RSS (VmHWM). Each round runs every approach back to back, so a
+its threads), memory its peak RSS (VmHWM) and its growth (peak RSS less the RSS once its
+modules are imported: what the work itself adds to the interpreter). Each round runs every approach back to back, so a
 speed-up compares runs under the same load; the table shows medians over the rounds.
 
     python bench/import_bench.py [TRACE.json.gz ...] [--big N] [--repeat 3] [--msgspec]
@@ -39,28 +40,30 @@ import resource
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-def peak():
+def peak(key="VmHWM:"):
     for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
+        if line.startswith(key):
             return int(line.split()[1])
+def rss():
+    return peak("VmRSS:")
 """
 RUNNERS = {
     "cuptiprof": PEAK + """
 import time, sys, tempfile, os
 t0 = time.perf_counter()
 from cuptiprof.interop.importing import import_traces
-t1 = time.perf_counter(); c1 = cpu()
+t1 = time.perf_counter(); c1 = cpu(); r1 = rss()
 out = os.path.join(tempfile.mkdtemp(), "o.duckdb")
 res = import_traces([sys.argv[1]], out)
 t2 = time.perf_counter()
 print("pandas_imported", "pandas" in sys.modules)
-print(t2 - t1, cpu() - c1, t1 - t0, peak())
+print(t2 - t1, cpu() - c1, t1 - t0, r1, peak())
 """,
     "json_script": PEAK + """
 import time, sys
 t0 = time.perf_counter()
 import gzip, json, collections
-t1 = time.perf_counter(); c1 = cpu()
+t1 = time.perf_counter(); c1 = cpu(); r1 = rss()
 with gzip.open(sys.argv[1]) as fh:
     doc = json.loads(fh.read())
 tot = collections.defaultdict(float); cnt = collections.Counter()
@@ -68,18 +71,18 @@ for e in doc["traceEvents"]:
     if e.get("cat") in ("kernel", "gpu_memcpy", "Kernel", "Memcpy"):
         tot[e["name"]] += e["dur"]; cnt[e["name"]] += 1
 t2 = time.perf_counter()
-print(t2 - t1, cpu() - c1, t1 - t0, peak())
+print(t2 - t1, cpu() - c1, t1 - t0, r1, peak())
 """,
     "hta": PEAK + """
 import time, sys, os, shutil, tempfile
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
-t1 = time.perf_counter(); c1 = cpu()
+t1 = time.perf_counter(); c1 = cpu(); r1 = rss()
 d = tempfile.mkdtemp()
 shutil.copy(sys.argv[1], os.path.join(d, "rank-0.json.gz"))
 TraceAnalysis(trace_dir=d)
 t2 = time.perf_counter()
-print(t2 - t1, cpu() - c1, t1 - t0, peak())
+print(t2 - t1, cpu() - c1, t1 - t0, r1, peak())
 """,
 }
 
@@ -93,9 +96,10 @@ def measure(name: str, trace: Path) -> dict:
                        text=True, timeout=1800, env={**os.environ, **ENV.get(name, {})})
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["failed"])[-1][:200]}
-    work, cpu, imports, rss_kb = r.stdout.split()[-4:]
+    work, cpu, imports, base_kb, rss_kb = r.stdout.split()[-5:]
     return {"work_s": float(work), "cpu_s": float(cpu), "import_s": float(imports),
-            "peak_mb": int(rss_kb) / 1024, "pandas": "pandas_imported True" in r.stdout}
+            "peak_mb": int(rss_kb) / 1024, "growth_mb": (int(rss_kb) - int(base_kb)) / 1024,
+            "pandas": "pandas_imported True" in r.stdout}
 
 
 def info(trace: Path) -> tuple[int, int]:
@@ -143,8 +147,9 @@ def main() -> int:
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}, "
           f"load average {os.getloadavg()[0]:.1f}, median of {args.repeat} rounds")
-    print("| trace | events | JSON MB | approach | work s | CPU s | +imports s | peak RSS MB | speed-up |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| trace | events | JSON MB | approach | work s | CPU s | +imports s | peak RSS MB | "
+          "growth MB | speed-up |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for t in traces:
         size, n = info(t)
         rounds: dict[str, list] = {name: [] for name in names}
@@ -155,17 +160,18 @@ def main() -> int:
         for name, ms in rounds.items():
             bad = next((m for m in ms if "error" in m), None)
             if bad:
-                print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | failed: {bad['error']} | | | | |")
+                print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | failed: {bad['error']} | | | | | |")
                 continue
             med = {k: statistics.median(m[k] for m in ms) for k in ms[0] if k != "pandas"}
             sp = ""
             if name != "cuptiprof" and None not in ours:
                 sp = f"{statistics.median(m['work_s'] / o for m, o in zip(ms, ours)):.2f}x"
             print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | {med['work_s']:.2f} | "
-                  f"{med['cpu_s']:.2f} | {med['import_s']:.2f} | {med['peak_mb']:.0f} | {sp} |")
+                  f"{med['cpu_s']:.2f} | {med['import_s']:.2f} | {med['peak_mb']:.0f} | "
+                  f"{med['growth_mb']:.0f} | {sp} |")
         if any(m.get("pandas") for m in rounds["cuptiprof"]):
             print(f"| {t.name} | | | (cuptiprof's work above includes importing pandas, "
-                  "which pyarrow does on its first Array.to_numpy in the writer) | | | | | |")
+                  "which pyarrow does on its first Array.to_numpy in the writer) | | | | | | |")
         sys.stdout.flush()
     print(f"# load average at the end {os.getloadavg()[0]:.1f}")
     return 0
