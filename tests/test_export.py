@@ -1,20 +1,25 @@
 """Chrome-trace and Parquet export: valid files, Kineto categories and flows, step scope,
-round trips that keep per-kernel totals, and bad arguments."""
+round trips that keep every kernel's start and end to the ns, odd names and NULLs, and bad
+arguments."""
 from __future__ import annotations
 
 import gzip
 import json
 import subprocess
 import sys
+from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 import cuptiprof
 from cuptiprof.interop.chrome import export_chrome
 from cuptiprof.interop.importing import import_traces
 from cuptiprof.interop.parquet import export_parquet
+from cuptiprof.store.writer import RunInfo, Writer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 TB0 = SHARED / "kineto-tbplugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
@@ -74,6 +79,15 @@ def test_chrome_trace_is_valid_kineto_json(chrome_steps):
     assert steps == ["ProfilerStep#6", "ProfilerStep#7"]
 
 
+def kernel_times(path: Path, where: str = "TRUE"):
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(f"SELECT name, start_ns, end_ns FROM kernels WHERE {where} "
+                           "ORDER BY ALL").fetchall()
+    finally:
+        con.close()
+
+
 def test_round_trip_keeps_per_kernel_totals(tb0, chrome_steps, tmp_path):
     out, _ = chrome_steps
     back = tmp_path / "back.duckdb"
@@ -84,6 +98,7 @@ def test_round_trip_keeps_per_kernel_totals(tb0, chrome_steps, tmp_path):
     orig = duckdb.connect(str(tb0), read_only=True)
     q = "SELECT min(start_ns), max(end_ns) FROM kernels WHERE step IN (6, 7)"
     assert con.execute(q).fetchone() == orig.execute(q).fetchone()  # timestamps kept to the ns
+    assert kernel_times(back) == kernel_times(tb0, "step IN (6, 7)")  # each kernel's, too
 
 
 def test_full_round_trip_nsys_and_two_ranks(tmp_path_factory, tmp_path):
@@ -94,6 +109,7 @@ def test_full_round_trip_nsys_and_two_ranks(tmp_path_factory, tmp_path):
     back = tmp_path / "back.duckdb"
     import_traces([out], back)
     assert per_kernel(back) == per_kernel(src)
+    assert kernel_times(back) == kernel_times(src)  # Nsight Systems' ns, every kernel
     two = imported(tmp_path_factory, *FILT)
     out2 = tmp_path / "two.json.gz"
     with cuptiprof.open(two) as prof:
@@ -141,3 +157,165 @@ def test_cli_export_and_errors(tb0, tmp_path):
     r = run_cli("export", tb0, "--parquet", tmp_path / "nodir" / "pq")
     assert r.returncode == 2 and "does not exist" in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json.gz"]  # nothing partial left
+
+
+# Names JSON must escape, and one that is NULL.
+ODD = ['plain', 'with "quotes"', 'back\\slash\\', 'ctrl \x01\x1f\t\n\r\x7f end',
+       'non-ASCII é 日本 😀 \u2028', "single ' quote", None]
+T0 = 1_700_000_000_123_456_789  # an epoch-ns start: ts far from 0 in microseconds
+
+
+@pytest.fixture(scope="module")
+def odd(tmp_path_factory):
+    """A file with odd names, NULLs where columns allow them, flows on some rows only, an open
+    range, a context-wide sync and a negative duration, at odd ns over ~600 s and one row
+    200 days later."""
+    path = tmp_path_factory.mktemp("odd") / "odd.duckdb"
+    n = len(ODD)
+    start = [T0 + i * 123_456_789_001 + i for i in range(n - 1)]
+    start.append(T0 + 200 * 86_400 * 10**9 + 1)  # 200 days on: a double of us drops the ns
+    end = [s + 1_001 + 7 * i for i, s in enumerate(start)]
+    corr = pa.array([None if i % 3 == 1 else 100 + i for i in range(n)], pa.int64())
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    gpu = {"start_ns": start, "end_ns": end, "device_id": i32([0, None] + [1] * (n - 2)),
+           "context_id": i32([1] * n), "stream_id": i32([7, 7, None, 7, 8, 8, 8]),
+           "correlation_id": corr}
+    with Writer(path, RunInfo(source="test")) as w:
+        w.append({
+            "kernels": {**gpu, "stream_id": i32([7] * n), "name": pa.array(ODD, pa.string()),
+                        "registers": i32([32, None, 16, 16, 16, 16, 16]),
+                        "grid_x": i32([1, None, 2, 2, 2, 2, 2]), "grid_y": i32([1, None, None, 1, 1, 1, 1]),
+                        "grid_z": i32([1] * n)},
+            "memcpys": {**gpu, "copy_kind": ["HtoD", None, "DtoH", "DtoD", "HtoD", "HtoD", "PtoP"],
+                        "src_kind": ["pageable", None, "device", "device", "pinned", "weird", "device"],
+                        "dst_kind": ["device"] * n,
+                        "bytes": pa.array([4096, None, 1, 0, 10**12, 3, 5], pa.int64())},
+            "memsets": {**gpu, "memory_kind": ["device", None, "managed", "x", "device", "device", "device"],
+                        "bytes": pa.array([None, 1, 2, 3, 4, 5, 6], pa.int64())},
+            "syncs": {**gpu, "sync_type": ["stream_synchronize", "context_synchronize", "odd", None,
+                                           "event_synchronize", "stream_wait_event", "unknown"]},
+            "api_calls": {"start_ns": start, "end_ns": [e if i != 2 else s - 5 for i, (s, e) in
+                                                        enumerate(zip(start, end))],
+                          "name": pa.array(ODD, pa.string()), "thread_id": pa.array([11] * n, pa.int64()),
+                          "api_kind": ["runtime", "driver"] * 3 + [None],
+                          "cbid": i32([None, 1, 2, 3, 4, 5, 6]), "correlation_id": corr},
+            "ranges": {"range_id": pa.array(range(1, n + 1), pa.int64()), "name": pa.array(ODD, pa.string()),
+                       "start_ns": start, "end_ns": pa.array(end[:-1] + [None], pa.int64()),
+                       "thread_id": pa.array([11] * n, pa.int64()),
+                       "domain": ["cpu_op", None, "gpu_user_annotation", "python_function",
+                                  "gpu_user_annotation", "nvtx", "cpu_op"],
+                       "kind": ["op", "user", "user", "user", "user", "op", "op"],
+                       "attrs": [None, None, '{"device": 1, "stream": 9}', None, None, None, None]},
+        })
+    return path
+
+
+def load_trace(path: Path, **kw) -> dict:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as fh:  # the gzip module reads what isal wrote
+        return json.load(fh, **kw)
+
+
+@pytest.fixture(scope="module")
+def odd_trace(odd, tmp_path_factory):
+    out = tmp_path_factory.mktemp("odd_out") / "odd.json.gz"
+    with cuptiprof.open(odd) as prof:
+        counts = export_chrome(prof, out)
+    return out, counts
+
+
+def test_odd_names_and_nulls_survive(odd_trace):
+    out, counts = odd_trace
+    doc = load_trace(out)
+    ev = doc["traceEvents"]
+    assert counts["events"] == len(ev)
+    x = [e for e in ev if e["ph"] == "X"]
+    names = lambda *cats: Counter(e["name"] for e in x if e["cat"] in cats)  # noqa: E731
+    assert names("kernel") == names("cuda_runtime", "cuda_driver") == Counter(ODD)
+    assert names("cpu_op", "user_annotation", "python_function", "gpu_user_annotation") == \
+        Counter(ODD[:-1])  # the open range is left out
+    k = {e["name"]: e for e in x if e["cat"] == "kernel"}
+    assert k["with \"quotes\""]["args"]["registers per thread"] is None
+    assert k["with \"quotes\""]["args"]["device"] is None and k["with \"quotes\""]["pid"] == -1
+    assert "grid" not in k["with \"quotes\""]["args"] and k["back\\slash\\"]["args"]["grid"] == [2, None, 1]
+    assert k["plain"]["args"]["correlation"] == 100 and k["with \"quotes\""]["args"]["correlation"] is None
+    copies = sorted((e for e in x if e["cat"] == "gpu_memcpy"), key=lambda e: e["ts"])  # row order
+    assert copies[1]["name"] == "Memcpy None (Unknown -> Device)" and copies[1]["args"]["bytes"] is None
+    assert copies[1]["args"]["memory bandwidth (GB/s)"] == 0.0
+    assert copies[0]["args"]["memory bandwidth (GB/s)"] == 4096 / 1001
+    assert copies[5]["name"] == "Memcpy HtoD (Unknown -> Device)"
+    assert sorted(e["name"] for e in x if e["cat"] == "gpu_memset") == \
+        ["Memset (Device)"] * 4 + ["Memset (Managed)", "Memset (Unknown)", "Memset (Unknown)"]
+    syncs = [e for e in x if e["cat"] == "cuda_sync"]
+    assert sorted(e["name"] for e in syncs) == ["Context Sync", "Event Sync", "Stream Sync",
+                                                "Stream Wait Event", "Sync", "Sync", "Sync"]
+    assert {e["tid"] for e in syncs if e["args"]["stream"] == -1} == {-1}  # the context-wide sync
+    calls = {e["name"]: e for e in x if e["cat"].startswith("cuda_") and e["cat"] != "cuda_sync"}
+    assert "cbid" not in calls["plain"]["args"] and calls["with \"quotes\""]["args"]["cbid"] == 1
+    assert calls["with \"quotes\""]["cat"] == "cuda_driver" and calls[None]["cat"] == "cuda_runtime"
+    assert calls["back\\slash\\"]["dur"] == -0.005  # a negative duration keeps its sign
+    gpu_ann = [e for e in x if e["cat"] == "gpu_user_annotation"]
+    assert sorted((e["pid"], e["tid"], e["args"]["device"], e["args"]["stream"]) for e in gpu_ann) == \
+        [(0, 11, None, None), (1, 9, 1, 9)]  # no attrs: device 0, the range's thread
+    assert sorted(e["cat"] for e in x if e["name"] in ("plain", "single ' quote", None) and e["cat"]
+                  not in ("kernel", "cuda_runtime", "cuda_driver")) == ["cpu_op", "cpu_op"]
+
+
+def test_flows_match_rows_with_a_correlation_id(odd, odd_trace):
+    ev = load_trace(odd_trace[0])["traceEvents"]
+    con = duckdb.connect(str(odd), read_only=True)
+    n = lambda t: con.execute(f"SELECT count(correlation_id) FROM {t}").fetchone()[0]  # noqa: E731
+    starts = [e for e in ev if e["ph"] == "s"]
+    ends = [e for e in ev if e["ph"] == "f"]
+    assert len(starts) == n("api_calls") == 5
+    assert len(ends) == sum(n(t) for t in ("kernels", "memcpys", "memsets", "syncs")) == 20
+    assert all(e["cat"] == e["name"] == "ac2g" and e.get("bp") == "e" for e in ends)
+    assert {e["id"] for e in ends} == {e["id"] for e in starts}
+
+
+def test_timestamps_are_exact_to_the_ns(odd, odd_trace):
+    """ts and dur are decimals with three places: read as Decimal, each row's start and end
+    come back to the nanosecond, far from the base too."""
+    doc = load_trace(odd_trace[0], parse_float=Decimal)
+    base = doc["baseTimeNanoseconds"]
+    assert base == T0 // 10**6 * 10**6
+    con = duckdb.connect(str(odd), read_only=True)
+    for table, cats in (("kernels", {"kernel"}), ("memcpys", {"gpu_memcpy"}), ("syncs", {"cuda_sync"}),
+                        ("api_calls", {"cuda_runtime", "cuda_driver"})):
+        want = Counter(con.execute(f"SELECT start_ns, end_ns FROM {table}").fetchall())
+        got = Counter()
+        for e in doc["traceEvents"]:
+            if e["ph"] == "X" and e["cat"] in cats:
+                assert isinstance(e["ts"], Decimal) and e["ts"].as_tuple().exponent == -3
+                s = base + int(e["ts"] * 1000)
+                got[(s, s + int(e["dur"] * 1000))] += 1
+        assert got == want, table
+
+
+def test_plain_json_and_two_processes_pids(tmp_path_factory, tmp_path):
+    two = imported(tmp_path_factory, *FILT)
+    out = tmp_path / "two.json"
+    with cuptiprof.open(two) as prof:
+        export_chrome(prof, out)
+    doc = load_trace(out)
+    ev = doc["traceEvents"]
+    named = {e["pid"] for e in ev if e["ph"] == "M"}
+    assert {e["pid"] for e in ev} == named  # every row's pid has its process name
+    cpu = {e["pid"] for e in ev if e.get("cat") in ("cpu_op", "cuda_runtime")}
+    gpu = {e["pid"] for e in ev if e.get("cat") == "kernel"}
+    con = duckdb.connect(str(two), read_only=True)
+    devs = con.execute("SELECT DISTINCT dense_rank() OVER (ORDER BY run_id, pid) - 1, device_id "
+                       "FROM kernels").fetchall()
+    assert cpu == {2_000_000, 2_000_001}  # by the process's index
+    assert gpu == {1_000_000 + i * 1000 + d for i, d in devs} == {1_000_000, 1_001_001}
+    assert "distributedInfo" not in doc  # two ranks: no single rank to name
+
+
+def test_zlib_when_isal_is_missing(odd, odd_trace, tmp_path, monkeypatch):
+    import cuptiprof.interop.chrome as chrome
+    monkeypatch.setattr(chrome, "_gzip", gzip)
+    monkeypatch.setattr(chrome, "_GZIP_LEVEL", 6)
+    out = tmp_path / "zlib.json.gz"
+    with cuptiprof.open(odd) as prof:
+        export_chrome(prof, out)
+    assert load_trace(out) == load_trace(odd_trace[0])

@@ -3,9 +3,13 @@ chrome://tracing, in the Kineto dialect: the categories torch.profiler writes (`
 `gpu_memcpy`, `cuda_runtime`, `cpu_op`, `user_annotation`, ...), GPU rows on a process per
 device with a thread per stream, and `ac2g` flow arrows from each launching call to its GPU work.
 
-Timestamps are microseconds relative to `baseTimeNanoseconds` so that three decimals keep
-every nanosecond (absolute epoch microseconds in a double would not); cuptiprof's Kineto
-importer reads it back exactly.
+Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
+three places so that every nanosecond survives (absolute epoch microseconds in a double would
+not); cuptiprof's Kineto importer reads them back exactly.
+
+DuckDB builds each event's JSON text (one query per table, `_EVENTS`); Python copies each Arrow
+batch's text buffer into the file as it is, so no Python object is made per event and memory
+stays at a few batches. `.gz` output goes through ISA-L's deflate (zlib where isal is missing).
 """
 from __future__ import annotations
 
@@ -15,22 +19,25 @@ import os
 from pathlib import Path
 
 import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from cuptiprof.errors import InputError
 
-BATCH = 100_000
-_SYNC_NAME = {"event_synchronize": "Event Sync", "stream_synchronize": "Stream Sync",
-              "context_synchronize": "Context Sync", "stream_wait_event": "Stream Wait Event",
-              "unknown": "Sync"}
-_DOMAIN_CAT = {"cpu_op": "cpu_op", "user_annotation": "user_annotation",
-               "python_function": "python_function"}
-_MEM = {"pageable": "Pageable", "pinned": "Pinned", "device": "Device", "array": "Array",
-        "managed": "Managed", "device_static": "Device", "managed_static": "Managed",
-        "unknown": "Unknown"}
+try:  # ISA-L level 2: ~25x faster than zlib -9 for a ~40% larger file (BENCHMARKS.md)
+    from isal import igzip as _gzip
+    _GZIP_LEVEL = 2  # level 1 is as small, 0 ~25% larger, 3 larger and slower on these traces
+except ImportError:  # pragma: no cover - a platform without isal wheels
+    _gzip = gzip
+    _GZIP_LEVEL = 6
+
+BATCH = 10_000  # rows per Arrow batch: a few MB of text (larger batches cost memory, not time)
+SEP = ",\n"  # between events; every event's text starts with it
 
 
-def _us(ns: int, base: int) -> float:
-    return (ns - base) / 1000
+class _Sql(str):
+    """SQL expression whose value is JSON text (never NULL)."""
 
 
 def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
@@ -45,54 +52,23 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     procs = con.execute("SELECT DISTINCT run_id, pid FROM (SELECT run_id, pid FROM gpu_activities "
                         "UNION ALL SELECT run_id, pid FROM ranges UNION ALL "
                         "SELECT run_id, pid FROM api_calls) ORDER BY 1, 2").fetchall()
-    single = len(procs) <= 1
-    proc_index = {p: i for i, p in enumerate(procs)}
+    pids = _Pids(procs)
     base_row = con.execute(
         f"SELECT min(s) FROM (SELECT min(start_ns) s FROM gpu_activities WHERE {where} "
         f"UNION ALL SELECT min(start_ns) FROM ranges WHERE {where} "
         f"UNION ALL SELECT min(start_ns) FROM api_calls WHERE {where})").fetchone()
     base = (int(base_row[0]) // 1_000_000) * 1_000_000 if base_row[0] is not None else 0
 
-    def gpu_pid(run_id, pid, dev):
-        dev = -1 if dev is None else dev
-        return dev if single else 1_000_000 + proc_index.get((run_id, pid), 0) * 1000 + dev
-
-    def cpu_pid(run_id, pid):
-        return pid if single else 2_000_000 + proc_index.get((run_id, pid), 0)
-
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    enc = msgspec.json.Encoder()
-    counts = {"events": 0}
-    opener = gzip.open if out.name.endswith(".gz") else open
+    counts: dict[str, int] = {}
     try:
-        with opener(tmp, "wb") as fh:
-            head = {"schemaVersion": 1, "baseTimeNanoseconds": base, "displayTimeUnit": "ms",
-                    "deviceProperties": _device_props(con)}
-            dist = con.execute("SELECT rank, world_size FROM processes WHERE rank IS NOT NULL "
-                               "LIMIT 1").fetchone() if single else None
-            if dist:
-                head["distributedInfo"] = {"rank": dist[0], "world_size": dist[1]}
-            fh.write(enc.encode(head)[:-1] + b', "traceEvents": [\n')
-            first = True
-
-            def emit(events):
-                nonlocal first
-                if not events:
-                    return
-                body = enc.encode(events)[1:-1]
-                fh.write((b"" if first else b",\n") + body)
-                first = False
-                counts["events"] += len(events)
-
-            emit(_metadata(con, procs, single, gpu_pid, cpu_pid))
-            for batch in _query(con, f"SELECT * FROM ranges WHERE {where}"):
-                emit(_ranges(batch, base, gpu_pid, cpu_pid, counts))
-            for batch in _query(con, f"SELECT * FROM api_calls WHERE {where}"):
-                emit(_calls(batch, base, cpu_pid, counts))
-            for table, fn in (("kernels", _kernels), ("memcpys", _memcpys), ("memsets", _memsets),
-                              ("syncs", _syncs)):
-                for batch in _query(con, f"SELECT * FROM {table} WHERE {where}"):
-                    emit(fn(batch, base, gpu_pid, counts))
+        with _open(tmp, out.name.endswith(".gz")) as fh:
+            fh.write(_head(con, base, pids.single))
+            sink = _Sink(fh)
+            meta = _metadata(con, procs, pids)
+            sink.write("".join(SEP + msgspec.json.encode(e).decode() for e in meta).encode(), len(meta))
+            for table in _EVENTS:
+                counts[table] = _write_table(con, table, where, base, pids, sink)
             fh.write(b"\n]}\n")
         os.replace(tmp, out)
     except BaseException:
@@ -101,13 +77,312 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
         except FileNotFoundError:
             pass
         raise
-    return counts
+    return {"events": sink.events, **counts}
 
 
-def _query(con, sql):
+def _open(path: Path, gz: bool):
+    """The output file: written in large blocks, so no buffering of our own."""
+    if gz:
+        return _gzip.open(path, "wb", compresslevel=_GZIP_LEVEL)
+    return open(path, "wb")
+
+
+class _Sink:
+    """Appends event texts that each start with SEP; drops the first SEP of the array."""
+
+    def __init__(self, fh):
+        self.fh = fh
+        self.events = 0
+
+    def write_strings(self, arr: pa.Array, n: int) -> None:
+        """Write the characters of a string array as they lie in its Arrow data buffer."""
+        if arr.null_count:
+            raise RuntimeError("chrome export: an event's text is NULL (a value left unwrapped)")
+        if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            arr = arr.cast(pa.large_string())
+        _, offsets, data = arr.buffers()
+        width = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+        offs = np.frombuffer(offsets, width, count=len(arr) + 1, offset=arr.offset * width().itemsize)
+        self.write(memoryview(data)[int(offs[0]):int(offs[-1])], n)
+
+    def write(self, text, n: int) -> None:
+        """Write `n` events' text (bytes-like)."""
+        if not n:
+            return
+        self.fh.write(text[len(SEP):] if not self.events else text)
+        self.events += n
+
+
+def _write_table(con, table: str, where: str, base: int, pids: _Pids, sink: _Sink) -> int:
+    """Stream one table's events to `sink`; returns its row count."""
+    sql = _EVENTS[table](_scoped(table, where, pids), base, pids)
+    rows = 0
     reader = con.sql(sql).to_arrow_reader(BATCH)
-    for rb in reader:
-        yield rb.to_pydict()
+    try:
+        for rb in reader:
+            rows += rb.num_rows
+            sink.write_strings(rb.column(0), _events_in(rb))
+    finally:
+        reader.close()
+    return rows
+
+
+def _events_in(rb: pa.RecordBatch) -> int:
+    """Events in a batch: one per row plus one per flow arrow (column `flow`)."""
+    return rb.num_rows + (pc.sum(rb.column(1)).as_py() or 0)
+
+
+# -- process ids ----------------------------------------------------------------------------
+
+class _Pids:
+    """Kineto's pid of each row. One process: its own pid for CPU rows, the device ordinal for
+    GPU rows (as torch.profiler writes). Several: numbers by the process's index (in run, pid
+    order) so that two processes' devices 0 stay apart."""
+
+    def __init__(self, procs: list[tuple]):
+        self.single = len(procs) <= 1
+        self.index = {p: i for i, p in enumerate(procs)}
+
+    def gpu(self, run_id, pid, dev) -> int:
+        dev = -1 if dev is None else dev
+        return dev if self.single else 1_000_000 + self.index.get((run_id, pid), 0) * 1000 + dev
+
+    def cpu(self, run_id, pid) -> int:
+        return pid if self.single else 2_000_000 + self.index.get((run_id, pid), 0)
+
+    # The same in SQL, over a row that has run_id, pid and (after `join`) p_idx.
+    def gpu_sql(self, dev: str) -> str:
+        dev = f"coalesce({dev}, -1)"
+        return dev if self.single else f"(1000000 + coalesce(p_idx, 0) * 1000 + {dev})"
+
+    def cpu_sql(self) -> str:
+        return "pid" if self.single else "(2000000 + coalesce(p_idx, 0))"
+
+    def join(self) -> str:
+        if self.single:
+            return ""
+        rows = ", ".join(f"({_lit(r)}, {_lit(p)}, {i})" for (r, p), i in self.index.items())
+        # IS NOT DISTINCT FROM: a NULL run_id or pid finds its index, as in `gpu` and `cpu`
+        return (f" LEFT JOIN (VALUES {rows}) _p(p_run, p_pid, p_idx) "
+                "ON _p.p_run IS NOT DISTINCT FROM _t.run_id AND _p.p_pid IS NOT DISTINCT FROM _t.pid")
+
+
+def _lit(v) -> str:
+    return "NULL" if v is None else str(int(v))
+
+
+def _scoped(table: str, where: str, pids: _Pids) -> str:
+    """FROM clause: the table's rows in scope, with the process index where several."""
+    return f"(SELECT * FROM {table} WHERE {where}) _t{pids.join()}"
+
+
+# -- JSON text in SQL -------------------------------------------------------------------------
+# A query's event is a list of pieces: constant JSON text (str) and _Sql expressions, joined by
+# one concat() per row. Every _Sql value is wrapped so that NULL becomes `null`: concat() would
+# drop a NULL silently and leave invalid JSON.
+
+def _q(text: str) -> str:
+    """A SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _val(x: str) -> _Sql:
+    """A number (or JSON value) column as JSON."""
+    return _Sql(f"coalesce(CAST({x} AS VARCHAR), 'null')")
+
+
+def _str(x: str) -> _Sql:
+    """A string as JSON (quotes, backslashes and control characters escaped)."""
+    return _Sql(f"coalesce(CAST(to_json({x}) AS VARCHAR), 'null')")
+
+
+def _us(ns: str) -> _Sql:
+    """`ns` nanoseconds as exact microseconds with three decimals (integer arithmetic: a
+    double would round away nanoseconds far from the base)."""
+    return _Sql(f"concat(CASE WHEN {ns} < 0 THEN '-' END, abs({ns}) // 1000, '.', "
+                f"lpad(CAST(abs({ns}) % 1000 AS VARCHAR), 3, '0'))")
+
+
+def _case(col: str, texts: dict[str, str], default: str) -> _Sql:
+    """`col` mapped through `texts` (else `default`), as a JSON string."""
+    whens = " ".join(f"WHEN {_q(k)} THEN {_q(json.dumps(v))}" for k, v in texts.items())
+    return _Sql(f"CASE {col} {whens} ELSE {_q(json.dumps(default))} END")
+
+
+def _optional(key: str, cond: str, value: str) -> tuple:
+    """An object member written only where `cond` holds (as the Python writer left keys out)."""
+    return None, _Sql(f"CASE WHEN {cond} THEN concat({_q(',' + json.dumps(key) + ':')}, {value}) "
+                      "ELSE '' END")
+
+
+def _obj(*pairs) -> list:
+    """Pieces of a JSON object: each value is an _Sql expression, a list of pieces (a nested
+    object) or a constant; a (None, _Sql) pair is an `_optional` member."""
+    pieces: list = ["{"]
+    for i, (key, value) in enumerate(pairs):
+        if key is not None:
+            pieces.append(("," if i else "") + json.dumps(key) + ":")
+        if isinstance(value, _Sql):
+            pieces.append(value)
+        elif isinstance(value, list):
+            pieces.extend(value)
+        else:
+            pieces.append(json.dumps(value))
+    pieces.append("}")
+    return pieces
+
+
+def _concat(pieces: list) -> str:
+    """One SQL concat() of the pieces, adjacent constants merged."""
+    args: list[str] = []
+    text = ""
+    for p in pieces:
+        if isinstance(p, _Sql):
+            if text:
+                args.append(_q(text))
+                text = ""
+            args.append(p)
+        else:
+            text += p
+    if text:
+        args.append(_q(text))
+    return f"concat({', '.join(args)})"
+
+
+def _select(source: str, cols: dict[str, str], event: list, flow: list | None = None,
+            where: str = "") -> str:
+    """Columns `text`: SEP + the event, and SEP + the flow event where the row has a
+    correlation id; `flow`: 1 where it does. `cols` are computed once per row, inside."""
+    inner = ", ".join(f"{expr} AS {name}" for name, expr in cols.items())
+    pieces = [SEP, *event]
+    has_flow = "0"
+    if flow is not None:
+        has_flow = "CAST(correlation_id IS NOT NULL AS INTEGER)"
+        pieces.append(_Sql(f"CASE WHEN correlation_id IS NULL THEN '' ELSE {_concat([SEP, *flow])} END"))
+    return (f"SELECT {_concat(pieces)} AS text, {has_flow} AS flow "
+            f"FROM (SELECT *, {inner} FROM {source}{where})")
+
+
+def _times(base: int) -> dict[str, str]:
+    return {"_ts": _us(f"(start_ns - {base})"), "_dur": _us("(end_ns - start_ns)")}
+
+
+def _x(cat, name: _Sql, pid: _Sql, tid: _Sql, args: list) -> list:
+    return _obj(("ph", "X"), ("cat", cat), ("name", name), ("pid", pid), ("tid", tid),
+                ("ts", _Sql("_ts")), ("dur", _Sql("_dur")), ("args", args))
+
+
+def _flow(ph: str, pid: _Sql, tid: _Sql, *extra) -> list:
+    """The `ac2g` arrow's end on this row ("s" on the call, "f" on its GPU work)."""
+    return _obj(("ph", ph), ("id", _Sql("correlation_id")), ("pid", pid), ("tid", tid),
+                ("ts", _Sql("_ts")), ("cat", "ac2g"), ("name", "ac2g"), *extra)
+
+
+# -- one query per table ------------------------------------------------------------------------
+
+def _ranges(source: str, base: int, pids: _Pids) -> str:
+    # GPU user annotations sit on their device's stream: attrs is {"device": d, "stream": s}.
+    gpu = "domain = 'gpu_user_annotation'"
+    attrs = "CASE WHEN json_valid(attrs) THEN attrs END"
+    dev, stream = (f"json_extract({attrs}, '$.{k}')" for k in ("device", "stream"))
+    cat = (f"CASE WHEN {gpu} THEN 'gpu_user_annotation' WHEN kind = 'step' THEN 'user_annotation' "
+           "WHEN domain IN ('cpu_op', 'user_annotation', 'python_function') THEN domain "
+           "WHEN kind = 'op' THEN 'cpu_op' ELSE 'user_annotation' END")
+    gpu_pid = pids.gpu_sql(f"CASE WHEN {dev} IS NULL THEN 0 ELSE TRY_CAST({dev} AS BIGINT) END")
+    gpu_args = _concat(_obj(("device", _val(dev)), ("stream", _val(stream))))
+    cols = {**_times(base),
+            "_pid": f"CASE WHEN {gpu} THEN {gpu_pid} ELSE {pids.cpu_sql()} END",
+            "_tid": f"CASE WHEN {gpu} THEN coalesce(CAST({stream} AS VARCHAR), {_val('thread_id')}) "
+                    f"ELSE {_val('thread_id')} END",
+            "_args": f"CASE WHEN {gpu} THEN {gpu_args} "
+                     f"ELSE {_concat(_obj(('External id', _val('range_id'))))} END"}
+    event = _x(_Sql(f"concat('\"', {cat}, '\"')"), _str("name"), _val("_pid"), _Sql("_tid"),
+               [_Sql("_args")])
+    return _select(source, cols, event, where=" WHERE end_ns IS NOT NULL")  # open ranges: left out
+
+
+def _api_calls(source: str, base: int, pids: _Pids) -> str:
+    cols = {**_times(base), "_pid": pids.cpu_sql()}
+    args = _obj(("correlation", _val("correlation_id")), ("External id", _val("range_id")),
+                _optional("cbid", "cbid IS NOT NULL", "cbid"))
+    cat = _case("api_kind", {"driver": "cuda_driver"}, "cuda_runtime")
+    event = _x(cat, _str("name"), _val("_pid"), _val("thread_id"), args)
+    return _select(source, cols, event, _flow("s", _val("_pid"), _val("thread_id")))
+
+
+def _gpu(source: str, base: int, pids: _Pids, cat: str, name: _Sql, extra: tuple,
+         stream: str = "stream_id") -> str:
+    """Kernels, copies, memsets and syncs: one frame, their own name and extra args."""
+    cols = {**_times(base), "_pid": pids.gpu_sql("device_id"), "_stream": stream}
+    args = _obj(("device", _val("device_id")), ("context", _val("context_id")),
+                ("stream", _val("_stream")), ("correlation", _val("correlation_id")),
+                ("External id", _val("op_id")), *extra)
+    event = _x(cat, name, _val("_pid"), _val("_stream"), args)
+    return _select(source, cols, event, _flow("f", _val("_pid"), _val("_stream"), ("bp", "e")))
+
+
+def _kernels(source: str, base: int, pids: _Pids) -> str:
+    def dims(key: str) -> tuple:  # [x, y, z], left out when x is unknown
+        xyz = ", ',', ".join(_val(f"{key}_{c}") for c in "xyz")
+        return _optional(key, f"{key}_x IS NOT NULL", f"'[', {xyz}, ']'")
+    return _gpu(source, base, pids, "kernel", _str("name"),
+                (("registers per thread", _val("registers")), ("shared memory", _val("static_smem")),
+                 dims("grid"), dims("block")))
+
+
+_MEM = {"pageable": "Pageable", "pinned": "Pinned", "device": "Device", "array": "Array",
+        "managed": "Managed", "device_static": "Device", "managed_static": "Managed"}
+
+
+def _mem(col: str) -> str:
+    whens = " ".join(f"WHEN {_q(k)} THEN {_q(v)}" for k, v in _MEM.items())
+    return f"CASE {col} {whens} ELSE 'Unknown' END"
+
+
+def _bandwidth() -> tuple:
+    """bytes and bytes/ns (= GB/s); 0.0 where the duration is not positive."""
+    bw = ("CASE WHEN bytes IS NOT NULL AND end_ns > start_ns THEN bytes / (end_ns - start_ns) "
+          "ELSE 0.0 END")
+    return (("bytes", _val("bytes")),
+            ("memory bandwidth (GB/s)", _Sql(f"CAST(to_json(CAST({bw} AS DOUBLE)) AS VARCHAR)")))
+
+
+def _memcpys(source: str, base: int, pids: _Pids) -> str:
+    name = (f"concat('Memcpy ', coalesce(copy_kind, 'None'), ' (', {_mem('src_kind')}, ' -> ', "
+            f"{_mem('dst_kind')}, ')')")
+    return _gpu(source, base, pids, "gpu_memcpy", _str(name), _bandwidth())
+
+
+def _memsets(source: str, base: int, pids: _Pids) -> str:
+    name = f"concat('Memset (', {_mem('memory_kind')}, ')')"
+    return _gpu(source, base, pids, "gpu_memset", _str(name), _bandwidth())
+
+
+_SYNC_NAME = {"event_synchronize": "Event Sync", "stream_synchronize": "Stream Sync",
+              "context_synchronize": "Context Sync", "stream_wait_event": "Stream Wait Event"}
+
+
+def _syncs(source: str, base: int, pids: _Pids) -> str:
+    # A context-wide sync has no stream: it goes on tid -1.
+    return _gpu(source, base, pids, "cuda_sync", _case("sync_type", _SYNC_NAME, "Sync"), (),
+                stream="coalesce(stream_id, -1)")
+
+
+# In the order they are written: ranges and calls (CPU), then GPU work.
+_EVENTS = {"ranges": _ranges, "api_calls": _api_calls, "kernels": _kernels, "memcpys": _memcpys,
+           "memsets": _memsets, "syncs": _syncs}
+
+
+# -- header and metadata (a few rows: Python) ----------------------------------------------------
+
+def _head(con, base: int, single: bool) -> bytes:
+    head = {"schemaVersion": 1, "baseTimeNanoseconds": base, "displayTimeUnit": "ms",
+            "deviceProperties": _device_props(con)}
+    dist = con.execute("SELECT rank, world_size FROM processes WHERE rank IS NOT NULL "
+                       "LIMIT 1").fetchone() if single else None
+    if dist:
+        head["distributedInfo"] = {"rank": dist[0], "world_size": dist[1]}
+    return msgspec.json.encode(head)[:-1] + b', "traceEvents": [\n'
 
 
 def _device_props(con) -> list[dict]:
@@ -127,128 +402,19 @@ def _device_props(con) -> list[dict]:
     return out
 
 
-def _metadata(con, procs, single, gpu_pid, cpu_pid) -> list[dict]:
+def _metadata(con, procs, pids: _Pids) -> list[dict]:
     ev = []
     hosts = dict(((r, p), h) for r, p, h in con.execute("SELECT run_id, pid, host FROM processes").fetchall())
     for run_id, pid in procs:
         label = f"pid {pid}" + (f" ({hosts[(run_id, pid)]})" if hosts.get((run_id, pid)) else "")
-        cp = cpu_pid(run_id, pid)
+        cp = pids.cpu(run_id, pid)
         ev.append({"name": "process_name", "ph": "M", "pid": cp, "tid": 0, "args": {"name": label}})
         ev.append({"name": "process_labels", "ph": "M", "pid": cp, "tid": 0, "args": {"labels": "CPU"}})
         for (dev,) in con.execute("SELECT DISTINCT device_id FROM gpu_activities WHERE run_id = ? "
                                   "AND pid = ? ORDER BY 1", [run_id, pid]).fetchall():
-            gp = gpu_pid(run_id, pid, dev)
+            gp = pids.gpu(run_id, pid, dev)
             ev.append({"name": "process_name", "ph": "M", "pid": gp, "tid": 0,
-                       "args": {"name": label if not single else "GPU"}})
+                       "args": {"name": label if not pids.single else "GPU"}})
             ev.append({"name": "process_labels", "ph": "M", "pid": gp, "tid": 0,
                        "args": {"labels": f"GPU {dev}"}})
-    return ev
-
-
-def _ranges(b, base, gpu_pid, cpu_pid, counts) -> list[dict]:
-    ev = []
-    for run_id, pid, rid, name, dom, tid, s, e, kind, attrs in zip(
-            b["run_id"], b["pid"], b["range_id"], b["name"], b["domain"], b["thread_id"],
-            b["start_ns"], b["end_ns"], b["kind"], b["attrs"]):
-        if e is None:
-            continue
-        if dom == "gpu_user_annotation":
-            a = json.loads(attrs) if attrs else {}
-            ev.append({"ph": "X", "cat": "gpu_user_annotation", "name": name,
-                       "pid": gpu_pid(run_id, pid, a.get("device", 0)), "tid": a.get("stream", tid),
-                       "ts": _us(s, base), "dur": (e - s) / 1000,
-                       "args": {"device": a.get("device"), "stream": a.get("stream")}})
-            continue
-        cat = "user_annotation" if kind == "step" else \
-            _DOMAIN_CAT.get(dom) or ("cpu_op" if kind == "op" else "user_annotation")
-        ev.append({"ph": "X", "cat": cat, "name": name, "pid": cpu_pid(run_id, pid), "tid": tid,
-                   "ts": _us(s, base), "dur": (e - s) / 1000, "args": {"External id": rid}})
-    counts["ranges"] = counts.get("ranges", 0) + len(ev)
-    return ev
-
-
-def _calls(b, base, cpu_pid, counts) -> list[dict]:
-    ev = []
-    for run_id, pid, tid, kind, cbid, name, corr, s, e, rid in zip(
-            b["run_id"], b["pid"], b["thread_id"], b["api_kind"], b["cbid"], b["name"],
-            b["correlation_id"], b["start_ns"], b["end_ns"], b["range_id"]):
-        cp = cpu_pid(run_id, pid)
-        args = {"correlation": corr, "External id": rid}
-        if cbid is not None:
-            args["cbid"] = cbid
-        ts = _us(s, base)
-        ev.append({"ph": "X", "cat": "cuda_driver" if kind == "driver" else "cuda_runtime",
-                   "name": name, "pid": cp, "tid": tid, "ts": ts, "dur": (e - s) / 1000, "args": args})
-        if corr is not None:
-            ev.append({"ph": "s", "id": corr, "pid": cp, "tid": tid, "ts": ts, "cat": "ac2g",
-                       "name": "ac2g"})
-    counts["api_calls"] = counts.get("api_calls", 0) + len(b["start_ns"])
-    return ev
-
-
-def _gpu_event(cat, name, run_id, pid, dev, ctx, stream, corr, s, e, op, base, gpu_pid, extra, ev):
-    gp = gpu_pid(run_id, pid, dev)
-    ts = _us(s, base)
-    args = {"device": dev, "context": ctx, "stream": stream, "correlation": corr,
-            "External id": op}
-    args.update(extra)
-    ev.append({"ph": "X", "cat": cat, "name": name, "pid": gp, "tid": stream, "ts": ts,
-               "dur": (e - s) / 1000, "args": args})
-    if corr is not None:
-        ev.append({"ph": "f", "id": corr, "pid": gp, "tid": stream, "ts": ts, "cat": "ac2g",
-                   "name": "ac2g", "bp": "e"})
-
-
-def _common(b):
-    return zip(b["run_id"], b["pid"], b["device_id"], b["context_id"], b["stream_id"],
-               b["correlation_id"], b["start_ns"], b["end_ns"], b["op_id"])
-
-
-def _kernels(b, base, gpu_pid, counts):
-    ev = []
-    for row, name, gx, gy, gz, bx, by, bz, reg, smem in zip(
-            _common(b), b["name"], b["grid_x"], b["grid_y"], b["grid_z"], b["block_x"],
-            b["block_y"], b["block_z"], b["registers"], b["static_smem"]):
-        extra = {"registers per thread": reg, "shared memory": smem}
-        if gx is not None:
-            extra["grid"] = [gx, gy, gz]
-        if bx is not None:
-            extra["block"] = [bx, by, bz]
-        _gpu_event("kernel", name, *row, base, gpu_pid, extra, ev)
-    counts["kernels"] = counts.get("kernels", 0) + len(b["start_ns"])
-    return ev
-
-
-def _memcpys(b, base, gpu_pid, counts):
-    ev = []
-    for row, kind, src, dst, nbytes in zip(_common(b), b["copy_kind"], b["src_kind"],
-                                            b["dst_kind"], b["bytes"]):
-        s, e = row[6], row[7]
-        bw = nbytes / (e - s) if nbytes is not None and e > s else 0.0
-        name = f"Memcpy {kind} ({_MEM.get(src, 'Unknown')} -> {_MEM.get(dst, 'Unknown')})"
-        _gpu_event("gpu_memcpy", name, *row, base, gpu_pid,
-                   {"bytes": nbytes, "memory bandwidth (GB/s)": bw}, ev)
-    counts["memcpys"] = counts.get("memcpys", 0) + len(b["start_ns"])
-    return ev
-
-
-def _memsets(b, base, gpu_pid, counts):
-    ev = []
-    for row, kind, nbytes in zip(_common(b), b["memory_kind"], b["bytes"]):
-        s, e = row[6], row[7]
-        bw = nbytes / (e - s) if nbytes is not None and e > s else 0.0
-        _gpu_event("gpu_memset", f"Memset ({_MEM.get(kind, 'Unknown')})", *row, base, gpu_pid,
-                   {"bytes": nbytes, "memory bandwidth (GB/s)": bw}, ev)
-    counts["memsets"] = counts.get("memsets", 0) + len(b["start_ns"])
-    return ev
-
-
-def _syncs(b, base, gpu_pid, counts):
-    ev = []
-    for row, st in zip(_common(b), b["sync_type"]):
-        row = list(row)
-        if row[4] is None:
-            row[4] = -1
-        _gpu_event("cuda_sync", _SYNC_NAME.get(st, "Sync"), *row, base, gpu_pid, {}, ev)
-    counts["syncs"] = counts.get("syncs", 0) + len(b["start_ns"])
     return ev
