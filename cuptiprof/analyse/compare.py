@@ -21,12 +21,11 @@ import duckdb
 import pyarrow as pa
 
 from cuptiprof.analyse import catalog
-from cuptiprof.analyse.families import families
+from cuptiprof.analyse.families import BY, families
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError
 from cuptiprof.store.files import check_schema_version, require_duckdb
-from cuptiprof.store.writer import connect_error
+from cuptiprof.store.files import connect_error
 
-BY = ("op", "family", "range")
 _KEYS = {"op": ("name", "'name'"), "family": ("family", "'family'"),
          "range": ("range_key", "range_key_type")}
 

@@ -18,12 +18,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from cuptiprof.analyse import catalog
-from cuptiprof.analyse.compare import Comparison
 from cuptiprof.errors import UsageError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 NOISE_RULE = ("regression: new - base > base * PCT/100 + SIGMAS * 1.4826 * sqrt(MAD_base^2 + MAD_new^2) "
               "and new - base >= MIN_MS; times are medians over recorded steps of the time per step, "
@@ -64,6 +65,7 @@ class DiffResult:
 def diff(base: str | os.PathLike, new: str | os.PathLike, fail_above_pct: float, *,
          min_ms: float = 0.0, sigmas: float = 3.0, by: str = "op") -> DiffResult:
     """Compare NEW against BASE; see the module docstring for the rule."""
+    from cuptiprof.analyse.compare import Comparison  # DuckDB and pyarrow: only when diffing
     with Comparison([base, new], by=by, require_steps=True) as cmp:
         sql = catalog.compare_sql("diff")
         items = cmp.con.sql(sql, params={"pct": float(fail_above_pct), "sigmas": float(sigmas),

@@ -18,6 +18,9 @@ from __future__ import annotations
 import functools
 import re
 
+# How comparisons key their ops: the exact name, the kernel family, or the enclosing range.
+BY = ("op", "family", "range")
+
 # (family, pattern on the lower-cased full name); the first match wins, so specific families
 # come before the generic ones they overlap with (a conv's implicit GEMM is a conv; a copy
 # written as an elementwise kernel is a copy).

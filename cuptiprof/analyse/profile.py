@@ -15,7 +15,7 @@ import duckdb
 from cuptiprof.errors import SchemaVersionError, StoreError, UsageError, WriterBusy
 from cuptiprof.store.schema import file_schema_version
 from cuptiprof.store.files import check_schema_version, require_duckdb
-from cuptiprof.store.writer import connect_error
+from cuptiprof.store.files import connect_error
 from cuptiprof.analyse import catalog
 
 

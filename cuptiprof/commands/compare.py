@@ -8,7 +8,7 @@ import json
 import sys
 
 from cuptiprof.analyse import catalog
-from cuptiprof.analyse.compare import BY, Comparison, work_list
+from cuptiprof.analyse.families import BY
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, _json_default, render, rows_of
 
@@ -40,6 +40,7 @@ def register(sub) -> None:
 def run(args) -> int:
     if args.top is not None and args.top < 1:
         raise UsageError(f"--top {args.top}: must be at least 1")
+    from cuptiprof.analyse.compare import Comparison, work_list
     work = work_list(args.flops, args.bytes_)
     with Comparison(args.files, by=args.by, work=work) as cmp:
         if args.html:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from cuptiprof.analyse.compare import BY
+from cuptiprof.analyse.families import BY
 from cuptiprof.analyse.diff import NOISE_RULE, diff, parse_number
 from cuptiprof.render.table import _json_default, render
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cuptiprof.errors import InputError, SchemaVersionError, StoreError
+from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
 from cuptiprof.store.schema import SCHEMA_VERSION
 
 # Lowest schema version this cuptiprof still reads (nothing older was ever released; schema 1
@@ -43,3 +43,21 @@ def check_schema_version(path: Path, version: int, action: str = "read") -> None
     if version < OLDEST_READABLE:  # no released cuptiprof wrote it: its tables cannot be trusted
         raise SchemaVersionError(f"{path}: schema {version} is too old for this cuptiprof; "
                                  "record or import it again with this version")
+
+
+def connect_error(path: Path, exc: Exception, *, writing: bool) -> StoreError:
+    """Turn a duckdb.connect failure into one line for the user."""
+    msg = str(exc)
+    if "Could not set lock" in msg or "Conflicting lock" in msg:
+        pid = ""
+        if "(PID " in msg:
+            pid = " (pid " + msg.split("(PID ", 1)[1].split(")", 1)[0] + ")"
+        what = "writing" if writing else "opening"
+        return WriterBusy(
+            f"{path}: another process{pid} is writing this file; wait for it to finish "
+            f"before {what} it, or write to another path"
+        )
+    if "not a valid DuckDB" in msg or "database file" in msg.lower() or "Corrupt" in msg \
+            or "checksum" in msg.lower() or "serializ" in msg.lower():
+        return StoreError(f"{path}: not a readable DuckDB file ({msg.splitlines()[0][:160]})")
+    return StoreError(f"{path}: cannot open ({msg.splitlines()[0][:200]})")

@@ -28,7 +28,7 @@ from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
 from cuptiprof.native import extensions_enabled, load_extension
 from cuptiprof.store.demangle import demangle
-from cuptiprof.store.files import check_schema_version
+from cuptiprof.store.files import check_schema_version, connect_error  # noqa: F401 (re-exported)
 from cuptiprof.store.summary import BUSY_SQL, BusySummary, work_part
 from cuptiprof.store.schema import (
     INTERNED,
@@ -59,24 +59,6 @@ class RunInfo:
     cuda_driver_version: str | None = None
     cupti_version: str | None = None
     torch_version: str | None = None
-
-
-def connect_error(path: Path, exc: Exception, *, writing: bool) -> StoreError:
-    """Turn a duckdb.connect failure into one line for the user."""
-    msg = str(exc)
-    if "Could not set lock" in msg or "Conflicting lock" in msg:
-        pid = ""
-        if "(PID " in msg:
-            pid = " (pid " + msg.split("(PID ", 1)[1].split(")", 1)[0] + ")"
-        what = "writing" if writing else "opening"
-        return WriterBusy(
-            f"{path}: another process{pid} is writing this file; wait for it to finish "
-            f"before {what} it, or write to another path"
-        )
-    if "not a valid DuckDB" in msg or "database file" in msg.lower() or "Corrupt" in msg \
-            or "checksum" in msg.lower() or "serializ" in msg.lower():
-        return StoreError(f"{path}: not a readable DuckDB file ({msg.splitlines()[0][:160]})")
-    return StoreError(f"{path}: cannot open ({msg.splitlines()[0][:200]})")
 
 
 class Writer:
