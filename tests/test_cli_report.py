@@ -221,3 +221,17 @@ def test_file_being_written_by_another_process(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize("args", [["--help"], ["report", "{file}"], ["sql", "{file}",
+                                                                     "SELECT count(*) FROM kernels"]])
+def test_reading_commands_do_not_load_the_writers_libraries(run_file, args):
+    """`--help`, `report` and `sql` read a file through DuckDB only: loading pyarrow and numpy
+    (the writer's and the comparisons' engines) would add ~0.25 s to every call."""
+    code = ("import sys; from cuptiprof.cli import main\n"
+            "try:\n    rc = main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
+            "print('LOADED', sorted(m for m in ('pyarrow', 'numpy') if m in sys.modules))\n")
+    r = subprocess.run([sys.executable, "-c", code, *(a.format(file=run_file) for a in args)],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert "LOADED []" in r.stdout, r.stdout[-300:] + r.stderr[-300:]
