@@ -7,9 +7,10 @@ modules are imported: what the work itself adds to the interpreter). Each round 
 speed-up compares runs under the same load; the table shows medians over the rounds.
 
     python bench/import_bench.py [TRACE.json.gz ...] [--big N] [--repeat 3] [--msgspec]
+                                 [--before TREE]
 
 --msgspec also runs cuptiprof with CUPTIPROF_NATIVE=0 (msgspec decoding, as without a C
-compiler).
+compiler); --before TREE also runs the cuptiprof of another checkout, in the same rounds.
 
 --big N also builds (in a temp dir) a trace N times the largest one, events repeated with
 shifted timestamps, to show memory on traces larger than the interpreter's own footprint.
@@ -88,12 +89,16 @@ print(t2 - t1, cpu() - c1, t1 - t0, r1, peak())
 
 
 RUNNERS["cuptiprof_msgspec"] = RUNNERS["cuptiprof"]  # the same, with CUPTIPROF_NATIVE=0
+RUNNERS["cuptiprof_before"] = RUNNERS["cuptiprof"]  # the same, from another checkout (--before)
 ENV = {"cuptiprof_msgspec": {"CUPTIPROF_NATIVE": "0"}}
 
 
 def measure(name: str, trace: Path) -> dict:
+    env = {**os.environ, **ENV.get(name, {})}
+    # `python -c` puts the working directory first on sys.path: run another checkout from it
+    cwd = env["PYTHONPATH"] if name == "cuptiprof_before" else None
     r = subprocess.run([sys.executable, "-c", RUNNERS[name], str(trace)], capture_output=True,
-                       text=True, timeout=1800, env={**os.environ, **ENV.get(name, {})})
+                       text=True, timeout=1800, env=env, cwd=cwd)
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["failed"])[-1][:200]}
     work, cpu, imports, base_kb, rss_kb = r.stdout.split()[-5:]
@@ -137,13 +142,19 @@ def main() -> int:
     ap.add_argument("--no-hta", action="store_true", help="leave Holistic Trace Analysis out")
     ap.add_argument("--msgspec", action="store_true",
                     help="also run cuptiprof with CUPTIPROF_NATIVE=0 (no native scanner)")
+    ap.add_argument("--before", metavar="TREE",
+                    help="also run cuptiprof from another checkout (e.g. a `git worktree` of an "
+                         "earlier commit, its C extensions built), side by side with this one")
     args = ap.parse_args()
+    if args.before:
+        ENV["cuptiprof_before"] = {"PYTHONPATH": str(Path(args.before).resolve())}
     traces = [Path(t) for t in args.traces] or [SHARED / t for t in DEFAULT]
     tmp = tempfile.mkdtemp()
     if args.big:
         traces.append(make_big(traces[0], args.big, Path(tmp) / f"big{args.big}x.json.gz"))
     names = [n for n in RUNNERS if not (args.no_hta and n == "hta")
-             and not (n == "cuptiprof_msgspec" and not args.msgspec)]
+             and not (n == "cuptiprof_msgspec" and not args.msgspec)
+             and not (n == "cuptiprof_before" and not args.before)]
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}, "
           f"load average {os.getloadavg()[0]:.1f}, median of {args.repeat} rounds")
