@@ -80,6 +80,19 @@
 /* kinds: index = 2 * log2(itemsize) + signed */
 enum { K_U8, K_I8, K_U16, K_I16, K_U32, K_I32, K_U64, K_I64 };
 
+/* The body of a switch on a column's kind: M(T, W) per kind, T the element type (U64T for
+ * unsigned 64-bit values: uint64_t, or int64_t where any order will do) and W its word
+ * (uint32_t up to 32 bits, uint64_t above). Each M ends its case (break or return). */
+#define CASE_PER_KIND(M, U64T)                                                                   \
+    case K_U8: M(uint8_t, uint32_t)                                                              \
+    case K_I8: M(int8_t, uint32_t)                                                               \
+    case K_U16: M(uint16_t, uint32_t)                                                            \
+    case K_I16: M(int16_t, uint32_t)                                                             \
+    case K_U32: M(uint32_t, uint32_t)                                                            \
+    case K_I32: M(int32_t, uint32_t)                                                             \
+    case K_U64: M(U64T, uint64_t)                                                                \
+    default: M(int64_t, uint64_t)
+
 typedef struct {
     const char *data;     /* the chunk's first value (NULL when every value is NULL) */
     const uint8_t *bits;  /* validity bitmap (NULL when no value is NULL) */
@@ -127,7 +140,7 @@ static inline int bit(const uint8_t *bits, Py_ssize_t i)
 }
 
 /* ---- min/max ------------------------------------------------------------------------------- */
-#define MINMAX_PLAIN(T)                                                                          \
+#define MINMAX_PLAIN(T, W)                                                                       \
     {                                                                                            \
         const T *p = (const T *)c->data;                                                         \
         T a = p[i0], b = p[i0];                                                                  \
@@ -149,13 +162,7 @@ CLONES static void range_minmax(const col_t *col, const chunk_t *c, Py_ssize_t i
         return;
     if (c->nulls == 0) {
         switch (col->kind) {
-        case K_U8: MINMAX_PLAIN(uint8_t)
-        case K_I8: MINMAX_PLAIN(int8_t)
-        case K_U16: MINMAX_PLAIN(uint16_t)
-        case K_I16: MINMAX_PLAIN(int16_t)
-        case K_U32: MINMAX_PLAIN(uint32_t)
-        case K_I32: MINMAX_PLAIN(int32_t)
-        default: MINMAX_PLAIN(int64_t) /* U64 as int64: any order will do */
+        CASE_PER_KIND(MINMAX_PLAIN, int64_t) /* U64 as int64: any order will do */
         }
     } else {
         for (Py_ssize_t i = i0; i < i1; i++) {
@@ -334,14 +341,7 @@ CLONES static int fill_guess(const col_t *col, Py_ssize_t len, uint32_t *out, in
     const int bits = col->bits, shift = col->shift;
     if (c->nulls == 0) {
         switch (col->kind) {
-        case K_U8: GUESS_PLAIN(uint8_t, uint32_t)
-        case K_I8: GUESS_PLAIN(int8_t, uint32_t)
-        case K_U16: GUESS_PLAIN(uint16_t, uint32_t)
-        case K_I16: GUESS_PLAIN(int16_t, uint32_t)
-        case K_U32: GUESS_PLAIN(uint32_t, uint32_t)
-        case K_I32: GUESS_PLAIN(int32_t, uint32_t)
-        case K_U64: GUESS_PLAIN(uint64_t, uint64_t)
-        default: GUESS_PLAIN(int64_t, uint64_t)
+        CASE_PER_KIND(GUESS_PLAIN, uint64_t)
         }
     }
     if (c->nulls == c->len) {  /* a column with NULLs is never checked only */
@@ -385,7 +385,7 @@ static uint64_t key_of_row(col_t **var, int m, Py_ssize_t row)
 }
 
 /* Exact keys: out[i] (=, first column, or +=) (v - lo) * mul, NULL -> nullcode * mul. */
-#define FILL_PLAIN(T)                                                                            \
+#define FILL_PLAIN(T, W)                                                                         \
     {                                                                                            \
         const T *p = (const T *)c->data + pos;                                                   \
         if (first)                                                                               \
@@ -404,14 +404,7 @@ CLONES static void fill_exact(const col_t *col, Py_ssize_t len, uint64_t *out, i
     const uint64_t lo = (uint64_t)col->lo, mul = col->radix;
     if (c->nulls == 0) {
         switch (col->kind) {
-        case K_U8: FILL_PLAIN(uint8_t)
-        case K_I8: FILL_PLAIN(int8_t)
-        case K_U16: FILL_PLAIN(uint16_t)
-        case K_I16: FILL_PLAIN(int16_t)
-        case K_U32: FILL_PLAIN(uint32_t)
-        case K_I32: FILL_PLAIN(int32_t)
-        case K_U64: FILL_PLAIN(uint64_t)
-        default: FILL_PLAIN(int64_t)
+        CASE_PER_KIND(FILL_PLAIN, uint64_t)
         }
     } else if (c->nulls == c->len) {
         const uint64_t x = col->nullcode * mul;
@@ -714,15 +707,24 @@ static int widen(col_t **var, int m, state_t *s, Py_ssize_t len)
     return lut;
 }
 
+/* A pass over the rows: an empty lookup table or hash table, every column at its first row.
+ * -1: out of memory. */
+static int start_pass(col_t **var, int m, state_t *s, int use_lut)
+{
+    if (use_lut ? !get_lut(s) : table_build(s, 10) < 0)
+        return -1;
+    s->lut_used = use_lut;
+    rewind_cols(var, m);
+    return 0;
+}
+
 /* Guessed keys: 0, 1 when they do not fit (nothing kept), -1 out of memory. */
 static int run_guess(col_t **var, int m, Py_ssize_t n, int32_t *codes, state_t *s, int use_lut,
                      int *widened)
 {
     uint32_t lo[BLOCK], hi[BLOCK];
-    if (use_lut ? !get_lut(s) : table_build(s, 10) < 0)
+    if (start_pass(var, m, s, use_lut) < 0)
         return -1;
-    s->lut_used = use_lut;
-    rewind_cols(var, m);
     for (Py_ssize_t r = 0; r < n;) {
         Py_ssize_t len = block_len(var, m, n - r);
         int bad = 0, first[2] = {1, 1};
@@ -759,10 +761,8 @@ static int run_exact(col_t **var, int m, Py_ssize_t n, int32_t *codes, state_t *
 {
     uint64_t key[BLOCK];
     int use_lut = radix <= LUT_MAX;
-    if (use_lut ? !get_lut(s) : table_build(s, 10) < 0)
+    if (start_pass(var, m, s, use_lut) < 0)
         return -1;
-    s->lut_used = use_lut;
-    rewind_cols(var, m);
     for (Py_ssize_t r = 0; r < n;) {
         Py_ssize_t len = block_len(var, m, n - r);
         for (int j = 0; j < m; j++)
