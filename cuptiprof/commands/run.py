@@ -21,7 +21,8 @@ def register(sub) -> None:
     p.add_argument("--step-range", metavar="NAME",
                    help="an NVTX range the program opens (torch.cuda.nvtx.range_push) that is the step")
     p.add_argument("--step-fn", metavar="MODULE:QUALNAME",
-                   help="a function whose every call is one step, e.g. mypkg.sched:Scheduler.step")
+                   help="a function whose every call is one step, e.g. mypkg.sched:Scheduler.step, or "
+                        "__main__:denoise for one the script itself defines")
     p.add_argument("--kinds", nargs="+", metavar="KIND",
                    help="activity kinds to collect: kernel memcpy memset sync api nvtx memory overhead")
     p.add_argument("--light", action="store_true", help="ranges and logs only, no CUPTI (the macro baseline)")

@@ -23,6 +23,7 @@ import signal
 import sys
 import threading
 
+from cuptiprof.run import main_hook
 from cuptiprof.run import settings as S
 from cuptiprof.run.recorder import Recorder
 
@@ -45,7 +46,19 @@ def activate() -> None:
     parts = os.environ.get(S.PARTS_DIR)
     if s is None or not parts or not os.path.isdir(parts) or _rec is not None:
         return
+    # A command may start a Python other than the one cuptiprof is installed in (the bootstrap
+    # still finds cuptiprof itself); without the store's libraries it cannot record anything.
+    missing = [m for m in ("numpy", "pyarrow", "duckdb") if importlib.util.find_spec(m) is None]
+    if missing:
+        warn(f"{sys.executable} cannot import {', '.join(missing)}: this process is not profiled; "
+             "install cuptiprof into that Python's environment, or run the command with the "
+             "Python cuptiprof is installed in")
+        return
     mode = {"profile": "cpu", "light": "light", "time": "time"}.get(s.mode, "cpu")
+    # A run that ends before its first flush writes everything at exit, and pyarrow's first
+    # array imports pandas (when installed), which imports this module: at exit that import
+    # fails ("can't register atexit after shutdown") and the part file would be lost.
+    import concurrent.futures.thread  # noqa: F401
     _rec = Recorder(s, parts, mode)
     _rec.write_marker(list(sys.argv) or [sys.executable])
     if s.mode == "profile" and s.gpu:
@@ -105,21 +118,40 @@ class _Step:
         self.name, self.step, self.h = name, step, None
 
     def __enter__(self):
-        if _collector is not None:
-            import cuptiprof
+        try:
+            if _collector is not None:
+                import cuptiprof
 
-            self.h = cuptiprof.range("step") if self.step is None else cuptiprof.range("step", step=self.step)
-            self.h.__enter__()
-        elif _rec is not None:
-            self.h = _rec.begin(self.name, is_step=True, step=self.step)
+                self.h = cuptiprof.range("step") if self.step is None else cuptiprof.range("step", step=self.step)
+                self.h.__enter__()
+            elif _rec is not None:
+                self.h = _rec.begin(self.name, is_step=True, step=self.step)
+        except Exception as exc:  # the program's step runs whatever happens here
+            self.h = None
+            _steps_failed(exc)
         return self
 
     def __exit__(self, *exc):
-        if _collector is not None and self.h is not None:
-            self.h.__exit__(*exc)
-        elif _rec is not None:
-            _rec.end(self.h)
+        if self.h is None:
+            return False
+        try:
+            if _collector is not None:
+                self.h.__exit__(*exc)
+            elif _rec is not None:
+                _rec.end(self.h)
+        except Exception as err:
+            _steps_failed(err)
         return False
+
+
+_steps_warned = False
+
+
+def _steps_failed(exc: Exception) -> None:
+    global _steps_warned
+    if not _steps_warned:
+        _steps_warned = True
+        warn(f"marking a step failed ({exc!r}); the program goes on")
 
 
 _in_step = threading.local()
@@ -166,17 +198,37 @@ def _hook_step_fn(spec: str) -> None:
             _step_fn_error(f"--step-fn {spec}: {qual} is not a function")
             return
         setattr(owner, parts[-1], new)
+        _step_fn_mark("step-fn.hooked", "")
 
-    _when_imported(module, wrap)
+    if module == "__main__" or module == main_hook.main_module_name():
+        # The main script runs as __main__ and is never imported by its own name: catch the
+        # def as it runs. Other processes of the command (a torchrun parent, helper scripts)
+        # watch their own main script, and only a run where none of them found it is an error.
+        main_hook.watch(qual, wrap)
+        atexit.register(_main_missing, spec)
+    if module != "__main__":
+        _when_imported(module, wrap)
+
+
+def _main_missing(spec: str) -> None:
+    if main_hook.state() != "found":
+        _step_fn_mark("step-fn.main-missing",
+                      f"--step-fn {spec}: the main script defined no {spec.partition(':')[2]} "
+                      "at module level (a function defined inside another function cannot be "
+                      "reached; name its module and class instead)")
+
+
+def _step_fn_mark(name: str, text: str) -> None:
+    if _rec is not None:
+        try:
+            (_rec.parts / name).write_text(text)
+        except OSError:
+            pass
 
 
 def _step_fn_error(msg: str) -> None:
     warn(msg)
-    if _rec is not None:
-        try:
-            (_rec.parts / "step-fn.error").write_text(msg)
-        except OSError:
-            pass
+    _step_fn_mark("step-fn.error", msg)
 
 
 def _patch_torch_nvtx(torch) -> None:

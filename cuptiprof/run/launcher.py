@@ -238,14 +238,24 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path) -> LaunchResu
         print(f"cuptiprof: error: {exc}", file=sys.stderr)
         result.exit_code = exc.exit_code
         return result
-    if o.step_fn and (parts / "step-fn.error").exists():
-        msg = (parts / "step-fn.error").read_text().strip()
+    msg = _step_fn_problem(parts) if o.step_fn else None
+    if msg:
         shutil.rmtree(parts, ignore_errors=True)
         raise InputError(f"{msg} (the command ran; {result.output} has no steps from it)")
     shutil.rmtree(parts, ignore_errors=True)
     if o.report:
         print_summary(result, o)
     return result
+
+
+def _step_fn_problem(parts: Path) -> str | None:
+    """What the processes found of --step-fn: a module without the function, or a main script
+    watched in every process (a torchrun parent has its own) and defined in none."""
+    for name in ("step-fn.error", "step-fn.main-missing"):
+        f = parts / name
+        if f.exists() and (name == "step-fn.error" or not (parts / "step-fn.hooked").exists()):
+            return f.read_text().strip()
+    return None
 
 
 def _wait_forwarding(child: subprocess.Popen) -> int:

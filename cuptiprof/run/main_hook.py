@@ -1,0 +1,189 @@
+"""Catch a function of the program's main script right after its `def` ran, before the script's
+next statement: what `--step-fn __main__:denoise` (or `--step-fn infer:denoise` for
+`python infer.py`) needs, since the script runs as `__main__` and is never imported by name.
+
+How: Python hands the main script's module code to audit hooks ("exec") just before running it.
+From then on, each of that code's own lines (not the lines of functions it calls) is preceded by
+a check of `__main__`'s globals for the name:
+  * Python 3.12+: LINE events of that one code object (sys.monitoring); nothing else is slowed;
+  * Python 3.11: a trace function until the name appears. Python calls made before that
+    (typically the script's imports) pay for the trace function; once found it is removed.
+Standard library only: this module is imported in every process `cuptiprof run` starts.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+# sys.monitoring tool ids that the standard tools leave free (0 debugger, 1 coverage,
+# 2 profiler, 5 optimizer).
+_TOOL_IDS = (3, 4)
+
+
+def main_module_name(orig_argv: list[str] | None = None) -> str | None:
+    """The name the main script would have if imported: `infer` for `python path/infer.py`,
+    `pkg.app` for `python -m pkg.app`; None for `python -c` and interactive sessions."""
+    argv = list(sys.orig_argv if orig_argv is None else orig_argv)[1:]
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-X", "-W", "--check-hash-based-pycs"):
+            i += 2
+            continue
+        if a == "-m":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if a.startswith("-m"):
+            return a[2:]
+        if a == "-c" or a.startswith("-c") or a == "-":
+            return None
+        if a.startswith("-"):
+            i += 1
+            continue
+        name = os.path.basename(a)
+        return name[:-3] if name.endswith(".py") else None
+    return None
+
+
+def _is_main_code(co) -> bool:
+    if getattr(co, "co_name", None) != "<module>":
+        return False
+    main = sys.argv[0] if sys.argv else ""
+    if main == "-c":
+        return co.co_filename == "<string>"
+    try:
+        return os.path.realpath(co.co_filename) == os.path.realpath(main)
+    except (TypeError, ValueError, OSError):
+        return False
+
+
+class _Watch:
+    """One watch of `__main__` for `qualname`; `found()` runs once, when it resolves."""
+
+    def __init__(self, qualname: str, found: Callable[[object], None]):
+        self.parts = qualname.split(".")
+        self.found = found
+        self.armed = False      # the main script started running
+        self.done = False       # found, or the main script's code returned
+        self.ok = False         # found
+        self.code = None
+        self.tool: int | None = None
+        self.prev_trace = None
+
+    # -- the check --------------------------------------------------------------------------
+    def _ready(self) -> bool:
+        main = sys.modules.get("__main__")
+        obj = getattr(main, "__dict__", {}).get(self.parts[0])
+        try:
+            for p in self.parts[1:]:
+                obj = getattr(obj, p)
+        except AttributeError:
+            return False
+        return obj is not None
+
+    def _check(self) -> bool:
+        if self.done or not self._ready():
+            return False
+        self.done = self.ok = True
+        try:
+            self.found(sys.modules["__main__"])
+        except Exception as exc:  # never into the program's own frame
+            sys.stderr.write(f"cuptiprof: warning: could not hook __main__: {exc!r}\n")
+        return True
+
+    # -- the audit hook ---------------------------------------------------------------------
+    def audit(self, event: str, args) -> None:
+        if self.armed or event != "exec" or not args or not _is_main_code(args[0]):
+            return
+        self.armed = True
+        self.code = args[0]
+        if not self._start_monitoring():
+            self._start_tracing()
+
+    # -- Python 3.12+ -----------------------------------------------------------------------
+    def _start_monitoring(self) -> bool:
+        mon = getattr(sys, "monitoring", None)
+        if mon is None:
+            return False
+        for tool in _TOOL_IDS:
+            if mon.get_tool(tool) is None:
+                break
+        else:
+            return False
+        mon.use_tool_id(tool, "cuptiprof")
+        self.tool = tool
+        ev = mon.events
+        mon.register_callback(tool, ev.LINE, self._on_line)
+        mon.register_callback(tool, ev.PY_RETURN, self._on_return)
+        mon.set_local_events(tool, self.code, ev.LINE | ev.PY_RETURN)
+        return True
+
+    def _on_line(self, code, line):
+        if self._check():
+            self._stop_monitoring()
+
+    def _on_return(self, code, offset, value):
+        self.done = True
+        self._stop_monitoring()
+
+    def _stop_monitoring(self) -> None:
+        mon, tool = sys.monitoring, self.tool
+        if tool is None:
+            return
+        self.tool = None
+        mon.set_local_events(tool, self.code, 0)
+        mon.register_callback(tool, mon.events.LINE, None)
+        mon.register_callback(tool, mon.events.PY_RETURN, None)
+        mon.free_tool_id(tool)
+
+    # -- Python 3.11 ------------------------------------------------------------------------
+    def _start_tracing(self) -> None:
+        prev = self.prev_trace = sys.gettrace()
+        code = self.code
+        prev_local = None
+
+        def local(frame, event, arg):
+            nonlocal prev_local
+            if prev_local is not None:
+                prev_local = prev_local(frame, event, arg)
+            if event == "line" and self._check() or event == "return":
+                self.done = True
+                sys.settrace(prev)
+                frame.f_trace = prev_local
+                return prev_local
+            return local
+
+        def on_call(frame, event, arg):
+            nonlocal prev_local
+            if frame.f_code is code:
+                if prev is not None:
+                    prev_local = prev(frame, event, arg)
+                return local
+            return prev(frame, event, arg) if prev is not None else None
+
+        sys.settrace(on_call)
+
+
+_watch: _Watch | None = None
+
+
+def watch(qualname: str, found: Callable[[object], None]) -> None:
+    """Call found(__main__ module) as soon as `qualname` resolves in the main script's globals
+    (checked before each of the script's own top-level lines). Call before the script starts
+    (from sitecustomize); one watch per process."""
+    global _watch
+    if _watch is not None:
+        return
+    _watch = _Watch(qualname, found)
+    sys.addaudithook(_watch.audit)
+
+
+def state() -> str:
+    """'found', 'missing' (the main script ran to its end without defining it), 'running'
+    (it has not finished), or 'idle' (no watch, or the main script never started)."""
+    w = _watch
+    if w is None or not w.armed:
+        return "idle"
+    if w.ok:
+        return "found"
+    return "missing" if w.done else "running"

@@ -1,0 +1,184 @@
+"""--step-fn on a function of the main script itself (`__main__:step`, or the script's own name),
+which runs as __main__ and is never imported; and child processes that must not break or lose
+data when the recorder cannot work."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from _run_helpers import ROOT, cli, q, script
+
+PY = sys.executable
+
+# Imports before the def (the usual script), a class, the step, a loop at module level. It
+# prints whether a trace function is left installed once the def has run.
+MAIN = """
+    import json
+    import sys
+
+    class Pipe:
+        def denoise(self, x):
+            return x + 1
+
+    def step(x):
+        return x * 2
+
+    print("trace after def:", sys.gettrace())
+    x, p = 1, Pipe()
+    for i in range(6):
+        x = step(x)
+        p.denoise(0)
+    print("x", x)
+"""
+
+
+def _steps(out):
+    return q(out, "SELECT kind, step FROM ranges WHERE kind IN ('step', 'warmup') ORDER BY start_ns")
+
+
+@pytest.mark.parametrize("spec", ["__main__:step", "infer:step", "__main__:Pipe.denoise"])
+def test_step_fn_in_the_main_script(tmp_path, spec):
+    p = script(tmp_path, MAIN, name="infer.py")
+    r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-fn", spec, "--warmup", "2",
+             "--steps", "3", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "x 64" in r.stdout                          # the wrapped function still works
+    assert "trace after def: None" in r.stdout         # nothing left slowing the program
+    assert _steps(tmp_path / "m.duckdb") == [("warmup", 0), ("warmup", 1), ("step", 2), ("step", 3),
+                                             ("step", 4)]
+
+
+def test_step_fn_in_a_module_run_with_python_m(tmp_path):
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    script(tmp_path / "app", MAIN, name="run.py")
+    r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-fn", "app.run:step", "--",
+             PY, "-m", "app.run"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 6
+
+
+def test_step_fn_missing_from_the_main_script(tmp_path):
+    p = script(tmp_path, MAIN, name="infer.py")
+    r = cli(["run", "-o", "n.duckdb", "--no-report", "--step-fn", "__main__:denoise_step", "--",
+             PY, p], tmp_path)
+    assert r.returncode == 2
+    assert "the main script defined no denoise_step" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_step_fn_found_in_one_of_several_processes(tmp_path):
+    # Like torchrun: the parent's own main script has no step; the worker's has.
+    worker = script(tmp_path, MAIN, name="worker.py")
+    parent = script(tmp_path, f"""
+        import subprocess, sys
+        subprocess.run([sys.executable, {str(worker)!r}], check=True)
+    """, name="launch.py")
+    r = cli(["run", "-o", "w.duckdb", "--no-report", "--step-fn", "__main__:step", "--",
+             PY, parent], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert [k for k, _ in _steps(tmp_path / "w.duckdb")] == ["step"] * 6
+
+
+def _other_pythons():
+    """Python 3.12+ interpreters on PATH or under pyenv (where its shims may not run them)."""
+    cands = [shutil.which(n) for n in ("python3.12", "python3.13")]
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    cands += sorted(str(p) for p in pyenv.glob("3.1[2-9]*/bin/python3"))
+    found = []
+    for exe in filter(None, cands):
+        try:
+            ok = subprocess.run([exe, "-c", "import sys; sys.monitoring"], capture_output=True,
+                                timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            found.append(exe)
+    return found
+
+
+@pytest.mark.parametrize("exe", _other_pythons() or [pytest.param(None, marks=pytest.mark.skip(
+    reason="no python3.12/python3.13 on PATH"))])
+def test_main_hook_with_sys_monitoring(tmp_path, exe):
+    """Python 3.12+ watches only the main script's own lines (sys.monitoring); the tool id is
+    given back once the def is found."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(textwrap.dedent(f"""
+        import atexit, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from cuptiprof.run import main_hook
+        calls = []
+        def found(mod):
+            f = mod.step
+            def wrapped(*a):
+                calls.append(1)
+                return f(*a)
+            mod.step = wrapped
+        main_hook.watch("step", found)
+        atexit.register(lambda: print("state", main_hook.state(), "calls", len(calls)))
+    """))
+    p = script(tmp_path, MAIN.replace('print("trace after def:", sys.gettrace())',
+                                      'print("tool 3 after def:", sys.monitoring.get_tool(3))'))
+    r = subprocess.run([exe, str(p)], env={**os.environ, "PYTHONPATH": str(site)},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "tool 3 after def: None" in r.stdout
+    assert "x 64" in r.stdout and "state found calls 6" in r.stdout
+    # A script without the function: the watch ends with the script.
+    q_ = script(tmp_path, "x = 1\n", name="plain.py")
+    r = subprocess.run([exe, str(q_)], env={**os.environ, "PYTHONPATH": str(site)},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "state missing calls 0" in r.stdout
+
+
+def test_main_module_name():
+    from cuptiprof.run.main_hook import main_module_name
+
+    assert main_module_name(["python", "-u", "-X", "dev", "dir/infer.py", "a"]) == "infer"
+    assert main_module_name(["python", "-m", "pkg.app", "x.py"]) == "pkg.app"
+    assert main_module_name(["python", "-mpkg.app"]) == "pkg.app"
+    assert main_module_name(["python", "-c", "import infer"]) is None
+    assert main_module_name(["python"]) is None
+    assert main_module_name(["/usr/bin/torchrun-script", "--nproc", "2"]) is None
+
+
+def test_a_run_that_ends_in_warmup_keeps_its_ranges(tmp_path):
+    """Everything is written at exit; pyarrow's first array imports pandas when installed, which
+    at exit used to fail and lose the process's part file. A stand-in pandas does what pandas'
+    import does first (concurrent.futures' thread pool registers an exit hook)."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "pandas.py").write_text("import concurrent.futures.thread\n"
+                                    "raise ImportError('stand-in pandas')\n")
+    p = script(tmp_path, """
+        import cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+    """)
+    r = cli(["run", "-o", "e.duckdb", "--no-report", "--warmup", "2", "--steps", "3", "--", PY, p],
+            tmp_path, PYTHONPATH=f"{ROOT}{os.pathsep}{fake}")
+    assert r.returncode == 0, r.stderr
+    assert "could not finish" not in r.stderr
+    assert _steps(tmp_path / "e.duckdb") == [("warmup", 0)]
+    assert q(tmp_path / "e.duckdb", "SELECT count(*) FROM processes WHERE ended_early") == [(0,)]
+
+
+@pytest.mark.skipif(not _other_pythons(), reason="no other Python on PATH")
+def test_a_python_without_the_libraries_is_not_profiled_and_not_broken(tmp_path):
+    exe = _other_pythons()[0]   # a bare interpreter: no numpy, pyarrow or duckdb
+    if subprocess.run([exe, "-c", "import duckdb"], capture_output=True).returncode == 0:
+        pytest.skip(f"{exe} has duckdb")
+    p = script(tmp_path, MAIN, name="infer.py")
+    r = cli(["run", "-o", "b.duckdb", "--no-report", "--step-fn", "__main__:step", "--", exe, p],
+            tmp_path)
+    assert "x 64" in r.stdout                         # the program ran untouched
+    assert "cannot import" in r.stderr and "this process is not profiled" in r.stderr
+    assert "Traceback" not in r.stderr
