@@ -86,15 +86,16 @@ def test_step_fn_found_in_one_of_several_processes(tmp_path):
     assert [k for k, _ in _steps(tmp_path / "w.duckdb")] == ["step"] * 6
 
 
-def _other_pythons():
-    """Python 3.12+ interpreters on PATH or under pyenv (where its shims may not run them)."""
-    cands = [shutil.which(n) for n in ("python3.12", "python3.13")]
+def _other_pythons(probe: str = "import sys; sys.monitoring"):
+    """Other interpreters on PATH or under pyenv (where its shims may not run them) that run
+    `probe`: by default Python 3.12+."""
+    cands = [shutil.which(n) for n in ("python3.10", "python3.12", "python3.13")]
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    cands += sorted(str(p) for p in pyenv.glob("3.1[2-9]*/bin/python3"))
+    cands += sorted(str(p) for p in pyenv.glob("3.1[02-9]*/bin/python3"))
     found = []
     for exe in filter(None, cands):
         try:
-            ok = subprocess.run([exe, "-c", "import sys; sys.monitoring"], capture_output=True,
+            ok = subprocess.run([exe, "-c", probe], capture_output=True,
                                 timeout=30).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             ok = False
@@ -103,11 +104,11 @@ def _other_pythons():
     return found
 
 
-@pytest.mark.parametrize("exe", _other_pythons() or [pytest.param(None, marks=pytest.mark.skip(
-    reason="no python3.12/python3.13 on PATH"))])
-def test_main_hook_with_sys_monitoring(tmp_path, exe):
-    """Python 3.12+ watches only the main script's own lines (sys.monitoring); the tool id is
-    given back once the def is found."""
+@pytest.mark.parametrize("exe", _other_pythons("import sys; sys.orig_argv") or [pytest.param(
+    None, marks=pytest.mark.skip(reason="no other Python 3.10+ on PATH or under pyenv"))])
+def test_main_hook_on_other_pythons(tmp_path, exe):
+    """Python 3.12+ watches only the main script's own lines (sys.monitoring) and gives the
+    tool id back once the def is found; 3.10 uses the trace function and removes it."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(textwrap.dedent(f"""
@@ -124,12 +125,19 @@ def test_main_hook_with_sys_monitoring(tmp_path, exe):
         main_hook.watch("step", found)
         atexit.register(lambda: print("state", main_hook.state(), "calls", len(calls)))
     """))
-    p = script(tmp_path, MAIN.replace('print("trace after def:", sys.gettrace())',
-                                      'print("tool 3 after def:", sys.monitoring.get_tool(3))'))
+    p = script(tmp_path, MAIN.replace(
+        'print("trace after def:", sys.gettrace())',
+        'print("after def:", sys.gettrace(), getattr(sys, "monitoring", None) and '
+        'sys.monitoring.get_tool(3))'))
+    p.write_text(p.read_text().replace("import sys\n", "import sys\n"
+                                       "print('traced before def:', sys.gettrace() is not None)\n"))
     r = subprocess.run([exe, str(p)], env={**os.environ, "PYTHONPATH": str(site)},
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "tool 3 after def: None" in r.stdout
+    monitoring = subprocess.run([exe, "-c", "import sys; sys.monitoring"],
+                                capture_output=True).returncode == 0
+    assert f"traced before def: {not monitoring}" in r.stdout
+    assert "after def: None None" in r.stdout
     assert "x 64" in r.stdout and "state found calls 6" in r.stdout
     # A script without the function: the watch ends with the script.
     q_ = script(tmp_path, "x = 1\n", name="plain.py")
