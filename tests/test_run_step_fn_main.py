@@ -21,6 +21,10 @@ PY = sys.executable
 MAIN = """
     import json
     import sys
+    try:
+        import probe    # where present, says whether its import ran under a trace function
+    except ImportError:
+        pass
 
     class Pipe:
         def denoise(self, x):
@@ -38,6 +42,12 @@ MAIN = """
 """
 
 
+PROBE = """
+    import sys
+    print("traced in import:", sys.gettrace() is not None)
+"""
+
+
 def _steps(out):
     return q(out, "SELECT kind, step FROM ranges WHERE kind IN ('step', 'warmup') ORDER BY start_ns")
 
@@ -45,11 +55,13 @@ def _steps(out):
 @pytest.mark.parametrize("spec", ["__main__:step", "infer:step", "__main__:Pipe.denoise"])
 def test_step_fn_in_the_main_script(tmp_path, spec):
     p = script(tmp_path, MAIN, name="infer.py")
+    script(tmp_path, PROBE, name="probe.py")
     r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-fn", spec, "--warmup", "2",
              "--steps", "3", "--", PY, p], tmp_path)
     assert r.returncode == 0, r.stderr
     assert "x 64" in r.stdout                          # the wrapped function still works
     assert "trace after def: None" in r.stdout         # nothing left slowing the program
+    assert "traced in import: False" in r.stdout       # imports before the def run untraced
     assert _steps(tmp_path / "m.duckdb") == [("warmup", 0), ("warmup", 1), ("step", 2), ("step", 3),
                                              ("step", 4)]
 
@@ -129,6 +141,7 @@ def test_main_hook_on_other_pythons(tmp_path, exe):
         'print("trace after def:", sys.gettrace())',
         'print("after def:", sys.gettrace(), getattr(sys, "monitoring", None) and '
         'sys.monitoring.get_tool(3))'))
+    script(tmp_path, PROBE, name="probe.py")
     p.write_text(p.read_text().replace("import sys\n", "import sys\n"
                                        "print('traced before def:', sys.gettrace() is not None)\n"))
     r = subprocess.run([exe, str(p)], env={**os.environ, "PYTHONPATH": str(site)},
@@ -138,6 +151,7 @@ def test_main_hook_on_other_pythons(tmp_path, exe):
                                 capture_output=True).returncode == 0
     assert f"traced before def: {not monitoring}" in r.stdout
     assert "after def: None None" in r.stdout
+    assert "traced in import: False" in r.stdout
     assert "x 64" in r.stdout and "state found calls 6" in r.stdout
     # A script without the function: the watch ends with the script.
     q_ = script(tmp_path, "x = 1\n", name="plain.py")
