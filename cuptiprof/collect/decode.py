@@ -27,8 +27,9 @@ import threading
 from typing import Any, Iterable
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
+
+from cuptiprof.store import arrow
 
 # kind name -> (ActivityKind members that produce it, fields read from the record, in order).
 # The tuple order is the row layout; `columns()` turns rows back into named columns.
@@ -121,7 +122,7 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     of first appearance, as a dictionary encoding of the column numbers them (hash based)."""
     if not len(values):
         return np.empty(0, np.intp), np.empty(0, np.int32)
-    codes = pc.dictionary_encode(pa.array(values)).indices.to_numpy()
+    codes = arrow.values(pc.dictionary_encode(arrow.array(values)).indices)
     # codes appear in increasing order, so a new running maximum marks a first appearance
     m = np.maximum.accumulate(codes)
     first = np.flatnonzero(np.r_[True, m[1:] != m[:-1]])

@@ -28,6 +28,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import pyarrow as pa
 
+from cuptiprof.store import arrow
 from cuptiprof.collect.decode import Cols, cols, factorize
 
 COPY_KIND = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
@@ -114,14 +115,14 @@ def _str_table(mapping: dict[int, str]) -> tuple[np.ndarray, pa.Array]:
     idx = np.full(max(mapping) + 1, len(mapping), np.int32)
     for pos, code in enumerate(mapping):
         idx[code] = pos
-    return idx, pa.array(list(mapping.values()) + ["unknown"], pa.string())
+    return idx, arrow.array(list(mapping.values()) + ["unknown"], pa.string())
 
 
 _COPY_KIND = _str_table(COPY_KIND)
 _MEMORY_KIND = _str_table(MEMORY_KIND)
 _SYNC_TYPE = _str_table(SYNC_TYPE)
-_API_KINDS = pa.array(["runtime", "driver"], pa.string())
-_OPERATIONS = pa.array(["alloc", "free"], pa.string())
+_API_KINDS = arrow.array(["runtime", "driver"], pa.string())
+_OPERATIONS = arrow.array(["alloc", "free"], pa.string())
 
 
 def _named(codes: np.ndarray, table: tuple[np.ndarray, pa.Array]) -> pa.Array:
@@ -132,7 +133,7 @@ def _named(codes: np.ndarray, table: tuple[np.ndarray, pa.Array]) -> pa.Array:
     out = np.full(len(c), len(names) - 1, np.int32)
     ok = (c >= 0) & (c < len(idx))
     out[ok] = idx[c[ok]]
-    return pa.DictionaryArray.from_arrays(pa.array(out), names)
+    return pa.DictionaryArray.from_arrays(arrow.array(out), names)
 
 
 def _map(keys: np.ndarray, fn: Callable[[int], int | None], ok: np.ndarray | None = None
@@ -408,15 +409,15 @@ class Resolver:
         if unclaimed:
             name = "memcpy" if table == "memcpy_p2p" else table
             self.unclaimed[name] = self.unclaimed.get(name, 0) + unclaimed
-        common = {"step": pa.array(step.astype(np.int32), mask=~step_ok),
-                  "range_id": pa.array(rid, mask=~rid_ok)}
+        common = {"step": arrow.array(step.astype(np.int32), mask=~step_ok),
+                  "range_id": arrow.array(rid, mask=~rid_ok)}
         if table != "memory":
             stream = c["stream_id"]
             common.update({
                 "start_ns": _i64(c["start"]), "end_ns": _i64(c["end"]),
                 "correlation_id": _i64(c["correlation_id"]),
                 "context_id": _i32(c["context_id"]),
-                "stream_id": pa.array(stream.astype(np.int32),
+                "stream_id": arrow.array(stream.astype(np.int32),
                                       mask=stream == NA32)})
         if table in ("kernel", "memcpy", "memset", "memcpy_p2p"):
             common["device_id"] = _i32(c["device_id"])
@@ -435,7 +436,7 @@ class Resolver:
                        src_kind=_named(c["src_kind"], _MEMORY_KIND),
                        dst_kind=_named(c["dst_kind"], _MEMORY_KIND),
                        bytes=_i64(c["bytes"]),
-                       is_async=pa.array((c["flags_"].astype(np.int64) & 1) != 0, pa.bool_()))
+                       is_async=arrow.array((c["flags_"].astype(np.int64) & 1) != 0, pa.bool_()))
             if table == "memcpy":
                 out.update(graph_id=_graph(c["graph_id"]), graph_node_id=_graph(c["graph_node_id"]))
             else:
@@ -455,20 +456,20 @@ class Resolver:
             dev_ok = np.array([d is not None for d in devs], bool)[inv]
             event = c["cuda_event_id"]
             out = dict(common,
-                       device_id=pa.array(dev.astype(np.int32), mask=~dev_ok),
+                       device_id=arrow.array(dev.astype(np.int32), mask=~dev_ok),
                        sync_type=_named(c["type"], _SYNC_TYPE),
-                       cuda_event_id=pa.array(event.astype(np.int64), mask=event == NA32))
+                       cuda_event_id=arrow.array(event.astype(np.int64), mask=event == NA32))
             key = "syncs"
         else:
             out = dict(step=common["step"], device_id=_i32(c["device_id"]),
                        time_ns=_i64(c["timestamp"]),
                        operation=pa.DictionaryArray.from_arrays(
-                           pa.array((c["memory_operation_type"] == 2).astype(np.int8)),
+                           arrow.array((c["memory_operation_type"] == 2).astype(np.int8)),
                            _OPERATIONS),
                        bytes=_i64(c["bytes"]),
-                       address=pa.array(c["address"].astype(np.uint64)),
+                       address=arrow.array(c["address"].astype(np.uint64)),
                        memory_kind=_named(c["memory_kind"], _MEMORY_KIND),
-                       pool=pa.array(c["memory_pool_type"] != 0, pa.bool_()),
+                       pool=arrow.array(c["memory_pool_type"] != 0, pa.bool_()),
                        correlation_id=_i64(c["correlation_id"]))
             key = "memory_events"
         self.rows_out[key] = self.rows_out.get(key, 0) + n
@@ -497,29 +498,29 @@ class Resolver:
                 name = self._api_names[(k, cb)] = self.api_name(k == self.driver_kind, cb)
             names.append(name)
         return {"thread_id": _i64(c["thread_id"]),
-                "api_kind": pa.DictionaryArray.from_arrays(pa.array(driver.astype(np.int8)),
+                "api_kind": pa.DictionaryArray.from_arrays(arrow.array(driver.astype(np.int8)),
                                                            _API_KINDS),
                 "cbid": _i32(c["cbid"]),
-                "name": pa.DictionaryArray.from_arrays(pa.array(codes),
-                                                       pa.array(names, pa.string())),
+                "name": pa.DictionaryArray.from_arrays(arrow.array(codes),
+                                                       arrow.array(names, pa.string())),
                 "correlation_id": _i64(corr), "start_ns": _i64(c["start"]),
                 "end_ns": _i64(c["end"]),
                 "return_code": _i32(c["return_value"]),
-                "step": pa.array(step.astype(np.int32), mask=~step_ok),
-                "range_id": pa.array(rid, mask=~has)}
+                "step": arrow.array(step.astype(np.int32), mask=~step_ok),
+                "range_id": arrow.array(rid, mask=~has)}
 
 
 def _i64(v: np.ndarray) -> pa.Array:
-    return pa.array(np.asarray(v).astype(np.int64))
+    return arrow.array(np.asarray(v).astype(np.int64))
 
 
 def _i32(v: np.ndarray) -> pa.Array:
-    return pa.array(np.asarray(v).astype(np.int32))  # C cast: wraps like int64 -> int32
+    return arrow.array(np.asarray(v).astype(np.int32))  # C cast: wraps like int64 -> int32
 
 
 def _graph(v: np.ndarray) -> pa.Array:
     a = np.asarray(v).astype(np.int64)
-    return pa.array(a, mask=(a == 0))
+    return arrow.array(a, mask=(a == 0))
 
 
 def _dict_strings(c: Cols, name: str) -> pa.Array:
@@ -532,7 +533,7 @@ def _dict_strings(c: Cols, name: str) -> pa.Array:
     first, codes = factorize(ids)
     values = list(index)
     used = [values[i] for i in ids[first].tolist()]
-    return pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(used, pa.string()))
+    return pa.DictionaryArray.from_arrays(arrow.array(codes), arrow.array(used, pa.string()))
 
 
 def _device_row(dev: tuple, uuid: str | None) -> dict:

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
+from cuptiprof.store import arrow
 from cuptiprof import markers, ranks
 from cuptiprof.collect.decode import no_gc
 from cuptiprof.collect.errors import CollectorProblem
@@ -252,9 +253,9 @@ class Session:
              device_info.torch_version(), self.writer.run_id])
         self.writer.append({"processes": {
             "pid": [self.pid], "host": [socket.gethostname()],
-            **{k: pa.array([v], pa.int32()) for k, v in ranks.from_env(os.environ)._asdict().items()},
+            **{k: arrow.array([v], pa.int32()) for k, v in ranks.from_env(os.environ)._asdict().items()},
             "command": [" ".join(sys.argv)], "start_ns": [self._start_ns],
-            "end_ns": pa.array([None], pa.int64()), "exit_status": pa.array([None], pa.int32()),
+            "end_ns": arrow.array([None], pa.int64()), "exit_status": arrow.array([None], pa.int32()),
             # TRUE until stop() says otherwise: a killed process leaves it TRUE.
             "ended_early": [True]}})
         if not src.gpu:
@@ -582,8 +583,8 @@ class Session:
         if batch["check_name"]:
             w.append({"data_quality": {
                 "check_name": batch["check_name"], "subject": batch["subject"],
-                "count": pa.array(batch["count"], pa.int64()),
-                "value_ns": pa.array(batch["value_ns"], pa.int64()), "detail": batch["detail"]}})
+                "count": arrow.array(batch["count"], pa.int64()),
+                "value_ns": arrow.array(batch["value_ns"], pa.int64()), "detail": batch["detail"]}})
 
 
 def profile(path: str | os.PathLike, warmup: int = 0, steps: int | None = None,
@@ -653,7 +654,7 @@ _RANGE_TYPES = {"range_id": pa.int64(), "parent_id": pa.int64(), "depth": pa.int
 
 
 def _typed_ranges(cols: dict) -> dict:
-    return {c: pa.array(cols[c], _RANGE_TYPES[c]) for c in RANGE_COLS}
+    return {c: arrow.array(cols[c], _RANGE_TYPES[c]) for c in RANGE_COLS}
 
 
 def _rows_to_cols(rows: list[dict]) -> dict[str, list]:

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, _json_default, render, rows_of
+
+if TYPE_CHECKING:  # loaded in run(): reading commands do not load pyarrow
+    from cuptiprof.analyse.compare import Comparison
 
 _KEY_HELP = {"op": "exact op name (kernel name, 'Memcpy HtoD', 'Memset')",
              "family": "normalised kernel family (gemm, conv, softmax, elementwise, ...): "

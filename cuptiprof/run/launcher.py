@@ -325,14 +325,12 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
             rows[k].append(None)
     import pyarrow as pa
 
-    procs = pa.table({
-        "pid": pa.array(rows["pid"], pa.int32()), "host": pa.array(rows["host"], pa.string()),
-        "rank": pa.array(rows["rank"], pa.int32()), "local_rank": pa.array(rows["local_rank"], pa.int32()),
-        "world_size": pa.array(rows["world_size"], pa.int32()),
-        "command": pa.array(rows["command"], pa.string()),
-        "start_ns": pa.array(rows["start_ns"], pa.int64()),
-        "exit_status": pa.array(rows["exit_status"], pa.int32()),
-        "ended_early": pa.array(rows["ended_early"], pa.bool_())})
+    from cuptiprof.store import arrow
+
+    types = {"pid": pa.int32(), "host": pa.string(), "rank": pa.int32(), "local_rank": pa.int32(),
+             "world_size": pa.int32(), "command": pa.string(), "start_ns": pa.int64(),
+             "exit_status": pa.int32(), "ended_early": pa.bool_()}
+    procs = pa.table({k: arrow.array(rows[k], t) for k, t in types.items()})
     info = RunInfo(label=st.run_label, source="cupti" if st.gpu else "cpu", command=shlex.join(cmd),
                    start_ns=start_ns,
                    settings={"warmup": st.warmup, "steps": st.steps, "kinds": st.kinds,

@@ -184,6 +184,8 @@ class Recorder:
         import numpy as np
         import pyarrow as pa
 
+        from cuptiprof.store import arrow
+
         base = prof.profiler.kineto_results.trace_start_ns()
         events = [e for e in prof.events() if not getattr(e, "is_async", False)]
         if not events:
@@ -206,9 +208,9 @@ class Recorder:
             idx = np.nonzero(keep)[0]
             events = [events[i] for i in idx]
             start, end, step, n = start[idx], end[idx], step[idx], len(idx)
-        step_col = pa.array(step, mask=step < 0, type=pa.int32())
-        rid = pa.array([ids[e.id] for e in events], pa.int64())
-        parent = pa.array([ids.get(e.cpu_parent.id) if e.cpu_parent is not None else None
+        step_col = arrow.array(step, mask=step < 0, type=pa.int32())
+        rid = arrow.array([ids[e.id] for e in events], pa.int64())
+        parent = arrow.array([ids.get(e.cpu_parent.id) if e.cpu_parent is not None else None
                            for e in events], pa.int64())
         depth = []
         for e in events:
@@ -216,17 +218,17 @@ class Recorder:
             while p is not None and d < 256:
                 d, p = d + 1, p.cpu_parent
             depth.append(d)
-        names = pa.array([e.name for e in events], pa.string())
-        thread = pa.array([int(e.thread) for e in events], pa.int64())
+        names = arrow.array([e.name for e in events], pa.string())
+        thread = arrow.array([int(e.thread) for e in events], pa.int64())
         leaf = np.fromiter((_is_kernel(e) for e in events), bool, n)
-        li = pa.array(np.nonzero(leaf)[0])
-        ranges = pa.table({"range_id": rid, "parent_id": parent, "depth": pa.array(depth, pa.int32()),
-                           "name": names, "thread_id": thread, "start_ns": pa.array(start),
-                           "end_ns": pa.array(end), "kind": pa.array(["op"] * n), "step": step_col})
-        kernels = pa.table({"device_id": pa.array(np.full(len(li), -1, np.int32)),
+        li = arrow.array(np.nonzero(leaf)[0])
+        ranges = pa.table({"range_id": rid, "parent_id": parent, "depth": arrow.array(depth, pa.int32()),
+                           "name": names, "thread_id": thread, "start_ns": arrow.array(start),
+                           "end_ns": arrow.array(end), "kind": arrow.array(["op"] * n), "step": step_col})
+        kernels = pa.table({"device_id": arrow.array(np.full(len(li), -1, np.int32)),
                             "stream_id": thread.take(li).cast(pa.int32()),
                             "correlation_id": rid.take(li),
-                            "start_ns": pa.array(start).take(li), "end_ns": pa.array(end).take(li),
+                            "start_ns": arrow.array(start).take(li), "end_ns": arrow.array(end).take(li),
                             "step": step_col.take(li), "range_id": rid.take(li), "op_id": rid.take(li),
                             "name": names.take(li)})
         self._ensure_writer()
@@ -384,13 +386,17 @@ def _is_kernel(e) -> bool:
 def pa_int(v):
     import pyarrow as pa
 
-    return pa.array([v], pa.int32())
+    from cuptiprof.store import arrow
+
+    return arrow.array([v], pa.int32())
 
 
 def pa_col(values, typ: str):
     import pyarrow as pa
 
-    return pa.array(list(values), getattr(pa, typ)())
+    from cuptiprof.store import arrow
+
+    return arrow.array(list(values), getattr(pa, typ)())
 
 
 def _cpu_name() -> str:

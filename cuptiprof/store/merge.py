@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 import duckdb
-import pyarrow as pa
+import numpy as np
 
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, StoreError
 from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, table_columns
+from cuptiprof.store import arrow
 from cuptiprof.store.files import check_schema_version
 from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
@@ -321,7 +322,7 @@ class _Merger:
             if tbl.num_rows == 0:
                 continue
             if "run_id" not in tbl.column_names:
-                tbl = tbl.append_column("run_id", pa.array([1] * tbl.num_rows, pa.int32()))
+                tbl = tbl.append_column("run_id", arrow.array(np.ones(tbl.num_rows, np.int32)))
             con.register("_extra", tbl)
             try:
                 if table == "processes":   # fill in what the parts left NULL, add the others

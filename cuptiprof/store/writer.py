@@ -27,6 +27,8 @@ import pyarrow.compute as pc
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
 from cuptiprof.native import extensions_enabled, load_extension
+from cuptiprof.store import arrow
+from cuptiprof.store.arrow import valid as _valid, values as _values
 from cuptiprof.store.demangle import demangle
 from cuptiprof.store.files import check_schema_version, connect_error  # noqa: F401 (re-exported)
 from cuptiprof.store.summary import BUSY_SQL, BusySummary, work_part
@@ -383,8 +385,8 @@ class Writer:
         """Record one data-quality fact (dropped records, unclaimed rows, missing kinds, ...)."""
         self.append({"data_quality": {
             "pid": [self.pid if pid is None else pid], "check_name": [check_name],
-            "subject": [subject], "count": pa.array([count], pa.int64()),
-            "value_ns": pa.array([value_ns], pa.int64()), "detail": [detail]}})
+            "subject": [subject], "count": arrow.array([count], pa.int64()),
+            "value_ns": arrow.array([value_ns], pa.int64()), "detail": [detail]}})
 
     def query(self, sql: str, params: list | None = None) -> list[tuple]:
         """Rows of a read-only statement (unlike `con`, keeps the busy summary valid)."""
@@ -516,14 +518,9 @@ def _with_nulls(values) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _int_array(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
-    """An Arrow array over a numpy int32/int64 array, built from buffers: pa.array() imports
-    pandas (when installed) on first use, ~0.4 s. `valid`: False where the value is NULL."""
-    values = np.ascontiguousarray(values)
+    """An int32 (for int32 input) or int64 Arrow array; `valid`: False where the value is NULL."""
     typ = pa.int32() if values.dtype == np.int32 else pa.int64()
-    bitmap = None
-    if valid is not None and not valid.all():
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(typ, len(values), [bitmap, pa.py_buffer(values)])
+    return arrow.array(values, typ, mask=None if valid is None else ~valid)
 
 
 _WORK_TABLES = ("kernel_rows", "memcpys", "memsets")  # GPU work: what busy time is made of
@@ -697,25 +694,6 @@ def _filled(col, value: int) -> np.ndarray:
     return v
 
 
-def _valid(a: pa.Array) -> np.ndarray:
-    """Where an Arrow array is not NULL, as numpy bools, from its validity bitmap (pyarrow's own
-    conversion of a boolean array imports pandas when installed, ~0.3 s on first use)."""
-    n = len(a)
-    if not a.null_count:
-        return np.ones(n, bool)
-    if a.null_count == n:
-        return np.zeros(n, bool)
-    bits = np.unpackbits(np.frombuffer(a.buffers()[0], np.uint8), bitorder="little")
-    return bits[a.offset:a.offset + n].view(bool)
-
-
-def _values(a: pa.Array) -> np.ndarray:
-    """The value buffer of an integer Arrow array as numpy, without a copy (NULL slots hold
-    whatever the buffer has)."""
-    dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(a.type) else 'u'}{a.type.bit_width // 8}")
-    return np.frombuffer(a.buffers()[1], dtype, len(a), a.offset * dtype.itemsize)  # bytes
-
-
 def _as_table(batch: Batch) -> pa.Table:
     if isinstance(batch, pa.Table):
         return batch
@@ -726,7 +704,7 @@ def _as_table(batch: Batch) -> pa.Table:
         if isinstance(v, (pa.Array, pa.ChunkedArray)):
             cols[k] = v
         elif isinstance(v, np.ndarray):
-            cols[k] = pa.array(v)
+            cols[k] = arrow.array(v)
         else:
-            cols[k] = pa.array(list(v))
+            cols[k] = arrow.array(list(v))
     return pa.table(cols)

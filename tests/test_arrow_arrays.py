@@ -1,0 +1,124 @@
+"""cuptiprof.store.arrow builds the same arrays as pa.array() without importing pandas, and a
+profiled process (recorder, collector, writer) never imports pandas on its own."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from _run_helpers import ROOT, cli, q, script
+from cuptiprof.store import arrow
+
+CASES = [
+    (np.arange(5, dtype=np.int64), None, None),
+    (np.arange(5, dtype=np.int32), None, None),
+    (np.array([3, -1, 7], np.int64), pa.int32(), None),
+    (np.array([3, -1, 7], np.int64), None, np.array([False, True, False])),
+    (np.array([3, -1, 7], np.int32), pa.int32(), np.array([True, True, True])),
+    (np.array([1, 2], np.uint64), None, None),
+    (np.array([1, 0, 1], np.int8), None, None),
+    (np.array([1.5, np.nan, -2.0]), None, None),
+    (np.array([True, False, True, True, False, False, True, True, False]), pa.bool_(), None),
+    (np.array([True, False]), None, np.array([False, True])),
+    (np.array(["a", "bc", ""]), None, None),
+    (np.array([], np.int64), None, None),
+    ([1, None, 3], pa.int64(), None),
+    ([None], pa.int64(), None),
+    ([None], pa.int32(), None),
+    ([7], pa.int32(), None),
+    ([2 ** 62, -2 ** 62], pa.int64(), None),
+    ([1, 2, 3], None, None),
+    ([1.5, None], None, None),
+    ([True, None, False], pa.bool_(), None),
+    (["x", None, "zß€", ""], pa.string(), None),
+    (["op"] * 4, None, None),
+    ([], pa.string(), None),
+    ([], pa.int64(), None),
+    (["a", "b", "c"], pa.string(), np.array([False, True, False])),
+    ([np.int64(4), np.int32(5)], pa.int64(), None),
+    (range(4), pa.int32(), None),
+]
+
+
+@pytest.mark.parametrize("values, typ, mask", CASES, ids=range(len(CASES)))
+def test_same_array_as_pyarrow(values, typ, mask):
+    want = pa.array(values if not isinstance(values, range) else list(values), typ, mask=mask)
+    got = arrow.array(values, typ, mask=mask)
+    assert got.type == want.type
+    assert got.null_count == want.null_count
+    if pa.types.is_floating(want.type):   # NaN == NaN here
+        np.testing.assert_array_equal(got.to_numpy(zero_copy_only=False),
+                                      want.to_numpy(zero_copy_only=False))
+    else:
+        assert got.equals(want), (got, want)
+    got.validate(full=True)
+
+
+def test_an_arrow_array_passes_through_or_is_cast():
+    a = pa.array([1, 2], pa.int64())
+    assert arrow.array(a) is a
+    assert arrow.array(a, pa.int32()).type == pa.int32()
+
+
+def test_out_of_range_python_ints_raise_like_pyarrow():
+    with pytest.raises(OverflowError):
+        arrow.array([2 ** 64], pa.int64())
+    with pytest.raises((OverflowError, pa.ArrowInvalid)):
+        pa.array([2 ** 64], pa.int64())
+
+
+def test_dictionary():
+    d = arrow.dictionary([0, 1, 0], ["p", None])
+    assert d.to_pylist() == ["p", None, "p"]
+
+
+# A stand-in pandas: says when it is imported, then is "not installed" (pyarrow tolerates that).
+FAKE_PANDAS = ("import os\n"
+               "open(os.environ['PANDAS_MARK'], 'a').write('imported\\n')\n"
+               "raise ImportError('stand-in pandas')\n")
+
+
+@pytest.fixture
+def fake_pandas(tmp_path):
+    d = tmp_path / "fake"
+    d.mkdir()
+    (d / "pandas.py").write_text(FAKE_PANDAS)
+    return d, tmp_path / "pandas-imported"
+
+
+@pytest.mark.parametrize("mode", [["--light"], []])
+def test_a_profiled_process_does_not_import_pandas(tmp_path, fake_pandas, mode):
+    d, mark = fake_pandas
+    p = script(tmp_path, """
+        import cuptiprof, logging
+        for i in range(3):
+            with cuptiprof.range("step", step=i):
+                logging.getLogger("app").warning("step %d", i)
+    """)
+    r = cli(["run", "-o", "p.duckdb", "--no-report", *mode, "--", sys.executable, p], tmp_path,
+            PYTHONPATH=f"{ROOT}{os.pathsep}{d}", PANDAS_MARK=str(mark))
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "p.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(3,)]
+    assert not mark.exists(), "the profiled process imported pandas"
+
+
+def test_the_collector_does_not_import_pandas(tmp_path, fake_pandas):
+    d, mark = fake_pandas
+    out = tmp_path / "c.duckdb"
+    code = ("import cuptiprof\n"
+            f"with cuptiprof.profile({str(out)!r}, warmup=1, steps=2):\n"
+            "    for i in range(4):\n"
+            "        with cuptiprof.range('step', step=i):\n"
+            "            pass\n")
+    env = dict(os.environ, CUPTIPROF_FAKE_CUPTI="1", PYTHONPATH=f"{ROOT}{os.pathsep}{d}",
+               PANDAS_MARK=str(mark))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert q(out, "SELECT count(*) FROM kernels") == [(4,)]
+    assert q(out, "SELECT count(*) FROM memcpys") == [(2,)]
+    assert not mark.exists(), "the collector imported pandas"
