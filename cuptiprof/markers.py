@@ -89,7 +89,7 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     """A named range: context manager and decorator.
 
     name: 'step' marks a step (give step=i), 'warmup' marks warm-up, anything else is a user
-    range. attrs: extra attributes stored with the range (JSON); an int `step` is also sent as
+    range. Steps do not nest: a 'step' opened inside a step is a user range of that step. attrs: extra attributes stored with the range (JSON); an int `step` is also sent as
     the NVTX payload. One object may be entered again after it exits (and recursively); as a
     decorator every call opens its own range.
     """

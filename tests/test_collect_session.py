@@ -290,3 +290,20 @@ def test_the_sessions_own_synchronize_leaves_no_rows(tmp_path):
     assert q(p, "SELECT name FROM api_calls") == [("cudaLaunchKernel",)]
     assert q(p, "SELECT count(*) FROM data_quality WHERE check_name = 'unclaimed_records'") == [
         (0,)]
+
+
+def test_a_step_inside_a_step_is_a_range_of_it(tmp_path):
+    """Steps do not nest: the program marks its steps and a helper it calls marks one too
+    (or --step-fn wraps a function called inside a marked step)."""
+    f = FakeCupti()
+    p = tmp_path / "n.duckdb"
+    with Session(p, warmup=1, steps=2, source=f, quiet=True):
+        for i in range(4):
+            with cuptiprof.range("step", step=i):
+                with cuptiprof.range("step"):
+                    f.launch_kernel(f"k{i}")
+    assert q(p, "SELECT kind, step FROM ranges WHERE depth = 0 ORDER BY start_ns") == [
+        ("warmup", 0), ("step", 1), ("step", 2)]
+    assert q(p, "SELECT kind, step FROM ranges WHERE depth = 1 ORDER BY start_ns") == [
+        ("user", 1), ("user", 2)]
+    assert q(p, "SELECT step, name FROM kernels ORDER BY step") == [(1, "k1"), (2, "k2")]

@@ -66,6 +66,31 @@ def test_step_fn_in_the_main_script(tmp_path, spec):
                                              ("step", 4)]
 
 
+def test_step_fn_inside_steps_the_program_marks(tmp_path):
+    """The program marks its steps itself; the wrapped function runs inside them: each call is
+    a range of the program's step, not a step of its own."""
+    p = script(tmp_path, """
+        import cuptiprof
+
+        def sched_step(x):
+            return x + 1
+
+        x = 0
+        for i in range(4):
+            with cuptiprof.range("step", step=i):
+                x = sched_step(x)
+        print("x", x)
+    """, name="loop.py")
+    r = cli(["run", "-o", "s.duckdb", "--no-report", "--step-fn", "__main__:sched_step",
+             "--warmup", "1", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "x 4" in r.stdout
+    assert _steps(tmp_path / "s.duckdb") == [("warmup", 0), ("step", 1), ("step", 2), ("step", 3)]
+    inner = q(tmp_path / "s.duckdb", "SELECT kind, step FROM ranges WHERE depth = 1 "
+              "ORDER BY start_ns")
+    assert inner[-3:] == [("user", 1), ("user", 2), ("user", 3)]   # and ("user", 0) in warm-up
+
+
 def test_step_fn_in_a_module_run_with_python_m(tmp_path):
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "__init__.py").write_text("")

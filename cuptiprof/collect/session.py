@@ -356,6 +356,8 @@ class Session:
         if not self.active:
             return None
         is_step = name == "step" or (self.step_range is not None and name == self.step_range)
+        if is_step and any(t[9] is not None for t in self._stack()):
+            is_step = False   # steps do not nest: one inside a step is a range of that step
         kind = "user"
         ordinal = None
         if is_step:

@@ -85,6 +85,8 @@ class Recorder:
         if self.closed:
             return None
         now = time.time_ns()
+        if is_step and any(o.is_step for o in self._stack()):
+            is_step = False   # steps do not nest: one inside a step is a range of that step
         with self.lock:
             if is_step:
                 if step is None:
