@@ -134,7 +134,7 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
             s = _session
             if s is not None:
                 try:
-                    s._exit(tok)
+                    s._exit(tok, exc_type)
                 except Exception as e:  # pragma: no cover - defensive
                     _report(e)
         return False  # never swallow the user's exception

@@ -307,3 +307,21 @@ def test_a_step_inside_a_step_is_a_range_of_it(tmp_path):
     assert q(p, "SELECT kind, step FROM ranges WHERE depth = 1 ORDER BY start_ns") == [
         ("user", 1), ("user", 2)]
     assert q(p, "SELECT step, name FROM kernels ORDER BY step") == [(1, "k1"), (2, "k2")]
+
+
+def test_a_step_ended_by_an_exception_is_marked_incomplete(tmp_path):
+    f = FakeCupti()
+    p = tmp_path / "x.duckdb"
+    with Session(p, source=f, quiet=True):
+        for i in range(4):
+            try:
+                with cuptiprof.range("step", step=i):
+                    f.launch_kernel(f"k{i}")
+                    if i == 2:
+                        raise RuntimeError("out of memory")
+            except RuntimeError:
+                pass
+    assert q(p, "SELECT subject, detail FROM data_quality WHERE check_name = 'step_incomplete'") == [
+        ("2", "step 2 was ended early by RuntimeError: its numbers cover only the part of the step "
+              "that ran")]
+    assert q(p, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(4,)]

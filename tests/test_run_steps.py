@@ -182,3 +182,22 @@ def test_step_range_drives_the_collector(tmp_path):
     out = tmp_path / "c.duckdb"
     assert _steps(out) == [("warmup", 0), ("step", 1), ("step", 2)]
     assert q(out, "SELECT list(DISTINCT step ORDER BY step) FROM kernels") == [([1, 2],)]
+
+
+def test_a_step_cut_by_ctrl_c_is_marked_incomplete(tmp_path):
+    p = script(tmp_path, """
+        import os, signal, time
+        import cuptiprof
+        for i in range(5):
+            with cuptiprof.range("step", step=i):
+                time.sleep(0.01)
+                if i == 3:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(5)
+    """)
+    r = cli(["run", "-o", "c.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 130, r.stderr
+    out = tmp_path / "c.duckdb"
+    assert _steps(out) == [("step", 0), ("step", 1), ("step", 2), ("step", 3)]
+    assert q(out, "SELECT subject FROM data_quality WHERE check_name = 'step_incomplete' "
+                  "AND detail LIKE '%KeyboardInterrupt%'") == [("3",)]

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable
 import pyarrow as pa
 
 from cuptiprof.store import arrow
+from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
 from cuptiprof import markers, ranks
 from cuptiprof.collect.decode import no_gc
 from cuptiprof.collect.errors import CollectorProblem
@@ -146,6 +147,7 @@ class Session:
         self._gen_ids: list[int] = []
         self._windows: deque = deque(maxlen=64)  # recent (start, end, step) of step ranges
         self._cur_step: int | None = None
+        self._incomplete: list[tuple] = []   # (step, exception name): steps an exception ended
         self._owner = None
         self._flush_lock = threading.RLock()
         self._devices_written = False
@@ -404,7 +406,7 @@ class Session:
         tok[5] = self._start_of[rid] = time.time_ns()
         return tok
 
-    def _exit(self, tok: list) -> None:
+    def _exit(self, tok: list, exc_type: type | None = None) -> None:
         end = time.time_ns()
         if tok[10]:
             try:
@@ -421,6 +423,8 @@ class Session:
         self._gen_ids.append(tok[0])
         if tok[9] is not None:  # a step range
             if tok[6] == "step":
+                if exc_type is not None:   # the program's exception ended the step early
+                    self._incomplete.append((tok[7], exc_type.__name__))
                 self._windows.append((tok[5], end, tok[7]))
                 self.recorded_steps.append(tok[7])
                 self.steps_recorded += 1
@@ -575,6 +579,8 @@ class Session:
                 if not r.step_rows.get(step):
                     add("empty_step", str(step), 0,
                         f"step {step} has no GPU activity (nothing launched, or not captured)")
+        for step, exc_name in self._incomplete:
+            add(STEP_INCOMPLETE, str(step), None, incomplete_detail(step, exc_name))
         for okind, (n, ns) in sorted(r.overhead.items()):
             add("cupti_overhead", _overhead_name(src, okind), n,
                 f"CUPTI spent {ns / 1e6:.3f} ms in {n} overhead spans of this kind", ns)

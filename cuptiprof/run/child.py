@@ -138,7 +138,7 @@ class _Step:
             if _collector is not None:
                 self.h.__exit__(*exc)
             elif _rec is not None:
-                _rec.end(self.h)
+                _rec.end(self.h, exc[0] if exc else None)
         except Exception as err:
             _steps_failed(err)
         return False

@@ -19,8 +19,8 @@ class RecorderRanges:
                                   attrs={k: v for k, v in attrs.items() if k != "step"} or None)
         return self.rec.begin(name, attrs=attrs or None)
 
-    def _exit(self, tok) -> None:
-        self.rec.end(tok)
+    def _exit(self, tok, exc_type=None) -> None:
+        self.rec.end(tok, exc_type)
 
     def _detach_ranges(self, exc: BaseException) -> None:
         pass

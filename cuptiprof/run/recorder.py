@@ -114,7 +114,9 @@ class Recorder:
         stack.append(o)
         return o
 
-    def end(self, o: _Open | None) -> None:
+    def end(self, o: _Open | None, exc_type: type | None = None) -> None:
+        """Close a range; `exc_type`: the exception that ended it (a step it ends is marked
+        incomplete in data_quality)."""
         if o is None:
             return
         now = time.time_ns()
@@ -142,6 +144,11 @@ class Recorder:
                 self.done = True
                 self._stop_profiler()
             if self.mode != "time":
+                if exc_type is not None:
+                    from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
+
+                    self._quality(STEP_INCOMPLETE, str(o.step),
+                                  incomplete_detail(o.step, exc_type.__name__))
                 self.flush()
 
     def log_record(self, record: logging.LogRecord) -> None:
