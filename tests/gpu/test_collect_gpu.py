@@ -105,3 +105,45 @@ def test_collection_is_off_after_the_recorded_steps(torch, tmp_path):
                 x.mul_(1.0)
         x.add_(1)  # after the recorded steps: not collected
     assert q(p, "SELECT step, count(*) FROM kernels GROUP BY step") == [(0, 1)]
+
+
+def test_run_step_fn_in_the_main_script_on_cuda(torch, tmp_path):
+    """`cuptiprof run --step-fn __main__:step` with the real collector: each call of a function
+    the script defines is a step holding its kernels, and the profiled process does not load
+    pandas (a stand-in on the path says when it is imported)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "pandas.py").write_text("import os\nopen(os.environ['PANDAS_MARK'], 'a').write('x')\n"
+                                    "raise ImportError('stand-in')\n")
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent("""
+        import torch
+        x = torch.ones(1 << 20, device="cuda")
+
+        def step(x):
+            y = x * 2
+            y.add_(1)
+            torch.cuda.synchronize()
+            return y
+
+        for i in range(5):
+            x = step(x)
+    """))
+    mark = tmp_path / "pandas-imported"
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{fake}", PANDAS_MARK=str(mark))
+    r = subprocess.run([sys.executable, "-m", "cuptiprof", "run", "-o", "s.duckdb", "--no-report",
+                        "--step-fn", "__main__:step", "--warmup", "1", "--steps", "3", "--",
+                        sys.executable, str(prog)], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "s.duckdb"
+    assert q(out, "SELECT step, count(*) FROM kernels GROUP BY step ORDER BY step") == [
+        (1, 2), (2, 2), (3, 2)]
+    assert not mark.exists(), "the profiled process imported pandas"
