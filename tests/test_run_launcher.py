@@ -234,3 +234,11 @@ def test_rank_from_an_mpi_launcher(tmp_path):
     assert r.returncode == 0, r.stderr
     assert q(tmp_path / "mpi.duckdb", "SELECT rank, local_rank, world_size FROM processes") \
         == [(2, 0, 4)]
+
+
+def test_a_command_with_no_python_process_says_so(tmp_path):
+    r = cli(["run", "-o", "s.duckdb", "--", "sleep", "0.1"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "no process of the command was profiled" in r.stderr
+    assert "no GPU activity was captured" not in r.stderr and "no steps were marked" not in r.stderr
+    assert q(tmp_path / "s.duckdb", "SELECT count(*) FROM processes") == [(1,)]

@@ -56,6 +56,7 @@ class LaunchResult:
     parts: Path
     wall_s: float
     no_gpu: bool = False
+    profiled: int = 0      # processes of the command that cuptiprof recorded
 
 
 def validate(cmd: list[str], o: LaunchOptions) -> str:
@@ -231,7 +232,8 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path) -> LaunchResu
     if mode == "time":
         return LaunchResult(code, rc, None, parts, wall)
     status = "complete" if rc == 0 else ("interrupted" if rc < 0 else "failed")
-    result = LaunchResult(code, rc, None, parts, wall, no_gpu=mode == "profile" and not gpu)
+    result = LaunchResult(code, rc, None, parts, wall, no_gpu=mode == "profile" and not gpu,
+                          profiled=len(list(parts.glob("*.start.json"))))
     try:
         result.output = finish(out, parts, st, cmd, child.pid, code, status, start_ns)
     except MergeFailed as exc:
@@ -405,10 +407,14 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
         print(f"cuptiprof: warning: cannot print the report: {exc}", file=sys.stderr)
         steps = early = None
     sys.stdout.flush()
-    if res.no_gpu:
+    if not res.profiled:
+        print("cuptiprof: notice: no process of the command was profiled: cuptiprof records the "
+              "Python processes a command starts, with a Python that can import cuptiprof and its "
+              "libraries (see any warning above)", file=sys.stderr)
+    elif res.no_gpu:
         print("cuptiprof: notice: no GPU activity was captured (no CUDA GPU found); the report "
               "shows CPU op times from torch.profiler (device -1)", file=sys.stderr)
-    if steps == 0:
+    if steps == 0 and res.profiled:
         print("cuptiprof: notice: no steps were marked; mark them with cuptiprof.range('step'), "
               "--step-range NAME or --step-fn MODULE:QUALNAME", file=sys.stderr)
     if early:
