@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 
 from _run_helpers import cli, q, script
 
@@ -201,3 +202,36 @@ def test_a_step_cut_by_ctrl_c_is_marked_incomplete(tmp_path):
     assert _steps(out) == [("step", 0), ("step", 1), ("step", 2), ("step", 3)]
     assert q(out, "SELECT subject FROM data_quality WHERE check_name = 'step_incomplete' "
                   "AND detail LIKE '%KeyboardInterrupt%'") == [("3",)]
+
+
+def test_step_fn_in_a_lazily_loaded_package(tmp_path):
+    """Packages such as diffusers replace themselves in sys.modules with a lazy module that
+    imports a class on first access: --step-fn pkg:Class.method reaches the class through it."""
+    pkg = tmp_path / "lazypkg"
+    pkg.mkdir()
+    (pkg / "models.py").write_text("class UNet:\n    def forward(self, x):\n        return x + 1\n")
+    (pkg / "__init__.py").write_text(textwrap.dedent("""
+        import importlib, sys, types
+
+        class _Lazy(types.ModuleType):
+            def __getattr__(self, name):
+                if name == "UNet":
+                    return importlib.import_module(__name__ + ".models").UNet
+                raise AttributeError(name)
+
+        lazy = _Lazy(__name__)
+        lazy.__path__ = __path__
+        sys.modules[__name__] = lazy
+    """))
+    p = script(tmp_path, """
+        from lazypkg import UNet
+        m, x = UNet(), 0
+        for i in range(4):
+            x = m.forward(x)
+        print("x", x)
+    """)
+    r = cli(["run", "-o", "z.duckdb", "--no-report", "--step-fn", "lazypkg:UNet.forward", "--",
+             PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "x 4" in r.stdout
+    assert _steps(tmp_path / "z.duckdb") == [("step", i) for i in range(4)]

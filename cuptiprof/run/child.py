@@ -322,7 +322,9 @@ class _Finder(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             orig(module)
-            _fire(name, module)
+            # A package may put another object in its place (diffusers and transformers
+            # install a lazy module): hook what importers will get.
+            _fire(name, sys.modules.get(name, module))
 
         try:
             loader.exec_module = exec_module

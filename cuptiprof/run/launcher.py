@@ -86,7 +86,7 @@ def _check_step_fn(spec: str, cmd: list[str]) -> None:
     if not sep or not module or not qual or not all(p.isidentifier() for p in qual.split(".")) \
             or not all(p.isidentifier() for p in module.split(".")):
         raise UsageError(f"--step-fn {spec!r}: expected MODULE:QUALNAME, e.g. "
-                         "diffusers.schedulers.scheduling_ddim:DDIMScheduler.step")
+                         "diffusers.models:UNet2DConditionModel.forward")
     # Where the child will look: the script's folder (python script.py), the working folder
     # (python -m), PYTHONPATH, then this interpreter's path. Only the top-level package is looked
     # up here, so no user code runs in the launcher.
