@@ -20,7 +20,7 @@ def test_doctor_without_gpu_says_what_and_how():
     assert r.returncode in (1, 3)
     assert "Traceback" not in r.stderr
     lines = r.stdout.splitlines()
-    assert all(l.startswith(("ok ", "problem ")) for l in lines)
+    assert all(l.startswith(("ok ", "problem ", "note ")) for l in lines)
     names = [l.split()[1] for l in lines]
     assert {"python", "cuptiprof", "duckdb", "torch", "CUDA"} <= set(names)
     problem = [l for l in lines if l.startswith("problem")]
@@ -37,3 +37,22 @@ def test_doctor_exit_status_rules(monkeypatch, capsys):
                                                    ("duckdb", False, "", "f", 1)])
     assert doctor.run(None) == 1
     assert "problem  duckdb" in capsys.readouterr().out
+
+
+def test_doctor_notes_another_python_on_path(tmp_path, monkeypatch, capsys):
+    """A `python3` on PATH that cannot import cuptiprof's libraries: a note with the fix, and
+    the exit status stays what the GPU checks make it."""
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\necho numpy duckdb\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}")
+    notes = doctor._path_pythons()
+    assert [(w, ok, code) for w, ok, _, _, code in notes] == [("python3 on PATH", False, 0)]
+    assert "cannot import numpy, duckdb" in notes[0][2] and sys.executable in notes[0][3]
+    monkeypatch.setattr(doctor, "checks", lambda: [("a", True, "", "", 1)] + notes)
+    assert doctor.run(None) == 0
+    out = capsys.readouterr().out
+    assert "note     python3 on PATH" in out and " -> run them with" in out
+    # the interpreter cuptiprof runs in is not a note
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    assert doctor._path_pythons() == []

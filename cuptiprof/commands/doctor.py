@@ -1,12 +1,15 @@
 """`cuptiprof doctor`: can this machine profile a GPU? One line per check: ok / problem + fix.
 
 Exit status: 0 when GPU profiling would work, 3 when the environment cannot (no driver, no GPU,
-no CUPTI, CUPTI held by another profiler), 1 when something else is broken.
+no CUPTI, CUPTI held by another profiler), 1 when something else is broken. A "note" line
+(exit status 0 in the tuple) says something worth knowing that does not stop profiling.
 """
 from __future__ import annotations
 
 import os
 import platform
+import shutil
+import subprocess
 import sys
 from importlib import metadata
 
@@ -38,6 +41,7 @@ def checks() -> list[tuple[str, bool, str, str, int]]:
     out.append(("duckdb", duck is not None, duck or "not installed", "pip install duckdb", 1))
     torch = _version("torch")
     out.append(("torch", True, torch or "not installed (only needed for torch programs)", "", 1))
+    out.extend(_path_pythons())
 
     drv = device_info.driver_version()
     n = cupti_source.gpu_count()
@@ -72,6 +76,33 @@ def checks() -> list[tuple[str, bool, str, str, int]]:
     return out
 
 
+_LIBS = ("numpy", "pyarrow", "duckdb")
+
+
+def _path_pythons() -> list[tuple[str, bool, str, str, int]]:
+    """`python` / `python3` on PATH when they are another interpreter: a command that runs one
+    that cannot import cuptiprof's libraries is not profiled (one warning per process)."""
+    here = os.path.realpath(sys.executable)
+    out = []
+    for name in ("python", "python3"):
+        exe = shutil.which(name)
+        if exe is None or os.path.realpath(exe) == here:
+            continue
+        probe = ("import importlib.util as u; print(' '.join(m for m in %r if u.find_spec(m) is "
+                 "None))" % (_LIBS,))
+        try:
+            r = subprocess.run([exe, "-c", probe], capture_output=True, text=True, timeout=30)
+            missing = r.stdout.split() if r.returncode == 0 else list(_LIBS)
+        except (OSError, subprocess.TimeoutExpired):
+            missing = list(_LIBS)
+        if missing:
+            out.append((f"{name} on PATH", False,
+                        f"{exe} cannot import {', '.join(missing)}: commands that run `{name}` "
+                        "are not profiled",
+                        f"run them with {sys.executable}, or install cuptiprof into that Python", 0))
+    return out
+
+
 def _subscriber_check() -> tuple[str, bool, str, str, int]:
     """Claim and release CUPTI once: fails when another profiler holds it."""
     from cuptiprof.collect import cupti_source
@@ -92,10 +123,11 @@ def _subscriber_check() -> tuple[str, bool, str, str, int]:
 def run(args) -> int:
     failed: set[int] = set()
     for what, ok, detail, fix, code in checks():
-        line = f"{'ok     ' if ok else 'problem'}  {what:<17} {detail}"
+        line = f"{'ok     ' if ok else 'problem' if code else 'note   '}  {what:<17} {detail}"
         if not ok:
             line += f"  -> {fix}"
-            failed.add(code)
+            if code:
+                failed.add(code)
         print(line)
     status = 1 if 1 in failed else (3 if failed else 0)
     if status:
