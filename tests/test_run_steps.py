@@ -6,6 +6,8 @@ import os
 import sys
 import textwrap
 
+import pytest
+
 from _run_helpers import cli, q, script
 
 PY = sys.executable
@@ -235,3 +237,32 @@ def test_step_fn_in_a_lazily_loaded_package(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "x 4" in r.stdout
     assert _steps(tmp_path / "z.duckdb") == [("step", i) for i in range(4)]
+
+
+def test_step_fn_on_a_torch_compiled_module_leaves_its_graph_alone(tmp_path):
+    """torch.compile must not trace the step wrapper or the bookkeeping: the program compiles to
+    the same graphs with and without --step-fn (it was 7 graphs and 14 graph breaks)."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import torch
+        from torch._dynamo.utils import counters
+
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return torch.relu(x * 2 + 1)
+
+        m = torch.compile(M(), backend="eager")
+        x = torch.ones(8)
+        for i in range(5):
+            y = m(x)
+        print("y", float(y.sum()))
+        print("graphs", counters["stats"]["unique_graphs"],
+              "breaks", sum(counters["graph_break"].values()))
+    """)
+    r = cli(["run", "-o", "t.duckdb", "--no-report", "--step-fn", "__main__:M.forward",
+             "--warmup", "1", "--", PY, p], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "y 24.0" in r.stdout
+    assert "graphs 1 breaks 0" in r.stdout, r.stdout + r.stderr
+    assert "Dynamo" not in r.stderr and "marking a step failed" not in r.stderr
+    assert _steps(tmp_path / "t.duckdb") == [("warmup", 0)] + [("step", i) for i in range(1, 5)]

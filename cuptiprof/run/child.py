@@ -157,18 +157,48 @@ def _steps_failed(exc: Exception) -> None:
 _in_step = threading.local()
 
 
+def _begin_step() -> _Step:
+    _in_step.on = True
+    return _Step("step").__enter__()
+
+
+def _end_step(st: _Step, exc_type) -> None:
+    try:
+        st.__exit__(exc_type, None, None)
+    finally:
+        _in_step.on = False
+
+
 def _wrap_step(fn):
+    begin, end = _begin_step, _end_step
+    # Under torch.compile, dynamo would trace the wrapper and the step bookkeeping into the
+    # program's graph (graph breaks, or errors on the recorder's numpy): the bookkeeping runs
+    # eagerly and the wrapper's own frame is skipped, while `fn` is compiled as before.
+    disable = getattr(getattr(sys.modules.get("torch"), "compiler", None), "disable", None)
+    if disable is not None:
+        try:
+            begin, end = disable(begin), disable(end)
+        except Exception:
+            disable = None
+
     @functools.wraps(fn)
     def step_fn_wrapper(*args, **kwargs):
         if getattr(_in_step, "on", False):   # a recursive call is part of the same step
             return fn(*args, **kwargs)
-        _in_step.on = True
+        st = begin()
         try:
-            with _Step("step"):
-                return fn(*args, **kwargs)
-        finally:
-            _in_step.on = False
+            out = fn(*args, **kwargs)
+        except BaseException as exc:
+            end(st, type(exc))
+            raise
+        end(st, None)
+        return out
     step_fn_wrapper.__cuptiprof_wrapped__ = fn
+    if disable is not None:
+        try:
+            step_fn_wrapper = disable(step_fn_wrapper, recursive=False)
+        except Exception:
+            pass
     return step_fn_wrapper
 
 
