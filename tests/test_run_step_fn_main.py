@@ -91,6 +91,72 @@ def test_step_fn_inside_steps_the_program_marks(tmp_path):
     assert inner[-3:] == [("user", 1), ("user", 2), ("user", 3)]   # and ("user", 0) in warm-up
 
 
+NESTED = """
+    import functools
+
+    def deco(f):
+        @functools.wraps(f)
+        def w(*a, **k):
+            return f(*a, **k)
+        return w
+
+    @deco
+    def main(n=6):
+        scale = 2
+        def denoise_step(x):
+            return x * scale          # a closure: it must survive the recompile
+        x = 1
+        for i in range(n):
+            x = denoise_step(x)
+        print("x", x)
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+@pytest.mark.parametrize("spec", ["__main__:main.denoise_step", "__main__:main.<locals>.denoise_step",
+                                  "nest:main.denoise_step"])
+def test_step_fn_defined_inside_a_function_of_the_main_script(tmp_path, spec):
+    p = script(tmp_path, NESTED, name="nest.py")
+    r = cli(["run", "-o", "n.duckdb", "--no-report", "--step-fn", spec, "--warmup", "2", "--",
+             PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "x 64" in r.stdout
+    assert _steps(tmp_path / "n.duckdb") == [("warmup", 0), ("warmup", 1)] + [
+        ("step", i) for i in range(2, 6)]
+
+
+def test_step_fn_defined_inside_a_method_of_a_module(tmp_path):
+    script(tmp_path, """
+        class Runner:
+            def run(self, n):
+                def inner(x):
+                    return x + 1
+                x = 0
+                for _ in range(n):
+                    x = inner(x)
+                return x
+    """, name="runner_mod.py")
+    p = script(tmp_path, """
+        from runner_mod import Runner
+        print("x", Runner().run(3))
+    """)
+    r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-fn", "runner_mod:Runner.run.inner",
+             "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "x 3" in r.stdout
+    assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 3
+
+
+def test_step_fn_inner_function_missing(tmp_path):
+    p = script(tmp_path, NESTED, name="nest.py")
+    r = cli(["run", "-o", "n.duckdb", "--no-report", "--step-fn", "__main__:main.nothere", "--",
+             PY, p], tmp_path)
+    assert r.returncode == 2
+    assert "main defines no function nothere" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_step_fn_in_a_module_run_with_python_m(tmp_path):
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "__init__.py").write_text("")

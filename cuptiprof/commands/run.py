@@ -22,7 +22,8 @@ def register(sub) -> None:
                    help="an NVTX range the program opens (torch.cuda.nvtx.range_push) that is the step")
     p.add_argument("--step-fn", metavar="MODULE:QUALNAME",
                    help="a function whose every call is one step, e.g. mypkg.sched:Scheduler.step, or "
-                        "__main__:denoise for one the script itself defines")
+                        "__main__:denoise for one the script itself defines, __main__:main.denoise for one "
+                        "defined inside main()")
     p.add_argument("--kinds", nargs="+", metavar="KIND",
                    help="activity kinds to collect: kernel memcpy memset sync api nvtx memory overhead")
     p.add_argument("--light", action="store_true", help="ranges and logs only, no CUPTI (the macro baseline)")

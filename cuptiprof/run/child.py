@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+import types
 
 from cuptiprof.run import main_hook
 from cuptiprof.run import settings as S
@@ -206,10 +207,15 @@ def _hook_step_fn(spec: str) -> None:
     module, _, qual = spec.partition(":")
 
     def wrap(mod) -> None:
-        owner, parts = mod, qual.split(".")
+        owner, parts = mod, step_fn_parts(qual)
         try:
-            for p in parts[:-1]:
+            for i, p in enumerate(parts[:-1]):
                 owner = getattr(owner, p)
+                func = getattr(owner, "__func__", owner)   # a classmethod's function
+                if isinstance(func, types.FunctionType):
+                    # A function defined inside this one (main.<locals>.denoise_step).
+                    _wrap_inner(func, parts[i + 1:], spec)
+                    return
             raw = (owner.__dict__ if hasattr(owner, "__dict__") else {}).get(parts[-1])
             if raw is None:
                 raw = getattr(owner, parts[-1])
@@ -240,12 +246,28 @@ def _hook_step_fn(spec: str) -> None:
         _when_imported(module, wrap)
 
 
+def step_fn_parts(qual: str) -> list[str]:
+    """'main.<locals>.step' and 'main.step' -> ['main', 'step']."""
+    return [p for p in qual.split(".") if p != "<locals>"]
+
+
+def _wrap_inner(func, path: list[str], spec: str) -> None:
+    from cuptiprof.run import nested
+
+    try:
+        nested.decorate_inner(func, path, _wrap_step, "__cuptiprof_step__")
+    except nested.NotReachable as exc:
+        _step_fn_error(f"--step-fn {spec}: {exc}")
+        return
+    _step_fn_mark("step-fn.hooked", "")
+
+
 def _main_missing(spec: str) -> None:
     if main_hook.state() != "found":
         _step_fn_mark("step-fn.main-missing",
                       f"--step-fn {spec}: the main script defined no {spec.partition(':')[2]} "
-                      "at module level (a function defined inside another function cannot be "
-                      "reached; name its module and class instead)")
+                      "at module level (for a function defined inside another one, name both: "
+                      "__main__:main.denoise_step)")
 
 
 def _step_fn_mark(name: str, text: str) -> None:

@@ -83,7 +83,8 @@ def validate(cmd: list[str], o: LaunchOptions) -> str:
 
 def _check_step_fn(spec: str, cmd: list[str]) -> None:
     module, sep, qual = spec.partition(":")
-    if not sep or not module or not qual or not all(p.isidentifier() for p in qual.split(".")) \
+    if not sep or not module or not qual or not all(p.isidentifier() or p == "<locals>"
+                                                     for p in qual.split(".")) \
             or not all(p.isidentifier() for p in module.split(".")):
         raise UsageError(f"--step-fn {spec!r}: expected MODULE:QUALNAME, e.g. "
                          "diffusers.models:UNet2DConditionModel.forward")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import os
 import sys
+import types
 from typing import Callable
 
 # sys.monitoring tool ids that the standard tools leave free (0 debugger, 1 coverage,
@@ -63,7 +64,7 @@ class _Watch:
     """One watch of `__main__` for `qualname`; `found()` runs once, when it resolves."""
 
     def __init__(self, qualname: str, found: Callable[[object], None]):
-        self.parts = qualname.split(".")
+        self.parts = [p for p in qualname.split(".") if p != "<locals>"]
         self.found = found
         self.armed = False      # the main script started running
         self.done = False       # found, or the main script's code returned
@@ -78,6 +79,8 @@ class _Watch:
         obj = getattr(main, "__dict__", {}).get(self.parts[0])
         try:
             for p in self.parts[1:]:
+                if isinstance(getattr(obj, "__func__", obj), types.FunctionType):
+                    return True   # the rest names functions defined inside this one
                 obj = getattr(obj, p)
         except AttributeError:
             return False

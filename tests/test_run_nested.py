@@ -1,0 +1,96 @@
+"""cuptiprof.run.nested: an inner function decorated by compiling its enclosing function again."""
+from __future__ import annotations
+
+import sys
+import textwrap
+import traceback
+
+import pytest
+
+from cuptiprof.run import nested
+
+
+def _load(tmp_path, body, name="mod_nested"):
+    p = tmp_path / f"{name}.py"
+    p.write_text(textwrap.dedent(body))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        mod = __import__(name)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)
+    return mod, p
+
+
+BODY = """
+    def outer(k, fail=False):
+        \"\"\"Doc.\"\"\"
+        def inner(x, y=3):
+            if fail:
+                raise ValueError("boom")
+            return x * k + y
+        return inner(1)
+"""
+
+
+def test_inner_function_is_decorated_and_keeps_closure_defaults_and_lines(tmp_path):
+    mod, _ = _load(tmp_path, BODY)
+    calls = []
+
+    def deco(f):
+        def w(*a, **kw):
+            calls.append(f.__name__)
+            return f(*a, **kw)
+        return w
+
+    before = mod.outer(2)
+    nested.decorate_inner(mod.outer, ["inner"], deco, "__test_deco__")
+    assert mod.outer(2) == before == 5 and calls == ["inner"]
+    assert mod.outer.__doc__ == "Doc." and mod.outer.__code__.co_firstlineno == 2
+    with pytest.raises(ValueError) as exc:
+        mod.outer(2, fail=True)
+    line = traceback.extract_tb(exc.value.__traceback__)[-1].lineno
+    assert line == 6   # the inner function's own line, as in the file
+
+
+def test_a_changed_source_or_missing_inner_function_is_not_reachable(tmp_path):
+    mod, p = _load(tmp_path, BODY, name="mod_nested2")
+    with pytest.raises(nested.NotReachable, match="defines no function nope"):
+        nested.decorate_inner(mod.outer, ["nope"], lambda f: f, "__t__")
+    p.write_text("\n\n\n" + p.read_text())   # the function moved
+    with pytest.raises(nested.NotReachable, match="changed since outer was defined"):
+        nested.decorate_inner(mod.outer, ["inner"], lambda f: f, "__t__")
+    with pytest.raises(nested.NotReachable, match="not a Python function"):
+        nested.decorate_inner(len, ["x"], lambda f: f, "__t__")
+
+
+def _pythons():
+    from test_run_step_fn_main import _other_pythons
+    return _other_pythons("import sys; sys.orig_argv")
+
+
+@pytest.mark.parametrize("exe", _pythons() or [pytest.param(None, marks=pytest.mark.skip(
+    reason="no other Python 3.10+ on PATH or under pyenv"))])
+def test_on_other_pythons(tmp_path, exe):
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "mod_other.py").write_text(textwrap.dedent(BODY))
+    root = Path(__file__).resolve().parents[1]
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = [{str(root)!r}, {str(tmp_path)!r}]
+        from cuptiprof.run import nested
+        import mod_other
+        seen = []
+        def deco(f):
+            def w(*a):
+                seen.append(1)
+                return f(*a)
+            return w
+        nested.decorate_inner(mod_other.outer, ["inner"], deco, "__t__")
+        print(mod_other.outer(2), len(seen))
+    """)
+    r = subprocess.run([exe, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["5", "1"]
