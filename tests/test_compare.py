@@ -297,3 +297,21 @@ def test_real_traces_compare_by_family(shared_traces, tmp_path):
             assert (run, "batchnorm") in fam
         assert 0.5 < fam[(1, "conv")]["ratio"] < 2.0
         assert all(r["steps"] >= 5 for r in rows(c.ops()))
+
+
+def test_steps_an_exception_ended_are_left_out(tmp_path, pair):
+    """A step cut short (data_quality step_incomplete) would pull the medians down: compare and
+    diff leave it out and say so."""
+    import duckdb
+
+    a, b = pair
+    with duckdb.connect(str(a)) as con:
+        run_id, pid = con.execute("SELECT run_id, pid FROM kernels LIMIT 1").fetchone()
+        con.execute("INSERT INTO data_quality (run_id, pid, check_name, subject, detail) VALUES "
+                    "(?, ?, 'step_incomplete', '3', 'step 3 was ended early by KeyboardInterrupt')",
+                    [run_id, pid])
+    with Comparison([a, b]) as cmp:
+        steps = {(r["run"], r["step"]) for r in rows(cmp.steps())}
+        assert (0, 3) not in steps and (1, 3) in steps
+        assert cmp.runs[0].steps == 4 and cmp.runs[1].steps == 5
+        assert "1 left out (ended early by an exception)" in cmp.legend()[0]

@@ -25,6 +25,7 @@ from cuptiprof.analyse.families import BY, families
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError
 from cuptiprof.store.files import check_schema_version, require_duckdb
 from cuptiprof.store.files import connect_error
+from cuptiprof.store.quality import STEP_INCOMPLETE
 
 _KEYS = {"op": ("name", "'name'"), "family": ("family", "'family'"),
          "range": ("range_key", "range_key_type")}
@@ -72,6 +73,7 @@ class RunFile:
     label: str = ""
     has_steps: bool = True
     steps: int = 0
+    incomplete: int = 0    # steps an exception ended early (data_quality), left out
     devices: str = ""
     sources: str = ""
 
@@ -153,6 +155,9 @@ class Comparison:
                     f"{r.path}: no recorded steps (no activity is tagged with a step), so there is no "
                     "step-to-step noise to judge against; record with steps (cuptiprof.range('step', "
                     "step=i) / --steps) or import a trace with ProfilerStep#N")
+            r.incomplete = con.execute(
+                f"SELECT count(*) FROM {db}.data_quality WHERE check_name = '{STEP_INCOMPLETE}'"
+            ).fetchone()[0] if r.has_steps else 0
             labels = con.execute(f"SELECT string_agg(DISTINCT label, '+'), string_agg(DISTINCT source, '+') "
                                  f"FROM {db}.runs").fetchone()
             r.label, r.sources = labels[0] or r.path.stem, labels[1] or ""
@@ -169,9 +174,14 @@ class Comparison:
         template = catalog.compare_sql("act")
         parts = []
         for r in self.runs:
+            where = "a.step IS NOT NULL" if r.has_steps else "TRUE"
+            if r.incomplete:   # a step cut short would pull the medians down
+                where += (f" AND NOT EXISTS (SELECT 1 FROM f{r.index}.data_quality q WHERE "
+                          f"q.check_name = '{STEP_INCOMPLETE}' AND q.run_id = a.run_id AND "
+                          "q.pid = a.pid AND q.subject = CAST(a.step AS VARCHAR))")
             parts.append(template.replace("{run}", str(r.index)).replace("{db}", f"f{r.index}")
                          .replace("{step}", "a.step" if r.has_steps else "coalesce(a.step, 0)")
-                         .replace("{where}", "a.step IS NOT NULL" if r.has_steps else "TRUE"))
+                         .replace("{where}", where))
         con.execute("CREATE TEMP TABLE cmp_act AS " + "\nUNION ALL\n".join(parts))
         con.execute("CREATE TEMP TABLE cmp_islands AS " + catalog.compare_sql("islands"))
         con.execute("CREATE TEMP TABLE cmp_steps AS " + catalog.compare_sql("steps"))
@@ -347,6 +357,8 @@ class Comparison:
         out = []
         for r in self.runs:
             steps = f"{r.steps} steps" if r.has_steps else "no steps recorded: the whole file counts as one step"
+            if r.incomplete:
+                steps += f", {r.incomplete} left out (ended early by an exception)"
             out.append(f"{r.letter} = {r.path} (label {r.label}; {r.sources or '?'}; "
                        f"{r.devices or 'no GPU listed'}; {steps})")
         return out
