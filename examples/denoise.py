@@ -9,7 +9,11 @@ class conditioning (adaLN-Zero), N transformer blocks (layer norm, attention, ML
 scheduler step, a host copy of the latents (a preview) and a synchronisation. After the loop a
 small convolutional decoder turns latents into an image. Warm-up is marked with a range named
 "warmup", each denoising step with a range "step" (cuptiprof.range when cuptiprof is installed,
-plain NVTX otherwise), so `cuptiprof run --step-range step` works either way.
+plain NVTX otherwise), so `cuptiprof run --step-range step` works either way. With --no-markers
+it marks nothing, like code you cannot edit; cuptiprof then finds the steps itself:
+
+    python -m cuptiprof run --step-fn __main__:main.denoise_step --warmup 2 -- \
+        python examples/denoise.py --no-markers --warmup 0
 """
 from __future__ import annotations
 
@@ -200,6 +204,8 @@ def parse_args(argv=None):
     p.add_argument("--device", default="auto", help="cuda, cuda:N, cpu (default: cuda when available)")
     p.add_argument("--guidance", type=float, default=4.0, help="classifier-free guidance scale")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-markers", action="store_true",
+                   help="mark no warm-up or step ranges (unmodified code: use --step-fn)")
     args = p.parse_args(argv)
     if args.size in SIZES:
         args.cfg = dict(SIZES[args.size])
@@ -228,7 +234,7 @@ def main(argv=None) -> int:
              "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda *a: None)
-    mark = _markers()
+    mark = (lambda name, **kw: contextlib.nullcontext()) if args.no_markers else _markers()
     torch.manual_seed(args.seed)
     cfg = args.cfg
 

@@ -48,3 +48,18 @@ def test_cpu_path_end_to_end(tmp_path):
     assert q(out, "SELECT list(DISTINCT step ORDER BY step) FROM kernels") == [([0, 1, 2],)]
     # the example's own log lines sit beside the steps
     assert q(out, "SELECT count(*) FROM logs WHERE logger = 'denoise' AND message = 'decode started'") == [(1,)]
+
+
+def test_steps_of_the_unmarked_example_from_its_inner_function(tmp_path):
+    """The example with --no-markers is code that marks nothing; --step-fn finds each
+    denoising step in the function main() defines."""
+    r = cli(["run", "-o", "u.duckdb", "--no-report", "--step-fn", "__main__:main.denoise_step",
+             "--warmup", "2", "--", PY, EXAMPLE, "--size", "tiny", "--warmup", "0", "--steps", "5",
+             "--no-markers"], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "denoise: 5 steps" in r.stdout
+    out = tmp_path / "u.duckdb"
+    assert q(out, "SELECT kind, step FROM ranges WHERE kind IN ('step', 'warmup') "
+                  "ORDER BY start_ns") == [("warmup", 0), ("warmup", 1), ("step", 2), ("step", 3),
+                                           ("step", 4)]
+    assert q(out, "SELECT list(DISTINCT step ORDER BY step) FROM kernels") == [([2, 3, 4],)]
