@@ -149,14 +149,6 @@ def test_step_fn_defined_inside_a_method_of_a_module(tmp_path):
     assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 3
 
 
-def test_step_fn_inner_function_missing(tmp_path):
-    p = script(tmp_path, NESTED, name="nest.py")
-    r = cli(["run", "-o", "n.duckdb", "--no-report", "--step-fn", "__main__:main.nothere", "--",
-             PY, p], tmp_path)
-    assert r.returncode == 2
-    assert "main defines no function nothere" in r.stderr and "Traceback" not in r.stderr
-
-
 def test_step_fn_in_a_module_run_with_python_m(tmp_path):
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "__init__.py").write_text("")
@@ -167,13 +159,14 @@ def test_step_fn_in_a_module_run_with_python_m(tmp_path):
     assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 6
 
 
-def test_step_fn_missing_from_the_main_script(tmp_path):
-    p = script(tmp_path, MAIN, name="infer.py")
-    r = cli(["run", "-o", "n.duckdb", "--no-report", "--step-fn", "__main__:denoise_step", "--",
-             PY, p], tmp_path)
+@pytest.mark.parametrize("body, spec, said", [
+    (MAIN, "__main__:denoise_step", "the main script defined no denoise_step"),
+    (NESTED, "__main__:main.nothere", "main defines no function nothere")])
+def test_step_fn_missing_from_the_main_script(tmp_path, body, spec, said):
+    p = script(tmp_path, body, name="infer.py")
+    r = cli(["run", "-o", "n.duckdb", "--no-report", "--step-fn", spec, "--", PY, p], tmp_path)
     assert r.returncode == 2
-    assert "the main script defined no denoise_step" in r.stderr
-    assert "Traceback" not in r.stderr
+    assert said in r.stderr and "Traceback" not in r.stderr
 
 
 def test_step_fn_found_in_one_of_several_processes(tmp_path):
