@@ -22,7 +22,6 @@ import os
 import signal
 import sys
 import threading
-import types
 
 from cuptiprof.run import main_hook
 from cuptiprof.run import settings as S
@@ -207,15 +206,13 @@ def _hook_step_fn(spec: str) -> None:
     module, _, qual = spec.partition(":")
 
     def wrap(mod) -> None:
-        owner, parts = mod, step_fn_parts(qual)
+        parts = step_fn_parts(qual)
         try:
-            for i, p in enumerate(parts[:-1]):
-                owner = getattr(owner, p)
-                func = getattr(owner, "__func__", owner)   # a classmethod's function
-                if isinstance(func, types.FunctionType):
-                    # A function defined inside this one (main.<locals>.denoise_step).
-                    _wrap_inner(func, parts[i + 1:], spec)
-                    return
+            owner, rest = main_hook.walk(mod, parts[:-1])
+            func = main_hook.as_function(owner)
+            if func is not None:   # a function defined inside this one (main.<locals>.step)
+                _wrap_inner(func, rest + parts[-1:], spec)
+                return
             raw = (owner.__dict__ if hasattr(owner, "__dict__") else {}).get(parts[-1])
             if raw is None:
                 raw = getattr(owner, parts[-1])

@@ -48,6 +48,22 @@ def main_module_name(orig_argv: list[str] | None = None) -> str | None:
     return None
 
 
+def as_function(obj) -> types.FunctionType | None:
+    """The Python function `obj` is (a classmethod's through its __func__), else None."""
+    f = getattr(obj, "__func__", obj)
+    return f if isinstance(f, types.FunctionType) else None
+
+
+def walk(obj, parts: list[str]) -> tuple[object, list[str]]:
+    """Follow attribute names from `obj`, stopping early at a function: the names left over
+    name functions defined inside it (main.denoise_step). Raises AttributeError."""
+    for i, p in enumerate(parts):
+        if as_function(obj) is not None:
+            return obj, parts[i:]
+        obj = getattr(obj, p)
+    return obj, []
+
+
 def _is_main_code(co) -> bool:
     if getattr(co, "co_name", None) != "<module>":
         return False
@@ -71,17 +87,13 @@ class _Watch:
         self.ok = False         # found
         self.code = None
         self.tool: int | None = None
-        self.prev_trace = None
 
     # -- the check --------------------------------------------------------------------------
     def _ready(self) -> bool:
         main = sys.modules.get("__main__")
         obj = getattr(main, "__dict__", {}).get(self.parts[0])
         try:
-            for p in self.parts[1:]:
-                if isinstance(getattr(obj, "__func__", obj), types.FunctionType):
-                    return True   # the rest names functions defined inside this one
-                obj = getattr(obj, p)
+            obj, _ = walk(obj, self.parts[1:])
         except AttributeError:
             return False
         return obj is not None
@@ -143,7 +155,7 @@ class _Watch:
 
     # -- Python 3.10/3.11 -------------------------------------------------------------------
     def _start_tracing(self) -> None:
-        prev = self.prev_trace = sys.gettrace()
+        prev = sys.gettrace()
         code = self.code
         prev_local = None
         real_import = builtins.__import__
