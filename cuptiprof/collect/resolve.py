@@ -28,8 +28,8 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import pyarrow as pa
 
-from cuptiprof.store import arrow
 from cuptiprof.collect.decode import Cols, cols, factorize
+from cuptiprof.store import arrow
 
 COPY_KIND = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
              7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"}

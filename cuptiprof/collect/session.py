@@ -32,13 +32,13 @@ from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
-from cuptiprof.store import arrow
-from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
 from cuptiprof import markers, ranks
 from cuptiprof.collect.decode import no_gc
 from cuptiprof.collect.errors import CollectorProblem
 from cuptiprof.collect.resolve import SELF_ID
 from cuptiprof.errors import UsageError
+from cuptiprof.store import arrow
+from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
 
 FAKE_ENV = "CUPTIPROF_FAKE_CUPTI"
 RANGE_COLS = ("range_id", "parent_id", "depth", "name", "domain", "thread_id", "start_ns",
