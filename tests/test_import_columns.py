@@ -1,4 +1,4 @@
-"""Arrow columns built from numpy buffers (cuptiprof/interop/columns.py), and the import path
+"""Arrow columns built from numpy buffers (cuptiprof/store/arrow.py), and the import path
 that relies on them never importing pandas."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cuptiprof.interop import columns as AC
+from cuptiprof.store import arrow as AC
 
 
 def test_ints_with_and_without_missing_values():

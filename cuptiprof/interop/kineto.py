@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from cuptiprof import ranks
 from cuptiprof.errors import InputError
-from cuptiprof.interop import columns as AC
+from cuptiprof.store import arrow as AC
 from cuptiprof.interop import pieces as P
 from cuptiprof.interop.nesting import nest, steps_at
 from cuptiprof.interop.textsource import read_blocks

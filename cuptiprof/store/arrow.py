@@ -1,18 +1,20 @@
-"""Arrow arrays built from buffers, never through `pa.array()`.
+"""Arrow arrays built straight from numpy buffers, never through `pa.array()`.
 
-`pa.array()` (and `pa.table()` of lists or numpy arrays, which calls it) imports pandas on its
-first call when pandas is installed: 0.6 s and ~33 MB in a process cuptiprof profiles, landing
-between two of the program's steps. Everything that runs inside a profiled process (the
-collector, the recorder, the writer) builds its arrays here instead.
+pyarrow's converters (`pa.array()`, `pa.table()` of lists or numpy arrays, `Array.to_numpy()`)
+import pandas on first use when pandas is installed: 0.3-0.6 s and ~33 MB. In a process
+cuptiprof profiles that lands between two of the program's steps, and in `cuptiprof import` it
+is more than the rest of a small import. The collector, the recorder, the writer, the merge and
+the importers build their arrays here instead.
 
-    array(np.arange(3), pa.int32())                 # numeric numpy, cast like numpy's astype
+    array(np.arange(3), pa.int32())                 # numeric numpy; narrowing is range-checked
+    array(values, pa.int64(), ok)                   # ok: False where the value is NULL
+    array(values, mask=values < 0)                  # mask: True where NULL, as in pa.array
     array([1, None, 3], pa.int64())                 # Python values, None = NULL
-    array(["a", None], pa.string())
-    array(values, mask=values < 0)                  # mask True = NULL, as in pa.array
+    array(["a", None])                              # strings
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,77 +25,99 @@ _NUMERIC = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.i
 _FROM_NUMPY = {np.dtype(v): k for k, v in _NUMERIC.items()}
 
 
-def _bitmap(valid: np.ndarray | None) -> pa.Buffer | None:
-    if valid is None or valid.all():
+def ints(values: list) -> tuple[np.ndarray, np.ndarray | None]:
+    """A list of ints (None for missing) -> int64 values and a validity mask (None: all valid).
+    A number beyond 64 bits raises OverflowError."""
+    try:
+        return np.array(values, np.int64), None
+    except TypeError:  # a None among them
+        ok = np.array([v is not None for v in values], bool)
+        return np.array([0 if v is None else v for v in values], np.int64), ok
+
+
+def _bitmap(ok: np.ndarray | None) -> pa.Buffer | None:
+    if ok is None or ok.all():
         return None
-    return pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.py_buffer(np.packbits(ok, bitorder="little"))
 
 
-def _numeric(values: np.ndarray, typ: pa.DataType | None, valid: np.ndarray | None) -> pa.Array:
+def _numeric(values: np.ndarray, typ: pa.DataType | None, ok: np.ndarray | None) -> pa.Array:
+    """Fixed-width numpy values -> Arrow array of `typ`; rows where `ok` is False are NULL.
+    Integers that do not fit a narrower integer `typ` raise ValueError instead of wrapping."""
+    n = len(values)
     if typ is None:
-        typ = _FROM_NUMPY.get(values.dtype) if values.dtype != np.bool_ else pa.bool_()
+        typ = pa.bool_() if values.dtype == np.bool_ else _FROM_NUMPY.get(values.dtype)
         if typ is None:
             raise TypeError(f"no Arrow type for numpy {values.dtype}")
     if typ == pa.bool_():
-        data = pa.py_buffer(np.packbits(values.astype(bool, copy=False), bitorder="little"))
-    else:
-        if typ not in _NUMERIC:
-            raise TypeError(f"arrays of {typ} are not built here")
-        values = np.ascontiguousarray(values, dtype=_NUMERIC[typ])
-        if valid is not None and not valid.all():
-            values = np.where(valid, values, 0)   # NULL slots hold 0, as pa.array writes them
-        data = pa.py_buffer(values)
-    return pa.Array.from_buffers(typ, len(values), [_bitmap(valid), data])
+        data = np.packbits(values.astype(bool, copy=False), bitorder="little")
+        return pa.Array.from_buffers(typ, n, [_bitmap(ok), pa.py_buffer(data)])
+    want = _NUMERIC.get(typ)
+    if want is None:
+        raise TypeError(f"arrays of {typ} are not built here")
+    if values.dtype != want:
+        if n and values.dtype.kind in "iu" and np.dtype(want).kind in "iu":
+            check = values if ok is None else values[ok]
+            info = np.iinfo(want)
+            if len(check) and (check.min() < info.min or check.max() > info.max):
+                bad = check[(check < info.min) | (check > info.max)][0]
+                raise ValueError(f"value {bad} does not fit a {typ} column")
+        values = values.astype(want)
+    return pa.Array.from_buffers(typ, n, [_bitmap(ok), pa.py_buffer(np.ascontiguousarray(values))])
 
 
-def _strings(values: list, typ: pa.DataType) -> pa.Array:
-    valid = np.fromiter((v is not None for v in values), bool, len(values))
-    parts = [v.encode("utf-8") if v is not None else b"" for v in values]
-    ends = np.fromiter((len(p) for p in parts), np.int64, len(parts)).cumsum()
-    big = typ == pa.large_string() or (len(ends) and ends[-1] >= 2 ** 31)
-    if big and typ == pa.string():
-        raise OverflowError("more than 2 GiB of text in one string array")
-    offsets = np.zeros(len(parts) + 1, np.int64 if big else np.int32)
-    offsets[1:] = ends
-    return pa.Array.from_buffers(typ, len(parts), [_bitmap(valid), pa.py_buffer(offsets),
-                                                   pa.py_buffer(b"".join(parts))])
+def strings(values: list) -> pa.Array:
+    """A list of str (None for NULL) -> Arrow string array (large_string past 2 GiB of text)."""
+    n = len(values)
+    enc = [b"" if v is None else v.encode() for v in values]
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, enc), np.int64, n), out=offsets[1:])
+    ok = np.fromiter((v is not None for v in values), bool, n) if None in values else None
+    typ = pa.string() if offsets[-1] < (1 << 31) else pa.large_string()
+    off = offsets.astype(np.int32) if typ == pa.string() else offsets
+    return pa.Array.from_buffers(typ, n, [_bitmap(ok), pa.py_buffer(off),
+                                          pa.py_buffer(b"".join(enc))])
+
+
+def dictionary(codes, values: list) -> pa.DictionaryArray:
+    """A string column as integer codes into `values`: no string per row."""
+    return pa.DictionaryArray.from_arrays(array(np.asarray(codes), pa.int32()), strings(values))
 
 
 def array(values: Any, type: pa.DataType | None = None,  # noqa: A002 - pa.array's name
-          mask: np.ndarray | None = None) -> pa.Array:
-    """pa.array() without pandas: an Arrow array of `values` (numpy array, Arrow array or
-    Python sequence) of `type` (inferred when None: from the numpy dtype, or from the first
-    non-None Python value). `mask`: True where the value is NULL."""
+          ok: np.ndarray | None = None, *, mask: np.ndarray | None = None) -> pa.Array:
+    """An Arrow array of `values` (numpy array, Arrow array or Python sequence) of `type`
+    (inferred when None: from the numpy dtype, or from the first non-None Python value).
+    `ok`: False where the value is NULL; `mask`: True where it is NULL (pa.array's)."""
     typ = type
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         return values if typ is None or values.type == typ else values.cast(typ)
-    valid = None if mask is None else ~np.asarray(mask, bool)
+    if mask is not None:
+        keep = ~np.asarray(mask, bool)
+        ok = keep if ok is None else ok & keep
     if isinstance(values, np.ndarray) and values.dtype != object:
         if values.dtype.kind in "US":
-            return _with_mask(_strings(values.tolist(), typ or pa.string()), valid)
-        return _numeric(values, typ, valid)
+            return _with_nulls(strings(values.tolist()), ok)
+        return _numeric(values, typ, ok)
     values = list(values) if not isinstance(values, list) else values
     if typ is None:
         first = next((v for v in values if v is not None), None)
         typ = (pa.string() if isinstance(first, str) else pa.bool_() if isinstance(first, (bool, np.bool_))
                else pa.float64() if isinstance(first, (float, np.floating)) else pa.int64())
     if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-        return _with_mask(_strings(values, typ), valid)
-    nulls = np.fromiter((v is None for v in values), bool, len(values))
-    if nulls.any():
-        valid = ~nulls if valid is None else valid & ~nulls
+        return _with_nulls(strings(values), ok)
+    if None in values:
+        present = np.fromiter((v is not None for v in values), bool, len(values))
+        ok = present if ok is None else ok & present
         zero = False if typ == pa.bool_() else 0
         values = [zero if v is None else v for v in values]
-    if typ == pa.bool_():
-        return _numeric(np.array(values, bool), typ, valid)
-    dtype = _NUMERIC.get(typ)
-    if dtype is None:
+    if typ != pa.bool_() and typ not in _NUMERIC:
         raise TypeError(f"arrays of {typ} are not built here")
     # Python ints beyond the type raise OverflowError here, as pa.array does.
-    return _numeric(np.array(values, dtype=dtype), typ, valid)
+    return _numeric(np.array(values, dtype=bool if typ == pa.bool_() else _NUMERIC[typ]), typ, ok)
 
 
-def _with_mask(a: pa.Array, ok: np.ndarray | None) -> pa.Array:
+def _with_nulls(a: pa.Array, ok: np.ndarray | None) -> pa.Array:
     if ok is None or ok.all():
         return a
     both = ok if a.null_count == 0 else ok & valid(a)
@@ -101,8 +125,7 @@ def _with_mask(a: pa.Array, ok: np.ndarray | None) -> pa.Array:
 
 
 def valid(a: pa.Array) -> np.ndarray:
-    """Where an Arrow array is not NULL, as numpy bools, from its validity bitmap (pyarrow's
-    own conversions to numpy import pandas)."""
+    """Where an Arrow array is not NULL, as numpy bools, from its validity bitmap."""
     n = len(a)
     if not a.null_count:
         return np.ones(n, bool)
@@ -114,17 +137,6 @@ def valid(a: pa.Array) -> np.ndarray:
 
 def values(a: pa.Array) -> np.ndarray:
     """The value buffer of an integer Arrow array as numpy, without a copy (NULL slots hold
-    whatever the buffer has); Array.to_numpy() imports pandas."""
+    whatever the buffer has)."""
     dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(a.type) else 'u'}{a.type.bit_width // 8}")
     return np.frombuffer(a.buffers()[1], dtype, len(a), a.offset * dtype.itemsize)  # bytes
-
-
-def table(columns: dict[str, Any]) -> pa.Table:
-    """pa.table() over `array()` columns."""
-    return pa.table({k: array(v) for k, v in columns.items()})
-
-
-def dictionary(codes: Iterable, names: Iterable[str | None]) -> pa.DictionaryArray:
-    """Dictionary-encoded strings: int32 codes into `names`."""
-    return pa.DictionaryArray.from_arrays(array(np.asarray(codes, np.int32)),
-                                          array(list(names), pa.string()))
