@@ -3,8 +3,10 @@ that relies on them never importing pandas."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -50,9 +52,29 @@ def test_import_never_imports_pandas(tmp_path):
            "dur": 3.0, "args": {}}]
     src = tmp_path / "t.json"
     src.write_text(json.dumps({"traceEvents": ev}))
-    code = ("import sys; from cuptiprof.interop.importing import import_traces; "
-            f"import_traces([{str(src)!r}], {str(tmp_path / 'o.duckdb')!r}); "
-            "print('pandas' in sys.modules)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    _import_without_pandas(src, tmp_path)
+
+
+NSYS = Path(__file__).resolve().parents[2] / "shared/traces/pipit-nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+
+
+@pytest.mark.skipif(not NSYS.exists(), reason="../shared/traces is not here")
+def test_nsys_import_never_imports_pandas(tmp_path):
+    _import_without_pandas(NSYS, tmp_path)
+
+
+def _import_without_pandas(src, tmp_path):
+    """Import `src` in a fresh process beside a stand-in pandas that says when it is imported
+    (and then is "not installed"), so the check holds whether pandas is installed or not."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "pandas.py").write_text("import os\nopen(os.environ['PANDAS_MARK'], 'a').write('x')\n"
+                                    "raise ImportError('stand-in')\n")
+    mark = tmp_path / "pandas-imported"
+    root = Path(__file__).resolve().parents[1]
+    code = ("from cuptiprof.interop.importing import import_traces; "
+            f"import_traces([{str(src)!r}], {str(tmp_path / 'o.duckdb')!r})")
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{fake}", PANDAS_MARK=str(mark))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "False"
+    assert not mark.exists(), f"importing {src.name} imported pandas"

@@ -21,6 +21,7 @@ from cuptiprof import ranks
 from cuptiprof.errors import InputError
 from cuptiprof.interop.kineto import FileSummary
 from cuptiprof.interop.nesting import nest, steps_at
+from cuptiprof.store import arrow as AC
 
 BATCH_ROWS = 200_000
 # Used when the export carries no ENUM_* tables (schema 2.x).
@@ -66,11 +67,11 @@ class NsysFile:
             ids.append(i)
             vals.append(v)
         if not ids:
-            return pa.array([], pa.string())
+            return AC.array([], pa.string())
         dense = [None] * (max(ids) + 1)
         for i, v in zip(ids, vals):
             dense[i] = v
-        return pa.array(dense, pa.string())
+        return AC.array(dense, pa.string())
 
     def _cols(self, table: str) -> set[str]:
         return {r[1] for r in self.db.execute(f'PRAGMA table_info("{table}")')}
@@ -98,12 +99,11 @@ class NsysFile:
             yield [list(c) for c in zip(*rows)]
 
     def _names(self, ids) -> pa.Array:
-        idx = pa.array(ids, pa.int32())
-        n = len(self.strings)
-        arr = np.asarray(idx.fill_null(-1))
-        bad = (arr < 0) | (arr >= n)
-        if bad.any():
-            idx = pa.array(np.where(bad, 0, arr), pa.int32(), mask=bad)
+        arr, ok = AC.ints(ids)
+        bad = (arr < 0) | (arr >= len(self.strings))
+        if ok is not None:
+            bad |= ~ok
+        idx = AC.array(np.where(bad, 0, arr), pa.int32(), mask=bad)
         return pa.DictionaryArray.from_arrays(idx, self.strings)
 
     def _note(self, pids, dev, start, end):
@@ -147,12 +147,12 @@ class NsysFile:
         def base(c):
             pid = [_pid(g) for g in c[6]]
             self._note(pid, c[2], c[0], c[1])
-            return {"pid": pa.array(pid, pa.int32()), "start_ns": pa.array(c[0], pa.int64()),
-                    "end_ns": pa.array(c[1], pa.int64()), "device_id": pa.array(c[2], pa.int32()),
-                    "context_id": pa.array(c[3], pa.int32()),
-                    "stream_id": pa.array([s if s is None or s < 1 << 31 else None for s in c[4]],
+            return {"pid": AC.array(pid, pa.int32()), "start_ns": AC.array(c[0], pa.int64()),
+                    "end_ns": AC.array(c[1], pa.int64()), "device_id": AC.array(c[2], pa.int32()),
+                    "context_id": AC.array(c[3], pa.int32()),
+                    "stream_id": AC.array([s if s is None or s < 1 << 31 else None for s in c[4]],
                                           pa.int32()),
-                    "correlation_id": pa.array(c[5], pa.int64())}
+                    "correlation_id": AC.array(c[5], pa.int64())}
 
         t = "CUPTI_ACTIVITY_KIND_KERNEL"
         if t in self.tables:
@@ -165,9 +165,9 @@ class NsysFile:
                 cols["name"] = self._names(name)
                 for k, v in zip(("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                                  "registers", "static_smem", "dynamic_smem"), c[9:18]):
-                    cols[k] = pa.array(v, pa.int32())
-                cols["graph_id"] = pa.array(c[18], pa.int64())
-                cols["graph_node_id"] = pa.array(c[19], pa.int64())
+                    cols[k] = AC.array(v, pa.int32())
+                cols["graph_id"] = AC.array(c[18], pa.int64())
+                cols["graph_node_id"] = AC.array(c[19], pa.int64())
                 w.append({"kernels": cols})
                 self._count("kernel_rows", len(c[0]))
         t = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -175,22 +175,22 @@ class NsysFile:
             for c in self._select(t, common + ["bytes", "copyKind", "srcKind", "dstKind",
                                                "srcDeviceId", "dstDeviceId", "graphNodeId"]):
                 cols = base(c)
-                cols.update(bytes=pa.array(c[7], pa.int64()),
+                cols.update(bytes=AC.array(c[7], pa.int64()),
                             copy_kind=[copy.get(k, "unknown") for k in c[8]],
                             src_kind=[memk.get(k, "unknown") for k in c[9]],
                             dst_kind=[memk.get(k, "unknown") for k in c[10]],
-                            src_device_id=pa.array(c[11], pa.int32()),
-                            dst_device_id=pa.array(c[12], pa.int32()),
-                            graph_node_id=pa.array(c[13], pa.int64()))
+                            src_device_id=AC.array(c[11], pa.int32()),
+                            dst_device_id=AC.array(c[12], pa.int32()),
+                            graph_node_id=AC.array(c[13], pa.int64()))
                 w.append({"memcpys": cols})
                 self._count("memcpys", len(c[0]))
         t = "CUPTI_ACTIVITY_KIND_MEMSET"
         if t in self.tables:
             for c in self._select(t, common + ["bytes", "value", "memKind|memoryKind", "graphNodeId"]):
                 cols = base(c)
-                cols.update(bytes=pa.array(c[7], pa.int64()), value=pa.array(c[8], pa.int32()),
+                cols.update(bytes=AC.array(c[7], pa.int64()), value=AC.array(c[8], pa.int32()),
                             memory_kind=[memk.get(k, "unknown") for k in c[9]],
-                            graph_node_id=pa.array(c[10], pa.int64()))
+                            graph_node_id=AC.array(c[10], pa.int64()))
                 w.append({"memsets": cols})
                 self._count("memsets", len(c[0]))
         t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
@@ -198,7 +198,7 @@ class NsysFile:
             for c in self._select(t, common + ["syncType", "eventId"]):
                 cols = base(c)
                 cols.update(sync_type=[sync.get(k, "unknown") for k in c[7]],
-                            cuda_event_id=pa.array(c[8], pa.int64()))
+                            cuda_event_id=AC.array(c[8], pa.int64()))
                 w.append({"syncs": cols})
                 self._count("syncs", len(c[0]))
 
@@ -264,16 +264,16 @@ class NsysFile:
         def ids(ix):
             ix = np.asarray(ix)
             v = np.where(ix >= 0, range_id[np.maximum(ix, 0)] if len(range_id) else 0, 0)
-            return pa.array(v, pa.int64(), mask=ix < 0)
+            return AC.array(v, pa.int64(), mask=ix < 0)
 
         def neg_null(v, typ=pa.int32()):
             v = np.asarray(v)
-            return pa.array(v, typ, mask=v < 0)
+            return AC.array(v, typ, mask=v < 0)
 
         for lo in range(0, len(r_start), BATCH_ROWS):
             sl = slice(lo, lo + BATCH_ROWS)
             w.append({"ranges": {
-                "pid": pa.array(r_pid[sl], pa.int32()), "range_id": range_id[sl],
+                "pid": AC.array(r_pid[sl], pa.int32()), "range_id": range_id[sl],
                 "parent_id": ids(parent[sl]), "depth": depth[sl], "name": texts[sl],
                 "domain": ranges["domain"][sl], "thread_id": r_gtid[sl] & 0xFFFFFF,
                 "start_ns": r_start[sl], "end_ns": r_end[sl],
@@ -283,19 +283,19 @@ class NsysFile:
         for lo in range(0, len(c_start), BATCH_ROWS):
             sl = slice(lo, lo + BATCH_ROWS)
             w.append({"api_calls": {
-                "pid": pa.array(c_pid[sl], pa.int32()), "thread_id": c_gtid[sl] & 0xFFFFFF,
+                "pid": AC.array(c_pid[sl], pa.int32()), "thread_id": c_gtid[sl] & 0xFFFFFF,
                 "api_kind": ["driver" if d else "runtime" for d in calls["driver"][sl]],
                 "name": self._names(calls["name"][sl]),
-                "correlation_id": pa.array(calls["corr"][sl], pa.int64()),
+                "correlation_id": AC.array(calls["corr"][sl], pa.int64()),
                 "start_ns": c_start[sl], "end_ns": c_end[sl],
-                "return_code": pa.array(calls["ret"][sl], pa.int32()),
+                "return_code": AC.array(calls["ret"][sl], pa.int32()),
                 "step": neg_null(c_step[sl]), "range_id": ids(c_range[sl])}})
         self._count("api_call_rows", len(c_start))
         corr = np.array([c if c is not None else -1 for c in calls["corr"]], np.int64)
         keep = corr >= 0
         if not keep.any():
             return
-        link = pa.table({"pid": pa.array(c_pid[keep], pa.int32()), "correlation_id": corr[keep],
+        link = pa.table({"pid": AC.array(c_pid[keep], pa.int32()), "correlation_id": AC.array(corr[keep]),
                          "step": neg_null(c_step[keep]), "range_id": ids(c_range[keep])})
         con = w.con
         con.register("_cuptiprof_link", link)
@@ -340,8 +340,8 @@ class NsysFile:
             if rank.rank is None and len(pids) == 1:
                 rank = rank._replace(rank=ranks.from_name(self.path.name))
             w.append({"processes": {
-                "pid": pa.array(pids, pa.int32()), "host": [host] * len(pids),
-                **{k: pa.array([v] * len(pids), pa.int32()) for k, v in rank._asdict().items()},
+                "pid": AC.array(pids, pa.int32()), "host": [host] * len(pids),
+                **{k: AC.array([v] * len(pids), pa.int32()) for k, v in rank._asdict().items()},
                 "command": [names.get(p) or str(self.path) for p in pids],
                 "start_ns": [self.spans[p][0] for p in pids], "end_ns": [self.spans[p][1] for p in pids]}})
         gpus = {}
@@ -356,15 +356,15 @@ class NsysFile:
         if rows:
             g = [gpus.get(d) or (d,) + (None,) * 9 for _, d in rows]
             w.append({"devices": {
-                "pid": pa.array([p for p, _ in rows], pa.int32()),
-                "device_id": pa.array([d for _, d in rows], pa.int32()),
+                "pid": AC.array([p for p, _ in rows], pa.int32()),
+                "device_id": AC.array([d for _, d in rows], pa.int32()),
                 "kind": ["gpu"] * len(rows), "name": [x[1] for x in g], "uuid": [x[2] for x in g],
                 "compute_capability": [f"{x[3]}.{x[4]}" if x[3] is not None else None for x in g],
-                "sm_count": pa.array([x[5] for x in g], pa.int32()),
-                "core_clock_mhz": pa.array([x[6] / 1e6 if x[6] else None for x in g], pa.float64()),
-                "memory_bytes": pa.array([x[7] for x in g], pa.int64()),
-                "l2_bytes": pa.array([x[8] for x in g], pa.int64()),
-                "peak_memory_bw_gbps": pa.array([x[9] / 1e9 if x[9] else None for x in g], pa.float64()),
+                "sm_count": AC.array([x[5] for x in g], pa.int32()),
+                "core_clock_mhz": AC.array([x[6] / 1e6 if x[6] else None for x in g], pa.float64()),
+                "memory_bytes": AC.array([x[7] for x in g], pa.int64()),
+                "l2_bytes": AC.array([x[8] for x in g], pa.int64()),
+                "peak_memory_bw_gbps": AC.array([x[9] / 1e9 if x[9] else None for x in g], pa.float64()),
                 "source": ["trace"] * len(rows)}})
         if not self.rows.get("kernel_rows") and not self.rows.get("memcpys"):
             w.add_quality("missing_kind", "kernel", 0,
