@@ -24,6 +24,7 @@ from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY, families
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError
 from cuptiprof.store.files import check_schema_version, require_duckdb
+from cuptiprof.store import arrow
 from cuptiprof.store.files import connect_error
 from cuptiprof.store.quality import STEP_INCOMPLETE
 
@@ -167,8 +168,8 @@ class Comparison:
             names.update(n for (n,) in con.execute(
                 f"SELECT DISTINCT name FROM {db}.gpu_activities WHERE name IS NOT NULL").fetchall())
         fam = families(names)
-        con.register("_cmp_families", pa.table({"name": pa.array(list(fam), pa.string()),
-                                                "family": pa.array(list(fam.values()), pa.string())}))
+        con.register("_cmp_families", pa.table({"name": arrow.array(list(fam), pa.string()),
+                                                "family": arrow.array(list(fam.values()), pa.string())}))
         con.execute("CREATE TEMP TABLE cmp_families AS SELECT * FROM _cmp_families")
         con.unregister("_cmp_families")
         template = catalog.compare_sql("act")
@@ -227,7 +228,7 @@ class Comparison:
         types = [pa.int32(), pa.int32(), pa.int32(), pa.int32(), pa.string(), pa.string(), pa.string(),
                  pa.int32(), pa.float64(), pa.float64(), pa.float64(), pa.float64(), pa.float64(),
                  pa.float64(), pa.float64(), pa.string(), pa.string(), pa.string(), pa.string()]
-        tbl = pa.table({c: pa.array([row[i] for row in rows], t) for i, (c, t) in enumerate(zip(cols, types))})
+        tbl = pa.table({c: arrow.array([row[i] for row in rows], t) for i, (c, t) in enumerate(zip(cols, types))})
         self.con.register("_cmp_devices", tbl)
         self.con.execute("CREATE OR REPLACE TEMP TABLE cmp_devices AS SELECT * FROM _cmp_devices")
         self.con.unregister("_cmp_devices")
@@ -246,9 +247,9 @@ class Comparison:
                          f"{catalog.compare_sql('throughput')}")
 
     def set_work(self, work: Sequence[Work]) -> None:
-        tbl = pa.table({"pattern": pa.array([w.pattern for w in work], pa.string()),
-                        "gflop": pa.array([w.gflop for w in work], pa.float64()),
-                        "gbytes": pa.array([w.gbytes for w in work], pa.float64())})
+        tbl = pa.table({"pattern": arrow.array([w.pattern for w in work], pa.string()),
+                        "gflop": arrow.array([w.gflop for w in work], pa.float64()),
+                        "gbytes": arrow.array([w.gbytes for w in work], pa.float64())})
         self.con.register("_cmp_work", tbl)
         self.con.execute("CREATE OR REPLACE TEMP TABLE cmp_work AS SELECT * FROM _cmp_work")
         self.con.unregister("_cmp_work")
@@ -344,7 +345,7 @@ class Comparison:
             devs = [d for d in per_run.get(r.index, []) if d["kind"] == "gpu"] or per_run.get(r.index, [])
             out[r.letter] = [" / ".join("" if d[f] is None else _short(d[f]) for d in devs) or None
                              for f in fields]
-        return pa.table(out)
+        return pa.table({k: arrow.array(v, pa.string()) for k, v in out.items()})
 
     def rank_shift(self, top: int = 10) -> pa.Table:
         """Rank of the top keys in every file (for the bump chart)."""
