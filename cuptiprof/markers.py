@@ -70,6 +70,17 @@ def _nvtx_attrs(domain: Any, name: str, payload: Any) -> Any:
     return a
 
 
+def _compiling() -> bool:
+    """True while torch.compile traces the code a range is in. The range then stays out of the
+    graph (no graph break, no recompile): code compiled with ranges in it runs as it would
+    without them, and its kernels count for the enclosing range."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return is_compiling is not None and is_compiling()
+
+
 def _report(exc: BaseException) -> None:
     """Profiling must never break the program: say it once, stop profiling ranges."""
     global _failed, _session
@@ -89,7 +100,9 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     """A named range: context manager and decorator.
 
     name: 'step' marks a step (give step=i), 'warmup' marks warm-up, anything else is a user
-    range. Steps do not nest: a 'step' opened inside a step is a user range of that step. attrs: extra attributes stored with the range (JSON); an int `step` is also sent as
+    range. Steps do not nest: a 'step' opened inside a step is a user range of that step.
+    Inside code that torch.compile traces a range does nothing, so the compiled code is the same
+    with or without it; its kernels count for the enclosing range. attrs: extra attributes stored with the range (JSON); an int `step` is also sent as
     the NVTX payload. One object may be entered again after it exits (and recursively); as a
     decorator every call opens its own range.
     """
@@ -102,7 +115,7 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
         self._tokens: list = []
 
     def __enter__(self) -> "range":
-        if _disabled:
+        if _disabled or _compiling():
             return self
         s = _session
         tok = None
@@ -122,7 +135,7 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if _disabled:
+        if _disabled or _compiling():
             return False
         tok, d = self._tokens.pop() if self._tokens else (None, None)
         if d is not None:

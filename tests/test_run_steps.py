@@ -266,3 +266,33 @@ def test_step_fn_on_a_torch_compiled_module_leaves_its_graph_alone(tmp_path):
     assert "graphs 1 breaks 0" in r.stdout, r.stdout + r.stderr
     assert "Dynamo" not in r.stderr and "marking a step failed" not in r.stderr
     assert _steps(tmp_path / "t.duckdb") == [("warmup", 0)] + [("step", i) for i in range(1, 5)]
+
+
+def test_cuptiprof_range_inside_compiled_code_leaves_the_graph_alone(tmp_path):
+    """A cuptiprof.range inside code torch.compile traces stays out of the graph: the frame
+    compiles to one graph with no break (it was not compiled at all: 0 graphs), and the
+    kernels count for the enclosing step."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import torch, cuptiprof
+        from torch._dynamo.utils import counters
+
+        class M(torch.nn.Module):
+            def forward(self, x):
+                with cuptiprof.range("inner"):
+                    return torch.relu(x * 2 + 1)
+
+        m = torch.compile(M(), backend="eager")
+        x = torch.ones(8)
+        for i in range(3):
+            with cuptiprof.range("step", step=i):
+                y = m(x)
+        print("y", float(y.sum()))
+        print("graphs", counters["stats"]["unique_graphs"],
+              "breaks", sum(counters["graph_break"].values()))
+    """)
+    r = cli(["run", "-o", "g.duckdb", "--no-report", "--", PY, p], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "y 24.0" in r.stdout and "graphs 1 breaks 0" in r.stdout, r.stdout + r.stderr
+    assert "Dynamo" not in r.stderr
+    assert _steps(tmp_path / "g.duckdb") == [("step", 0), ("step", 1), ("step", 2)]
