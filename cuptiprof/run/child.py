@@ -55,10 +55,6 @@ def activate() -> None:
              "Python cuptiprof is installed in")
         return
     mode = {"profile": "cpu", "light": "light", "time": "time"}.get(s.mode, "cpu")
-    # A run that ends before its first flush writes everything at exit, and pyarrow's first
-    # array imports pandas (when installed), which imports this module: at exit that import
-    # fails ("can't register atexit after shutdown") and the part file would be lost.
-    import concurrent.futures.thread  # noqa: F401
     _rec = Recorder(s, parts, mode)
     _rec.write_marker(list(sys.argv) or [sys.executable])
     if s.mode == "profile" and s.gpu:

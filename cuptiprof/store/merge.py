@@ -23,9 +23,9 @@ import numpy as np
 
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, StoreError
-from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, table_columns
 from cuptiprof.store import arrow
 from cuptiprof.store.files import check_schema_version
+from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, table_columns
 from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
 

@@ -520,7 +520,7 @@ def _with_nulls(values) -> tuple[np.ndarray, np.ndarray]:
 def _int_array(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     """An int32 (for int32 input) or int64 Arrow array; `valid`: False where the value is NULL."""
     typ = pa.int32() if values.dtype == np.int32 else pa.int64()
-    return arrow.array(values, typ, mask=None if valid is None else ~valid)
+    return arrow.array(values, typ, valid)
 
 
 _WORK_TABLES = ("kernel_rows", "memcpys", "memsets")  # GPU work: what busy time is made of
