@@ -240,3 +240,52 @@ def test_control_characters_in_names_are_stripped_from_tables(tmp_path):
         print_reports(prof, ["ops"], "table", out=out)
     assert "\x1b" not in out.getvalue() and "\u202e" not in out.getvalue()
     assert "evil[31mname" in out.getvalue()
+
+
+def test_a_step_an_exception_ended_is_marked_and_left_out_of_the_spread(golden_run, tmp_path):
+    """A step cut short (data_quality step_incomplete) is shown as incomplete in `steps`, and the
+    spread statistics and busy_vs_median_pct are over the complete steps only."""
+    import shutil
+
+    import duckdb
+
+    path = tmp_path / "cut.duckdb"
+    shutil.copyfile(golden_run, path)
+    with cuptiprof.open(golden_run) as prof:
+        before = [dict(zip(prof.report("step_spread").columns, r))
+                  for r in prof.report("step_spread").fetchall()]
+        steps = [dict(zip(prof.steps_report().columns, r)) for r in prof.steps_report().fetchall()]
+    dev0 = [r for r in steps if r["device_id"] == 0]
+    run_id, pid = dev0[0]["run_id"], dev0[0]["pid"]
+    with duckdb.connect(str(path)) as con:
+        con.execute("INSERT INTO data_quality (run_id, pid, check_name, subject, detail) VALUES "
+                    "(?, ?, 'step_incomplete', '2', 'step 2 was ended early by KeyboardInterrupt')",
+                    [run_id, pid])
+    with cuptiprof.open(path) as prof:
+        spread = {r[2]: dict(zip(prof.report("step_spread").columns, r))
+                  for r in prof.report("step_spread").fetchall()}
+        after = [dict(zip(prof.steps_report().columns, r)) for r in prof.steps_report().fetchall()]
+    assert all(r["complete"] for r in steps)
+    cut = {(r["pid"], r["device_id"], r["step"]) for r in after if not r["complete"]}
+    assert cut == {(pid, r["device_id"], 2) for r in after if r["pid"] == pid and r["step"] == 2}
+    busy = sorted(r["busy_ms"] for r in dev0 if r["step"] != 2)
+    assert spread[0]["steps"] == len(busy) and spread[0]["incomplete"] == 1
+    assert spread[0]["busy_median_ms"] == pytest.approx((busy[0] + busy[1]) / 2)
+    assert spread[0]["busy_min_ms"] == pytest.approx(busy[0])
+    old0 = next(r for r in before if r["device_id"] == 0)
+    assert old0["steps"] == len(busy) + 1 and old0["incomplete"] == 0
+    # The typical step of the HTML report is never the cut one; its bar is marked.
+    from cuptiprof.analyse.compare import median_step
+    from cuptiprof.render.html import write_report
+
+    with cuptiprof.open(path) as prof:
+        assert median_step(prof) in (1, 3)
+        html = write_report(prof, tmp_path / "r.html").read_text()
+    assert ">2*</text>" in html and "ended early by an exception" in html
+    with cuptiprof.open(golden_run) as prof:
+        assert median_step(prof) == 2
+        assert "ended early" not in write_report(prof, tmp_path / "g.html").read_text()
+    # The cut step is measured against the median of the complete ones.
+    row2 = next(r for r in after if r["device_id"] == 0 and r["step"] == 2)
+    median = (busy[0] + busy[1]) / 2
+    assert row2["busy_vs_median_pct"] == pytest.approx(100 * (row2["busy_ms"] / median - 1))

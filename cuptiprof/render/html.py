@@ -291,15 +291,22 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
                         f'{fmt_value(o["pct_gpu_time"])}% of GPU time') for o in ops], cls="plot ops"))
     # per step, summed over devices and processes
     per_step: dict = {}
+    cut = set()  # steps an exception ended early: labelled so, as their bars are short
     for s in steps:
         if s["step"] is None:
             continue
         d = per_step.setdefault(s["step"], {p: 0.0 for p in PARTS})
         for p in PARTS:
             d[p] += s.get(f"{p}_ms") or 0.0
+        if s.get("complete") is False:
+            cut.add(s["step"])
     body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: kernel, copy and memset "
                 "time (summed durations), host sync time, and GPU idle time inside the step's GPU window.</p>")
-    body.append(stacked_columns([(str(k), v) for k, v in sorted(per_step.items())]))
+    body.append(stacked_columns([(f"{k}*" if k in cut else str(k), v)
+                                 for k, v in sorted(per_step.items())]))
+    if cut:
+        body.append('<p class="note">* ended early by an exception (a Ctrl-C, an error): the bar '
+                    "covers only the part of the step that ran.</p>")
     body.append("<h2>Kinds</h2>")
     body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["total_ms"],
                         f'{k["kind"]} {k["detail"] or ""}: {fmt_value(k["total_ms"])} ms, {k["count"]} calls')

@@ -2,7 +2,8 @@
 -- run_id: run inside the file
 -- pid: process
 -- device_id: CUDA device ordinal
--- steps: steps with GPU work
+-- steps: complete steps with GPU work (the statistics below are over these)
+-- incomplete: steps left out because the program's exception ended them early (data_quality 'step_incomplete')
 -- busy_median_ms: median busy time per step
 -- busy_min_ms: fastest step
 -- busy_max_ms: slowest step
@@ -12,12 +13,22 @@
 WITH per AS (
     SELECT run_id, pid, device_id, step, busy_ns / 1e6 AS busy_ms, (end_ns - start_ns) / 1e6 AS window_ms
     FROM sel_busy WHERE step IS NOT NULL
+), marked AS (
+    SELECT p.*, EXISTS (SELECT 1 FROM data_quality q WHERE q.check_name = 'step_incomplete'
+                        AND q.run_id = p.run_id AND q.pid = p.pid
+                        AND q.subject = CAST(p.step AS VARCHAR)) AS cut
+    FROM per p
 )
-SELECT run_id, pid, device_id, count(*) AS steps,
-       median(busy_ms) AS busy_median_ms, min(busy_ms) AS busy_min_ms, max(busy_ms) AS busy_max_ms,
-       100.0 * stddev_samp(busy_ms) / nullif(avg(busy_ms), 0) AS busy_cv_pct,
-       median(window_ms) AS window_median_ms,
-       100.0 * (max(window_ms) - min(window_ms)) / nullif(median(window_ms), 0) AS window_spread_pct
-FROM per
+SELECT run_id, pid, device_id, count(*) FILTER (WHERE NOT cut) AS steps,
+       count(*) FILTER (WHERE cut) AS incomplete,
+       median(busy_ms) FILTER (WHERE NOT cut) AS busy_median_ms,
+       min(busy_ms) FILTER (WHERE NOT cut) AS busy_min_ms,
+       max(busy_ms) FILTER (WHERE NOT cut) AS busy_max_ms,
+       100.0 * stddev_samp(busy_ms) FILTER (WHERE NOT cut)
+             / nullif(avg(busy_ms) FILTER (WHERE NOT cut), 0) AS busy_cv_pct,
+       median(window_ms) FILTER (WHERE NOT cut) AS window_median_ms,
+       100.0 * (max(window_ms) FILTER (WHERE NOT cut) - min(window_ms) FILTER (WHERE NOT cut))
+             / nullif(median(window_ms) FILTER (WHERE NOT cut), 0) AS window_spread_pct
+FROM marked
 GROUP BY run_id, pid, device_id
 ORDER BY run_id, pid, device_id NULLS LAST

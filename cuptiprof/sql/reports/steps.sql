@@ -15,7 +15,8 @@
 -- sync_ms: host time spent waiting in synchronization calls
 -- top_op: the op with the most summed time in the step
 -- top_op_ms: its summed time
--- busy_vs_median_pct: busy time relative to the median step of the same device, in percent (step-to-step spread)
+-- complete: FALSE for a step the program's exception (a Ctrl-C, an error) ended early (data_quality 'step_incomplete'): its numbers cover only the part that ran
+-- busy_vs_median_pct: busy time relative to the median complete step of the same device, in percent (step-to-step spread)
 -- Kernels group on integer keys alone (name ids); copies and memsets on their name.
 WITH optot AS (
     SELECT run_id, pid, device_id, step, 'kernel' AS kind, name_id, NULL::VARCHAR AS name, n, t
@@ -57,7 +58,14 @@ WITH optot AS (
     LEFT JOIN strings s ON s.string_id = p.top.name_id
     FULL OUTER JOIN sel_steps h ON h.run_id = p.run_id AND h.pid = p.pid AND h.step = p.step
 )
-SELECT *, 100.0 * (busy_ms / nullif(median(busy_ms) OVER (PARTITION BY run_id, pid, device_id), 0) - 1)
+, marked AS (
+    SELECT j.*, NOT EXISTS (SELECT 1 FROM data_quality q WHERE q.check_name = 'step_incomplete'
+                            AND q.run_id = j.run_id AND q.pid = j.pid
+                            AND q.subject = CAST(j.step AS VARCHAR)) AS complete
+    FROM joined j
+)
+SELECT *, 100.0 * (busy_ms / nullif(median(busy_ms) FILTER (WHERE complete)
+                                    OVER (PARTITION BY run_id, pid, device_id), 0) - 1)
           AS busy_vs_median_pct
-FROM joined
+FROM marked
 ORDER BY run_id, pid, device_id NULLS LAST, step
