@@ -296,3 +296,38 @@ def test_cuptiprof_range_inside_compiled_code_leaves_the_graph_alone(tmp_path):
     assert "y 24.0" in r.stdout and "graphs 1 breaks 0" in r.stdout, r.stdout + r.stderr
     assert "Dynamo" not in r.stderr
     assert _steps(tmp_path / "g.duckdb") == [("step", 0), ("step", 1), ("step", 2)]
+
+
+@pytest.mark.parametrize("collector", [False, True], ids=["recorder", "collector"])
+def test_step_fn_and_the_programs_own_steps_mixed_are_flagged(tmp_path, collector):
+    """--step-fn steps and the program's own cuptiprof.range('step') outside them form one
+    numbering: the run says so (a warning, a data_quality row). Nested, they do not mix: the
+    inner one is a range of the outer step, and nothing is flagged."""
+    script(tmp_path, "def work(x):\n    return x + 1\n", name="work_mod.py")
+    p = script(tmp_path, """
+        import sys
+        import cuptiprof
+        from work_mod import work
+        for i in range(3):
+            if sys.argv[1] == "mixed":
+                work(i)                          # a --step-fn step
+                with cuptiprof.range("step"):    # and one of the program's own
+                    pass
+            else:
+                with cuptiprof.range("step"):
+                    work(i)                      # inside the program's step: a range of it
+    """)
+    extra = {"CUPTIPROF_FAKE_CUPTI": "1"} if collector else {}
+    for how in ("mixed", "nested"):
+        out = f"{how}.duckdb"
+        r = cli(["run", "-o", out, "--no-report", "--step-fn", "work_mod:work", "--", PY, p, how],
+                tmp_path, **extra)
+        assert r.returncode == 0, r.stderr
+        rows = q(tmp_path / out, "SELECT detail FROM data_quality WHERE check_name = 'steps_mixed'")
+        steps = q(tmp_path / out, "SELECT count(*) FROM ranges WHERE kind = 'step'")[0][0]
+        if how == "mixed":
+            assert len(rows) == 1 and rows[0][0].startswith(
+                "3 steps came from --step-fn and 3 from the program's own"), rows
+            assert "numbered as one sequence" in r.stderr and steps == 6
+        else:
+            assert rows == [] and "numbered as one sequence" not in r.stderr and steps == 3

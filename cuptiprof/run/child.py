@@ -114,7 +114,9 @@ class _Step:
         self.name, self.step, self.h = name, step, None
 
     def __enter__(self):
+        global _marked
         try:
+            before = _steps_seen()
             if _collector is not None:
                 import cuptiprof
 
@@ -122,6 +124,7 @@ class _Step:
                 self.h.__enter__()
             elif _rec is not None:
                 self.h = _rec.begin(self.name, is_step=True, step=self.step)
+            _marked += _steps_seen() - before   # 0 where it opened inside a step: not a step
         except Exception as exc:  # the program's step runs whatever happens here
             self.h = None
             _steps_failed(exc)
@@ -141,6 +144,30 @@ class _Step:
 
 
 _steps_warned = False
+_marked = 0   # steps --step-fn / --step-range began (warm-up included), to tell them from the program's
+_seen_base = 0  # steps begun before this process forked from its parent (counted there)
+
+
+def _steps_seen() -> int:
+    """Steps (warm-up included) that whoever records this process has begun so far."""
+    if _collector is not None:
+        return _collector.steps_seen
+    return _rec.seen if _rec is not None else 0
+
+
+MIXED_STEPS = "steps_mixed"
+
+
+def _mixed_steps() -> str | None:
+    """When --step-fn/--step-range and the program's own cuptiprof.range('step') both began
+    steps (neither inside the other), the two are numbered as one sequence: say so."""
+    own = _steps_seen() - _seen_base - _marked
+    if not _marked or own <= 0:
+        return None
+    how = "--step-fn" if _rec is not None and _rec.s.step_fn else "--step-range"
+    return (f"{_marked} steps came from {how} and {own} from the program's own "
+            "cuptiprof.range('step') outside them; they are counted (warm-up included) and "
+            "numbered as one sequence: mark steps one way")
 
 
 def _steps_failed(exc: Exception) -> None:
@@ -436,6 +463,16 @@ def _install_logging(level: str) -> None:
 
 # -- the end -------------------------------------------------------------------------------------
 def _at_exit() -> None:
+    mixed = _mixed_steps()
+    if mixed is not None:
+        warn(mixed)
+        try:
+            if _collector is not None:
+                _collector.writer.add_quality(MIXED_STEPS, None, None, mixed)
+            elif _rec is not None and _rec.mode != "time":
+                _rec._quality(MIXED_STEPS, None, mixed)
+        except Exception:
+            pass
     if _collector is not None:
         try:
             _collector.stop(status=_status)
@@ -498,11 +535,12 @@ def _install_sigterm() -> None:
 
 
 def _after_fork() -> None:
-    global _collector
+    global _collector, _marked, _seen_base
     if _rec is None:
         return
     _rec.forget_after_fork()
     _collector = None   # CUPTI state does not survive fork
+    _marked, _seen_base = 0, _steps_seen()
     _rec.write_marker(list(sys.argv))
     # multiprocessing's fork children leave through os._exit: atexit never runs there.
     util = sys.modules.get("multiprocessing.util")
