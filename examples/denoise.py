@@ -256,9 +256,11 @@ def main(argv=None) -> int:
         # the timestep lives on the host (the scheduler's table) and is copied per step
         t = sched.timesteps[i].repeat(2 * b).to(device, non_blocking=cuda)
         x = torch.cat([latents, latents])
-        eps_c, eps_u = model(x, t, y).chunk(2)
-        eps = eps_u + args.guidance * (eps_c - eps_u)
-        latents = sched.step(eps.float(), i, latents.float()).to(dtype)
+        with mark("transformer"):
+            eps_c, eps_u = model(x, t, y).chunk(2)
+        with mark("scheduler"):
+            eps = eps_u + args.guidance * (eps_c - eps_u)
+            latents = sched.step(eps.float(), i, latents.float()).to(dtype)
         preview.copy_(latents, non_blocking=cuda)   # device -> host (a progress preview)
         sync()
         return latents

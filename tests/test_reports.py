@@ -22,7 +22,8 @@ from cuptiprof.synthetic import synthetic_batches, write_synthetic
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("CUPTIPROF_REGEN_GOLDEN") == "1"
-REPORTS = ("overview", "ops", "kinds", "steps", "step_spread", "devices", "streams", "outliers", "quality")
+REPORTS = ("overview", "ops", "ranges", "kinds", "steps", "step_spread", "devices", "streams", "outliers",
+           "quality")
 
 
 def write_fixture(path: Path) -> Path:
@@ -289,3 +290,64 @@ def test_a_step_an_exception_ended_is_marked_and_left_out_of_the_spread(golden_r
     row2 = next(r for r in after if r["device_id"] == 0 and r["step"] == 2)
     median = (busy[0] + busy[1]) / 2
     assert row2["busy_vs_median_pct"] == pytest.approx(100 * (row2["busy_ms"] / median - 1))
+
+
+def _ranges_file(path: Path) -> Path:
+    """Two steps; in step 0 attn > inner > attn (a name nested in itself) and mlp, in step 1 attn."""
+    t = 1_700_000_000_000_000_000
+    us = 1_000
+    # range_id, parent_id, depth, name, kind, step, start, end (us after t)
+    rows = [(1, None, 0, "step", "step", 0, 0, 500), (2, 1, 1, "attn", "user", 0, 10, 200),
+            (3, 2, 2, "inner", "user", 0, 20, 150), (4, 3, 3, "attn", "user", 0, 30, 100),
+            (5, 1, 1, "mlp", "user", 0, 300, 400), (6, None, 0, "step", "step", 1, 1000, 1500),
+            (7, 6, 1, "attn", "user", 1, 1010, 1100)]
+    ranges = {"range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
+              "depth": pa.array([r[2] for r in rows], pa.int32()), "name": [r[3] for r in rows],
+              "kind": [r[4] for r in rows], "step": pa.array([r[5] for r in rows], pa.int32()),
+              "thread_id": [7] * len(rows), "start_ns": [t + r[6] * us for r in rows],
+              "end_ns": [t + r[7] * us for r in rows]}
+    # name, range_id, step, start, duration (us)
+    ks = [("kA", 2, 0, 10, 10), ("kB", 3, 0, 40, 20), ("kB", 4, 0, 70, 30), ("kC", 5, 0, 300, 40),
+          ("kD", 1, 0, 400, 5), ("kA", 7, 1, 1010, 7)]
+    kernels = {"device_id": pa.array([0] * len(ks), pa.int32()), "stream_id": pa.array([7] * len(ks), pa.int32()),
+               "name": [k[0] for k in ks], "range_id": [k[1] for k in ks],
+               "step": pa.array([k[2] for k in ks], pa.int32()),
+               "start_ns": [t + k[3] * us for k in ks], "end_ns": [t + (k[3] + k[4]) * us for k in ks]}
+    memcpys = {"device_id": pa.array([0], pa.int32()), "stream_id": pa.array([7], pa.int32()),
+               "copy_kind": ["HtoD"], "bytes": [64], "range_id": [3], "step": pa.array([0], pa.int32()),
+               "start_ns": [t + 120 * us], "end_ns": [t + 121 * us]}
+    with Writer(path, RunInfo(source="synthetic"), pid=1) as w:
+        w.append({"ranges": ranges, "kernels": kernels, "memcpys": memcpys})
+    return path
+
+
+def test_ranges_report_counts_nested_work_for_every_enclosing_range(tmp_path):
+    path = _ranges_file(tmp_path / "r.duckdb")
+    with cuptiprof.open(path) as prof:
+        rel = prof.report("ranges")
+        got = {r[0]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
+    assert set(got) == {"attn", "inner", "mlp"}          # steps are not the program's ranges
+    attn, inner, mlp = got["attn"], got["inner"], got["mlp"]
+    # attn holds kA, both kB (one through inner), the copy under inner and step 1's kA; the attn
+    # nested in inner (a name inside itself) does not count its kB twice.
+    assert (attn["calls"], attn["gpu_calls"]) == (3, 5)
+    assert attn["gpu_ms"] == pytest.approx(0.068) and attn["self_gpu_ms"] == pytest.approx(0.047)
+    assert attn["top_kernel"] == "kB" and attn["depth"] == 1
+    assert attn["host_ms"] == pytest.approx(0.190 + 0.070 + 0.090)
+    assert attn["gpu_us_per_call"] == pytest.approx(68 / 3)
+    assert (inner["gpu_calls"], inner["depth"]) == (3, 2)
+    assert inner["gpu_ms"] == pytest.approx(0.051) and inner["self_gpu_ms"] == pytest.approx(0.021)
+    assert mlp["gpu_ms"] == pytest.approx(0.040) == pytest.approx(mlp["self_gpu_ms"])
+    assert attn["pct_gpu_time"] == pytest.approx(100 * 68 / 113)
+    from cuptiprof.render.html import write_report
+
+    with cuptiprof.open(path) as prof:
+        html = write_report(prof, tmp_path / "r.html").read_text()
+    assert "The program&#x27;s ranges" in html or "The program's ranges" in html
+    assert "attn: 0.068 ms in 3 calls" in html
+    # --steps 1: only step 1's range and work
+    with cuptiprof.open(path, steps="1") as prof:
+        rel = prof.report("ranges")
+        rows = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+    assert [(r["range"], r["calls"], r["gpu_calls"]) for r in rows] == [("attn", 1, 1)]
+    assert rows[0]["gpu_ms"] == pytest.approx(0.007) and rows[0]["pct_gpu_time"] == pytest.approx(100)

@@ -331,3 +331,42 @@ def test_step_fn_and_the_programs_own_steps_mixed_are_flagged(tmp_path, collecto
             assert "numbered as one sequence" in r.stderr and steps == 6
         else:
             assert rows == [] and "numbered as one sequence" not in r.stderr and steps == 3
+
+
+def test_cpu_ops_nest_in_the_programs_ranges(tmp_path):
+    """Without a GPU, torch ops recorded by torch.profiler nest in the cuptiprof.range open on
+    their thread when they ran, so `report --by range` finds the work of each range."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import threading, torch, cuptiprof
+        x = torch.ones(64, 64)
+        for i in range(3):
+            with cuptiprof.range("step", step=i):
+                with cuptiprof.range("attention"):
+                    y = x @ x
+                with cuptiprof.range("mlp"):
+                    with cuptiprof.range("inner"):
+                        y = torch.relu(y + 1)
+        print("tid", threading.get_native_id())
+    """)
+    r = cli(["run", "-o", "cr.duckdb", "--", PY, p], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "cr.duckdb"
+    tid = int(r.stdout.split("tid")[1].split()[0])
+    # Every op's outermost ancestor is a user range or a step, on the program's own thread id.
+    assert q(out, "SELECT DISTINCT thread_id FROM ranges") == [(tid,)]
+    parents = q(out, "SELECT DISTINCT p.name, o.depth - p.depth FROM ranges o JOIN ranges p "
+                     "ON p.range_id = o.parent_id AND p.pid = o.pid "
+                     "WHERE o.kind = 'op' AND p.kind <> 'op' ORDER BY 1")
+    assert parents == [("attention", 1), ("inner", 1)]
+    assert q(out, "SELECT DISTINCT p.name FROM ranges o JOIN ranges p ON p.range_id = o.parent_id "
+                  "AND p.pid = o.pid WHERE o.name = 'aten::matmul'") == [("attention",)]
+    with __import__("cuptiprof").open(out) as prof:
+        rel = prof.report("ranges")
+        got = {row[0]: dict(zip(rel.columns, row)) for row in rel.fetchall()}
+    assert set(got) == {"attention", "mlp", "inner"}
+    assert got["attention"]["gpu_calls"] == 3 and got["attention"]["top_kernel"] == "aten::mm"
+    assert got["inner"]["gpu_ms"] > 0 and got["mlp"]["gpu_ms"] == pytest.approx(got["inner"]["gpu_ms"])
+    assert got["mlp"]["self_gpu_ms"] == 0
+    # The summary `run` prints shows the report when the program has ranges of its own.
+    assert "ranges: the program's own ranges" in r.stdout

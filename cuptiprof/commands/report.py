@@ -12,9 +12,11 @@ from cuptiprof.render.table import FORMATS, plain_table, render, rows_of
 # --by value -> report name
 BY = {"op": "ops", "step": "steps", "device": "devices", "kind": "kinds", "stream": "streams",
       "outliers": "outliers", "spread": "step_spread", "quality": "quality", "overview": "overview",
-      "cpu_op": "cpu_ops"}
+      "cpu_op": "cpu_ops", "range": "ranges"}
 # Reports shown, in order, when --by is not given.
-SUMMARY = ("overview", "ops", "kinds", "steps", "step_spread", "quality")
+SUMMARY = ("overview", "ops", "ranges", "kinds", "steps", "step_spread", "quality")
+# Left out of a summary where they have no rows (a program without ranges of its own).
+OPTIONAL = ("ranges", "quality")
 
 
 def register(sub) -> None:
@@ -64,7 +66,7 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
         out.write(f"cuptiprof report: {prof.path}  (scope: {prof.scope})\n\n")
     for name in names:
         rel = prof.report(name, _top(name, top))
-        if name == "quality" and len(names) > 1 and not rel.fetchall():
+        if name in OPTIONAL and len(names) > 1 and not rel.limit(1).fetchall():
             continue
         doc = catalog.report_doc(name)
         render(rel, fmt, out=out, title=f"{name}: {doc.summary}" if fmt != "csv" else None)
@@ -75,7 +77,7 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
 def _top(name: str, top: int | None) -> int | None:
     if top:
         return top if name not in ("overview", "quality", "kinds") else None
-    return 15 if name in ("ops", "outliers", "streams") else None
+    return 15 if name in ("ops", "outliers", "streams", "ranges") else None
 
 
 def list_reports(fmt: str) -> int:

@@ -289,6 +289,14 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     body.append(hbars([(o["name"], o["total_ms"],
                         f'{o["name"]}: {fmt_value(o["total_ms"])} ms, {o["calls"]} calls, '
                         f'{fmt_value(o["pct_gpu_time"])}% of GPU time') for o in ops], cls="plot ops"))
+    ranges = _dicts(profile.report("ranges", top))
+    if ranges:
+        body.append("<h2>The program's ranges</h2><p class=\"note\">GPU time of the work launched "
+                    "inside each range (nested ranges included), in scope.</p>")
+        body.append(hbars([(r["range"], r["gpu_ms"],
+                            f'{r["range"]}: {fmt_value(r["gpu_ms"])} ms in {r["calls"]} calls, '
+                            f'{fmt_value(r["pct_gpu_time"])}% of GPU time') for r in ranges],
+                          cls="plot ranges"))
     # per step, summed over devices and processes
     per_step: dict = {}
     cut = set()  # steps an exception ended early: labelled so, as their bars are short

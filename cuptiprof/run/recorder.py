@@ -53,6 +53,8 @@ class Recorder:
         self.logs: list[tuple] = []
         self.step_times: list[tuple] = []      # (step, duration_ns) of recorded steps
         self.windows: list[tuple] = []         # (step, start_ns, end_ns) of recorded steps
+        self.spans: list[tuple] = []           # (thread, start, end, range_id, depth) of ended
+                                               # ranges: the CPU ops inside them are nested there
         self.current_step: int | None = None
         self.writer = None
         self.prof = None
@@ -129,6 +131,8 @@ class Recorder:
         with self.lock:
             self.ranges.append((o.range_id, o.parent_id, o.depth, o.name, o.thread, o.start, now,
                                 o.kind, o.step, json.dumps(o.attrs, default=str, sort_keys=True) if o.attrs else None))
+            if self.mode == "cpu" and self.prof:
+                self.spans.append((o.thread, o.start, now, o.range_id, o.depth))
             if o.kind == "warmup" and (not o.is_step or self.seen >= self.s.warmup):
                 self._start_profiler()      # right after warm-up: the start cost lands outside steps
             if not (o.is_step and o.kind == "step"):
@@ -219,16 +223,27 @@ class Recorder:
             start, end, step, n = start[idx], end[idx], step[idx], len(idx)
         step_col = arrow.array(step, mask=step < 0, type=pa.int32())
         rid = arrow.array([ids[e.id] for e in events], pa.int64())
-        parent = arrow.array([ids.get(e.cpu_parent.id) if e.cpu_parent is not None else None
-                           for e in events], pa.int64())
-        depth = []
-        for e in events:
-            d, p = 0, e.cpu_parent
+        # The OS thread id (torch's own `thread` is a counter from 1): the one ranges carry.
+        tids = np.fromiter((_tid(e) for e in events), np.int64, n)
+        parents = [ids.get(e.cpu_parent.id) if e.cpu_parent is not None else None for e in events]
+        depth = np.zeros(n, np.int64)
+        root = np.arange(n)
+        at = {id(e): i for i, e in enumerate(events)}
+        for i, e in enumerate(events):
+            d, p, r = 0, e.cpu_parent, i
             while p is not None and d < 256:
+                r = at.get(id(p), r)
                 d, p = d + 1, p.cpu_parent
-            depth.append(d)
+            depth[i], root[i] = d, r
+        # An op that no other op encloses nests in the innermost range open on its thread when it
+        # started, so the work of cuptiprof.range("attention") is found under that range.
+        outer, base = _enclosing(self.spans, tids, start, [p is None for p in parents])
+        for i in np.nonzero(outer >= 0)[0]:
+            parents[i] = int(outer[i])
+        depth += base[root]
+        parent = arrow.array(parents, pa.int64())
         names = arrow.array([e.name for e in events], pa.string())
-        thread = arrow.array([int(e.thread) for e in events], pa.int64())
+        thread = arrow.array(tids)
         leaf = np.fromiter((_is_kernel(e) for e in events), bool, n)
         li = arrow.array(np.nonzero(leaf)[0])
         ranges = pa.table({"range_id": rid, "parent_id": parent, "depth": arrow.array(depth, pa.int32()),
@@ -377,6 +392,35 @@ def _is_work(e) -> bool:
         return True
     dur = e.time_range.elapsed_us()
     return dur > 0 and e.self_cpu_time_total >= 0.5 * dur
+
+
+def _tid(e) -> int:
+    tid = getattr(e, "device_resource_id", None)   # the OS thread id for CPU events
+    return int(tid) if isinstance(tid, int) and tid > 0 else int(e.thread)
+
+
+def _enclosing(spans: list, tids, starts, top) -> tuple:
+    """For ops starting at `starts` on threads `tids`, where `top` (ops no op encloses): the
+    range_id of the innermost span (thread, start, end, range_id, depth) holding the start, or
+    -1; and, for every op, the depth that span adds (its depth + 1, else 0)."""
+    import numpy as np
+
+    n = len(starts)
+    outer = np.full(n, -1, np.int64)
+    base = np.zeros(n, np.int64)
+    top = np.asarray(top, bool)
+    for thread in {t for t, *_ in spans}:
+        idx = np.nonzero(top & (tids == thread))[0]
+        if not len(idx):
+            continue
+        idx = idx[np.argsort(starts[idx], kind="stable")]
+        at = starts[idx]
+        # Shallow spans first: a deeper one, inside them, overwrites.
+        for _, s0, s1, rid, d in sorted((sp for sp in spans if sp[0] == thread), key=lambda x: x[4]):
+            lo, hi = np.searchsorted(at, s0, "left"), np.searchsorted(at, s1, "left")
+            outer[idx[lo:hi]] = rid
+            base[idx[lo:hi]] = d + 1
+    return outer, base
 
 
 def _is_kernel(e) -> bool:

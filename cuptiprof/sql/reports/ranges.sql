@@ -1,0 +1,52 @@
+-- ranges: the program's own ranges (cuptiprof.range, NVTX, torch record_function / Kineto user annotations) and the GPU work launched inside them, in scope; work inside nested ranges counts for every enclosing one
+-- range: range name (a name nested inside itself counts once)
+-- depth: shallowest nesting depth it was seen at (0 = top level)
+-- calls: times it was opened in scope
+-- host_ms: summed host duration of those calls
+-- gpu_calls: kernels, memcpys and memsets launched inside it (nested ranges included)
+-- gpu_ms: summed GPU duration of that work (inclusive)
+-- self_gpu_ms: the part launched with this range as the innermost one of its kind
+-- gpu_us_per_call: gpu_ms per call, in microseconds
+-- pct_gpu_time: gpu_ms as a share of the summed duration of all GPU work in scope (nested ranges make the column add up to more than 100)
+-- top_kernel: the kernel (readable name) with the most GPU time inside it
+WITH RECURSIVE leaf AS (      -- GPU work per innermost range open at its launch, and kernel
+    SELECT run_id, pid, range_id, kind, name, count(*) AS n, sum(end_ns - start_ns) AS d
+    FROM sel_activities WHERE kind <> 'sync' AND range_id IS NOT NULL
+    GROUP BY ALL
+), up(run_id, pid, leaf_id, anc_id, lvl) AS (   -- each such range and every range around it
+    SELECT DISTINCT run_id, pid, range_id, range_id, 0 FROM leaf
+    UNION ALL
+    SELECT u.run_id, u.pid, u.leaf_id, r.parent_id, u.lvl + 1
+    FROM up u JOIN ranges r ON r.run_id = u.run_id AND r.pid = u.pid AND r.range_id = u.anc_id
+    WHERE r.parent_id IS NOT NULL
+), around AS (               -- user ranges around each leaf; rank 1 = the innermost
+    SELECT u.run_id, u.pid, u.leaf_id, r.name, min(u.lvl) AS lvl
+    FROM up u JOIN ranges r ON r.run_id = u.run_id AND r.pid = u.pid AND r.range_id = u.anc_id
+    WHERE r.kind = 'user'
+    GROUP BY ALL
+), ranked AS (
+    SELECT *, row_number() OVER (PARTITION BY run_id, pid, leaf_id ORDER BY lvl) = 1 AS innermost
+    FROM around
+), per AS (
+    SELECT a.name AS range, l.kind, l.name AS kname, sum(l.n) AS n, sum(l.d) AS d,
+           sum(l.d) FILTER (WHERE a.innermost) AS self_d
+    FROM ranked a JOIN leaf l ON l.run_id = a.run_id AND l.pid = a.pid AND l.range_id = a.leaf_id
+    GROUP BY ALL
+), per_kernel AS (
+    SELECT range, kname, sum(d) AS d FROM per WHERE kind = 'kernel' GROUP BY ALL
+), calls AS (
+    SELECT name AS range, min(depth) AS depth, count(*) AS calls, sum(end_ns - start_ns) AS host_d
+    FROM sel_ranges WHERE kind = 'user' GROUP BY name
+), tot AS (SELECT sum(end_ns - start_ns) AS t FROM sel_activities WHERE kind <> 'sync'),
+work AS (
+    SELECT range, sum(n) AS n, sum(d) AS d, coalesce(sum(self_d), 0) AS self_d FROM per GROUP BY range
+)
+SELECT c.range, c.depth, c.calls, c.host_d / 1e6 AS host_ms,
+       coalesce(w.n, 0) AS gpu_calls, coalesce(w.d, 0) / 1e6 AS gpu_ms,
+       coalesce(w.self_d, 0) / 1e6 AS self_gpu_ms,
+       coalesce(w.d, 0) / 1e3 / c.calls AS gpu_us_per_call,
+       100.0 * coalesce(w.d, 0) / nullif((SELECT t FROM tot), 0) AS pct_gpu_time,
+       t.top_kernel
+FROM calls c LEFT JOIN work w USING (range)
+LEFT JOIN (SELECT range, arg_max(kname, d) AS top_kernel FROM per_kernel GROUP BY range) t USING (range)
+ORDER BY gpu_ms DESC, host_ms DESC, c.range
