@@ -64,3 +64,19 @@ def test_every_kernel_carries_the_step_that_launched_it(runs):
     assert r["wrong_step"] == 0 and r["in_step_but_null"] == 0 and r["no_launch_call"] == 0
     assert r["range_step_disagrees"] == 0
     assert [s for s, _, _ in r["per_step"]] == [1, 2, 3]
+
+
+def test_the_examples_ranges_hold_the_work_launched_inside_them(runs):
+    """`report --by range` on CUDA: kernels carry the innermost cuptiprof.range open when they
+    were launched, so the example's transformer and scheduler ranges hold their own work."""
+    import cuptiprof
+
+    with cuptiprof.open(runs[0]) as prof:
+        rel = prof.report("ranges")
+        got = {r[0]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
+        work = prof.sql("SELECT count(*) FROM sel_activities WHERE kind <> 'sync'").fetchone()[0]
+    tr, sc = got["transformer"], got["scheduler"]
+    assert tr["calls"] == 3 and sc["calls"] == 3
+    assert tr["gpu_calls"] > 10 * sc["gpu_calls"] > 0
+    assert tr["gpu_calls"] + sc["gpu_calls"] < work    # the step's own copies lie outside both
+    assert tr["self_gpu_ms"] == tr["gpu_ms"] and tr["pct_gpu_time"] > 50
