@@ -77,6 +77,6 @@ def test_the_examples_ranges_hold_the_work_launched_inside_them(runs):
         work = prof.sql("SELECT count(*) FROM sel_activities WHERE kind <> 'sync'").fetchone()[0]
     tr, sc = got["transformer"], got["scheduler"]
     assert tr["calls"] == 3 and sc["calls"] == 3
-    assert tr["gpu_calls"] > 10 * sc["gpu_calls"] > 0
+    assert tr["gpu_calls"] > 2 * sc["gpu_calls"] > 0
     assert tr["gpu_calls"] + sc["gpu_calls"] < work    # the step's own copies lie outside both
     assert tr["self_gpu_ms"] == tr["gpu_ms"] and tr["pct_gpu_time"] > 50
