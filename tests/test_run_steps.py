@@ -370,3 +370,34 @@ def test_cpu_ops_nest_in_the_programs_ranges(tmp_path):
     assert got["mlp"]["self_gpu_ms"] == 0
     # The summary `run` prints shows the report when the program has ranges of its own.
     assert "ranges: the program's own ranges" in r.stdout
+
+
+@pytest.mark.parametrize("api", ["torch", "nvtx"])
+def test_step_range_pushed_inside_compiled_code(tmp_path, api):
+    """--step-range over an NVTX push inside code torch.compile traces: the push is counted when
+    the compiled code runs (never traced into the graph), so every call is one step."""
+    pytest.importorskip("torch")
+    push, pop = (("torch.cuda.nvtx.range_push", "torch.cuda.nvtx.range_pop") if api == "torch"
+                 else ("nvtx.push_range", "nvtx.pop_range"))
+    p = script(tmp_path, f"""
+        import nvtx, torch
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(16, 16)
+            def forward(self, x):
+                {push}("denoise")
+                y = self.lin(x).relu()
+                {pop}()
+                return y
+        m = torch.compile(M())
+        x = torch.randn(4, 16)
+        for i in range(5):
+            x = m(x)
+        print("ok", tuple(x.shape))
+    """)
+    r = cli(["run", "-o", "cn.duckdb", "--no-report", "--step-range", "denoise", "--warmup", "1",
+             "--", PY, p], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "ok (4, 16)" in r.stdout
+    assert _steps(tmp_path / "cn.duckdb") == [("warmup", 0)] + [("step", i) for i in range(1, 5)]

@@ -193,16 +193,10 @@ def _end_step(st: _Step, exc_type) -> None:
 
 
 def _wrap_step(fn):
-    begin, end = _begin_step, _end_step
     # Under torch.compile, dynamo would trace the wrapper and the step bookkeeping into the
     # program's graph (graph breaks, or errors on the recorder's numpy): the bookkeeping runs
     # eagerly and the wrapper's own frame is skipped, while `fn` is compiled as before.
-    disable = getattr(getattr(sys.modules.get("torch"), "compiler", None), "disable", None)
-    if disable is not None:
-        try:
-            begin, end = disable(begin), disable(end)
-        except Exception:
-            disable = None
+    begin, end = _eager(_begin_step), _eager(_end_step)
 
     @functools.wraps(fn)
     def step_fn_wrapper(*args, **kwargs):
@@ -217,12 +211,20 @@ def _wrap_step(fn):
         end(st, None)
         return out
     step_fn_wrapper.__cuptiprof_wrapped__ = fn
-    if disable is not None:
-        try:
-            step_fn_wrapper = disable(step_fn_wrapper, recursive=False)
-        except Exception:
-            pass
-    return step_fn_wrapper
+    return _eager(step_fn_wrapper, recursive=False)
+
+
+def _eager(fn, recursive: bool = True):
+    """`fn` run eagerly where torch.compile meets it (torch.compiler.disable), so step
+    bookkeeping never enters a compiled graph; `fn` itself where torch is not loaded.
+    recursive=False: only fn's own frame, not what it calls."""
+    disable = getattr(getattr(sys.modules.get("torch"), "compiler", None), "disable", None)
+    if disable is None:
+        return fn
+    try:
+        return disable(fn) if recursive else disable(fn, recursive=False)
+    except Exception:
+        return fn
 
 
 def _hook_step_fn(spec: str) -> None:
@@ -332,7 +334,9 @@ def _patch_torch_nvtx(torch) -> None:
             h.__exit__(None, None, None)
         return r
 
-    nv.range_push, nv.range_pop = range_push, range_pop
+    # A push inside code torch.compile traces happens when the compiled code runs, as without
+    # cuptiprof (dynamo breaks the graph there either way), never while it is traced.
+    nv.range_push, nv.range_pop = _eager(range_push), _eager(range_pop)
 
 
 def _patch_nvtx_package(nvtx) -> None:
@@ -355,6 +359,11 @@ def _patch_nvtx_package(nvtx) -> None:
         return r
 
     nvtx.push_range, nvtx.pop_range = push_range, pop_range
+
+    def once_torch_is_there(_torch):   # as for torch.cuda.nvtx: eager under torch.compile
+        if nvtx.push_range is push_range and nvtx.pop_range is pop_range:
+            nvtx.push_range, nvtx.pop_range = _eager(push_range), _eager(pop_range)
+    _when_imported("torch", once_torch_is_there)
 
 
 def _patch_markers(markers) -> None:
