@@ -315,3 +315,65 @@ def test_steps_an_exception_ended_are_left_out(tmp_path, pair):
         assert (0, 3) not in steps and (1, 3) in steps
         assert cmp.runs[0].steps == 4 and cmp.runs[1].steps == 5
         assert "1 left out (ended early by an exception)" in cmp.legend()[0]
+
+
+def _region_run(path, compiled: bool, dur_us: float, steps: int = 3):
+    """Each step: a 'transformer' range holding its kernels (eager: under aten ops inside it;
+    compiled: one fused kernel straight under it) and one copy outside every range of the
+    program's own."""
+    import pyarrow as pa
+
+    r = {c: [] for c in ("range_id", "parent_id", "depth", "name", "start_ns", "end_ns", "kind", "step")}
+    k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id", "range_id")}
+    t, rid = 1_000_000_000, 0
+    for s in range(steps):
+        rid += 1
+        step_rid, tr_rid = rid, rid + 1
+        rid += 1
+        for row in ((step_rid, None, 0, "step", t, t + 1_000_000, "step", s),
+                    (tr_rid, step_rid, 1, "transformer", t, t + 500_000, "user", s)):
+            for c, v in zip(r, row):
+                r[c].append(v)
+        launches = [("triton_fused_0", tr_rid, dur_us)] if compiled else []
+        if not compiled:
+            for name, op in (("gemm_kernel", "aten::mm"), ("add_kernel", "aten::add")):
+                rid += 1
+                for c, v in zip(r, (rid, tr_rid, 2, op, t, t + 100_000, "op", s)):
+                    r[c].append(v)
+                launches.append((name, rid, dur_us / 2))
+        launches.append(("copy_kernel", step_rid, 10.0))
+        ct = t
+        for name, where, d in launches:
+            for c, v in zip(k, (ct, ct + int(d * 1000), s, name, 7, 0, where)):
+                k[c].append(v)
+            ct += int(d * 1000) + 1000
+        t += 2_000_000
+    typed = {c: pa.array(v, pa.int64() if c in ("range_id", "parent_id", "start_ns", "end_ns")
+                         else (pa.int32() if c in ("depth", "step") else None)) for c, v in r.items()}
+    with Writer(path, RunInfo(source="synthetic")) as w:
+        w.append({"ranges": typed, "kernels": k,
+                  "devices": {"device_id": [0], "kind": ["gpu"], "name": ["NVIDIA H100 80GB HBM3"]}})
+    return Path(path)
+
+
+def test_by_region_matches_eager_and_compiled_on_the_programs_own_ranges(tmp_path):
+    """Eager kernels sit under aten ops, compiled ones under no op at all: --by range keys them
+    apart, --by region on the program's own range around both."""
+    a = _region_run(tmp_path / "eager.duckdb", compiled=False, dur_us=400.0)
+    b = _region_run(tmp_path / "compiled.duckdb", compiled=True, dur_us=300.0)
+    with Comparison([a, b], by="region") as cmp:
+        got = {(r["run"], r["key"]): r for r in rows(cmp.ops())}
+    assert {k for _, k in got} == {"transformer", "(no range)"}   # the copy under the step alone
+    assert got[(0, "transformer")]["key_type"] == "range"
+    assert got[(0, "transformer")]["ms"] == pytest.approx(0.4)
+    assert got[(1, "transformer")]["ms"] == pytest.approx(0.3)
+    assert got[(1, "transformer")]["ratio"] == pytest.approx(0.75)
+    assert got[(1, "(no range)")]["ratio"] == pytest.approx(1.0)
+    with Comparison([a, b], by="range") as cmp:
+        keys = {(r["run"], r["key"]) for r in rows(cmp.ops())}
+    assert {(0, "aten::mm"), (0, "aten::add"), (1, "transformer")} <= keys
+    assert (1, "aten::mm") not in keys and (0, "transformer") not in keys
+    # diff gates on the same key
+    r = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", str(b), str(a), "--by", "region",
+                        "--fail-above", "5"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "transformer" in r.stdout, r.stdout + r.stderr

@@ -29,7 +29,7 @@ from cuptiprof.store.files import connect_error
 from cuptiprof.store.quality import STEP_INCOMPLETE
 
 _KEYS = {"op": ("name", "'name'"), "family": ("family", "'family'"),
-         "range": ("range_key", "range_key_type")}
+         "range": ("range_key", "range_key_type"), "region": ("region", "region_type")}
 
 # Datasheet peaks of known GPUs, used when the file's devices table lacks a peak. Numbers are
 # the vendor's headline figures (GB/s per direction for links; dense 16-bit tensor-core and
@@ -172,6 +172,10 @@ class Comparison:
                                                 "family": arrow.array(list(fam.values()), pa.string())}))
         con.execute("CREATE TEMP TABLE cmp_families AS SELECT * FROM _cmp_families")
         con.unregister("_cmp_families")
+        regions = catalog.compare_sql("regions")
+        con.execute("CREATE TEMP TABLE cmp_regions AS " + "\nUNION ALL\n".join(
+            "(" + regions.replace("{run}", str(r.index)).replace("{db}", f"f{r.index}") + ")"
+            for r in self.runs))
         template = catalog.compare_sql("act")
         parts = []
         for r in self.runs:
@@ -234,7 +238,8 @@ class Comparison:
         self.con.unregister("_cmp_devices")
 
     def set_by(self, by: str) -> None:
-        """Choose the comparison key: 'op' (exact name), 'family' or 'range' (enclosing op/range)."""
+        """Choose the comparison key: 'op' (exact name), 'family', 'range' (enclosing op/range) or
+        'region' (the innermost of the program's own ranges)."""
         if by not in BY:
             raise UsageError(f"--by {by!r}: expected one of {', '.join(BY)}")
         self.by = by

@@ -19,7 +19,7 @@ import functools
 import re
 
 # How comparisons key their ops: the exact name, the kernel family, or the enclosing range.
-BY = ("op", "family", "range")
+BY = ("op", "family", "range", "region")
 
 # (family, pattern on the lower-cased full name); the first match wins, so specific families
 # come before the generic ones they overlap with (a conv's implicit GEMM is a conv; a copy

@@ -19,7 +19,9 @@ if TYPE_CHECKING:  # loaded in run(): reading commands do not load pyarrow
 _KEY_HELP = {"op": "exact op name (kernel name, 'Memcpy HtoD', 'Memset')",
              "family": "normalised kernel family (gemm, conv, softmax, elementwise, ...): "
                        "matches kernels across GPU architectures",
-             "range": "the enclosing framework op (aten::mm) or else the innermost range"}
+             "range": "the enclosing framework op (aten::mm) or else the innermost range",
+             "region": "the innermost of the program's own ranges (cuptiprof.range, NVTX, "
+                       "record_function), framework ops passed over: eager against torch.compile"}
 
 
 def register(sub) -> None:

@@ -28,7 +28,8 @@ def register(sub) -> None:
                    help="ignore slowdowns smaller than X ms per step (default 0)")
     p.add_argument("--sigmas", default="3", metavar="K",
                    help="noise band in robust standard deviations of the per-step times (default 3)")
-    p.add_argument("--by", choices=BY, default="op", help="op key: exact name (default), family or range")
+    p.add_argument("--by", choices=BY, default="op",
+                   help="op key: exact name (default), family, range or region (see compare --help)")
     p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
     p.add_argument("--all", action="store_true", help="list every item, not only the regressions")
     p.set_defaults(func=run)

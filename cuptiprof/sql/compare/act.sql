@@ -13,6 +13,8 @@
 -- family: normalised kernel family (cuptiprof.analyse.families)
 -- range_key: name of the enclosing framework op, else of the innermost range, else '(no range)'
 -- range_key_type: 'op' | 'range' | 'none' (which of the above range_key is)
+-- region: the innermost of the program's own ranges around the launch, framework ops passed over (cmp_regions), else '(no range)'
+-- region_type: 'range' | 'none'
 SELECT {run} AS run, a.kind, a.run_id, a.pid, a.device_id, a.stream_id, a.start_ns, a.end_ns,
        {step} AS step, a.name, a.bytes,
        coalesce(f.family, a.name) AS family,
@@ -21,8 +23,12 @@ SELECT {run} AS run, a.kind, a.run_id, a.pid, a.device_id, a.stream_id, a.start_
             WHEN r.name IS NOT NULL THEN r.name
             ELSE '(no range)' END AS range_key,
        CASE WHEN o.name IS NOT NULL THEN 'op' WHEN r.name IS NOT NULL THEN 'range' ELSE 'none' END
-           AS range_key_type
+           AS range_key_type,
+       coalesce(g.region, '(no range)') AS region,
+       CASE WHEN g.region IS NOT NULL THEN 'range' ELSE 'none' END AS region_type
 FROM {db}.gpu_activities a
+LEFT JOIN cmp_regions g ON g.run = {run} AND g.run_id = a.run_id AND g.pid = a.pid
+                       AND g.range_id = a.range_id
 LEFT JOIN cmp_families f ON f.name = a.name
 LEFT JOIN {db}.ranges o ON a.op_id IS NOT NULL AND o.run_id = a.run_id AND o.pid = a.pid
                        AND o.range_id = a.op_id AND o.kind = 'op'

@@ -1,6 +1,6 @@
 -- ops: per file and key (op name, family or enclosing range): time per step over the recorded steps, spread, share, rank and change against the first file
 -- run: file position (0 is the baseline)
--- key: what the row compares: an op name, a kernel family or an enclosing op / range (see key_type)
+-- key: what the row compares: an op name, a kernel family, an enclosing op / range or the program's own innermost range (see key_type)
 -- key_type: 'name' | 'family' | 'op' | 'range' | 'none'
 -- kind: 'kernel' | 'memcpy' | 'memset', or 'mixed' when a range key covers several kinds
 -- calls_per_step: median number of calls per step
