@@ -10,7 +10,7 @@ WITH RECURSIVE up(run_id, pid, leaf_id, anc_id, lvl) AS (
     UNION ALL
     SELECT u.run_id, u.pid, u.leaf_id, r.parent_id, u.lvl + 1
     FROM up u JOIN {db}.ranges r ON r.run_id = u.run_id AND r.pid = u.pid AND r.range_id = u.anc_id
-    WHERE r.parent_id IS NOT NULL
+    WHERE r.parent_id IS NOT NULL AND r.kind <> 'user'   -- the innermost one found: stop there
 )
 SELECT {run} AS run, u.run_id, u.pid, u.leaf_id AS range_id, arg_min(r.name, u.lvl) AS region
 FROM up u JOIN {db}.ranges r ON r.run_id = u.run_id AND r.pid = u.pid AND r.range_id = u.anc_id
