@@ -293,15 +293,17 @@ def test_a_step_an_exception_ended_is_marked_and_left_out_of_the_spread(golden_r
 
 
 def _ranges_file(path: Path) -> Path:
-    """Two steps; in step 0 attn > inner > attn (a name nested in itself) and mlp, in step 1 attn."""
+    """Two steps; in step 0 attn > inner > attn (a name nested in itself) and mlp, in step 1 attn;
+    and the GPU-side copy of an attn annotation, as Kineto traces carry (not a call)."""
     t = 1_700_000_000_000_000_000
     us = 1_000
     # range_id, parent_id, depth, name, kind, step, start, end (us after t)
     rows = [(1, None, 0, "step", "step", 0, 0, 500), (2, 1, 1, "attn", "user", 0, 10, 200),
             (3, 2, 2, "inner", "user", 0, 20, 150), (4, 3, 3, "attn", "user", 0, 30, 100),
             (5, 1, 1, "mlp", "user", 0, 300, 400), (6, None, 0, "step", "step", 1, 1000, 1500),
-            (7, 6, 1, "attn", "user", 1, 1010, 1100)]
-    ranges = {"range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
+            (7, 6, 1, "attn", "user", 1, 1010, 1100),
+            (8, None, 0, "attn", "user", 0, 12, 40)]    # a trace's GPU-side copy of an annotation
+    ranges = {"domain": [None] * 7 + ["gpu_user_annotation"],"range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
               "depth": pa.array([r[2] for r in rows], pa.int32()), "name": [r[3] for r in rows],
               "kind": [r[4] for r in rows], "step": pa.array([r[5] for r in rows], pa.int32()),
               "thread_id": [7] * len(rows), "start_ns": [t + r[6] * us for r in rows],

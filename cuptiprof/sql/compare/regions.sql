@@ -10,9 +10,10 @@ WITH RECURSIVE up(run_id, pid, leaf_id, anc_id, lvl) AS (
     UNION ALL
     SELECT u.run_id, u.pid, u.leaf_id, r.parent_id, u.lvl + 1
     FROM up u JOIN {db}.ranges r ON r.run_id = u.run_id AND r.pid = u.pid AND r.range_id = u.anc_id
-    WHERE r.parent_id IS NOT NULL AND r.kind <> 'user'   -- the innermost one found: stop there
+    WHERE r.parent_id IS NOT NULL   -- the innermost one found: stop there
+      AND NOT (r.kind = 'user' AND r.domain IS DISTINCT FROM 'gpu_user_annotation')
 )
 SELECT {run} AS run, u.run_id, u.pid, u.leaf_id AS range_id, arg_min(r.name, u.lvl) AS region
 FROM up u JOIN {db}.ranges r ON r.run_id = u.run_id AND r.pid = u.pid AND r.range_id = u.anc_id
-WHERE r.kind = 'user'
+WHERE r.kind = 'user' AND r.domain IS DISTINCT FROM 'gpu_user_annotation'   -- host ranges only
 GROUP BY ALL

@@ -22,7 +22,7 @@ WITH RECURSIVE leaf AS (      -- GPU work per innermost range open at its launch
 ), around AS (               -- user ranges around each leaf; rank 1 = the innermost
     SELECT u.run_id, u.pid, u.leaf_id, r.name, min(u.lvl) AS lvl
     FROM up u JOIN ranges r ON r.run_id = u.run_id AND r.pid = u.pid AND r.range_id = u.anc_id
-    WHERE r.kind = 'user'
+    WHERE r.kind = 'user' AND r.domain IS DISTINCT FROM 'gpu_user_annotation'
     GROUP BY ALL
 ), ranked AS (
     SELECT *, row_number() OVER (PARTITION BY run_id, pid, leaf_id ORDER BY lvl) = 1 AS innermost
@@ -36,7 +36,11 @@ WITH RECURSIVE leaf AS (      -- GPU work per innermost range open at its launch
     SELECT range, kname, sum(d) AS d FROM per WHERE kind = 'kernel' GROUP BY ALL
 ), calls AS (
     SELECT name AS range, min(depth) AS depth, count(*) AS calls, sum(end_ns - start_ns) AS host_d
-    FROM sel_ranges WHERE kind = 'user' GROUP BY name
+    FROM sel_ranges
+    -- host ranges only: a trace's GPU-side copies of annotations (Kineto gpu_user_annotation)
+    -- would count every call twice
+    WHERE kind = 'user' AND domain IS DISTINCT FROM 'gpu_user_annotation'
+    GROUP BY name
 ), tot AS (SELECT sum(end_ns - start_ns) AS t FROM sel_activities WHERE kind <> 'sync'),
 work AS (
     SELECT range, sum(n) AS n, sum(d) AS d, coalesce(sum(self_d), 0) AS self_d FROM per GROUP BY range
