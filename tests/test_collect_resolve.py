@@ -173,3 +173,37 @@ def test_copies_memsets_syncs_and_memory_are_tagged(run):
     assert q(con, "SELECT operation, bytes, address, pool, step FROM memory_events "
                   "ORDER BY time_ns") == [("alloc", 1 << 21, 0x7000, True, 1),
                                           ("free", 1 << 21, 0x7000, True, 1)]
+
+
+def test_nvtx_and_cuptiprof_ranges_nest_in_one_tree(run, tmp_path):
+    """An NVTX range (another domain) opened inside a cuptiprof.range has it as parent, and a
+    cuptiprof.range opened inside an NVTX range has that as parent: the ranges report's
+    inclusive time of each range then holds the work of the other kind nested inside."""
+    def body(f):
+        with cuptiprof.range("step", step=0):
+            with cuptiprof.range("transformer"):
+                f.launch_kernel("proj_kernel")
+                f.nvtx_push("attn", domain="torch")
+                f.launch_kernel("attn_kernel")
+                f.nvtx_push("softmax", domain="torch")
+                f.launch_kernel("softmax_kernel")
+                f.nvtx_pop()
+                f.nvtx_pop()
+            f.nvtx_push("vae")
+            with cuptiprof.range("decode"):
+                f.launch_kernel("conv_kernel")
+            f.nvtx_pop()
+    con, _ = run(body)
+    parent = dict(q(con, "SELECT r.name, p.name FROM ranges r LEFT JOIN ranges p "
+                         "ON p.range_id = r.parent_id"))
+    assert parent == {"step": None, "transformer": "step", "attn": "transformer",
+                      "softmax": "attn", "vae": "step", "decode": "vae"}
+    depth = dict(q(con, "SELECT name, depth FROM ranges"))
+    assert depth["attn"] == 2 and depth["softmax"] == 3 and depth["vae"] == 1
+    con.close()
+    with cuptiprof.open(tmp_path / "r.duckdb") as prof:
+        rel = prof.report("ranges")
+        got = {r[0]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
+    assert got["transformer"]["gpu_calls"] == 3 and got["attn"]["gpu_calls"] == 2
+    assert got["vae"]["gpu_calls"] == 1 and got["decode"]["self_gpu_ms"] == got["decode"]["gpu_ms"]
+    assert got["transformer"]["self_gpu_ms"] < got["transformer"]["gpu_ms"]

@@ -53,6 +53,9 @@ class RangeBook(Protocol):
     def note_step(self, range_id: int, step: int | None) -> None: ...
     def new_range_id(self) -> int: ...
     def step_at(self, t_ns: int) -> int | None: ...
+    # Optional: thread id -> [(start, end or None, range_id, depth)] of the session's own
+    # ranges open or closed since the last flush, so NVTX ranges nest inside them.
+    # def own_intervals(self) -> dict: ...
 
 
 class CorrIndex:
@@ -201,6 +204,7 @@ class Resolver:
         self._intervals: tuple[dict, dict] = ({}, {})  # tid -> sorted [(start, end, rid)]
         self._marker_steps = 0
         self._marker_start: dict[int, int] = {}
+        self._marker_depth: dict[int, int] = {}   # open NVTX range id -> its depth
         self._has_markers = False
         self._api_names: dict[tuple[int, int], str] = {}
         self.unclaimed: dict[str, int] = {}
@@ -361,12 +365,22 @@ class Resolver:
             "range_id", "parent_id", "depth", "name", "domain", "thread_id", "start_ns",
             "end_ns", "kind", "step", "attrs")}
         cur = self._intervals[0]
+        own = getattr(self.book, "own_intervals", None)
+        own = own() if own is not None else {}
         for flags, ts, mid, _okind, tid, name, domain in sorted(markers, key=lambda m: m[1]):
             if domain == self.own_domain:
                 continue  # cuptiprof.range rows are written by the session itself
             if flags & MARKER_START:
                 stack = self._marker_stack.setdefault(tid, [])
                 parent = stack[-1] if stack else None
+                depth = self._marker_depth.get(parent, len(stack) - 1) + 1 if stack else 0
+                # A cuptiprof.range opened later than that (or alone) is the parent instead:
+                # the two kinds of range nest in one tree.
+                inside = max((iv for iv in own.get(tid, ()) if iv[0] <= ts and
+                              (iv[1] is None or ts < iv[1])), default=None)
+                if inside is not None and (parent is None or
+                                           inside[0] > self._marker_start.get(parent, 0)):
+                    parent, depth = inside[2], inside[3] + 1
                 rid = self.book.new_range_id()
                 kind, step = "user", None
                 if self.step_range and name == self.step_range:
@@ -374,7 +388,8 @@ class Resolver:
                     step = payload.get(mid, self._marker_steps)
                     self._marker_steps += 1
                 self._open_markers[mid] = [tid, ts, name, domain or None, rid, parent,
-                                           len(stack), kind, step, payload.get(mid)]
+                                           depth, kind, step, payload.get(mid)]
+                self._marker_depth[rid] = depth
                 stack.append(rid)
                 self._marker_start[rid] = ts
                 self._has_markers = True
@@ -385,6 +400,7 @@ class Resolver:
                 if m is None:
                     continue
                 tid0, start, name, dom, rid, parent, depth, kind, step, pl = m
+                self._marker_depth.pop(rid, None)
                 stack = self._marker_stack.get(tid0)
                 if stack and rid in stack:
                     stack.remove(rid)

@@ -456,6 +456,16 @@ class Session:
         self._step_of[range_id] = step
         self._gen_ids.append(range_id)
 
+    def own_intervals(self) -> dict:
+        """Thread id -> [(start, end or None, range_id, depth)] of cuptiprof ranges open or closed
+        since the last flush: the ones NVTX ranges of this flush can have started inside."""
+        out: dict[int, list] = {}
+        for t in self._closed:
+            out.setdefault(t[4], []).append((t[5], t[6], t[0], t[2]))
+        for tok in list(self._open.values()):
+            out.setdefault(tok[4], []).append((tok[5], None, tok[0], tok[2]))
+        return out
+
     def step_at(self, t_ns: int) -> int | None:
         for s, e, step in reversed(self._windows):
             if s <= t_ns <= e:
@@ -514,10 +524,27 @@ class Session:
         if not closed:
             return None
         cols = [list(c) for c in zip(*closed)]
+        self._inside_nvtx(cols)
         return {"range_id": cols[0], "parent_id": cols[1], "depth": cols[2], "name": cols[3],
                 "domain": ["cuptiprof"] * len(closed), "thread_id": cols[4],
                 "start_ns": cols[5], "end_ns": cols[6], "kind": cols[7], "step": cols[8],
                 "attrs": cols[9]}
+
+    def _inside_nvtx(self, cols: list) -> None:
+        """A cuptiprof range opened inside an NVTX range of another domain (and later than its
+        own parent) gets that range as parent: the two kinds nest in one tree, so a range's
+        GPU work includes what ran in the other kind of range inside it."""
+        r = getattr(self, "resolver", None)
+        if r is None or not r._has_markers:
+            return
+        import numpy as np
+
+        mid, found = r._markers_at(np.asarray(cols[4], np.int64), np.asarray(cols[5], np.int64))
+        for i in np.flatnonzero(found):
+            parent = cols[1][i]
+            m = int(mid[i])
+            if parent is None or r._marker_start.get(m, 0) > self._start_of.get(parent, 0):
+                cols[1][i] = m
 
     def _devices(self, batches: dict) -> None:
         if self._devices_written or not self.resolver.devices:
