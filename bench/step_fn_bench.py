@@ -2,7 +2,7 @@
 while the watch is on) and a Python loop after the def (the watch is gone by then), with and
 without the watch, alternating, in fresh interpreters.
 
-    python bench/step_fn_bench.py [--rounds 5] [--python EXE ...]
+    python bench/step_fn_bench.py [--rounds 5] [--python EXE ...] [--root CHECKOUT]
 
 On Python 3.12+ the watch sees only the main script's own lines (sys.monitoring); on 3.10/3.11
 a trace function runs until the def, so imports before it are slower there.
@@ -40,6 +40,16 @@ except ImportError:
     what = "import stdlib modules"
 t1 = time.perf_counter()
 
+class Item:                          # Python calls before the def (building a model, a config)
+    def __init__(self, i):
+        self.i = i
+    def value(self):
+        return self.i * 2
+total = 0
+for i in range(200_000):
+    total += Item(i).value()
+t1b = time.perf_counter()
+
 def step(n):
     return sum(i * i for i in range(n))
 
@@ -47,14 +57,14 @@ t2 = time.perf_counter()
 for _ in range(200):
     step(10_000)
 t3 = time.perf_counter()
-print(json.dumps({{"what": what, "imports": t1 - t0, "loop": t3 - t2}}))
+print(json.dumps({{"what": what, "imports": t1 - t0, "calls": t1b - t1, "loop": t3 - t2}}))
 """
 
 
-def one(exe: str, watch: bool, tmp: Path) -> dict:
+def one(exe: str, watch: bool, tmp: Path, root: str = str(ROOT)) -> dict:
     site = tmp / ("on" if watch else "off")
     site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(SITE.format(root=str(ROOT), watch=watch))
+    (site / "sitecustomize.py").write_text(SITE.format(root=root, watch=watch))
     script = tmp / "prog.py"
     script.write_text(textwrap.dedent(SCRIPT.format()))
     out = subprocess.run([exe, str(script)], env={**os.environ, "PYTHONPATH": str(site)},
@@ -66,6 +76,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--python", nargs="+", default=[sys.executable])
+    ap.add_argument("--root", default=str(ROOT), help="the cuptiprof checkout to measure")
     args = ap.parse_args()
     print("| python | measured | without watch s | with watch s | ratio |")
     print("|---|---|---|---|---|")
@@ -77,9 +88,11 @@ def main() -> int:
             res = {False: [], True: []}
             for _ in range(args.rounds):
                 for watch in (False, True):
-                    res[watch].append(one(exe, watch, tmp))
+                    res[watch].append(one(exe, watch, tmp, args.root))
             what = res[False][0]["what"]
-            for key, label in (("imports", what + " (before the def)"), ("loop", "loop after the def")):
+            for key, label in (("imports", what + " (before the def)"),
+                               ("calls", "400 k Python calls before the def"),
+                               ("loop", "loop after the def")):
                 off = statistics.median(r[key] for r in res[False])
                 on = statistics.median(r[key] for r in res[True])
                 print(f"| {ver} | {label} | {off:.3f} | {on:.3f} | {on / off:.2f}x |")

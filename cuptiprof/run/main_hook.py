@@ -7,8 +7,9 @@ From then on, each of that code's own lines (not the lines of functions it calls
 a check of `__main__`'s globals for the name:
   * Python 3.12+: LINE events of that one code object (sys.monitoring); nothing else is slowed;
   * Python 3.10/3.11: a trace function until the name appears, off while the script's own
-    import statements run; other calls the script makes before the def pay for it (each
-    Python call runs the trace function). Once found it is removed.
+    import statements run. Other calls the script makes before the def still run traced (the
+    interpreter makes a frame object for each; a C callable answers them, not Python code).
+    Once found it is removed.
 Standard library only: this module is imported in every process `cuptiprof run` starts.
 """
 from __future__ import annotations
@@ -114,6 +115,10 @@ class _Watch:
             return
         self.armed = True
         self.code = args[0]
+        # The namespace the script runs in: __main__'s (runpy hands -m modules that same dict).
+        self.globals = getattr(sys.modules.get("__main__"), "__dict__", None)
+        if self.globals is None:
+            self.globals = {self.parts[0]: None}   # no fast path: check every line
         if not self._start_monitoring():
             self._start_tracing()
 
@@ -136,7 +141,8 @@ class _Watch:
         return True
 
     def _on_line(self, code, line):
-        if self._check():
+        # The full check only once the top-level name exists (a dict lookup per line).
+        if self.parts[0] in self.globals and self._check():
             self._stop_monitoring()
 
     def _on_return(self, code, offset, value):
@@ -159,6 +165,12 @@ class _Watch:
         code = self.code
         prev_local = None
         real_import = builtins.__import__
+        name = self.parts[0]
+        # Once the main script's frame has its local trace function, every other frame only
+        # needs "no local tracing": a C callable that returns None for (frame, event, arg)
+        # costs far less per call than a Python one. With a trace function of another tool
+        # (a debugger, coverage) already set, that one is chained instead.
+        others = on_call = None
 
         def stop(frame) -> None:
             self.done = True
@@ -171,16 +183,20 @@ class _Watch:
             nonlocal prev_local
             if prev_local is not None:
                 prev_local = prev_local(frame, event, arg)
-            if event == "line" and self._check() or event == "return":
+            # The full check only once the top-level name exists (a dict lookup per line).
+            if event == "line" and name in frame.f_globals and self._check() or event == "return":
                 stop(frame)
                 return prev_local
             return local
 
         def on_call(frame, event, arg):
-            nonlocal prev_local
+            nonlocal prev_local, others
             if frame.f_code is code:
                 if prev is not None:
                     prev_local = prev(frame, event, arg)
+                else:
+                    others = _NO_LOCAL_TRACE
+                    sys.settrace(others)
                 return local
             return prev(frame, event, arg) if prev is not None else None
 
@@ -195,11 +211,15 @@ class _Watch:
                 return real_import(*args, **kwargs)
             finally:
                 if not self.done:
-                    sys.settrace(on_call)
+                    sys.settrace(others or on_call)
 
         builtins.__import__ = quiet_import
         sys.settrace(on_call)
 
+
+# object.__init__(frame, event, arg) returns None and does nothing: frames cannot be created
+# from Python, so object's __init__ accepts and ignores the extra arguments.
+_NO_LOCAL_TRACE = object.__init__
 
 _watch: _Watch | None = None
 
