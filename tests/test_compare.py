@@ -373,6 +373,12 @@ def test_by_region_matches_eager_and_compiled_on_the_programs_own_ranges(tmp_pat
         keys = {(r["run"], r["key"]) for r in rows(cmp.ops())}
     assert {(0, "aten::mm"), (0, "aten::add"), (1, "transformer")} <= keys
     assert (1, "aten::mm") not in keys and (0, "transformer") not in keys
+    # By op the two share almost nothing: the legend names the keys that line them up.
+    with Comparison([a, b], by="op") as cmp:
+        note = cmp.legend()[-1]
+    assert note.startswith("note: only 3% of B's time is on keys A also has") and "--by region" in note
+    with Comparison([a, b], by="region") as cmp:
+        assert not any(line.startswith("note:") for line in cmp.legend())
     # diff gates on the same key
     r = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", str(b), str(a), "--by", "region",
                         "--fail-above", "5"], capture_output=True, text=True, timeout=120)

@@ -367,7 +367,27 @@ class Comparison:
                 steps += f", {r.incomplete} left out (ended early by an exception)"
             out.append(f"{r.letter} = {r.path} (label {r.label}; {r.sources or '?'}; "
                        f"{r.devices or 'no GPU listed'}; {steps})")
+        hint = self._key_hint()
+        if hint:
+            out.append(hint)
         return out
+
+    def _key_hint(self) -> str | None:
+        """When the files share few keys (other kernels on another GPU, or torch.compile's fused
+        kernels against eager ops), a line naming the key that lines them up."""
+        rows = self.con.execute(
+            "SELECT run, sum(ms) FILTER (WHERE base_ms IS NOT NULL) / nullif(sum(ms), 0) "
+            "FROM compare_ops WHERE run > 0 GROUP BY run ORDER BY 2 NULLS FIRST LIMIT 1").fetchall()
+        if not rows or rows[0][1] is None or rows[0][1] >= 0.5:
+            return None
+        run, shared = rows[0]
+        better = {"op": "--by family across GPU architectures, --by region for eager against "
+                        "torch.compile", "range": "--by region (the program's own ranges only)",
+                  "family": "--by region (the program's own ranges)"}.get(self.by)
+        if better is None:
+            return None
+        return (f"note: only {100 * shared:.0f}% of {self.runs[run].letter}'s time is on keys "
+                f"{self.runs[0].letter} also has; to line the files up try {better}")
 
     def close(self) -> None:
         self.con.close()
