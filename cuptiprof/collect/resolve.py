@@ -238,6 +238,14 @@ class Resolver:
             best_s[take], best[take], found[take] = m[1], m[4], True
         return best, found
 
+    def nvtx_around(self, tid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The innermost NVTX range (other domains) around each (thread, time) of this flush or
+        the last: (range id, its start), where found (start 0 where not)."""
+        if not self._has_markers:
+            return np.zeros(len(t), np.int64), np.zeros(len(t), np.int64)
+        mid, found = self._markers_at(tid, t)
+        return mid, _map(mid, lambda m: self._marker_start.get(m, 0), found)[0]
+
     def claim(self, corr: int, final: bool) -> tuple[int | None, int | None] | None:
         """(range_id, step) of the launching call; None = not known yet (retry next flush)."""
         wait, rid, rid_ok, step, step_ok = self._claim_many(np.array([corr], np.int64), final)

@@ -535,16 +535,15 @@ class Session:
         own parent) gets that range as parent: the two kinds nest in one tree, so a range's
         GPU work includes what ran in the other kind of range inside it."""
         r = getattr(self, "resolver", None)
-        if r is None or not r._has_markers:
+        if r is None:
             return
         import numpy as np
 
-        mid, found = r._markers_at(np.asarray(cols[4], np.int64), np.asarray(cols[5], np.int64))
-        for i in np.flatnonzero(found):
+        mid, start = r.nvtx_around(np.asarray(cols[4], np.int64), np.asarray(cols[5], np.int64))
+        for i in np.flatnonzero(start):
             parent = cols[1][i]
-            m = int(mid[i])
-            if parent is None or r._marker_start.get(m, 0) > self._start_of.get(parent, 0):
-                cols[1][i] = m
+            if parent is None or start[i] > self._start_of.get(parent, 0):
+                cols[1][i] = int(mid[i])
 
     def _devices(self, batches: dict) -> None:
         if self._devices_written or not self.resolver.devices:

@@ -170,7 +170,7 @@ class _Watch:
         # needs "no local tracing": a C callable that returns None for (frame, event, arg)
         # costs far less per call than a Python one. With a trace function of another tool
         # (a debugger, coverage) already set, that one is chained instead.
-        others = on_call = None
+        others = None
 
         def stop(frame) -> None:
             self.done = True

@@ -237,7 +237,10 @@ class Recorder:
             depth[i], root[i] = d, r
         # An op that no other op encloses nests in the innermost range open on its thread when it
         # started, so the work of cuptiprof.range("attention") is found under that range.
-        outer, base = _enclosing(self.spans, tids, start, [p is None for p in parents])
+        # (ranges of this thread still open, e.g. one around every step, hold ops too)
+        spans = self.spans + [(o.thread, o.start, 1 << 62, o.range_id, o.depth)
+                              for o in self._stack()]
+        outer, base = _enclosing(spans, tids, start, [p is None for p in parents])
         for i in np.nonzero(outer >= 0)[0]:
             parents[i] = int(outer[i])
         depth += base[root]
