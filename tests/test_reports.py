@@ -292,7 +292,7 @@ def test_a_step_an_exception_ended_is_marked_and_left_out_of_the_spread(golden_r
     assert row2["busy_vs_median_pct"] == pytest.approx(100 * (row2["busy_ms"] / median - 1))
 
 
-def _ranges_file(path: Path) -> Path:
+def _ranges_file(path: Path, outer: bool = False) -> Path:
     """Two steps; in step 0 attn > inner > attn (a name nested in itself) and mlp, in step 1 attn;
     and the GPU-side copy of an attn annotation, as Kineto traces carry (not a call)."""
     t = 1_700_000_000_000_000_000
@@ -303,7 +303,12 @@ def _ranges_file(path: Path) -> Path:
             (5, 1, 1, "mlp", "user", 0, 300, 400), (6, None, 0, "step", "step", 1, 1000, 1500),
             (7, 6, 1, "attn", "user", 1, 1010, 1100),
             (8, None, 0, "attn", "user", 0, 12, 40)]    # a trace's GPU-side copy of an annotation
-    ranges = {"domain": [None] * 7 + ["gpu_user_annotation"],"range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
+    domain = [None] * 7 + ["gpu_user_annotation"]
+    if outer:   # a range around both steps, opened before them (no step of its own)
+        rows = [(r[0], 9 if r[3] == "step" else r[1]) + r[2:] for r in rows]
+        rows.append((9, None, 0, "generate", "user", None, 0, 2000))
+        domain.append(None)
+    ranges = {"domain": domain,"range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
               "depth": pa.array([r[2] for r in rows], pa.int32()), "name": [r[3] for r in rows],
               "kind": [r[4] for r in rows], "step": pa.array([r[5] for r in rows], pa.int32()),
               "thread_id": [7] * len(rows), "start_ns": [t + r[6] * us for r in rows],
@@ -353,3 +358,15 @@ def test_ranges_report_counts_nested_work_for_every_enclosing_range(tmp_path):
         rows = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
     assert [(r["range"], r["calls"], r["gpu_calls"]) for r in rows] == [("attn", 1, 1)]
     assert rows[0]["gpu_ms"] == pytest.approx(0.007) and rows[0]["pct_gpu_time"] == pytest.approx(100)
+
+
+def test_a_range_around_the_steps_holds_their_work_though_opened_outside_them(tmp_path):
+    path = _ranges_file(tmp_path / "o.duckdb", outer=True)
+    with cuptiprof.open(path) as prof:
+        rel = prof.report("ranges")
+        got = {r[0]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
+    gen = got["generate"]
+    assert (gen["calls"], gen["host_ms"], gen["gpu_us_per_call"], gen["depth"]) == (0, 0, None, 0)
+    assert gen["gpu_ms"] == pytest.approx(0.113) and gen["pct_gpu_time"] == pytest.approx(100)
+    assert gen["self_gpu_ms"] == pytest.approx(0.005)     # kD, launched in step 0 alone
+    assert got["attn"]["calls"] == 3 and got["attn"]["gpu_ms"] == pytest.approx(0.068)

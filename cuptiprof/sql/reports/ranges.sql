@@ -1,12 +1,12 @@
 -- ranges: the program's own ranges (cuptiprof.range, NVTX, torch record_function / Kineto user annotations) and the GPU work launched inside them, in scope; work inside nested ranges counts for every enclosing one
 -- range: range name (a name nested inside itself counts once)
 -- depth: shallowest nesting depth it was seen at (0 = top level)
--- calls: times it was opened in scope
+-- calls: times it was opened in scope (0 for a range around the steps in scope, opened outside them)
 -- host_ms: summed host duration of those calls
 -- gpu_calls: kernels, memcpys and memsets launched inside it (nested ranges included)
 -- gpu_ms: summed GPU duration of that work (inclusive)
 -- self_gpu_ms: the part launched with this range as the innermost one of its kind
--- gpu_us_per_call: gpu_ms per call, in microseconds
+-- gpu_us_per_call: gpu_ms per call, in microseconds (NULL without calls in scope)
 -- pct_gpu_time: gpu_ms as a share of the summed duration of all GPU work in scope (nested ranges make the column add up to more than 100)
 -- top_kernel: the kernel (readable name) with the most GPU time inside it
 WITH RECURSIVE leaf AS (      -- GPU work per innermost range open at its launch, and kernel
@@ -34,23 +34,25 @@ WITH RECURSIVE leaf AS (      -- GPU work per innermost range open at its launch
     GROUP BY ALL
 ), per_kernel AS (
     SELECT range, kname, sum(d) AS d FROM per WHERE kind = 'kernel' GROUP BY ALL
+), host AS (                 -- host ranges only: a trace's GPU-side copies of annotations
+    SELECT * FROM ranges       -- (Kineto gpu_user_annotation) would count every call twice
+    WHERE kind = 'user' AND domain IS DISTINCT FROM 'gpu_user_annotation'
 ), calls AS (
-    SELECT name AS range, min(depth) AS depth, count(*) AS calls, sum(end_ns - start_ns) AS host_d
+    SELECT name AS range, count(*) AS calls, sum(end_ns - start_ns) AS host_d
     FROM sel_ranges
-    -- host ranges only: a trace's GPU-side copies of annotations (Kineto gpu_user_annotation)
-    -- would count every call twice
     WHERE kind = 'user' AND domain IS DISTINCT FROM 'gpu_user_annotation'
     GROUP BY name
 ), tot AS (SELECT sum(end_ns - start_ns) AS t FROM sel_activities WHERE kind <> 'sync'),
 work AS (
     SELECT range, sum(n) AS n, sum(d) AS d, coalesce(sum(self_d), 0) AS self_d FROM per GROUP BY range
 )
-SELECT c.range, c.depth, c.calls, c.host_d / 1e6 AS host_ms,
+SELECT range, (SELECT min(depth) FROM host h WHERE h.name = range) AS depth,
+       coalesce(c.calls, 0) AS calls, coalesce(c.host_d, 0) / 1e6 AS host_ms,
        coalesce(w.n, 0) AS gpu_calls, coalesce(w.d, 0) / 1e6 AS gpu_ms,
        coalesce(w.self_d, 0) / 1e6 AS self_gpu_ms,
-       coalesce(w.d, 0) / 1e3 / c.calls AS gpu_us_per_call,
+       coalesce(w.d, 0) / 1e3 / nullif(c.calls, 0) AS gpu_us_per_call,
        100.0 * coalesce(w.d, 0) / nullif((SELECT t FROM tot), 0) AS pct_gpu_time,
        t.top_kernel
-FROM calls c LEFT JOIN work w USING (range)
+FROM calls c FULL OUTER JOIN work w USING (range)
 LEFT JOIN (SELECT range, arg_max(kname, d) AS top_kernel FROM per_kernel GROUP BY range) t USING (range)
-ORDER BY gpu_ms DESC, host_ms DESC, c.range
+ORDER BY gpu_ms DESC, host_ms DESC, range
