@@ -85,7 +85,8 @@ def test_report_markdown(run_file):
 def test_report_list_documents_every_report():
     r = cli("report", "--list")
     assert r.returncode == 0
-    for name in ("ops", "steps", "step_spread", "devices", "kinds", "streams", "outliers"):
+    for name in ("ops", "steps", "step_spread", "devices", "kinds", "streams", "outliers", "ranges",
+                 "step_ranges"):
         assert any(line.startswith(name + " ") for line in r.stdout.splitlines()), name
     listed = json.loads(cli("report", "--list", "--format", "json").stdout)
     ops = next(x for x in listed if x["report"] == "ops")

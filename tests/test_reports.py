@@ -22,8 +22,8 @@ from cuptiprof.synthetic import synthetic_batches, write_synthetic
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("CUPTIPROF_REGEN_GOLDEN") == "1"
-REPORTS = ("overview", "ops", "ranges", "kinds", "steps", "step_spread", "devices", "streams", "outliers",
-           "quality")
+REPORTS = ("overview", "ops", "ranges", "step_ranges", "kinds", "steps", "step_spread", "devices",
+           "streams", "outliers", "quality")
 
 
 def write_fixture(path: Path) -> Path:
@@ -352,6 +352,17 @@ def test_ranges_report_counts_nested_work_for_every_enclosing_range(tmp_path):
         html = write_report(prof, tmp_path / "r.html").read_text()
     assert "The program&#x27;s ranges" in html or "The program's ranges" in html
     assert "attn: 0.068 ms in 3 calls" in html
+    assert "Steps by range" in html and ">attn</span>" in html
+    # Per step, each piece of work under its innermost range, counted once.
+    with cuptiprof.open(path) as prof:
+        rel = prof.report("step_ranges")
+        split = {(r[0], r[1]): dict(zip(rel.columns, r)) for r in rel.fetchall()}
+    assert {k: round(v["gpu_ms"], 6) for k, v in split.items()} == {
+        (0, "attn"): 0.04, (0, "mlp"): 0.04, (0, "inner"): 0.021, (0, "(no range)"): 0.005,
+        (1, "attn"): 0.007}
+    assert split[(0, "inner")]["gpu_calls"] == 2
+    assert split[(0, "attn")]["pct_step"] == pytest.approx(100 * 40 / 106)
+    assert split[(1, "attn")]["pct_step"] == pytest.approx(100)
     # --steps 1: only step 1's range and work
     with cuptiprof.open(path, steps="1") as prof:
         rel = prof.report("ranges")

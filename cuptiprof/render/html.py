@@ -126,8 +126,10 @@ def grouped_hbars(keys: Sequence[str], series: Sequence[tuple[str, Sequence[floa
 
 
 def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = PARTS,
-                    unit: str = "ms", height: int = 240, width: int | None = None) -> str:
-    """Vertical stacked bars: (label, {part: value})."""
+                    unit: str = "ms", height: int = 240, width: int | None = None,
+                    colors: dict | None = None) -> str:
+    """Vertical stacked bars: (label, {part: value}); `colors`: part -> colour (else by kind)."""
+    colors = colors or KIND_COLORS
     if not columns:
         return '<p class="note">(nothing to plot)</p>'
     n = len(columns)
@@ -150,13 +152,13 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
             hh = plot_h * v / vmax
             y -= hh
             out.append(f'<rect x="{x}" y="{y:.1f}" width="{col_w}" height="{hh:.1f}" '
-                       f'fill="{KIND_COLORS.get(p, "#888")}"></rect>')
+                       f'fill="{colors.get(p, "#888")}"></rect>')
         out.append("</g>")
         if n <= 40 or i % max(1, n // 20) == 0:
             out.append(f'<text x="{x + col_w / 2:.1f}" y="{height - 14}" text-anchor="middle">'
                        f'{esc(_short(label, 8))}</text>')
     out.append("</svg>")
-    return "".join(out) + _legend((p, KIND_COLORS.get(p, "#888")) for p in parts)
+    return "".join(out) + _legend((p, colors.get(p, "#888")) for p in parts)
 
 
 def timeline(rows: Sequence[dict], width: int = 1100) -> str:
@@ -315,6 +317,8 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     if cut:
         body.append('<p class="note">* ended early by an exception (a Ctrl-C, an error): the bar '
                     "covers only the part of the step that ran.</p>")
+    if ranges:
+        body.append(_steps_by_range(profile, cut))
     body.append("<h2>Kinds</h2>")
     body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["total_ms"],
                         f'{k["kind"]} {k["detail"] or ""}: {fmt_value(k["total_ms"])} ms, {k["count"]} calls')
@@ -323,6 +327,32 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     body.append(_timelines(profile, sorted(per_step), median_step, step_timeline))
     body.append("<h2>Ops</h2>" + table(profile.ops(top)))
     return _write(_page(f"cuptiprof report: {profile.path.name}", body), out)
+
+
+RANGES_SHOWN = 6   # ranges with a colour of their own in the steps-by-range plot; the rest: "other"
+
+
+def _steps_by_range(profile, cut: set) -> str:
+    """Each step as a stacked bar of the GPU work under the innermost of the program's ranges."""
+    rows = [r for r in _dicts(profile.report("step_ranges")) if r["step"] is not None]
+    total: dict = {}
+    for r in rows:
+        total[r["range"]] = total.get(r["range"], 0.0) + (r["gpu_ms"] or 0.0)
+    named = [k for k in sorted(total, key=lambda k: -total[k]) if k != "(no range)"]
+    shown = named[:RANGES_SHOWN]
+    parts = shown + (["other"] if len(named) > len(shown) else []) + \
+        (["(no range)"] if "(no range)" in total else [])
+    per: dict = {}
+    for r in rows:
+        key = r["range"] if r["range"] in shown or r["range"] == "(no range)" else "other"
+        d = per.setdefault(r["step"], {})
+        d[key] = d.get(key, 0.0) + (r["gpu_ms"] or 0.0)
+    colors = dict(zip(shown, RUN_COLORS))
+    colors.update({"other": "#bab0ac", "(no range)": "#dddddd"})
+    return ("<h2>Steps by range</h2><p class=\"note\">Each step's GPU work split by the innermost "
+            "of the program's own ranges open when it was launched (each piece counted once).</p>"
+            + stacked_columns([(f"{k}*" if k in cut else str(k), v) for k, v in sorted(per.items())],
+                              parts, colors=colors))
 
 
 def _timelines(profile, step_ids: list, median_step, step_timeline) -> str:

@@ -9,22 +9,11 @@
 -- gpu_us_per_call: gpu_ms per call, in microseconds (NULL without calls in scope)
 -- pct_gpu_time: gpu_ms as a share of the summed duration of all GPU work in scope (nested ranges make the column add up to more than 100)
 -- top_kernel: the kernel (readable name) with the most GPU time inside it
-WITH RECURSIVE leaf AS (      -- GPU work per innermost range open at its launch, and kernel
+WITH leaf AS (               -- GPU work per innermost range open at its launch, and kernel
     SELECT run_id, pid, range_id, kind, name, count(*) AS n, sum(end_ns - start_ns) AS d
     FROM sel_activities WHERE kind <> 'sync' AND range_id IS NOT NULL
     GROUP BY ALL
-), up(run_id, pid, leaf_id, anc_id, lvl) AS (   -- each such range and every range around it
-    SELECT DISTINCT run_id, pid, range_id, range_id, 0 FROM leaf
-    UNION ALL
-    SELECT u.run_id, u.pid, u.leaf_id, r.parent_id, u.lvl + 1
-    FROM up u JOIN ranges r ON r.run_id = u.run_id AND r.pid = u.pid AND r.range_id = u.anc_id
-    WHERE r.parent_id IS NOT NULL
-), around AS (               -- user ranges around each leaf; rank 1 = the innermost
-    SELECT u.run_id, u.pid, u.leaf_id, r.name, min(u.lvl) AS lvl
-    FROM up u JOIN ranges r ON r.run_id = u.run_id AND r.pid = u.pid AND r.range_id = u.anc_id
-    WHERE r.kind = 'user' AND r.domain IS DISTINCT FROM 'gpu_user_annotation'
-    GROUP BY ALL
-), ranked AS (
+), around AS (SELECT * FROM sel_range_up), ranked AS (
     SELECT *, row_number() OVER (PARTITION BY run_id, pid, leaf_id ORDER BY lvl) = 1 AS innermost
     FROM around
 ), per AS (
