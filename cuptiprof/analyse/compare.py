@@ -409,9 +409,8 @@ def median_step(profile) -> int | None:
     a step an exception ended early is never it)."""
     rows = profile.sql(
         # busy time per step summed over devices (read from step_busy when the file stores it)
-        "WITH s AS (SELECT step, sum(busy_ns) AS b FROM sel_busy WHERE step IS NOT NULL "
-        f"AND NOT EXISTS (SELECT 1 FROM data_quality q WHERE q.check_name = '{STEP_INCOMPLETE}' "
-        "AND q.subject = CAST(step AS VARCHAR)) "
+        "WITH s AS (SELECT step, sum(busy_ns) AS b FROM sel_busy b WHERE step IS NOT NULL "
+        "AND NOT EXISTS (SELECT 1 FROM sel_cut_steps c WHERE c.step = b.step) "
         "GROUP BY step) SELECT step FROM s ORDER BY abs(b - (SELECT median(b) FROM s)), step LIMIT 1"
     ).fetchall()
     return int(rows[0][0]) if rows else None

@@ -14,9 +14,8 @@ WITH per AS (
     SELECT run_id, pid, device_id, step, busy_ns / 1e6 AS busy_ms, (end_ns - start_ns) / 1e6 AS window_ms
     FROM sel_busy WHERE step IS NOT NULL
 ), marked AS (
-    SELECT p.*, EXISTS (SELECT 1 FROM data_quality q WHERE q.check_name = 'step_incomplete'
-                        AND q.run_id = p.run_id AND q.pid = p.pid
-                        AND q.subject = CAST(p.step AS VARCHAR)) AS cut
+    SELECT p.*, EXISTS (SELECT 1 FROM sel_cut_steps c WHERE c.run_id = p.run_id
+                        AND c.pid = p.pid AND c.step = p.step) AS cut
     FROM per p
 )
 SELECT run_id, pid, device_id, count(*) FILTER (WHERE NOT cut) AS steps,

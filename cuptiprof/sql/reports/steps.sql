@@ -59,9 +59,8 @@ WITH optot AS (
     FULL OUTER JOIN sel_steps h ON h.run_id = p.run_id AND h.pid = p.pid AND h.step = p.step
 )
 , marked AS (
-    SELECT j.*, NOT EXISTS (SELECT 1 FROM data_quality q WHERE q.check_name = 'step_incomplete'
-                            AND q.run_id = j.run_id AND q.pid = j.pid
-                            AND q.subject = CAST(j.step AS VARCHAR)) AS complete
+    SELECT j.*, NOT EXISTS (SELECT 1 FROM sel_cut_steps c WHERE c.run_id = j.run_id
+                            AND c.pid = j.pid AND c.step = j.step) AS complete
     FROM joined j
 )
 SELECT *, 100.0 * (busy_ms / nullif(median(busy_ms) FILTER (WHERE complete)
