@@ -1,6 +1,6 @@
 """Time of the top-ops and per-step reports over a file with N kernel rows.
 
-    python bench/reports.py [--rows 10000000] [--file PATH]
+    python bench/reports.py [--rows 10000000] [--file PATH] [--kineto-big N] [--reports ops,steps]
 
 Writes a synthetic run (100 steps, one device, 3 kernel streams plus copies) unless --file
 names an existing one, then times each report on a fresh read-only open (cold: blocks read
@@ -28,11 +28,16 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--file", default=None)
     ap.add_argument("--reports", default=",".join(REPORTS[:2]))
+    ap.add_argument("--kineto-big", type=int, default=0, metavar="N",
+                    help="instead of a synthetic run: the import of the shared df_index_resolver "
+                         "trace repeated N times (every kernel under an op, ops under annotations)")
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, "
           f"duckdb {duckdb.__version__}, load average {os.getloadavg()[0]:.1f}")
     if a.file and Path(a.file).exists():
         path = Path(a.file)
+    elif a.kineto_big:
+        path = _kineto_big(a.kineto_big)
     else:
         path = Path(a.file or Path(tempfile.mkdtemp(prefix="cuptiprof-bench-")) / "reports.duckdb")
         t = time.perf_counter()
@@ -51,6 +56,22 @@ def main() -> None:
             prof.report(name).fetchall()
             warm = time.perf_counter() - t
         print(f"report {name}: {cold:.2f} s cold, {warm:.2f} s warm ({len(rows)} rows)")
+
+
+def _kineto_big(n: int) -> Path:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from import_bench import DEFAULT, SHARED, make_big
+
+    from cuptiprof.interop.importing import import_traces
+
+    tmp = Path(tempfile.mkdtemp(prefix="cuptiprof-bench-"))
+    trace = make_big(SHARED / DEFAULT[0], n, tmp / f"big{n}.json.gz")
+    t = time.perf_counter()
+    import_traces([trace], tmp / f"big{n}.duckdb")
+    print(f"imported {trace.name} in {time.perf_counter() - t:.1f} s")
+    return tmp / f"big{n}.duckdb"
 
 
 if __name__ == "__main__":
