@@ -325,7 +325,7 @@ def _region_run(path, compiled: bool, dur_us: float, steps: int = 3):
 
     r = {c: [] for c in ("range_id", "parent_id", "depth", "name", "start_ns", "end_ns", "kind", "step")}
     k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id", "range_id")}
-    t, rid = 1_000_000_000, 0
+    t, rid, frames = 1_000_000_000, 0, set()
     for s in range(steps):
         rid += 1
         step_rid, tr_rid = rid, rid + 1
@@ -334,7 +334,14 @@ def _region_run(path, compiled: bool, dur_us: float, steps: int = 3):
                     (tr_rid, step_rid, 1, "transformer", t, t + 500_000, "user", s)):
             for c, v in zip(r, row):
                 r[c].append(v)
-        launches = [("triton_fused_0", tr_rid, dur_us)] if compiled else []
+        launches = []
+        if compiled:   # launched under a Python frame of a with_stack trace: not a region
+            rid += 1
+            for c, v in zip(r, (rid, tr_rid, 2, "torch/_inductor/output_code.py(570): __call__",
+                                t, t + 400_000, "user", s)):
+                r[c].append(v)
+            frames.add(rid)
+            launches.append(("triton_fused_0", rid, dur_us))
         if not compiled:
             for name, op in (("gemm_kernel", "aten::mm"), ("add_kernel", "aten::add")):
                 rid += 1
@@ -350,6 +357,8 @@ def _region_run(path, compiled: bool, dur_us: float, steps: int = 3):
         t += 2_000_000
     typed = {c: pa.array(v, pa.int64() if c in ("range_id", "parent_id", "start_ns", "end_ns")
                          else (pa.int32() if c in ("depth", "step") else None)) for c, v in r.items()}
+    typed["domain"] = pa.array(["python_function" if i in frames else None for i in r["range_id"]],
+                               pa.string())
     with Writer(path, RunInfo(source="synthetic")) as w:
         w.append({"ranges": typed, "kernels": k,
                   "devices": {"device_id": [0], "kind": ["gpu"], "name": ["NVIDIA H100 80GB HBM3"]}})

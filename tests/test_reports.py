@@ -292,9 +292,11 @@ def test_a_step_an_exception_ended_is_marked_and_left_out_of_the_spread(golden_r
     assert row2["busy_vs_median_pct"] == pytest.approx(100 * (row2["busy_ms"] / median - 1))
 
 
-def _ranges_file(path: Path, outer: bool = False) -> Path:
+def _ranges_file(path: Path, outer: bool = False, frames: bool = False) -> Path:
     """Two steps; in step 0 attn > inner > attn (a name nested in itself) and mlp, in step 1 attn;
-    and the GPU-side copy of an attn annotation, as Kineto traces carry (not a call)."""
+    and the GPU-side copy of an attn annotation, as Kineto traces carry (not a call).
+    frames: Python frames of a with_stack trace around step 0's first attn and under it (its kA
+    launched there): not the program's ranges, so every number stays the same."""
     t = 1_700_000_000_000_000_000
     us = 1_000
     # range_id, parent_id, depth, name, kind, step, start, end (us after t)
@@ -304,6 +306,12 @@ def _ranges_file(path: Path, outer: bool = False) -> Path:
             (7, 6, 1, "attn", "user", 1, 1010, 1100),
             (8, None, 0, "attn", "user", 0, 12, 40)]    # a trace's GPU-side copy of an annotation
     domain = [None] * 7 + ["gpu_user_annotation"]
+    if frames:
+        rows = [(2, 10, 2) + rows[1][3:], (3, 2, 3) + rows[2][3:], (4, 3, 4) + rows[3][3:]] + \
+            [r for r in rows if r[0] not in (2, 3, 4)]
+        rows += [(10, 1, 1, "model.py(12): forward", "user", 0, 5, 210),
+                 (11, 2, 3, "nn.Module: Linear_0", "user", 0, 9, 30)]
+        domain = [None] * 7 + ["gpu_user_annotation"] + ["python_function"] * 2
     if outer:   # a range around both steps, opened before them (no step of its own)
         rows = [(r[0], 9 if r[3] == "step" else r[1]) + r[2:] for r in rows]
         rows.append((9, None, 0, "generate", "user", None, 0, 2000))
@@ -314,7 +322,7 @@ def _ranges_file(path: Path, outer: bool = False) -> Path:
               "thread_id": [7] * len(rows), "start_ns": [t + r[6] * us for r in rows],
               "end_ns": [t + r[7] * us for r in rows]}
     # name, range_id, step, start, duration (us)
-    ks = [("kA", 2, 0, 10, 10), ("kB", 3, 0, 40, 20), ("kB", 4, 0, 70, 30), ("kC", 5, 0, 300, 40),
+    ks = [("kA", 11 if frames else 2, 0, 10, 10), ("kB", 3, 0, 40, 20), ("kB", 4, 0, 70, 30), ("kC", 5, 0, 300, 40),
           ("kD", 1, 0, 400, 5), ("kA", 7, 1, 1010, 7)]
     kernels = {"device_id": pa.array([0] * len(ks), pa.int32()), "stream_id": pa.array([7] * len(ks), pa.int32()),
                "name": [k[0] for k in ks], "range_id": [k[1] for k in ks],
@@ -328,8 +336,9 @@ def _ranges_file(path: Path, outer: bool = False) -> Path:
     return path
 
 
-def test_ranges_report_counts_nested_work_for_every_enclosing_range(tmp_path):
-    path = _ranges_file(tmp_path / "r.duckdb")
+@pytest.mark.parametrize("frames", [False, True], ids=["plain", "with_stack_frames"])
+def test_ranges_report_counts_nested_work_for_every_enclosing_range(tmp_path, frames):
+    path = _ranges_file(tmp_path / "r.duckdb", frames=frames)
     with cuptiprof.open(path) as prof:
         rel = prof.report("ranges")
         got = {r[0]: dict(zip(rel.columns, r)) for r in rel.fetchall()}

@@ -69,6 +69,21 @@ def report_doc(name: str, sub: str = "reports") -> ReportDoc:
     return ReportDoc(name, summary, tuple(cols))
 
 
+@functools.lru_cache(maxsize=1)
+def macros() -> tuple[str, ...]:
+    """CREATE statements for the SQL macros (sql/macros/<name>.sql: `-- name(args): what`, then
+    the body): predicates that scope views, reports and compare share, one definition each."""
+    out = []
+    for p in sorted(_SQL.joinpath("macros").iterdir(), key=lambda p: p.name):
+        if p.name.endswith(".sql"):
+            head = p.read_text().splitlines()[0]
+            m = re.match(r"--\s*(\w+\([\w, ]*\)):", head)
+            if not m:
+                raise ValueError(f"sql/macros/{p.name}: first line must be `-- name(args): ...`")
+            out.append(f"CREATE OR REPLACE TEMP MACRO {m.group(1)} AS ({_strip_comments(p.read_text())})")
+    return tuple(out)
+
+
 def compare_sql(name: str) -> str:
     """sql/compare/<name>.sql without comments (the multi-file comparison and diff)."""
     return _strip_comments(_read("compare", name))

@@ -172,6 +172,8 @@ class Comparison:
                                                 "family": arrow.array(list(fam.values()), pa.string())}))
         con.execute("CREATE TEMP TABLE cmp_families AS SELECT * FROM _cmp_families")
         con.unregister("_cmp_families")
+        for macro in catalog.macros():
+            con.execute(macro)
         regions = catalog.compare_sql("regions")
         con.execute("CREATE TEMP TABLE cmp_regions AS " + "\nUNION ALL\n".join(
             "(" + regions.replace("{run}", str(r.index)).replace("{db}", f"f{r.index}") + ")"

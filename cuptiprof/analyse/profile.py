@@ -109,6 +109,8 @@ class Profile:
                                  "see `cuptiprof report FILE --by step` for the steps it has")
         self.steps = rng
         self.step_filter = where
+        for macro in catalog.macros():
+            self.con.execute(macro)
         for name, sql in catalog.scope_views(where, self.stored_busy).items():
             self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
 

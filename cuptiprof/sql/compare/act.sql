@@ -11,7 +11,7 @@
 -- name: readable op name ('Memcpy HtoD', 'Memset', demangled kernel name)
 -- bytes: bytes moved or set (copies and memsets)
 -- family: normalised kernel family (cuptiprof.analyse.families)
--- range_key: name of the enclosing framework op, else of the innermost range, else '(no range)'
+-- range_key: name of the enclosing framework op, else of the innermost range (past Python frames of with_stack traces: the region), else '(no range)'
 -- range_key_type: 'op' | 'range' | 'none' (which of the above range_key is)
 -- region: the innermost of the program's own ranges around the launch, framework ops passed over (cmp_regions), else '(no range)'
 -- region_type: 'range' | 'none'
@@ -19,11 +19,13 @@ SELECT {run} AS run, a.kind, a.run_id, a.pid, a.device_id, a.stream_id, a.start_
        {step} AS step, a.name, a.bytes,
        coalesce(f.family, a.name) AS family,
        CASE WHEN o.name IS NOT NULL THEN o.name
+            WHEN r.domain = 'python_function' THEN coalesce(g.region, '(no range)')
             WHEN r.kind IN ('step', 'warmup') THEN '(step, no inner range)'
             WHEN r.name IS NOT NULL THEN r.name
             ELSE '(no range)' END AS range_key,
-       CASE WHEN o.name IS NOT NULL THEN 'op' WHEN r.name IS NOT NULL THEN 'range' ELSE 'none' END
-           AS range_key_type,
+       CASE WHEN o.name IS NOT NULL THEN 'op'
+            WHEN r.domain = 'python_function' THEN CASE WHEN g.region IS NULL THEN 'none' ELSE 'range' END
+            WHEN r.name IS NOT NULL THEN 'range' ELSE 'none' END AS range_key_type,
        coalesce(g.region, '(no range)') AS region,
        CASE WHEN g.region IS NOT NULL THEN 'range' ELSE 'none' END AS region_type
 FROM {db}.gpu_activities a

@@ -1,6 +1,6 @@
--- ranges: the program's own ranges (cuptiprof.range, NVTX, torch record_function / Kineto user annotations) and the GPU work launched inside them, in scope; work inside nested ranges counts for every enclosing one
+-- ranges: the program's own ranges (cuptiprof.range, NVTX, torch record_function / Kineto user annotations; not the Python frames of with_stack traces) and the GPU work launched inside them, in scope; work inside nested ranges counts for every enclosing one
 -- range: range name (a name nested inside itself counts once)
--- depth: shallowest nesting depth it was seen at (0 = top level)
+-- depth: shallowest nesting depth it was seen at, counting only steps and the program's own ranges around it (0 = top level)
 -- calls: times it was opened in scope (0 for a range around the steps in scope, opened outside them)
 -- host_ms: summed host duration of those calls
 -- gpu_calls: kernels, memcpys and memsets launched inside it (nested ranges included)
@@ -9,7 +9,7 @@
 -- gpu_us_per_call: gpu_ms per call, in microseconds (NULL without calls in scope)
 -- pct_gpu_time: gpu_ms as a share of the summed duration of all GPU work in scope (nested ranges make the column add up to more than 100)
 -- top_kernel: the kernel (readable name) with the most GPU time inside it
-WITH leaf AS (               -- GPU work per innermost range open at its launch, and kernel
+WITH RECURSIVE leaf AS (               -- GPU work per innermost range open at its launch, and kernel
     SELECT run_id, pid, range_id, kind, name, count(*) AS n, sum(end_ns - start_ns) AS d
     FROM sel_activities WHERE kind <> 'sync' AND range_id IS NOT NULL
     GROUP BY ALL
@@ -23,19 +23,26 @@ WITH leaf AS (               -- GPU work per innermost range open at its launch,
     GROUP BY ALL
 ), per_kernel AS (
     SELECT range, kname, sum(d) AS d FROM per WHERE kind = 'kernel' GROUP BY ALL
-), host AS (                 -- host ranges only: a trace's GPU-side copies of annotations
-    SELECT * FROM ranges       -- (Kineto gpu_user_annotation) would count every call twice
-    WHERE kind = 'user' AND domain IS DISTINCT FROM 'gpu_user_annotation'
+), host AS (SELECT * FROM ranges WHERE own_range(kind, domain)),
+walk(run_id, pid, range_id, name, anc, n) AS (   -- each own range up to the top: n = steps and
+    SELECT run_id, pid, range_id, name, parent_id, 0 FROM host     -- own ranges passed so far
+    UNION ALL
+    SELECT w.run_id, w.pid, w.range_id, w.name, r.parent_id,
+           w.n + CAST(r.kind IN ('step', 'warmup') OR own_range(r.kind, r.domain) AS INTEGER)
+    FROM walk w JOIN ranges r ON r.run_id = w.run_id AND r.pid = w.pid AND r.range_id = w.anc
+), depths AS (
+    SELECT name AS range, min(n) AS depth FROM (SELECT name, max(n) AS n FROM walk GROUP BY run_id, pid, range_id, name)
+    GROUP BY name
 ), calls AS (
     SELECT name AS range, count(*) AS calls, sum(end_ns - start_ns) AS host_d
     FROM sel_ranges
-    WHERE kind = 'user' AND domain IS DISTINCT FROM 'gpu_user_annotation'
+    WHERE own_range(kind, domain)
     GROUP BY name
 ), tot AS (SELECT sum(end_ns - start_ns) AS t FROM sel_activities WHERE kind <> 'sync'),
 work AS (
     SELECT range, sum(n) AS n, sum(d) AS d, coalesce(sum(self_d), 0) AS self_d FROM per GROUP BY range
 )
-SELECT range, (SELECT min(depth) FROM host h WHERE h.name = range) AS depth,
+SELECT range, d.depth,
        coalesce(c.calls, 0) AS calls, coalesce(c.host_d, 0) / 1e6 AS host_ms,
        coalesce(w.n, 0) AS gpu_calls, coalesce(w.d, 0) / 1e6 AS gpu_ms,
        coalesce(w.self_d, 0) / 1e6 AS self_gpu_ms,
@@ -44,4 +51,5 @@ SELECT range, (SELECT min(depth) FROM host h WHERE h.name = range) AS depth,
        t.top_kernel
 FROM calls c FULL OUTER JOIN work w USING (range)
 LEFT JOIN (SELECT range, arg_max(kname, d) AS top_kernel FROM per_kernel GROUP BY range) t USING (range)
+LEFT JOIN depths d USING (range)
 ORDER BY gpu_ms DESC, host_ms DESC, range

@@ -1,0 +1,2 @@
+-- own_range(kind, domain): true for a range of the program's own: cuptiprof.range, NVTX, torch record_function / Kineto user annotations (kind 'user'). Not the GPU-side copies of annotations in Kineto traces (domain gpu_user_annotation: host ranges only, or every call would count twice), nor the Python stack frames and nn.Module calls of traces recorded with_stack / with_modules (domain python_function: hundreds per step, they would bury the program's ranges).
+kind = 'user' AND coalesce(domain, '') NOT IN ('gpu_user_annotation', 'python_function')
