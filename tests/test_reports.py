@@ -390,3 +390,59 @@ def test_a_range_around_the_steps_holds_their_work_though_opened_outside_them(tm
     assert gen["gpu_ms"] == pytest.approx(0.113) and gen["pct_gpu_time"] == pytest.approx(100)
     assert gen["self_gpu_ms"] == pytest.approx(0.005)     # kD, launched in step 0 alone
     assert got["attn"]["calls"] == 3 and got["attn"]["gpu_ms"] == pytest.approx(0.068)
+
+
+def _stepless_file(path: Path) -> Path:
+    """A run without steps (an nsys import, a trace without ProfilerStep): two kernels that
+    overlap on two streams and one sync, all with step NULL."""
+    t = 1_700_000_000_000_000_000
+    with Writer(path, RunInfo(source="synthetic", label="stepless"), pid=77) as w:
+        w.append({"kernels": {"device_id": pa.array([0, 0], pa.int32()),
+                              "stream_id": pa.array([7, 8], pa.int32()), "name": ["gemm", "relu"],
+                              "step": pa.array([None, None], pa.int32()),
+                              "start_ns": [t, t + 50_000], "end_ns": [t + 100_000, t + 300_000]},
+                  "syncs": {"device_id": pa.array([0], pa.int32()), "stream_id": pa.array([7], pa.int32()),
+                            "sync_type": ["stream_synchronize"], "step": pa.array([None], pa.int32()),
+                            "start_ns": [t + 10_000], "end_ns": [t + 310_000]}})
+    return path
+
+
+def _steps_rows(path: Path, **kw) -> list[dict]:
+    with cuptiprof.open(path, **kw) as prof:
+        rel = prof.report("steps")
+        return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+
+
+def test_steps_report_of_a_file_without_steps_has_busy_window_and_sync(tmp_path):
+    (row,) = _steps_rows(_stepless_file(tmp_path / "n.duckdb"))
+    assert row["step"] is None and row["kernels"] == 2
+    assert row["gpu_window_ms"] == pytest.approx(0.3) and row["busy_ms"] == pytest.approx(0.3)
+    assert row["idle_ms"] == pytest.approx(0) and row["sync_ms"] == pytest.approx(0.3)
+
+
+def test_a_run_without_steps_merged_with_stepped_runs_keeps_its_work(tmp_path):
+    """The default scope is the recorded steps, and every row of a process that has none: a run
+    without steps merged with runs that have them is reported whole, the others by step."""
+    from cuptiprof.store.merge import merge_files
+
+    stepped = write_fixture(tmp_path / "golden.duckdb")
+    alone = _stepless_file(tmp_path / "n.duckdb")
+    merged = merge_files([stepped, alone], tmp_path / "all.duckdb")
+    with cuptiprof.open(stepped) as prof:
+        stepped_kinds = {r[0]: r[2] for r in prof.report("kinds").fetchall()}
+    with cuptiprof.open(merged) as prof:
+        assert "every row of the 1 process without steps" in prof.scope
+        dev = {(r[0], r[1], r[2]): dict(zip(prof.report("devices").columns, r))
+               for r in prof.report("devices").fetchall()}
+        kinds = {r[0]: r[2] for r in prof.report("kinds").fetchall()}
+        (tops,) = [r for r in prof.report("ops").fetchall() if r[0] == "gemm"]
+    (own,) = [v for (run, pid, _), v in dev.items() if pid == 77]
+    assert own["kernels"] == 2 and own["gpu_ms"] == pytest.approx(0.35) and own["busy_ms"] == pytest.approx(0.3)
+    assert kinds["kernel"] == stepped_kinds["kernel"] + 2 and tops[2] == 1
+    rows = _steps_rows(merged)
+    assert [(r["pid"], r["step"], r["kernels"], round(r["busy_ms"], 6)) for r in rows if r["pid"] == 77] \
+        == [(77, None, 2, 0.3)]
+    # The stepped run is still reported by step alone: its work outside steps stays out.
+    assert all(r["step"] is not None for r in rows if r["pid"] != 77)
+    # --steps picks steps: the run without any has none of them.
+    assert all(r["pid"] != 77 for r in _steps_rows(merged, steps="0:1"))

@@ -32,13 +32,16 @@ def _read(sub: str, name: str) -> str:
     return _SQL.joinpath(sub, f"{name}.sql").read_text()
 
 
-def scope_views(where: str, stored_busy: bool = False) -> dict[str, str]:
+def scope_views(where: str, stored_busy: bool = False,
+                kernel_where: str | None = None) -> dict[str, str]:
     """The scope views' SQL with the step filter. stored_busy: read busy time from step_busy
-    (complete for every run of the file) instead of folding every work interval."""
+    (complete for every run of the file) instead of folding every work interval. kernel_where:
+    the filter for kernel_rows alone (no run_id/pid columns there), where it differs."""
     files = dict(zip(SCOPE_VIEWS, SCOPE_VIEWS))
     if stored_busy:
         files["sel_busy"] = "sel_busy_stored"
-    return {v: _strip_comments(_read("scope", f)).replace("{where}", where) for v, f in files.items()}
+    return {v: _strip_comments(_read("scope", f)).replace("{kernel_where}", kernel_where or where)
+            .replace("{where}", where) for v, f in files.items()}
 
 
 @functools.lru_cache(maxsize=1)

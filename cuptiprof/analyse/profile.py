@@ -74,6 +74,15 @@ class Profile:
         self.stored_busy = self._has_stored_busy()
         self.set_steps(steps)
 
+    def _stepless_processes(self) -> list[tuple[int, int]]:
+        """(run_id, pid) of the processes with GPU work but no step at all: in the default scope
+        all their rows count, or their work would vanish from every report."""
+        work = ("SELECT run_id, pid FROM step_busy GROUP BY ALL HAVING count(step) = 0"
+                if self.stored_busy else
+                "SELECT run_id, pid FROM gpu_activities GROUP BY ALL HAVING count(step) = 0")
+        return self.con.execute(f"{work} EXCEPT SELECT run_id, pid FROM ranges WHERE kind = 'step' "
+                                "ORDER BY ALL").fetchall()
+
     def _has_stored_busy(self) -> bool:
         """True when step_busy is complete for every run (no writer of the file died)."""
         try:
@@ -87,12 +96,21 @@ class Profile:
         """Choose the steps reports look at (inclusive). None: every recorded step, or every row
         when the file has no steps at all."""
         rng = parse_steps(steps) if isinstance(steps, (str, type(None))) else tuple(steps)
+        kernel_where = None   # the filter over kernel_rows (keyed by lane), where it differs
         has_steps = self.con.execute(
             "SELECT EXISTS (SELECT 1 FROM gpu_activities WHERE step IS NOT NULL) "
             "OR EXISTS (SELECT 1 FROM ranges WHERE kind = 'step')").fetchone()[0]
         if rng is None:
             where = "step IS NOT NULL" if has_steps else "TRUE"
             self.scope = "all recorded steps" if has_steps else "all rows (no steps recorded)"
+            stepless = self._stepless_processes() if has_steps else []
+            if stepless:   # e.g. a run without steps merged with runs that have them
+                procs = " OR ".join(f"(run_id = {int(r)} AND pid = {int(p)})" for r, p in stepless)
+                where = f"(step IS NOT NULL OR {procs})"
+                kernel_where = (f"(step IS NOT NULL OR lane_id IN "
+                                f"(SELECT lane_id FROM lanes WHERE {procs}))")
+                self.scope += (f", and every row of the {len(stepless)} process"
+                               f"{'es' if len(stepless) > 1 else ''} without steps")
         else:
             lo, hi = rng
             conds = ["step IS NOT NULL"]
@@ -111,7 +129,7 @@ class Profile:
         self.step_filter = where
         for macro in catalog.macros():
             self.con.execute(macro)
-        for name, sql in catalog.scope_views(where, self.stored_busy).items():
+        for name, sql in catalog.scope_views(where, self.stored_busy, kernel_where).items():
             self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
 
     # -- queries -----------------------------------------------------------------------------

@@ -10,11 +10,8 @@
 -- pct_gpu_time: share of the summed duration of all GPU work in scope (ops with no launches are not listed)
 WITH ops AS (
     SELECT r.run_id, r.pid, r.range_id, r.name, r.end_ns - r.start_ns AS d
-    FROM ranges r
+    FROM sel_ranges r
     WHERE r.kind = 'op'
-      AND (EXISTS (SELECT 1 FROM sel_steps s
-                   WHERE s.run_id = r.run_id AND s.pid = r.pid AND s.step = r.step)
-           OR NOT EXISTS (SELECT 1 FROM ranges WHERE kind = 'step'))
 ), work AS (
     SELECT a.run_id, a.pid, a.op_id, a.kind, a.name, a.end_ns - a.start_ns AS d
     FROM sel_activities a WHERE a.kind <> 'sync' AND a.op_id IS NOT NULL

@@ -38,9 +38,9 @@ WITH optot AS (
 ), gpu AS (
     SELECT p.*, b.busy_ns, b.start_ns AS gs, b.end_ns AS ge, y.sync_ns
     FROM per p
-    LEFT JOIN sel_busy b ON b.run_id = p.run_id AND b.pid = p.pid AND b.step = p.step
+    LEFT JOIN sel_busy b ON b.run_id = p.run_id AND b.pid = p.pid AND b.step IS NOT DISTINCT FROM p.step
           AND b.device_id IS NOT DISTINCT FROM p.device_id
-    LEFT JOIN syncs y ON y.run_id = p.run_id AND y.pid = p.pid AND y.step = p.step
+    LEFT JOIN syncs y ON y.run_id = p.run_id AND y.pid = p.pid AND y.step IS NOT DISTINCT FROM p.step
           AND y.device_id IS NOT DISTINCT FROM p.device_id
 ), joined AS (
     SELECT coalesce(p.run_id, h.run_id) AS run_id, coalesce(p.pid, h.pid) AS pid, p.device_id,

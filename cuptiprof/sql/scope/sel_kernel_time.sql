@@ -5,9 +5,10 @@
 -- name_id: strings.string_id of the kernel name
 -- n: kernel launches
 -- t: summed kernel time, ns
+-- ({kernel_where}: the scope's filter as kernel_rows can read it, keyed by lane)
 SELECT l.run_id, l.pid, l.device_id, a.step, c.name_id, sum(a.n)::BIGINT AS n, sum(a.t) AS t
 FROM (SELECT lane_id, step, config_id, count(*) AS n, sum(end_ns - start_ns) AS t
-      FROM kernel_rows WHERE {where} GROUP BY lane_id, step, config_id) a
+      FROM kernel_rows WHERE {kernel_where} GROUP BY lane_id, step, config_id) a
 JOIN lanes l ON l.lane_id = a.lane_id
 LEFT JOIN launch_configs c ON c.config_id = a.config_id
 GROUP BY l.run_id, l.pid, l.device_id, a.step, c.name_id
