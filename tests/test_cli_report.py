@@ -97,6 +97,11 @@ def test_sql_query_and_schema(run_file):
     r = cli("sql", run_file, "SELECT count(*) AS n FROM kernels WHERE step = 2", "--format", "csv")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "n" and int(r.stdout.splitlines()[1]) > 0
+    # A table shows every column the query selected, one-valued keys included.
+    r = cli("sql", run_file, "SELECT run_id, pid, device_id, count(*) AS n FROM kernels "
+            "WHERE device_id = 0 GROUP BY ALL")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[:4] == ["run_id", "pid", "device_id", "n"]
     r = cli("schema")
     assert r.returncode == 0 and "CREATE TABLE kernel_rows" in r.stdout
 

@@ -26,7 +26,7 @@ def run(args) -> int:
             rel = prof.sql(args.query)
             if rel is None:
                 raise UsageError("the statement returned no rows to show (only queries are allowed)")
-            render(rel, args.format)
+            render(rel, args.format, quiet=False)
         except duckdb.Error as exc:
             msg = str(exc).splitlines()[0]
             if "read-only" in msg or "disabled by configuration" in msg \

@@ -57,7 +57,9 @@ def _quiet(cols: list[str], rows: list[tuple]) -> tuple[list[str], list[tuple]]:
 
 
 def render(rel, fmt: str = "table", out=None, title: str | None = None,
-           max_width: int = 70) -> None:
+           max_width: int = 70, quiet: bool = True) -> None:
+    """quiet: in the table format, leave out key columns (run_id, pid, ...) that hold one value
+    (the reports); `cuptiprof sql` shows every column the query selected."""
     out = out or sys.stdout
     cols, rows = rows_of(rel)
     if fmt == "csv":
@@ -84,7 +86,8 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
         return
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}")
-    cols, rows = _quiet(cols, rows)
+    if quiet:
+        cols, rows = _quiet(cols, rows)
     cells = [[_shorten(fmt_value(v), max_width) for v in r] for r in rows]
     if _is_tty(out):
         from rich.console import Console
