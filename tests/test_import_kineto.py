@@ -107,6 +107,26 @@ def test_cpu_ops_report(tb0, tmp_path_factory):
     assert conv["op_calls"] > 0 and conv["kernels"] > 0 and conv["top_kernel"]
 
 
+@pytest.mark.parametrize("trace, table", [(TB0, "resnet50_num_workers_0"), (TB4, "resnet50_num_workers_4")])
+def test_cpu_ops_match_the_plugins_operator_table(trace, table, tmp_path_factory):
+    """Calls, host total and device self time of every op that launched GPU work, as the
+    TensorBoard plugin computed them (an op called straight from an op of the same name, as
+    aten::div is there, is one call)."""
+    import cuptiprof
+    imported(tmp_path_factory, trace).close()
+    path = tmp_path_factory.getbasetemp() / "imported" / (Path(trace).name + ".duckdb")
+    with cuptiprof.open(path) as prof:
+        rel = prof.report("cpu_ops")
+        got = {r[0]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
+    with open(SHARED / f"kineto-tbplugin/expected/{table}_operator_table_us.csv") as fh:
+        want = {r["name"]: r for r in csv.DictReader(fh) if int(r["device_self_duration"]) > 0}
+    assert set(got) == set(want)
+    for name, w in want.items():
+        g = got[name]
+        assert (g["op_calls"], round(g["host_ms"] * 1000), round(g["gpu_ms"] * 1000)) == \
+            (int(w["calls"]), int(w["host_total_duration"]), int(w["device_self_duration"])), name
+
+
 def test_hta_negative_queue(tmp_path_factory):
     con = imported(tmp_path_factory, NEGQ)
     assert one(con, "SELECT count(*), count(DISTINCT name) FROM kernels") == (6080, 85)

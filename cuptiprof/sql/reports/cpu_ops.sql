@@ -1,6 +1,6 @@
 -- cpu_ops: framework ops (torch aten::*, imported CPU ops) and the GPU work they launched in scope; each GPU row counts for the innermost op open when it was launched
 -- op: framework op name (ranges with kind 'op'), e.g. aten::mm
--- op_calls: times the op ran on the host in scope
+-- op_calls: times the op ran on the host in scope (an op called straight from an op of the same name is the same call, as torch's profiler views count it)
 -- host_ms: summed host duration of those calls (inclusive of child ops)
 -- gpu_calls: kernels, memcpys and memsets it launched
 -- gpu_ms: summed GPU duration of that work
@@ -20,7 +20,13 @@ WITH ops AS (
     FROM work w JOIN ops o ON o.run_id = w.run_id AND o.pid = w.pid AND o.range_id = w.op_id
     GROUP BY ALL
 ), tot AS (SELECT sum(end_ns - start_ns) AS t FROM sel_activities WHERE kind <> 'sync'),
-calls AS (SELECT name AS op, count(*) AS op_calls, sum(d) AS host_d FROM ops GROUP BY name)
+calls AS (
+    SELECT o.name AS op, count(*) AS op_calls, sum(o.d) AS host_d
+    FROM ops o JOIN sel_ranges r ON r.run_id = o.run_id AND r.pid = o.pid AND r.range_id = o.range_id
+    LEFT JOIN ranges up ON up.run_id = r.run_id AND up.pid = r.pid AND up.range_id = r.parent_id
+    WHERE up.kind IS DISTINCT FROM 'op' OR up.name IS DISTINCT FROM o.name
+    GROUP BY o.name
+)
 SELECT p.op, c.op_calls, c.host_d / 1e6 AS host_ms,
        sum(p.n) AS gpu_calls, sum(p.d) / 1e6 AS gpu_ms,
        sum(p.d) / 1e3 / c.op_calls AS gpu_us_per_call,
