@@ -85,11 +85,11 @@ def union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def brute_force(rows: list[dict], steps: range) -> dict[tuple, tuple[int, int, int]]:
     """(kind, detail) -> (count, total_ns, exposed_ns) for the copies in scope, by direct
-    intersection of each copy with the kernel union of its run, process and device (steps in
-    scope only)."""
+    intersection of each copy with the kernel union of its run, process and device (kernels of
+    every step: a kernel of a step out of scope hides a copy as well)."""
     kernels: dict[tuple, list] = {}
     for r in rows:
-        if r["kind"] == "kernel" and r["step"] in steps:
+        if r["kind"] == "kernel":
             kernels.setdefault((r["run"], r["pid"], r["dev"]), []).append((r["s"], r["e"]))
     unions = {k: union(v) for k, v in kernels.items()}
     out: dict[tuple, list[int]] = {}

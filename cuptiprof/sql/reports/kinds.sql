@@ -9,7 +9,8 @@
 -- gbps: achieved bandwidth, bytes / total time (GB/s)
 
 -- Hidden time of a copy [cs, ce): the length of its intersection with the union of the kernel
--- intervals on the same run, process and device (any step, any stream). It is found without a range
+-- intervals on the same run, process and device (any step, any stream: the kernels of steps out of
+-- scope, and those no step claims, hide copies too). It is found without a range
 -- join and without sorting the kernels: time is cut into bins of 2^18 ns (`>> 18`), and every
 -- kernel that overlaps a copy is found by a hash-join equality on (device group, bin). `near` takes
 -- the kernels whose start bin lies in [copy's first bin - 1, copy's last bin] (each kernel probes
@@ -38,14 +39,14 @@ WITH c AS MATERIALIZED (
 ), near AS (
     SELECT cb.copy_id, greatest(k.start_ns, cb.cs) AS s, least(k.end_ns, cb.ce) AS e
     FROM cb JOIN (SELECT lg.gid, k.start_ns, k.end_ns
-                  FROM sel_kernel_spans k JOIN lg ON lg.lane_id = k.lane_id) k
+                  FROM kernel_rows k JOIN lg ON lg.lane_id = k.lane_id) k
       ON k.gid = cb.gid AND k.start_ns >> 18 = cb.b
     WHERE k.start_ns < cb.ce AND k.end_ns > cb.cs AND k.end_ns > k.start_ns
 ), far AS (
     SELECT cg.copy_id, cg.cs AS s, least(k.end_ns, cg.ce) AS e
     FROM cg JOIN (SELECT lg.gid, k.end_ns,
                          unnest(range((k.start_ns >> 18) + 2, ((k.end_ns - 1) >> 18) + 1)) AS b
-                  FROM sel_kernel_spans k JOIN lg ON lg.lane_id = k.lane_id
+                  FROM kernel_rows k JOIN lg ON lg.lane_id = k.lane_id
                   WHERE (k.end_ns - 1) >> 18 >= (k.start_ns >> 18) + 2) k
       ON k.gid = cg.gid AND k.b = cg.cs >> 18
     WHERE k.end_ns > cg.cs
