@@ -319,3 +319,57 @@ def test_zlib_when_isal_is_missing(odd, odd_trace, tmp_path, monkeypatch):
     with cuptiprof.open(odd) as prof:
         export_chrome(prof, out)
     assert load_trace(out) == load_trace(odd_trace[0])
+
+
+def _two_processes(path: Path) -> Path:
+    """Two processes of one run, as a merge of ranks holds them: each a step (10) on its own
+    thread, the steps overlapping in time, an op around each launch, and the SAME correlation
+    ids (1..4) and range ids in both, as CUPTI and each process number them."""
+    t0 = 1_700_000_000_000_000_000
+    for i, pid in enumerate((101, 202)):
+        t = t0 + i * 30_000    # rank 1's step starts 30 us later and ends 90 us earlier:
+        tid = pid * 10         # rank 0's last launch is after the end of the step started last
+        span, gap = (300_000, 70_000) if i == 0 else (180_000, 40_000)
+        ops = [(2 + k, 1, 1, f"aten::op{k}", "op", 10, t + 10_000 + k * gap, t + 40_000 + k * gap)
+               for k in range(4)]
+        rows = [(1, None, 0, "ProfilerStep#10", "step", 10, t, t + span)] + ops
+        with Writer(path, RunInfo(source="synthetic", label="two"), mode="append" if i else "create",
+                    pid=pid) as w:
+            w.append({
+                "ranges": {"range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
+                           "depth": pa.array([r[2] for r in rows], pa.int32()), "name": [r[3] for r in rows],
+                           "kind": [r[4] for r in rows], "step": pa.array([r[5] for r in rows], pa.int32()),
+                           "thread_id": [tid] * len(rows), "start_ns": [r[6] for r in rows],
+                           "end_ns": [r[7] for r in rows], "domain": [None] + ["cpu_op"] * 4},
+                "api_calls": {"thread_id": [tid] * 4, "api_kind": ["runtime"] * 4,
+                              "name": ["cudaLaunchKernel"] * 4, "correlation_id": [1, 2, 3, 4],
+                              "start_ns": [o[6] + 1_000 for o in ops], "end_ns": [o[6] + 5_000 for o in ops],
+                              "step": pa.array([10] * 4, pa.int32()), "range_id": [o[0] for o in ops]},
+                "kernels": {"device_id": pa.array([i] * 4, pa.int32()), "stream_id": pa.array([7] * 4, pa.int32()),
+                            "name": [f"k{i}_{k}" for k in range(4)], "correlation_id": [1, 2, 3, 4],
+                            "step": pa.array([10] * 4, pa.int32()), "range_id": [o[0] for o in ops],
+                            "op_id": [o[0] for o in ops],
+                            "start_ns": [o[6] + 20_000 for o in ops], "end_ns": [o[6] + 30_000 for o in ops]},
+                "devices": {"device_id": pa.array([i], pa.int32()), "kind": ["gpu"], "name": ["NVIDIA H200"],
+                            "peak_memory_bw_gbps": [4800.0]}})
+    return path
+
+
+def test_round_trip_of_several_processes_keeps_steps_and_links(tmp_path):
+    """Each process's ids are moved apart in the export (flows and the importer's links would
+    join one process's call to another's kernel), and steps of several threads that overlap
+    in time still give each call the step of its own thread."""
+    src = _two_processes(tmp_path / "two.duckdb")
+    out = tmp_path / "two.json.gz"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    ev = load_trace(out)["traceEvents"]
+    starts = [e["id"] for e in ev if e.get("ph") == "s"]
+    assert len(starts) == 8 and len(set(starts)) == 8
+    back = tmp_path / "back.duckdb"
+    import_traces([out], back)
+    con = duckdb.connect(str(back), read_only=True)
+    got = con.execute("SELECT k.name, k.step, o.name FROM kernels k JOIN ranges o "
+                      "ON o.range_id = k.op_id AND o.pid = k.pid ORDER BY k.name").fetchall()
+    assert got == [(f"k{i}_{k}", 10, f"aten::op{k}") for i in range(2) for k in range(4)]
+    assert con.execute("SELECT DISTINCT peak_memory_bw_gbps FROM devices").fetchall() == [(4800.0,)]

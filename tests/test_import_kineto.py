@@ -280,11 +280,16 @@ def test_2021_dialect_string_tids_and_capital_categories(tmp_path):
         {"ph": "i", "s": "t", "name": "[memory]", "pid": 25, "tid": 25, "ts": 205,
          "args": {"Device Type": 1, "Device Id": 0, "Bytes": 512}},
     ]
+    # 2021 traces name their GPUs in computeProperties, with cudaDeviceProp's field names
+    props = {"computeProperties": [{"id": 0, "name": "Tesla V100-DGXS-32GB", "totalGlobalMem": 34084028416,
+                                    "major": 7, "minor": 0, "multiProcessorCount": 80, "warpSize": 32}]}
     out = tmp_path / "o.duckdb"
-    import_traces([write(tmp_path / "w.json", trace(ev))], out)
+    import_traces([write(tmp_path / "w.json", trace(ev, **props))], out)
     con = duckdb.connect(str(out), read_only=True)
     assert one(con, "SELECT k.step, r.name, k.end_ns - k.start_ns FROM kernels k JOIN ranges r "
                     "ON r.range_id = k.op_id") == (5, "aten::conv2d", 50_000)
+    assert one(con, "SELECT name, compute_capability, sm_count, memory_bytes FROM devices") == \
+        ("Tesla V100-DGXS-32GB", "7.0", 80, 34084028416)
     assert one(con, "SELECT thread_id FROM api_calls") == (25,)
     assert one(con, "SELECT count(*), max(memory_kind) FROM memsets") == (1, "device")
     assert one(con, "SELECT operation, bytes, device_id FROM memory_events") == ("alloc", 512, 0)

@@ -171,9 +171,23 @@ def _lit(v) -> str:
     return "NULL" if v is None else str(int(v))
 
 
+# Id columns each table writes: correlation ids tie calls to their GPU work (flows, and the
+# importer's links), External ids tie both to ranges; all are numbered per process.
+_IDS = {"ranges": ("range_id",), "api_calls": ("correlation_id", "range_id")}
+_GPU_IDS = ("correlation_id", "op_id")
+_ID_STRIDE = 1 << 32   # CUPTI correlation ids are 32-bit
+
+
 def _scoped(table: str, where: str, pids: _Pids) -> str:
-    """FROM clause: the table's rows in scope, with the process index where several."""
-    return f"(SELECT * FROM {table} WHERE {where}) _t{pids.join()}"
+    """FROM clause: the table's rows in scope, with the process index where several. Several
+    processes' ids are moved apart (index * 2^32), or one process's flows and links would join
+    another's rows that carry the same number."""
+    src = f"(SELECT * FROM {table} WHERE {where}) _t{pids.join()}"
+    if pids.single:
+        return src
+    moved = ", ".join(f"{c} + coalesce(p_idx, 0) * {_ID_STRIDE} AS {c}"
+                      for c in _IDS.get(table, _GPU_IDS))
+    return f"(SELECT * REPLACE ({moved}) FROM {src}) _u"
 
 
 # -- JSON text in SQL -------------------------------------------------------------------------
@@ -388,14 +402,17 @@ def _head(con, base: int, single: bool) -> bytes:
 def _device_props(con) -> list[dict]:
     out = []
     seen = set()
-    for dev, name, cc, sms, mem in con.execute(
-            "SELECT device_id, name, compute_capability, sm_count, memory_bytes FROM devices "
+    for dev, name, cc, sms, mem, bw in con.execute(
+            "SELECT device_id, name, compute_capability, sm_count, memory_bytes, "
+            "peak_memory_bw_gbps FROM devices "
             "WHERE kind = 'gpu' ORDER BY run_id, pid, device_id").fetchall():
         if dev in seen:
             continue
         seen.add(dev)
         major, _, minor = (cc or "").partition(".")
         d = {"id": dev, "name": name, "totalGlobalMem": mem, "numSms": sms}
+        if bw is not None:   # not a Kineto key: cuptiprof's importer reads it back
+            d["peakMemoryBandwidthGBps"] = bw
         if major.isdigit():
             d["computeMajor"], d["computeMinor"] = int(major), int(minor or 0)
         out.append(d)

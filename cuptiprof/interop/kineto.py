@@ -78,6 +78,12 @@ class DevProp(msgspec.Struct):
     computeMajor: Union[int, None] = None
     computeMinor: Union[int, None] = None
     numSms: Union[int, None] = None
+    # computeProperties (Kineto before deviceProperties, 2021) names them as cudaDeviceProp does
+    major: Union[int, None] = None
+    minor: Union[int, None] = None
+    multiProcessorCount: Union[int, None] = None
+    # written by cuptiprof's own Chrome export, so that a round trip keeps it
+    peakMemoryBandwidthGBps: Union[float, None] = None
 
 
 class DistInfo(msgspec.Struct):
@@ -89,6 +95,7 @@ class DistInfo(msgspec.Struct):
 class Doc(msgspec.Struct):
     traceEvents: Union[list[Ev], None] = None
     deviceProperties: Union[list[DevProp], None] = None
+    computeProperties: Union[list[DevProp], None] = None
     distributedInfo: Union[DistInfo, None] = None
     baseTimeNanoseconds: Union[int, None] = None
     displayTimeUnit: Union[str, None] = None
@@ -397,6 +404,10 @@ class KinetoFile:
     def _meta(self, doc: Doc) -> None:
         if doc.deviceProperties:
             self.devprops.extend(doc.deviceProperties)
+        elif doc.computeProperties and not self.devprops:
+            self.devprops.extend(msgspec.structs.replace(
+                p, computeMajor=p.major, computeMinor=p.minor, numSms=p.multiProcessorCount)
+                for p in doc.computeProperties)
         if doc.distributedInfo is not None:
             self.dist = doc.distributedInfo
         if doc.baseTimeNanoseconds:
@@ -710,13 +721,13 @@ class KinetoFile:
                 step_of_name[i] = int(m.group(1))
         r_stepn = step_of_name[r_name] if len(r_name) else np.zeros(0, np.int64)
         is_step = (r_stepn >= 0) & (r_code != 3)
-        s_start, s_end, s_n = r_start[is_step], r_end[is_step], r_stepn[is_step]
+        s_start, s_end, s_n, s_key = r_start[is_step], r_end[is_step], r_stepn[is_step], r_key[is_step]
 
         parent, depth, c_range, c_op = nest(r_key, r_start, r_end, r_code == 0,
                                             c_tid, c_start, c_end)
-        r_step = steps_at(r_start, s_start, s_end, s_n)
+        r_step = steps_at(r_start, s_start, s_end, s_n, r_key, s_key)
         r_step[is_step] = s_n
-        c_step = steps_at(c_start, s_start, s_end, s_n)
+        c_step = steps_at(c_start, s_start, s_end, s_n, c_tid, s_key)
 
         # Link GPU rows to the call that launched them (the first call with that correlation
         # id): its step, innermost range and op.
@@ -817,9 +828,11 @@ class KinetoFile:
                 "device_id": d, "kind": "gpu", "name": p.name,
                 "compute_capability": f"{p.computeMajor}.{p.computeMinor}"
                 if p.computeMajor is not None else None,
-                "sm_count": p.numSms, "memory_bytes": p.totalGlobalMem, "source": "trace"}
+                "sm_count": p.numSms, "memory_bytes": p.totalGlobalMem,
+                "peak_memory_bw_gbps": p.peakMemoryBandwidthGBps, "source": "trace"}
                 for d, p in zip(devs, rows)],
-                {"device_id": pa.int32(), "sm_count": pa.int32(), "memory_bytes": pa.int64()})
+                {"device_id": pa.int32(), "sm_count": pa.int32(), "memory_bytes": pa.int64(),
+                 "peak_memory_bw_gbps": pa.float64()})
         quality = []
         for cat, n in sorted(self.unknown.items()):
             quality.append({"check_name": "unknown_category", "subject": cat, "count": n,

@@ -68,15 +68,57 @@ def _sweep(order, keys_l, starts_l, ends_l, is_op, n, m):
             np.array(c_range, np.int64), np.array(c_op, np.int64))
 
 
-def steps_at(times, step_start, step_end, step_n):
+def steps_at(times, step_start, step_end, step_n, keys=None, step_keys=None):
     """Step index whose [start, end) holds each time; -1 where none does.
 
-    Steps of one process do not overlap (each ProfilerStep ends where the next begins).
+    Steps of one thread do not overlap (each ProfilerStep ends where the next begins); those of
+    several processes in one file can (an exported merge of ranks). keys / step_keys: the
+    thread of each time and step; given, a time takes a step of its own thread first, then
+    the latest-started step that holds it.
     """
     times = np.asarray(times, np.int64)
     out = np.full(len(times), -1, np.int64)
     if len(step_start) == 0 or len(times) == 0:
         return out
+    order = np.argsort(step_start, kind="stable")
+    ss = np.asarray(step_start, np.int64)[order]
+    se = np.asarray(step_end, np.int64)[order]
+    sn = np.asarray(step_n, np.int64)[order]
+    overlap = len(ss) > 1 and bool((ss[1:] < np.maximum.accumulate(se)[:-1]).any())
+    if overlap and keys is not None and step_keys is not None:
+        keys = np.asarray(keys, np.int64)
+        sk = np.asarray(step_keys, np.int64)[order]
+        for k in np.unique(sk):
+            mine, at = np.flatnonzero(sk == k), np.flatnonzero(keys == k)
+            out[at] = _latest_holding(times[at], ss[mine], se[mine], sn[mine])
+        left = np.flatnonzero(out < 0)
+        out[left] = _latest_holding(times[left], ss, se, sn)
+    else:
+        out = _latest_holding(times, ss, se, sn)
+    if overlap:   # a time past the latest-started step's end may be inside an earlier one
+        reach = np.maximum.accumulate(se)
+        idx = np.searchsorted(ss, times, side="right") - 1
+        left = np.flatnonzero((out < 0) & (idx >= 0))
+        left = left[times[left] < reach[idx[left]]]
+        for i in range(len(ss) - 1, -1, -1):
+            if not len(left):
+                break
+            hit = (times[left] >= ss[i]) & (times[left] < se[i])
+            out[left[hit]] = sn[i]
+            left = left[~hit]
+    return out
+
+
+def _latest_holding(times, ss, se, sn):
+    """Over steps sorted by start: the step of the latest-started step if it holds the time."""
+    out = np.full(len(times), -1, np.int64)
+    if len(ss) == 0 or len(times) == 0:
+        return out
+    idx = np.searchsorted(ss, times, side="right") - 1
+    ok = idx >= 0
+    ok[ok] = times[ok] < se[idx[ok]]
+    out[ok] = sn[idx[ok]]
+    return out
     order = np.argsort(step_start, kind="stable")
     ss = np.asarray(step_start, np.int64)[order]
     se = np.asarray(step_end, np.int64)[order]
