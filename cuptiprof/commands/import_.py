@@ -27,7 +27,11 @@ def run(args) -> int:
     parts = [f"{rows.get(t, 0):,} {n}" for t, n in (
         ("kernel_rows", "kernels"), ("memcpys", "memcpys"), ("memsets", "memsets"),
         ("api_call_rows", "API calls"), ("range_rows", "ranges"))]
-    steps = sum(getattr(f, "steps", 0) for f in res["files"])
+    counts = [getattr(f, "steps", 0) for f in res["files"]]
+    # one file per rank: each has the job's steps, so a sum would count every step N times
+    plural = lambda n: f"{n:,} step" + ("" if n == 1 else "s")  # noqa: E731
+    steps = (f"{plural(counts[0])} in each of the {len(counts)} files"
+             if len(counts) > 1 and len(set(counts)) == 1 else plural(sum(counts)))
     print(f"imported {len(res['files'])} file(s) ({res['source']}): {', '.join(parts)}, "
-          f"{steps} steps -> {res['path']}", file=sys.stderr)
+          f"{steps} -> {res['path']}", file=sys.stderr)
     return 0
