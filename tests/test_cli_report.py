@@ -188,6 +188,7 @@ def test_bad_file_one_line(bad_files, case, command):
     (["report", "{f}", "--steps", "a:b"], "expected A:B"),
     (["report", "{f}", "--steps", "90:99"], "no recorded step"),
     (["report", "{f}", "--top", "0"], "at least 1"),
+    (["report", "{f}", "--by", "op", "--top", "999999999999999999999"], "at most"),
     (["report"], "needs a FILE"),
     (["sql", "{f}", "SELEC count(*) FROM kernels"], "SQL error"),
     (["sql", "{f}", "SELECT no_such_column FROM kernels"], "SQL error"),

@@ -208,8 +208,12 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, pair):
     assert "not a DuckDB file" in capsys.readouterr().err
     assert main(["compare", str(a), str(b), "--flops", "gemm"]) == 2
     assert "NAME=GFLOP" in capsys.readouterr().err
-    assert main(["compare", str(a), str(b), "--top", "0"]) == 2
-    capsys.readouterr()
+    for top in ("0", "99999999999999999999"):   # refused as the arguments are read
+        with pytest.raises(SystemExit) as stop:
+            main(["compare", str(a), str(b), "--top", top])
+        assert stop.value.code == 2 and "--top" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b), "--flops", "*=inf"]) == 2
+    assert "positive number" in capsys.readouterr().err
 
 
 def test_different_schema_versions_are_refused(tmp_path, pair):

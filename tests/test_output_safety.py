@@ -231,3 +231,54 @@ def test_outputs_never_write_through_a_symlink(tmp_path, inputs, dangling):
             assert len(lines) == 1 and lines[0].startswith("cuptiprof: error:"), (name, d["stderr"])
         else:
             assert not link.is_symlink(), f"{name} succeeded but left the link in place"
+
+
+# -- outputs never replace inputs or files cuptiprof did not write ------------------------------
+def test_outputs_never_replace_inputs_or_unrelated_files(nasty, tmp_path):
+    import shutil
+
+    w = tmp_path / "w"
+    (w / "keep").mkdir(parents=True)
+    (w / "notes").mkdir()
+    shutil.copy(nasty, w / "p.duckdb")
+    shutil.copy(other(nasty), w / "q.duckdb")
+    shutil.copy(nasty, w / "keep" / "p2.duckdb")
+    (w / "notes" / "notes.txt").write_text("mine\n")
+    (w / "notes.txt").write_text("mine\n")
+    (w / "t.json").write_text(json.dumps(H.good_trace()))
+    kept = {p: digest(p) for p in w.rglob("*") if p.is_file()}
+    refused = {
+        "parquet_holding_input": ["export", "keep/p2.duckdb", "--parquet", "keep", "--force"],
+        "parquet_over_other_files": ["export", "p.duckdb", "--parquet", "notes", "--force"],
+        "parquet_cwd": ["export", "p.duckdb", "--parquet", ".", "--force"],
+        "chrome_over_input": ["export", "p.duckdb", "--chrome", "p.duckdb", "--force"],
+        "chrome_and_parquet_one_path": ["export", "p.duckdb", "--chrome", "x.json", "--parquet", "x.json"],
+        "html_over_input": ["report", "p.duckdb", "--html", "p.duckdb"],
+        "compare_html_over_input": ["compare", "p.duckdb", "q.duckdb", "--html", "q.duckdb"],
+        "html_over_other_file": ["report", "p.duckdb", "--html", "notes.txt"],
+        "html_into_directory": ["report", "p.duckdb", "--html", "keep"],
+        "html_missing_directory": ["report", "p.duckdb", "--html", "nodir/r.html"],
+        "compare_html_missing_directory": ["compare", "p.duckdb", "q.duckdb", "--html", "nodir/r.html"],
+        "import_into_directory": ["import", "t.json", "-o", "keep", "--force"],
+        "import_same_trace_twice": ["import", "t.json", "./t.json", "-o", "tw.duckdb"],
+        "merge_a_trace": ["merge", "p.duckdb", "t.json", "-o", "m.duckdb"],
+        "merge_a_directory": ["merge", "p.duckdb", "keep", "-o", "m.duckdb"],
+    }
+    tasks = [(n, a, {"cwd": str(w)}) for n, a in refused.items()]
+    # An HTML report and a Parquet export are replaced by the same command run again.
+    tasks += [("html", ["report", "p.duckdb", "--html", "r.html"], {"cwd": str(w)}),
+              ("html_again", ["report", "p.duckdb", "--html", "r.html"], {"cwd": str(w)}),
+              ("parquet", ["export", "p.duckdb", "--parquet", "pq"], {"cwd": str(w)}),
+              ("parquet_again", ["export", "p.duckdb", "--parquet", "pq", "--force"], {"cwd": str(w)})]
+    res = H.cli_batch(tasks, tmp_path / "work", timeout=60)
+    for name in refused:
+        d = res[name]
+        lines = d["stderr"].strip().splitlines()
+        assert d["rc"] == 2 and len(lines) == 1 and lines[0].startswith("cuptiprof: error:"), (name, d)
+        assert ".tmp-" not in d["stderr"], (name, d["stderr"])   # the path the user gave
+    for name in ("html", "html_again", "parquet", "parquet_again"):
+        assert res[name]["rc"] == 0, (name, res[name]["stderr"])
+    assert {p: digest(p) for p in kept} == kept
+    assert not [p for p in w.rglob("*") if ".tmp-" in p.name]
+    assert not any((w / n).exists() for n in ("tw.duckdb", "m.duckdb", "x.json", "nodir"))
+    assert (w / "r.html").read_text().lstrip().startswith("<!DOCTYPE html>") and (w / "pq" / "kernels").is_dir()

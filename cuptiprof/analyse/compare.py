@@ -10,6 +10,7 @@ with a `run` column = the file's position). File 0 is the baseline for ratios an
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import string
@@ -427,7 +428,7 @@ def parse_work(specs: Sequence[str], unit: str) -> list[tuple[str, float]]:
             val = float(num)
         except ValueError:
             val = None
-        if not sep or not name or val is None or val <= 0:
+        if not sep or not name or val is None or not math.isfinite(val) or val <= 0:
             raise UsageError(f"{spec!r}: expected NAME={unit} with a positive number, "
                              f"e.g. 'gemm=4.3' (NAME is a key or a glob pattern)")
         out.append((name, val))

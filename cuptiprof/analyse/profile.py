@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from cuptiprof.errors import SchemaVersionError, StoreError, UsageError, WriterBusy
+from cuptiprof.errors import SchemaVersionError, StoreError, UsageError
 from cuptiprof.store.schema import file_schema_version
 from cuptiprof.store.files import check_schema_version, require_duckdb
 from cuptiprof.store.files import connect_error
@@ -40,11 +40,6 @@ class Profile:
 
     def __init__(self, path: str | os.PathLike, steps: str | tuple | None = None):
         self.path = Path(path)
-        if not self.path.exists():
-            parts = self.path.with_name(self.path.name + ".parts")
-            if parts.is_dir():  # `cuptiprof run` writes OUT only when the command has ended
-                raise WriterBusy(f"{self.path}: a cuptiprof run is still writing this file (or "
-                                 f"one ended without finishing: see {parts}); wait for it to end")
         require_duckdb(self.path)
         try:
             self.con = duckdb.connect(str(self.path), read_only=True)

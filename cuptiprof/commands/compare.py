@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY
-from cuptiprof.errors import UsageError
+from cuptiprof.commands import top_rows
 from cuptiprof.render.table import FORMATS, _json_default, render, rows_of
 
 if TYPE_CHECKING:  # loaded in run(): reading commands do not load pyarrow
@@ -30,7 +30,7 @@ def register(sub) -> None:
                        "baseline for ratios (x) and rank changes (drank). Times are per step: the "
                        "median over each file's recorded steps, with the median absolute deviation.")
     p.add_argument("files", nargs="*", metavar="FILE", help="two or more cuptiprof files")
-    p.add_argument("--top", type=int, default=15, help="keys in the top N of any file (default 15)")
+    p.add_argument("--top", type=top_rows, default=15, help="keys in the top N of any file (default 15)")
     p.add_argument("--by", choices=BY, default="op",
                    help="comparison key: " + "; ".join(f"{k}: {v}" for k, v in _KEY_HELP.items()))
     p.add_argument("--format", choices=FORMATS, default="table")
@@ -44,10 +44,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    if args.top is not None and args.top < 1:
-        raise UsageError(f"--top {args.top}: must be at least 1")
     from cuptiprof.analyse.compare import Comparison, work_list
     work = work_list(args.flops, args.bytes_)
+    if args.html:
+        from cuptiprof.render.html import check_html_output
+        check_html_output(args.html, inputs=args.files)
     with Comparison(args.files, by=args.by, work=work) as cmp:
         if args.html:
             from cuptiprof.render.html import write_compare

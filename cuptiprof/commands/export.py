@@ -3,6 +3,7 @@ data to Perfetto UI / chrome://tracing, or to DuckDB, Spark and Trino as Parquet
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from cuptiprof.errors import CuptiprofError, UsageError
 
@@ -25,6 +26,9 @@ def register(sub) -> None:
 def run(args) -> int:
     if not args.chrome and not args.parquet:
         raise UsageError("export: say what to write: --chrome OUT.json.gz and/or --parquet DIR")
+    if args.chrome and args.parquet and Path(args.chrome).resolve() == Path(args.parquet).resolve():
+        raise UsageError(f"export: --chrome and --parquet name the same path ({args.chrome}); "
+                         "give each its own")
     from cuptiprof.analyse.profile import open_profile
     with open_profile(args.file, args.steps) as prof:
         if args.chrome:

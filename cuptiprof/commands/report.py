@@ -6,6 +6,7 @@ import sys
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.profile import open_profile
+from cuptiprof.commands import top_rows
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, plain_table, render, rows_of
 
@@ -23,7 +24,7 @@ def register(sub) -> None:
     p = sub.add_parser("report", help="print breakdowns of a cuptiprof file")
     p.add_argument("file", nargs="?")
     p.add_argument("--by", choices=sorted(BY), help="one breakdown (default: a summary of several)")
-    p.add_argument("--top", type=int, default=None, help="rows per breakdown (default: 15 for ops)")
+    p.add_argument("--top", type=top_rows, default=None, help="rows per breakdown (default: 15 for ops)")
     p.add_argument("--steps", help="steps to include: A:B (inclusive), A:, :B or N")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report with plots")
@@ -36,8 +37,9 @@ def run(args) -> int:
         return list_reports(args.format)
     if not args.file:
         raise UsageError("report needs a FILE (or --list)")
-    if args.top is not None and args.top < 1:
-        raise UsageError(f"--top {args.top}: must be at least 1")
+    if args.html:
+        from cuptiprof.render.html import check_html_output
+        check_html_output(args.html, inputs=[args.file])
     with open_profile(args.file, args.steps) as prof:
         if args.html:
             from cuptiprof.render.html import write_report

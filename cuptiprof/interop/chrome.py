@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cuptiprof.errors import InputError
+from cuptiprof.outputs import check_output, temp_beside
 
 try:  # ISA-L level 2: ~25x faster than zlib -9 for a ~40% larger file (BENCHMARKS.md)
     from isal import igzip as _gzip
@@ -42,11 +42,7 @@ class _Sql(str):
 
 def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     """Write the rows in `prof`'s step scope to `out` (.json or .json.gz). Returns counts."""
-    out = Path(out)
-    if out.exists() and not force:
-        raise InputError(f"{out}: already exists; choose another path or pass --force")
-    if not out.parent.is_dir():
-        raise InputError(f"{out}: directory {out.parent} does not exist")
+    out = check_output(out, inputs=[prof.path], force=force)
     where = prof.step_filter
     con = prof.con
     procs = con.execute("SELECT DISTINCT run_id, pid FROM (SELECT run_id, pid FROM gpu_activities "
@@ -59,7 +55,7 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
         f"UNION ALL SELECT min(start_ns) FROM api_calls WHERE {where})").fetchone()
     base = (int(base_row[0]) // 1_000_000) * 1_000_000 if base_row[0] is not None else 0
 
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp = temp_beside(out)
     counts: dict[str, int] = {}
     try:
         with _open(tmp, out.name.endswith(".gz")) as fh:

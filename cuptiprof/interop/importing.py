@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from cuptiprof.errors import InputError, UsageError
+from cuptiprof.outputs import check_output
 from cuptiprof.interop.kineto import import_kineto
 from cuptiprof.store.files import read_head
 from cuptiprof.store.writer import RunInfo, Writer
@@ -84,21 +85,21 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
     paths = [Path(p) for p in paths]
     if not paths:
         raise UsageError("no trace files given")
+    seen: dict = {}
+    for p in paths:
+        if p.is_file() and seen.setdefault(p.resolve(), p) is not p:
+            raise UsageError(f"{p}: the same trace is given twice ({seen[p.resolve()]}); "
+                             "its rows would count twice")
     kinds = {trace_kind(p) for p in paths}
     if len(kinds) > 1:
         raise UsageError("mixing torch.profiler traces and Nsight Systems exports in one import "
                          "is not supported; import them into separate files")
     kind = kinds.pop()
-    out = Path(out)
-    if any(out.resolve() == p.resolve() for p in paths):
-        raise UsageError(f"{out}: the output would overwrite an input trace")
+    out = check_output(out, inputs=paths, force=overwrite)   # fail before parsing, not after
     info = RunInfo(label=label, source=kind,
                    command="cuptiprof import " + " ".join(str(p) for p in paths),
                    settings={"imported_from": [str(p) for p in paths], "format": kind})
     mode = "overwrite" if overwrite else "create"
-    if mode == "create" and out.exists():  # fail before parsing, not after
-        raise InputError(f"{out}: already exists; choose another output path "
-                         "(or remove the file first)")
     opening = None
     if kind == "kineto":
         opening = _Opening(lambda: Writer(out, info, mode=mode, atomic=True))

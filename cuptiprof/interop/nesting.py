@@ -119,12 +119,3 @@ def _latest_holding(times, ss, se, sn):
     ok[ok] = times[ok] < se[idx[ok]]
     out[ok] = sn[idx[ok]]
     return out
-    order = np.argsort(step_start, kind="stable")
-    ss = np.asarray(step_start, np.int64)[order]
-    se = np.asarray(step_end, np.int64)[order]
-    sn = np.asarray(step_n, np.int64)[order]
-    idx = np.searchsorted(ss, times, side="right") - 1
-    ok = idx >= 0
-    ok[ok] = times[ok] < se[idx[ok]]
-    out[ok] = sn[idx[ok]]
-    return out

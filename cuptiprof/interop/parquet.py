@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from cuptiprof.errors import InputError
+from cuptiprof.outputs import check_output, temp_beside
 
 # Per-process tables (partitioned by host/pid), exported from the view that resolves names.
 PARTITIONED = ("kernels", "memcpys", "memsets", "syncs", "api_calls", "ranges", "logs",
@@ -21,16 +21,23 @@ PARTITIONED = ("kernels", "memcpys", "memsets", "syncs", "api_calls", "ranges", 
 PLAIN = ("runs",)
 
 
+def _not_an_export(out: Path) -> str | None:
+    """--force replaces a directory of cuptiprof's datasets, never one holding anything else."""
+    names = set(PARTITIONED) | set(PLAIN)
+    other = sorted(p.name for p in out.iterdir() if not (p.is_dir() and p.name in names))
+    if other:
+        return (f"holds {', '.join(other[:3])}{' ...' if len(other) > 3 else ''}, which a "
+                "Parquet export did not write; --force replaces only an earlier export: choose "
+                "another directory")
+    return None
+
+
 def export_parquet(prof, out_dir: str | os.PathLike, *, force: bool = False) -> dict:
-    """Write one dataset per table under `out_dir` (created; replaced with force=True)."""
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise InputError(f"{out}: already exists and is not empty; choose another directory "
-                         "or pass --force")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(f"{out}: directory {parent} does not exist")
-    tmp = parent / f".{out.name}.tmp-{os.getpid()}"
+    """Write one dataset per table under `out_dir` (created; an earlier export is replaced with
+    force=True)."""
+    out = check_output(out_dir, inputs=[prof.path], force=force, directory=True,
+                       replaceable=_not_an_export)
+    tmp = temp_beside(out)
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from cuptiprof._version import __version__
+from cuptiprof.errors import CuptiprofError
+from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.render.table import clean, fmt_value, rows_of
 
 KIND_COLORS = {"kernel": "#4c78a8", "memcpy": "#f58518", "memset": "#54a24b", "sync": "#b279a2",
@@ -261,11 +263,33 @@ def _page(title: str, body: Sequence[str]) -> str:
             + f"<script>{_JS}</script></body></html>\n")
 
 
+def _not_html(path: Path) -> str | None:
+    """An existing HTML file is replaced (re-running a report refreshes it); anything else is
+    refused, so a report never overwrites a profile or a file the user keeps."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64).lstrip().lower()
+    except OSError:
+        head = b""
+    if head.startswith((b"<!doctype html", b"<html")):
+        return None
+    return "exists and is not an HTML file; choose another path (or remove it first)"
+
+
+def check_html_output(out: str | os.PathLike, inputs=()) -> Path:
+    """Refuse an HTML output path before the report is computed."""
+    return check_output(out, inputs=inputs, force=True, replaceable=_not_html)
+
+
 def _write(text: str, out: str | os.PathLike) -> Path:
     path = Path(out)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = temp_beside(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:   # e.g. a full disk: name the file the user asked for, leave nothing
+        tmp.unlink(missing_ok=True)
+        raise CuptiprofError(f"{path}: cannot write ({exc.strerror or exc})") from None
     return path
 
 

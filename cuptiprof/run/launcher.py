@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuptiprof.errors import CuptiprofError, InputError, UsageError, WriterBusy, storage_error
+from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.run import settings as S
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
@@ -111,17 +112,7 @@ def _check_step_fn(spec: str, cmd: list[str]) -> None:
 
 def output_path(requested: str | None) -> Path:
     if requested:
-        out = Path(requested)
-        parent = out.parent if str(out.parent) else Path(".")
-        if not parent.is_dir():
-            raise InputError(f"{out}: directory {parent} does not exist")
-        if not os.access(parent, os.W_OK):
-            raise InputError(f"{out}: directory {parent} is not writable")
-        if out.is_dir():
-            raise InputError(f"{out}: is a directory; give a file name such as run.duckdb")
-        if out.exists():
-            raise InputError(f"{out}: already exists; choose another output path (or remove the file first)")
-        return out
+        return check_output(requested, taken_hint="choose another output path (or remove the file first)")
     if not os.access(".", os.W_OK):
         raise InputError("the current directory is not writable; give an output file with -o")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -350,7 +341,7 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
             reason = storage_error(exc, str(out))
         else:
             raise
-        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+        tmp = temp_beside(out)
         reason = reason.replace(str(tmp), str(out)).replace(tmp.name, out.name)
         raise MergeFailed(
             f"{reason}; the part files are kept in {parts} (later: cuptiprof merge "

@@ -28,7 +28,13 @@ def read_head(path: Path, expected: str = "a cuptiprof file") -> bytes:
 
 
 def require_duckdb(path: Path) -> None:
-    """A cuptiprof file must at least be a DuckDB file (checked before DuckDB opens it)."""
+    """A cuptiprof file must at least be a DuckDB file (checked before DuckDB opens it); a run
+    still writing it is told apart from a missing file."""
+    if not path.exists():
+        parts = path.with_name(path.name + ".parts")
+        if parts.is_dir():  # `cuptiprof run` writes OUT only when the command has ended
+            raise WriterBusy(f"{path}: a cuptiprof run is still writing this file (or "
+                             f"one ended without finishing: see {parts}); wait for it to end")
     head = read_head(path)
     if len(head) < 12 or head[8:12] != b"DUCK":
         raise StoreError(f"{path}: not a DuckDB file (expected a cuptiprof .duckdb file)")

@@ -23,8 +23,9 @@ import numpy as np
 
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, StoreError
+from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.store import arrow
-from cuptiprof.store.files import check_schema_version
+from cuptiprof.store.files import check_schema_version, require_duckdb
 from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, table_columns
 from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
@@ -74,20 +75,12 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
     if not sources and not one_run:
         raise InputError("merge needs at least one input file")
     for s in sources:
-        if not s.is_file():
-            if skip:
-                continue
-            raise InputError(f"{s}: no such file")
-        if s.resolve() == dest.resolve():
-            raise InputError(f"{s}: is also the output file; write the merge to another path")
-    parent = dest.parent if str(dest.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(f"{dest}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise InputError(f"{dest}: directory {parent} is not writable")
-    if dest.exists() and not overwrite:
-        raise InputError(f"{dest}: already exists; choose another output path (or remove the file first)")
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+        if not s.is_file() and skip:
+            continue
+        if not skip:
+            require_duckdb(s)   # missing, a directory, a run still writing it, not DuckDB
+    check_output(dest, inputs=sources, force=overwrite)
+    tmp = temp_beside(dest)
     _unlink(tmp)
     result = MergeResult(dest)
     try:

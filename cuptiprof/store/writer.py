@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
+from cuptiprof.outputs import temp_beside
 from cuptiprof.native import extensions_enabled, load_extension
 from cuptiprof.store import arrow
 from cuptiprof.store.arrow import valid as _valid, values as _values
@@ -117,7 +118,7 @@ class Writer:
     def _open(self, reuse: bool, overwrite: bool) -> None:
         if self.atomic:
             self._target = self.path
-            self.path = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+            self.path = temp_beside(self.path)
             for p in (self.path, Path(str(self.path) + ".wal")):
                 if p.exists():
                     p.unlink()

@@ -1,0 +1,58 @@
+"""Where commands write. Every output path passes the same checks before any work is done (its
+directory exists and is writable, it is not one of the inputs, it does not replace what it
+should not), and is written under a temporary name beside it that is renamed into place at the
+end, so that a crash or Ctrl-C leaves no partial output.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Iterable
+
+from cuptiprof.errors import InputError
+
+
+def temp_beside(out: Path) -> Path:
+    """The temporary name an output is written under (hidden, per process)."""
+    return out.with_name(f".{out.name}.tmp-{os.getpid()}")
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(out: str | os.PathLike, *, inputs: Iterable = (), force: bool = False,
+                 directory: bool = False, replaceable: Callable[[Path], str | None] | None = None,
+                 taken_hint: str = "choose another path or pass --force") -> Path:
+    """Refuse an output path before anything is computed. `inputs`: files the command reads (an
+    output may not replace one, nor, for a directory, hold one). `directory`: the output is a
+    directory (an empty one is no conflict). An existing output needs `force`; `replaceable`,
+    given, may refuse it even then: it returns why, or None."""
+    out = Path(out)
+    if directory and out.resolve() in (Path.cwd(), *Path.cwd().parents):
+        raise InputError(f"{out}: is the current directory or above it; give a new directory name")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"{out}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"{out}: directory {parent} is not writable")
+    for i in map(Path, inputs):
+        if _same(out, i):
+            raise InputError(f"{out}: is also an input; write to another path")
+        if directory and out.is_dir() and i.exists() and out.resolve() in i.resolve().parents:
+            raise InputError(f"{out}: holds the input {i}; write to another directory")
+    if not directory and out.is_dir():
+        raise InputError(f"{out}: is a directory; give a file name")
+    if directory and out.exists() and not out.is_dir():
+        raise InputError(f"{out}: is a file; give a directory")
+    taken = out.exists() and not (directory and not any(out.iterdir()))
+    if taken and not force:
+        raise InputError(f"{out}: already exists; {taken_hint}")
+    if taken and replaceable is not None:
+        why = replaceable(out)
+        if why:
+            raise InputError(f"{out}: {why}")
+    return out
