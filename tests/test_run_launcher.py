@@ -147,6 +147,35 @@ def test_command_not_found(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_command_that_cannot_run_says_why(tmp_path):
+    (tmp_path / "infer.py").write_text("print('hi')\n")      # not executable
+    (tmp_path / "models").mkdir()
+    cases = {"./infer.py": "not executable; run it with python", "./models": "is a directory",
+             "./gone.py": "no such file"}
+    for cmd, words in cases.items():
+        r = cli(["run", "-o", "x.duckdb", "--", cmd], tmp_path)
+        assert r.returncode == 2, r.stderr
+        one_line_error(r.stderr)
+        assert words in r.stderr, r.stderr
+    r = cli(["run", "-o", "x.duckdb", "--overhead", "--", PY, "-c", "pass"], tmp_path)
+    assert r.returncode == 2 and "writes no file" in r.stderr
+    one_line_error(r.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["infer.py", "models"]
+
+
+def test_warmup_that_takes_every_step_says_so(tmp_path):
+    p = script(tmp_path, """
+        import cuptiprof
+        for i in range(3):
+            with cuptiprof.range("step", step=i):
+                pass
+    """)
+    r = cli(["run", "-o", "w.duckdb", "--warmup", "10", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "every step the program marked (3) was warm-up (--warmup 10)" in r.stderr
+    assert "no steps were marked" not in r.stderr
+
+
 @pytest.mark.parametrize("args, words", [
     (["--steps", "0"], "--steps 0"),
     (["--warmup", "-1"], "--warmup"),

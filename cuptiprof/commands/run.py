@@ -51,6 +51,9 @@ def run(args) -> int:
     if args.overhead:
         from cuptiprof.run.overhead import measure
 
+        if args.output:
+            raise UsageError("--overhead measures runs with and without profiling and writes no "
+                             "file; leave out -o")
         if args.repeat < 1:
             raise UsageError(f"--repeat {args.repeat}: must be at least 1")
         return measure(cmd, opts, args.repeat)

@@ -77,7 +77,16 @@ def validate(cmd: list[str], o: LaunchOptions) -> str:
         _check_step_fn(o.step_fn, cmd)
     exe = shutil.which(cmd[0])
     if exe is None:
-        what = "no such file" if os.sep in cmd[0] else "command not found"
+        path = Path(cmd[0])
+        if os.sep not in cmd[0]:
+            what = "command not found"
+        elif path.is_dir():
+            what = "is a directory, not a command"
+        elif path.exists():
+            what = (f"not executable; run it with python (cuptiprof run -- python {cmd[0]}) or "
+                    f"chmod +x {cmd[0]}" if path.suffix == ".py" else f"not executable; chmod +x {cmd[0]}")
+        else:
+            what = "no such file"
         raise InputError(f"{cmd[0]}: {what}")
     return exe
 
@@ -393,11 +402,13 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
         with open_profile(res.output) as prof:
             print("", flush=True)
             print_reports(prof, list(SUMMARY))
-            steps = prof.con.execute("SELECT count(DISTINCT step) FROM ranges WHERE kind = 'step'").fetchone()[0]
+            steps, warm = prof.con.execute(
+                "SELECT count(DISTINCT step) FILTER (WHERE kind = 'step'), "
+                "count(*) FILTER (WHERE kind = 'warmup') FROM ranges").fetchone()
             early = prof.con.execute("SELECT count(*) FROM processes WHERE ended_early").fetchone()[0]
     except CuptiprofError as exc:
         print(f"cuptiprof: warning: cannot print the report: {exc}", file=sys.stderr)
-        steps = early = None
+        steps = early = warm = None
     sys.stdout.flush()
     if not res.profiled:
         print("cuptiprof: notice: no process of the command was profiled: cuptiprof records the "
@@ -406,7 +417,10 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
     elif res.no_gpu:
         print("cuptiprof: notice: no GPU activity was captured (no CUDA GPU found); the report "
               "shows CPU op times from torch.profiler (device -1)", file=sys.stderr)
-    if steps == 0 and res.profiled:
+    if steps == 0 and warm:
+        print(f"cuptiprof: notice: every step the program marked ({warm}) was warm-up "
+              f"(--warmup {o.warmup}); lower --warmup or run more steps", file=sys.stderr)
+    elif steps == 0 and res.profiled:
         print("cuptiprof: notice: no steps were marked; mark them with cuptiprof.range('step'), "
               "--step-range NAME or --step-fn MODULE:QUALNAME", file=sys.stderr)
     if early:
