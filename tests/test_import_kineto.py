@@ -335,7 +335,8 @@ def run_cli(*args, cwd=None):
 
 
 @pytest.mark.parametrize("case", ["truncated_gzip", "invalid_json", "not_a_trace", "missing_dur",
-                                  "wrong_type", "empty", "garbage_gzip"])
+                                  "wrong_type", "empty", "garbage_gzip", "no_events",
+                                  "bare_empty_array", "tar_gz"])
 def test_bad_input_is_one_line_exit_2_no_output(tmp_path, case):
     good = json.dumps(modern(), indent=1)
     if case == "truncated_gzip":
@@ -362,6 +363,20 @@ def test_bad_input_is_one_line_exit_2_no_output(tmp_path, case):
     elif case == "empty":
         src = write(tmp_path / "t.json", None, text="")
         want = "empty"
+    elif case in ("no_events", "bare_empty_array"):   # a profiler schedule that never ran
+        src = write(tmp_path / "t.json", trace([]) if case == "no_events" else [])
+        want = "a trace without events"
+    elif case == "tar_gz":   # traces of a job shipped as one archive
+        import io
+        import tarfile
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            info = tarfile.TarInfo("rank0.json")
+            info.size = len(good)
+            tar.addfile(info, io.BytesIO(good.encode()))
+        src = tmp_path / "job.tar.gz"
+        src.write_bytes(buf.getvalue())
+        want = "a tar archive, not a trace; extract it"
     else:
         src = tmp_path / "t.json.gz"
         src.write_bytes(b"\x1f\x8b" + b"\x00" * 100)

@@ -9,6 +9,7 @@ import gc
 import sys
 import threading
 import time
+import zlib
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
@@ -22,11 +23,26 @@ from cuptiprof.store.writer import RunInfo, Writer
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+def _is_tar(path: Path, head: bytes) -> bool:
+    """A tar archive (gzipped or not): its first header names 'ustar' at byte 257."""
+    try:
+        with open(path, "rb") as fh:
+            block = fh.read(4096)
+        if head[:2] == b"\x1f\x8b":
+            block = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(block, 512)
+    except (OSError, zlib.error):
+        return False
+    return block[257:262] == b"ustar"
+
+
 def trace_kind(path: Path) -> str:
     """'nsys' for an SQLite file, 'kineto' for JSON (plain or gzip)."""
     head = read_head(path, "a trace file")
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
+    if _is_tar(path, head):
+        raise InputError(f"{path}: a tar archive, not a trace; extract it (tar xf {path}) and "
+                         "import the trace files inside")
     if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
         return "kineto"
     if not head:

@@ -380,7 +380,7 @@ class KinetoFile:
         return P.scan(text, self.names, self.small, _DECODER.decode)
 
     def run(self) -> FileSummary:
-        seen_events = False
+        seen_events, n_events = False, 0
         poll = getattr(self.w, "poll", None)  # an output still opening: fail early if it failed
         try:
             for doc in iter_docs(read_blocks(self.path, self.on_read), PIECE_BYTES,
@@ -389,6 +389,7 @@ class KinetoFile:
                     P.from_events(doc.traceEvents or [], self.names, self.small, doc)
                 if piece.has_events:
                     seen_events = True
+                n_events += piece.events
                 if piece.meta is not None:
                     self._meta(piece.meta)
                 self._take(piece)
@@ -399,6 +400,9 @@ class KinetoFile:
         if not seen_events:
             raise InputError(f"{self.path}: valid JSON but not a trace (no \"traceEvents\" array); "
                              "expected a torch.profiler / Kineto Chrome trace")
+        if n_events == 0:
+            raise InputError(f"{self.path}: a trace without events (\"traceEvents\" is empty); "
+                             "nothing to import (was the profiler's schedule ever active?)")
         return self._finish()
 
     def _meta(self, doc: Doc) -> None:
