@@ -264,6 +264,17 @@ def test_modern_synthetic(tmp_path):
     assert one(con, "SELECT source, status FROM runs") == ("kineto", "complete")
 
 
+def test_a_step_without_gpu_work_is_an_empty_step(tmp_path):
+    doc = modern()
+    doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4",
+                               "pid": 10, "tid": 10, "ts": 200.0, "dur": 50.0})
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", doc)], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT subject FROM data_quality WHERE check_name = 'empty_step'").fetchall() \
+        == [("4",)]   # step 3 launched the gemm
+
+
 def test_2021_dialect_string_tids_and_capital_categories(tmp_path):
     ev = [
         {"ph": "X", "cat": "Operator", "name": "ProfilerStep#5", "pid": 25, "tid": "25", "ts": 100,

@@ -134,13 +134,13 @@ class Comparison:
             if not row or not str(row[0]).isdigit():
                 raise StoreError(f"{p}: a DuckDB file, but not a cuptiprof file (no schema version)")
             self.runs.append(RunFile(i, letter(i), p, int(row[0])))
+        for r in self.runs:   # one newer than this cuptiprof: upgrading is the answer
+            check_schema_version(r.path, r.schema_version)
         versions = {r.schema_version for r in self.runs}
         if len(versions) > 1:
             what = ", ".join(f"{r.path} has schema {r.schema_version}" for r in self.runs)
             raise SchemaVersionError(f"files from different schema versions cannot be compared ({what}); "
                                      "re-record or re-import them with the same cuptiprof")
-        for r in self.runs:
-            check_schema_version(r.path, r.schema_version)
 
     def _build(self, by: str, require_steps: bool, work: Sequence[Work]) -> None:
         con = self.con

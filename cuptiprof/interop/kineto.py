@@ -739,6 +739,8 @@ class KinetoFile:
         corr_sorted, first = np.unique(c_corr[has], return_index=True)
         first = has[first]
 
+        worked: set = set()   # steps with GPU rows (the others are empty steps)
+
         def link(g: np.ndarray) -> dict:
             call = np.full(len(g), -1, np.int64)
             if len(corr_sorted):
@@ -747,7 +749,10 @@ class KinetoFile:
             found = call >= 0
             call = np.where(found, call, 0)
             pick = lambda v: np.where(found, v[call], -1) if len(v) else call - 1  # noqa: E731
-            return {"step": _null_neg(pick(c_step), pa.int32()),
+            step = pick(c_step)
+            if len(step):
+                worked.update(np.unique(step[step >= 0]).tolist())
+            return {"step": _null_neg(step, pa.int32()),
                     "range_id": _opt(pick(c_range)), "op_id": _opt(pick(c_op))}
 
         # Written APPEND_ROWS rows of each table at a time: the Arrow columns, the writer's
@@ -798,7 +803,8 @@ class KinetoFile:
                     "end_ns": AC.array(c_end[sl], pa.int64()),
                     "step": _null_neg(c_step[sl], pa.int32()), "range_id": _opt(c_range[sl])}
             if hi >= longest:  # the last part: one row per process, devices, data quality
-                self._meta_rows(batch, w.run_id, pid, len(s_n), unclaimed,
+                empty = sorted(set(s_n.tolist()) - worked) if worked else []
+                self._meta_rows(batch, w.run_id, pid, len(s_n), unclaimed, empty,
                                 r_start, r_end, c_start, c_end)
             if large:
                 _release_freed_memory()  # the previous part's copies
@@ -806,7 +812,7 @@ class KinetoFile:
         return FileSummary(str(self.path), pid, self.dist.rank if self.dist else None,
                            self.events, dict(self.rows), dict(self.unknown), len(s_n))
 
-    def _meta_rows(self, batch, run_id, pid, n_steps, unclaimed, r_start, r_end, c_start,
+    def _meta_rows(self, batch, run_id, pid, n_steps, unclaimed, empty, r_start, r_end, c_start,
                    c_end) -> None:
         lo = [int(x.min()) for x in (r_start, c_start) if len(x)]
         hi = [int(x.max()) for x in (r_end, c_end) if len(x)]
@@ -850,7 +856,11 @@ class KinetoFile:
                                     "detail": f"{n} {label} rows in {self.path.name} were launched "
                                     "outside every ProfilerStep (or by no recorded API call); they "
                                     "have no step"})
-        elif self.rows:
+        for n in empty:   # a step whose launches all missed the trace, or one that launched none
+            quality.append({"check_name": "empty_step", "subject": str(n), "count": 0,
+                            "detail": f"step {n} has no GPU activity in {self.path.name} "
+                            "(nothing launched, or not captured)"})
+        if not n_steps and self.rows:
             quality.append({"check_name": "missing_kind", "subject": "step", "count": 0,
                             "detail": f"{self.path.name} has no ProfilerStep#N ranges; rows carry "
                             "no step"})
