@@ -100,7 +100,7 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     con.close()
     assert main(["diff", str(a), str(other), "--fail-above", "5"]) == 2
-    assert "different schema versions" in capsys.readouterr().err
+    assert "upgrade cuptiprof" in capsys.readouterr().err
     assert main(["diff", str(a), str(tmp_path / "nope.duckdb"), "--fail-above", "5"]) == 2
     assert "no such file" in capsys.readouterr().err
 
