@@ -396,3 +396,23 @@ def test_by_region_matches_eager_and_compiled_on_the_programs_own_ranges(tmp_pat
     r = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", str(b), str(a), "--by", "region",
                         "--fail-above", "5"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "transformer" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_file_of_unlike_runs_is_flagged_and_one_of_ranks_is_not(tmp_path):
+    """Runs of one job (hosts, ranks) pool by step as they should; runs on different GPUs
+    merged into one file would mix their medians and noise, and compare and diff say so."""
+    from cuptiprof.store.merge import merge_files
+
+    h100 = make_run(tmp_path / "h100.duckdb", seed=1)
+    h100b = make_run(tmp_path / "h100b.duckdb", seed=2)
+    a100 = make_run(tmp_path / "a100.duckdb", device="NVIDIA A100-SXM4-80GB", seed=3)
+    ranks = merge_files([h100, h100b], tmp_path / "ranks.duckdb")
+    mixed = merge_files([h100, a100], tmp_path / "mixed.duckdb")
+    with Comparison([ranks, h100]) as cmp:
+        assert not [n for n in cmp.legend() if "runs of different" in n]
+    with Comparison([mixed, h100]) as cmp:
+        (note,) = [n for n in cmp.legend() if "runs of different" in n]
+    assert note.startswith("note: A (mixed.duckdb) holds 2 runs of different sources or GPUs")
+    r = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", str(mixed), str(h100),
+                        "--fail-above", "5"], capture_output=True, text=True, timeout=120)
+    assert r.returncode in (0, 1) and "A (mixed.duckdb) holds 2 runs" in r.stdout, r.stdout + r.stderr

@@ -78,6 +78,7 @@ class RunFile:
     incomplete: int = 0    # steps an exception ended early (data_quality), left out
     devices: str = ""
     sources: str = ""
+    mixed_runs: int = 0    # runs of unlike kinds or devices in the file (0: none), pooled by step
 
 
 @dataclass
@@ -166,6 +167,12 @@ class Comparison:
             r.devices = con.execute(
                 f"SELECT string_agg(DISTINCT name, ', ' ORDER BY name) FROM {db}.devices "
                 "WHERE kind = 'gpu'").fetchone()[0] or ""
+            # Runs of one job (hosts, ranks) pool by step as they should; unrelated runs would not.
+            n_runs, kinds = con.execute(
+                f"SELECT count(*), count(DISTINCT (source, coalesce((SELECT string_agg(DISTINCT "
+                f"d.name, ',' ORDER BY d.name) FROM {db}.devices d WHERE d.run_id = u.run_id "
+                f"AND d.kind = 'gpu'), ''))) FROM {db}.runs u").fetchone()
+            r.mixed_runs = n_runs if kinds > 1 else 0
             names.update(n for (n,) in con.execute(
                 f"SELECT DISTINCT name FROM {db}.gpu_activities WHERE name IS NOT NULL").fetchall())
         fam = families(names)
@@ -370,6 +377,11 @@ class Comparison:
                 steps += f", {r.incomplete} left out (ended early by an exception)"
             out.append(f"{r.letter} = {r.path} (label {r.label}; {r.sources or '?'}; "
                        f"{r.devices or 'no GPU listed'}; {steps})")
+        for r in self.runs:
+            if r.mixed_runs:
+                out.append(f"note: {r.letter} ({r.path.name}) holds {r.mixed_runs} runs of different sources or "
+                           "GPUs; their steps are pooled by step number, so its medians and noise "
+                           "mix them: compare files of one kind of run")
         hint = self._key_hint()
         if hint:
             out.append(hint)

@@ -56,6 +56,7 @@ class DiffResult:
     steps: tuple[int, int]
     items: pa.Table
     regressions: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # the comparison's legend notes
 
     @property
     def failed(self) -> bool:
@@ -71,6 +72,7 @@ def diff(base: str | os.PathLike, new: str | os.PathLike, fail_above_pct: float,
         items = cmp.con.sql(sql, params={"pct": float(fail_above_pct), "sigmas": float(sigmas),
                                          "min_ms": float(min_ms)}).to_arrow_table()
         steps = (cmp.runs[0].steps, cmp.runs[1].steps)
+        notes = [n for n in cmp.legend() if n.startswith("note:")]
     regs = [r for r in items.to_pylist() if r["status"] == "regression"]
     return DiffResult(Path(base), Path(new), float(fail_above_pct), float(min_ms), float(sigmas), by,
-                      steps, items, regs)
+                      steps, items, regs, notes)

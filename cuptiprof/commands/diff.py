@@ -45,7 +45,7 @@ def run(args) -> int:
         json.dump({"base": str(res.base), "new": str(res.new), "fail_above_pct": res.fail_above_pct,
                    "min_ms": res.min_ms, "sigmas": res.sigmas, "by": res.by, "rule": NOISE_RULE,
                    "steps": {"base": res.steps[0], "new": res.steps[1]},
-                   "regressed": res.failed, "regressions": res.regressions,
+                   "regressed": res.failed, "regressions": res.regressions, "notes": res.notes,
                    "items": res.items.to_pylist()}, out, default=_json_default, indent=1)
         out.write("\n")
         return 1 if res.failed else 0
@@ -58,7 +58,7 @@ def run(args) -> int:
     head = (f"cuptiprof diff: BASE {res.base} ({res.steps[0]} steps) -> NEW {res.new} ({res.steps[1]} steps); "
             f"fail above {res.fail_above_pct:g}% + {res.sigmas:g} robust sigmas of step noise"
             + (f", ignoring < {res.min_ms:g} ms" if res.min_ms else ""))
-    out.write(head + "\n\n")
+    out.write(head + "\n" + "".join(f"{n}\n" for n in res.notes) + "\n")
     if res.failed or args.all:
         title = "regressions" if not args.all else "all items"
         render(rows, args.format, out=out, title=f"{title} (ms per step, median over steps)")
