@@ -113,6 +113,27 @@ def test_child_sigkill_keeps_every_flushed_step(tmp_path, tally):
     assert q(out, "SELECT status FROM runs") == [("interrupted",)]
 
 
+def test_child_sigkill_in_no_gpu_mode_keeps_the_ops_of_every_flushed_step(tmp_path, tally):
+    """Without a GPU the ops come from torch.profiler, which hands its events over only when
+    it stops: it is cycled at each step's end, so a kill keeps every finished step's ops."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import os, signal, torch, cuptiprof
+        x = torch.randn(32, 32)
+        for i in range(4):
+            with cuptiprof.range("step", step=i):
+                x = torch.tanh(x @ x)
+            if i == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    r = cli(["run", "-o", "c.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 128 + signal.SIGKILL, r.stderr
+    got = q(tmp_path / "c.duckdb", "SELECT step, list(DISTINCT name ORDER BY name) FROM kernels "
+                                  "GROUP BY step ORDER BY step")
+    assert [s for s, _ in got] == [0, 1, 2]
+    assert all({"aten::mm", "aten::tanh"} <= set(names) for _, names in got), got
+
+
 @pytest.mark.parametrize("how,code,status,early", [
     ("sys.exit(3)", 3, "failed", False),
     ("raise RuntimeError('boom')", 1, "failed", False),

@@ -147,6 +147,8 @@ class Recorder:
             if last:
                 self.done = True
                 self._stop_profiler()
+            else:   # this step's ops are written with it: a crash later keeps them
+                self._cycle_profiler()
             if self.mode != "time":
                 if exc_type is not None:
                     from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
@@ -182,6 +184,14 @@ class Recorder:
             self.prof = False
             self._quality("cpu_profiler_failed", None, f"torch.profiler could not start: {exc}")
 
+    def _cycle_profiler(self) -> None:
+        """Write the ops recorded so far and profile on (~5 ms of host time between steps)."""
+        if self.mode != "cpu" or not self.prof:
+            return
+        self._stop_profiler()
+        self.prof = None
+        self._start_profiler()
+
     def _stop_profiler(self) -> None:
         prof = self.prof
         if not prof:
@@ -190,6 +200,9 @@ class Recorder:
         try:
             prof.stop()
             self._write_ops(prof)
+            # Free torch's results now: left to the garbage collector, they were collected at
+            # interpreter exit and crashed it (SIGSEGV) once the profiler had been cycled.
+            prof.profiler = None
         except Exception as exc:
             self._quality("cpu_profiler_failed", None, f"torch.profiler results were lost: {exc}")
 
