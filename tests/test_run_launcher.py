@@ -110,6 +110,20 @@ def test_signals_are_forwarded(tmp_path, sig):
     assert q(out, "SELECT count(*) FROM ranges WHERE kind='step'") == [(1,)]
 
 
+def test_ctrl_c_while_torch_profiles_exits_130(tmp_path):
+    """A Ctrl-C that ends the program (uncaught KeyboardInterrupt) exits 130 as without
+    cuptiprof, also in no-GPU mode, where stopping torch.profiler at exit made it 1."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import torch
+        raise KeyboardInterrupt
+    """)
+    r = cli(["run", "-o", "i.duckdb", "--", PY, p], tmp_path)
+    assert r.returncode == 130, r.stderr
+    assert q(tmp_path / "i.duckdb", "SELECT status FROM runs") == [("interrupted",)]
+    assert "KeyboardInterrupt" in r.stderr and "no steps were marked" not in r.stderr
+
+
 def test_child_that_spawns_children(tmp_path):
     p = script(tmp_path, """
         import multiprocessing as mp, cuptiprof

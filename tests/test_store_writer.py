@@ -333,3 +333,18 @@ def test_appends_with_nulls_do_not_import_pandas():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_a_ctrl_c_inside_a_write_is_given_back_and_says_where_it_landed():
+    """DuckDB turns a Ctrl-C inside a statement into an error; the writer raises the
+    KeyboardInterrupt again, with a note (Python 3.11+) on why the traceback ends in cuptiprof."""
+    import sys
+    from cuptiprof.store.writer import _reraise_interrupt
+
+    with pytest.raises(KeyboardInterrupt) as got:
+        try:
+            raise RuntimeError("Query interrupted")
+        except RuntimeError:
+            _reraise_interrupt()
+    if sys.version_info >= (3, 11):
+        assert "while cuptiprof was writing recorded data" in got.value.__notes__[0]

@@ -489,14 +489,35 @@ def _at_exit() -> None:
             warn(f"the collector could not finish: {exc}")
     if _rec is not None:
         _rec.close(_status)
+    if _ctrl_c:
+        _exit_as_sigint()
+
+
+def _exit_as_sigint() -> None:
+    """Python ends a program a Ctrl-C stopped by SIGINT (status 130), unless code run at exit
+    resets that (stopping torch.profiler does, and the status became 1). Everything is written
+    by now and this runs after the program's own exit handlers: end the same way here."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+_ctrl_c = False   # the program ended with an uncaught KeyboardInterrupt
 
 
 def _chain_excepthook() -> None:
     prev = sys.excepthook
 
     def hook(tp, value, tb):
-        global _status
+        global _status, _ctrl_c
         _status = "interrupted" if issubclass(tp, KeyboardInterrupt) else "failed"
+        _ctrl_c = issubclass(tp, KeyboardInterrupt)
         prev(tp, value, tb)
 
     sys.excepthook = hook

@@ -420,7 +420,7 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
     if steps == 0 and warm:
         print(f"cuptiprof: notice: every step the program marked ({warm}) was warm-up "
               f"(--warmup {o.warmup}); lower --warmup or run more steps", file=sys.stderr)
-    elif steps == 0 and res.profiled:
+    elif steps == 0 and res.profiled and res.exit_code < 128:   # not cut short by a signal
         print("cuptiprof: notice: no steps were marked; mark them with cuptiprof.range('step'), "
               "--step-range NAME or --step-fn MODULE:QUALNAME", file=sys.stderr)
     if early:

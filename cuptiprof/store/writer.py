@@ -499,7 +499,11 @@ def _reraise_interrupt() -> None:
         if (type(exc) is RuntimeError and str(exc) == "Query interrupted") or \
                 (isinstance(exc, duckdb.Error) and "KeyboardInterrupt" in str(exc)) or \
                 isinstance(exc, (pa.ArrowCancelled, KeyboardInterrupt)):
-            raise KeyboardInterrupt from None
+            stop = KeyboardInterrupt()
+            if hasattr(stop, "add_note"):   # the traceback ends in cuptiprof: say why
+                stop.add_note("(the Ctrl-C came while cuptiprof was writing recorded data "
+                              "to its file; the program was stopped as asked)")
+            raise stop from None
         exc = exc.__context__
 
 
