@@ -739,7 +739,7 @@ class KinetoFile:
         corr_sorted, first = np.unique(c_corr[has], return_index=True)
         first = has[first]
 
-        worked: set = set()   # steps with GPU rows (the others are empty steps)
+        launched = np.zeros(len(c_step), bool)   # calls with GPU rows: their steps are not empty
 
         def link(g: np.ndarray) -> dict:
             call = np.full(len(g), -1, np.int64)
@@ -749,10 +749,8 @@ class KinetoFile:
             found = call >= 0
             call = np.where(found, call, 0)
             pick = lambda v: np.where(found, v[call], -1) if len(v) else call - 1  # noqa: E731
-            step = pick(c_step)
-            if len(step):
-                worked.update(np.unique(step[step >= 0]).tolist())
-            return {"step": _null_neg(step, pa.int32()),
+            launched[call[found]] = True
+            return {"step": _null_neg(pick(c_step), pa.int32()),
                     "range_id": _opt(pick(c_range)), "op_id": _opt(pick(c_op))}
 
         # Written APPEND_ROWS rows of each table at a time: the Arrow columns, the writer's
@@ -803,6 +801,8 @@ class KinetoFile:
                     "end_ns": AC.array(c_end[sl], pa.int64()),
                     "step": _null_neg(c_step[sl], pa.int32()), "range_id": _opt(c_range[sl])}
             if hi >= longest:  # the last part: one row per process, devices, data quality
+                worked = set(np.unique(c_step[launched & (c_step >= 0)]).tolist()) \
+                    if launched.any() else set()
                 empty = sorted(set(s_n.tolist()) - worked) if worked else []
                 self._meta_rows(batch, w.run_id, pid, len(s_n), unclaimed, empty,
                                 r_start, r_end, c_start, c_end)
