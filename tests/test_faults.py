@@ -296,7 +296,10 @@ def test_ctrl_c_inside_a_commit_reaches_the_program(tmp_path, tally):
     r = subprocess.run([PY, p, out, "100000", "stream"], env=env(), capture_output=True,
                        text=True, timeout=120)
     assert r.returncode in (1, -signal.SIGINT, 130), r.stderr
-    assert r.stderr.strip().splitlines()[-1] == "KeyboardInterrupt", r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    if "while cuptiprof was writing" in lines[-1]:   # landed in a statement: the writer's note
+        lines.pop()
+    assert lines[-1] == "KeyboardInterrupt", r.stderr[-2000:]
     n, names = _kernel_batches(out)
     assert n == names * 50_000 and 3 <= names < 100_000
 
