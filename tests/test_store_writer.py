@@ -348,3 +348,37 @@ def test_a_ctrl_c_inside_a_write_is_given_back_and_says_where_it_landed():
             _reraise_interrupt()
     if sys.version_info >= (3, 11):
         assert "while cuptiprof was writing recorded data" in got.value.__notes__[0]
+
+
+def test_a_batch_a_ctrl_c_rolled_back_is_written_by_close(tmp_path, monkeypatch):
+    """The program stops as asked, and the rows of the stopped commit are not lost: close()
+    (the collector's end) writes them; a Ctrl-C after the commit writes nothing twice."""
+    import cuptiprof.store.writer as W
+
+    path = tmp_path / "h.duckdb"
+    real_insert, calls = W._insert, []
+
+    def insert(con, table, tbl):
+        if table == "kernel_rows":
+            calls.append(table)
+            if len(calls) == 2:    # inside the second batch's transaction
+                raise KeyboardInterrupt
+        real_insert(con, table, tbl)
+
+    monkeypatch.setattr(W, "_insert", insert)
+    w = Writer(path)
+    w.append({"kernels": kernels(2, ["a"])})
+    with pytest.raises(KeyboardInterrupt):
+        w.append({"kernels": kernels(3, ["b"])})
+    assert w.query("SELECT count(*) FROM kernel_rows")[0] == (2,)
+    w.close("interrupted")
+    assert rows(path, "SELECT name, count(*) FROM kernels GROUP BY name ORDER BY name") == \
+        [("a", 2), ("b", 3)]
+    # after its commit: the rows are in once
+    w = Writer(tmp_path / "c.duckdb")
+    monkeypatch.setattr(W, "_insert", real_insert)
+    monkeypatch.setattr(w._busy, "add", lambda work: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        w.append({"kernels": kernels(4, ["c"])})
+    w.close("interrupted")
+    assert rows(tmp_path / "c.duckdb", "SELECT count(*) FROM kernel_rows") == [(4,)]

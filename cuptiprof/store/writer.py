@@ -88,6 +88,8 @@ class Writer:
         self._max_combo: dict[str, int] = {"launch_configs": 0, "lanes": 0}
         self._closed = False
         self.rows_written: dict[str, int] = {}
+        self._held: list = []   # batches a Ctrl-C rolled back, written first next time
+        self._committed = False
         self._busy: BusySummary | None = None
         self._summary_stale = False
         parent = self.path.parent if str(self.path.parent) else Path(".")
@@ -220,9 +222,30 @@ class Writer:
 
     # -- writing ---------------------------------------------------------------------------
     def append(self, batches: Mapping[str, Batch]) -> None:
-        """Append one batch per table in ONE transaction; commit. Empty batches are skipped."""
+        """Append one batch per table in ONE transaction; commit. Empty batches are skipped.
+        A batch a Ctrl-C stopped (rolled back) is held and written first by the next append or
+        by close(): the program stops as asked, and what was recorded is not lost with it."""
         if self._closed:
             raise StoreError(f"{self.path}: writer is closed")
+        self._write_held()
+        self._committed = False
+        try:
+            self._append(batches)
+        except KeyboardInterrupt:
+            if not self._committed:   # rolled back (a Ctrl-C after the commit loses nothing)
+                self._held.append(batches)
+            raise
+
+    def _write_held(self) -> None:
+        while self._held:
+            self._committed = False
+            try:
+                self._append(self._held[0])
+            finally:
+                if self._committed:
+                    self._held.pop(0)
+
+    def _append(self, batches: Mapping[str, Batch]) -> None:
         prepared = []
         for table, batch in batches.items():
             storage = STORAGE_TABLE.get(table, table)
@@ -259,6 +282,7 @@ class Writer:
                     _insert(con, table, pa.table({c: _int_array(*_with_nulls(v)) for c, v in
                                                   zip((id_col, *cols), zip(*new))}))
             con.execute("COMMIT")
+            self._committed = True
         except BaseException:
             try:
                 con.execute("ROLLBACK")
@@ -412,6 +436,10 @@ class Writer:
         release the file. Returns the final path."""
         if self._closed:
             return self._final_path()
+        try:   # one more try for what a Ctrl-C stopped
+            self._write_held()
+        except Exception:
+            pass
         self._closed = True
         try:
             self._con.execute("UPDATE runs SET status = ?, end_ns = ?, start_ns = coalesce(?, "
