@@ -382,3 +382,35 @@ def test_a_batch_a_ctrl_c_rolled_back_is_written_by_close(tmp_path, monkeypatch)
         w.append({"kernels": kernels(4, ["c"])})
     w.close("interrupted")
     assert rows(tmp_path / "c.duckdb", "SELECT count(*) FROM kernel_rows") == [(4,)]
+
+
+def test_a_ctrl_c_right_after_the_commit_writes_nothing_twice(tmp_path):
+    """The Ctrl-C lands after DuckDB committed but before COMMIT returned: the batch is in the
+    file, so it is not held for another write (its rows would be there twice)."""
+    path = tmp_path / "d.duckdb"
+    w = Writer(path)
+
+    class AfterCommit:   # the connection, with a Ctrl-C right after the first COMMIT
+        def __init__(self, con):
+            self.con, self.fired = con, False
+
+        def execute(self, sql, *args):
+            out = self.con.execute(sql, *args)
+            if sql == "COMMIT" and not self.fired:
+                self.fired = True
+                raise KeyboardInterrupt
+            return out
+
+        def __getattr__(self, name):
+            return getattr(self.con, name)
+
+    real = w._con
+    w._con = AfterCommit(real)
+    with pytest.raises(KeyboardInterrupt):
+        w.append({"kernels": kernels(3, ["k"])})
+    w._con = real
+    w.append({"kernels": kernels(2, ["j"])})
+    w.close("interrupted")
+    assert rows(path, "SELECT name, count(*) FROM kernels GROUP BY name ORDER BY name") == \
+        [("j", 2), ("k", 3)]
+    assert rows(path, "SELECT sum(busy_ns) > 0 FROM step_busy") == [(True,)]

@@ -286,13 +286,17 @@ class Writer:
         except BaseException:
             try:
                 con.execute("ROLLBACK")
+            except duckdb.TransactionException:   # none active: a Ctrl-C came after the COMMIT
+                self._committed = True
+                self._summary_stale = True        # the busy summary missed this batch
             except duckdb.Error:
                 pass
-            for sid, value, _ in new_strings:  # forget ids that were never committed
-                self._strings.pop(value, None)
-            for table, new in new_combos.items():
-                for cid, *combo in new:
-                    self._combos[table].pop(tuple(combo), None)
+            if not self._committed:
+                for sid, value, _ in new_strings:  # forget ids that were never committed
+                    self._strings.pop(value, None)
+                for table, new in new_combos.items():
+                    for cid, *combo in new:
+                        self._combos[table].pop(tuple(combo), None)
             _reraise_interrupt()
             raise
         if work and self._busy is not None:
