@@ -57,6 +57,7 @@ class NsysFile:
                              "with `nsys export --type sqlite REPORT.nsys-rep`")
         self.strings = self._strings()
         self.rows: dict[str, int] = {}
+        self.steps_by_pid: dict[int, int] = {}   # step ranges per process
         self.devices: dict[int, set[int]] = {}
         self.spans: dict[int, list[int]] = {}
 
@@ -131,8 +132,8 @@ class NsysFile:
             raise InputError(f"{self.path}: cannot read the Nsight Systems export ({exc})") from None
         finally:
             self.db.close()
-        return [FileSummary(str(self.path), pid, None, 0, dict(self.rows), {}, 0)
-                for pid in sorted(self.devices)]
+        return [FileSummary(str(self.path), pid, None, 0, dict(self.rows), {},
+                            self.steps_by_pid.get(pid, 0)) for pid in sorted(self.devices)]
 
     def _gpu(self) -> None:
         w = self.w
@@ -256,6 +257,7 @@ class NsysFile:
             m = r_pid == pid
             range_id[m] = np.arange(1, int(m.sum()) + 1)
             sm = m & is_step
+            self.steps_by_pid[pid] = int(sm.sum())
             r_step[m] = steps_at(r_start[m], r_start[sm], r_end[sm], step_n[sm])
             cm = c_pid == pid
             c_step[cm] = steps_at(c_start[cm], r_start[sm], r_end[sm], step_n[sm])
@@ -369,6 +371,10 @@ class NsysFile:
         if not self.rows.get("kernel_rows") and not self.rows.get("memcpys"):
             w.add_quality("missing_kind", "kernel", 0,
                           f"{self.path.name} holds no kernel or memcpy records")
+        elif not any(self.steps_by_pid.values()):
+            w.add_quality("missing_kind", "step", 0,
+                          f"{self.path.name} has no step ranges (NVTX ranges named 'step N' or "
+                          "'ProfilerStep#N'); rows carry no step")
 
 
 _COPY_FROM_ENUM = {v.upper(): v for v in COPY_KIND.values()}

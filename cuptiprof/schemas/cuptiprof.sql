@@ -197,7 +197,7 @@ CREATE TABLE api_call_rows (
     pid             INTEGER,            -- OS process id of the process that recorded the row
     thread_id       BIGINT,    -- OS thread id (CUPTI thread-id type SYSTEM)
     api_kind        VARCHAR,   -- 'runtime' | 'driver'
-    cbid            INTEGER,   -- CUPTI callback id (NULL for imports)
+    cbid            INTEGER,   -- CUPTI callback id (from the trace for Kineto imports; NULL where unknown, e.g. Nsight Systems imports)
     name_id         INTEGER,   -- strings.string_id of the API name, e.g. 'cudaLaunchKernel'
     correlation_id  BIGINT,             -- CUPTI correlation id of the launching API call
     start_ns        BIGINT,             -- start, nanoseconds on the record clock
@@ -215,7 +215,7 @@ CREATE TABLE range_rows (
     parent_id   BIGINT,    -- enclosing range on the same thread (NULL at top level)
     depth       INTEGER,   -- 0 at top level
     name_id     INTEGER,   -- strings.string_id of the range name / message
-    domain      VARCHAR,   -- NVTX domain ('cuptiprof' for cuptiprof.range; NULL for the default domain)
+    domain      VARCHAR,   -- NVTX domain ('cuptiprof' for cuptiprof.range; NULL for the default domain); for Kineto imports the event's category ('cpu_op', 'user_annotation', 'gpu_user_annotation', 'python_function')
     thread_id   BIGINT,                 -- OS thread id
     start_ns    BIGINT,                 -- range start on the record clock
     end_ns      BIGINT,    -- NULL when the range never closed (crash)

@@ -79,7 +79,8 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
             continue
         if not skip:
             require_duckdb(s)   # missing, a directory, a run still writing it, not DuckDB
-    check_output(dest, inputs=sources, force=overwrite)
+    check_output(dest, inputs=sources, force=overwrite,
+                 taken_hint="choose another output path (or remove the file first)")
     tmp = temp_beside(dest)
     _unlink(tmp)
     result = MergeResult(dest)
