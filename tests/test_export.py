@@ -373,3 +373,21 @@ def test_round_trip_of_several_processes_keeps_steps_and_links(tmp_path):
                       "ON o.range_id = k.op_id AND o.pid = k.pid ORDER BY k.name").fetchall()
     assert got == [(f"k{i}_{k}", 10, f"aten::op{k}") for i in range(2) for k in range(4)]
     assert con.execute("SELECT DISTINCT peak_memory_bw_gbps FROM devices").fetchall() == [(4800.0,)]
+
+
+def test_parquet_with_steps_holds_only_those_steps(tmp_path):
+    from cuptiprof.synthetic import write_synthetic
+    from cuptiprof.interop.parquet import export_parquet
+
+    src = write_synthetic(tmp_path / "s.duckdb", steps=3, kernels_per_step=40, seed=3)
+    with cuptiprof.open(src, "1") as prof:
+        counts = export_parquet(prof, tmp_path / "pq")
+    read = lambda t: duckdb.sql(   # noqa: E731
+        f"SELECT DISTINCT step FROM read_parquet('{tmp_path}/pq/{t}/**/*.parquet', "
+        "hive_partitioning = true) ORDER BY 1").fetchall()
+    assert read("kernels") == read("memcpys") == read("ranges") == [(1,)]
+    assert counts["kernels"] == per_kernel_count(src, "step = 1") and counts["devices"] > 0
+
+
+def per_kernel_count(path: Path, where: str) -> int:
+    return sum(c for c, _ in per_kernel(path, where).values())

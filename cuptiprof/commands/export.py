@@ -17,8 +17,9 @@ def register(sub) -> None:
     p.add_argument("file")
     p.add_argument("--chrome", metavar="OUT.json[.gz]", help="write a Chrome trace")
     p.add_argument("--parquet", metavar="DIR", help="write Parquet datasets under DIR")
-    p.add_argument("--steps", help="only these steps (A:B inclusive, A:, :B or N); keeps a "
-                   "Chrome trace small enough for a browser")
+    p.add_argument("--steps", help="only these steps (A:B inclusive, A:, :B or N), in the Chrome "
+                   "trace and in every Parquet table with a step column; keeps a Chrome trace "
+                   "small enough for a browser")
     p.add_argument("--force", action="store_true", help="replace existing output")
     p.set_defaults(func=run)
 

@@ -45,18 +45,21 @@ def export_parquet(prof, out_dir: str | os.PathLike, *, force: bool = False) -> 
     counts = {}
     try:
         for t in PARTITIONED:
-            n = con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            cols = [r[0] for r in con.execute(f"DESCRIBE {t}").fetchall()]
+            src = t   # --steps: the rows of those steps, in every table that has steps
+            if prof.steps is not None and "step" in cols:
+                src = f"(SELECT * FROM {t} WHERE {prof.step_filter})"
+            n = con.execute(f"SELECT count(*) FROM {src}").fetchone()[0]
             counts[t] = n
             if n == 0:
                 continue
-            cols = [r[0] for r in con.execute(f"DESCRIBE {t}").fetchall()]
             sel = ", ".join(f"x.{c}" for c in cols if c not in ("host",))
             host = "x.host" if "host" in cols else "p.host"
             join = "" if "host" in cols else \
                 "LEFT JOIN processes p ON p.run_id = x.run_id AND p.pid = x.pid"
             dest = (tmp / t).as_posix().replace("'", "''")
             con.execute(
-                f"COPY (SELECT {sel}, coalesce({host}, 'unknown') AS host FROM {t} x {join}) "
+                f"COPY (SELECT {sel}, coalesce({host}, 'unknown') AS host FROM {src} x {join}) "
                 f"TO '{dest}' (FORMAT parquet, PARTITION_BY (host, pid))")
         for t in PLAIN:
             (tmp / t).mkdir()
