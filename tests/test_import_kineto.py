@@ -281,6 +281,9 @@ def test_2021_dialect_string_tids_and_capital_categories(tmp_path):
          "dur": 1000, "args": {"Device": 25, "External id": 4}},
         {"ph": "X", "cat": "Operator", "name": "aten::conv2d", "pid": 25, "tid": "25", "ts": 200,
          "dur": 100, "args": {"Device": 25, "External id": 5}},
+        # torch's own record_function annotation, written as an operator in 2021
+        {"ph": "X", "cat": "Operator", "name": "Optimizer.step#SGD.step", "pid": 25, "tid": "25",
+         "ts": 150, "dur": 500, "args": {"Device": 25, "External id": 3}},
         {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 25, "tid": "25", "ts": 210,
          "dur": 10, "args": {"cbid": 211, "correlation": 9, "external id": 5}},
         {"ph": "X", "cat": "Kernel", "name": "conv", "pid": 0, "tid": "stream 7", "ts": 300, "dur": 50,
@@ -301,6 +304,11 @@ def test_2021_dialect_string_tids_and_capital_categories(tmp_path):
                     "ON r.range_id = k.op_id") == (5, "aten::conv2d", 50_000)
     assert one(con, "SELECT name, compute_capability, sm_count, memory_bytes FROM devices") == \
         ("Tesla V100-DGXS-32GB", "7.0", 80, 34084028416)
+    assert one(con, "SELECT kind, domain FROM ranges WHERE name = 'Optimizer.step#SGD.step'") == \
+        ("user", "user_annotation")
+    import cuptiprof
+    with cuptiprof.open(out) as prof:
+        assert [r[:2] for r in prof.report("ranges").fetchall()] == [("Optimizer.step#SGD.step", 1)]
     assert one(con, "SELECT thread_id FROM api_calls") == (25,)
     assert one(con, "SELECT count(*), max(memory_kind) FROM memsets") == (1, "device")
     assert one(con, "SELECT operation, bytes, device_id FROM memory_events") == ("alloc", 512, 0)

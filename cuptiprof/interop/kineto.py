@@ -724,6 +724,13 @@ class KinetoFile:
             if m:
                 step_of_name[i] = int(m.group(1))
         r_stepn = step_of_name[r_name] if len(r_name) else np.zeros(0, np.int64)
+        # torch's own record_function annotations ('Optimizer.step#SGD.step',
+        # 'enumerate(DataLoader)#...') came as operators in 2021 traces (category Operator);
+        # later torch writes them as user_annotation, and they are not ops
+        annot = np.fromiter((type(n) is str and "#" in n and not n.startswith("aten::")
+                             and step_of_name[i] < 0 for i, n in enumerate(names)), bool, len(names))
+        if len(r_name) and annot.any():
+            r_code = np.where((r_code == 0) & annot[r_name], np.int8(1), r_code)
         is_step = (r_stepn >= 0) & (r_code != 3)
         s_start, s_end, s_n, s_key = r_start[is_step], r_end[is_step], r_stepn[is_step], r_key[is_step]
 
