@@ -30,10 +30,12 @@ def test_success_prints_report_and_path(tmp_path):
         for i in range(3):
             with cuptiprof.range("step", step=i):
                 sum(range(1000))
+        print('{"result": 1}')
     """)
     r = cli(["run", "-o", "ok.duckdb", "--", PY, p], tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "overview:" in r.stdout and "steps:" in r.stdout
+    assert "overview:" in r.stderr and "steps:" in r.stderr
+    assert r.stdout == '{"result": 1}\n'   # the program's stdout (a result file) stays its own
     assert "wrote ok.duckdb" in r.stderr
     assert q(tmp_path / "ok.duckdb", "SELECT status FROM runs") == [("complete",)]
     assert q(tmp_path / "ok.duckdb",

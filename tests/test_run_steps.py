@@ -369,7 +369,7 @@ def test_cpu_ops_nest_in_the_programs_ranges(tmp_path):
     assert got["inner"]["gpu_ms"] > 0 and got["mlp"]["gpu_ms"] == pytest.approx(got["inner"]["gpu_ms"])
     assert got["mlp"]["self_gpu_ms"] == 0
     # The summary `run` prints shows the report when the program has ranges of its own.
-    assert "ranges: the program's own ranges" in r.stdout
+    assert "ranges: the program's own ranges" in r.stderr
 
 
 @pytest.mark.parametrize("api", ["torch", "nvtx"])

@@ -10,6 +10,7 @@ status (128+N when signal N ended it).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import datetime as _dt
 import importlib.util
@@ -21,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,7 +238,8 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path) -> LaunchResu
     result = LaunchResult(code, rc, None, parts, wall, no_gpu=mode == "profile" and not gpu,
                           profiled=len(list(parts.glob("*.start.json"))))
     try:
-        result.output = finish(out, parts, st, cmd, child.pid, code, status, start_ns)
+        with _signals_wait(out):
+            result.output = finish(out, parts, st, cmd, child.pid, code, status, start_ns)
     except MergeFailed as exc:
         print(f"cuptiprof: error: {exc}", file=sys.stderr)
         result.exit_code = exc.exit_code
@@ -259,6 +262,25 @@ def _step_fn_problem(parts: Path) -> str | None:
         if f.exists() and (name == "step-fn.error" or not (parts / "step-fn.hooked").exists()):
             return f.read_text().strip()
     return None
+
+
+@contextlib.contextmanager
+def _signals_wait(out: Path):
+    """While OUT is written from the parts, a second Ctrl-C or a SIGTERM (a scheduler following
+    up the first) must not cost the recording: it is noted, and OUT is finished first."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def note(signum, frame):
+        print(f"cuptiprof: writing {out} first; it takes a moment", file=sys.stderr)
+
+    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def _wait_forwarding(child: subprocess.Popen) -> int:
@@ -398,10 +420,10 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
     from cuptiprof.commands.report import SUMMARY, print_reports
 
     sys.stdout.flush()
-    try:
+    try:   # on stderr: the program's stdout (a result file, a pipe) stays its own
         with open_profile(res.output) as prof:
-            print("", flush=True)
-            print_reports(prof, list(SUMMARY))
+            print("", file=sys.stderr, flush=True)
+            print_reports(prof, list(SUMMARY), out=sys.stderr)
             steps, warm = prof.con.execute(
                 "SELECT count(DISTINCT step) FILTER (WHERE kind = 'step'), "
                 "count(*) FILTER (WHERE kind = 'warmup') FROM ranges").fetchone()
