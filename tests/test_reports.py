@@ -446,3 +446,27 @@ def test_a_run_without_steps_merged_with_stepped_runs_keeps_its_work(tmp_path):
     assert all(r["step"] is not None for r in rows if r["pid"] != 77)
     # --steps picks steps: the run without any has none of them.
     assert all(r["pid"] != 77 for r in _steps_rows(merged, steps="0:1"))
+
+
+def test_ranges_inside_warm_up_are_out_of_the_default_scope(tmp_path):
+    """A range opened in a warm-up step carries that step's index; its calls (a first call that
+    compiles, say) must not weigh on the per-call numbers of the recorded steps."""
+    t, us = 1_700_000_000_000_000_000, 1_000
+    # range_id, parent_id, depth, name, kind, step, start, end (us after t)
+    rows = [(1, None, 0, "step", "warmup", 0, 0, 900), (2, 1, 1, "unet", "user", 0, 10, 890),
+            (3, None, 0, "step", "step", 1, 1000, 1100), (4, 3, 1, "unet", "user", 1, 1010, 1090)]
+    path = tmp_path / "w.duckdb"
+    with Writer(path, RunInfo(source="synthetic"), pid=1) as w:
+        w.append({"ranges": {
+            "range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
+            "depth": pa.array([r[2] for r in rows], pa.int32()), "name": [r[3] for r in rows],
+            "kind": [r[4] for r in rows], "step": pa.array([r[5] for r in rows], pa.int32()),
+            "thread_id": [7] * 4, "start_ns": [t + r[6] * us for r in rows],
+            "end_ns": [t + r[7] * us for r in rows]},
+            "kernels": {"name": ["k"], "step": pa.array([1], pa.int32()), "range_id": [4],
+                        "start_ns": [t + 1020 * us], "end_ns": [t + 1030 * us]}})
+    with cuptiprof.open(path) as prof:
+        rel = prof.report("ranges")
+        (unet,) = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+    assert (unet["range"], unet["calls"]) == ("unet", 1)
+    assert unet["host_ms"] == pytest.approx(0.080) and unet["gpu_us_per_call"] == pytest.approx(10)
