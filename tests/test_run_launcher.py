@@ -126,6 +126,32 @@ def test_ctrl_c_while_torch_profiles_exits_130(tmp_path):
     assert "KeyboardInterrupt" in r.stderr and "no steps were marked" not in r.stderr
 
 
+def test_a_forked_worker_counts_its_own_steps_after_the_parents(tmp_path):
+    """A worker forked after the parent recorded steps (its writer open) starts its own warm-up
+    and step count, as a spawned one does; it used to crash on the parent's DuckDB connection."""
+    p = script(tmp_path, """
+        import sys, multiprocessing as mp, cuptiprof
+        def worker():
+            for i in range(4):
+                with cuptiprof.range("step", step=i):
+                    sum(range(1000))
+        if __name__ == "__main__":
+            for i in range(3):
+                with cuptiprof.range("step", step=i):
+                    sum(range(1000))
+            c = mp.get_context("fork").Process(target=worker)
+            c.start(); c.join()
+            print("worker exit", c.exitcode)
+    """)
+    r = cli(["run", "-o", "f.duckdb", "--no-report", "--warmup", "2", "--steps", "2", "--", PY, p],
+            tmp_path)
+    assert r.returncode == 0 and "worker exit 0" in r.stdout, r.stdout + r.stderr
+    got = q(tmp_path / "f.duckdb", "SELECT pid, list(kind || ' ' || step ORDER BY start_ns) FROM ranges "
+                                  "WHERE kind IN ('step', 'warmup') GROUP BY pid ORDER BY min(start_ns)")
+    assert [x for _, x in got] == [["warmup 0", "warmup 1", "step 2"],
+                                   ["warmup 0", "warmup 1", "step 2", "step 3"]]
+
+
 def test_child_that_spawns_children(tmp_path):
     p = script(tmp_path, """
         import multiprocessing as mp, cuptiprof

@@ -380,14 +380,23 @@ class Recorder:
             print(f"cuptiprof: could not finish {self.part_path('.duckdb')}: {exc}", file=sys.stderr)
 
     def forget_after_fork(self) -> None:
-        """In a forked child: the parent's writer and buffers are not ours."""
+        """In a forked child: the parent's writer, buffers and step counts are not ours (a
+        forked worker counts its warm-up and steps from its own first step, as a spawned one)."""
+        # Kept, never used: freeing the parent's DuckDB connection (or torch profiler) in the
+        # child runs their destructors on state whose threads did not survive the fork (SIGSEGV).
+        _FORK_LEFTOVERS.append((self.writer, self.prof))
         self.writer = None
         self.prof = None
         self.ranges, self.logs = [], []
+        self.seen, self.recorded, self.done, self.current_step = 0, 0, False, None
+        self.step_times, self.windows, self.spans = [], [], []
         self.local = threading.local()
         self.lock = threading.RLock()
         self.pid = os.getpid()
         self.start_ns = time.time_ns()
+
+
+_FORK_LEFTOVERS: list = []   # a parent's writer and profiler, held in forked children
 
 
 # Child ops that do no work of their own: an op whose children are all of these is still the
