@@ -126,12 +126,38 @@ def test_child_sigkill_in_no_gpu_mode_keeps_the_ops_of_every_flushed_step(tmp_pa
             if i == 2:
                 os.kill(os.getpid(), signal.SIGKILL)
     """)
-    r = cli(["run", "-o", "c.duckdb", "--no-report", "--", PY, p], tmp_path)
+    r = cli(["run", "-o", "c.duckdb", "--no-report", "--", PY, p], tmp_path,
+            CUPTIPROF_OPS_EVERY_S="0")     # hand the ops over at every step's end
     assert r.returncode == 128 + signal.SIGKILL, r.stderr
     got = q(tmp_path / "c.duckdb", "SELECT step, list(DISTINCT name ORDER BY name) FROM kernels "
                                   "GROUP BY step ORDER BY step")
     assert [s for s, _ in got] == [0, 1, 2]
     assert all({"aten::mm", "aten::tanh"} <= set(names) for _, names in got), got
+
+
+def test_no_gpu_mode_records_the_ops_of_steps_run_in_another_thread(tmp_path):
+    """A generate() loop on a worker thread (a streamer's pattern): torch.profiler records every
+    thread's ops, and is cycled only from the thread that started it (torch's state is per
+    thread: from another it warned on the program's stderr and lost a step)."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import threading, torch, cuptiprof
+        def gen():
+            a = torch.randn(16, 16)
+            for i in range(4):
+                with cuptiprof.range("step", step=i):
+                    a = torch.tanh(a @ a)
+        t = threading.Thread(target=gen)
+        t.start(); t.join()
+    """)
+    r = cli(["run", "-o", "t.duckdb", "--no-report", "--warmup", "1", "--", PY, p], tmp_path,
+            CUPTIPROF_OPS_EVERY_S="0")
+    assert r.returncode == 0, r.stderr
+    got = q(tmp_path / "t.duckdb", "SELECT step, list(DISTINCT name ORDER BY name) FROM kernels "
+                                  "GROUP BY step ORDER BY step")
+    assert [s for s, _ in got] == [1, 2, 3], got
+    assert all({"aten::mm", "aten::tanh"} <= set(names) for _, names in got), got
+    assert "callback" not in r.stderr and "disableProfiler" not in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("how,code,status,early", [

@@ -60,6 +60,11 @@ class Recorder:
         self.prof = None
         self.closed = False
         self.step_now = None                   # the collector's current step, when it has the steps
+        # torch.profiler hands its ops over only when stopped: it is cycled at a step's end, at
+        # most this often (each cycle costs tens of ms of host time between steps)
+        self.ops_every_s = _env_seconds("CUPTIPROF_OPS_EVERY_S", 1.0)
+        self._prof_thread = None               # the thread that started it (cycled there only)
+        self._prof_since = 0.0
 
     # -- paths ---------------------------------------------------------------------------------
     def part_path(self, suffix: str) -> Path:
@@ -178,15 +183,18 @@ class Recorder:
         try:
             from torch.profiler import ProfilerActivity, profile
 
-            self.prof = profile(activities=[ProfilerActivity.CPU])
+            self.prof = profile(activities=[ProfilerActivity.CPU], **_all_threads())
             self.prof.start()
+            self._prof_thread, self._prof_since = threading.get_ident(), time.monotonic()
         except Exception as exc:  # never break the profiled program
             self.prof = False
             self._quality("cpu_profiler_failed", None, f"torch.profiler could not start: {exc}")
 
     def _cycle_profiler(self) -> None:
-        """Write the ops recorded so far and profile on (~5 ms of host time between steps)."""
-        if self.mode != "cpu" or not self.prof:
+        """Write the ops recorded so far and profile on. Only on the thread that started the
+        profiler (torch keeps its state per thread) and at most every ops_every_s seconds."""
+        if self.mode != "cpu" or not self.prof or threading.get_ident() != self._prof_thread \
+                or time.monotonic() - self._prof_since < self.ops_every_s:
             return
         self._stop_profiler()
         self.prof = None
@@ -397,6 +405,25 @@ class Recorder:
 
 
 _FORK_LEFTOVERS: list = []   # a parent's writer and profiler, held in forked children
+
+
+def _all_threads() -> dict:
+    """torch.profiler records the ops of the thread that started it unless told otherwise: a
+    generate() loop or a thread pool on other threads would have none."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return {"experimental_config": _ExperimentalConfig(profile_all_threads=True)}
+    except (ImportError, TypeError):   # a torch without it: the starting thread's ops only
+        return {}
+
+
+def _env_seconds(name: str, default: float) -> float:
+    try:
+        v = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return v if v >= 0 else default
 
 
 # Child ops that do no work of their own: an op whose children are all of these is still the
