@@ -470,3 +470,19 @@ def test_ranges_inside_warm_up_are_out_of_the_default_scope(tmp_path):
         (unet,) = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
     assert (unet["range"], unet["calls"]) == ("unet", 1)
     assert unet["host_ms"] == pytest.approx(0.080) and unet["gpu_us_per_call"] == pytest.approx(10)
+
+
+def test_a_process_with_only_warm_up_steps_stays_out_of_the_default_scope(tmp_path):
+    """A process without recorded steps is reported whole, unless it marked warm-up steps: its
+    work is warm-up then, like the warm-up of any other process."""
+    path = write_fixture(tmp_path / "g.duckdb")
+    t = 1_700_000_000_000_000_000
+    with Writer(path, RunInfo(source="synthetic", label="parent"), mode="append", pid=99) as w:
+        w.append({"ranges": {"range_id": [1], "name": ["step"], "kind": ["warmup"],
+                             "step": pa.array([0], pa.int32()), "thread_id": [1],
+                             "start_ns": [t], "end_ns": [t + 100_000]},
+                  "kernels": {"name": ["cold_gemm"], "step": pa.array([None], pa.int32()),
+                              "start_ns": [t + 10_000], "end_ns": [t + 90_000]}})
+    with cuptiprof.open(path) as prof:
+        assert prof.scope == "all recorded steps"
+        assert "cold_gemm" not in {r[0] for r in prof.report("ops").fetchall()}

@@ -75,8 +75,9 @@ class Profile:
         work = ("SELECT run_id, pid FROM step_busy GROUP BY ALL HAVING count(step) = 0"
                 if self.stored_busy else
                 "SELECT run_id, pid FROM gpu_activities GROUP BY ALL HAVING count(step) = 0")
-        return self.con.execute(f"{work} EXCEPT SELECT run_id, pid FROM ranges WHERE kind = 'step' "
-                                "ORDER BY ALL").fetchall()
+        # a process that marked only warm-up steps has steps too: none of them in scope
+        return self.con.execute(f"{work} EXCEPT SELECT run_id, pid FROM ranges WHERE kind IN "
+                                "('step', 'warmup') ORDER BY ALL").fetchall()
 
     def _has_stored_busy(self) -> bool:
         """True when step_busy is complete for every run (no writer of the file died)."""

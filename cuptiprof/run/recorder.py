@@ -235,7 +235,7 @@ class Recorder:
         step = np.full(n, -1, np.int64)
         for s, ws, we in self.windows:
             step[(start >= ws) & (start < we)] = s
-        if self.windows:   # steps were marked: keep what ran inside them
+        if self.windows or self.seen:   # steps were marked: keep what ran inside recorded ones
             keep = step >= 0
             if not keep.any():
                 return
