@@ -150,6 +150,9 @@ def test_a_forked_worker_counts_its_own_steps_after_the_parents(tmp_path):
                                   "WHERE kind IN ('step', 'warmup') GROUP BY pid ORDER BY min(start_ns)")
     assert [x for _, x in got] == [["warmup 0", "warmup 1", "step 2"],
                                    ["warmup 0", "warmup 1", "step 2", "step 3"]]
+    # the worker returned: it did not end early (multiprocessing ends it with os._exit)
+    assert q(tmp_path / "f.duckdb", "SELECT count(*), count(*) FILTER (WHERE ended_early) "
+                                   "FROM processes") == [(2, 0)]
 
 
 def test_child_that_spawns_children(tmp_path):

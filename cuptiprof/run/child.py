@@ -572,10 +572,20 @@ def _after_fork() -> None:
     _collector = None   # CUPTI state does not survive fork
     _marked, _seen_base = 0, _steps_seen()
     _rec.write_marker(list(sys.argv))
-    # multiprocessing's fork children leave through os._exit: atexit never runs there.
+    # multiprocessing's fork children leave through os._exit: atexit never runs there, its
+    # finalizers do. A Process child clears them when it starts, then runs its after-fork
+    # callbacks: register there too, or a worker that returned was counted as ended early.
     util = sys.modules.get("multiprocessing.util")
     if util is not None:
         try:
             util.Finalize(None, _at_exit, exitpriority=-100)
+            util.register_after_fork(_rec, _finalize_at_exit)
         except Exception:
             pass
+
+
+def _finalize_at_exit(_obj=None) -> None:
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None and not any(getattr(f, "_callback", None) is _at_exit
+                                    for f in list(util._finalizer_registry.values())):
+        util.Finalize(None, _at_exit, exitpriority=-100)
