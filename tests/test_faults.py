@@ -160,6 +160,22 @@ def test_no_gpu_mode_records_the_ops_of_steps_run_in_another_thread(tmp_path):
     assert "callback" not in r.stderr and "disableProfiler" not in r.stderr, r.stderr
 
 
+def test_no_gpu_mode_names_a_step_that_recorded_no_op(tmp_path):
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import torch, cuptiprof
+        a = torch.randn(8, 8)
+        for i in range(3):
+            with cuptiprof.range("step", step=i):
+                if i != 1:
+                    a = torch.tanh(a @ a)
+    """)
+    r = cli(["run", "-o", "e.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "e.duckdb", "SELECT subject FROM data_quality WHERE check_name = 'empty_step'") \
+        == [("1",)]
+
+
 @pytest.mark.parametrize("how,code,status,early", [
     ("sys.exit(3)", 3, "failed", False),
     ("raise RuntimeError('boom')", 1, "failed", False),

@@ -64,6 +64,7 @@ class Recorder:
         # most this often (each cycle costs tens of ms of host time between steps)
         self.ops_every_s = _env_seconds("CUPTIPROF_OPS_EVERY_S", 1.0)
         self._prof_thread = None               # the thread that started it (cycled there only)
+        self.op_steps: set = set()             # recorded steps with ops written
         self._prof_since = 0.0
 
     # -- paths ---------------------------------------------------------------------------------
@@ -242,6 +243,7 @@ class Recorder:
             idx = np.nonzero(keep)[0]
             events = [events[i] for i in idx]
             start, end, step, n = start[idx], end[idx], step[idx], len(idx)
+        self.op_steps.update(np.unique(step[step >= 0]).tolist())
         step_col = arrow.array(step, mask=step < 0, type=pa.int32())
         rid = arrow.array([ids[e.id] for e in events], pa.int64())
         # The OS thread id (torch's own `thread` is a counter from 1): the one ranges carry.
@@ -370,7 +372,12 @@ class Recorder:
                     pass
             return
         # Ranges still open (a crash inside a step) are written without an end.
+        profiled = self.prof is not None   # torch.profiler ran: a step without ops is empty
         self._stop_profiler()
+        if profiled and self.op_steps:
+            for s in sorted({w[0] for w in self.windows} - self.op_steps):
+                self._quality("empty_step", str(s), f"step {s} recorded no op (nothing ran in "
+                              "it, or torch.profiler did not capture it)")
         self.closed = True
         with self.lock:
             for st in list(getattr(self.local, "stack", []) or []):
@@ -397,7 +404,7 @@ class Recorder:
         self.prof = None
         self.ranges, self.logs = [], []
         self.seen, self.recorded, self.done, self.current_step = 0, 0, False, None
-        self.step_times, self.windows, self.spans = [], [], []
+        self.step_times, self.windows, self.spans, self.op_steps = [], [], [], set()
         self.local = threading.local()
         self.lock = threading.RLock()
         self.pid = os.getpid()
