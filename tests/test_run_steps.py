@@ -401,3 +401,23 @@ def test_step_range_pushed_inside_compiled_code(tmp_path, api):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "ok (4, 16)" in r.stdout
     assert _steps(tmp_path / "cn.duckdb") == [("warmup", 0)] + [("step", i) for i in range(1, 5)]
+
+
+def test_the_op_doing_the_work_is_judged_per_name_not_per_call():
+    """aten::relu around aten::clamp_min: per call its self share wanders around one half, and
+    per call the recorded op flipped between steps; per name every step records the same op."""
+    from types import SimpleNamespace as NS
+    from cuptiprof.run.recorder import _is_kernel, _own_share
+
+    def call(self_us, child_us):
+        relu = NS(name="aten::relu", cpu_parent=None, self_cpu_time_total=self_us,
+                  time_range=NS(elapsed_us=lambda: self_us + child_us))
+        clamp = NS(name="aten::clamp_min", cpu_parent=relu, cpu_children=[],
+                   self_cpu_time_total=child_us, time_range=NS(elapsed_us=lambda: child_us))
+        relu.cpu_children = [clamp]
+        return relu, clamp
+
+    steps = [call(6.0, 4.0), call(4.0, 6.0), call(3.0, 7.0)]   # 60%, 40%, 30% own
+    own = _own_share([e for pair in steps for e in pair])
+    picked = [[e.name for e in pair if _is_kernel(e, own)] for pair in steps]
+    assert picked == [["aten::clamp_min"]] * 3          # 13 of 30 us own: relu is a wrapper

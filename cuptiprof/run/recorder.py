@@ -270,7 +270,8 @@ class Recorder:
         parent = arrow.array(parents, pa.int64())
         names = arrow.array([e.name for e in events], pa.string())
         thread = arrow.array(tids)
-        leaf = np.fromiter((_is_kernel(e) for e in events), bool, n)
+        own = _own_share(events)
+        leaf = np.fromiter((_is_kernel(e, own) for e in events), bool, n)
         li = arrow.array(np.nonzero(leaf)[0])
         ranges = pa.table({"range_id": rid, "parent_id": parent, "depth": arrow.array(depth, pa.int32()),
                            "name": names, "thread_id": thread, "start_ns": arrow.array(start),
@@ -443,14 +444,26 @@ METADATA_OPS = frozenset(
         "is_nonzero _local_scalar_dense item").split())
 
 
-def _is_work(e) -> bool:
+def _own_share(events) -> dict:
+    """Per op name: its calls' self time over their duration, summed over every call. Judged per
+    name, not per call, so that the same op is (or is not) the one doing the work in every step:
+    per call, an op near half (aten::relu around aten::clamp_min) flipped with timing noise."""
+    self_t: dict = {}
+    dur_t: dict = {}
+    for e in events:
+        if e.cpu_children:
+            self_t[e.name] = self_t.get(e.name, 0.0) + e.self_cpu_time_total
+            dur_t[e.name] = dur_t.get(e.name, 0.0) + e.time_range.elapsed_us()
+    return {k: self_t[k] / d for k, d in dur_t.items() if d > 0}
+
+
+def _is_work(e, own: dict) -> bool:
     """The op does its own work: its children are metadata only, or its self time is at least
-    half of its duration (aten::addmm around a small aten::copy_), unlike wrappers such as
-    aten::linear whose time is their children's."""
+    half of its duration over all its calls (aten::addmm around a small aten::copy_), unlike
+    wrappers such as aten::linear whose time is their children's."""
     if all(c.name in METADATA_OPS for c in e.cpu_children):
         return True
-    dur = e.time_range.elapsed_us()
-    return dur > 0 and e.self_cpu_time_total >= 0.5 * dur
+    return own.get(e.name, 0.0) >= 0.5
 
 
 def _tid(e) -> int:
@@ -482,14 +495,14 @@ def _enclosing(spans: list, tids, starts, top) -> tuple:
     return outer, base
 
 
-def _is_kernel(e) -> bool:
+def _is_kernel(e, own: dict) -> bool:
     """The op that does the work: its children are metadata only, and no ancestor is such an op
     (so time is counted once)."""
-    if not _is_work(e):
+    if not _is_work(e, own):
         return False
     p, d = e.cpu_parent, 0
     while p is not None and d < 256:
-        if _is_work(p):
+        if _is_work(p, own):
             return False
         p, d = p.cpu_parent, d + 1
     return True
