@@ -367,12 +367,19 @@ def test_two_runs_same_output_and_report_while_writing(tmp_path, tally):
         one_line(second.stderr, "another cuptiprof run", f"pid {first.pid}")
         rep = cli(["report", "same.duckdb"], tmp_path)
         assert rep.returncode == 2
-        one_line(rep.stderr, "still writing")
+        one_line(rep.stderr, "still writing", f"pid {first.pid}")
     finally:
         (tmp_path / "go").touch()
         _, err = first.communicate(timeout=60)
     assert first.returncode == 0, err
     assert q(tmp_path / "same.duckdb", "SELECT count(*) FROM kernels") == [(KERNELS_PER_RANGE,)]
+    # parts left by a run whose launcher is gone: not "still writing", but how to recover them
+    left = tmp_path / "gone.duckdb.parts"
+    left.mkdir()
+    (left / "launcher.pid").write_text("999999999")
+    rep = cli(["report", "gone.duckdb"], tmp_path)
+    assert rep.returncode == 2
+    one_line(rep.stderr, "did not finish", "cuptiprof merge")
 
 
 def test_report_and_second_writer_while_a_writer_holds_the_file(tmp_path, tally):

@@ -4,6 +4,7 @@ Each raises a cuptiprof error whose message is the one line the user sees.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
@@ -27,14 +28,30 @@ def read_head(path: Path, expected: str = "a cuptiprof file") -> bytes:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
+def _launcher(parts: Path) -> int | None:
+    """The pid of the `cuptiprof run` that writes into `parts`, while it is alive."""
+    try:
+        pid = int((parts / "launcher.pid").read_text().strip())
+        os.kill(pid, 0)
+    except PermissionError:   # alive, another user's
+        return pid
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
 def require_duckdb(path: Path) -> None:
     """A cuptiprof file must at least be a DuckDB file (checked before DuckDB opens it); a run
     still writing it is told apart from a missing file."""
     if not path.exists():
         parts = path.with_name(path.name + ".parts")
         if parts.is_dir():  # `cuptiprof run` writes OUT only when the command has ended
-            raise WriterBusy(f"{path}: a cuptiprof run is still writing this file (or "
-                             f"one ended without finishing: see {parts}); wait for it to end")
+            owner = _launcher(parts)
+            if owner:
+                raise WriterBusy(f"{path}: a cuptiprof run (pid {owner}) is still writing this "
+                                 "file; wait for it to end")
+            raise WriterBusy(f"{path}: the run writing it did not finish; its records are in "
+                             f"{parts}: cuptiprof merge {parts}/*.duckdb -o {path}")
     head = read_head(path)
     if len(head) < 12 or head[8:12] != b"DUCK":
         raise StoreError(f"{path}: not a DuckDB file (expected a cuptiprof .duckdb file)")
