@@ -71,6 +71,28 @@ def test_step_range_from_nvtx(tmp_path):
     assert _steps(tmp_path / "r.duckdb") == [("warmup", 0), ("step", 1), ("step", 2)]
 
 
+@pytest.mark.parametrize("use", ["with", "decorator"])
+def test_step_range_from_nvtx_annotate(tmp_path, use):
+    """nvtx.annotate pushes through the C library, past nvtx.push_range: it is hooked too."""
+    pytest.importorskip("nvtx")
+    body = ("with nvtx.annotate('iteration', color='blue'):\n                sum(range(100))" if use == "with"
+            else "step_fn()")
+    p = script(tmp_path, f"""
+        import nvtx
+        @nvtx.annotate("iteration")
+        def step_fn():
+            return sum(range(100))
+        for i in range(4):
+            {body}
+        with nvtx.annotate("other"):
+            pass
+    """)
+    r = cli(["run", "-o", "a.duckdb", "--no-report", "--step-range", "iteration", "--warmup", "1",
+             "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert _steps(tmp_path / "a.duckdb") == [("warmup", 0), ("step", 1), ("step", 2), ("step", 3)]
+
+
 def test_warmup_and_steps_with_cuptiprof_range(tmp_path):
     p = script(tmp_path, """
         import cuptiprof

@@ -364,6 +364,59 @@ def _patch_nvtx_package(nvtx) -> None:
         if nvtx.push_range is push_range and nvtx.pop_range is pop_range:
             nvtx.push_range, nvtx.pop_range = _eager(push_range), _eager(pop_range)
     _when_imported("torch", once_torch_is_there)
+    _patch_nvtx_annotate(nvtx)
+
+
+def _patch_nvtx_annotate(nvtx) -> None:
+    """--step-range NAME over nvtx.annotate("NAME") as a context manager or a decorator (it
+    pushes through the C library, past nvtx.push_range)."""
+    base = getattr(nvtx, "annotate", None)
+    if not isinstance(base, type):
+        return
+    name = _rec.s.step_range
+
+    def begin():
+        return _Step(name).__enter__()
+
+    def end(h, exc):
+        h.__exit__(*exc)
+
+    class annotate(base):
+        __doc__ = base.__doc__
+
+        def __enter__(self):
+            if (self.init_args[0] if hasattr(self, "init_args") else None) == name:
+                self.__dict__.setdefault("_cuptiprof_steps", []).append(_eager(begin)())
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            out = super().__exit__(*exc)
+            steps = self.__dict__.get("_cuptiprof_steps")
+            if steps:
+                _eager(end)(steps.pop(), exc)
+            return out
+
+        def __call__(self, func):
+            inner = super().__call__(func)
+            message = (self.init_args[0] if hasattr(self, "init_args") else None) or func.__name__
+            if message != name:
+                return inner
+
+            @functools.wraps(func)
+            def step(*args, **kwargs):
+                h = _eager(begin)()
+                try:
+                    out = inner(*args, **kwargs)
+                except BaseException as e:
+                    _eager(end)(h, (type(e), e, e.__traceback__))
+                    raise
+                _eager(end)(h, (None, None, None))
+                return out
+            return step
+
+    annotate.__name__ = annotate.__qualname__ = "annotate"
+    annotate.__module__ = base.__module__
+    nvtx.annotate = annotate
 
 
 def _patch_markers(markers) -> None:
