@@ -486,3 +486,26 @@ def test_a_process_with_only_warm_up_steps_stays_out_of_the_default_scope(tmp_pa
     with cuptiprof.open(path) as prof:
         assert prof.scope == "all recorded steps"
         assert "cold_gemm" not in {r[0] for r in prof.report("ops").fetchall()}
+
+
+def test_quality_names_the_programs_ranges_outside_every_step(tmp_path):
+    """A range after the loop (a VAE decode) is in the file but in no step's scope: the quality
+    report says so; a range around the steps is not outside them."""
+    t, us = 1_700_000_000_000_000_000, 1_000
+    # range_id, parent_id, depth, name, kind, step, start, end (us after t)
+    rows = [(1, None, 0, "generate", "user", None, 0, 3000), (2, 1, 1, "step", "step", 0, 10, 900),
+            (3, 1, 1, "vae_decode", "user", None, 1000, 1500),
+            (4, 1, 1, "vae_decode", "user", None, 1600, 2100)]
+    path = tmp_path / "o.duckdb"
+    with Writer(path, RunInfo(source="synthetic"), pid=1) as w:
+        w.append({"ranges": {
+            "range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
+            "depth": pa.array([r[2] for r in rows], pa.int32()), "name": [r[3] for r in rows],
+            "kind": [r[4] for r in rows], "step": pa.array([r[5] for r in rows], pa.int32()),
+            "thread_id": [7] * 4, "start_ns": [t + r[6] * us for r in rows],
+            "end_ns": [t + r[7] * us for r in rows]}})
+    with cuptiprof.open(path) as prof:
+        rel = prof.report("quality")
+        got = [dict(zip(rel.columns, r)) for r in rel.fetchall() if r[2] == "outside_steps"]
+    assert [(g["subject"], g["count"]) for g in got] == [("vae_decode", 2)]
+    assert got[0]["value_ms"] == pytest.approx(1.0) and "ranges WHERE step IS NULL" in got[0]["detail"]

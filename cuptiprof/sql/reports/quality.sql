@@ -1,11 +1,27 @@
--- quality: what the data does not contain (dropped records, unclaimed rows, missing kinds, empty steps, ...)
+-- quality: what the data does not contain (dropped records, unclaimed rows, missing kinds, empty steps, ...) and the program's ranges that ran outside every recorded step
 -- run_id: run inside the file
 -- pid: process
--- check_name: what was checked
--- subject: activity kind, step or category concerned
+-- check_name: what was checked ('outside_steps': computed here, not stored)
+-- subject: activity kind, step, category or range name concerned
 -- count: records concerned
--- value_ms: a duration where that makes sense (e.g. CUPTI's own overhead)
+-- value_ms: a duration where that makes sense (e.g. CUPTI's own overhead; the host time of ranges outside steps)
 -- detail: one readable sentence
+WITH outside AS (   -- own ranges of a process with steps, in none and around none (after the loop, say)
+    SELECT r.run_id, r.pid, r.name, count(*) AS n, sum(r.end_ns - r.start_ns) AS d
+    FROM ranges r
+    WHERE own_range(r.kind, r.domain) AND r.step IS NULL
+      AND EXISTS (SELECT 1 FROM ranges s WHERE s.kind = 'step' AND s.run_id = r.run_id
+                  AND s.pid = r.pid)
+      AND NOT EXISTS (SELECT 1 FROM ranges s WHERE s.kind IN ('step', 'warmup')
+                      AND s.run_id = r.run_id AND s.pid = r.pid
+                      AND s.start_ns >= r.start_ns AND s.start_ns < coalesce(r.end_ns, s.start_ns + 1))
+    GROUP BY ALL
+)
 SELECT run_id, pid, check_name, subject, count, value_ns / 1e6 AS value_ms, detail
 FROM data_quality
+UNION ALL
+SELECT run_id, pid, 'outside_steps', name, n, d / 1e6,
+       n || ' call(s) of range ''' || name || ''' ran outside every recorded step: out of the ' ||
+       'reports'' scope (in the file: ranges WHERE step IS NULL)'
+FROM outside
 ORDER BY run_id, pid, check_name, subject
