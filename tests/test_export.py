@@ -372,6 +372,9 @@ def test_round_trip_of_several_processes_keeps_steps_and_links(tmp_path):
     got = con.execute("SELECT k.name, k.step, o.name FROM kernels k JOIN ranges o "
                       "ON o.range_id = k.op_id AND o.pid = k.pid ORDER BY k.name").fetchall()
     assert got == [(f"k{i}_{k}", 10, f"aten::op{k}") for i in range(2) for k in range(4)]
+    # one trace of two processes is imported as one process, and the file says so
+    assert con.execute("SELECT count FROM data_quality WHERE check_name = 'processes_merged'"
+                       ).fetchall() == [(2,)]
     assert con.execute("SELECT DISTINCT peak_memory_bw_gbps FROM devices").fetchall() == [(4800.0,)]
 
 

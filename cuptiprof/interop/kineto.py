@@ -332,6 +332,7 @@ class KinetoFile:
         self.used_pids = used_pids
         self.on_read = on_read
         self.pid: int | None = None
+        self.host_pids: set = set()   # processes of the host events (more than one: merged)
         self.scale = 1000          # ns per trace time unit (microseconds)
         self.base = 0
         self.native = P.native_enabled()
@@ -564,7 +565,15 @@ class KinetoFile:
         self.piece = None
 
     # host side ------------------------------------------------------------------------------
+    def _host_pids(self, rows: np.ndarray) -> None:
+        """Note the processes host events come from: one file is imported as one process."""
+        I = self.piece.I
+        v = I[rows, P.C_PID][I[rows, P.C_PIDK] == P.ID_INT]
+        if len(v):
+            self.host_pids.update(np.unique(v).tolist() if (v != v[0]).any() else (int(v[0]),))
+
     def _call(self, what: str, rows: np.ndarray) -> None:
+        self._host_pids(rows)
         start, end = self._times(rows)
         C = self.calls
         C.add(tid=self._ids(rows, P.C_TIDK, P.C_TID), start=start, end=end,
@@ -583,6 +592,7 @@ class KinetoFile:
             stream = self._or_id(rows, "stream", P.C_TIDK, P.C_TID)
             key = -1 - (dev * 100_000 + stream)  # GPU-side annotations nest per stream
         else:
+            self._host_pids(rows)
             dev = stream = np.full(len(rows), -1, np.int64)
             key = self._ids(rows, P.C_TIDK, P.C_TID)
         self.ranges.add(key=key, start=start, end=end, name=names,
@@ -863,6 +873,13 @@ class KinetoFile:
                                     "detail": f"{n} {label} rows in {self.path.name} were launched "
                                     "outside every ProfilerStep (or by no recorded API call); they "
                                     "have no step"})
+        if len(self.host_pids) > 1:
+            shown = ", ".join(map(str, sorted(self.host_pids)[:4])) + (" ..." if len(self.host_pids) > 4 else "")
+            quality.append({"check_name": "processes_merged", "subject": str(len(self.host_pids)),
+                            "count": len(self.host_pids),
+                            "detail": f"{self.path.name} holds the host events of "
+                            f"{len(self.host_pids)} processes ({shown}), imported as one process "
+                            f"(pid {pid}); import one trace per process to keep them apart"})
         for n in empty:   # a step whose launches all missed the trace, or one that launched none
             quality.append({"check_name": "empty_step", "subject": str(n), "count": 0,
                             "detail": f"step {n} has no GPU activity in {self.path.name} "
