@@ -448,6 +448,16 @@ def test_a_run_without_steps_merged_with_stepped_runs_keeps_its_work(tmp_path):
     assert all(r["pid"] != 77 for r in _steps_rows(merged, steps="0:1"))
 
 
+def _range_rows(rows: list[tuple], t: int, us: int) -> dict:
+    """The ranges batch of (range_id, parent_id, depth, name, kind, step, start, end) rows, the
+    times in `us` units after `t`, all on thread 7."""
+    return {"range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
+            "depth": pa.array([r[2] for r in rows], pa.int32()), "name": [r[3] for r in rows],
+            "kind": [r[4] for r in rows], "step": pa.array([r[5] for r in rows], pa.int32()),
+            "thread_id": [7] * len(rows), "start_ns": [t + r[6] * us for r in rows],
+            "end_ns": [t + r[7] * us for r in rows]}
+
+
 def test_ranges_inside_warm_up_are_out_of_the_default_scope(tmp_path):
     """A range opened in a warm-up step carries that step's index; its calls (a first call that
     compiles, say) must not weigh on the per-call numbers of the recorded steps."""
@@ -457,14 +467,9 @@ def test_ranges_inside_warm_up_are_out_of_the_default_scope(tmp_path):
             (3, None, 0, "step", "step", 1, 1000, 1100), (4, 3, 1, "unet", "user", 1, 1010, 1090)]
     path = tmp_path / "w.duckdb"
     with Writer(path, RunInfo(source="synthetic"), pid=1) as w:
-        w.append({"ranges": {
-            "range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
-            "depth": pa.array([r[2] for r in rows], pa.int32()), "name": [r[3] for r in rows],
-            "kind": [r[4] for r in rows], "step": pa.array([r[5] for r in rows], pa.int32()),
-            "thread_id": [7] * 4, "start_ns": [t + r[6] * us for r in rows],
-            "end_ns": [t + r[7] * us for r in rows]},
-            "kernels": {"name": ["k"], "step": pa.array([1], pa.int32()), "range_id": [4],
-                        "start_ns": [t + 1020 * us], "end_ns": [t + 1030 * us]}})
+        w.append({"ranges": _range_rows(rows, t, us),
+                  "kernels": {"name": ["k"], "step": pa.array([1], pa.int32()), "range_id": [4],
+                              "start_ns": [t + 1020 * us], "end_ns": [t + 1030 * us]}})
     with cuptiprof.open(path) as prof:
         rel = prof.report("ranges")
         (unet,) = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
@@ -498,12 +503,7 @@ def test_quality_names_the_programs_ranges_outside_every_step(tmp_path):
             (4, 1, 1, "vae_decode", "user", None, 1600, 2100)]
     path = tmp_path / "o.duckdb"
     with Writer(path, RunInfo(source="synthetic"), pid=1) as w:
-        w.append({"ranges": {
-            "range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
-            "depth": pa.array([r[2] for r in rows], pa.int32()), "name": [r[3] for r in rows],
-            "kind": [r[4] for r in rows], "step": pa.array([r[5] for r in rows], pa.int32()),
-            "thread_id": [7] * 4, "start_ns": [t + r[6] * us for r in rows],
-            "end_ns": [t + r[7] * us for r in rows]}})
+        w.append({"ranges": _range_rows(rows, t, us)})
     with cuptiprof.open(path) as prof:
         rel = prof.report("quality")
         got = [dict(zip(rel.columns, r)) for r in rel.fetchall() if r[2] == "outside_steps"]
