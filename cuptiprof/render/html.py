@@ -336,8 +336,7 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
             cut.add(s["step"])
     body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: kernel, copy and memset "
                 "time (summed durations), host sync time, and GPU idle time inside the step's GPU window.</p>")
-    body.append(stacked_columns([(f"{k}*" if k in cut else str(k), v)
-                                 for k, v in sorted(per_step.items())]))
+    body.append(stacked_columns(_by_step(per_step, cut)))
     if cut:
         body.append('<p class="note">* ended early by an exception (a Ctrl-C, an error): the bar '
                     "covers only the part of the step that ran.</p>")
@@ -354,6 +353,11 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
 
 
 RANGES_SHOWN = 6   # ranges with a colour of their own in the steps-by-range plot; the rest: "other"
+
+
+def _by_step(per: dict, cut: set) -> list:
+    """Bars in step order, labelled by step; a step an exception ended early is starred."""
+    return [(f"{k}*" if k in cut else str(k), v) for k, v in sorted(per.items())]
 
 
 def _steps_by_range(profile, cut: set) -> str:
@@ -375,8 +379,7 @@ def _steps_by_range(profile, cut: set) -> str:
     colors.update({"other": "#bab0ac", "(no range)": "#dddddd"})
     return ("<h2>Steps by range</h2><p class=\"note\">Each step's GPU work split by the innermost "
             "of the program's own ranges open when it was launched (each piece counted once).</p>"
-            + stacked_columns([(f"{k}*" if k in cut else str(k), v) for k, v in sorted(per.items())],
-                              parts, colors=colors))
+            + stacked_columns(_by_step(per, cut), parts, colors=colors))
 
 
 def _timelines(profile, step_ids: list, median_step, step_timeline) -> str:

@@ -381,11 +381,14 @@ def _patch_nvtx_annotate(nvtx) -> None:
     def end(h, exc):
         h.__exit__(*exc)
 
+    def message(a):   # the range's message, as given to nvtx.annotate
+        return getattr(a, "init_args", (None,))[0]
+
     class annotate(base):
         __doc__ = base.__doc__
 
         def __enter__(self):
-            if (self.init_args[0] if hasattr(self, "init_args") else None) == name:
+            if message(self) == name:
                 self.__dict__.setdefault("_cuptiprof_steps", []).append(_eager(begin)())
             return super().__enter__()
 
@@ -398,8 +401,7 @@ def _patch_nvtx_annotate(nvtx) -> None:
 
         def __call__(self, func):
             inner = super().__call__(func)
-            message = (self.init_args[0] if hasattr(self, "init_args") else None) or func.__name__
-            if message != name:
+            if (message(self) or func.__name__) != name:
                 return inner
 
             @functools.wraps(func)
@@ -631,7 +633,7 @@ def _after_fork() -> None:
     util = sys.modules.get("multiprocessing.util")
     if util is not None:
         try:
-            util.Finalize(None, _at_exit, exitpriority=-100)
+            _finalize_at_exit()
             util.register_after_fork(_rec, _finalize_at_exit)
         except Exception:
             pass

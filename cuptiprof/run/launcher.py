@@ -30,6 +30,7 @@ from pathlib import Path
 from cuptiprof.errors import CuptiprofError, InputError, UsageError, WriterBusy, storage_error
 from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.run import settings as S
+from cuptiprof.store.files import alive, running_launcher
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 KINDS = ("kernel", "memcpy", "memset", "sync", "api", "nvtx", "memory", "overhead")
@@ -144,12 +145,8 @@ def reserve(out: Path) -> Path:
     try:
         parts.mkdir()
     except FileExistsError:
-        owner = None
-        try:
-            owner = int((parts / "launcher.pid").read_text().strip())
-        except (OSError, ValueError):
-            pass
-        if owner and _alive(owner):
+        owner = running_launcher(parts)
+        if owner:
             raise WriterBusy(f"{out}: another cuptiprof run (pid {owner}) is writing this file; "
                              "wait for it to finish or choose another -o") from None
         raise WriterBusy(f"{out}: {parts} is left from a run that did not finish; remove that "
@@ -158,16 +155,6 @@ def reserve(out: Path) -> Path:
         raise InputError(f"{out}: cannot create {parts} ({exc.strerror})") from None
     (parts / "launcher.pid").write_text(str(os.getpid()))
     return parts
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def gpu_present() -> bool:
@@ -399,7 +386,7 @@ def _wait_for_stragglers(parts: Path, timeout_s: float = 3.0) -> None:
         for m in parts.glob("*.start.json"):
             stem = m.name.split(".")[0]
             pid = stem.rsplit("-", 1)[-1]
-            if stem not in ended and pid.isdigit() and _alive(int(pid)) and not _zombie(int(pid)):
+            if stem not in ended and pid.isdigit() and alive(int(pid)) and not _zombie(int(pid)):
                 waiting = True
                 break
         if not waiting:

@@ -209,11 +209,12 @@ class Recorder:
         try:
             prof.stop()
             self._write_ops(prof)
+        except Exception as exc:
+            self._quality("cpu_profiler_failed", None, f"torch.profiler results were lost: {exc}")
+        finally:
             # Free torch's results now: left to the garbage collector, they were collected at
             # interpreter exit and crashed it (SIGSEGV) once the profiler had been cycled.
             prof.profiler = None
-        except Exception as exc:
-            self._quality("cpu_profiler_failed", None, f"torch.profiler results were lost: {exc}")
 
     def _write_ops(self, prof) -> None:
         import numpy as np

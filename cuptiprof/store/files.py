@@ -28,16 +28,26 @@ def read_head(path: Path, expected: str = "a cuptiprof file") -> bytes:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def _launcher(parts: Path) -> int | None:
-    """The pid of the `cuptiprof run` that writes into `parts`, while it is alive."""
+def running_launcher(parts: Path) -> int | None:
+    """The pid of the `cuptiprof run` that writes into `parts` (its launcher.pid), while it is
+    alive."""
     try:
         pid = int((parts / "launcher.pid").read_text().strip())
-        os.kill(pid, 0)
-    except PermissionError:   # alive, another user's
-        return pid
     except (OSError, ValueError):
         return None
-    return pid
+    return pid if alive(pid) else None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # alive, another user's
+        return True
+    except (OSError, OverflowError):
+        return False
+    return True
 
 
 def require_duckdb(path: Path) -> None:
@@ -46,7 +56,7 @@ def require_duckdb(path: Path) -> None:
     if not path.exists():
         parts = path.with_name(path.name + ".parts")
         if parts.is_dir():  # `cuptiprof run` writes OUT only when the command has ended
-            owner = _launcher(parts)
+            owner = running_launcher(parts)
             if owner:
                 raise WriterBusy(f"{path}: a cuptiprof run (pid {owner}) is still writing this "
                                  "file; wait for it to end")
