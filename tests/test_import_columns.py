@@ -1,5 +1,5 @@
 """Arrow columns built from numpy buffers (cuptiprof/store/arrow.py), and the import path
-that relies on them never importing pandas."""
+that relies on them never importing pandas (nor numpy.ma)."""
 from __future__ import annotations
 
 import json
@@ -49,7 +49,9 @@ def test_import_never_imports_pandas(tmp_path):
           {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 5, "tid": 5,
            "ts": 0.5, "dur": 1.0, "args": {"correlation": 1}},
           {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 5, "tid": 5, "ts": 0.0,
-           "dur": 3.0, "args": {}}]
+           "dur": 3.0, "args": {}},
+          {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 5, "tid": 5,
+           "ts": 0.0, "dur": 4.0, "args": {}}]
     src = tmp_path / "t.json"
     src.write_text(json.dumps({"traceEvents": ev}))
     _import_without_pandas(src, tmp_path)
@@ -72,9 +74,12 @@ def _import_without_pandas(src, tmp_path):
                                     "raise ImportError('stand-in')\n")
     mark = tmp_path / "pandas-imported"
     root = Path(__file__).resolve().parents[1]
-    code = ("from cuptiprof.interop.importing import import_traces; "
-            f"import_traces([{str(src)!r}], {str(tmp_path / 'o.duckdb')!r})")
+    code = ("import sys; from cuptiprof.interop.importing import import_traces; "
+            f"import_traces([{str(src)!r}], {str(tmp_path / 'o.duckdb')!r}); "
+            "print('numpy.ma' in sys.modules)")
     env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{fake}", PANDAS_MARK=str(mark))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert not mark.exists(), f"importing {src.name} imported pandas"
+    # plain np.unique imports numpy.ma (20-30 ms) to check for a masked array
+    assert r.stdout.split() == ["False"], f"importing {src.name} imported numpy.ma"

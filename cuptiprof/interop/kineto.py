@@ -570,7 +570,7 @@ class KinetoFile:
         I = self.piece.I
         v = I[rows, P.C_PID][I[rows, P.C_PIDK] == P.ID_INT]
         if len(v):
-            self.host_pids.update(np.unique(v).tolist() if (v != v[0]).any() else (int(v[0]),))
+            self.host_pids.update(AC.distinct(v).tolist() if (v != v[0]).any() else (int(v[0]),))
 
     def _call(self, what: str, rows: np.ndarray) -> None:
         self._host_pids(rows)
@@ -635,8 +635,7 @@ class KinetoFile:
         self._need_args(rows)
         dev = self._or_id(rows, "device", P.C_PIDK, P.C_PID)
         stream = self._or_id(rows, "stream", P.C_TIDK, P.C_TID)
-        # return_index: plain np.unique imports numpy.ma (30 ms) to check for a masked array
-        self.devices_used.update(np.unique(dev, return_index=True)[0].tolist())
+        self.devices_used.update(AC.distinct(dev).tolist())
         G = self.gpu[_GPU_TABLE[what]]
         G.add(start_ns=start, end_ns=end, name=self.piece.I[rows, P.C_NAME].astype(np.int32))
         ones = np.ones(len(rows), bool)
@@ -818,7 +817,7 @@ class KinetoFile:
                     "end_ns": AC.array(c_end[sl], pa.int64()),
                     "step": _null_neg(c_step[sl], pa.int32()), "range_id": _opt(c_range[sl])}
             if hi >= longest:  # the last part: one row per process, devices, data quality
-                worked = set(np.unique(c_step[launched & (c_step >= 0)]).tolist()) \
+                worked = set(AC.distinct(c_step[launched & (c_step >= 0)]).tolist()) \
                     if launched.any() else set()
                 empty = sorted(set(s_n.tolist()) - worked) if worked else []
                 self._meta_rows(batch, w.run_id, pid, len(s_n), unclaimed, empty,

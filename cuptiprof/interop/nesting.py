@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from cuptiprof.interop import pieces
+from cuptiprof.store.arrow import distinct
 
 
 def nest(r_key, r_start, r_end, r_is_op, c_key, c_start, c_end):
@@ -88,7 +89,7 @@ def steps_at(times, step_start, step_end, step_n, keys=None, step_keys=None):
     if overlap and keys is not None and step_keys is not None:
         keys = np.asarray(keys, np.int64)
         sk = np.asarray(step_keys, np.int64)[order]
-        for k in np.unique(sk):
+        for k in distinct(sk):
             mine, at = np.flatnonzero(sk == k), np.flatnonzero(keys == k)
             out[at] = _latest_holding(times[at], ss[mine], se[mine], sn[mine])
         left = np.flatnonzero(out < 0)

@@ -110,9 +110,9 @@ class NsysFile:
     def _note(self, pids, dev, start, end):
         p = np.asarray(pids)
         d = np.asarray(dev)
-        for pid in np.unique(p).tolist():
+        for pid in AC.distinct(p).tolist():
             m = p == pid
-            self.devices.setdefault(pid, set()).update(np.unique(d[m]).tolist())
+            self.devices.setdefault(pid, set()).update(AC.distinct(d[m]).tolist())
             s = self.spans.setdefault(pid, [np.iinfo(np.int64).max, np.iinfo(np.int64).min])
             s[0] = min(s[0], int(np.min(np.asarray(start)[m])))
             s[1] = max(s[1], int(np.max(np.asarray(end)[m])))
@@ -253,7 +253,7 @@ class NsysFile:
         c_step = np.full(len(c_start), -1, np.int64)
         # range ids are per process: number each process's ranges from 1
         range_id = np.zeros(len(r_start), np.int64)
-        for pid in np.unique(r_pid).tolist():
+        for pid in AC.distinct(r_pid).tolist():
             m = r_pid == pid
             range_id[m] = np.arange(1, int(m.sum()) + 1)
             sm = m & is_step

@@ -244,7 +244,7 @@ class Recorder:
             idx = np.nonzero(keep)[0]
             events = [events[i] for i in idx]
             start, end, step, n = start[idx], end[idx], step[idx], len(idx)
-        self.op_steps.update(np.unique(step[step >= 0]).tolist())
+        self.op_steps.update(arrow.distinct(step[step >= 0]).tolist())
         step_col = arrow.array(step, mask=step < 0, type=pa.int32())
         rid = arrow.array([ids[e.id] for e in events], pa.int64())
         # The OS thread id (torch's own `thread` is a counter from 1): the one ranges carry.

@@ -35,6 +35,12 @@ def ints(values: list) -> tuple[np.ndarray, np.ndarray | None]:
         return np.array([0 if v is None else v for v in values], np.int64), ok
 
 
+def distinct(values) -> np.ndarray:
+    """np.unique(values), sorted, without numpy.ma: plain np.unique imports it (20-30 ms, once
+    per process) to check for a masked array; asking for the indices skips that check."""
+    return np.unique(values, return_index=True)[0]
+
+
 def _bitmap(ok: np.ndarray | None) -> pa.Buffer | None:
     if ok is None or ok.all():
         return None
