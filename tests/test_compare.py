@@ -416,3 +416,27 @@ def test_a_file_of_unlike_runs_is_flagged_and_one_of_ranks_is_not(tmp_path):
     r = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", str(mixed), str(h100),
                         "--fail-above", "5"], capture_output=True, text=True, timeout=120)
     assert r.returncode in (0, 1) and "A (mixed.duckdb) holds 2 runs" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_process_without_steps_in_a_merged_file_is_named_as_left_out(tmp_path, pair):
+    """Files are compared step by step, so a run without steps merged with runs that have them
+    has no place in the comparison; the legend (and diff) say what was left out, with its size."""
+    from cuptiprof.store.merge import merge_files
+
+    a, _ = pair
+    alone = tmp_path / "nosteps.duckdb"
+    with Writer(alone, RunInfo(source="synthetic"), pid=77) as w:
+        w.append({"kernels": {"start_ns": [0, 1000], "end_ns": [500, 1800], "name": [ADD, ADD]}})
+    merged = merge_files([a, alone], tmp_path / "all.duckdb")
+    with Comparison([merged, a]) as cmp:
+        (note,) = [n for n in cmp.legend() if "without steps" in n]
+        add = {r["run"]: r for r in rows(cmp.ops()) if r["key"] == ADD}
+    assert note.startswith("note: A (all.duckdb) holds 1 process without steps "
+                           "(2 GPU activities, 0.0 ms), left out")
+    assert add[0]["ms"] == pytest.approx(add[1]["ms"])   # the per-step numbers are A's own
+    with Comparison(pair) as cmp:
+        assert not [n for n in cmp.legend() if "without steps" in n]
+    r = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", str(a), str(merged),
+                        "--fail-above", "5"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "B (all.duckdb) holds 1 process without steps" in r.stdout, \
+        r.stdout + r.stderr

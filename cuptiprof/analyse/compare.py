@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY, families
+from cuptiprof.analyse.profile import stepless_processes
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError
 from cuptiprof.store.files import check_schema_version, require_duckdb
 from cuptiprof.store import arrow
@@ -79,6 +80,7 @@ class RunFile:
     devices: str = ""
     sources: str = ""
     mixed_runs: int = 0    # runs of unlike kinds or devices in the file (0: none), pooled by step
+    stepless: tuple = ()   # (processes, GPU activities, GPU ms) without steps, left out (merged files)
 
 
 @dataclass
@@ -158,6 +160,13 @@ class Comparison:
                     f"{r.path}: no recorded steps (no activity is tagged with a step), so there is no "
                     "step-to-step noise to judge against; record with steps (cuptiprof.range('step', "
                     "step=i) / --steps) or import a trace with ProfilerStep#N")
+            if r.has_steps:   # a run without steps merged with runs that have them: no step holds it
+                procs = stepless_processes(con, db)
+                if procs:
+                    cond = " OR ".join(f"(run_id = {int(a)} AND pid = {int(b)})" for a, b in procs)
+                    n, ms = con.execute(f"SELECT count(*), coalesce(sum(end_ns - start_ns), 0) / 1e6 "
+                                        f"FROM {db}.gpu_activities WHERE {cond}").fetchone()
+                    r.stepless = (len(procs), n, ms)
             r.incomplete = con.execute(
                 f"SELECT count(*) FROM {db}.data_quality WHERE check_name = '{STEP_INCOMPLETE}'"
             ).fetchone()[0] if r.has_steps else 0
@@ -382,6 +391,12 @@ class Comparison:
                 out.append(f"note: {r.letter} ({r.path.name}) holds {r.mixed_runs} runs of different sources or "
                            "GPUs; their steps are pooled by step number, so its medians and noise "
                            "mix them: compare files of one kind of run")
+        for r in self.runs:
+            if r.stepless:
+                k, n, ms = r.stepless
+                out.append(f"note: {r.letter} ({r.path.name}) holds {k} process{'es' if k > 1 else ''} "
+                           f"without steps ({n:,} GPU activities, {ms:,.1f} ms), left out: files are "
+                           "compared step by step; `cuptiprof report` counts them")
         hint = self._key_hint()
         if hint:
             out.append(hint)

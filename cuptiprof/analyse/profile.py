@@ -19,6 +19,19 @@ from cuptiprof.store.files import connect_error
 from cuptiprof.analyse import catalog
 
 
+def stepless_processes(con, db: str = "", use_busy: bool = False) -> list[tuple[int, int]]:
+    """(run_id, pid) of the processes with GPU work but no step at all, in a file that may hold
+    steps of other processes (a run without steps merged with runs that have them). `db`: the
+    attached file's name; use_busy: read step_busy (complete for every run) instead of every row.
+    A process that marked only warm-up steps has steps too: none of them in the default scope."""
+    p = f"{db}." if db else ""
+    work = (f"SELECT run_id, pid FROM {p}step_busy GROUP BY ALL HAVING count(step) = 0"
+            if use_busy else
+            f"SELECT run_id, pid FROM {p}gpu_activities GROUP BY ALL HAVING count(step) = 0")
+    return con.execute(f"{work} EXCEPT SELECT run_id, pid FROM {p}ranges WHERE kind IN "
+                       "('step', 'warmup') ORDER BY ALL").fetchall()
+
+
 def parse_steps(spec: str | None) -> tuple[int | None, int | None] | None:
     """'3:5' -> (3, 5) inclusive; '3:' / ':5' open-ended; '4' -> (4, 4); None -> None."""
     if spec is None or spec == "":
@@ -70,14 +83,7 @@ class Profile:
         self.set_steps(steps)
 
     def _stepless_processes(self) -> list[tuple[int, int]]:
-        """(run_id, pid) of the processes with GPU work but no step at all: in the default scope
-        all their rows count, or their work would vanish from every report."""
-        work = ("SELECT run_id, pid FROM step_busy GROUP BY ALL HAVING count(step) = 0"
-                if self.stored_busy else
-                "SELECT run_id, pid FROM gpu_activities GROUP BY ALL HAVING count(step) = 0")
-        # a process that marked only warm-up steps has steps too: none of them in scope
-        return self.con.execute(f"{work} EXCEPT SELECT run_id, pid FROM ranges WHERE kind IN "
-                                "('step', 'warmup') ORDER BY ALL").fetchall()
+        return stepless_processes(self.con, use_busy=self.stored_busy)
 
     def _has_stored_busy(self) -> bool:
         """True when step_busy is complete for every run (no writer of the file died)."""
