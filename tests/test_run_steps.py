@@ -140,6 +140,7 @@ def test_light_mode_says_what_is_missing(tmp_path):
     out = tmp_path / "li.duckdb"
     assert q(out, "SELECT count(*) FROM kernel_rows") == [(0,)]
     assert q(out, "SELECT count(*) FROM data_quality WHERE check_name='missing_kind'") == [(1,)]
+    assert q(out, "SELECT source FROM runs") == [("light",)]   # not 'cpu' / 'cupti': no op was timed
 
 
 def test_overhead_reports_both_latencies(tmp_path):

@@ -343,8 +343,8 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
              "world_size": pa.int32(), "command": pa.string(), "start_ns": pa.int64(),
              "exit_status": pa.int32(), "ended_early": pa.bool_()}
     procs = pa.table({k: arrow.array(rows[k], t) for k, t in types.items()})
-    info = RunInfo(label=st.run_label, source="cupti" if st.gpu else "cpu", command=shlex.join(cmd),
-                   start_ns=start_ns,
+    source = "light" if st.mode == "light" else "cupti" if st.gpu else "cpu"
+    info = RunInfo(label=st.run_label, source=source, command=shlex.join(cmd), start_ns=start_ns,
                    settings={"warmup": st.warmup, "steps": st.steps, "kinds": st.kinds,
                              "step_range": st.step_range, "step_fn": st.step_fn, "mode": st.mode,
                              "log_level": st.log_level, "gpu": st.gpu})

@@ -26,6 +26,9 @@ from cuptiprof.run.settings import ChildSettings
 log = logging.getLogger("cuptiprof")
 
 
+# runs.source by mode: the CPU fallback's torch.profiler ops, ranges alone, CUPTI records
+_SOURCE = {"cpu": "cpu", "light": "light"}
+
 class _Open:
     __slots__ = ("range_id", "parent_id", "depth", "name", "kind", "step", "thread", "start", "attrs",
                  "is_step")
@@ -295,7 +298,7 @@ class Recorder:
         torch_version = None
         if "torch" in sys.modules:
             torch_version = getattr(sys.modules["torch"], "__version__", None)
-        info = RunInfo(label=self.s.run_label, source="cpu" if self.mode == "cpu" else "cupti",
+        info = RunInfo(label=self.s.run_label, source=_SOURCE.get(self.mode, "cupti"),
                        command=" ".join(sys.argv), start_ns=self.start_ns, torch_version=torch_version,
                        settings={"warmup": self.s.warmup, "steps": self.s.steps, "mode": self.mode,
                                  "step_range": self.s.step_range, "step_fn": self.s.step_fn})

@@ -27,7 +27,7 @@ INSERT INTO meta VALUES ('schema_version', '2');
 CREATE TABLE runs (
     run_id              INTEGER,   -- 1-based id of the run inside this file
     label               VARCHAR,   -- user label (defaults to the output file stem)
-    source              VARCHAR,   -- 'cupti' | 'cpu' (torch.profiler CPU ops) | 'kineto' | 'nsys' | 'synthetic'
+    source              VARCHAR,   -- 'cupti' | 'cpu' (torch.profiler CPU ops) | 'light' (ranges only) | 'kineto' | 'nsys' | 'synthetic'
     command             VARCHAR,   -- command line that was profiled (or the imported file names)
     host                VARCHAR,   -- host name of the writer
     start_time          TIMESTAMPTZ, -- wall-clock time the run started

@@ -1,7 +1,7 @@
 -- overview: one row per run: what was recorded, from where, and how much
 -- run_id: run inside the file
 -- label: run label
--- source: 'cupti' | 'cpu' | 'kineto' | 'nsys' | 'synthetic'
+-- source: 'cupti' | 'cpu' | 'light' | 'kineto' | 'nsys' | 'synthetic'
 -- status: 'complete', 'interrupted', 'failed', or 'running' (the writer died)
 -- devices: device names seen
 -- processes: processes recorded
