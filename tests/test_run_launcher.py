@@ -316,3 +316,13 @@ def test_a_command_with_no_python_process_says_so(tmp_path):
     assert "no process of the command was profiled" in r.stderr
     assert "no GPU activity was captured" not in r.stderr and "no steps were marked" not in r.stderr
     assert q(tmp_path / "s.duckdb", "SELECT count(*) FROM processes") == [(1,)]
+
+
+def test_kinds_without_a_gpu_says_it_has_no_effect(tmp_path):
+    p = script(tmp_path, "import cuptiprof\nwith cuptiprof.range('step', step=0): pass\n")
+    r = cli(["run", "-o", "k.duckdb", "--kinds", "kernel", "memcpy", "--", PY, p], tmp_path,
+            CUDA_VISIBLE_DEVICES="")   # no GPU, also on a machine that has one
+    assert r.returncode == 0, r.stderr
+    assert "no GPU activity was captured" in r.stderr
+    assert "--kinds kernel memcpy chooses CUPTI activity kinds; without a GPU it has no effect" \
+        in r.stderr

@@ -426,6 +426,9 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
     elif res.no_gpu:
         print("cuptiprof: notice: no GPU activity was captured (no CUDA GPU found); the report "
               "shows CPU op times from torch.profiler (device -1)", file=sys.stderr)
+        if o.kinds:
+            print(f"cuptiprof: notice: --kinds {' '.join(o.kinds)} chooses CUPTI activity kinds; "
+                  "without a GPU it has no effect", file=sys.stderr)
     if steps == 0 and warm:
         print(f"cuptiprof: notice: every step the program marked ({warm}) was warm-up "
               f"(--warmup {o.warmup}); lower --warmup or run more steps", file=sys.stderr)
