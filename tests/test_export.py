@@ -394,3 +394,76 @@ def test_parquet_with_steps_holds_only_those_steps(tmp_path):
 
 def per_kernel_count(path: Path, where: str) -> int:
     return sum(c for c, _ in per_kernel(path, where).values())
+
+
+def _with_rows_outside_steps(path: Path) -> Path:
+    """One process: a step with a kernel, and a kernel and a copy launched after it (a decode
+    after the loop), on a host, with a peak bandwidth that is not a whole number."""
+    t = 1_700_000_000_000_000_000
+    with Writer(path, RunInfo(source="synthetic", host="node-7"), pid=31) as w:
+        w.append({
+            "ranges": {"range_id": [1], "parent_id": pa.array([None], pa.int64()),
+                       "depth": pa.array([0], pa.int32()), "name": ["ProfilerStep#3"], "kind": ["step"],
+                       "step": pa.array([3], pa.int32()), "thread_id": [5], "start_ns": [t],
+                       "end_ns": [t + 100_000]},
+            "api_calls": {"thread_id": [5, 5, 5], "api_kind": ["runtime"] * 3,
+                          "name": ["cudaLaunchKernel", "cudaLaunchKernel", "cudaMemcpyAsync"],
+                          "correlation_id": [1, 2, 3], "start_ns": [t + 1_000, t + 200_000, t + 210_000],
+                          "end_ns": [t + 5_000, t + 205_000, t + 215_000],
+                          "step": pa.array([3, None, None], pa.int32())},
+            "kernels": {"device_id": pa.array([0, 0], pa.int32()), "stream_id": pa.array([7, 7], pa.int32()),
+                        "name": ["gemm", "decode"], "correlation_id": [1, 2],
+                        "step": pa.array([3, None], pa.int32()),
+                        "start_ns": [t + 10_000, t + 220_000], "end_ns": [t + 50_000, t + 260_000]},
+            "memcpys": {"device_id": pa.array([0], pa.int32()), "stream_id": pa.array([7], pa.int32()),
+                        "copy_kind": ["DtoH"], "bytes": [4096], "correlation_id": [3],
+                        "step": pa.array([None], pa.int32()), "start_ns": [t + 270_000], "end_ns": [t + 280_000]},
+            "devices": {"device_id": pa.array([0], pa.int32()), "kind": ["gpu"], "name": ["NVIDIA H200"],
+                        "peak_memory_bw_gbps": [2039.04]}})
+    return path
+
+
+def test_chrome_export_holds_every_row_unless_steps_are_chosen(tmp_path):
+    """A timeline shows the work outside steps too (warm-up, a decode after the loop); --steps
+    caps it. Host and a fractional peak bandwidth survive the round trip."""
+    src = _with_rows_outside_steps(tmp_path / "o.duckdb")
+    out = tmp_path / "o.json.gz"
+    with cuptiprof.open(src) as prof:
+        counts = export_chrome(prof, out)
+    assert counts["kernels"] == 2 and counts["memcpys"] == 1
+    back = tmp_path / "back.duckdb"
+    import_traces([out], back)
+    assert per_kernel(back) == per_kernel(src)
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT host FROM processes").fetchall() == [("node-7",)]
+    assert con.execute("SELECT peak_memory_bw_gbps FROM devices").fetchall() == [(2039.04,)]
+    assert con.execute("SELECT count(*) FROM memcpys").fetchone()[0] == 1
+    with cuptiprof.open(src, "3") as prof:
+        assert export_chrome(prof, tmp_path / "s.json", force=True)["kernels"] == 1
+
+
+def test_export_checks_both_outputs_before_writing_either(tmp_path):
+    src = _with_rows_outside_steps(tmp_path / "o.duckdb")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    for force in ([], ["--force"]):
+        r = run_cli("export", src, "--chrome", tmp_path / "both.json", "--parquet", taken, *force)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / "both.json").exists()   # nothing written when one is refused
+    r = run_cli("export", src, "--chrome", tmp_path / "UP.JSON.GZ")
+    assert r.returncode == 0, r.stderr
+    assert gzip.decompress((tmp_path / "UP.JSON.GZ").read_bytes()).startswith(b"{")
+
+
+def test_parquet_table_without_rows_is_still_a_dataset(tmp_path):
+    src = _with_rows_outside_steps(tmp_path / "o.duckdb")
+    with cuptiprof.open(src, "3") as prof:
+        counts = export_parquet(prof, tmp_path / "pq")
+    assert counts["memcpys"] == 0 and counts["memsets"] == 0
+    for t in ("memcpys", "memsets", "memory_events"):
+        rel = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path}/pq/{t}/**/*.parquet', "
+                         "hive_partitioning = true)")
+        assert rel.fetchall() == [] and {"host", "pid", "run_id"} <= set(rel.columns), t
+    assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{tmp_path}/pq/kernels/**/*.parquet', "
+                      "hive_partitioning = true)").fetchall() == [(1,)]

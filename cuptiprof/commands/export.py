@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--parquet", metavar="DIR", help="write Parquet datasets under DIR")
     p.add_argument("--steps", help="only these steps (A:B inclusive, A:, :B or N), in the Chrome "
                    "trace and in every Parquet table with a step column; keeps a Chrome trace "
-                   "small enough for a browser")
+                   "small enough for a browser (default: every row)")
     p.add_argument("--force", action="store_true", help="replace existing output")
     p.set_defaults(func=run)
 
@@ -31,6 +31,13 @@ def run(args) -> int:
         raise UsageError(f"export: --chrome and --parquet name the same path ({args.chrome}); "
                          "give each its own")
     from cuptiprof.analyse.profile import open_profile
+    from cuptiprof.interop.parquet import check_target
+    from cuptiprof.outputs import check_output
+    # Both outputs are checked before either is written: a refused one leaves nothing behind.
+    if args.chrome:
+        check_output(args.chrome, inputs=[args.file], force=args.force)
+    if args.parquet:
+        check_target(args.parquet, [args.file], args.force)
     with open_profile(args.file, args.steps) as prof:
         if args.chrome:
             from cuptiprof.interop.chrome import export_chrome
@@ -38,8 +45,9 @@ def run(args) -> int:
                 c = export_chrome(prof, args.chrome, force=args.force)
             except OSError as exc:  # e.g. a full disk mid-write: name the file the user asked for
                 raise CuptiprofError(f"{args.chrome}: cannot write ({exc.strerror or exc})") from None
+            scope = prof.scope if args.steps else "every row"
             print(f"wrote {c['events']:,} trace events ({c.get('kernels', 0):,} kernels, scope: "
-                  f"{prof.scope}) -> {args.chrome}", file=sys.stderr)
+                  f"{scope}) -> {args.chrome}", file=sys.stderr)
         if args.parquet:
             from cuptiprof.interop.parquet import export_parquet
             c = export_parquet(prof, args.parquet, force=args.force)

@@ -41,9 +41,11 @@ class _Sql(str):
 
 
 def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
-    """Write the rows in `prof`'s step scope to `out` (.json or .json.gz). Returns counts."""
+    """Write `prof`'s rows to `out` (.json or .json.gz): every row, or those of the steps chosen
+    (`prof.steps`). Returns counts."""
     out = check_output(out, inputs=[prof.path], force=force)
-    where = prof.step_filter
+    # A timeline shows all there is (warm-up, work between steps); --steps caps it.
+    where = prof.step_filter if prof.steps is not None else "TRUE"
     con = prof.con
     procs = con.execute("SELECT DISTINCT run_id, pid FROM (SELECT run_id, pid FROM gpu_activities "
                         "UNION ALL SELECT run_id, pid FROM ranges UNION ALL "
@@ -58,7 +60,7 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     tmp = temp_beside(out)
     counts: dict[str, int] = {}
     try:
-        with _open(tmp, out.name.endswith(".gz")) as fh:
+        with _open(tmp, out.name.lower().endswith(".gz")) as fh:
             fh.write(_head(con, base, pids.single))
             sink = _Sink(fh)
             meta = _metadata(con, procs, pids)
@@ -392,6 +394,11 @@ def _head(con, base: int, single: bool) -> bytes:
                        "LIMIT 1").fetchone() if single else None
     if dist:
         head["distributedInfo"] = {"rank": dist[0], "world_size": dist[1]}
+    host = con.execute("SELECT coalesce((SELECT any_value(host) FROM processes WHERE host IS NOT "
+                       "NULL), (SELECT any_value(host) FROM runs WHERE host IS NOT NULL))"
+                       ).fetchone()[0] if single else None
+    if host:   # Kineto's key; the importer reads it back
+        head["host_name"] = host
     return msgspec.json.encode(head)[:-1] + b', "traceEvents": [\n'
 
 

@@ -914,12 +914,14 @@ def _release_freed_memory() -> None:
 
 
 def _rows(run_id: int, pid: int, rows: list[dict], ints: dict) -> dict:
-    """A few metadata rows -> columns (strings unless typed in `ints`)."""
+    """A few metadata rows -> columns (strings unless typed in `ints`: integers, or floats)."""
     out = {"run_id": AC.array(np.full(len(rows), run_id), pa.int32()),
            "pid": AC.array(np.full(len(rows), pid), pa.int32())}
     for k in rows[0]:
         vals = [r[k] for r in rows]
-        if k in ints:
+        if k in ints and pa.types.is_floating(ints[k]):
+            out[k] = AC.array(vals, ints[k])
+        elif k in ints:
             v, ok = AC.ints(vals)
             out[k] = AC.array(v, ints[k], ok)
         else:

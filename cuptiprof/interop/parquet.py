@@ -32,11 +32,17 @@ def _not_an_export(out: Path) -> str | None:
     return None
 
 
+def check_target(out_dir: str | os.PathLike, inputs, force: bool) -> Path:
+    """Refuse `out_dir` before anything (of this or another export) is written."""
+    return check_output(out_dir, inputs=inputs, force=force, directory=True,
+                        replaceable=_not_an_export)
+
+
 def export_parquet(prof, out_dir: str | os.PathLike, *, force: bool = False) -> dict:
     """Write one dataset per table under `out_dir` (created; an earlier export is replaced with
-    force=True)."""
-    out = check_output(out_dir, inputs=[prof.path], force=force, directory=True,
-                       replaceable=_not_an_export)
+    force=True). A table without rows in scope gets one file without rows (its columns, host
+    and pid among them), so every table reads as a dataset."""
+    out = check_target(out_dir, [prof.path], force)
     tmp = temp_beside(out)
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -51,16 +57,18 @@ def export_parquet(prof, out_dir: str | os.PathLike, *, force: bool = False) -> 
                 src = f"(SELECT * FROM {t} WHERE {prof.step_filter})"
             n = con.execute(f"SELECT count(*) FROM {src}").fetchone()[0]
             counts[t] = n
-            if n == 0:
-                continue
             sel = ", ".join(f"x.{c}" for c in cols if c not in ("host",))
             host = "x.host" if "host" in cols else "p.host"
             join = "" if "host" in cols else \
                 "LEFT JOIN processes p ON p.run_id = x.run_id AND p.pid = x.pid"
+            query = f"SELECT {sel}, coalesce({host}, 'unknown') AS host FROM {src} x {join}"
+            if n == 0:   # no partition to write: one file holding the columns alone
+                (tmp / t).mkdir()
+                dest = (tmp / t / "data_0.parquet").as_posix().replace("'", "''")
+                con.execute(f"COPY ({query}) TO '{dest}' (FORMAT parquet)")
+                continue
             dest = (tmp / t).as_posix().replace("'", "''")
-            con.execute(
-                f"COPY (SELECT {sel}, coalesce({host}, 'unknown') AS host FROM {src} x {join}) "
-                f"TO '{dest}' (FORMAT parquet, PARTITION_BY (host, pid))")
+            con.execute(f"COPY ({query}) TO '{dest}' (FORMAT parquet, PARTITION_BY (host, pid))")
         for t in PLAIN:
             (tmp / t).mkdir()
             dest = (tmp / t / "data_0.parquet").as_posix().replace("'", "''")
