@@ -318,7 +318,10 @@ def test_zlib_when_isal_is_missing(odd, odd_trace, tmp_path, monkeypatch):
     out = tmp_path / "zlib.json.gz"
     with cuptiprof.open(odd) as prof:
         export_chrome(prof, out)
-    assert load_trace(out) == load_trace(odd_trace[0])
+    a, b = load_trace(out), load_trace(odd_trace[0])
+    key = lambda e: json.dumps(e, sort_keys=True)  # noqa: E731 - events in any order
+    assert sorted(a.pop("traceEvents"), key=key) == sorted(b.pop("traceEvents"), key=key)
+    assert a == b
 
 
 def _two_processes(path: Path) -> Path:
@@ -467,3 +470,37 @@ def test_parquet_table_without_rows_is_still_a_dataset(tmp_path):
         assert rel.fetchall() == [] and {"host", "pid", "run_id"} <= set(rel.columns), t
     assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{tmp_path}/pq/kernels/**/*.parquet', "
                       "hive_partitioning = true)").fetchall() == [(1,)]
+
+
+def test_every_flow_arrow_has_both_ends_once(tmp_path, chrome_steps):
+    """An arrow goes from the first call with a correlation id (a runtime call and the driver
+    call it makes share one) to the first GPU row with it (a graph launch's kernels share one),
+    and only where both are exported: no dangling or doubled ends."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "f.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({
+            "api_calls": {"thread_id": [5] * 4, "api_kind": ["runtime", "driver", "runtime", "runtime"],
+                          "name": ["cudaMalloc", "cuMemAlloc", "cudaGraphLaunch", "cudaEventRecord"],
+                          "correlation_id": [1, 1, 2, 3], "start_ns": [t, t + 100, t + 1_000, t + 2_000],
+                          "end_ns": [t + 500, t + 400, t + 1_500, t + 2_500]},
+            "kernels": {"device_id": pa.array([0] * 4, pa.int32()), "stream_id": pa.array([7] * 4, pa.int32()),
+                        "name": ["a", "b", "c", "orphan"], "correlation_id": [2, 2, 2, 4],
+                        "start_ns": [t + 3_000, t + 4_000, t + 5_000, t + 6_000],
+                        "end_ns": [t + 3_500, t + 4_500, t + 5_500, t + 6_500]},
+            "memsets": {"device_id": pa.array([0], pa.int32()), "stream_id": pa.array([7], pa.int32()),
+                        "bytes": [64], "correlation_id": [1], "start_ns": [t + 600], "end_ns": [t + 700]}})
+    out = tmp_path / "f.json"
+    with cuptiprof.open(src) as prof:
+        counts = export_chrome(prof, out)
+    ev = load_trace(out)["traceEvents"]
+    assert counts["events"] == len(ev)
+    s = [(e["id"], e["tid"]) for e in ev if e["ph"] == "s"]
+    f = sorted((e["id"], e["ts"]) for e in ev if e["ph"] == "f")
+    assert sorted(s) == [(1, 5), (2, 5)]   # cudaMalloc (not cuMemAlloc), the graph launch
+    assert [i for i, _ in f] == [1, 2] and f[1][1] == 3.0   # the memset; kernel "a" alone
+    for trace in (chrome_steps[0],):   # a real trace: every id once at each end
+        ev = load_trace(trace)["traceEvents"]
+        s = [e["id"] for e in ev if e["ph"] == "s"]
+        f = [e["id"] for e in ev if e["ph"] == "f"]
+        assert len(s) == len(set(s)) and sorted(s) == sorted(f) and s

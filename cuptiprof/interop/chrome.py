@@ -176,11 +176,30 @@ _GPU_IDS = ("correlation_id", "op_id")
 _ID_STRIDE = 1 << 32   # CUPTI correlation ids are 32-bit
 
 
+# Where a row gets its end of an `ac2g` arrow (`_fl`): the first call with a correlation id
+# ("s"; CUPTI gives a runtime call and the driver call it makes one id, as the importer's links
+# take the first) and the first GPU row of it ("f"; a graph launch's kernels share one id), when
+# the other end is in the export too: an end without its partner draws nothing.
+_OTHER_END = {"api_calls": "gpu_activities", "kernels": "api_calls", "memcpys": "api_calls",
+              "memsets": "api_calls", "syncs": "api_calls"}
+
+
+def _flow_end(table: str, where: str) -> str:
+    other = _OTHER_END.get(table)
+    if other is None:
+        return "FALSE"
+    return ("(correlation_id IS NOT NULL AND row_number() OVER (PARTITION BY run_id, pid, "
+            "correlation_id ORDER BY start_ns, end_ns) = 1 AND EXISTS (SELECT 1 FROM "
+            f"{other} o WHERE o.run_id IS NOT DISTINCT FROM _r.run_id AND o.pid IS NOT DISTINCT "
+            f"FROM _r.pid AND o.correlation_id = _r.correlation_id AND {where}))")
+
+
 def _scoped(table: str, where: str, pids: _Pids) -> str:
-    """FROM clause: the table's rows in scope, with the process index where several. Several
-    processes' ids are moved apart (index * 2^32), or one process's flows and links would join
-    another's rows that carry the same number."""
-    src = f"(SELECT * FROM {table} WHERE {where}) _t{pids.join()}"
+    """FROM clause: the table's rows in scope (with `_fl`, see _flow_end), with the process
+    index where several. Several processes' ids are moved apart (index * 2^32), or one
+    process's flows and links would join another's rows that carry the same number."""
+    src = (f"(SELECT *, {_flow_end(table, where)} AS _fl FROM {table} _r WHERE {where}) "
+           f"_t{pids.join()}")
     if pids.single:
         return src
     moved = ", ".join(f"{c} + coalesce(p_idx, 0) * {_ID_STRIDE} AS {c}"
@@ -263,14 +282,14 @@ def _concat(pieces: list) -> str:
 
 def _select(source: str, cols: dict[str, str], event: list, flow: list | None = None,
             where: str = "") -> str:
-    """Columns `text`: SEP + the event, and SEP + the flow event where the row has a
-    correlation id; `flow`: 1 where it does. `cols` are computed once per row, inside."""
+    """Columns `text`: SEP + the event, and SEP + the flow event where the row has an arrow's
+    end (`_fl`); `flow`: 1 where it does. `cols` are computed once per row, inside."""
     inner = ", ".join(f"{expr} AS {name}" for name, expr in cols.items())
     pieces = [SEP, *event]
     has_flow = "0"
     if flow is not None:
-        has_flow = "CAST(correlation_id IS NOT NULL AS INTEGER)"
-        pieces.append(_Sql(f"CASE WHEN correlation_id IS NULL THEN '' ELSE {_concat([SEP, *flow])} END"))
+        has_flow = "CAST(_fl AS INTEGER)"
+        pieces.append(_Sql(f"CASE WHEN _fl THEN {_concat([SEP, *flow])} ELSE '' END"))
     return (f"SELECT {_concat(pieces)} AS text, {has_flow} AS flow "
             f"FROM (SELECT *, {inner} FROM {source}{where})")
 
