@@ -504,3 +504,26 @@ def test_every_flow_arrow_has_both_ends_once(tmp_path, chrome_steps):
         s = [e["id"] for e in ev if e["ph"] == "s"]
         f = [e["id"] for e in ev if e["ph"] == "f"]
         assert len(s) == len(set(s)) and sorted(s) == sorted(f) and s
+
+
+def test_steps_of_a_recorded_run_survive_a_round_trip(tmp_path):
+    """A run marks its steps with any name ('step', a --step-fn function); the export writes
+    them as ProfilerStep#N, which torch.profiler writes and the importer reads as steps."""
+    from cuptiprof.synthetic import write_synthetic
+
+    src = write_synthetic(tmp_path / "s.duckdb", steps=3, kernels_per_step=20, seed=1, warmup=1)
+    out = tmp_path / "s.json.gz"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    back = tmp_path / "back.duckdb"
+    import_traces([out], back)
+    per_step = "SELECT step, count(*), sum(end_ns - start_ns) FROM kernels GROUP BY 1 ORDER BY 1"
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    assert con.execute(per_step).fetchall() == orig.execute(per_step).fetchall()
+    assert con.execute("SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'"
+                       ).fetchall() == [([1, 2, 3],)]
+    # every GPU track is named after its stream, as torch.profiler names them
+    ev = load_trace(out)["traceEvents"]
+    named = {(e["pid"], e["tid"]) for e in ev if e.get("name") == "thread_name"
+             and e["args"]["name"] == f"stream {e['tid']}"}
+    assert named and named == {(e["pid"], e["tid"]) for e in ev if e.get("cat") == "kernel"}

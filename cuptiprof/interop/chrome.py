@@ -3,6 +3,9 @@ chrome://tracing, in the Kineto dialect: the categories torch.profiler writes (`
 `gpu_memcpy`, `cuda_runtime`, `cpu_op`, `user_annotation`, ...), GPU rows on a process per
 device with a thread per stream, and `ac2g` flow arrows from each launching call to its GPU work.
 
+Steps are written as `ProfilerStep#N` ranges (torch.profiler's name, which the importer reads as
+steps), whatever the program called them.
+
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would
 not); cuptiprof's Kineto importer reads them back exactly.
@@ -327,7 +330,10 @@ def _ranges(source: str, base: int, pids: _Pids) -> str:
                     f"ELSE {_val('thread_id')} END",
             "_args": f"CASE WHEN {gpu} THEN {gpu_args} "
                      f"ELSE {_concat(_obj(('External id', _val('range_id'))))} END"}
-    event = _x(_Sql(f"concat('\"', {cat}, '\"')"), _str("name"), _val("_pid"), _Sql("_tid"),
+    # A step is ProfilerStep#N whatever the program called it: how torch.profiler marks steps,
+    # and what the importer reads back as steps.
+    name = "CASE WHEN kind = 'step' AND step IS NOT NULL THEN concat('ProfilerStep#', step) ELSE name END"
+    event = _x(_Sql(f"concat('\"', {cat}, '\"')"), _str(name), _val("_pid"), _Sql("_tid"),
                [_Sql("_args")])
     return _select(source, cols, event, where=" WHERE end_ns IS NOT NULL")  # open ranges: left out
 
@@ -449,11 +455,20 @@ def _metadata(con, procs, pids: _Pids) -> list[dict]:
         cp = pids.cpu(run_id, pid)
         ev.append({"name": "process_name", "ph": "M", "pid": cp, "tid": 0, "args": {"name": label}})
         ev.append({"name": "process_labels", "ph": "M", "pid": cp, "tid": 0, "args": {"labels": "CPU"}})
-        for (dev,) in con.execute("SELECT DISTINCT device_id FROM gpu_activities WHERE run_id = ? "
-                                  "AND pid = ? ORDER BY 1", [run_id, pid]).fetchall():
+        lanes: dict = {}
+        for dev, stream in con.execute(
+                "SELECT DISTINCT device_id, coalesce(stream_id, -1) FROM gpu_activities "
+                "WHERE run_id = ? AND pid = ? ORDER BY 1, 2", [run_id, pid]).fetchall():
+            lanes.setdefault(dev, []).append(stream)
+        for dev, streams in lanes.items():
             gp = pids.gpu(run_id, pid, dev)
+            cpu_ops = dev is None or dev < 0   # a run without a GPU: CPU op times
+            name = "CPU ops (no GPU)" if cpu_ops else "GPU" if pids.single else label
             ev.append({"name": "process_name", "ph": "M", "pid": gp, "tid": 0,
-                       "args": {"name": label if not pids.single else "GPU"}})
+                       "args": {"name": name if pids.single or not cpu_ops else f"{label}: {name}"}})
             ev.append({"name": "process_labels", "ph": "M", "pid": gp, "tid": 0,
-                       "args": {"labels": f"GPU {dev}"}})
+                       "args": {"labels": "CPU ops" if cpu_ops else f"GPU {dev}"}})
+            for s in streams:   # Kineto's track names: "stream 7"
+                ev.append({"name": "thread_name", "ph": "M", "pid": gp, "tid": s,
+                           "args": {"name": f"stream {s}" if s >= 0 else "no stream"}})
     return ev
