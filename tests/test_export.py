@@ -526,4 +526,5 @@ def test_steps_of_a_recorded_run_survive_a_round_trip(tmp_path):
     ev = load_trace(out)["traceEvents"]
     named = {(e["pid"], e["tid"]) for e in ev if e.get("name") == "thread_name"
              and e["args"]["name"] == f"stream {e['tid']}"}
-    assert named and named == {(e["pid"], e["tid"]) for e in ev if e.get("cat") == "kernel"}
+    assert named and named == {(e["pid"], e["tid"]) for e in ev if e.get("cat") in
+                               ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync")}
