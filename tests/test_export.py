@@ -360,8 +360,9 @@ def _two_processes(path: Path) -> Path:
 
 def test_round_trip_of_several_processes_keeps_steps_and_links(tmp_path):
     """Each process's ids are moved apart in the export (flows and the importer's links would
-    join one process's call to another's kernel), and steps of several threads that overlap
-    in time still give each call the step of its own thread."""
+    join one process's call to another's kernel), steps of several threads that overlap in time
+    still give each call the step of its own thread, and the importer takes the processes apart
+    again (their pids, ids, devices)."""
     src = _two_processes(tmp_path / "two.duckdb")
     out = tmp_path / "two.json.gz"
     with cuptiprof.open(src) as prof:
@@ -372,13 +373,17 @@ def test_round_trip_of_several_processes_keeps_steps_and_links(tmp_path):
     back = tmp_path / "back.duckdb"
     import_traces([out], back)
     con = duckdb.connect(str(back), read_only=True)
-    got = con.execute("SELECT k.name, k.step, o.name FROM kernels k JOIN ranges o "
-                      "ON o.range_id = k.op_id AND o.pid = k.pid ORDER BY k.name").fetchall()
-    assert got == [(f"k{i}_{k}", 10, f"aten::op{k}") for i in range(2) for k in range(4)]
-    # one trace of two processes is imported as one process, and the file says so
-    assert con.execute("SELECT count FROM data_quality WHERE check_name = 'processes_merged'"
-                       ).fetchall() == [(2,)]
-    assert con.execute("SELECT DISTINCT peak_memory_bw_gbps FROM devices").fetchall() == [(4800.0,)]
+    got = con.execute("SELECT k.pid, k.name, k.step, o.name, k.correlation_id FROM kernels k "
+                      "JOIN ranges o ON o.range_id = k.op_id AND o.pid = k.pid ORDER BY k.name").fetchall()
+    assert got == [(pid, f"k{i}_{k}", 10, f"aten::op{k}", k + 1)
+                   for i, pid in enumerate((101, 202)) for k in range(4)]
+    # the processes come back apart: their own pids, devices, steps; nothing merged
+    assert con.execute("SELECT pid, device_id, peak_memory_bw_gbps FROM devices ORDER BY 1"
+                       ).fetchall() == [(101, 0, 4800.0), (202, 1, 4800.0)]
+    assert con.execute("SELECT pid, count(*) FROM ranges WHERE kind = 'step' GROUP BY 1 ORDER BY 1"
+                       ).fetchall() == [(101, 1), (202, 1)]
+    assert con.execute("SELECT count(*) FROM data_quality WHERE check_name = 'processes_merged'"
+                       ).fetchall() == [(0,)]
 
 
 def test_parquet_with_steps_holds_only_those_steps(tmp_path):

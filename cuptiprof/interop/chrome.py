@@ -64,7 +64,7 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     counts: dict[str, int] = {}
     try:
         with _open(tmp, out.name.lower().endswith(".gz")) as fh:
-            fh.write(_head(con, base, pids.single))
+            fh.write(_head(con, base, pids, procs))
             sink = _Sink(fh)
             meta = _metadata(con, procs, pids)
             sink.write("".join(SEP + msgspec.json.encode(e).decode() for e in meta).encode(), len(meta))
@@ -412,9 +412,12 @@ _EVENTS = {"ranges": _ranges, "api_calls": _api_calls, "kernels": _kernels, "mem
 
 # -- header and metadata (a few rows: Python) ----------------------------------------------------
 
-def _head(con, base: int, single: bool) -> bytes:
+def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
+    single = pids.single
     head = {"schemaVersion": 1, "baseTimeNanoseconds": base, "displayTimeUnit": "ms",
             "deviceProperties": _device_props(con)}
+    if not single:   # not Kineto's: what the importer needs to take the processes apart again
+        head["cuptiprofProcesses"] = _processes(con, pids, procs)
     dist = con.execute("SELECT rank, world_size FROM processes WHERE rank IS NOT NULL "
                        "LIMIT 1").fetchone() if single else None
     if dist:
@@ -427,13 +430,32 @@ def _head(con, base: int, single: bool) -> bytes:
     return msgspec.json.encode(head)[:-1] + b', "traceEvents": [\n'
 
 
-def _device_props(con) -> list[dict]:
+def _processes(con, pids: _Pids, procs: list[tuple]) -> list[dict]:
+    """Per process: its pids in the trace, the amount its ids were moved by, and what the
+    `processes` and `devices` tables know of it."""
+    known = {(r[0], r[1]): r[2:] for r in con.execute(
+        "SELECT run_id, pid, host, rank, local_rank, world_size FROM processes").fetchall()}
+    out = []
+    for run_id, pid in procs:
+        i = pids.index[(run_id, pid)]
+        host, rank, local_rank, world = known.get((run_id, pid), (None,) * 4)
+        out.append({"pid": pids.cpu(run_id, pid), "gpuPids": pids.gpu(run_id, pid, 0) // 1000 * 1000,
+                    "idShift": i * _ID_STRIDE, "originalPid": pid, "host": host, "rank": rank,
+                    "localRank": local_rank, "worldSize": world,
+                    "devices": _device_props(con, (run_id, pid))})
+    return out
+
+
+def _device_props(con, proc: tuple | None = None) -> list[dict]:
+    """Kineto's deviceProperties: of one process (run_id, pid), or the first of each ordinal."""
     out = []
     seen = set()
+    where = "" if proc is None else \
+        f"AND run_id IS NOT DISTINCT FROM {_lit(proc[0])} AND pid IS NOT DISTINCT FROM {_lit(proc[1])}"
     for dev, name, cc, sms, mem, bw in con.execute(
             "SELECT device_id, name, compute_capability, sm_count, memory_bytes, "
-            "peak_memory_bw_gbps FROM devices "
-            "WHERE kind = 'gpu' ORDER BY run_id, pid, device_id").fetchall():
+            f"peak_memory_bw_gbps FROM devices WHERE kind = 'gpu' {where} "
+            "ORDER BY run_id, pid, device_id").fetchall():
         if dev in seen:
             continue
         seen.add(dev)

@@ -17,6 +17,7 @@ one part at a time.
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import dataclass, field
@@ -86,6 +87,20 @@ class DevProp(msgspec.Struct):
     peakMemoryBandwidthGBps: Union[float, None] = None
 
 
+class ProcEntry(msgspec.Struct):
+    """One process of a trace cuptiprof exported from a file of several (`cuptiprofProcesses`,
+    not a Kineto key): its pids in the trace, how far its ids were moved, what it was."""
+    pid: int
+    gpuPids: int               # its GPU rows' pids: gpuPids + device ordinal (-1: no GPU)
+    idShift: int = 0           # added to its correlation ids so processes' ids stay apart
+    originalPid: Union[int, None] = None
+    host: Union[str, None] = None
+    rank: Union[int, None] = None
+    localRank: Union[int, None] = None
+    worldSize: Union[int, None] = None
+    devices: Union[list[DevProp], None] = None
+
+
 class DistInfo(msgspec.Struct):
     rank: Union[int, None] = None
     world_size: Union[int, None] = None
@@ -100,6 +115,7 @@ class Doc(msgspec.Struct):
     baseTimeNanoseconds: Union[int, None] = None
     displayTimeUnit: Union[str, None] = None
     host_name: Union[str, None] = None
+    cuptiprofProcesses: Union[list[ProcEntry], None] = None
 
 
 _DECODER = msgspec.json.Decoder(Doc)
@@ -297,6 +313,13 @@ class _Cols:
             p[:] = [np.concatenate(p)]
         return p[0]
 
+    def subset(self, keep: np.ndarray) -> "_Cols":
+        """The rows where `keep` holds, every column."""
+        out = _Cols()
+        for k in list(self.parts):
+            out.parts[k] = [self.get(k)[keep]]
+        return out
+
     def arrow(self, k, typ) -> pa.Array:
         """A nullable column as one Arrow array."""
         return AC.array(self.get(k), typ, self.get(k + "?", bool))
@@ -351,6 +374,9 @@ class KinetoFile:
         self.events = 0
         self.piece: P.Piece | None = None
         self.rows: dict[str, int] = {}
+        self.procs: list[ProcEntry] | None = None   # several processes: rows carry "proc"
+        self.local_rank: int | None = None
+        self.rank_known = False    # a rank of None is the answer (not: read the file name)
 
     @property
     def name_list(self) -> list:
@@ -380,7 +406,7 @@ class KinetoFile:
     def _scan(self, text) -> P.Piece | None:
         return P.scan(text, self.names, self.small, _DECODER.decode)
 
-    def run(self) -> FileSummary:
+    def run(self) -> list[FileSummary]:
         seen_events, n_events = False, 0
         poll = getattr(self.w, "poll", None)  # an output still opening: fail early if it failed
         try:
@@ -404,7 +430,38 @@ class KinetoFile:
         if n_events == 0:
             raise InputError(f"{self.path}: a trace without events (\"traceEvents\" is empty); "
                              "nothing to import (was the profiler's schedule ever active?)")
-        return self._finish()
+        if self.procs and all(len(c.get("proc")) == len(c) for c in (self.ranges, self.calls,
+                                                                     *self.gpu.values())):
+            return [part._finish() for part in self._split()]
+        return [self._finish()]
+
+    def _split(self) -> list["KinetoFile"]:
+        """One KinetoFile per process of a trace cuptiprof exported from a file of several: each
+        with its own rows, correlation ids moved back, and its host, rank and devices."""
+        parts = []
+        for i, e in enumerate(self.procs):
+            part = copy.copy(self)
+            part.procs = None
+            part.ranges = self.ranges.subset(self.ranges.get("proc", np.int32) == i)
+            part.calls = self.calls.subset(self.calls.get("proc", np.int32) == i)
+            part.gpu = {t: G.subset(G.get("proc", np.int32) == i) for t, G in self.gpu.items()}
+            for cols, k in ((part.calls, "corr"), *((G, "correlation_id") for G in part.gpu.values())):
+                if e.idShift and k in cols.parts:
+                    v, ok = cols.get(k), cols.get(k + "?", bool)
+                    v[ok] -= e.idShift
+            part.rows = {t: len(G) for t, G in part.gpu.items() if len(G)}
+            part.devices_used = {d for G in part.gpu.values() if len(G)
+                                 for d in AC.distinct(G.get("device_id")).tolist()}
+            part.devprops = list(e.devices or [])
+            part.host, part.local_rank, part.rank_known = e.host, e.localRank, True
+            part.dist = DistInfo(rank=e.rank, world_size=e.worldSize)
+            part.unknown = self.unknown if i == 0 else {}   # counted once, with the first
+            part.host_pids = set() if e.originalPid is None else {e.originalPid}
+            part.pid = None
+            if e.originalPid is not None:
+                part._set_pid(e.originalPid)
+            parts.append(part)
+        return parts
 
     def _meta(self, doc: Doc) -> None:
         if doc.deviceProperties:
@@ -419,6 +476,27 @@ class KinetoFile:
             self.base = doc.baseTimeNanoseconds
         if doc.host_name:
             self.host = doc.host_name
+        if doc.cuptiprofProcesses and len(doc.cuptiprofProcesses) > 1 and self.events == 0:
+            self.procs = doc.cuptiprofProcesses
+            cpu = sorted((e.pid, i) for i, e in enumerate(self.procs))
+            gpu = sorted((e.gpuPids, i) for i, e in enumerate(self.procs))
+            self._cpu_pids, self._cpu_idx = (np.array(x, np.int64) for x in zip(*cpu))
+            self._gpu_pids, self._gpu_idx = (np.array(x, np.int64) for x in zip(*gpu))
+
+    def _proc_of(self, rows: np.ndarray) -> np.ndarray:
+        """Index in self.procs of each row's process (by its pid in the trace: the CPU pid, or
+        a GPU pid gpuPids + device); rows of any other pid go with the first process."""
+        pid = self._ids(rows, P.C_PIDK, P.C_PID)
+        out = np.zeros(len(rows), np.int32)
+        k = self._cpu_pids
+        pos = np.minimum(np.searchsorted(k, pid), len(k) - 1)
+        hit = k[pos] == pid
+        out[hit] = self._cpu_idx[pos[hit]]
+        q = pid + 1   # device -1 (a run without a GPU) is gpuPids - 1
+        j = np.searchsorted(self._gpu_pids, q, "right") - 1
+        ok = ~hit & (j >= 0) & (q - self._gpu_pids[np.maximum(j, 0)] < 1000)
+        out[ok] = self._gpu_idx[j[ok]]
+        return out
 
     # columns of the current piece -----------------------------------------------------------
     def _arg(self, rows: np.ndarray, field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -579,6 +657,8 @@ class KinetoFile:
         C.add(tid=self._ids(rows, P.C_TIDK, P.C_TID), start=start, end=end,
               name=self.piece.I[rows, P.C_NAME].astype(np.int32),
               driver=np.full(len(rows), what == "driver"))
+        if self.procs:
+            C.add(proc=self._proc_of(rows))
         C.add_col("corr", *self._arg(rows, "correlation"))
         C.add_col("cbid", *self._arg(rows, "cbid"))
 
@@ -597,6 +677,8 @@ class KinetoFile:
             key = self._ids(rows, P.C_TIDK, P.C_TID)
         self.ranges.add(key=key, start=start, end=end, name=names,
                         code=np.full(len(rows), code, np.int8), dev=dev, stream=stream)
+        if self.procs:
+            self.ranges.add(proc=self._proc_of(rows))
 
     def _or_id(self, rows: np.ndarray, field: str, kcol: int, vcol: int) -> np.ndarray:
         """An args field, or where it is absent the number in pid / tid."""
@@ -627,6 +709,8 @@ class KinetoFile:
         M = self.gpu["memory_events"]
         M.add(time_ns=self._ns(ts), bytes=self._arg(rows, "mem_bytes")[0])
         M.add_col("device_id", *self._arg(rows, "mem_dev_id"))
+        if self.procs:
+            M.add(proc=self._proc_of(rows))
         self.rows["memory_events"] = self.rows.get("memory_events", 0) + len(rows)
 
     # GPU side -------------------------------------------------------------------------------
@@ -638,6 +722,8 @@ class KinetoFile:
         self.devices_used.update(AC.distinct(dev).tolist())
         G = self.gpu[_GPU_TABLE[what]]
         G.add(start_ns=start, end_ns=end, name=self.piece.I[rows, P.C_NAME].astype(np.int32))
+        if self.procs:
+            G.add(proc=self._proc_of(rows))
         ones = np.ones(len(rows), bool)
         G.add_col("device_id", dev, ones)
         G.add_col("stream_id", stream, ones)
@@ -838,13 +924,14 @@ class KinetoFile:
                 lo.append(int(G.get("start_ns").min()) + self.base)
                 hi.append(int(G.get("end_ns").max()) + self.base)
         rank = self.dist.rank if self.dist else None
-        if rank is None:
+        if rank is None and not self.rank_known:
             rank = ranks.from_name(self.path.name)
         batch["processes"] = _rows(run_id, pid, [{
             "host": self.host, "rank": rank,
             "world_size": self.dist.world_size if self.dist else None, "command": str(self.path),
+            "local_rank": self.local_rank,
             "start_ns": min(lo) if lo else None, "end_ns": max(hi) if hi else None}],
-            {"rank": pa.int32(), "world_size": pa.int32(), "start_ns": pa.int64(),
+            {"rank": pa.int32(), "world_size": pa.int32(), "local_rank": pa.int32(), "start_ns": pa.int64(),
              "end_ns": pa.int64()})
         props = {p.id: p for p in self.devprops if p.id is not None}
         devs = sorted(d for d in self.devices_used if d is not None) or sorted(props)
@@ -948,7 +1035,7 @@ def import_kineto(w, paths: list[Path], on_read=None) -> list[FileSummary]:
     out = []
     for i, p in enumerate(paths):
         try:
-            out.append(KinetoFile(w, Path(p), i, used, on_read).run())
+            out.extend(KinetoFile(w, Path(p), i, used, on_read).run())
         except (ValueError, TypeError, KeyError, IndexError, OverflowError, pa.ArrowException) as exc:
             # a shape of trace this importer does not handle: name the file, no traceback
             raise InputError(f"{p}: cannot import this trace ({type(exc).__name__}: "
