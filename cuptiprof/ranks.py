@@ -39,9 +39,14 @@ def from_env(env: Mapping[str, str]) -> Rank:
 
 
 def parse_env_block(text: str | None, sep: str = ";") -> dict[str, str]:
-    """'A=1;B=2' (how Nsight Systems stores the profiled environment) -> {'A': '1', 'B': '2'}."""
+    """'A=1;B=2' (how Nsight Systems stores the profiled environment) -> {'A': '1', 'B': '2'}.
+
+    Older Nsight Systems (2022.x) separates the variables with NUL characters instead; a block
+    holding any NUL is split on NUL only, since its values may themselves contain `sep`.
+    """
     out: dict[str, str] = {}
-    for item in (text or "").split(sep):
+    text = text or ""
+    for item in text.split("\0" if "\0" in text else sep):
         key, eq, value = item.partition("=")
         if eq and key and key not in out:
             out[key.strip()] = value

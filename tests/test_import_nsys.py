@@ -87,9 +87,10 @@ def test_old_schema_and_nvtx_projection(tmp_path_factory):
     assert con.execute("""SELECT r.name, count(*) FROM kernels k JOIN ranges r
         ON r.pid = k.pid AND r.range_id = k.range_id GROUP BY 1""").fetchall() == [("saxpy", 5)]
     assert con.execute("SELECT count(*) FROM ranges WHERE name = 'MPI_Send'").fetchone()[0] == 10
-    # the host is recorded; no launcher variable and no rank in the file name: no rank
-    assert con.execute("SELECT host, rank, world_size FROM processes").fetchall() \
-        == [("nid001608", None, None)]
+    # host and rank from the environment nsys ran in (2.9.1 separates it with NUL characters:
+    # PMI_RANK=0, PMI_SIZE=2, SLURM_LOCALID=0)
+    assert con.execute("SELECT host, rank, local_rank, world_size FROM processes").fetchall() \
+        == [("nid001608", 0, 0, 2)]
 
 
 def test_rank_from_the_file_name_and_an_export_without_system_env(tmp_path):

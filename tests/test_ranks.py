@@ -40,6 +40,13 @@ def test_env_block_as_nsys_stores_it():
     assert ranks.parse_env_block(None) == {}
 
 
+def test_env_block_of_older_nsys_is_split_on_nul():
+    # nsys 2022.x: NUL between variables; a value with ';' (LS_COLORS) stays one value
+    env = ranks.parse_env_block("PMI_RANK=1\0LS_COLORS=di=01;34:ln=01\0PMI_SIZE=2\0SLURM_LOCALID=0\0")
+    assert env == {"PMI_RANK": "1", "LS_COLORS": "di=01;34:ln=01", "PMI_SIZE": "2", "SLURM_LOCALID": "0"}
+    assert ranks.from_env(env) == ranks.Rank(1, 0, 2)
+
+
 @pytest.mark.parametrize("name, want", [
     ("rank0.json.gz", 0), ("sampled_rank-1.json.gz", 1), ("job_RANK_12.sqlite", 12),
     ("worker0.1623143089861.pt.trace.json.gz", None), ("perlmutter0.sqlite", None)])
