@@ -78,13 +78,17 @@ def test_merge_cli(tmp_path):
     assert q(tmp_path / "all.duckdb", "SELECT count(*) FROM runs") == [(2,)]
 
 
-@pytest.mark.parametrize("case", ["exists", "missing", "not_duckdb", "same_twice"])
+@pytest.mark.parametrize("case", ["exists", "missing", "not_duckdb", "same_twice",
+                                  "same_spelled_otherwise", "same_through_symlink"])
 def test_merge_cli_bad_input(tmp_path, case):
     _file(tmp_path / "a.duckdb", ["x"], 1, "a")
     (tmp_path / "text.duckdb").write_text("not a database at all, just text" * 10)
+    os.symlink(tmp_path / "a.duckdb", tmp_path / "link.duckdb")
     args = {"exists": ["a.duckdb", "-o", "a2.duckdb"], "missing": ["a.duckdb", "nope.duckdb", "-o", "o.duckdb"],
             "not_duckdb": ["a.duckdb", "text.duckdb", "-o", "o.duckdb"],
-            "same_twice": ["a.duckdb", "a.duckdb", "-o", "o.duckdb"]}[case]
+            "same_twice": ["a.duckdb", "a.duckdb", "-o", "o.duckdb"],
+            "same_spelled_otherwise": ["a.duckdb", "./a.duckdb", "-o", "o.duckdb"],
+            "same_through_symlink": ["a.duckdb", "link.duckdb", "-o", "o.duckdb"]}[case]
     if case == "exists":
         (tmp_path / "a2.duckdb").write_text("keep me")
     r = cli(["merge", *args], tmp_path)
@@ -93,6 +97,8 @@ def test_merge_cli_bad_input(tmp_path, case):
     assert not (tmp_path / "o.duckdb").exists()
     if case == "exists":
         assert (tmp_path / "a2.duckdb").read_text() == "keep me"
+    if case.startswith("same"):
+        assert "given twice" in r.stderr and args[1] in r.stderr
 
 
 def test_merge_into_one_of_its_inputs_is_refused(tmp_path):

@@ -2,7 +2,9 @@
 file; every row keeps its run (renumbered in input order) and pid."""
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 from cuptiprof.errors import UsageError
 
@@ -18,8 +20,17 @@ def register(sub) -> None:
 def run(args) -> int:
     from cuptiprof.store.merge import merge_files_result
 
-    if len(set(args.files)) != len(args.files):
-        raise UsageError("the same input file is given twice")
+    seen: dict = {}
+    for f in args.files:
+        # one file however it is spelled: ./a.duckdb, an absolute path, a symlink, a hard link
+        try:
+            st = os.stat(f)
+            key = (st.st_dev, st.st_ino)
+        except OSError:   # missing: the merge itself names it
+            key = Path(f).resolve()
+        if seen.setdefault(key, f) is not f:
+            raise UsageError(f"{f}: the same input file is given twice ({seen[key]}); its rows "
+                             "would count twice")
     res = merge_files_result(args.files, args.output)
     rows = sum(res.rows.values())
     print(f"cuptiprof: merged {len(args.files)} files ({res.runs} runs, {rows} rows) into "
