@@ -115,6 +115,55 @@ def run_cli(*args):
                           capture_output=True, text=True)
 
 
+def nsys_export(path: Path, pid: int = 4242, launches=(), ranges=(), env: str | None = None) -> Path:
+    """A small export with the tables and columns the importer reads, one process.
+
+    launches: (thread, call start, call end, kernel start, kernel end), one
+    cudaLaunchKernel and its kernel each; ranges: (thread, start, end, eventType, text).
+    """
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, "end" INTEGER, deviceId INTEGER,
+            contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER,
+            mangledName INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, "end" INTEGER, globalTid INTEGER,
+            correlationId INTEGER, nameId INTEGER, returnValue INTEGER);
+        CREATE TABLE NVTX_EVENTS (start INTEGER, "end" INTEGER, eventType INTEGER, text TEXT,
+            globalTid INTEGER, textId INTEGER, domainId INTEGER);
+        CREATE TABLE PROCESSES (globalPid INTEGER, pid INTEGER, name TEXT);
+        CREATE TABLE TARGET_INFO_SYSTEM_ENV (name TEXT, value TEXT);
+        INSERT INTO StringIds VALUES (1, 'cudaLaunchKernel'), (2, 'saxpy_kernel');""")
+    # sized so that StringIds spans pages of its own
+    db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, f"unused string {i}" * 8)
+                                                           for i in range(3, 200)])
+    gpid = pid << 24
+    for corr, (tid, cs, ce, ks, ke) in enumerate(launches, 1):
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, 1, 0)",
+                   [cs, ce, gpid | tid, corr])
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, 7, ?, ?, 2)",
+                   [ks, ke, corr, gpid])
+    db.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, NULL, NULL)",
+                   [(s, e, typ, text, gpid | tid) for tid, s, e, typ, text in ranges])
+    db.execute("INSERT INTO PROCESSES VALUES (?, ?, 'app')", [gpid, pid])
+    if env is not None:
+        db.execute("INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES ('DeviceEnvironment', ?)", [env])
+    db.commit()
+    db.close()
+    return path
+
+
+def corrupt_table(path: Path, table: str) -> None:
+    """Overwrite the first page of `table` with garbage, as a damaged disk or copy would."""
+    db = sqlite3.connect(path)
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", [table]).fetchone()[0]
+    db.close()
+    with open(path, "r+b") as fh:
+        fh.seek((root - 1) * page_size)
+        fh.write(b"\xff" * page_size)
+
+
 def test_sqlite_that_is_not_an_nsys_export(tmp_path):
     src = tmp_path / "other.sqlite"
     db = sqlite3.connect(src)
@@ -132,6 +181,21 @@ def test_corrupt_sqlite(tmp_path):
     src.write_bytes(b"SQLite format 3\x00" + b"\xff" * 2000)
     r = run_cli("import", src, "-o", tmp_path / "o.duckdb")
     assert r.returncode == 2 and str(src) in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o.duckdb").exists()
+
+
+@pytest.mark.parametrize("table", ["StringIds", "CUPTI_ACTIVITY_KIND_KERNEL",
+                                   "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "PROCESSES",
+                                   "TARGET_INFO_SYSTEM_ENV"])
+def test_damaged_page_in_any_table_is_one_line(tmp_path, table):
+    src = nsys_export(tmp_path / "bad.sqlite", launches=[(1, 100, 110, 120, 200)],
+                      ranges=[(1, 90, 115, 59, "step 0")], env="PMI_RANK=0")
+    import_traces([src], tmp_path / "good.duckdb")   # readable before the damage
+    corrupt_table(src, table)
+    r = run_cli("import", src, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and str(src) in r.stderr and "malformed" in r.stderr
+    assert "Traceback" not in r.stderr
     assert not (tmp_path / "o.duckdb").exists()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -47,21 +48,38 @@ class NsysFile:
         self.w, self.path, self.used = w, path, used_pids
         try:
             self.db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-            self.tables = {r[0] for r in self.db.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             raise InputError(f"{path}: not a readable SQLite file ({exc})") from None
-        if "StringIds" not in self.tables or not any(t in self.tables for t in _ACTIVITY):
-            raise InputError(f"{path}: an SQLite file, but not an Nsight Systems export with CUDA "
-                             "activity (no StringIds / CUPTI_ACTIVITY_KIND_* tables); export one "
-                             "with `nsys export --type sqlite REPORT.nsys-rep`")
-        self.strings = self._strings()
+        try:
+            try:
+                self.tables = {r[0] for r in self.db.execute(
+                    "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+            except sqlite3.Error as exc:
+                raise InputError(f"{path}: not a readable SQLite file ({exc})") from None
+            if "StringIds" not in self.tables or not any(t in self.tables for t in _ACTIVITY):
+                raise InputError(f"{path}: an SQLite file, but not an Nsight Systems export with "
+                                 "CUDA activity (no StringIds / CUPTI_ACTIVITY_KIND_* tables); "
+                                 "export one with `nsys export --type sqlite REPORT.nsys-rep`")
+            with self._reading():
+                self.strings = self._strings()
+        except BaseException:
+            self.db.close()
+            raise
         self.rows: dict[str, int] = {}
         self.steps_by_pid: dict[int, int] = {}   # step ranges per process
         self.devices: dict[int, set[int]] = {}
         self.spans: dict[int, list[int]] = {}
 
     # helpers --------------------------------------------------------------------------------
+    @contextmanager
+    def _reading(self):
+        """Every read of the export goes through here: a damaged page (or any other SQLite
+        failure) anywhere in the file is the file's fault, named in one line."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise InputError(f"{self.path}: cannot read the Nsight Systems export ({exc})") from None
+
     def _strings(self) -> pa.Array:
         ids, vals = [], []
         for i, v in self.db.execute("SELECT id, value FROM StringIds"):
@@ -123,13 +141,12 @@ class NsysFile:
     # tables ---------------------------------------------------------------------------------
     def run(self) -> list[FileSummary]:
         try:
-            self._gpu()
-            calls = self._calls()
-            ranges = self._nvtx()
-            self._link(calls, ranges)
-            self._meta()
-        except sqlite3.DatabaseError as exc:
-            raise InputError(f"{self.path}: cannot read the Nsight Systems export ({exc})") from None
+            with self._reading():
+                self._gpu()
+                calls = self._calls()
+                ranges = self._nvtx()
+                self._link(calls, ranges)
+                self._meta()
         finally:
             self.db.close()
         return [FileSummary(str(self.path), pid, None, 0, dict(self.rows), {},
