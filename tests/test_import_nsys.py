@@ -184,6 +184,65 @@ def test_corrupt_sqlite(tmp_path):
     assert not (tmp_path / "o.duckdb").exists()
 
 
+def _launches(n, t0=1000, tid=7):
+    return [(tid, t0 + i * 100, t0 + i * 100 + 10, t0 + i * 100 + 20, t0 + i * 100 + 60)
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_files_whose_processes_share_a_pid_stay_apart(tmp_path, order):
+    """Nodes and containers reuse pids: each file's process keeps its own rows, ranges and
+    launch links, whatever the order of the files."""
+    # node0: 3 launches inside 'saxpy' ranges; node1: 4 launches, no NVTX at all
+    node0 = nsys_export(tmp_path / "node0.sqlite", launches=_launches(3), ranges=[
+        (7, 1000 + i * 100 - 5, 1000 + i * 100 + 15, 59, "saxpy") for i in range(3)])
+    node1 = nsys_export(tmp_path / "node1.sqlite", launches=_launches(4))
+    out = tmp_path / "o.duckdb"
+    import_traces([node0, node1] if order == 0 else [node1, node0], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT count(*), count(range_id) FROM kernels").fetchone() == (7, 3)
+    assert con.execute("SELECT count(*), count(DISTINCT pid) FROM processes").fetchone() == (2, 2)
+    # every process: its own kernels, each linked to its own launch and range
+    per_pid = con.execute("""SELECT count(*), count(r.name) FROM kernels k
+        JOIN api_calls c ON c.pid = k.pid AND c.correlation_id = k.correlation_id
+        LEFT JOIN ranges r ON r.pid = k.pid AND r.range_id = k.range_id
+        GROUP BY k.pid ORDER BY 1""").fetchall()
+    assert per_pid == [(3, 3), (4, 0)]
+
+
+def test_range_ids_of_files_sharing_a_pid_do_not_collide(tmp_path):
+    """Two traces with one pid: each range is credited with its own file's launches only."""
+    a = nsys_export(tmp_path / "a.sqlite", launches=_launches(2), ranges=[
+        (7, 990, 1200, 59, "saxpy")])
+    b = nsys_export(tmp_path / "b.sqlite", launches=_launches(5), ranges=[
+        (7, 990, 1020, 59, "setup"), (7, 1090, 1600, 59, "saxpy")])
+    out = tmp_path / "o.duckdb"
+    import_traces([a, b], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("""SELECT r.name, count(*) FROM kernels k JOIN ranges r
+        ON r.pid = k.pid AND r.range_id = k.range_id GROUP BY 1 ORDER BY 1""").fetchall() \
+        == [("saxpy", 6), ("setup", 1)]
+    assert con.execute("SELECT count(*) FROM ranges").fetchone()[0] == 3
+
+
+def test_copies_of_one_real_export_as_two_nodes(tmp_path):
+    import shutil
+    if not SAXPY.exists():
+        pytest.skip("../shared/traces is not present")
+    node0, node1 = tmp_path / "node0.sqlite", tmp_path / "node1.sqlite"
+    shutil.copy(SAXPY, node0)
+    shutil.copy(SAXPY, node1)
+    with sqlite3.connect(node1) as db:
+        db.execute("DROP TABLE NVTX_EVENTS")
+    got = []
+    for i, files in enumerate(([node0, node1], [node1, node0])):
+        import_traces(files, tmp_path / f"{i}.duckdb")
+        con = duckdb.connect(str(tmp_path / f"{i}.duckdb"), read_only=True)
+        got.append((con.execute("SELECT count(*), count(range_id) FROM kernels").fetchone(),
+                    con.execute("SELECT count(DISTINCT pid), count(*) FROM processes").fetchone()))
+    assert got == [((10, 5), (2, 2))] * 2
+
+
 @pytest.mark.parametrize("table", ["StringIds", "CUPTI_ACTIVITY_KIND_KERNEL",
                                    "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "PROCESSES",
                                    "TARGET_INFO_SYSTEM_ENV"])

@@ -69,8 +69,28 @@ class NsysFile:
         self.steps_by_pid: dict[int, int] = {}   # step ranges per process
         self.devices: dict[int, set[int]] = {}
         self.spans: dict[int, list[int]] = {}
+        self.pid_of: dict[int, int] = {}   # the export's pid -> the pid its rows are written with
 
     # helpers --------------------------------------------------------------------------------
+    def _own(self, pid: int) -> int:
+        """The pid this file's process is written with: its own, unless an earlier file of the
+        import already used it (containers and separate nodes reuse pids), then one above every
+        real pid (pid + k * 2**22), as the Kineto importer does, so that no two files' rows,
+        ranges or launch links ever mix."""
+        p = self.pid_of.get(pid)
+        if p is None:
+            p, k = pid, 0
+            while p in self.used:
+                k += 1
+                p = pid + k * (1 << 22)
+            self.used.add(p)
+            self.pid_of[pid] = p
+        return p
+
+    def _own_all(self, pids: np.ndarray) -> np.ndarray:
+        u, _, inv = np.unique(pids, return_index=True, return_inverse=True)
+        return np.array([self._own(int(x)) for x in u], np.int64)[inv.reshape(-1)]
+
     @contextmanager
     def _reading(self):
         """Every read of the export goes through here: a damaged page (or any other SQLite
@@ -163,7 +183,7 @@ class NsysFile:
         common = ["start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid"]
 
         def base(c):
-            pid = [_pid(g) for g in c[6]]
+            pid = self._own_all(np.array([_pid(g) for g in c[6]], np.int64))
             self._note(pid, c[2], c[0], c[1])
             return {"pid": AC.array(pid, pa.int32()), "start_ns": AC.array(c[0], pa.int64()),
                     "end_ns": AC.array(c[1], pa.int64()), "device_id": AC.array(c[2], pa.int32()),
@@ -258,8 +278,8 @@ class NsysFile:
         r_gtid = np.array(ranges["gtid"], np.int64)
         c_start, c_end = np.array(calls["start"], np.int64), np.array(calls["end"], np.int64)
         r_start, r_end = np.array(ranges["start"], np.int64), np.array(ranges["end"], np.int64)
-        c_pid = (c_gtid >> 24) & 0xFFFFFF
-        r_pid = (r_gtid >> 24) & 0xFFFFFF
+        c_pid = self._own_all((c_gtid >> 24) & 0xFFFFFF)
+        r_pid = self._own_all((r_gtid >> 24) & 0xFFFFFF)
         parent, depth, c_range, _ = nest(r_gtid, r_start, r_end, np.zeros(len(r_start), bool),
                                          c_gtid, c_start, c_end)
         texts = ranges["text"]
@@ -349,7 +369,8 @@ class NsysFile:
         names = {}
         if "PROCESSES" in self.tables:
             for gp, pid, name in self.db.execute("SELECT globalPid, pid, name FROM PROCESSES"):
-                names[pid] = name
+                if pid in self.pid_of:
+                    names[self.pid_of[pid]] = name
         pids = sorted(self.devices)
         if pids:
             host, env = self._system_env()
