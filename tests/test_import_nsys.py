@@ -118,7 +118,7 @@ def run_cli(*args):
 def nsys_export(path: Path, pid: int = 4242, launches=(), ranges=(), env: str | None = None) -> Path:
     """A small export with the tables and columns the importer reads, one process.
 
-    launches: (thread, call start, call end, kernel start, kernel end), one
+    launches: (thread, call start, call end, kernel start, kernel end[, pid]), one
     cudaLaunchKernel and its kernel each; ranges: (thread, start, end, eventType, text).
     """
     db = sqlite3.connect(path)
@@ -138,11 +138,12 @@ def nsys_export(path: Path, pid: int = 4242, launches=(), ranges=(), env: str | 
     db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, f"unused string {i}" * 8)
                                                            for i in range(3, 200)])
     gpid = pid << 24
-    for corr, (tid, cs, ce, ks, ke) in enumerate(launches, 1):
+    for corr, (tid, cs, ce, ks, ke, *other) in enumerate(launches, 1):
+        g = other[0] << 24 if other else gpid   # a launch of another process of the export
         db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, 1, 0)",
-                   [cs, ce, gpid | tid, corr])
+                   [cs, ce, g | tid, corr])
         db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, 7, ?, ?, 2)",
-                   [ks, ke, corr, gpid])
+                   [ks, ke, corr, g])
     db.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, NULL, NULL)",
                    [(s, e, typ, text, gpid | tid) for tid, s, e, typ, text in ranges])
     db.execute("INSERT INTO PROCESSES VALUES (?, ?, 'app')", [gpid, pid])
@@ -241,6 +242,22 @@ def test_copies_of_one_real_export_as_two_nodes(tmp_path):
         got.append((con.execute("SELECT count(*), count(range_id) FROM kernels").fetchone(),
                     con.execute("SELECT count(DISTINCT pid), count(*) FROM processes").fetchone()))
     assert got == [((10, 5), (2, 2))] * 2
+
+
+def test_summary_counts_input_files_not_processes(tmp_path):
+    two = nsys_export(tmp_path / "two.sqlite", launches=[(7, 100, 110, 120, 200),
+                                                         (8, 300, 310, 320, 400, 5151)])
+    one = nsys_export(tmp_path / "one.sqlite", pid=6161, launches=_launches(1))
+    r = run_cli("import", two, one, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith("imported 2 file(s) (nsys, 3 processes): 3 kernels,"), r.stderr
+    # an export without any GPU activity is still one file read
+    empty = nsys_export(tmp_path / "empty.sqlite")
+    r = run_cli("import", empty, "-o", tmp_path / "e.duckdb")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith("imported 1 file(s) (nsys, 0 processes): 0 kernels,"), r.stderr
+    r = run_cli("import", empty, two, "-o", tmp_path / "e2.duckdb")
+    assert r.stderr.startswith("imported 2 file(s) (nsys, 2 processes): 2 kernels,"), r.stderr
 
 
 @pytest.mark.parametrize("table", ["StringIds", "CUPTI_ACTIVITY_KIND_KERNEL",

@@ -27,11 +27,15 @@ def run(args) -> int:
     parts = [f"{rows.get(t, 0):,} {n}" for t, n in (
         ("kernel_rows", "kernels"), ("memcpys", "memcpys"), ("memsets", "memsets"),
         ("api_call_rows", "API calls"), ("range_rows", "ranges"))]
+    # one summary per process: a trace file holds one, an nsys export none or several
     counts = [getattr(f, "steps", 0) for f in res["files"]]
-    # one file per rank: each has the job's steps, so a sum would count every step N times
+    n_files = len(args.traces)   # import_traces refuses a file given twice
+    one_each = len(counts) == n_files == len({getattr(f, "path", None) for f in res["files"]})
+    procs = "" if one_each else f", {len(counts):,} processes"
+    # one process per rank: each has the job's steps, so a sum would count every step N times
     plural = lambda n: f"{n:,} step" + ("" if n == 1 else "s")  # noqa: E731
-    steps = (f"{plural(counts[0])} in each of the {len(counts)} files"
+    steps = (f"{plural(counts[0])} in each of the {len(counts)} {'processes' if procs else 'files'}"
              if len(counts) > 1 and len(set(counts)) == 1 else plural(sum(counts)))
-    print(f"imported {len(res['files'])} file(s) ({res['source']}): {', '.join(parts)}, "
+    print(f"imported {n_files} file(s) ({res['source']}{procs}): {', '.join(parts)}, "
           f"{steps} -> {res['path']}", file=sys.stderr)
     return 0
