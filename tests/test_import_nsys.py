@@ -260,6 +260,48 @@ def test_summary_counts_input_files_not_processes(tmp_path):
     assert r.stderr.startswith("imported 2 file(s) (nsys, 2 processes): 2 kernels,"), r.stderr
 
 
+def test_start_end_range_is_credited_only_with_work_launched_inside_it(tmp_path):
+    """A start/end range ('upload') that closes after a push/pop range ('saxpy') opened inside
+    it is not that range's parent, and launches after it closed are not its own."""
+    src = nsys_export(tmp_path / "se.sqlite", launches=[
+        (7, 950, 955, 960, 990),       # inside upload only
+        (7, 1010, 1015, 1020, 1100),   # inside saxpy, after upload ended
+        (8, 960, 965, 1200, 1210),     # another thread, while upload is open on thread 7
+    ], ranges=[
+        (7, 0, 5000, 59, "outer"),     # push/pop around everything on thread 7
+        (7, 920, 1003, 60, "upload"),  # start/end
+        (7, 1000, 1100, 59, "saxpy"),  # push/pop, opened before upload ended
+    ])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("""SELECT r.name, p.name, r.depth FROM ranges r LEFT JOIN ranges p
+        ON p.pid = r.pid AND p.range_id = r.parent_id ORDER BY r.start_ns""").fetchall() == [
+        ("outer", None, 0), ("upload", "outer", 1), ("saxpy", "outer", 1)]
+    assert con.execute("""SELECT k.start_ns, r.name FROM kernels k LEFT JOIN ranges r
+        ON r.pid = k.pid AND r.range_id = k.range_id ORDER BY 1""").fetchall() == [
+        (960, "upload"), (1020, "saxpy"), (1200, None)]
+    r = run_cli("report", out, "--by", "range", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = {row["range"]: row for row in csv.DictReader(r.stdout.splitlines())}
+    assert {k: int(v["gpu_calls"]) for k, v in rows.items()} == {"outer": 2, "upload": 1, "saxpy": 1}
+
+
+def test_start_end_range_without_push_pop_around(tmp_path):
+    """Overlapping start/end ranges on their own: a call belongs to the latest-started one
+    that holds it, and none of them is another's parent."""
+    src = nsys_export(tmp_path / "se.sqlite", launches=_launches(3, t0=1000), ranges=[
+        (7, 990, 1150, 71, "a"), (7, 1050, 1400, 60, "b")])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT name, parent_id, depth FROM ranges ORDER BY name").fetchall() == [
+        ("a", None, 0), ("b", None, 0)]
+    assert con.execute("""SELECT r.name FROM kernels k LEFT JOIN ranges r
+        ON r.pid = k.pid AND r.range_id = k.range_id ORDER BY k.start_ns""").fetchall() == [
+        ("a",), ("b",), ("b",)]
+
+
 @pytest.mark.parametrize("table", ["StringIds", "CUPTI_ACTIVITY_KIND_KERNEL",
                                    "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "PROCESSES",
                                    "TARGET_INFO_SYSTEM_ENV"])

@@ -4,7 +4,8 @@ Reads the CUPTI activity tables (KERNEL, MEMCPY, MEMSET, SYNCHRONIZATION, RUNTIM
 NVTX_EVENTS and TARGET_INFO_GPU through Python's sqlite3 in batches of rows, handed to the
 writer as Arrow columns. Columns and tables that older exports lack (or name differently) are
 read as NULL. NVTX ranges reach GPU rows the way Nsight Systems projects them: through the
-runtime call that launched the work, on its thread, at its time.
+runtime call that launched the work, on its thread, at its time (start/end ranges, which need
+not nest, by the rule in `NsysFile._nest`).
 
 Times stay on the export's own clock (nanoseconds since the capture started).
 """
@@ -33,6 +34,7 @@ MEM_KIND = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed",
 SYNC_TYPE = {0: "unknown", 1: "event_synchronize", 2: "stream_wait_event",
              3: "stream_synchronize", 4: "context_synchronize"}
 NVTX_RANGE_TYPES = (59, 60, 70, 71)   # push/pop and start/end ranges (plain and domain)
+NVTX_START_END = (60, 71)
 NVTX_DOMAIN_CREATE = 75
 _STEP_RE = re.compile(r"^(?:ProfilerStep#|step[ _#:=]?)(\d+)$", re.IGNORECASE)
 _ACTIVITY = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
@@ -253,7 +255,7 @@ class NsysFile:
         return out
 
     def _nvtx(self) -> dict:
-        out = {k: [] for k in ("start", "end", "gtid", "text", "domain")}
+        out = {k: [] for k in ("start", "end", "gtid", "text", "domain", "type")}
         if "NVTX_EVENTS" not in self.tables:
             return out
         have = self._cols("NVTX_EVENTS")
@@ -264,13 +266,73 @@ class NsysFile:
         for d, t in self.db.execute(f"SELECT {dom}, e.text FROM NVTX_EVENTS e WHERE eventType = ?",
                                     [NVTX_DOMAIN_CREATE]):
             domains[d] = t
-        q = (f"SELECT e.start, e.\"end\", e.globalTid, {text}, {dom} FROM NVTX_EVENTS e {join} "
+        q = (f"SELECT e.start, e.\"end\", e.globalTid, {text}, {dom}, e.eventType FROM NVTX_EVENTS e {join} "
              f"WHERE e.eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))}) AND e.\"end\" IS NOT NULL")
         for row in self.db.execute(q):
             for k, v in zip(("start", "end", "gtid", "text"), row):
                 out[k].append(v)
             out["domain"].append(domains.get(row[4]))
+            out["type"].append(row[5])
         return out
+
+    @staticmethod
+    def _nest(types, c_gtid, c_start, c_end, r_gtid, r_start, r_end):
+        """Parent and depth of each range, and the range of each call (indices, -1 for none).
+
+        Push/pop ranges nest on their thread, and a call belongs to the innermost one open on
+        its thread when it started. Start/end ranges need not nest (one may end before a
+        push/pop range opened inside it does, or on another thread), so they stay out of that
+        sweep: a start/end range is the child of the innermost push/pop range on its starting
+        thread that holds all of it (none: top level) and the parent of no range. A call is
+        credited to a start/end range only when it started inside it, on that thread, and the
+        range is a child of the call's own push/pop range (the latest-started such range wins):
+        work launched after the range ended never counts for it, and the ranges around it
+        still count the call through its parent.
+        """
+        n, n_c = len(r_start), len(c_start)
+        se = np.isin(np.asarray(types, np.int64), NVTX_START_END)
+        pp_i, se_i = np.flatnonzero(~se), np.flatnonzero(se)
+        # the start of each start/end range is asked like a call: which push/pop range holds it
+        p_parent, p_depth, q_range, _ = nest(
+            r_gtid[pp_i], r_start[pp_i], r_end[pp_i], np.zeros(len(pp_i), bool),
+            np.concatenate([c_gtid, r_gtid[se_i]]), np.concatenate([c_start, r_start[se_i]]),
+            np.concatenate([c_end, r_end[se_i]]))
+
+        def full(ix):   # positions among the push/pop ranges -> positions among all ranges
+            ix = np.asarray(ix, np.int64)
+            if not len(pp_i):
+                return ix.copy()
+            return np.where(ix >= 0, pp_i[np.maximum(ix, 0)], -1)
+
+        parent = np.full(n, -1, np.int64)
+        depth = np.zeros(n, np.int32)
+        parent[pp_i] = full(p_parent)
+        depth[pp_i] = p_depth
+        c_range = full(q_range[:n_c])
+        if not len(se_i):
+            return parent, depth, c_range
+        up = full(q_range[n_c:])
+        while True:   # up to the innermost push/pop range that holds the whole start/end range
+            short = np.flatnonzero((up >= 0) & (r_end[np.maximum(up, 0)] < r_end[se_i]))
+            if not len(short):
+                break
+            up[short] = parent[up[short]]
+        parent[se_i] = up
+        depth[se_i] = np.where(up >= 0, depth[np.maximum(up, 0)] + 1, 0)
+        by_start = se_i[np.argsort(r_start[se_i], kind="stable")]
+        for k in AC.distinct(r_gtid[se_i]).tolist():
+            cs = np.flatnonzero(c_gtid == k)
+            if not len(cs):
+                continue
+            cs = cs[np.argsort(c_start[cs], kind="stable")]
+            own = c_range[cs]   # each call's push/pop range
+            us = by_start[r_gtid[by_start] == k]
+            lo = np.searchsorted(c_start[cs], r_start[us], "left")
+            hi = np.searchsorted(c_start[cs], r_end[us], "left")
+            for u, a, b in zip(us.tolist(), lo.tolist(), hi.tolist()):
+                if a < b:   # later-started ranges overwrite earlier ones
+                    c_range[cs[a:b][own[a:b] == parent[u]]] = u
+        return parent, depth, c_range
 
     def _link(self, calls: dict, ranges: dict) -> None:
         w = self.w
@@ -280,8 +342,8 @@ class NsysFile:
         r_start, r_end = np.array(ranges["start"], np.int64), np.array(ranges["end"], np.int64)
         c_pid = self._own_all((c_gtid >> 24) & 0xFFFFFF)
         r_pid = self._own_all((r_gtid >> 24) & 0xFFFFFF)
-        parent, depth, c_range, _ = nest(r_gtid, r_start, r_end, np.zeros(len(r_start), bool),
-                                         c_gtid, c_start, c_end)
+        parent, depth, c_range = self._nest(ranges["type"], c_gtid, c_start, c_end, r_gtid, r_start,
+                                            r_end)
         texts = ranges["text"]
         step_n = np.array([int(m.group(1)) if (m := _STEP_RE.match(t or "")) else -1 for t in texts],
                           np.int64)
