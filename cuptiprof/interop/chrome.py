@@ -3,6 +3,10 @@ chrome://tracing, in the Kineto dialect: the categories torch.profiler writes (`
 `gpu_memcpy`, `cuda_runtime`, `cpu_op`, `user_annotation`, ...), GPU rows on a process per
 device with a thread per stream, and `ac2g` flow arrows from each launching call to its GPU work.
 
+Several processes (a merged file) get pids of their own in the trace (GPU rows on a pid per
+process and device), their correlation ids moved apart, and a `cuptiprofProcesses` key that
+lets the importer take them apart again (Kineto readers ignore it).
+
 Steps are written as `ProfilerStep#N` ranges (torch.profiler's name, which the importer reads as
 steps), whatever the program called them.
 
