@@ -73,9 +73,9 @@ def test_cloverleaf_metadata(clover):
     assert clover.execute("""SELECT count(*) FROM kernels k LEFT JOIN api_calls c
         ON c.correlation_id = k.correlation_id AND c.pid = k.pid WHERE c.name IS NULL""").fetchone()[0] == 0
     assert clover.execute("SELECT source FROM runs").fetchone() == ("nsys",)
-    # no NVTX step ranges: the file says its rows carry no step
-    assert clover.execute("SELECT check_name, subject FROM data_quality").fetchall() == \
-        [("missing_kind", "step")]
+    # no NVTX step ranges: the file says its rows carry no step, under the trace's process
+    assert clover.execute("SELECT check_name, subject, pid FROM data_quality").fetchall() == \
+        [("missing_kind", "step", 1701896)]
 
 
 def test_old_schema_and_nvtx_projection(tmp_path_factory):

@@ -468,13 +468,18 @@ class NsysFile:
                 "l2_bytes": AC.array([x[8] for x in g], pa.int64()),
                 "peak_memory_bw_gbps": AC.array([x[9] / 1e9 if x[9] else None for x in g], pa.float64()),
                 "source": ["trace"] * len(rows)}})
+        # A fact of the file is said for each of its processes (the writer's own pid is the
+        # importing process's, no process of the trace); a file with none has no pid for it.
+        who = pids or [-1]
         if not self.rows.get("kernel_rows") and not self.rows.get("memcpys"):
-            w.add_quality("missing_kind", "kernel", 0,
-                          f"{self.path.name} holds no kernel or memcpy records")
+            for p in who:
+                w.add_quality("missing_kind", "kernel", 0,
+                              f"{self.path.name} holds no kernel or memcpy records", pid=p)
         elif not any(self.steps_by_pid.values()):
-            w.add_quality("missing_kind", "step", 0,
-                          f"{self.path.name} has no step ranges (NVTX ranges named 'step N' or "
-                          "'ProfilerStep#N'); rows carry no step")
+            for p in who:
+                w.add_quality("missing_kind", "step", 0,
+                              f"{self.path.name} has no step ranges (NVTX ranges named 'step N' "
+                              "or 'ProfilerStep#N'); rows carry no step", pid=p)
 
 
 _COPY_FROM_ENUM = {v.upper(): v for v in COPY_KIND.values()}
