@@ -22,7 +22,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Union
+from typing import Callable, Iterable, Iterator, Union
 
 import msgspec
 import numpy as np
@@ -435,10 +435,10 @@ class KinetoFile:
             return [part._finish() for part in self._split()]
         return [self._finish()]
 
-    def _split(self) -> list["KinetoFile"]:
+    def _split(self) -> Iterator["KinetoFile"]:
         """One KinetoFile per process of a trace cuptiprof exported from a file of several: each
-        with its own rows, correlation ids moved back, and its host, rank and devices."""
-        parts = []
+        with its own rows, correlation ids moved back, and its host, rank and devices (made one
+        at a time: one process's copies of the columns exist at once)."""
         for i, e in enumerate(self.procs):
             part = copy.copy(self)
             part.procs = None
@@ -460,8 +460,7 @@ class KinetoFile:
             part.pid = None
             if e.originalPid is not None:
                 part._set_pid(e.originalPid)
-            parts.append(part)
-        return parts
+            yield part
 
     def _meta(self, doc: Doc) -> None:
         if doc.deviceProperties:
