@@ -61,7 +61,9 @@ def export_parquet(prof, out_dir: str | os.PathLike, *, force: bool = False) -> 
             host = "x.host" if "host" in cols else "p.host"
             join = "" if "host" in cols else \
                 "LEFT JOIN processes p ON p.run_id = x.run_id AND p.pid = x.pid"
-            query = f"SELECT {sel}, coalesce({host}, 'unknown') AS host FROM {src} x {join}"
+            # an unknown host stays NULL: Hive's __HIVE_DEFAULT_PARTITION__, which DuckDB,
+            # Spark, Trino and pyarrow read back as NULL
+            query = f"SELECT {sel}, {host} AS host FROM {src} x {join}"
             if n == 0:   # no partition to write: one file holding the columns alone
                 (tmp / t).mkdir()
                 dest = (tmp / t / "data_0.parquet").as_posix().replace("'", "''")
