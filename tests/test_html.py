@@ -1,6 +1,7 @@
 """HTML report and comparison: self-contained, names escaped, plots render in a real browser."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import struct
@@ -197,3 +198,76 @@ def test_real_trace_report_html(shared_traces, tmp_path):
     text = out.read_text()
     assert text.count('class="timeline"') == 5 and text.count("<svg") >= 8
     assert "multi_tensor_apply_kernel" in text
+
+
+# -- timelines --------------------------------------------------------------------------------
+def _kineto_trace(path: Path, t0_us: float = 1000.0, devices: int = 1, kernels: int = 10,
+                  steps: int = 2, pid: int = 1, every_us: float = 10.0) -> Path:
+    """A Kineto trace: each step launches `kernels` 5 us kernels per device on stream 7, one
+    every `every_us`, under a ProfilerStep range."""
+    ev, corr = [], 1
+    step_us = kernels * every_us + 10
+    for s in range(steps):
+        s0 = t0_us + s * (step_us + 1000)
+        for dev in range(devices):
+            t = s0
+            for _ in range(kernels):
+                ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid,
+                           "tid": 1, "ts": t, "dur": 1, "args": {"correlation": corr}})
+                ev.append({"ph": "X", "cat": "kernel", "name": f"k{dev}", "pid": dev, "tid": 7,
+                           "ts": t + 1, "dur": 5, "args": {"correlation": corr, "device": dev, "stream": 7}})
+                corr += 1
+                t += every_us
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": pid,
+                   "tid": 1, "ts": s0 - 1, "dur": step_us})
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    return path
+
+
+def _timeline_svgs(text: str) -> dict[str, str]:
+    """step -> the timeline markup of that step in a report page."""
+    return dict(re.findall(r'<div class="timeline" data-step="([^"]*)">(.*?)</div>', text, re.S))
+
+
+def _axis_ms(svg: str) -> float:
+    return float(re.findall(r">([\d.]+) ms</text></svg>", svg)[-1])
+
+
+def test_timeline_lanes_are_per_process_and_far_apart_traces_stay_readable(tmp_path, capsys):
+    # two traces an hour apart on the clock, merged into one file: the same device 0 stream 7
+    a = tmp_path / "a.duckdb"
+    b = tmp_path / "b.duckdb"
+    assert main(["import", str(_kineto_trace(tmp_path / "a.json", pid=11)), "-o", str(a)]) == 0
+    assert main(["import", str(_kineto_trace(tmp_path / "b.json", t0_us=3.6e9, pid=22)), "-o", str(b)]) == 0
+    merged = tmp_path / "m.duckdb"
+    assert main(["merge", str(a), str(b), "-o", str(merged)]) == 0
+    out = tmp_path / "m.html"
+    assert main(["report", str(merged), "--html", str(out)]) == 0
+    svgs = _timeline_svgs(out.read_text())
+    assert svgs
+    for svg in svgs.values():
+        # one heading per process, each with its own device 0 stream 7 lane
+        heads = re.findall(r'class="process"[^>]*>([^<]*)<', svg)
+        assert len(heads) == 2 and heads[0].startswith("a ") and heads[1].startswith("b "), heads
+        assert svg.count(">dev 0 stream 7<") == 2
+        # the axis spans one step (about 0.1 ms), not the hour between the traces
+        assert _axis_ms(svg) < 1.0
+        assert "own first op" in svg
+
+
+def test_timeline_processes_of_one_job_share_the_clock():
+    """Ranks whose work overlaps in time keep one origin (their skew shows); a process hours
+    away starts at its own first op."""
+    def rows(run_id, pid, t0):
+        return [{"run_id": run_id, "pid": pid, "device_id": 0, "stream_id": 7, "kind": "kernel",
+                 "name": "k", "start_ns": t0 + i * 100_000, "end_ns": t0 + i * 100_000 + 50_000}
+                for i in range(10)]
+    from cuptiprof.render.html import timeline
+    svg = timeline(rows(1, 10, 0) + rows(1, 20, 500_000))
+    xs = [float(x) for x in re.findall(r'<rect x="([\d.]+)" y="\d+" width="[\d.]+" height="18" fill="#4c78a8"', svg)]
+    assert len(xs) == 20 and min(xs[10:]) > min(xs[:10]) + 200  # rank 20 starts 0.5 ms later
+    assert _axis_ms(svg) == pytest.approx(1.45) and "own first op" not in svg
+    svg = timeline(rows(1, 10, 0) + rows(2, 20, 3_600 * 10**9))
+    xs = [float(x) for x in re.findall(r'<rect x="([\d.]+)" y="\d+" width="[\d.]+" height="18" fill="#4c78a8"', svg)]
+    assert min(xs[10:]) == pytest.approx(min(xs[:10])) and _axis_ms(svg) == pytest.approx(0.95)
+    assert "own first op" in svg

@@ -434,6 +434,12 @@ def step_timeline(profile, step: int) -> duckdb.DuckDBPyRelation:
     return profile.sql(catalog.compare_sql("timeline"), params=[int(step)])
 
 
+def timeline_processes(profile) -> duckdb.DuckDBPyRelation:
+    """Run label, host and rank of each process, to name timeline lanes
+    (sql/compare/timeline_processes.sql)."""
+    return profile.sql(catalog.compare_sql("timeline_processes"))
+
+
 def median_step(profile) -> int | None:
     """The step whose busy time is the median of the profile's complete steps (the typical step;
     a step an exception ended early is never it)."""

@@ -163,37 +163,88 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
     return "".join(out) + _legend((p, colors.get(p, "#888")) for p in parts)
 
 
-def timeline(rows: Sequence[dict], width: int = 1100) -> str:
-    """One lane per (device, stream); rows need device_id, stream_id, kind, name, start_ns, end_ns."""
+def _clock_origins(windows: dict) -> dict:
+    """Time origin of each process: processes whose work lies close in time (the ranks of one
+    job) share the earliest start, so their skew shows; one far from the others (another trace
+    or run merged into the file, on a clock hours away) starts at its own first op."""
+    origin: dict = {}
+    g0 = g1 = None
+    for key in sorted(windows, key=lambda k: windows[k]):
+        t0, t1 = windows[key]
+        if g0 is None or t0 > g1 + max(g1 - g0, t1 - t0):
+            g0, g1 = t0, t1
+        else:
+            g1 = max(g1, t1)
+        origin[key] = g0
+    return origin
+
+
+def _process_label(run_id, pid, info: dict) -> str:
+    p = info.get((run_id, pid)) or {}
+    parts = [str(p["run_label"])] if (p.get("runs") or 0) > 1 and p.get("run_label") else []
+    parts.append(f"pid {pid}")
+    if p.get("rank") is not None:
+        parts.append(f"rank {p['rank']}")
+    if p.get("host"):
+        parts.append(f"host {p['host']}")
+    return " \u00b7 ".join(parts)
+
+
+def timeline(rows: Sequence[dict], width: int = 1100, processes: Sequence[dict] = ()) -> str:
+    """One lane per (run, process, device, stream), grouped under a process heading when the step
+    has several; rows need run_id, pid, device_id, stream_id, kind, name, start_ns, end_ns.
+    `processes`: rows of timeline_processes (run label, host, rank) to name the headings."""
     if not rows:
         return '<p class="note">(no GPU work in this step)</p>'
-    lanes = sorted({(r["device_id"], r["stream_id"]) for r in rows},
-                   key=lambda x: (x[0] is None, x[0] or 0, x[1] is None, x[1] or 0))
-    t0 = min(r["start_ns"] for r in rows)
-    t1 = max(r["end_ns"] for r in rows)
-    span = max(1, t1 - t0)
-    label_w, lane_h = 130, 18
+
+    def order(x):
+        return tuple(v for part in x for v in (part is None, part or 0))
+
+    lanes = sorted({(r["run_id"], r["pid"], r["device_id"], r["stream_id"]) for r in rows}, key=order)
+    windows: dict = {}
+    for r in rows:
+        key = (r["run_id"], r["pid"])
+        t0, t1 = windows.get(key, (r["start_ns"], r["end_ns"]))
+        windows[key] = (min(t0, r["start_ns"]), max(t1, r["end_ns"]))
+    origin = _clock_origins(windows)
+    span = max(1, max(windows[k][1] - origin[k] for k in windows))
+    apart = len(set(origin.values())) > 1
+    headed = len(windows) > 1
+    info = {(p["run_id"], p["pid"]): p for p in processes}
+    label_w, lane_h, head_h = 130, 18, 18
     plot_w = width - label_w - 10
-    h = len(lanes) * (lane_h + 4) + 24
-    out = [f'<svg class="plot" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img">']
-    for i, (dev, stream) in enumerate(lanes):
-        y = 4 + i * (lane_h + 4)
+    ys: dict = {}
+    y = 4
+    out = []
+    prev = None
+    for lane in lanes:
+        run_id, pid, dev, stream = lane
+        if headed and (run_id, pid) != prev:
+            out.append(f'<text class="process" x="4" y="{y + 13}" style="font-weight:600">'
+                       f'{esc(_process_label(run_id, pid, info))}</text>')
+            y += head_h
+        prev = (run_id, pid)
+        ys[lane] = y
         out.append(f'<text x="{label_w - 6}" y="{y + 13}" text-anchor="end">'
                    f'dev {esc(dev)} stream {esc(stream)}</text>'
                    f'<rect x="{label_w}" y="{y}" width="{plot_w}" height="{lane_h}" fill="#f6f6f6"></rect>')
-    index = {lane: i for i, lane in enumerate(lanes)}
+        y += lane_h + 4
+    h = y + 20
     for r in rows:
-        i = index[(r["device_id"], r["stream_id"])]
-        y = 4 + i * (lane_h + 4)
-        x = label_w + plot_w * (r["start_ns"] - t0) / span
+        lane = (r["run_id"], r["pid"], r["device_id"], r["stream_id"])
+        x = label_w + plot_w * (r["start_ns"] - origin[lane[:2]]) / span
         w = max(0.6, plot_w * (r["end_ns"] - r["start_ns"]) / span)
         dur = (r["end_ns"] - r["start_ns"]) / 1e3
-        out.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{lane_h}" '
+        out.append(f'<rect x="{x:.2f}" y="{ys[lane]}" width="{w:.2f}" height="{lane_h}" '
                    f'fill="{KIND_COLORS.get(r["kind"], "#888")}"><title>{esc(r["name"])} '
                    f'({esc(r["kind"])}, {dur:.1f} us)</title></rect>')
     out.append(f'<text x="{label_w}" y="{h - 6}">0</text>'
                f'<text x="{width - 10}" y="{h - 6}" text-anchor="end">{span / 1e6:.3f} ms</text></svg>')
-    return "".join(out)
+    svg = f'<svg class="plot" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img">' + "".join(out)
+    if apart:
+        svg += ('<p class="note">Processes far apart in time (separate traces or runs in one file) '
+                "are each drawn from their own first op in this step, on one scale.</p>")
+    return svg
 
 
 def bump_chart(keys: Sequence[str], letters: Sequence[str], ranks: dict[str, list[int | None]],
@@ -301,7 +352,7 @@ def _dicts(rel) -> list[dict]:
 # -- one file ---------------------------------------------------------------------------------
 def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     """The HTML report of one file: top ops, steps as stacked bars, kinds, a step's timeline."""
-    from cuptiprof.analyse.compare import median_step, step_timeline
+    from cuptiprof.analyse.compare import median_step, step_timeline, timeline_processes
 
     overview = profile.report("overview")
     ops = _dicts(profile.ops(top))
@@ -347,7 +398,7 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
                         f'{k["kind"]} {k["detail"] or ""}: {fmt_value(k["total_ms"])} ms, {k["count"]} calls')
                        for k in kinds], cls="plot kinds"))
     body.append(table(profile.kinds()))
-    body.append(_timelines(profile, sorted(per_step), median_step, step_timeline))
+    body.append(_timelines(profile, sorted(per_step), median_step, step_timeline, timeline_processes))
     body.append("<h2>Ops</h2>" + table(profile.ops(top)))
     return _write(_page(f"cuptiprof report: {profile.path.name}", body), out)
 
@@ -382,7 +433,7 @@ def _steps_by_range(profile, cut: set) -> str:
             + stacked_columns(_by_step(per, cut), parts, colors=colors))
 
 
-def _timelines(profile, step_ids: list, median_step, step_timeline) -> str:
+def _timelines(profile, step_ids: list, median_step, step_timeline, timeline_processes) -> str:
     if not step_ids:
         return "<h2>Timeline</h2><p class=\"note\">(no recorded steps)</p>"
     mid = median_step(profile)
@@ -392,13 +443,14 @@ def _timelines(profile, step_ids: list, median_step, step_timeline) -> str:
     chosen = step_ids[max(0, i - TIMELINE_STEPS // 2): max(0, i - TIMELINE_STEPS // 2) + TIMELINE_STEPS]
     opts = "".join(f'<option value="{esc(s)}"{" selected" if s == mid else ""}>step {esc(s)}'
                    f'{" (typical)" if s == mid else ""}</option>' for s in chosen)
-    parts = ["<h2>Timeline</h2><p class=\"note\">GPU work per stream in one step (the typical step: "
-             "median busy time). Hover a box for the op.</p>",
+    parts = ["<h2>Timeline</h2><p class=\"note\">GPU work in one step (the typical step: median busy "
+             "time), one lane per process, device and stream. Hover a box for the op.</p>",
              f'<label>Step <select id="step-select">{opts}</select></label>',
              _legend((k, c) for k, c in KIND_COLORS.items() if k not in ("sync", "idle"))]
+    processes = _dicts(timeline_processes(profile))
     for s in chosen:
         rows = _dicts(step_timeline(profile, s))
-        parts.append(f'<div class="timeline" data-step="{esc(s)}">{timeline(rows)}</div>')
+        parts.append(f'<div class="timeline" data-step="{esc(s)}">{timeline(rows, processes=processes)}</div>')
     return "".join(parts)
 
 
