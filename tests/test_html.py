@@ -271,3 +271,26 @@ def test_timeline_processes_of_one_job_share_the_clock():
     xs = [float(x) for x in re.findall(r'<rect x="([\d.]+)" y="\d+" width="[\d.]+" height="18" fill="#4c78a8"', svg)]
     assert min(xs[10:]) == pytest.approx(min(xs[:10])) and _axis_ms(svg) == pytest.approx(0.95)
     assert "own first op" in svg
+
+
+@pytest.mark.parametrize("devices,kernels", [(1, 8000), (3, 2500)])
+def test_timeline_of_a_busy_step_keeps_every_lane_and_the_whole_step(tmp_path, devices, kernels):
+    db = tmp_path / "busy.duckdb"
+    assert main(["import", str(_kineto_trace(tmp_path / "busy.json", devices=devices, kernels=kernels)),
+                 "-o", str(db)]) == 0
+    out = tmp_path / "busy.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    text = out.read_text()
+    svgs = _timeline_svgs(text)
+    assert len(svgs) == 2
+    for svg in svgs.values():
+        assert [f"dev {d} stream 7" for d in range(devices)] == re.findall(r">(dev \d+ stream 7)<", svg)
+        # the axis ends at the step's last kernel: kernels every 10 us, 5 us long
+        assert _axis_ms(svg) == pytest.approx((kernels - 1) * 0.010 + 0.005)
+        # drawn in a bounded number of boxes (pale: the GPU is idle half the time), and said so
+        boxes = re.findall(r'<rect x="[\d.]+" y="\d+" width="[\d.]+" height="18" fill="#4c78a8"'
+                           r'( fill-opacity="([\d.]+)")?>', svg)
+        assert 1 <= len(boxes) <= 1000 * devices
+        assert all(op and float(op) == pytest.approx(0.5, abs=0.01) for _, op in boxes)
+        assert f"{devices * kernels:,} ops as {len(boxes):,} box" in svg and "Thinned" in svg
+    assert len(text) < 200_000

@@ -429,9 +429,11 @@ class Comparison:
         self.close()
 
 
-def step_timeline(profile, step: int) -> duckdb.DuckDBPyRelation:
-    """GPU work of one step of an open Profile (sql/compare/timeline.sql; at most 5,000 rows)."""
-    return profile.sql(catalog.compare_sql("timeline"), params=[int(step)])
+def step_timeline(profile, step: int, pixels: int = 960, lane_ops: int = 2000) -> duckdb.DuckDBPyRelation:
+    """GPU work of one step of an open Profile, one row per op, except in a lane of more than
+    `lane_ops` ops, where ops less than one of `pixels` apart are one row
+    (sql/compare/timeline.sql)."""
+    return profile.sql(catalog.compare_sql("timeline"), params=[int(step), int(pixels), int(lane_ops)])
 
 
 def timeline_processes(profile) -> duckdb.DuckDBPyRelation:

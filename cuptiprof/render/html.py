@@ -25,6 +25,10 @@ KIND_COLORS = {"kernel": "#4c78a8", "memcpy": "#f58518", "memset": "#54a24b", "s
 RUN_COLORS = ("#4c78a8", "#e45756", "#54a24b", "#f58518", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d")
 PARTS = ("kernel", "memcpy", "memset", "sync", "idle")
 TIMELINE_STEPS = 6  # steps whose timeline is embedded (the typical one and its neighbours)
+TIMELINE_W, TIMELINE_LABEL_W = 1100, 130   # pixels: the whole plot, the lane labels
+# Ops a timeline lane draws one by one; a busier lane draws ops less than a pixel apart as one
+# box, which keeps the page small for steps of any size while every lane and the whole step show.
+TIMELINE_LANE_OPS = 2000
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
@@ -190,9 +194,10 @@ def _process_label(run_id, pid, info: dict) -> str:
     return " \u00b7 ".join(parts)
 
 
-def timeline(rows: Sequence[dict], width: int = 1100, processes: Sequence[dict] = ()) -> str:
+def timeline(rows: Sequence[dict], width: int = TIMELINE_W, processes: Sequence[dict] = ()) -> str:
     """One lane per (run, process, device, stream), grouped under a process heading when the step
-    has several; rows need run_id, pid, device_id, stream_id, kind, name, start_ns, end_ns.
+    has several; rows need run_id, pid, device_id, stream_id, kind, name, start_ns, end_ns, and
+    may have ops and busy_ns (a box standing for several ops, from step_timeline).
     `processes`: rows of timeline_processes (run label, host, rank) to name the headings."""
     if not rows:
         return '<p class="note">(no GPU work in this step)</p>'
@@ -211,7 +216,7 @@ def timeline(rows: Sequence[dict], width: int = 1100, processes: Sequence[dict] 
     apart = len(set(origin.values())) > 1
     headed = len(windows) > 1
     info = {(p["run_id"], p["pid"]): p for p in processes}
-    label_w, lane_h, head_h = 130, 18, 18
+    label_w, lane_h, head_h = TIMELINE_LABEL_W, 18, 18
     plot_w = width - label_w - 10
     ys: dict = {}
     y = 4
@@ -230,17 +235,35 @@ def timeline(rows: Sequence[dict], width: int = 1100, processes: Sequence[dict] 
                    f'<rect x="{label_w}" y="{y}" width="{plot_w}" height="{lane_h}" fill="#f6f6f6"></rect>')
         y += lane_h + 4
     h = y + 20
+    merged_ops = boxes = 0
     for r in rows:
         lane = (r["run_id"], r["pid"], r["device_id"], r["stream_id"])
         x = label_w + plot_w * (r["start_ns"] - origin[lane[:2]]) / span
         w = max(0.6, plot_w * (r["end_ns"] - r["start_ns"]) / span)
         dur = (r["end_ns"] - r["start_ns"]) / 1e3
+        n = r.get("ops") or 1
+        fill = f'fill="{KIND_COLORS.get(r["kind"], "#888")}"'
+        if n > 1:
+            merged_ops += n
+            boxes += 1
+            busy = (r.get("busy_ns") or 0) / 1e3
+            # the idle time between the merged ops shows as a paler box
+            fill += f' fill-opacity="{max(0.3, min(1.0, busy / dur if dur else 1.0)):.2f}"'
+            tip = (f'{n} ops less than a pixel apart, {busy:.1f} us busy in {dur:.1f} us; '
+                   f'longest: {esc(r["name"])} ({esc(r["kind"])})')
+        else:
+            tip = f'{esc(r["name"])} ({esc(r["kind"])}, {dur:.1f} us)'
         out.append(f'<rect x="{x:.2f}" y="{ys[lane]}" width="{w:.2f}" height="{lane_h}" '
-                   f'fill="{KIND_COLORS.get(r["kind"], "#888")}"><title>{esc(r["name"])} '
-                   f'({esc(r["kind"])}, {dur:.1f} us)</title></rect>')
+                   f'{fill}><title>{tip}</title></rect>')
     out.append(f'<text x="{label_w}" y="{h - 6}">0</text>'
                f'<text x="{width - 10}" y="{h - 6}" text-anchor="end">{span / 1e6:.3f} ms</text></svg>')
     svg = f'<svg class="plot" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img">' + "".join(out)
+    if merged_ops:
+        svg += (f'<p class="note thinned">Thinned: in lanes of more than {TIMELINE_LANE_OPS:,} ops, ops '
+                f"less than a pixel apart are drawn as one box ({merged_ops:,} ops as {boxes:,} "
+                f'{"box" if boxes == 1 else "boxes"}, coloured by the longest op, paler where the '
+                "GPU was idle between them); hover a box for its count. Every lane and the whole "
+                "step are shown.</p>")
     if apart:
         svg += ('<p class="note">Processes far apart in time (separate traces or runs in one file) '
                 "are each drawn from their own first op in this step, on one scale.</p>")
@@ -449,7 +472,7 @@ def _timelines(profile, step_ids: list, median_step, step_timeline, timeline_pro
              _legend((k, c) for k, c in KIND_COLORS.items() if k not in ("sync", "idle"))]
     processes = _dicts(timeline_processes(profile))
     for s in chosen:
-        rows = _dicts(step_timeline(profile, s))
+        rows = _dicts(step_timeline(profile, s, TIMELINE_W - TIMELINE_LABEL_W - 10, TIMELINE_LANE_OPS))
         parts.append(f'<div class="timeline" data-step="{esc(s)}">{timeline(rows, processes=processes)}</div>')
     return "".join(parts)
 
