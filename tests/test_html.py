@@ -294,3 +294,83 @@ def test_timeline_of_a_busy_step_keeps_every_lane_and_the_whole_step(tmp_path, d
         assert all(op and float(op) == pytest.approx(0.5, abs=0.01) for _, op in boxes)
         assert f"{devices * kernels:,} ops as {len(boxes):,} box" in svg and "Thinned" in svg
     assert len(text) < 200_000
+
+
+# -- what the file holds ----------------------------------------------------------------------
+def _cpu_run(path: Path) -> Path:
+    """A run recorded without a GPU, as `cuptiprof run` writes it: torch.profiler's CPU ops as
+    kernels on device -1 (kind 'cpu'), one stream per thread, and the no_gpu quality row."""
+    import pyarrow as pa
+    from cuptiprof.store.writer import RunInfo, Writer
+    k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
+    r = {c: [] for c in ("range_id", "depth", "name", "start_ns", "end_ns", "kind", "step")}
+    t = 1_000_000
+    for s in range(3):
+        r["range_id"].append(s + 1); r["depth"].append(0); r["name"].append("step")
+        r["start_ns"].append(t); r["kind"].append("step"); r["step"].append(s)
+        for op in ("aten::addmm", "aten::gelu"):
+            for c, v in (("start_ns", t), ("end_ns", t + 400_000), ("step", s), ("name", op),
+                         ("stream_id", 1), ("device_id", -1)):
+                k[c].append(v)
+            t += 500_000
+        r["end_ns"].append(t)
+    with Writer(path, RunInfo(source="cpu", label="cpu")) as w:
+        w.append({"kernels": k,
+                  "devices": {"device_id": [-1], "kind": ["cpu"], "name": ["AMD EPYC"], "source": ["torch"]},
+                  "ranges": {c: pa.array(v, pa.int64() if c in ("range_id", "start_ns", "end_ns") else
+                                         (pa.int32() if c in ("depth", "step") else None))
+                             for c, v in r.items()}})
+        w.add_quality("no_gpu", "gpu", None, "no GPU activity was captured (no CUDA GPU found): "
+                      "kernels holds CPU ops from torch.profiler on device -1, one stream per thread")
+    return path
+
+
+def test_report_html_of_a_run_without_a_gpu_says_it_holds_cpu_op_times(tmp_path):
+    db = _cpu_run(tmp_path / "cpu.duckdb")
+    out = tmp_path / "cpu.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    text = out.read_text()
+    assert '<p class="notice cpu">No GPU activity was captured' in text
+    assert "Every time on this page is CPU op time, not GPU time" in text
+    assert "by CPU op time</h2>" in text and "GPU time</h2>" not in text and "% of GPU time" not in text
+    assert "one lane per process and thread" in text
+    # the no_gpu row of data_quality is on the page, as `report` prints it
+    quality = text.split("<h2>Data quality</h2>", 1)[1].split("<h2>", 1)[0]
+    assert ">no_gpu<" in quality and "kernels holds CPU ops from torch.profiler" in quality
+
+
+def test_report_html_of_gpu_and_cpu_runs_names_the_cpu_ones(tmp_path, evil):
+    merged = tmp_path / "m.duckdb"
+    assert main(["merge", str(evil[1]), str(_cpu_run(tmp_path / "cpu.duckdb")), "-o", str(merged)]) == 0
+    out = tmp_path / "m.html"
+    assert main(["report", str(merged), "--html", str(out)]) == 0
+    text = out.read_text()
+    assert '<p class="notice cpu">Recorded without a GPU: cpu. Those runs hold CPU op times' in text
+    assert "by GPU and CPU op time</h2>" in text
+
+
+def test_report_html_shows_the_quality_rows(tmp_path):
+    # kernels launched after the last step: no step claims them
+    trace = _kineto_trace(tmp_path / "t.json", steps=2)
+    doc = json.loads(trace.read_text())
+    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "late", "pid": 0, "tid": 7, "ts": 9e6,
+                               "dur": 5, "args": {"correlation": 999, "device": 0, "stream": 7}})
+    trace.write_text(json.dumps(doc))
+    db = tmp_path / "t.duckdb"
+    assert main(["import", str(trace), "-o", str(db)]) == 0
+    out = tmp_path / "t.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    text = out.read_text()
+    quality = text.split("<h2>Data quality</h2>", 1)[1].split("<h2>", 1)[0]
+    assert ">unclaimed_records<" in quality and ">kernel<" in quality
+    assert '<p class="notice' not in text and "ops by GPU time</h2>" in text
+    # a file with nothing to say about its data has no such section
+    clean_out = tmp_path / "clean.html"
+    assert main(["report", str(_kineto_trace_db(tmp_path)), "--html", str(clean_out)]) == 0
+    assert "<h2>Data quality</h2>" not in clean_out.read_text()
+
+
+def _kineto_trace_db(tmp_path: Path) -> Path:
+    db = tmp_path / "clean.duckdb"
+    assert main(["import", str(_kineto_trace(tmp_path / "clean.json")), "-o", str(db)]) == 0
+    return db

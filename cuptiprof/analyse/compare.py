@@ -436,6 +436,12 @@ def step_timeline(profile, step: int, pixels: int = 960, lane_ops: int = 2000) -
     return profile.sql(catalog.compare_sql("timeline"), params=[int(step), int(pixels), int(lane_ops)])
 
 
+def cpu_time(profile) -> duckdb.DuckDBPyRelation:
+    """CPU op time and GPU time in an open Profile's scope, and the runs recorded without a GPU
+    (sql/compare/cpu_time.sql): reports of such runs show CPU op times."""
+    return profile.sql(catalog.compare_sql("cpu_time"))
+
+
 def timeline_processes(profile) -> duckdb.DuckDBPyRelation:
     """Run label, host and rank of each process, to name timeline lanes
     (sql/compare/timeline_processes.sql)."""

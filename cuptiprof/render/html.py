@@ -40,7 +40,8 @@ text-overflow:ellipsis;white-space:nowrap} td.n{text-align:right;font-variant-nu
 th{background:#f4f4f4} svg{display:block;margin:6px 0} svg text{font-size:11px;fill:#333}
 .legend span{display:inline-block;margin-right:14px;font-size:12px}
 .legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
-select{font-size:13px}
+select{font-size:13px} table.wrap td{white-space:normal}
+p.notice{background:#fff4d6;border:1px solid #e0c36c;padding:8px 10px;font-size:14px;margin:10px 0}
 """
 
 _JS = """
@@ -312,9 +313,10 @@ def bump_chart(keys: Sequence[str], letters: Sequence[str], ranks: dict[str, lis
     return "".join(out)
 
 
-def table(rel_or_tbl, max_rows: int = 200) -> str:
+def table(rel_or_tbl, max_rows: int = 200, wrap: bool = False) -> str:
+    """An HTML table; wrap: long cells wrap (sentences) instead of being cut off."""
     cols, rows = rows_of(rel_or_tbl)
-    out = ["<table><thead><tr>", *(f"<th>{esc(c)}</th>" for c in cols), "</tr></thead><tbody>"]
+    out = ['<table class="wrap">' if wrap else "<table>", "<thead><tr>", *(f"<th>{esc(c)}</th>" for c in cols), "</tr></thead><tbody>"]
     for r in rows[:max_rows]:
         out.append("<tr>")
         for v in r:
@@ -375,27 +377,44 @@ def _dicts(rel) -> list[dict]:
 # -- one file ---------------------------------------------------------------------------------
 def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     """The HTML report of one file: top ops, steps as stacked bars, kinds, a step's timeline."""
-    from cuptiprof.analyse.compare import median_step, step_timeline, timeline_processes
+    from cuptiprof.analyse.compare import cpu_time, median_step, step_timeline, timeline_processes
 
     overview = profile.report("overview")
     ops = _dicts(profile.ops(top))
     kinds = _dicts(profile.kinds())
     steps = _dicts(profile.report("steps"))
+    quality = profile.report("quality")
+    cpu = _dicts(cpu_time(profile))[0]
+    # A run without a GPU stores torch.profiler's CPU ops as kernels: the page must not call
+    # their times GPU time.
+    only_cpu = bool(cpu["cpu_runs"]) and not cpu["gpu_ms"]
+    what = "CPU op" if only_cpu else ("GPU and CPU op" if cpu["cpu_runs"] else "GPU")
     body = [f"<h1>cuptiprof report: {esc(profile.path.name)}</h1>",
-            f'<p class="note">{esc(profile.path)}; scope: {esc(profile.scope)}</p>',
-            table(overview)]
-    body.append(f"<h2>Top {len(ops)} ops by GPU time</h2>"
+            f'<p class="note">{esc(profile.path)}; scope: {esc(profile.scope)}</p>']
+    if only_cpu:
+        body.append('<p class="notice cpu">No GPU activity was captured: this file holds CPU op times '
+                    "from torch.profiler (recorded without a CUDA GPU; device -1, one stream per "
+                    "thread). Every time on this page is CPU op time, not GPU time.</p>")
+    elif cpu["cpu_runs"]:
+        body.append(f'<p class="notice cpu">Recorded without a GPU: {esc(cpu["cpu_runs"])}. Those '
+                    "runs hold CPU op times from torch.profiler (device -1), counted on this page "
+                    "with the GPU work of the other runs.</p>")
+    body.append(table(overview))
+    if quality.limit(1).fetchall():
+        body.append("<h2>Data quality</h2><p class=\"note\">What the data does not contain, or holds "
+                    "only in part (<code>cuptiprof report --by quality</code>).</p>" + table(quality, wrap=True))
+    body.append(f"<h2>Top {len(ops)} ops by {what} time</h2>"
                 '<p class="note">Summed duration in scope; hover a bar for the full name.</p>')
     body.append(hbars([(o["name"], o["total_ms"],
                         f'{o["name"]}: {fmt_value(o["total_ms"])} ms, {o["calls"]} calls, '
-                        f'{fmt_value(o["pct_gpu_time"])}% of GPU time') for o in ops], cls="plot ops"))
+                        f'{fmt_value(o["pct_gpu_time"])}% of {what} time') for o in ops], cls="plot ops"))
     ranges = _dicts(profile.report("ranges", top))
     if ranges:
-        body.append("<h2>The program's ranges</h2><p class=\"note\">GPU time of the work launched "
+        body.append(f"<h2>The program's ranges</h2><p class=\"note\">{what} time of the work launched "
                     "inside each range (nested ranges included), in scope.</p>")
         body.append(hbars([(r["range"], r["gpu_ms"],
                             f'{r["range"]}: {fmt_value(r["gpu_ms"])} ms in {r["calls"]} calls, '
-                            f'{fmt_value(r["pct_gpu_time"])}% of GPU time') for r in ranges],
+                            f'{fmt_value(r["pct_gpu_time"])}% of {what} time') for r in ranges],
                           cls="plot ranges"))
     # per step, summed over devices and processes
     per_step: dict = {}
@@ -408,8 +427,13 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
             d[p] += s.get(f"{p}_ms") or 0.0
         if s.get("complete") is False:
             cut.add(s["step"])
-    body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: kernel, copy and memset "
-                "time (summed durations), host sync time, and GPU idle time inside the step's GPU window.</p>")
+    if only_cpu:
+        body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: CPU op time (shown as "
+                    "kernel; summed durations) and the time between ops inside the step's window "
+                    "(idle).</p>")
+    else:
+        body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: kernel, copy and memset "
+                    "time (summed durations), host sync time, and GPU idle time inside the step's GPU window.</p>")
     body.append(stacked_columns(_by_step(per_step, cut)))
     if cut:
         body.append('<p class="note">* ended early by an exception (a Ctrl-C, an error): the bar '
@@ -421,7 +445,8 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
                         f'{k["kind"]} {k["detail"] or ""}: {fmt_value(k["total_ms"])} ms, {k["count"]} calls')
                        for k in kinds], cls="plot kinds"))
     body.append(table(profile.kinds()))
-    body.append(_timelines(profile, sorted(per_step), median_step, step_timeline, timeline_processes))
+    body.append(_timelines(profile, sorted(per_step), median_step, step_timeline, timeline_processes,
+                           only_cpu))
     body.append("<h2>Ops</h2>" + table(profile.ops(top)))
     return _write(_page(f"cuptiprof report: {profile.path.name}", body), out)
 
@@ -456,7 +481,8 @@ def _steps_by_range(profile, cut: set) -> str:
             + stacked_columns(_by_step(per, cut), parts, colors=colors))
 
 
-def _timelines(profile, step_ids: list, median_step, step_timeline, timeline_processes) -> str:
+def _timelines(profile, step_ids: list, median_step, step_timeline, timeline_processes,
+               only_cpu: bool = False) -> str:
     if not step_ids:
         return "<h2>Timeline</h2><p class=\"note\">(no recorded steps)</p>"
     mid = median_step(profile)
@@ -466,8 +492,11 @@ def _timelines(profile, step_ids: list, median_step, step_timeline, timeline_pro
     chosen = step_ids[max(0, i - TIMELINE_STEPS // 2): max(0, i - TIMELINE_STEPS // 2) + TIMELINE_STEPS]
     opts = "".join(f'<option value="{esc(s)}"{" selected" if s == mid else ""}>step {esc(s)}'
                    f'{" (typical)" if s == mid else ""}</option>' for s in chosen)
-    parts = ["<h2>Timeline</h2><p class=\"note\">GPU work in one step (the typical step: median busy "
-             "time), one lane per process, device and stream. Hover a box for the op.</p>",
+    lanes = ("CPU ops in one step (the typical step: median busy time), one lane per process and "
+             "thread (shown as dev -1 and a stream)" if only_cpu else
+             "GPU work in one step (the typical step: median busy time), one lane per process, "
+             "device and stream")
+    parts = [f"<h2>Timeline</h2><p class=\"note\">{lanes}. Hover a box for the op.</p>",
              f'<label>Step <select id="step-select">{opts}</select></label>',
              _legend((k, c) for k, c in KIND_COLORS.items() if k not in ("sync", "idle"))]
     processes = _dicts(timeline_processes(profile))
