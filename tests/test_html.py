@@ -16,7 +16,7 @@ import cuptiprof
 from cuptiprof.analyse.compare import Comparison
 from cuptiprof.cli import main
 from cuptiprof.render.html import esc, write_compare, write_report
-from test_compare import BASE_OPS, FLASH, SOFTMAX, import_trace, make_run
+from test_compare import ADD, BASE_OPS, FLASH, GEMM_H100, SOFTMAX, import_trace, make_run
 
 EVIL_KERNEL = "<script>alert(1)</script>"
 EVIL_OP = '"onload=alert(2) x="'
@@ -374,3 +374,43 @@ def _kineto_trace_db(tmp_path: Path) -> Path:
     db = tmp_path / "clean.duckdb"
     assert main(["import", str(_kineto_trace(tmp_path / "clean.json")), "-o", str(db)]) == 0
     return db
+
+
+# -- rank shift -------------------------------------------------------------------------------
+def _svg_texts(svg: str) -> list[tuple[float, float, str]]:
+    return [(float(x), float(y), re.sub(r"<[^>]+>", "", t))
+            for x, y, t in re.findall(r'<text[^>]* x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', svg)]
+
+
+def test_rank_shift_labels_stay_clear_of_the_columns_and_every_file_has_its_top_ops(tmp_path):
+    # A and C share the gemm; the softmax is B's alone (in neither end file); C's ops are its own
+    runs = [make_run(tmp_path / "a.duckdb", ops={GEMM_H100: (400.0, 2, "aten::mm"), SOFTMAX: (90.0, 1, "s"),
+                                                  ADD: (50.0, 1, "a")}, copies=()),
+            make_run(tmp_path / "b.duckdb", ops={FLASH: (300.0, 1, "f"), "only_b_kernel": (200.0, 1, "o"),
+                                                  ADD: (100.0, 1, "a")}, copies=()),
+            make_run(tmp_path / "c.duckdb", ops={GEMM_H100: (100.0, 1, "aten::mm"), "c_one": (300.0, 1, "x"),
+                                                  "c_two": (200.0, 1, "y")}, copies=())]
+    out = tmp_path / "c.html"
+    with Comparison(runs) as cmp:
+        write_compare(cmp, out, top=2)
+    svg = re.search(r'<h2>Rank shift</h2>.*?(<svg.*?</svg>)', out.read_text(), re.S).group(1)
+    columns = sorted({float(x) for x in re.findall(r'<circle cx="([\d.]+)"', svg)})
+    assert len(columns) == 3
+    texts = _svg_texts(svg)
+    labels = [t for t in texts if t[1] > 20]          # below the column letters
+    # no label starts between the first and the last column, where it would run over lines and
+    # the next column's labels
+    assert labels and all(x < columns[0] or x > columns[-1] for x, _, _ in labels), labels
+    # no two labels on one side share a row
+    for side in (lambda x: x < columns[0], lambda x: x > columns[-1]):
+        ys = [y for x, y, _ in labels if side(x)]
+        assert len(ys) == len(set(ys)), labels
+    # each file's top 2 are plotted: a dot per file at ranks 1 and 2
+    dots = re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)"', svg)
+    for cx in columns:
+        ys = sorted(float(y) for x, y in dots if float(x) == cx)
+        assert ys[:2] == [30.0, 50.0], (cx, ys)
+    text = " ".join(t for _, _, t in labels)
+    for name in ("only_b_kernel", "c_one", "c_two", "flash_fwd_kernel"):
+        assert name in text
+    assert "B 2. only_b_kernel" in text   # its last rank is in B, named so on the right
