@@ -242,3 +242,16 @@ def test_reading_commands_do_not_load_the_writers_libraries(run_file, args):
                        capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert "LOADED []" in r.stdout, r.stdout[-300:] + r.stderr[-300:]
+
+
+def test_report_html_with_by_prints_that_breakdown_too(run_file, tmp_path):
+    page = tmp_path / "q.html"
+    r = cli("report", run_file, "--by", "step", "--format", "csv", "--html", page)
+    assert r.returncode == 0, r.stderr
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    rows = list(csv.reader(io.StringIO(r.stdout)))
+    assert rows[0][:2] == ["run_id", "pid"] and "busy_ms" in rows[0] and len(rows) == 1 + 4 * 2
+    # without --by only the page is written
+    r = cli("report", run_file, "--html", page)
+    assert r.returncode == 0 and r.stdout == "" and "wrote" in r.stderr
+    assert "printed as well" in " ".join(cli("report", "--help").stdout.split())

@@ -23,11 +23,13 @@ OPTIONAL = ("ranges", "quality")
 def register(sub) -> None:
     p = sub.add_parser("report", help="print breakdowns of a cuptiprof file")
     p.add_argument("file", nargs="?")
-    p.add_argument("--by", choices=sorted(BY), help="one breakdown (default: a summary of several)")
+    p.add_argument("--by", choices=sorted(BY), help="one breakdown (default: a summary of several; "
+                   "with --html, the page is written and this breakdown printed as well)")
     p.add_argument("--top", type=top_rows, default=None, help="rows per breakdown (default: 15 for ops)")
     p.add_argument("--steps", help="steps to include: A:B (inclusive), A:, :B or N")
     p.add_argument("--format", choices=FORMATS, default="table")
-    p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report with plots")
+    p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report with plots "
+                   "(nothing is printed, unless --by asks for a breakdown)")
     p.add_argument("--list", action="store_true", help="list the reports with their documentation")
     p.set_defaults(func=run)
 
@@ -46,6 +48,8 @@ def run(args) -> int:
 
             path = write_report(prof, args.html, top=args.top or 15)
             print(f"cuptiprof: wrote {path}", file=sys.stderr)
+            if args.by:   # the page shows a fixed set of sections: a breakdown asked for is printed
+                print_reports(prof, [BY[args.by]], args.format, args.top)
             return 0
         print_reports(prof, [BY[args.by]] if args.by else list(SUMMARY), args.format, args.top)
     return 0
