@@ -525,6 +525,13 @@ def damaged(tmp_path_factory):
     text = d / "notes.duckdb"
     text.write_text("not a database\n")
     files["text_named_duckdb"] = text
+    # a schema version and nothing else (a meta table made by hand, or all the rest dropped)
+    f = d / "meta_only.duckdb"
+    con = duckdb.connect(str(f))
+    con.execute("CREATE TABLE meta (key VARCHAR, value VARCHAR)")
+    con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+    con.close()
+    files["meta_only"] = f
     return good, files
 
 
@@ -570,6 +577,8 @@ def test_old_new_and_damaged_files_through_every_command(damaged, tmp_path):
             why = f"does not say newer: {lines[0]}"
         elif fname == "older" and "old" not in lines[0]:
             why = f"does not say old: {lines[0]}"
+        elif fname == "meta_only" and (d["rc"] != 2 or "not a complete cuptiprof file" not in lines[0]):
+            why = f"exit {d['rc']}, does not say incomplete: {lines[0]}"
         elif d["rc"] != 0 and cname != "diff" and d["rc"] != 2:
             why = f"exit {d['rc']} for bad input: {lines[0]}"
         if not why and d["rc"] != 0:

@@ -25,7 +25,7 @@ from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY, families
 from cuptiprof.analyse.profile import stepless_processes
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError
-from cuptiprof.store.files import check_schema_version, require_duckdb
+from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
 from cuptiprof.store import arrow
 from cuptiprof.store.files import connect_error
 from cuptiprof.store.quality import STEP_INCOMPLETE
@@ -139,6 +139,7 @@ class Comparison:
             self.runs.append(RunFile(i, letter(i), p, int(row[0])))
         for r in self.runs:   # one newer than this cuptiprof: upgrading is the answer
             check_schema_version(r.path, r.schema_version)
+            check_core_tables(self.con, r.path, f"f{r.index}")
         versions = {r.schema_version for r in self.runs}
         if len(versions) > 1:
             what = ", ".join(f"{r.path} has schema {r.schema_version}" for r in self.runs)

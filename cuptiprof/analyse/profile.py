@@ -12,9 +12,9 @@ from pathlib import Path
 
 import duckdb
 
-from cuptiprof.errors import SchemaVersionError, StoreError, UsageError
+from cuptiprof.errors import StoreError, UsageError
 from cuptiprof.store.schema import file_schema_version
-from cuptiprof.store.files import check_schema_version, require_duckdb
+from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
 from cuptiprof.store.files import connect_error
 from cuptiprof.analyse import catalog
 
@@ -75,7 +75,8 @@ class Profile:
             raise StoreError(f"{self.path}: {why}")
         try:
             check_schema_version(self.path, version)
-        except SchemaVersionError:
+            check_core_tables(self.con, self.path)
+        except StoreError:
             self.con.close()
             raise
         self.schema_version = version

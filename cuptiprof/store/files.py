@@ -78,6 +78,28 @@ def check_schema_version(path: Path, version: int, action: str = "read") -> None
                                  "record or import it again with this version")
 
 
+# Tables and views every file of a readable schema (2 and later) holds; readers start from them.
+CORE_TABLES = ("runs", "processes", "devices", "kernel_rows", "lanes", "memcpys", "memsets", "syncs",
+               "range_rows", "data_quality", "kernels", "ranges", "gpu_activities")
+
+
+def check_core_tables(con, path: Path, db: str | None = None) -> None:
+    """Refuse a file that says it is a cuptiprof file (a schema version in `meta`) but lacks
+    the tables that version defines: cut down, or a `meta` table made by hand. `db`: the
+    attached database's name (default: the connection's own file)."""
+    if db is None:
+        db = con.execute("SELECT current_database()").fetchone()[0]
+    present = {n for (n,) in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = ? "
+        "UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = ?", [db, db]).fetchall()}
+    missing = [t for t in CORE_TABLES if t not in present]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise StoreError(f"{path}: not a complete cuptiprof file (it has a schema version but no "
+                         f"{', '.join(missing[:3])}{more}): damaged, or not written by cuptiprof; "
+                         "record or import it again")
+
+
 def connect_error(path: Path, exc: Exception, *, writing: bool) -> StoreError:
     """Turn a duckdb.connect failure into one line for the user."""
     msg = str(exc)

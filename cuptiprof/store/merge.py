@@ -25,7 +25,7 @@ from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, StoreError
 from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.store import arrow
-from cuptiprof.store.files import check_schema_version, require_duckdb
+from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
 from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, table_columns
 from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
@@ -159,6 +159,13 @@ class _Merger:
                     return
                 raise StoreError(f"{src}: a DuckDB file, but not a cuptiprof file (no schema version)")
             check_schema_version(src, version, "merge")
+            try:
+                check_core_tables(con, src, "src")
+            except StoreError as exc:
+                if skip:
+                    self._skipped(src, str(exc))
+                    return
+                raise
             self._copy(src)
         finally:
             con.execute("DETACH src")
