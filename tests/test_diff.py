@@ -85,6 +85,13 @@ def test_usage_errors_exit_2(tmp_path, capsys):
         assert "--fail-above" in err and "Traceback" not in err and err.count("\n") == 1
     assert main(["diff", str(a), str(b), "--fail-above", "5", "--min-ms", "soon"]) == 2
     assert "--min-ms" in capsys.readouterr().err
+    # numbers past a float's range are infinity: a gate that could never fail
+    for opt, val in (("--fail-above", "1e400"), ("--fail-above", "1e400%"), ("--sigmas", "1e400"),
+                     ("--min-ms", "1e999")):
+        args = ["--fail-above", "5"] if opt != "--fail-above" else []
+        assert main(["diff", str(a), str(b), *args, opt, val]) == 2
+        err = capsys.readouterr().err
+        assert f"{opt} {val!r}: too large" in err and err.count("\n") == 1 and "Traceback" not in err
     assert main(["diff", str(a), str(a), "--fail-above", "5"]) == 2
     assert "same file" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:  # --fail-above is required (argparse, one line)

@@ -14,6 +14,7 @@ would otherwise count twice), but their time shows in the step and kind totals.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ def parse_number(text, option: str, *, allow_pct: bool = False) -> float:
         raise UsageError(f"{option} {text!r}: not a number (expected e.g. {option} 5"
                          f"{' or 5%' if allow_pct else ''})")
     v = float(s)
+    if not math.isfinite(v):   # '1e400' overflows to infinity, which would turn the gate off
+        raise UsageError(f"{option} {text!r}: too large (expected a finite number, e.g. {option} 5)")
     if v < 0:
         raise UsageError(f"{option} {text!r}: must not be negative")
     return v
