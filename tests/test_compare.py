@@ -1,7 +1,9 @@
 """`cuptiprof compare`: files side by side by op name, kernel family and enclosing op/range."""
 from __future__ import annotations
 
+import html as html_mod
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -440,3 +442,22 @@ def test_a_process_without_steps_in_a_merged_file_is_named_as_left_out(tmp_path,
                         "--fail-above", "5"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "B (all.duckdb) holds 1 process without steps" in r.stdout, \
         r.stdout + r.stderr
+
+
+def test_markdown_shows_names_as_written(tmp_path, capsys):
+    """Markdown tables of compare and diff: a template's `<float>` is not an HTML tag, `*`
+    not emphasis, `|` not a cell edge; rendered by a CommonMark parser the names read as written."""
+    markdown_it = pytest.importorskip("markdown_it")
+    names = ["gemm_kernel<float>", "scale*x*y", "_a_b_ | c", "tile[4]&amp;~~z~~\\n"]
+    ops = {n: (100.0 + 50 * i, 1, "aten::op") for i, n in enumerate(names)}
+    a = make_run(tmp_path / "a.duckdb", ops=ops)
+    b = make_run(tmp_path / "b.duckdb", ops={n: (v[0] * 1.5, *v[1:]) for n, v in ops.items()}, seed=2)
+    md = markdown_it.MarkdownIt("commonmark").enable("table")
+    for argv in (["compare", str(a), str(b), "--format", "markdown"],
+                 ["diff", str(a), str(b), "--fail-above", "5", "--format", "markdown"]):
+        main(argv)
+        page = md.render(capsys.readouterr().out)
+        cells = [html_mod.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", page)]
+        for n in names:
+            assert n in cells, (argv[0], n, cells[:12])
+        assert "<float>" not in page and "<em>" not in page and "<del>" not in page and "<s>" not in page

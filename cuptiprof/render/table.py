@@ -19,6 +19,17 @@ _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _QUIET = ("run_id", "pid", "device_id")
 
 
+# Markdown punctuation that could turn part of a name into markup: `gemm<float>` is an HTML tag to
+# CommonMark (GitHub hides it), `a*b*c` emphasis, `x|y` a new table cell. Backslash-escaped, each
+# shows as written.
+_MD_SPECIAL = re.compile(r"([\\`*_<>\[\]|&~])")
+
+
+def md_escape(text: str) -> str:
+    """A cell's text for a Markdown table: shown as written, never read as markup."""
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
 def clean(text: str) -> str:
     """Strip terminal control characters (and bidi overrides) from a name."""
     return _CTRL.sub("", text.replace("\n", " ").replace("\t", " "))
@@ -81,7 +92,7 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
         out.write("| " + " | ".join(cols) + " |\n")
         out.write("|" + "|".join("---" for _ in cols) + "|\n")
         for r in rows:
-            out.write("| " + " | ".join(fmt_value(v).replace("|", "\\|") for v in r) + " |\n")
+            out.write("| " + " | ".join(md_escape(fmt_value(v)) for v in r) + " |\n")
         out.write("\n")
         return
     if fmt != "table":
