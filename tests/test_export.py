@@ -232,6 +232,7 @@ def test_odd_names_and_nulls_survive(odd_trace):
     doc = load_trace(out)
     ev = doc["traceEvents"]
     assert counts["events"] == len(ev)
+    assert all(e["tid"] is not None for e in ev)   # no thread or stream: track -1, never null
     x = [e for e in ev if e["ph"] == "X"]
     names = lambda *cats: Counter(e["name"] for e in x if e["cat"] in cats)  # noqa: E731
     assert names("kernel") == names("cuda_runtime", "cuda_driver") == Counter(ODD)

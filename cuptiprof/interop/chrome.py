@@ -330,8 +330,8 @@ def _ranges(source: str, base: int, pids: _Pids) -> str:
     gpu_args = _concat(_obj(("device", _val(dev)), ("stream", _val(stream))))
     cols = {**_times(base),
             "_pid": f"CASE WHEN {gpu} THEN {gpu_pid} ELSE {pids.cpu_sql()} END",
-            "_tid": f"CASE WHEN {gpu} THEN coalesce(CAST({stream} AS VARCHAR), {_val('thread_id')}) "
-                    f"ELSE {_val('thread_id')} END",
+            "_tid": f"CASE WHEN {gpu} THEN coalesce(CAST({stream} AS VARCHAR), {_val(_TID)}) "
+                    f"ELSE {_val(_TID)} END",
             "_args": f"CASE WHEN {gpu} THEN {gpu_args} "
                      f"ELSE {_concat(_obj(('External id', _val('range_id'))))} END"}
     # A step is ProfilerStep#N whatever the program called it: how torch.profiler marks steps,
@@ -342,24 +342,30 @@ def _ranges(source: str, base: int, pids: _Pids) -> str:
     return _select(source, cols, event, where=" WHERE end_ns IS NOT NULL")  # open ranges: left out
 
 
+# A row without a thread or stream goes on track -1: a JSON null tid is no track to a viewer.
+_TID = "coalesce(thread_id, -1)"
+
+
 def _api_calls(source: str, base: int, pids: _Pids) -> str:
     cols = {**_times(base), "_pid": pids.cpu_sql()}
     args = _obj(("correlation", _val("correlation_id")), ("External id", _val("range_id")),
                 _optional("cbid", "cbid IS NOT NULL", "cbid"))
     cat = _case("api_kind", {"driver": "cuda_driver"}, "cuda_runtime")
-    event = _x(cat, _str("name"), _val("_pid"), _val("thread_id"), args)
-    return _select(source, cols, event, _flow("s", _val("_pid"), _val("thread_id")))
+    event = _x(cat, _str("name"), _val("_pid"), _val(_TID), args)
+    return _select(source, cols, event, _flow("s", _val("_pid"), _val(_TID)))
 
 
 def _gpu(source: str, base: int, pids: _Pids, cat: str, name: _Sql, extra: tuple,
          stream: str = "stream_id") -> str:
-    """Kernels, copies, memsets and syncs: one frame, their own name and extra args."""
-    cols = {**_times(base), "_pid": pids.gpu_sql("device_id"), "_stream": stream}
+    """Kernels, copies, memsets and syncs: one frame, their own name and extra args (the
+    stream as recorded; the track of a row without one is -1)."""
+    cols = {**_times(base), "_pid": pids.gpu_sql("device_id"), "_stream": stream,
+            "_track": f"coalesce({stream}, -1)"}
     args = _obj(("device", _val("device_id")), ("context", _val("context_id")),
                 ("stream", _val("_stream")), ("correlation", _val("correlation_id")),
                 ("External id", _val("op_id")), *extra)
-    event = _x(cat, name, _val("_pid"), _val("_stream"), args)
-    return _select(source, cols, event, _flow("f", _val("_pid"), _val("_stream"), ("bp", "e")))
+    event = _x(cat, name, _val("_pid"), _val("_track"), args)
+    return _select(source, cols, event, _flow("f", _val("_pid"), _val("_track"), ("bp", "e")))
 
 
 def _kernels(source: str, base: int, pids: _Pids) -> str:
