@@ -18,6 +18,7 @@ was not captured; the program keeps running.
 from __future__ import annotations
 
 import atexit
+import contextvars
 import fnmatch
 import json
 import os
@@ -37,6 +38,7 @@ from cuptiprof.collect.decode import no_gc
 from cuptiprof.collect.errors import CollectorProblem
 from cuptiprof.collect.resolve import SELF_ID
 from cuptiprof.errors import UsageError
+from cuptiprof.forking import keep_forever
 from cuptiprof.store import arrow
 from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
 
@@ -128,6 +130,7 @@ class Session:
         self.writer: Any = None
         self.problem: CollectorProblem | None = None
         self.active = False
+        self.passthrough = False     # under `cuptiprof run`: the run records, this does nothing
         self.phase = "idle"          # idle | warmup | record | done | stopped
         self.collecting = False      # activity kinds enabled right now
         self.steps_seen = 0          # step ranges entered (ordinal)
@@ -137,7 +140,11 @@ class Session:
         self.flushes = 0
         self._ids = iter(range(1, 1 << 62))
         self._id_lock = threading.Lock()
-        self._tls = threading.local()
+        # The open ranges of the running thread or asyncio task: a task starts from a copy of
+        # its creator's, so steps of concurrent tasks do not nest in each other; a thread starts
+        # empty. A tuple: a task's change never reaches another's.
+        self._stack_var: contextvars.ContextVar = contextvars.ContextVar("cuptiprof_ranges", default=())
+        self._launcher = False   # the Session `cuptiprof run` starts in each profiled process
         self._closed: list[tuple] = []
         self._open: dict[int, list] = {}
         self._step_of: dict[int, int | None] = {}
@@ -158,7 +165,16 @@ class Session:
     def start(self) -> "Session":
         """Open the file, claim CUPTI (or fall back to host-only), start the clock."""
         global _active
-        if self.active:
+        if self.active or self.passthrough:
+            return self
+        if not self._launcher and _run_holds_process():
+            # `cuptiprof run` records this process already; a second collector would fight it
+            # for CUPTI. The program's steps and ranges go to the run.
+            self.passthrough = True
+            if not self.quiet:
+                print(f"cuptiprof: profile({str(self.path)!r}) runs under `cuptiprof run`, which "
+                      "records this process: this profile writes no file and its warmup and "
+                      "steps are not used", file=sys.stderr)
             return self
         if _active is not None:
             raise UsageError("a cuptiprof profile is already active in this process; "
@@ -294,8 +310,13 @@ class Session:
 
     def _at_exit(self) -> None:
         if self.active:
+            # started without `with` and never stopped: an uncaught exception ended the program
+            # when Python left it in sys.last_value (printed, then atexit runs)
+            exc = getattr(sys, "last_value", None)
+            status = "complete" if exc is None else \
+                "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
             try:
-                self.stop("complete")
+                self.stop(status)
             except Exception as exc:
                 print(f"cuptiprof: could not finish {self.path}: {exc}", file=sys.stderr)
 
@@ -303,8 +324,8 @@ class Session:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is None:
-            self.stop("complete")
+        if exc_type is None or (issubclass(exc_type, SystemExit) and exc.code in (0, None)):
+            self.stop("complete")   # sys.exit(0) inside the block is a normal end
         else:
             self.stop("interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed")
         return False
@@ -348,11 +369,8 @@ class Session:
         with self._id_lock:
             return next(self._ids)
 
-    def _stack(self) -> list:
-        st = getattr(self._tls, "stack", None)
-        if st is None:
-            st = self._tls.stack = []
-        return st
+    def _stack(self) -> tuple:
+        return self._stack_var.get()
 
     def _enter(self, name: str, attrs: dict) -> list | None:
         if not self.active:
@@ -399,7 +417,7 @@ class Session:
                ordinal, False]
         self._step_of[rid] = step
         self._open[rid] = tok
-        stack.append(tok)
+        self._stack_var.set(stack + (tok,))
         if self.collecting and kind != "warmup":
             self.source.push(rid)
             tok[10] = True
@@ -415,9 +433,9 @@ class Session:
                 self._gpu_failed(exc)
         stack = self._stack()
         if stack and stack[-1] is tok:
-            stack.pop()
+            self._stack_var.set(stack[:-1])
         elif tok in stack:
-            stack.remove(tok)
+            self._stack_var.set(tuple(t for t in stack if t is not tok))
         self._open.pop(tok[0], None)
         self._closed.append(tuple(tok[:5]) + (tok[5], end) + tuple(tok[6:9]))
         self._gen_ids.append(tok[0])
@@ -567,6 +585,9 @@ class Session:
                     self._start_of.pop(rid, None)
 
     def _write_open_ranges(self) -> None:
+        for t in self._open.values():   # a step still open at stop: its numbers are partial
+            if t[9] is not None and t[6] == "step":
+                self._incomplete.append((t[7], "stop() before the step's end"))
         rows = [tuple(t[:5]) + (t[5], None) + tuple(t[6:9]) for t in self._open.values()]
         if rows:
             self._closed = rows
@@ -619,6 +640,31 @@ class Session:
                 "check_name": batch["check_name"], "subject": batch["subject"],
                 "count": arrow.array(batch["count"], pa.int64()),
                 "value_ns": arrow.array(batch["value_ns"], pa.int64()), "detail": batch["detail"]}})
+
+
+def _run_holds_process() -> bool:
+    """True in a process `cuptiprof run` profiles (its bootstrap ran here)."""
+    child = sys.modules.get("cuptiprof.run.child")
+    return child is not None and child.holds_process()
+
+
+def detach_after_fork() -> None:
+    """In a forked child, the parent's session is not this process's: its DuckDB connection and
+    CUPTI's state did not survive the fork. Closing them here would run their destructors on
+    threads that are gone (SIGSEGV), writing would reach the parent's file: they are kept,
+    never used, and the child's ranges are not recorded by this session."""
+    global _active
+    s = _active
+    if s is None:
+        return
+    _active = None
+    keep_forever(s.writer, s.source, getattr(s, "_sink", None))
+    s.writer, s.source, s.active, s.phase, s.collecting = None, NullSource(), False, "stopped", False
+    if markers._session is s:
+        markers._set_session(None)
+
+
+os.register_at_fork(after_in_child=detach_after_fork)
 
 
 def profile(path: str | os.PathLike, warmup: int = 0, steps: int | None = None,

@@ -92,6 +92,7 @@ def _start_collector(s: S.ChildSettings, rec: Recorder) -> None:
         _collector = Session(str(rec.part_path(".duckdb")), warmup=s.warmup, steps=s.steps,
                              kinds=s.kinds, step_range=None, light=False,
                              run_info=RunInfo(label=s.run_label, command=" ".join(sys.argv)))
+        _collector._launcher = True   # the program's own profile() calls then stand aside
         _collector.start()
         # step_range=None above: --step-range steps come from the patched Python NVTX calls
         # (cuptiprof.range("step") per matching push), which counts warm-up and recorded steps
@@ -619,12 +620,27 @@ def _install_sigterm() -> None:
     signal.signal(signal.SIGTERM, on_term)
 
 
+def holds_process() -> bool:
+    """True where `cuptiprof run` records this process (the bootstrap ran)."""
+    return _rec is not None
+
+
 def _after_fork() -> None:
     global _collector, _marked, _seen_base
     if _rec is None:
         return
     _rec.forget_after_fork()
-    _collector = None   # CUPTI state does not survive fork
+    if _collector is not None:
+        # CUPTI's state does not survive fork: the child's steps and ranges are recorded
+        # host-side (the Recorder, as with --light), the parent's collector left untouched.
+        from cuptiprof.collect.session import detach_after_fork
+
+        detach_after_fork()
+        _collector = None
+        _rec.mode = "light"
+        markers = sys.modules.get("cuptiprof.markers")
+        if markers is not None:
+            _patch_markers(markers)
     _marked, _seen_base = 0, _steps_seen()
     _rec.write_marker(list(sys.argv))
     # multiprocessing's fork children leave through os._exit: atexit never runs there, its

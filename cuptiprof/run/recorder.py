@@ -11,6 +11,7 @@ The part file is created lazily on the first flush, so processes that never reco
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 from cuptiprof import ranks
+from cuptiprof.forking import keep_forever
 from cuptiprof.run.settings import ChildSettings
 
 log = logging.getLogger("cuptiprof")
@@ -47,7 +49,9 @@ class Recorder:
         self.host = socket.gethostname()
         self.start_ns = time.time_ns()
         self.lock = threading.RLock()
-        self.local = threading.local()
+        # open ranges of the running thread or asyncio task (a task starts from a copy of its
+        # creator's, a thread empty): steps of concurrent tasks do not nest in each other
+        self._stack_var: contextvars.ContextVar = contextvars.ContextVar("cuptiprof_open", default=())
         self.next_id = 1
         self.seen = 0                          # step ranges begun (warm-up included)
         self.recorded = 0                      # recorded steps finished
@@ -85,11 +89,8 @@ class Recorder:
             pass
 
     # -- ranges and steps ----------------------------------------------------------------------
-    def _stack(self) -> list:
-        st = getattr(self.local, "stack", None)
-        if st is None:
-            st = self.local.stack = []
-        return st
+    def _stack(self) -> tuple:
+        return self._stack_var.get()
 
     def begin(self, name: str, *, is_step: bool = False, step: int | None = None,
               attrs: dict | None = None, kind: str | None = None) -> _Open | None:
@@ -122,7 +123,7 @@ class Recorder:
                   name=name, kind=kind,
                   step=step if is_step else (parent.step if parent else self.current_step),
                   thread=threading.get_native_id(), start=now, attrs=attrs, is_step=is_step)
-        stack.append(o)
+        self._stack_var.set(stack + (o,))
         return o
 
     def end(self, o: _Open | None, exc_type: type | None = None) -> None:
@@ -133,10 +134,7 @@ class Recorder:
         now = time.time_ns()
         stack = self._stack()
         if o in stack:  # close anything left open inside it too
-            while stack:
-                top = stack.pop()
-                if top is o:
-                    break
+            self._stack_var.set(stack[:max(i for i, t in enumerate(stack) if t is o)])
         with self.lock:
             self.ranges.append((o.range_id, o.parent_id, o.depth, o.name, o.thread, o.start, now,
                                 o.kind, o.step, json.dumps(o.attrs, default=str, sort_keys=True) if o.attrs else None))
@@ -320,6 +318,10 @@ class Recorder:
             self._quality("no_gpu", "gpu",
                           "no GPU activity was captured (no CUDA GPU found): kernels holds CPU ops "
                           "from torch.profiler on device -1, one stream per thread")
+        elif self.mode == "light" and self.s.mode != "light":   # forked from a CUPTI-profiled one
+            self._quality("missing_kind", "gpu",
+                          "a process forked from one CUPTI profiled (CUPTI does not survive "
+                          "fork): ranges and logs only, no GPU activity was collected")
         elif self.mode == "light":
             self._quality("missing_kind", "gpu",
                           "light mode: ranges and logs only, no GPU activity was collected")
@@ -385,7 +387,7 @@ class Recorder:
                               "it, or torch.profiler did not capture it)")
         self.closed = True
         with self.lock:
-            for st in list(getattr(self.local, "stack", []) or []):
+            for st in self._stack():
                 self.ranges.append((st.range_id, st.parent_id, st.depth, st.name, st.thread, st.start,
                                     None, st.kind, st.step, None))
         try:
@@ -404,19 +406,16 @@ class Recorder:
         forked worker counts its warm-up and steps from its own first step, as a spawned one)."""
         # Kept, never used: freeing the parent's DuckDB connection (or torch profiler) in the
         # child runs their destructors on state whose threads did not survive the fork (SIGSEGV).
-        _FORK_LEFTOVERS.append((self.writer, self.prof))
+        keep_forever(self.writer, self.prof)
         self.writer = None
         self.prof = None
         self.ranges, self.logs = [], []
         self.seen, self.recorded, self.done, self.current_step = 0, 0, False, None
         self.step_times, self.windows, self.spans, self.op_steps = [], [], [], set()
-        self.local = threading.local()
+        self._stack_var = contextvars.ContextVar("cuptiprof_open", default=())
         self.lock = threading.RLock()
         self.pid = os.getpid()
         self.start_ns = time.time_ns()
-
-
-_FORK_LEFTOVERS: list = []   # a parent's writer and profiler, held in forked children
 
 
 def _all_threads() -> dict:

@@ -1,0 +1,210 @@
+"""The in-process API in the ways programs use it: steps in asyncio tasks, a fork inside
+profile(), profile() in a program `cuptiprof run` records, how a run's status is decided, and a
+step left open at stop()."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from cuptiprof import markers
+from cuptiprof.collect import session as session_mod
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_session():
+    yield
+    assert session_mod.current() is None, "a test left a session active"
+    assert markers._session is None
+
+
+def q(path, sql):
+    with duckdb.connect(str(path), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def run_py(code: str, cwd: Path, *args: str, **env) -> subprocess.CompletedProcess:
+    """The script `code` in a fresh interpreter (`args` before it: e.g. `-m cuptiprof run --`)."""
+    (cwd / "prog.py").write_text(textwrap.dedent(code))
+    e = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    return subprocess.run([PY, *args, "prog.py"], cwd=cwd, env=e, capture_output=True, text=True,
+                          timeout=180)
+
+
+ASYNC = """
+    import asyncio, cuptiprof
+    async def request(i):
+        with cuptiprof.step(i):
+            with cuptiprof.range("decode"):
+                await asyncio.sleep(0.01)
+    async def main():
+        await asyncio.gather(*(request(i) for i in range(4)))
+    {open}
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("source", ["none", "fake"])
+def test_steps_of_concurrent_asyncio_tasks_do_not_nest(tmp_path, source):
+    """Each task has its own open ranges: four concurrent requests are four steps, each with its
+    own range inside, not one step holding the other three."""
+    code = ASYNC.format(open=f"with cuptiprof.profile('a.duckdb', steps=4, source={source!r}, quiet=True):")
+    code = code.replace("\n    asyncio.run(main())", "\n        asyncio.run(main())")
+    r = run_py(code, tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "a.duckdb"
+    assert q(out, "SELECT kind, count(*) FROM ranges GROUP BY 1 ORDER BY 1") == [("step", 4), ("user", 4)]
+    assert q(out, "SELECT count(*) FROM ranges d JOIN ranges s ON d.parent_id = s.range_id "
+                  "WHERE d.name = 'decode' AND s.kind = 'step' AND d.step = s.step") == [(4,)]
+    assert q(out, "SELECT count(*) FROM data_quality WHERE check_name = 'steps_short'") == [(0,)]
+
+
+def test_steps_of_concurrent_asyncio_tasks_under_run(tmp_path):
+    r = run_py(ASYNC.format(open=""), tmp_path, "-m", "cuptiprof", "run", "-o", "r.duckdb",
+               "--no-report", "--", PY, CUDA_VISIBLE_DEVICES="")
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "r.duckdb", "SELECT kind, count(*) FROM ranges WHERE name IN ('step', 'decode') "
+                                    "GROUP BY 1 ORDER BY 1") == [("step", 4), ("user", 4)]
+
+
+FORK = """
+    import cuptiprof, os, sys
+    with cuptiprof.profile("f.duckdb", source={source!r}, quiet=True):
+        for i in range(3):
+            with cuptiprof.step(i): pass
+        pid = os.fork()
+        if pid == 0:
+            for j in range(2):
+                with cuptiprof.step(100 + j): pass
+            {child_exit}
+        _, status = os.waitpid(pid, 0)
+        print("child", status)
+        for i in range(3, 5):
+            with cuptiprof.step(i): pass
+"""
+
+
+@pytest.mark.parametrize("source", ["none", "fake"])
+@pytest.mark.parametrize("child_exit", ["sys.exit(0)", "os._exit(0)"])
+def test_a_fork_inside_profile_leaves_the_parents_file_alone(tmp_path, source, child_exit):
+    """A forked child ends normally (its inherited DuckDB connection is never closed there,
+    which crashed it), and writes nothing into the parent's file."""
+    r = run_py(FORK.format(source=source, child_exit=child_exit), tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "child 0" in r.stdout, r.stdout + r.stderr
+    out = tmp_path / "f.duckdb"
+    assert q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'") == [([0, 1, 2, 3, 4],)]
+    assert q(out, "SELECT count(*), count(DISTINCT range_id) FROM ranges") == [(5, 5)]
+    assert q(out, "SELECT status FROM runs") == [("complete",)]
+
+
+UNDER_RUN = """
+    import cuptiprof
+    with cuptiprof.profile("inner.duckdb", steps=2):
+        for i in range(2):
+            with cuptiprof.step(i): pass
+    for i in range(2, 4):
+        with cuptiprof.step(i): pass
+    print("done")
+"""
+
+
+@pytest.mark.parametrize("env", [{"CUDA_VISIBLE_DEVICES": ""}, {"CUPTIPROF_FAKE_CUPTI": "1"}],
+                         ids=["no-gpu", "fake-cupti"])
+def test_profile_inside_cuptiprof_run_stands_aside(tmp_path, env):
+    """The README's in-code profile() in a program run under `cuptiprof run`: the run records
+    every step, the program runs to its end, and the inner profile says it writes nothing."""
+    r = run_py(UNDER_RUN, tmp_path, "-m", "cuptiprof", "run", "-o", "o.duckdb", "--no-report", "--",
+               PY, **env)
+    assert r.returncode == 0 and "done" in r.stdout, r.stderr
+    assert "runs under `cuptiprof run`" in r.stderr and "writes no file" in r.stderr
+    out = tmp_path / "o.duckdb"
+    assert q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'") == [([0, 1, 2, 3],)]
+    assert q(out, "SELECT status FROM runs") == [("complete",)]
+    assert not (tmp_path / "inner.duckdb").exists()
+
+
+def test_forked_child_of_a_cupti_run_records_its_steps_host_side(tmp_path):
+    """Under `cuptiprof run` with CUPTI, a forked child (CUPTI does not survive fork) records its
+    steps and ranges host-side into its own part, as its own process, and ends normally."""
+    code = """
+        import cuptiprof, os
+        for i in range(2):
+            with cuptiprof.step(i): pass
+        pid = os.fork()
+        if pid == 0:
+            for j in range(2):
+                with cuptiprof.step(100 + j): pass
+            os._exit(0)
+        print("child", os.waitpid(pid, 0)[1])
+    """
+    r = run_py(code, tmp_path, "-m", "cuptiprof", "run", "-o", "o.duckdb", "--no-report", "--", PY,
+               CUPTIPROF_FAKE_CUPTI="1")
+    assert r.returncode == 0 and "child 0" in r.stdout, r.stdout + r.stderr
+    out = tmp_path / "o.duckdb"
+    got = q(out, "SELECT pid, list(step ORDER BY step) FROM ranges WHERE kind = 'step' GROUP BY 1 ORDER BY 2")
+    assert [s for _, s in got] == [[0, 1], [100, 101]] and got[0][0] != got[1][0]
+    assert q(out, f"SELECT count(*) FROM data_quality WHERE pid = {got[1][0]} AND detail LIKE "
+                  "'%forked from one CUPTI profiled%'") == [(1,)]
+
+
+def test_status_of_a_normal_exit_and_of_a_crash(tmp_path):
+    r = run_py("""
+        import cuptiprof, sys
+        with cuptiprof.profile("a.duckdb", source="none", quiet=True):
+            with cuptiprof.step(0): pass
+            sys.exit(0)
+    """, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "a.duckdb", "SELECT status FROM runs") == [("complete",)]
+    r = run_py("""
+        import cuptiprof
+        cuptiprof.profile("b.duckdb", source="none", quiet=True).start()
+        with cuptiprof.step(0): pass
+        raise RuntimeError("boom")
+    """, tmp_path)
+    assert r.returncode == 1 and "boom" in r.stderr
+    assert q(tmp_path / "b.duckdb", "SELECT status FROM runs") == [("failed",)]
+
+
+def test_a_step_still_open_at_stop_is_marked_incomplete(tmp_path):
+    import cuptiprof
+
+    p = tmp_path / "o.duckdb"
+    prof = cuptiprof.profile(p, source="none", quiet=True).start()
+    with cuptiprof.step(0):
+        pass
+    cuptiprof.step(1).__enter__()   # never exited
+    prof.stop()
+    assert q(p, "SELECT subject, detail FROM data_quality WHERE check_name = 'step_incomplete'") == [
+        ("1", "step 1 was ended early by stop() before the step's end: its numbers cover only the "
+              "part of the step that ran")]
+
+
+def test_forked_child_under_run_that_exits_normally_ends_normally(tmp_path):
+    """sys.exit in a forked child of a recorded (no-GPU) run: the parent's writer it inherited
+    is never freed there (freeing it at the interpreter's exit aborted the child)."""
+    code = """
+        import cuptiprof, os, sys
+        for i in range(2):
+            with cuptiprof.step(i): pass
+        pid = os.fork()
+        if pid == 0:
+            with cuptiprof.step(100): pass
+            sys.exit(0)
+        print("child", os.waitpid(pid, 0)[1])
+    """
+    r = run_py(code, tmp_path, "-m", "cuptiprof", "run", "-o", "o.duckdb", "--no-report", "--", PY,
+               CUDA_VISIBLE_DEVICES="")
+    assert r.returncode == 0 and "child 0" in r.stdout, r.stdout + r.stderr
+    assert "terminate called" not in r.stderr
+    assert q(tmp_path / "o.duckdb", "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'"
+             ) == [([0, 1, 100],)]
