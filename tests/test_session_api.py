@@ -208,3 +208,49 @@ def test_forked_child_under_run_that_exits_normally_ends_normally(tmp_path):
     assert "terminate called" not in r.stderr
     assert q(tmp_path / "o.duckdb", "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'"
              ) == [([0, 1, 100],)]
+
+
+def test_cupti_correlation_stack_follows_ranges_across_threads_and_out_of_order(tmp_path):
+    """CUPTI's external-correlation stack is per thread and pops its top: a range ended on
+    another thread must not pop that thread's stack (CUPTI refuses, and GPU collection was
+    switched off for the rest of the run), and a range ended out of order must take its own id
+    off, not the one above it. Both are said in data_quality."""
+    import asyncio
+    import threading
+
+    import cuptiprof
+    from cuptiprof.collect.fake import FakeCupti
+    from cuptiprof.collect.session import Session
+
+    f = FakeCupti()
+    p = tmp_path / "x.duckdb"
+
+    async def request(name, wait):
+        with cuptiprof.range(name):
+            f.launch_kernel(f"{name}_first")
+            await asyncio.sleep(wait)
+            f.launch_kernel(f"{name}_second")
+
+    async def both():
+        await asyncio.gather(request("a", 0.01), request("b", 0.05))
+
+    with Session(p, steps=4, source=f, quiet=True):
+        with cuptiprof.range("step", step=0):
+            r = cuptiprof.range("request")
+            t = threading.Thread(target=r.__enter__)
+            t.start()
+            t.join()
+            f.launch_kernel("k0")
+            r.__exit__(None, None, None)          # ended on the main thread
+        with cuptiprof.range("step", step=1):
+            asyncio.run(both())
+        for i in (2, 3):
+            with cuptiprof.range("step", step=i):
+                f.launch_kernel(f"k{i}")
+    got = dict(q(p, "SELECT k.name, r.name FROM kernels k LEFT JOIN ranges r USING (range_id)"))
+    assert got["k0"] == "step" and got["k2"] == got["k3"] == "step"   # collection went on
+    assert got["b_second"] == "b"    # after a ended first, b's own id is on top again
+    assert dict(q(p, "SELECT name, step FROM kernels WHERE name LIKE 'k%'")) == {"k0": 0, "k2": 2, "k3": 3}
+    assert dict(q(p, "SELECT check_name, count FROM data_quality WHERE check_name IN "
+                     "('range_thread_switch', 'ranges_interleaved', 'cupti_error')")) == {
+        "range_thread_switch": 1, "ranges_interleaved": 1}

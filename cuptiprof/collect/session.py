@@ -145,6 +145,12 @@ class Session:
         # empty. A tuple: a task's change never reaches another's.
         self._stack_var: contextvars.ContextVar = contextvars.ContextVar("cuptiprof_ranges", default=())
         self._launcher = False   # the Session `cuptiprof run` starts in each profiled process
+        # CUPTI's external-correlation stack is per OS thread: the ids pushed on each thread,
+        # and ids whose range ended elsewhere (another thread, out of order) still to come off
+        self._pushed = threading.local()
+        self._unpop: set[int] = set()
+        self._moved_exits = 0    # ranges ended on another thread than they began on
+        self._unordered_exits = 0   # ranges ended while one opened after them was still open
         self._closed: list[tuple] = []
         self._open: dict[int, list] = {}
         self._step_of: dict[int, int | None] = {}
@@ -419,18 +425,52 @@ class Session:
         self._open[rid] = tok
         self._stack_var.set(stack + (tok,))
         if self.collecting and kind != "warmup":
+            pushed = self._cupti_stack()
+            if self._unpop:
+                self._cupti_unwind(pushed)
             self.source.push(rid)
+            pushed.append(rid)
             tok[10] = True
         tok[5] = self._start_of[rid] = time.time_ns()
         return tok
 
+    def _cupti_stack(self) -> list:
+        st = getattr(self._pushed, "ids", None)
+        if st is None:
+            st = self._pushed.ids = []
+        return st
+
+    def _cupti_unwind(self, pushed: list) -> None:
+        """Take the ids in self._unpop off this thread's CUPTI stack: pop down to the lowest
+        of them and push back the ones above it that are still open (CUPTI pops only the top)."""
+        mine = [i for i, rid in enumerate(pushed) if rid in self._unpop]
+        if not mine:
+            return
+        keep = [rid for rid in pushed[mine[0]:] if rid not in self._unpop]
+        try:
+            for _ in range(len(pushed) - mine[0]):
+                self.source.pop()
+            for rid in keep:
+                self.source.push(rid)
+        except Exception as exc:   # pushes and pops only say which range launched what
+            self._note_problem("cupti_error", f"external correlation stack: {exc}")
+        self._unpop.difference_update(pushed[mine[0]:])
+        pushed[mine[0]:] = keep
+
     def _exit(self, tok: list, exc_type: type | None = None) -> None:
         end = time.time_ns()
         if tok[10]:
-            try:
-                self.source.pop()
-            except Exception as exc:
-                self._gpu_failed(exc)
+            # Only the thread that pushed can pop (CUPTI's stack is per thread); a range ended
+            # elsewhere comes off when its own thread next opens or ends a range. A range ended
+            # out of order (tasks of one thread) comes off from under the ones still open.
+            self._unpop.add(tok[0])
+            if threading.get_native_id() == tok[4]:
+                pushed = self._cupti_stack()
+                if pushed and pushed[-1] != tok[0]:
+                    self._unordered_exits += 1
+                self._cupti_unwind(pushed)
+            else:
+                self._moved_exits += 1
         stack = self._stack()
         if stack and stack[-1] is tok:
             self._stack_var.set(stack[:-1])
@@ -628,6 +668,16 @@ class Session:
                         f"step {step} has no GPU activity (nothing launched, or not captured)")
         for step, exc_name in self._incomplete:
             add(STEP_INCOMPLETE, str(step), None, incomplete_detail(step, exc_name))
+        if self._moved_exits and src.gpu:
+            add("range_thread_switch", None, self._moved_exits,
+                f"{self._moved_exits} ranges ended on another thread than they began on: GPU work "
+                "their first thread launched after that, until it next opened or ended a range, "
+                "may be credited to them")
+        if self._unordered_exits and src.gpu:
+            add("ranges_interleaved", None, self._unordered_exits,
+                f"{self._unordered_exits} ranges ended while a range opened after them on their "
+                "thread was still open (asyncio tasks, or ranges entered and left by hand): GPU "
+                "work launched while both were open is credited to the one opened last")
         for okind, (n, ns) in sorted(r.overhead.items()):
             add("cupti_overhead", _overhead_name(src, okind), n,
                 f"CUPTI spent {ns / 1e6:.3f} ms in {n} overhead spans of this kind", ns)
