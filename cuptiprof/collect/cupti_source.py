@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import os
 import sys
 import threading
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from cuptiprof.collect.errors import (
@@ -61,13 +63,32 @@ def load_cupti() -> Any:
         cupti.get_timestamp()
     except Exception as exc:  # NotSupportedError without a driver
         raise NoGpu(f"no CUDA driver: {_one_line(exc)}") from None
-    if gpu_count() == 0:
+    if not gpu_visible():
         raise NoGpu("no CUDA GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)")
     return cupti
 
 
+def gpu_visible(environ=os.environ, gpus_dir: Path = Path("/proc/driver/nvidia/gpus")) -> bool:
+    """Whether this process may see a CUDA GPU, asked WITHOUT initialising CUDA: the profiled
+    program must do that itself. cuInit here, before the program's first line, would fix the
+    devices before the program sets CUDA_VISIBLE_DEVICES, and leave an initialised driver in a
+    parent that forks CUDA workers (CUDA does not survive fork). False where
+    CUDA_VISIBLE_DEVICES hides every device or the driver lists no GPU; True where it cannot
+    tell (CUPTI then says)."""
+    cvd = environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None and (not cvd.strip() or cvd.strip().startswith("-")):
+        return False
+    try:
+        if gpus_dir.is_dir():
+            return any(gpus_dir.iterdir())
+    except OSError:
+        pass
+    return True
+
+
 def gpu_count() -> int:
-    """Visible CUDA devices through cuda.bindings (0 when the driver or bindings are missing)."""
+    """Visible CUDA devices through cuda.bindings (0 when the driver or bindings are missing).
+    Initialises CUDA: for `doctor` and tests, never in a profiled process (gpu_visible)."""
     try:
         from cuda.bindings import driver
 
@@ -81,11 +102,16 @@ def gpu_count() -> int:
 
 
 def device_synchronize() -> None:
-    """Wait for all GPU work of this process: torch when it has initialised CUDA, else the driver."""
+    """Wait for all GPU work of this process: torch when it has initialised CUDA, else the driver.
+    Only devices the process already has a context on: synchronizing another would create one
+    (hundreds of MB on every GPU of a node, for each rank). Not while a stream is being captured
+    into a CUDA graph: synchronizing then is an error that invalidates the capture."""
     torch = sys.modules.get("torch")
     try:
         if torch is not None and torch.cuda.is_initialized():
-            for i in range(torch.cuda.device_count()):
+            if torch.cuda.is_current_stream_capturing():
+                return
+            for i in _devices_in_use(torch.cuda.device_count(), torch.cuda.current_device()):
                 torch.cuda.synchronize(i)
             return
     except Exception:
@@ -98,6 +124,27 @@ def device_synchronize() -> None:
             driver.cuCtxSynchronize()
     except Exception:
         pass
+
+
+def _devices_in_use(n: int, current: int) -> list[int]:
+    """Device ordinals whose primary context is active (the current one always): asked through
+    cuDevicePrimaryCtxGetState, which creates nothing. All n where the driver cannot say."""
+    try:
+        from cuda.bindings import driver
+
+        out = []
+        for i in range(n):
+            err, dev = driver.cuDeviceGet(i)
+            if int(err) != 0:
+                return list(range(n))
+            err, _flags, active = driver.cuDevicePrimaryCtxGetState(dev)
+            if int(err) != 0:
+                return list(range(n))
+            if active or i == current:
+                out.append(i)
+        return out
+    except Exception:
+        return list(range(n))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -209,10 +256,16 @@ class CuptiSource:
         self.enabled = []
 
     def close(self) -> None:
-        """Disable, deliver everything (forced flush) and give the subscriber slot back."""
+        """Disable, deliver everything (forced flush) and give the subscriber slot back. The GPU
+        is waited for first: a forced flush hands over records of work still running, with no
+        end time."""
         if not self.is_open:
             return
         self.disable()
+        try:
+            self._sync()
+        except Exception:
+            pass   # closing after a failure: deliver what there is
         self.flush(forced=True)
         self.release()
 
