@@ -14,6 +14,7 @@ CUPTIPROF_DISABLE=1 turns all of it off.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 from typing import Any, Callable
@@ -104,7 +105,9 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     Inside code that torch.compile traces a range does nothing, so the compiled code is the same
     with or without it; its kernels count for the enclosing range. attrs: extra attributes stored with the range (JSON); an int `step` is also sent as
     the NVTX payload. One object may be entered again after it exits (and recursively); as a
-    decorator every call opens its own range.
+    decorator every call opens its own range. On a generator function the range covers the
+    whole iteration (first next() to exhaustion or close(), the consumer's time between items
+    included); on an `async def` function the whole await, on an async generator likewise.
     """
 
     __slots__ = ("name", "attrs", "_tokens")
@@ -114,9 +117,10 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
         self.attrs = attrs
         self._tokens: list = []
 
-    def __enter__(self) -> "range":
+    def _open(self) -> Any:
+        """Open the range; returns what _close needs, or None when ranges are off."""
         if _disabled or _compiling():
-            return self
+            return None
         s = _session
         tok = None
         if s is not None:
@@ -131,13 +135,11 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
                 d.push_range(_nvtx_attrs(d, self.name, step if isinstance(step, int) else None))
             except Exception:
                 d = None
-        self._tokens.append((tok, d))
-        return self
+        return tok, d
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        if _disabled or _compiling():
-            return False
-        tok, d = self._tokens.pop() if self._tokens else (None, None)
+    @staticmethod
+    def _close(opened: Any, exc_type: type | None) -> None:
+        tok, d = opened
         if d is not None:
             try:
                 d.pop_range()
@@ -150,10 +152,32 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
                     s._exit(tok, exc_type)
                 except Exception as e:  # pragma: no cover - defensive
                     _report(e)
+
+    def __enter__(self) -> "range":
+        opened = self._open()
+        if opened is not None:
+            self._tokens.append(opened)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if _disabled or _compiling():
+            return False
+        self._close(self._tokens.pop() if self._tokens else (None, None), exc_type)
         return False  # never swallow the user's exception
 
     def __call__(self, func: Callable) -> Callable:
         name, attrs = self.name, self.attrs
+        if inspect.isgeneratorfunction(func):
+            return _wrap_generator(func, name, attrs)
+        if inspect.isasyncgenfunction(func):
+            return _wrap_async_generator(func, name, attrs)
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def coroutine_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with range(name, **attrs):
+                    return await func(*args, **kwargs)
+
+            return coroutine_wrapper
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -164,6 +188,62 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
 
     def __repr__(self) -> str:
         return f"cuptiprof.range({self.name!r}{''.join(f', {k}={v!r}' for k, v in self.attrs.items())})"
+
+
+def _wrap_generator(func: Callable, name: str, attrs: dict) -> Callable:
+    """The range of a generator covers its whole iteration: it opens at the first next() and
+    closes when the generator is exhausted, raises or is closed (time the consumer spends
+    between items counts too). A consumer that stops early (break, close()) ends it normally."""
+    @functools.wraps(func)
+    def generator_wrapper(*args: Any, **kwargs: Any) -> Any:
+        opened = range(name, **attrs)._open()
+        ended = None
+        try:
+            return (yield from func(*args, **kwargs))
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            ended = type(exc)
+            raise
+        finally:
+            if opened is not None:
+                range._close(opened, ended)
+
+    return generator_wrapper
+
+
+def _wrap_async_generator(func: Callable, name: str, attrs: dict) -> Callable:
+    """As _wrap_generator, for an async generator (no `yield from` there: asend, athrow and
+    aclose are passed on by hand)."""
+    @functools.wraps(func)
+    async def async_generator_wrapper(*args: Any, **kwargs: Any) -> Any:
+        agen = func(*args, **kwargs)
+        opened = range(name, **attrs)._open()
+        ended = None
+        try:
+            item = await agen.__anext__()
+            while True:
+                try:
+                    sent = yield item
+                except GeneratorExit:
+                    await agen.aclose()
+                    raise
+                except BaseException as exc:
+                    item = await agen.athrow(exc)
+                else:
+                    item = await (agen.__anext__() if sent is None else agen.asend(sent))
+        except StopAsyncIteration:
+            pass
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            ended = type(exc)
+            raise
+        finally:
+            if opened is not None:
+                range._close(opened, ended)
+
+    return async_generator_wrapper
 
 
 def step(i: int, **attrs: Any) -> range:

@@ -1,0 +1,122 @@
+"""cuptiprof.range and cuptiprof.step as a session records them: decorated generators and
+coroutines, step numbers of other integer types, one range object used by several threads."""
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import duckdb
+import pytest
+
+import cuptiprof
+from cuptiprof import markers
+from cuptiprof.collect import session as session_mod
+from cuptiprof.collect.fake import FakeCupti
+from cuptiprof.collect.session import Session
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_session(monkeypatch):
+    monkeypatch.delenv("CUPTIPROF_DISABLE", raising=False)
+    markers.reload_env()
+    yield
+    assert session_mod.current() is None, "a test left a session active"
+    assert markers._session is None
+
+
+def q(path, sql):
+    with duckdb.connect(str(path), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def kernels_by_range(path):
+    """kernel name -> name of the range it was launched in."""
+    return dict(q(path, "SELECT k.name, r.name FROM kernels k JOIN ranges r USING (range_id)"))
+
+
+# -- the decorator on generators and coroutines ------------------------------------------------
+def test_decorated_generator_range_covers_its_iteration(tmp_path):
+    f = FakeCupti()
+
+    @cuptiprof.range("gen")
+    def gen(n):
+        for i in range(n):
+            f.launch_kernel(f"k_item{i}")
+            got = yield i
+            if got is not None:
+                f.launch_kernel(f"k_sent{got}")
+        return "done"
+
+    assert inspect.isgeneratorfunction(gen) and gen.__name__ == "gen"
+    p = tmp_path / "g.duckdb"
+    with Session(p, source=f, quiet=True):
+        with cuptiprof.step(0):
+            g = gen(3)
+            assert next(g) == 0 and g.send(7) == 1 and next(g) == 2
+            with pytest.raises(StopIteration) as stop:
+                next(g)
+            assert stop.value.value == "done"
+    assert kernels_by_range(p) == {"k_item0": "gen", "k_sent7": "gen", "k_item1": "gen",
+                                   "k_item2": "gen"}
+    assert q(p, "SELECT name, parent_id IS NOT NULL FROM ranges ORDER BY range_id") == [
+        ("step", False), ("gen", True)]
+
+
+def test_generator_stopped_early_ends_its_range_normally(tmp_path):
+    f = FakeCupti()
+
+    @cuptiprof.step(0)
+    def steps():
+        while True:
+            f.launch_kernel("k")
+            yield
+
+    p = tmp_path / "e.duckdb"
+    with Session(p, source=f, quiet=True):
+        for _ in zip(range(2), steps()):
+            pass
+    assert q(p, "SELECT name, kind, step FROM ranges") == [("step", "step", 0)]
+    assert q(p, "SELECT count(*) FROM kernels WHERE step = 0") == [(2,)]
+    # a consumer that stops early is no exception that ended the step
+    assert q(p, "SELECT count(*) FROM data_quality WHERE check_name = 'step_incomplete'") == [(0,)]
+
+
+def test_decorated_coroutine_and_async_generator_cover_their_run(tmp_path):
+    f = FakeCupti()
+
+    @cuptiprof.range("coro")
+    async def coro():
+        await asyncio.sleep(0)
+        f.launch_kernel("k_coro")
+        return 5
+
+    @cuptiprof.range("agen")
+    async def agen():
+        for i in range(2):
+            await asyncio.sleep(0)
+            f.launch_kernel(f"k_agen{i}")
+            try:
+                got = yield i
+            except KeyError:
+                f.launch_kernel("k_thrown")
+                got = yield -1
+            if got is not None:
+                f.launch_kernel(f"k_sent{got}")
+
+    assert inspect.iscoroutinefunction(coro) and inspect.isasyncgenfunction(agen)
+
+    async def main():
+        assert await coro() == 5
+        a = agen()
+        assert await a.__anext__() == 0
+        assert await a.athrow(KeyError("x")) == -1
+        assert await a.asend(9) == 1
+        with pytest.raises(StopAsyncIteration):
+            await a.__anext__()
+
+    p = tmp_path / "a.duckdb"
+    with Session(p, source=f, quiet=True):
+        with cuptiprof.step(0):
+            asyncio.run(main())
+    assert kernels_by_range(p) == {"k_coro": "coro", "k_agen0": "agen", "k_thrown": "agen",
+                                   "k_sent9": "agen", "k_agen1": "agen"}
