@@ -13,6 +13,8 @@ CUPTIPROF_DISABLE=1 turns all of it off.
 """
 from __future__ import annotations
 
+import builtins
+import contextvars
 import functools
 import inspect
 import os
@@ -25,6 +27,10 @@ _disabled = os.environ.get("CUPTIPROF_DISABLE", "") not in ("", "0")
 _session: Any = None          # the active collect.session.Session (set by Session.start/stop)
 _nvtx: Any = False            # False: not resolved yet; None: no NVTX tool; else the Domain
 _attrs_cache: dict = {}
+# (range object, what its __exit__ closes) of the ranges entered and not yet exited, innermost
+# last. A context variable, so that one object (a module-level `ATTN = cuptiprof.range("attn")`)
+# entered in several threads or asyncio tasks at once closes each its own entry.
+_entered: contextvars.ContextVar[tuple] = contextvars.ContextVar("cuptiprof_entered", default=())
 _failed = False
 
 
@@ -105,17 +111,17 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     Inside code that torch.compile traces a range does nothing, so the compiled code is the same
     with or without it; its kernels count for the enclosing range. attrs: extra attributes stored with the range (JSON); an int `step` is also sent as
     the NVTX payload. One object may be entered again after it exits (and recursively); as a
-    decorator every call opens its own range. On a generator function the range covers the
+    decorator every call opens its own range. Several threads or asyncio tasks may be inside one
+    object at once: each closes its own entry. On a generator function the range covers the
     whole iteration (first next() to exhaustion or close(), the consumer's time between items
     included); on an `async def` function the whole await, on an async generator likewise.
     """
 
-    __slots__ = ("name", "attrs", "_tokens")
+    __slots__ = ("name", "attrs")
 
     def __init__(self, name: str, **attrs: Any):
         self.name = str(name)
         self.attrs = attrs
-        self._tokens: list = []
 
     def _open(self) -> Any:
         """Open the range; returns what _close needs, or None when ranges are off."""
@@ -155,14 +161,22 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
 
     def __enter__(self) -> "range":
         opened = self._open()
-        if opened is not None:
-            self._tokens.append(opened)
+        # Nothing to close later when nothing profiles: keep that path free of bookkeeping.
+        if opened is not None and opened != (None, None):
+            _entered.set(_entered.get() + ((self, opened),))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if _disabled or _compiling():
             return False
-        self._close(self._tokens.pop() if self._tokens else (None, None), exc_type)
+        entered = _entered.get()
+        if not entered:
+            return False
+        for i in builtins.range(len(entered) - 1, -1, -1):   # the latest entry of this object
+            if entered[i][0] is self:
+                _entered.set(entered[:i] + entered[i + 1:])
+                self._close(entered[i][1], exc_type)
+                break
         return False  # never swallow the user's exception
 
     def __call__(self, func: Callable) -> Callable:

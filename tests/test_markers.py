@@ -23,22 +23,48 @@ def test_public_names():
     assert (r.name, r.attrs) == ("step", {"step": 3})
 
 
-def test_context_manager_nests_and_reenters():
+class Recording:
+    """Stands in for a session: hands out one token per range and records what closes."""
+
+    def __init__(self):
+        self.n = 0
+        self.events = []
+
+    def _enter(self, name, attrs):
+        self.n += 1
+        self.events.append(("enter", name, self.n))
+        return self.n
+
+    def _exit(self, tok, exc_type=None):
+        self.events.append(("exit", tok, exc_type))
+
+
+@pytest.fixture
+def recording(monkeypatch):
+    rec = Recording()
+    monkeypatch.setattr(markers, "_session", rec)
+    return rec
+
+
+def test_context_manager_nests_and_reenters(recording):
     outer = cuptiprof.range("outer", k=1)
     with outer as got:
         assert got is outer
         with cuptiprof.range("inner"):
             with outer:  # the same object, recursively
-                assert len(outer._tokens) == 2
-    assert outer._tokens == []
+                assert len(markers._entered.get()) == 3
+    assert markers._entered.get() == ()
+    assert recording.events == [("enter", "outer", 1), ("enter", "inner", 2), ("enter", "outer", 3),
+                                ("exit", 3, None), ("exit", 2, None), ("exit", 1, None)]
 
 
-def test_exception_propagates_and_range_closes():
+def test_exception_propagates_and_range_closes(recording):
     r = cuptiprof.range("boom")
     with pytest.raises(KeyError):
         with r:
             raise KeyError("x")
-    assert r._tokens == []
+    assert markers._entered.get() == ()
+    assert recording.events == [("enter", "boom", 1), ("exit", 1, KeyError)]
 
 
 def test_decorator_keeps_function_and_opens_one_range_per_call():
@@ -96,9 +122,34 @@ def test_disable_env_is_a_no_op(monkeypatch):
     markers.reload_env()
     r = cuptiprof.range("off")
     with r:
-        assert r._tokens == []
+        assert markers._entered.get() == ()
     assert markers._nvtx is False
 
 
 def test_repr():
     assert repr(cuptiprof.range("a", step=1)) == "cuptiprof.range('a', step=1)"
+
+
+def test_one_range_object_entered_by_several_asyncio_tasks(recording):
+    import asyncio
+
+    shared = cuptiprof.range("shared")
+
+    async def first(second_in, first_out):
+        with shared:
+            await second_in.wait()
+        first_out.set()   # leaves `shared` while the other task is still in it
+
+    async def second(second_in, first_out):
+        with shared:
+            second_in.set()
+            await first_out.wait()
+
+    async def main():
+        second_in, first_out = asyncio.Event(), asyncio.Event()
+        await asyncio.gather(first(second_in, first_out), second(second_in, first_out))
+
+    asyncio.run(main())
+    # each task closes the token it opened, though the first one in is the first one out
+    assert recording.events == [("enter", "shared", 1), ("enter", "shared", 2),
+                                ("exit", 1, None), ("exit", 2, None)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 
 import duckdb
 import pytest
@@ -120,3 +121,38 @@ def test_decorated_coroutine_and_async_generator_cover_their_run(tmp_path):
             asyncio.run(main())
     assert kernels_by_range(p) == {"k_coro": "coro", "k_agen0": "agen", "k_thrown": "agen",
                                    "k_sent9": "agen", "k_agen1": "agen"}
+
+
+# -- one range object entered by several threads at once -------------------------------------
+def test_one_range_object_shared_by_threads_closes_each_threads_own(tmp_path):
+    f = FakeCupti()
+    attn = cuptiprof.range("attn")   # module-level style: one object, both threads
+    both_inside = threading.Barrier(2)
+    first_out = threading.Event()
+
+    def worker(k):
+        for i in range(3):
+            with cuptiprof.step(k * 10 + i):
+                with attn:
+                    f.launch_kernel(f"k{k}_{i}")
+                    if i == 0:
+                        both_inside.wait()
+                        if k == 1:   # thread 0 leaves `attn` while thread 1 is still in it
+                            first_out.wait()
+                if i == 0 and k == 0:
+                    first_out.set()
+
+    p = tmp_path / "t.duckdb"
+    with Session(p, source=f, quiet=True):
+        ts = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+    rows = q(p, "SELECT a.step, s.step, a.thread_id = s.thread_id, a.end_ns <= s.end_ns "
+                "FROM ranges a JOIN ranges s ON a.parent_id = s.range_id "
+                "WHERE a.name = 'attn' ORDER BY a.step")
+    # every attn range closed inside its own thread's step, under that step
+    assert rows == [(s, s, True, True) for s in (0, 1, 2, 10, 11, 12)]
+    assert q(p, "SELECT count(*) FROM ranges WHERE name = 'attn' AND parent_id IS NULL") == [(0,)]
+    assert q(p, "SELECT k.name, k.step FROM kernels k JOIN ranges r USING (range_id) "
+                "WHERE r.name = 'attn' ORDER BY k.step") == [
+        ("k0_0", 0), ("k0_1", 1), ("k0_2", 2), ("k1_0", 10), ("k1_1", 11), ("k1_2", 12)]
