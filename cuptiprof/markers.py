@@ -17,6 +17,7 @@ import builtins
 import contextvars
 import functools
 import inspect
+import operator
 import os
 import sys
 from typing import Any, Callable
@@ -77,6 +78,20 @@ def _nvtx_attrs(domain: Any, name: str, payload: Any) -> Any:
     return a
 
 
+def step_number(value: Any) -> int | None:
+    """The step number `value` stands for: an int, a numpy integer, a 0-d integer array or
+    tensor (what operator.index() takes); None for anything else, bool included (the step is
+    then numbered by its position). The one check of every place that takes a step number."""
+    if type(value) is int:
+        return value
+    if value is None or isinstance(value, bool) or "bool" in str(getattr(value, "dtype", "")):
+        return None
+    try:
+        return operator.index(value)
+    except Exception:
+        return None
+
+
 def _compiling() -> bool:
     """True while torch.compile traces the code a range is in. The range then stays out of the
     graph (no graph break, no recompile): code compiled with ranges in it runs as it would
@@ -109,12 +124,14 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     name: 'step' marks a step (give step=i), 'warmup' marks warm-up, anything else is a user
     range. Steps do not nest: a 'step' opened inside a step is a user range of that step.
     Inside code that torch.compile traces a range does nothing, so the compiled code is the same
-    with or without it; its kernels count for the enclosing range. attrs: extra attributes stored with the range (JSON); an int `step` is also sent as
-    the NVTX payload. One object may be entered again after it exits (and recursively); as a
-    decorator every call opens its own range. Several threads or asyncio tasks may be inside one
-    object at once: each closes its own entry. On a generator function the range covers the
-    whole iteration (first next() to exhaustion or close(), the consumer's time between items
-    included); on an `async def` function the whole await, on an async generator likewise.
+    with or without it; its kernels count for the enclosing range. attrs: extra attributes
+    stored with the range (JSON); `step` may be any integer (int, numpy integer, 0-d integer
+    tensor) and is also sent as the NVTX payload. One object may be entered again after it
+    exits (and recursively); as a decorator every call opens its own range. Several threads or
+    asyncio tasks may be inside one object at once: each closes its own entry. On a generator
+    function the range covers the whole iteration (first next() to exhaustion or close(), the
+    consumer's time between items included); on an `async def` function the whole await, on an
+    async generator likewise.
     """
 
     __slots__ = ("name", "attrs")
@@ -137,8 +154,7 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
         d = _nvtx if _nvtx is not False else _domain()
         if d is not None:
             try:
-                step = self.attrs.get("step")
-                d.push_range(_nvtx_attrs(d, self.name, step if isinstance(step, int) else None))
+                d.push_range(_nvtx_attrs(d, self.name, step_number(self.attrs.get("step"))))
             except Exception:
                 d = None
         return tok, d

@@ -115,6 +115,15 @@ def test_nvtx_push_pop_in_cuptiprof_domain_when_a_tool_listens(monkeypatch):
     assert seen == ["cuptiprof"]
     assert events == [("push", ("step", 4)), ("push", ("attn", None)), ("pop",), ("pop",)]
 
+    np = pytest.importorskip("numpy")
+    events.clear()
+    with cuptiprof.step(np.int64(999)):   # e.g. a scheduler's timestep
+        pass
+    with cuptiprof.step(True):
+        pass
+    assert events == [("push", ("step", 999)), ("pop",), ("push", ("step", None)), ("pop",)]
+    assert type(events[0][1][1]) is int
+
 
 def test_disable_env_is_a_no_op(monkeypatch):
     monkeypatch.setenv("CUPTIPROF_DISABLE", "1")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sys
 import threading
 
 import duckdb
@@ -156,3 +157,42 @@ def test_one_range_object_shared_by_threads_closes_each_threads_own(tmp_path):
     assert q(p, "SELECT k.name, k.step FROM kernels k JOIN ranges r USING (range_id) "
                 "WHERE r.name = 'attn' ORDER BY k.step") == [
         ("k0_0", 0), ("k0_1", 1), ("k0_2", 2), ("k1_0", 10), ("k1_1", 11), ("k1_2", 12)]
+
+
+# -- step numbers of any integer type ----------------------------------------------------------
+def integer_steps():
+    """(value given to cuptiprof.step, step stored): integers of every kind keep their number;
+    a bool or a float is no step number, so the step is numbered by its position."""
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    return [(np.int64(999), 999), (np.uint16(979), 979), (np.array(959), 959),
+            (torch.tensor(939), 939), (True, 4), (torch.tensor(True), 5), (2.0, 6),
+            (np.float64(3.0), 7), ("8", 8), (7, 7)]
+
+
+def test_numpy_and_tensor_step_numbers_are_stored_as_given(tmp_path):
+    cases = integer_steps()
+    p = tmp_path / "n.duckdb"
+    with Session(p, source=FakeCupti(), quiet=True):
+        for given, _ in cases:
+            with cuptiprof.step(given):
+                pass
+    assert q(p, "SELECT step FROM ranges WHERE kind = 'step' ORDER BY range_id") == [
+        (want,) for _, want in cases]
+
+
+def test_numpy_step_numbers_without_a_gpu_collector(tmp_path):
+    from _run_helpers import cli, script
+
+    p = script(tmp_path, """
+        import numpy as np, cuptiprof
+        for i, t in enumerate(np.array([999, 979, 959])):
+            with cuptiprof.step(t):
+                pass
+        with cuptiprof.step(True):
+            pass
+    """)
+    r = cli(["run", "-o", "r.duckdb", "--no-report", "--light", "--", sys.executable, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "r.duckdb", "SELECT step FROM ranges WHERE kind = 'step' "
+                                     "ORDER BY start_ns") == [(999,), (979,), (959,), (3,)]

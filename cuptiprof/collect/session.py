@@ -389,8 +389,8 @@ class Session:
         if is_step:
             ordinal = self.steps_seen
             self.steps_seen += 1
-            step = attrs.get("step", ordinal)
-            if not isinstance(step, int):
+            step = markers.step_number(attrs.get("step"))
+            if step is None:
                 step = ordinal
             if ordinal < self.warmup:
                 kind = "warmup"

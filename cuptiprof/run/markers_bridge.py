@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cuptiprof.markers import step_number
+
 
 class RecorderRanges:
     def __init__(self, markers: Any, rec: Any):
@@ -14,8 +16,7 @@ class RecorderRanges:
     def _enter(self, name: str, attrs: dict):
         step_name = name == "step" or (self.rec.s.step_range is not None and name == self.rec.s.step_range)
         if step_name:
-            step = attrs.get("step")
-            return self.rec.begin(name, is_step=True, step=step if isinstance(step, int) else None,
+            return self.rec.begin(name, is_step=True, step=step_number(attrs.get("step")),
                                   attrs={k: v for k, v in attrs.items() if k != "step"} or None)
         return self.rec.begin(name, attrs=attrs or None)
 
