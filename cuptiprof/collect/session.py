@@ -115,6 +115,8 @@ class Session:
         if unknown:
             raise UsageError(f"unknown kind(s) {', '.join(unknown)}; choose from "
                              f"{', '.join(ALL_KINDS)}")
+        if isinstance(source, str) and source not in ("cupti", "fake", "none"):  # before any file
+            raise UsageError(f"unknown source {source!r}; use 'cupti', 'fake' or 'none'")
         if light:
             chosen = [k for k in chosen if k not in ("api", "nvtx", "memory")]
         self.path = Path(path)
@@ -236,8 +238,6 @@ class Session:
                 s = cupti_source.CuptiSource(fake.FakeCupti(auto=True), nvtx_capture=True)
                 s.name = "fake"
                 return s
-            if src != "cupti":
-                raise UsageError(f"unknown source {src!r}; use 'cupti', 'fake' or 'none'")
             try:
                 from cuptiprof.collect import nvtx_setup
 
