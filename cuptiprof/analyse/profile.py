@@ -59,9 +59,17 @@ class Profile:
         except duckdb.Error as exc:
             raise connect_error(self.path, exc, writing=False) from None
         try:
+            self._check_and_scope(steps)
+        except BaseException:
+            # Nothing may keep the file open after a failed open: DuckDB would refuse the next
+            # profile() or open() of it in this process with other settings.
+            self.con.close()
+            raise
+
+    def _check_and_scope(self, steps) -> None:
+        try:
             version = file_schema_version(self.con)
         except duckdb.Error as exc:
-            self.con.close()
             raise StoreError(f"{self.path}: corrupt DuckDB file ({str(exc).splitlines()[0][:160]})") from None
         if version is None:
             try:  # a cut-off copy still lists its tables but cannot read them
@@ -71,14 +79,9 @@ class Profile:
                 why = "a DuckDB file, but not a cuptiprof file (no schema version)"
             except duckdb.Error as exc:
                 why = f"truncated or corrupt ({str(exc).splitlines()[0][:160]})"
-            self.con.close()
             raise StoreError(f"{self.path}: {why}")
-        try:
-            check_schema_version(self.path, version)
-            check_core_tables(self.con, self.path)
-        except StoreError:
-            self.con.close()
-            raise
+        check_schema_version(self.path, version)
+        check_core_tables(self.con, self.path)
         self.schema_version = version
         self.stored_busy = self._has_stored_busy()
         self.set_steps(steps)

@@ -112,6 +112,15 @@ def connect_error(path: Path, exc: Exception, *, writing: bool) -> StoreError:
             f"{path}: another process{pid} is writing this file; wait for it to finish "
             f"before {what} it, or write to another path"
         )
+    # DuckDB opens a file once per process: a second connection with other settings (read-only
+    # beside read-write) or an ATTACH of it is refused with a message that names the
+    # "database file"; that is no damage to the file.
+    if "different configuration" in msg or "already attached" in msg:
+        what = "profiling into" if writing else "opening"
+        return StoreError(
+            f"{path}: already open in this process (an open cuptiprof.open() of it, or a "
+            f"profile() writing it); close that (prof.close(), or end the profile) before "
+            f"{what} it")
     if "not a valid DuckDB" in msg or "database file" in msg.lower() or "Corrupt" in msg \
             or "checksum" in msg.lower() or "serializ" in msg.lower():
         return StoreError(f"{path}: not a readable DuckDB file ({msg.splitlines()[0][:160]})")
