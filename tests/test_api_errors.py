@@ -79,3 +79,50 @@ def test_profile_into_a_file_open_for_reading_says_so(tmp_path):
     finally:
         prof.close()
     assert session_mod.current() is None
+
+
+@pytest.mark.parametrize("steps, scope", [
+    (1, "steps 1:1"), ("1", "steps 1:1"), ((0, 1), "steps 0:1"), ([1, 2], "steps 1:2"),
+    ((1, None), "steps 1:"), ((None, 1), "steps :1"), (range(0, 3), "steps 0:2"),
+    (range(2, 3), "steps 2:2"), ("1:", "steps 1:"),
+])
+def test_open_takes_python_step_forms(tmp_path, steps, scope):
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with cuptiprof.open(p, steps) as prof:
+        assert prof.scope == scope
+        lo, hi = prof.steps
+        want = [s for s in range(3) if (lo is None or s >= lo) and (hi is None or s <= hi)]
+        assert prof.sql("SELECT step FROM sel_ranges WHERE kind = 'step' ORDER BY step"
+                        ).fetchall() == [(s,) for s in want]
+
+
+@pytest.mark.parametrize("steps, says", [
+    ((2, 1), "steps=(2, 1): the end (1) is before the start (2)"),
+    ("2:1", "steps='2:1': the end (1) is before the start (2)"),
+    (range(0, 6, 2), "steps=range(0, 6, 2): expected a range of consecutive steps"),
+    (range(3, 3), "steps=range(3, 3): an empty range holds no step"),
+    (1.5, "steps=1.5: expected an int N, a (first, last) pair"),
+    (True, "steps=True: expected an int N"),
+    ((1, 2, 3), "steps=(1, 2, 3): expected an int N"),
+    (("a", 2), "steps=('a', 2): expected an int N"),
+    (7, "no recorded step in steps=7; cuptiprof.open("),
+])
+def test_open_refuses_bad_steps_in_python_words(tmp_path, steps, says):
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with pytest.raises(UsageError) as err:
+        cuptiprof.open(p, steps)
+    msg = str(err.value)
+    assert says in msg and "--steps" not in msg and "\n" not in msg, msg
+
+
+def test_the_cli_keeps_its_option_wording(tmp_path):
+    from _run_helpers import cli
+
+    p = tmp_path / "f.duckdb"
+    record(p)
+    r = cli(["report", p, "--steps", "90:99"], tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"cuptiprof: error: {p}: no recorded step in --steps '90:99'; "
+                                "see `cuptiprof report FILE --by step` for the steps it has")

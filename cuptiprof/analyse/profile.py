@@ -32,27 +32,61 @@ def stepless_processes(con, db: str = "", use_busy: bool = False) -> list[tuple[
                        "('step', 'warmup') ORDER BY ALL").fetchall()
 
 
-def parse_steps(spec: str | None) -> tuple[int | None, int | None] | None:
-    """'3:5' -> (3, 5) inclusive; '3:' / ':5' open-ended; '4' -> (4, 4); None -> None."""
+def parse_steps(spec: str | None, label: str | None = None) -> tuple[int | None, int | None] | None:
+    """'3:5' -> (3, 5) inclusive; '3:' / ':5' open-ended; '4' -> (4, 4); None -> None.
+    label: how messages name the argument (default: the CLI's `--steps '3:5'`)."""
     if spec is None or spec == "":
         return None
+    label = label or f"--steps {spec!r}"
     m = re.fullmatch(r"\s*(-?\d+)?\s*(:)?\s*(-?\d+)?\s*", str(spec))
     if not m or (m.group(1) is None and m.group(3) is None):
-        raise UsageError(f"--steps {spec!r}: expected A:B, A:, :B or N (step indices, inclusive)")
+        raise UsageError(f"{label}: expected A:B, A:, :B or N (step indices, inclusive)")
     lo = int(m.group(1)) if m.group(1) is not None else None
     hi = int(m.group(3)) if m.group(3) is not None else None
     if m.group(2) is None:
         hi = lo
     if lo is not None and hi is not None and hi < lo:
-        raise UsageError(f"--steps {spec!r}: the end ({hi}) is before the start ({lo})")
+        raise UsageError(f"{label}: the end ({hi}) is before the start ({lo})")
     return lo, hi
+
+
+def steps_range(steps, label: str) -> tuple[int | None, int | None] | None:
+    """The inclusive (first, last) steps of a `steps` argument from Python: None (every step),
+    an int N, a (first, last) pair with None for an open end, a range of consecutive steps
+    (range(0, 3): steps 0 to 2), or the string forms of parse_steps. label names the argument
+    in messages."""
+    from cuptiprof.markers import step_number
+
+    if steps is None or isinstance(steps, str):
+        return parse_steps(steps, label)
+    if isinstance(steps, range):
+        if len(steps) == 0:
+            raise UsageError(f"{label}: an empty range holds no step; range(3, 6) is steps 3 to 5")
+        if steps.step != 1:
+            raise UsageError(f"{label}: expected a range of consecutive steps (step 1), such as "
+                             "range(3, 6) for steps 3 to 5")
+        return steps[0], steps[-1]
+    n = step_number(steps)
+    if n is not None:
+        return n, n
+    if isinstance(steps, (tuple, list)) and len(steps) == 2:
+        lo, hi = (None if v is None else step_number(v) for v in steps)
+        if (lo is None) == (steps[0] is None) and (hi is None) == (steps[1] is None):
+            if lo is not None and hi is not None and hi < lo:
+                raise UsageError(f"{label}: the end ({hi}) is before the start ({lo})")
+            return lo, hi
+    raise UsageError(f"{label}: expected an int N, a (first, last) pair of steps (None for an "
+                     "open end), a range(first, last + 1), or a string 'A:B', 'A:', ':B' or 'N'")
 
 
 class Profile:
     """One cuptiprof file opened read-only. Report methods return DuckDB relations."""
 
-    def __init__(self, path: str | os.PathLike, steps: str | tuple | None = None):
+    def __init__(self, path: str | os.PathLike, steps=None, *, option: str | None = None):
+        """steps: see set_steps. option: the command-line option `steps` came from (messages
+        then name it, `--steps '3:5'`, instead of the Python argument)."""
         self.path = Path(path)
+        self._option = option
         require_duckdb(self.path)
         try:
             self.con = duckdb.connect(str(self.path), read_only=True)
@@ -98,10 +132,12 @@ class Profile:
             return False
 
     # -- scope -------------------------------------------------------------------------------
-    def set_steps(self, steps: str | tuple | None) -> None:
-        """Choose the steps reports look at (inclusive). None: every recorded step, or every row
-        when the file has no steps at all."""
-        rng = parse_steps(steps) if isinstance(steps, (str, type(None))) else tuple(steps)
+    def set_steps(self, steps) -> None:
+        """Choose the steps reports look at, inclusive: None (every recorded step, or every row
+        when the file has no steps at all), an int N, a (first, last) pair with None for an open
+        end, a range of consecutive steps, or a string 'A:B', 'A:', ':B' or 'N'."""
+        label = f"{self._option} {steps!r}" if self._option else f"steps={steps!r}"
+        rng = steps_range(steps, label)
         kernel_where = None   # the filter over kernel_rows (keyed by lane), where it differs
         has_steps = self.con.execute(
             "SELECT EXISTS (SELECT 1 FROM gpu_activities WHERE step IS NOT NULL) "
@@ -129,8 +165,9 @@ class Profile:
             n = self.con.execute(f"SELECT count(*) FROM gpu_activities WHERE {where}").fetchone()[0]
             m = self.con.execute(f"SELECT count(*) FROM ranges WHERE kind='step' AND {where}").fetchone()[0]
             if n == 0 and m == 0:
-                raise UsageError(f"{self.path}: no recorded step in --steps {steps}; "
-                                 "see `cuptiprof report FILE --by step` for the steps it has")
+                see = ("see `cuptiprof report FILE --by step` for the steps it has" if self._option
+                       else f"cuptiprof.open({str(self.path)!r}).steps_report() lists the steps it has")
+                raise UsageError(f"{self.path}: no recorded step in {label}; {see}")
         self.steps = rng
         self.step_filter = where
         for macro in catalog.macros():
@@ -181,6 +218,7 @@ class Profile:
         self.close()
 
 
-def open_profile(path: str | os.PathLike, steps: str | tuple | None = None) -> Profile:
-    """Open a cuptiprof file read-only (the public `cuptiprof.open`)."""
-    return Profile(path, steps)
+def open_profile(path: str | os.PathLike, steps=None, *, option: str | None = None) -> Profile:
+    """Open a cuptiprof file read-only (the public `cuptiprof.open`; the commands pass the
+    option their steps came from)."""
+    return Profile(path, steps, option=option)

@@ -38,7 +38,7 @@ def run(args) -> int:
         check_output(args.chrome, inputs=[args.file], force=args.force)
     if args.parquet:
         check_target(args.parquet, [args.file], args.force)
-    with open_profile(args.file, args.steps) as prof:
+    with open_profile(args.file, args.steps, option="--steps") as prof:
         if args.chrome:
             from cuptiprof.interop.chrome import export_chrome
             try:

@@ -42,7 +42,7 @@ def run(args) -> int:
     if args.html:
         from cuptiprof.render.html import check_html_output
         check_html_output(args.html, inputs=[args.file])
-    with open_profile(args.file, args.steps) as prof:
+    with open_profile(args.file, args.steps, option="--steps") as prof:
         if args.html:
             from cuptiprof.render.html import write_report
 

@@ -17,7 +17,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    with open_profile(args.file, args.steps) as prof:
+    with open_profile(args.file, args.steps, option="--steps") as prof:
         # Read-only covers the file; this covers everything else a statement could touch
         # (COPY ... TO, EXPORT DATABASE, ATTACH, INSTALL), and cannot be switched back.
         prof.con.execute("SET enable_external_access = false")
