@@ -2,6 +2,7 @@
 is wrong, nothing left behind or held open, and the corrected call works."""
 from __future__ import annotations
 
+import duckdb
 import pytest
 
 import cuptiprof
@@ -126,3 +127,43 @@ def test_the_cli_keeps_its_option_wording(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip() == (f"cuptiprof: error: {p}: no recorded step in --steps '90:99'; "
                                 "see `cuptiprof report FILE --by step` for the steps it has")
+
+
+# -- Profile.sql() refuses what `cuptiprof sql` refuses ------------------------------------------
+@pytest.mark.parametrize("query, kind", [
+    ("COPY (SELECT * FROM ranges) TO '{d}/out.csv'", "COPY"),
+    ("SELECT 1; COPY ranges TO '{d}/out.csv'", "COPY"),
+    ("EXPORT DATABASE '{d}/out'", "EXPORT"),
+    ("ATTACH '{d}/out.duckdb' AS o", "ATTACH"),
+    ("INSTALL httpfs", "INSTALL"),
+    ("SET profiling_output = '{d}/out.json'", "SET"),
+    ("PREPARE p AS COPY ranges TO '{d}/out.csv'", "PREPARE"),
+    ("CREATE TABLE t AS SELECT 1", "CREATE"),
+    ("DELETE FROM range_rows", "DELETE"),
+])
+def test_profile_sql_refuses_statements_beyond_queries(tmp_path, query, kind):
+    p = tmp_path / "f.duckdb"
+    record(p)
+    out = tmp_path / "o"
+    out.mkdir()
+    with cuptiprof.open(p) as prof:
+        with pytest.raises(UsageError) as err:
+            prof.sql(query.replace("{d}", str(out)))
+        msg = str(err.value)
+        assert f"a {kind} statement is refused" in msg and "write_parquet" in msg, msg
+        assert prof.sql("SELECT count(*) FROM ranges").fetchall() == [(3,)]
+    assert list(out.iterdir()) == []
+
+
+def test_profile_sql_runs_queries_and_results_can_be_saved(tmp_path):
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with cuptiprof.open(p) as prof:
+        assert prof.sql("SELECT step FROM ranges WHERE step > ? ORDER BY step", [0]).fetchall() \
+            == [(1,), (2,)]
+        assert ("range_rows",) in prof.sql("SHOW TABLES").fetchall()
+        assert prof.sql("PRAGMA table_info('runs')").fetchall()
+        assert prof.sql("EXPLAIN SELECT 1").fetchall()
+        prof.sql("SELECT step FROM ranges").write_parquet(str(tmp_path / "steps.parquet"))
+    with duckdb.connect() as con:
+        assert con.sql(f"SELECT count(*) FROM '{tmp_path / 'steps.parquet'}'").fetchall() == [(3,)]

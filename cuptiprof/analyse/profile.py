@@ -79,6 +79,30 @@ def steps_range(steps, label: str) -> tuple[int | None, int | None] | None:
                      "open end), a range(first, last + 1), or a string 'A:B', 'A:', ':B' or 'N'")
 
 
+# The statement kinds a read-only query is made of. Everything else is refused, by
+# Profile.sql() and `cuptiprof sql` alike: a read-only connection keeps the file as it is, but
+# COPY and EXPORT DATABASE write other files, ATTACH opens other databases, INSTALL/LOAD fetch
+# extensions, SET changes settings (some name files), PREPARE wraps any of these, and CREATE
+# makes persistent secrets.
+QUERY_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN,
+                              duckdb.StatementType.PRAGMA, duckdb.StatementType.CALL,
+                              duckdb.StatementType.MULTI, duckdb.StatementType.TRANSACTION})
+
+
+def refused_statement(query: str) -> str | None:
+    """The first statement of `query` that is no read-only query (its first word, upper case),
+    or None when every statement is one. Raises duckdb.ParserException on bad SQL."""
+    for st in duckdb.extract_statements(query):
+        try:
+            kind = st.type
+        except ValueError:   # a kind newer than this binding's enum (UPDATE EXTENSIONS)
+            kind = None
+        if kind not in QUERY_STATEMENTS:
+            words = st.query.split()
+            return words[0].upper() if words else "?"
+    return None
+
+
 class Profile:
     """One cuptiprof file opened read-only. Report methods return DuckDB relations."""
 
@@ -177,7 +201,20 @@ class Profile:
 
     # -- queries -----------------------------------------------------------------------------
     def sql(self, query: str, params=None) -> duckdb.DuckDBPyRelation:
-        """Any read-only SQL over the file (the connection cannot write)."""
+        """Read-only SQL over the file: queries (SELECT, EXPLAIN, PRAGMA, CALL) only. Anything
+        else is refused, as by `cuptiprof sql`: COPY, EXPORT DATABASE, ATTACH, INSTALL/LOAD, SET,
+        CREATE, PREPARE and writes (which the read-only connection refuses too). Unlike
+        `cuptiprof sql`, a query may read other files (read_parquet(...)). To save a result, call
+        .write_parquet(path) or .to_csv(path) on the relation it returns.
+
+        >>> p.sql("SELECT name, count(*) FROM kernels GROUP BY name").df()   # doctest: +SKIP
+        """
+        kind = refused_statement(query)
+        if kind is not None:
+            raise UsageError(f"{self.path}: Profile.sql() runs read-only queries only (SELECT, "
+                             f"EXPLAIN, PRAGMA, CALL); a {kind} statement is refused and nothing "
+                             "ran. To save a result, call .write_parquet(path) or .to_csv(path) "
+                             "on the relation of a query")
         return self.con.sql(query, params=params) if params else self.con.sql(query)
 
     def report(self, name: str, top: int | None = None) -> duckdb.DuckDBPyRelation:

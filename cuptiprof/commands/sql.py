@@ -1,7 +1,7 @@
 """`cuptiprof sql FILE "SELECT ..."`: ad-hoc SQL over a file, through a read-only connection."""
 import duckdb
 
-from cuptiprof.analyse.profile import open_profile
+from cuptiprof.analyse.profile import open_profile, refused_statement
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, render
 
@@ -22,8 +22,12 @@ def run(args) -> int:
         # (COPY ... TO, EXPORT DATABASE, ATTACH, INSTALL), and cannot be switched back.
         prof.con.execute("SET enable_external_access = false")
         prof.con.execute("SET lock_configuration = true")
+        read_only = UsageError(f"{args.file}: cuptiprof sql is read-only (no writes, no other "
+                               "files or extensions); nothing was modified")
         try:
-            rel = prof.sql(args.query)
+            if refused_statement(args.query) is not None:   # the check Profile.sql() makes
+                raise read_only
+            rel = prof.con.sql(args.query)
             if rel is None:
                 raise UsageError("the statement returned no rows to show (only queries are allowed)")
             render(rel, args.format, quiet=False)
@@ -31,7 +35,6 @@ def run(args) -> int:
             msg = str(exc).splitlines()[0]
             if "read-only" in msg or "disabled by configuration" in msg \
                     or "configuration has been locked" in msg:
-                raise UsageError(f"{args.file}: cuptiprof sql is read-only (no writes, no other "
-                                 "files or extensions); nothing was modified") from None
+                raise read_only from None
             raise UsageError(f"SQL error: {msg}") from None
     return 0
