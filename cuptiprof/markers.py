@@ -32,6 +32,9 @@ _attrs_cache: dict = {}
 # last. A context variable, so that one object (a module-level `ATTN = cuptiprof.range("attn")`)
 # entered in several threads or asyncio tasks at once closes each its own entry.
 _entered: contextvars.ContextVar[tuple] = contextvars.ContextVar("cuptiprof_entered", default=())
+# Every open entry by object, whatever its context: a range entered on one thread and left on
+# another (a request span opened in a callback, closed on the event loop) still closes.
+_anywhere: dict[int, list] = {}
 _failed = False
 
 
@@ -180,19 +183,31 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
         # Nothing to close later when nothing profiles: keep that path free of bookkeeping.
         if opened is not None and opened != (None, None):
             _entered.set(_entered.get() + ((self, opened),))
+            _anywhere.setdefault(id(self), []).append(opened)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if _disabled or _compiling():
             return False
         entered = _entered.get()
-        if not entered:
-            return False
+        opened = None
         for i in builtins.range(len(entered) - 1, -1, -1):   # the latest entry of this object
             if entered[i][0] is self:
                 _entered.set(entered[:i] + entered[i + 1:])
-                self._close(entered[i][1], exc_type)
+                opened = entered[i][1]
                 break
+        mine = _anywhere.get(id(self))
+        if opened is None and mine:
+            opened = mine[-1]   # entered in another thread or task: close the latest of those
+        if opened is not None:
+            if mine:
+                for j in builtins.range(len(mine) - 1, -1, -1):
+                    if mine[j] is opened:
+                        del mine[j]
+                        break
+                if not mine:
+                    _anywhere.pop(id(self), None)
+            self._close(opened, exc_type)
         return False  # never swallow the user's exception
 
     def __call__(self, func: Callable) -> Callable:

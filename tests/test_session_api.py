@@ -182,8 +182,10 @@ def test_a_step_still_open_at_stop_is_marked_incomplete(tmp_path):
     prof = cuptiprof.profile(p, source="none", quiet=True).start()
     with cuptiprof.step(0):
         pass
-    cuptiprof.step(1).__enter__()   # never exited
+    left = cuptiprof.step(1)
+    left.__enter__()   # not exited before stop()
     prof.stop()
+    left.__exit__(None, None, None)   # after stop(): changes nothing in the file
     assert q(p, "SELECT subject, detail FROM data_quality WHERE check_name = 'step_incomplete'") == [
         ("1", "step 1 was ended early by stop() before the step's end: its numbers cover only the "
               "part of the step that ran")]

@@ -458,6 +458,8 @@ class Session:
         pushed[mine[0]:] = keep
 
     def _exit(self, tok: list, exc_type: type | None = None) -> None:
+        if self._open.get(tok[0]) is not tok:   # not open here (ended already, another session)
+            return
         end = time.time_ns()
         if tok[10]:
             # Only the thread that pushed can pop (CUPTI's stack is per thread); a range ended
