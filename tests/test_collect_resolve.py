@@ -207,3 +207,59 @@ def test_nvtx_and_cuptiprof_ranges_nest_in_one_tree(run, tmp_path):
     assert got["transformer"]["gpu_calls"] == 3 and got["attn"]["gpu_calls"] == 2
     assert got["vae"]["gpu_calls"] == 1 and got["decode"]["self_gpu_ms"] == got["decode"]["gpu_ms"]
     assert got["transformer"]["self_gpu_ms"] < got["transformer"]["gpu_ms"]
+
+
+def _untimed(f, table, start, end, api="cudaLaunchKernel_v7000", **fields):
+    """A GPU record CUPTI could not time (CUPTI_TIMESTAMP_UNKNOWN = 0, or an unfinished record
+    of a forced flush), launched by a call on this thread."""
+    kinds = {"kernel": "CONCURRENT_KERNEL", "memcpy": "MEMCPY", "memset": "MEMSET",
+             "sync": "SYNCHRONIZATION"}
+    corr = f.api_call(api)
+    if table != "sync":
+        fields["device_id"] = 0
+    f._emit(table, kind=int(getattr(f.ActivityKind, kinds[table])), start=start, end=end,
+            context_id=1, stream_id=7, correlation_id=corr, **fields)
+
+
+def test_untimed_records_are_counted_not_written(run, tmp_path):
+    def body(f):
+        for i in range(3):
+            with cuptiprof.range("step", step=i):
+                f.launch_kernel("gemm", duration_ns=50_000)
+                if i == 1:
+                    _untimed(f, "kernel", 0, 0, name="untimed_kernel")
+                    _untimed(f, "kernel", 0, 0, name="untimed_kernel")
+                    _untimed(f, "memcpy", 5_000, 1_000, "cudaMemcpyAsync_v3020", copy_kind=1,
+                             bytes=64)
+                    _untimed(f, "memset", 0, 9_000, "cudaMemsetAsync_v3020", bytes=64)
+                    _untimed(f, "sync", 123, 0, "cudaStreamSynchronize_v3020", type=3)
+                    f.overhead()
+                    f._emit("overhead", kind=int(f.ActivityKind.OVERHEAD),
+                            overhead_kind=0x10000, start=0, end=10_000)
+        _untimed(f, "kernel", 0, 0, name="untimed_outside")
+    con, _ = run(body)
+    assert q(con, "SELECT step, name FROM kernels ORDER BY step") == [
+        (0, "gemm"), (1, "gemm"), (2, "gemm")]
+    for table in ("kernels", "memcpys", "memsets", "syncs"):
+        assert q(con, f"SELECT count(*) FROM {table} WHERE start_ns = 0 OR end_ns = 0 "
+                      "OR end_ns < start_ns") == [(0,)], table
+    dq = q(con, "SELECT subject, count, detail FROM data_quality "
+                "WHERE check_name = 'untimed_records' ORDER BY subject, count DESC")
+    assert [(s, n) for s, n, _ in dq] == [("kernel", 2), ("kernel", 1), ("memcpy", 1),
+                                          ("memset", 1), ("overhead", 1), ("sync", 1)]
+    assert "in step 1" in dq[0][2] and "outside any step" in dq[1][2]
+    assert "could not time" in dq[0][2] and "left out of every time" in dq[0][2]
+    # the one timed overhead span only, not one reaching back to 1970
+    assert q(con, "SELECT count, value_ns FROM data_quality "
+                  "WHERE check_name = 'cupti_overhead'") == [(1, 10_000)]
+    assert q(con, "SELECT count(*) FROM data_quality WHERE check_name = 'unclaimed_records'"
+             ) == [(0,)]
+    # the writer's busy summary and the step report see step 1's timed kernel only
+    assert q(con, "SELECT step, busy_ns, end_ns - start_ns FROM step_busy ORDER BY step") == [
+        (0, 50_000, 50_000), (1, 50_000, 50_000), (2, 50_000, 50_000)]
+    con.close()
+    with cuptiprof.open(tmp_path / "r.duckdb") as prof:
+        rel = prof.steps_report()
+        got = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+    assert [(r["step"], r["gpu_window_ms"], r["idle_pct"]) for r in got] == [
+        (0, 0.05, 0), (1, 0.05, 0), (2, 0.05, 0)]

@@ -8,7 +8,10 @@ through the launching call, never through GPU time. Kernels replayed from a CUDA
 `cudaGraphLaunch` correlation id, so the same join tags them. Launches without an external id
 (threads with no cuptiprof.range, framework NVTX ranges) are projected onto NVTX MARKER ranges of
 other domains through the launching thread and the launch time. Rows nobody claims keep a NULL
-step and are counted (data_quality 'unclaimed_records').
+step and are counted (data_quality 'unclaimed_records'). Rows CUPTI could not time (a 0 start or
+end, or an end before the start) are not written at all, only counted per kind and step
+(data_quality 'untimed_records'): one of them would stretch every window that takes a minimum
+start back to 1970.
 
 State kept between flushes is bounded: correlation maps live for two flushes (a row may arrive
 one flush after its API record, never later since every flush follows a synchronize), and a
@@ -30,6 +33,7 @@ import pyarrow as pa
 
 from cuptiprof.collect.decode import Cols, cols, factorize
 from cuptiprof.store import arrow
+from cuptiprof.store.quality import UNTIMED_RECORDS
 
 COPY_KIND = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
              7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
@@ -213,6 +217,7 @@ class Resolver:
         self.devices: list[dict] = []
         self.step_rows: dict[int, int] = {}   # step -> GPU rows tagged with it
         self.other_kinds: dict[int, int] = {}
+        self.untimed: dict[tuple[str, int | None], int] = {}  # (kind, step) -> rows left out
 
     # -- lookups -----------------------------------------------------------------------------
     def _markers_at(self, tid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -320,6 +325,11 @@ class Resolver:
             keep, wait, rid, rid_ok, step, step_ok = self._claim_rows(corr, final)
             if wait.any():
                 self._pending[table] = c.take(wait)
+            if table != "memory":  # memory events are points in time; no window reads them
+                untimed = keep & _untimed(c["start"], c["end"])
+                if untimed.any():
+                    self._count_untimed(table, step[untimed], step_ok[untimed])
+                    keep &= ~untimed
             if keep.all():
                 out.update(self._build(table, c, rid, rid_ok, step, step_ok))
             elif keep.any():
@@ -328,8 +338,36 @@ class Resolver:
         api = rows.get("api")
         if api and self.write_api:
             out["api_calls"] = self._api_batch(cols("api", api))
+        if final:
+            quality = self._quality_batch()
+            if quality:
+                out["data_quality"] = quality
         self._rotate()
         return out
+
+    def _count_untimed(self, table: str, step: np.ndarray, step_ok: np.ndarray) -> None:
+        name = "memcpy" if table == "memcpy_p2p" else table
+        for s, ok in zip(step.tolist(), step_ok.tolist()):
+            key = (name, s if ok else None)
+            self.untimed[key] = self.untimed.get(key, 0) + 1
+
+    def _quality_batch(self) -> dict | None:
+        """data_quality rows of what this resolver left out (written once, at the last flush)."""
+        rows = []
+        for (kind, step), n in sorted(self.untimed.items(),
+                                      key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or 0)):
+            where = "outside any step" if step is None else f"in step {step}"
+            rows.append((UNTIMED_RECORDS, kind, n,
+                         f"{n} {kind} records {where} had no valid timestamps (0, or an end before "
+                         "the start): CUPTI could not time them, often for lack of device memory, "
+                         "or a forced flush handed them over unfinished; they are left out of "
+                         "every time"))
+        self.untimed = {}
+        if not rows:
+            return None
+        check, subject, count, detail = (list(c) for c in zip(*rows))
+        return {"check_name": check, "subject": subject, "count": pa.array(count, pa.int64()),
+                "value_ns": pa.array([None] * len(rows), pa.int64()), "detail": detail}
 
     def _absorb(self, rows: dict[str, Any]) -> None:
         for ctx, dev in rows.get("context", ()):
@@ -350,9 +388,12 @@ class Resolver:
         else:
             self._api = (_EMPTY_API, self._api[0])
         for kind, start, end in rows.get("overhead", ()):
+            if not start or not end or end < start:  # untimed: no bogus span in cupti_overhead
+                self.untimed[("overhead", None)] = self.untimed.get(("overhead", None), 0) + 1
+                continue
             o = self.overhead.setdefault(kind, [0, 0])
             o[0] += 1
-            o[1] += max(0, end - start)
+            o[1] += end - start
         for dev, uuid in zip(rows.get("device", ()), rows.get("device_uuid", ())):
             self.devices.append(_device_row(dev, uuid))
 
@@ -532,6 +573,12 @@ class Resolver:
                 "return_code": _i32(c["return_value"]),
                 "step": arrow.array(step.astype(np.int32), mask=~step_ok),
                 "range_id": arrow.array(rid, mask=~has)}
+
+
+def _untimed(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Rows CUPTI could not time: CUPTI_TIMESTAMP_UNKNOWN (0) when it lacked device memory for
+    them, or an incomplete record of a forced flush (an end before its start)."""
+    return (start == 0) | (end == 0) | (end < start)
 
 
 def _i64(v: np.ndarray) -> pa.Array:

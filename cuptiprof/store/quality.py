@@ -3,6 +3,9 @@ recorder), worded once."""
 from __future__ import annotations
 
 STEP_INCOMPLETE = "step_incomplete"
+# GPU records CUPTI could not time (0 or reversed timestamps): counted per kind and step, never
+# written as rows (the CUPTI collector).
+UNTIMED_RECORDS = "untimed_records"
 
 
 def incomplete_detail(step, exc_name: str) -> str:
