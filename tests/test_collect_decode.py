@@ -1,10 +1,13 @@
 """decode: real cupti-python record objects -> primitive row tuples (no record object kept)."""
 from __future__ import annotations
 
+import duckdb
 from cupti import cupti
 
+import cuptiprof
 from cuptiprof.collect import decode
 from cuptiprof.collect.fake import CLASSES, FakeCupti
+from cuptiprof.collect.session import Session
 
 
 def records(**kinds):
@@ -49,3 +52,88 @@ def test_dotted_fields_and_unknown_kinds():
     assert (cols["thread_id"], cols["name"], cols["domain"]) == ((99,), ("attn",), ("torch",))
     assert sink.other == {int(cupti.ActivityKind.STREAM): 1}
     assert sink.records == 2
+
+
+def test_names_that_are_not_utf8_are_decoded_with_replacement_characters():
+    keep = []
+    k = cupti.ActivityKind
+    recs = [FakeCupti.build("marker", {"kind": int(k.MARKER), "flags_": 2, "id": 1,
+                                       "name": b"caf\xe9", "domain": b"lib\xff"}, keep),
+            FakeCupti.build("kernel", {"kind": int(k.CONCURRENT_KERNEL), "start": 1, "end": 2,
+                                       "name": b"k\xe9rnel"}, keep),
+            FakeCupti.build("device", {"kind": int(k.DEVICE), "id": 0,
+                                       "name": b"GPU \xe9"}, keep)]
+    for raw in ("1", "0"):  # the raw struct copy and the record-by-record path
+        sink = decode.Sink(k)
+        sink._raw = raw == "1"
+        sink.add(recs)
+        rows = sink.drain()
+        m = decode.columns("marker", rows["marker"])
+        assert (m["name"], m["domain"]) == (("caf\ufffd",), ("lib\ufffd",))
+        assert decode.columns("kernel", rows["kernel"])["name"] == ("k\ufffdrnel",)
+        assert decode.columns("device", rows["device"])["name"] == ("GPU \ufffd",)
+        assert rows["decode_error"] == {}
+
+
+class _Unreadable:
+    """A record whose bindings raise on one field (a layout the bindings misread)."""
+
+    def __init__(self, rec):
+        self._rec = rec
+
+    def __getattr__(self, name):
+        if name == "name":
+            raise RuntimeError("cannot read this record")
+        return getattr(self._rec, name)
+
+
+class _Fake(FakeCupti):
+    """Delivers kernels named 'unreadable' as records the bindings cannot read."""
+
+    def build(self, table, fields, keep):
+        rec = FakeCupti.build(table, fields, keep)
+        return _Unreadable(rec) if fields.get("name") == "unreadable" else rec
+
+
+def _profile(tmp_path, fake, body):
+    path = tmp_path / "d.duckdb"
+    with Session(path, steps=3, source=fake, quiet=True):
+        for i in range(3):
+            with cuptiprof.range("step", step=i):
+                body(fake, i)
+    return duckdb.connect(str(path), read_only=True)
+
+
+def test_a_marker_name_that_is_not_utf8_loses_nothing_of_its_buffer(tmp_path):
+    def body(f, i):
+        f.launch_kernel(f"k{i}")
+        if i == 1:  # a C library's Latin-1 NVTX message and domain, in step 1's buffer
+            f.nvtx_push(b"caf\xe9", domain=b"lib\xe9")
+            f.launch_kernel("in_cafe")
+            f.nvtx_pop()
+        f.stream_synchronize()
+    con = _profile(tmp_path, FakeCupti(), body)
+    assert con.execute("SELECT name, step FROM kernels ORDER BY start_ns").fetchall() == [
+        ("k0", 0), ("k1", 1), ("in_cafe", 1), ("k2", 2)]
+    assert con.execute("SELECT step, count(*) FROM syncs GROUP BY step ORDER BY step"
+                       ).fetchall() == [(0, 1), (1, 1), (2, 1)]
+    assert con.execute("SELECT name, domain, step FROM ranges WHERE kind = 'user'").fetchall() == [
+        ("caf\ufffd", "lib\ufffd", 1)]
+    assert con.execute("SELECT check_name FROM data_quality").fetchall() == []
+
+
+def test_an_unreadable_record_loses_only_itself_and_is_counted(tmp_path):
+    def body(f, i):
+        f.launch_kernel(f"k{i}")
+        if i == 1:
+            f.launch_kernel("unreadable")
+            f.launch_kernel("after")
+        f.stream_synchronize()
+    con = _profile(tmp_path, _Fake(), body)
+    assert con.execute("SELECT name, step FROM kernels ORDER BY start_ns").fetchall() == [
+        ("k0", 0), ("k1", 1), ("after", 1), ("k2", 2)]
+    assert con.execute("SELECT step, count(*) FROM syncs GROUP BY step ORDER BY step"
+                       ).fetchall() == [(0, 1), (1, 1), (2, 1)]
+    dq = con.execute("SELECT check_name, subject, count, detail FROM data_quality").fetchall()
+    assert [r[:3] for r in dq] == [("decode_error", "kernel", 1)]
+    assert "could not be read" in dq[0][3]

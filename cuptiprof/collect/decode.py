@@ -8,6 +8,10 @@ devices, ...) and record classes without a known dtype go through one C-level `a
 record into row tuples. Resolution and column building happen later, at flush time, on the
 main thread (resolve.py), on numpy columns (`Rows.cols()`).
 
+A record the bindings cannot read loses only itself: a name that is not UTF-8 (an NVTX message
+from a C library in Latin-1) is decoded with replacement characters, and a kind whose group
+fails is retried record by record, the unreadable ones counted (data_quality 'decode_error').
+
 A raw copy is exactly `sizeof` the bindings' struct for the record's class, the bytes the
 bindings' own accessors read. CUPTIPROF_RAW_RECORDS=0 turns it off (every record then goes
 through its attrgetter), should a libcupti/bindings pairing ever disagree on a layout.
@@ -18,6 +22,7 @@ newer struct versions only append fields, so these read correctly across the ver
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import operator
 import os
@@ -72,6 +77,10 @@ RAW_TABLES = frozenset(("kernel", "memcpy", "memcpy_p2p", "memset", "sync", "api
                         "memory"))
 _KIND = operator.attrgetter("kind")
 _NAME = operator.attrgetter("name")
+# String fields: the bindings decode them as UTF-8 and raise on anything else.
+TEXT_FIELDS = frozenset(("name", "domain"))
+# Kinds handled first in a buffer: the step of every GPU row of the buffer depends on them.
+_FIRST = ("extcorr", "api")
 
 
 _gc_lock = threading.Lock()
@@ -107,6 +116,35 @@ def _uuid_text(rec: Any) -> str | None:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}" if h.strip("0") else None
 
 
+def _module_dtype(cls: type) -> np.dtype | None:
+    """The numpy dtype the bindings' module has for a record class (ActivityKernel13 ->
+    activity_kernel13_dtype), or None."""
+    mod = sys.modules.get(cls.__module__)
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.__name__).lower()
+    dt = getattr(mod, snake + "_dtype", None)
+    return dt if isinstance(dt, np.dtype) and dt.names is not None else None
+
+
+def text(rec: Any, field: str) -> str:
+    """A string field of a record, bytes that are not UTF-8 decoded with replacement
+    characters instead of raising (the bindings' accessor decodes strictly)."""
+    try:
+        return getattr(rec, field)
+    except UnicodeDecodeError:
+        dt = _module_dtype(type(rec))
+        if dt is None or field not in dt.names:
+            raise
+        ptr = int(np.frombuffer(bytes(rec), dt, count=1)[field][0])
+        return ctypes.string_at(ptr).decode("utf-8", "replace") if ptr else ""
+
+
+def _field_reader(field: str) -> Any:
+    get = operator.attrgetter(field)
+    if field not in TEXT_FIELDS:
+        return get
+    return lambda rec: text(rec, field)
+
+
 def _names(table: str) -> list[str]:
     return [f.rsplit(".", 1)[-1] for f in RECORDS[table][1]]
 
@@ -132,10 +170,8 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def raw_dtype(cls: type, table: str) -> np.dtype | None:
     """The numpy dtype of a cupti-python record class (ActivityKernel13 ->
     activity_kernel13_dtype), or None when the module has none or it lacks a needed field."""
-    mod = sys.modules.get(cls.__module__)
-    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.__name__).lower()
-    dt = getattr(mod, snake + "_dtype", None)
-    if not isinstance(dt, np.dtype) or dt.names is None:
+    dt = _module_dtype(cls)
+    if dt is None:
         return None
     for f in RECORDS[table][1]:
         sub = dt
@@ -266,6 +302,9 @@ class Sink:
     def __init__(self, kind_enum: Any):
         self._lock = threading.Lock()
         self._dispatch: dict[int, tuple[Any, str]] = {}
+        # per field readers that survive undecodable strings, for records read one by one
+        self._readers = {t: [_field_reader(f) for f in fields]
+                         for t, (_, fields) in RECORDS.items()}
         for table, (members, fields) in RECORDS.items():
             getter = operator.attrgetter(*fields)
             for m in members:
@@ -275,6 +314,7 @@ class Sink:
         self._dtypes: dict[tuple[type, str], np.dtype | None] = {}
         self._raw = os.environ.get("CUPTIPROF_RAW_RECORDS", "1") != "0"
         self.other: dict[int, int] = {}
+        self.errors: dict[str, int] = {}  # kind -> records lost unreadable, since the last drain
         self._rows = self._fresh()
         self.records = 0  # every record seen, for the benchmark and sanity checks
 
@@ -299,7 +339,8 @@ class Sink:
             order = np.argsort(kinds, kind="stable")
             ks = kinds[order]
             cuts = (np.flatnonzero(ks[1:] != ks[:-1]) + 1).tolist()
-            for lo, hi in zip([0] + cuts, cuts + [n]):
+            groups = sorted(zip([0] + cuts, cuts + [n]), key=lambda lh: self._rank(int(ks[lh[0]])))
+            for lo, hi in groups:
                 k = int(ks[lo])
                 idx = order[lo:hi].tolist()
                 g = operator.itemgetter(*idx)(recs) if len(idx) > 1 else (recs[idx[0]],)
@@ -308,14 +349,48 @@ class Sink:
                     self.other[k] = self.other.get(k, 0) + len(g)
                     continue
                 getter, table = e
-                if table in RAW_TABLES:
-                    if not (self._raw and self._add_raw(rows[table], g)):
-                        rows[table].tuples.extend(map(getter, g))
-                    continue
-                rows[table].extend(map(getter, g))
-                if k == self._device_kind:
-                    rows["device_uuid"].extend(map(_uuid_text, g))
+                try:
+                    self._add_group(rows, k, table, getter, g)
+                except Exception:  # one unreadable record must not lose the others
+                    self._add_each(rows, k, table, g)
             self.records += n
+
+    def _rank(self, k: int) -> int:
+        e = self._dispatch.get(k)
+        return _FIRST.index(e[1]) if e is not None and e[1] in _FIRST else len(_FIRST)
+
+    def _add_group(self, rows: dict, k: int, table: str, getter: Any, g: tuple) -> None:
+        """A kind's records in one go; adds nothing when it raises."""
+        if table in RAW_TABLES:
+            if not (self._raw and self._add_raw(rows[table], g)):
+                rows[table].tuples.extend(list(map(getter, g)))
+            return
+        new = list(map(getter, g))
+        if k == self._device_kind:
+            uuids = list(map(_uuid_text, g))
+            rows["device_uuid"].extend(uuids)
+        rows[table].extend(new)
+
+    def _add_each(self, rows: dict, k: int, table: str, g: tuple) -> None:
+        """A kind's records one by one, each field through its own reader: a record that still
+        cannot be read is counted and left out, alone."""
+        readers = self._readers[table]
+        new, uuids, bad = [], [], 0
+        for rec in g:
+            try:
+                new.append(tuple(r(rec) for r in readers))
+            except Exception:
+                bad += 1
+                continue
+            if k == self._device_kind:
+                uuids.append(_uuid_text(rec))
+        if bad:
+            self.errors[table] = self.errors.get(table, 0) + bad
+        if table in RAW_TABLES:
+            rows[table].tuples.extend(new)
+            return
+        rows[table].extend(new)
+        rows["device_uuid"].extend(uuids)
 
     def _add_raw(self, rows: Rows, g: tuple) -> bool:
         """Copy a group's structs in one join; False when this class cannot be copied raw."""
@@ -337,7 +412,7 @@ class Sink:
         if rows.table == "kernel":
             # One read per distinct name pointer: CUPTI shares a kernel's name across records.
             first, codes = factorize(a["name"])
-            strs["name"] = ([g[i].name for i in first.tolist()], codes)
+            strs["name"] = ([text(g[i], "name") for i in first.tolist()], codes)
         rows.chunks.append((a, strs))
         return True
 
@@ -345,6 +420,7 @@ class Sink:
         """Take everything collected so far (rows of the next flush start empty)."""
         with self._lock:
             rows, self._rows = self._rows, self._fresh()
+            rows["decode_error"], self.errors = self.errors, {}
         return rows
 
 

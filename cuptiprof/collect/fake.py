@@ -145,12 +145,13 @@ class FakeCupti:
 
     @staticmethod
     def build(table: str, fields: dict, keep: list) -> Any:
-        """One real cupti-python record object of `table` with `fields` set (strings kept in `keep`)."""
+        """One real cupti-python record object of `table` with `fields` set (strings kept in `keep`;
+        bytes are stored as given, e.g. an NVTX message that is not UTF-8)."""
         cls, dt = CLASSES[table]
         a = np.zeros(1, dtype=dt)
         for k, v in fields.items():
-            if isinstance(v, str):
-                buf = ctypes.create_string_buffer(v.encode())
+            if isinstance(v, (str, bytes)):
+                buf = ctypes.create_string_buffer(v.encode() if isinstance(v, str) else v)
                 keep.append(buf)
                 v = ctypes.addressof(buf)
             if "." in k:
@@ -383,7 +384,8 @@ class FakeCupti:
                 self._emit("overhead", kind=int(ActivityKind.OVERHEAD),
                            overhead_kind=overhead_kind, start=s, end=s + duration_ns)
 
-    def nvtx_push(self, name: str, *, domain: str | None = None, payload: int | None = None) -> int:
+    def nvtx_push(self, name: str | bytes, *, domain: str | bytes | None = None,
+                  payload: int | None = None) -> int:
         """An NVTX push seen through the injection (MARKER + MARKER_DATA records)."""
         with self._lock:
             self._marker_id += 1

@@ -11,7 +11,7 @@ other domains through the launching thread and the launch time. Rows nobody clai
 step and are counted (data_quality 'unclaimed_records'). Rows CUPTI could not time (a 0 start or
 end, or an end before the start) are not written at all, only counted per kind and step
 (data_quality 'untimed_records'): one of them would stretch every window that takes a minimum
-start back to 1970.
+start back to 1970. Records the bindings could not read are counted as 'decode_error'.
 
 State kept between flushes is bounded: correlation maps live for two flushes (a row may arrive
 one flush after its API record, never later since every flush follows a synchronize), and a
@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from cuptiprof.collect.decode import Cols, cols, factorize
 from cuptiprof.store import arrow
-from cuptiprof.store.quality import UNTIMED_RECORDS
+from cuptiprof.store.quality import DECODE_ERROR, UNTIMED_RECORDS
 
 COPY_KIND = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
              7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
@@ -218,6 +218,7 @@ class Resolver:
         self.step_rows: dict[int, int] = {}   # step -> GPU rows tagged with it
         self.other_kinds: dict[int, int] = {}
         self.untimed: dict[tuple[str, int | None], int] = {}  # (kind, step) -> rows left out
+        self.decode_errors: dict[str, int] = {}  # kind -> records the bindings could not read
 
     # -- lookups -----------------------------------------------------------------------------
     def _markers_at(self, tid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -362,7 +363,12 @@ class Resolver:
                          "the start): CUPTI could not time them, often for lack of device memory, "
                          "or a forced flush handed them over unfinished; they are left out of "
                          "every time"))
-        self.untimed = {}
+        for kind, n in sorted(self.decode_errors.items()):
+            rows.append((DECODE_ERROR, kind, n,
+                         f"{n} {kind} records could not be read from CUPTI's buffers (the "
+                         "bindings raised on a field); they are left out, the rest of their "
+                         "buffer is kept"))
+        self.untimed, self.decode_errors = {}, {}
         if not rows:
             return None
         check, subject, count, detail = (list(c) for c in zip(*rows))
@@ -370,6 +376,8 @@ class Resolver:
                 "value_ns": pa.array([None] * len(rows), pa.int64()), "detail": detail}
 
     def _absorb(self, rows: dict[str, Any]) -> None:
+        for kind, n in rows.get("decode_error", {}).items():
+            self.decode_errors[kind] = self.decode_errors.get(kind, 0) + n
         for ctx, dev in rows.get("context", ()):
             self._ctx_dev[ctx] = dev
         ext = rows.get("extcorr")

@@ -6,6 +6,9 @@ STEP_INCOMPLETE = "step_incomplete"
 # GPU records CUPTI could not time (0 or reversed timestamps): counted per kind and step, never
 # written as rows (the CUPTI collector).
 UNTIMED_RECORDS = "untimed_records"
+# Records the cupti-python bindings could not read, counted per kind and left out (the CUPTI
+# collector).
+DECODE_ERROR = "decode_error"
 
 
 def incomplete_detail(step, exc_name: str) -> str:
