@@ -27,7 +27,7 @@ INSERT INTO meta VALUES ('schema_version', '2');
 CREATE TABLE runs (
     run_id              INTEGER,   -- 1-based id of the run inside this file
     label               VARCHAR,   -- user label (defaults to the output file stem)
-    source              VARCHAR,   -- 'cupti' | 'cpu' (torch.profiler CPU ops) | 'kineto' | 'nsys' | 'synthetic'
+    source              VARCHAR,   -- 'cupti' | 'cpu' (torch.profiler CPU ops) | 'light' (ranges only) | 'kineto' | 'nsys' | 'synthetic'
     command             VARCHAR,   -- command line that was profiled (or the imported file names)
     host                VARCHAR,   -- host name of the writer
     start_time          TIMESTAMPTZ, -- wall-clock time the run started
@@ -255,7 +255,7 @@ CREATE TABLE memory_events (
 CREATE TABLE data_quality (
     run_id    INTEGER,                  -- runs.run_id this row belongs to
     pid       INTEGER,                  -- OS process id of the process that recorded the row
-    check_name VARCHAR,  -- 'dropped_records' | 'unclaimed_records' | 'missing_kind' | 'empty_step' | 'step_incomplete' | 'steps_mixed' | 'unknown_category' | 'processes_merged' | 'no_gpu' | 'cupti_overhead' | 'untimed_records' | 'decode_error' | 'process_ended_early' | ...
+    check_name VARCHAR,  -- 'dropped_records' | 'unclaimed_records' | 'missing_kind' | 'empty_step' | 'step_incomplete' | 'steps_mixed' | 'unknown_category' | 'processes_merged' | 'no_gpu' | 'cupti_overhead' | 'untimed_records' | 'decode_error' | 'process_ended_early' | 'range_thread_switch' | 'ranges_interleaved' | ...
     subject   VARCHAR,   -- what it is about: an activity kind, a step index, a category name
     count     BIGINT,    -- number of records concerned
     value_ns  BIGINT,    -- a duration where that makes sense (e.g. CUPTI overhead), else NULL

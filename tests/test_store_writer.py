@@ -414,3 +414,11 @@ def test_a_ctrl_c_right_after_the_commit_writes_nothing_twice(tmp_path):
     assert rows(path, "SELECT name, count(*) FROM kernels GROUP BY name ORDER BY name") == \
         [("j", 2), ("k", 3)]
     assert rows(path, "SELECT sum(busy_ns) > 0 FROM step_busy") == [(True,)]
+
+
+def test_the_top_level_schema_is_the_packaged_one():
+    """schemas/cuptiprof.sql (the documented schema, at the top of the repository) is the file
+    the package creates its tables from, kept as a copy: the two never say different things."""
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "schemas" / "cuptiprof.sql").read_text() == \
+        (root / "cuptiprof" / "schemas" / "cuptiprof.sql").read_text()
