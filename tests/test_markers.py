@@ -86,7 +86,11 @@ def test_no_nvtx_call_without_a_tool(monkeypatch):
     monkeypatch.setattr(nvtx, "get_domain", boom)
     with cuptiprof.range("quiet"):
         pass
-    assert markers._nvtx is False  # still undecided: a later session may inject first
+    with cuptiprof.range("quiet"):   # the environment is read once, not on every range
+        pass
+    assert markers._nvtx is None
+    markers.reload_env()   # what a session that sets up injection calls: look again
+    assert markers._nvtx is False
 
 
 def test_nvtx_push_pop_in_cuptiprof_domain_when_a_tool_listens(monkeypatch):
