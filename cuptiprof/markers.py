@@ -243,20 +243,29 @@ def _wrap_generator(func: Callable, name: str, attrs: dict) -> Callable:
     between items counts too). A consumer that stops early (break, close()) ends it normally."""
     @functools.wraps(func)
     def generator_wrapper(*args: Any, **kwargs: Any) -> Any:
-        opened = range(name, **attrs)._open()
-        ended = None
-        try:
+        with _WholeRun(name, attrs):
             return (yield from func(*args, **kwargs))
-        except GeneratorExit:
-            raise
-        except BaseException as exc:
-            ended = type(exc)
-            raise
-        finally:
-            if opened is not None:
-                range._close(opened, ended)
 
     return generator_wrapper
+
+
+class _WholeRun:
+    """A range around a generator's whole run, opened where the `with` starts. A consumer that
+    stops it early (GeneratorExit) ends it normally; any other exception ends it as failed."""
+
+    __slots__ = ("opened",)
+
+    def __init__(self, name: str, attrs: dict):
+        self.opened = range(name, **attrs)._open()
+
+    def __enter__(self) -> "_WholeRun":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self.opened is not None:
+            ended = None if exc_type is None or issubclass(exc_type, GeneratorExit) else exc_type
+            range._close(self.opened, ended)
+        return False
 
 
 def _wrap_async_generator(func: Callable, name: str, attrs: dict) -> Callable:
@@ -265,30 +274,21 @@ def _wrap_async_generator(func: Callable, name: str, attrs: dict) -> Callable:
     @functools.wraps(func)
     async def async_generator_wrapper(*args: Any, **kwargs: Any) -> Any:
         agen = func(*args, **kwargs)
-        opened = range(name, **attrs)._open()
-        ended = None
-        try:
-            item = await agen.__anext__()
-            while True:
-                try:
-                    sent = yield item
-                except GeneratorExit:
-                    await agen.aclose()
-                    raise
-                except BaseException as exc:
-                    item = await agen.athrow(exc)
-                else:
-                    item = await (agen.__anext__() if sent is None else agen.asend(sent))
-        except StopAsyncIteration:
-            pass
-        except GeneratorExit:
-            raise
-        except BaseException as exc:
-            ended = type(exc)
-            raise
-        finally:
-            if opened is not None:
-                range._close(opened, ended)
+        with _WholeRun(name, attrs):
+            try:
+                item = await agen.__anext__()
+                while True:
+                    try:
+                        sent = yield item
+                    except GeneratorExit:
+                        await agen.aclose()
+                        raise
+                    except BaseException as exc:
+                        item = await agen.athrow(exc)
+                    else:
+                        item = await (agen.__anext__() if sent is None else agen.asend(sent))
+            except StopAsyncIteration:
+                pass
 
     return async_generator_wrapper
 

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import duckdb
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,3 +51,18 @@ def one_line_error(stderr: str) -> None:
     assert len(lines) == 1, stderr
     assert lines[0].startswith("cuptiprof: error:"), stderr
     assert "Traceback" not in stderr
+
+
+@pytest.fixture
+def no_leftover_session(monkeypatch):
+    """In-process profiling tests: ranges on (CUPTIPROF_DISABLE unset), and no session or range
+    hook left behind for the next test. Use as `_clean = pytest.fixture(autouse=True)(...)`:
+    import it and mark it autouse in the module."""
+    from cuptiprof import markers
+    from cuptiprof.collect import session as session_mod
+
+    monkeypatch.delenv("CUPTIPROF_DISABLE", raising=False)
+    markers.reload_env()
+    yield
+    assert session_mod.current() is None, "a test left a session active"
+    assert markers._session is None

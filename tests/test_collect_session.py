@@ -6,31 +6,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import pytest
 
 import cuptiprof
 from cuptiprof import markers
-from cuptiprof.collect import cupti_source, session as session_mod
+from cuptiprof.collect import cupti_source
 from cuptiprof.collect.fake import FakeCupti
 from cuptiprof.collect.resolve import SELF_ID
 from cuptiprof.collect.session import Session
 from cuptiprof.errors import UsageError
+from _run_helpers import no_leftover_session, q  # noqa: F401 - the fixture is used by name
 
 ROOT = Path(__file__).resolve().parents[1]
 K = FakeCupti.ActivityKind
 
 
 @pytest.fixture(autouse=True)
-def _no_leftover_session():
+def _clean(no_leftover_session):
     yield
-    assert session_mod.current() is None, "a test left a session active"
-    assert markers._session is None
 
-
-def q(path, sql):
-    with duckdb.connect(str(path), read_only=True) as con:
-        return con.execute(sql).fetchall()
 
 
 def loop(fake, n, kernels=1):

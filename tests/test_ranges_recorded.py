@@ -7,28 +7,18 @@ import inspect
 import sys
 import threading
 
-import duckdb
 import pytest
 
 import cuptiprof
-from cuptiprof import markers
-from cuptiprof.collect import session as session_mod
 from cuptiprof.collect.fake import FakeCupti
 from cuptiprof.collect.session import Session
+from _run_helpers import no_leftover_session, q  # noqa: F401 - the fixture is used by name
 
 
 @pytest.fixture(autouse=True)
-def _no_leftover_session(monkeypatch):
-    monkeypatch.delenv("CUPTIPROF_DISABLE", raising=False)
-    markers.reload_env()
+def _clean(no_leftover_session):
     yield
-    assert session_mod.current() is None, "a test left a session active"
-    assert markers._session is None
 
-
-def q(path, sql):
-    with duckdb.connect(str(path), read_only=True) as con:
-        return con.execute(sql).fetchall()
 
 
 def kernels_by_range(path):

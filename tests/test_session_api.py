@@ -9,26 +9,18 @@ import sys
 import textwrap
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from cuptiprof import markers
-from cuptiprof.collect import session as session_mod
+from _run_helpers import no_leftover_session, q  # noqa: F401 - the fixture is used by name
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
 @pytest.fixture(autouse=True)
-def _no_leftover_session():
+def _clean(no_leftover_session):
     yield
-    assert session_mod.current() is None, "a test left a session active"
-    assert markers._session is None
 
-
-def q(path, sql):
-    with duckdb.connect(str(path), read_only=True) as con:
-        return con.execute(sql).fetchall()
 
 
 def run_py(code: str, cwd: Path, *args: str, **env) -> subprocess.CompletedProcess:
