@@ -140,6 +140,8 @@ def test_the_cli_keeps_its_option_wording(tmp_path):
     ("PREPARE p AS COPY ranges TO '{d}/out.csv'", "PREPARE"),
     ("CREATE TABLE t AS SELECT 1", "CREATE"),
     ("DELETE FROM range_rows", "DELETE"),
+    ("EXPLAIN ANALYZE COPY ranges TO '{d}/out.csv'", "COPY"),   # ANALYZE runs what it explains
+    ("explain analyze\n  copy (SELECT 1) TO '{d}/out.csv'", "COPY"),
 ])
 def test_profile_sql_refuses_statements_beyond_queries(tmp_path, query, kind):
     p = tmp_path / "f.duckdb"
@@ -164,6 +166,7 @@ def test_profile_sql_runs_queries_and_results_can_be_saved(tmp_path):
         assert ("range_rows",) in prof.sql("SHOW TABLES").fetchall()
         assert prof.sql("PRAGMA table_info('runs')").fetchall()
         assert prof.sql("EXPLAIN SELECT 1").fetchall()
+        assert prof.sql("EXPLAIN ANALYZE SELECT count(*) FROM ranges").fetchall()
         prof.sql("SELECT step FROM ranges").write_parquet(str(tmp_path / "steps.parquet"))
     with duckdb.connect() as con:
         assert con.sql(f"SELECT count(*) FROM '{tmp_path / 'steps.parquet'}'").fetchall() == [(3,)]

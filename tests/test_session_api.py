@@ -248,3 +248,129 @@ def test_cupti_correlation_stack_follows_ranges_across_threads_and_out_of_order(
     assert dict(q(p, "SELECT check_name, count FROM data_quality WHERE check_name IN "
                      "('range_thread_switch', 'ranges_interleaved', 'cupti_error')")) == {
         "range_thread_switch": 1, "ranges_interleaved": 1}
+
+
+# -- a range ended by another task or thread does not stay open in this one -----------------------
+TASK_IN_STEP = """
+    import asyncio, cuptiprof
+    async def worker():
+        await asyncio.sleep(0.02)          # step 0 has ended by now, in the task that opened it
+        for i in range(1, 3):
+            with cuptiprof.step(i):
+                with cuptiprof.range("work"):
+                    await asyncio.sleep(0)
+    async def main():
+        with cuptiprof.step(0):
+            t = asyncio.create_task(worker())   # starts from a copy of this task's open ranges
+            await asyncio.sleep(0)
+        await t
+    {open}
+    asyncio.run(main())
+"""
+
+AGEN_LEFT_EARLY = """
+    import asyncio, cuptiprof, gc
+    async def steps():
+        for i in range(5):
+            with cuptiprof.step(i):
+                yield i
+    async def main():
+        async for i in steps():
+            if i == 1:
+                break
+        gc.collect()
+        await asyncio.sleep(0.01)     # asyncio's finalizer closes the generator in a task of its own
+        for i in range(10, 13):
+            with cuptiprof.step(i):
+                await asyncio.sleep(0)
+    asyncio.run(main())
+"""
+
+THREAD_HANDOFF = """
+    import cuptiprof, threading
+    r = cuptiprof.range("handoff")
+    r.__enter__()
+    t = threading.Thread(target=r.__exit__, args=(None, None, None)); t.start(); t.join()
+    for i in range(1, 4):
+        with cuptiprof.step(i):
+            with cuptiprof.range("work"): pass
+"""
+
+TOP_LEVEL_STEPS = "SELECT step, depth, parent_id IS NULL FROM ranges WHERE kind = 'step' ORDER BY step"
+
+
+@pytest.mark.parametrize("env", [{"CUDA_VISIBLE_DEVICES": ""}, {"CUPTIPROF_FAKE_CUPTI": "1"}],
+                         ids=["no-gpu", "fake-cupti"])
+@pytest.mark.parametrize("code, steps", [(TASK_IN_STEP.format(open=""), [0, 1, 2]),
+                                         (AGEN_LEFT_EARLY, [0, 1, 10, 11, 12]),
+                                         (THREAD_HANDOFF, [1, 2, 3])],
+                         ids=["task-created-in-a-step", "async-generator-left-early",
+                              "range-ended-on-another-thread"])
+def test_a_range_ended_elsewhere_does_not_hold_later_steps_under_run(tmp_path, env, code, steps):
+    """The ended range was still in this task's or thread's copy of the open ranges: every later
+    step was recorded inside it, as a user range of the wrong step."""
+    r = run_py(code, tmp_path, "-m", "cuptiprof", "run", "-o", "o.duckdb", "--no-report", "--", PY,
+               **env)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "o.duckdb"
+    assert q(out, TOP_LEVEL_STEPS) == [(s, 0, True) for s in steps]
+    assert q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE name = 'work'") == \
+        [([s for s in steps if s] if "work" in code else None,)]
+
+
+@pytest.mark.parametrize("code", [TASK_IN_STEP, THREAD_HANDOFF], ids=["task", "thread"])
+def test_a_range_ended_elsewhere_does_not_hold_later_steps_in_profile(tmp_path, code):
+    if "{open}" in code:
+        code = code.format(open="with cuptiprof.profile('a.duckdb', source='none', quiet=True):")
+        code = code.replace("\n    asyncio.run(main())", "\n        asyncio.run(main())")
+        steps = [0, 1, 2]
+    else:
+        code = "import cuptiprof\ncuptiprof.profile('a.duckdb', source='none', quiet=True).start()\n" \
+            + textwrap.dedent(code)
+        steps = [1, 2, 3]
+    r = run_py(code, tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "a.duckdb"
+    assert q(out, TOP_LEVEL_STEPS) == [(s, 0, True) for s in steps]
+    assert q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE name = 'work'") == \
+        [([s for s in steps if s],)]
+
+
+FORK_IN_STEP = """
+    import cuptiprof, os
+    with cuptiprof.step(0):
+        pid = os.fork()
+    if pid == 0:
+        for j in range(1, 3):
+            with cuptiprof.step(j): pass
+        os._exit(0)
+    print("child", os.waitpid(pid, 0)[1])
+"""
+
+
+@pytest.mark.parametrize("env", [{"CUDA_VISIBLE_DEVICES": ""}, {"CUPTIPROF_FAKE_CUPTI": "1"}],
+                         ids=["no-gpu", "fake-cupti"])
+def test_a_fork_inside_an_open_step_under_run(tmp_path, env):
+    """The step open at the fork is the parent's: the child does not write it as its own (no
+    GPU), and does not stop recording ranges when it ends there (CUPTI: the child's ranges are
+    the host-side recorder's, the parent's token is not)."""
+    r = run_py(FORK_IN_STEP, tmp_path, "-m", "cuptiprof", "run", "-o", "o.duckdb", "--no-report",
+               "--", PY, **env)
+    assert r.returncode == 0 and "child 0" in r.stdout, r.stdout + r.stderr
+    assert "bookkeeping failed" not in r.stderr, r.stderr
+    got = q(tmp_path / "o.duckdb", "SELECT pid, list(step ORDER BY step) FROM ranges "
+                                   "WHERE kind = 'step' GROUP BY 1 ORDER BY 2")
+    assert [s for _, s in got] == [[0], [1, 2]] and got[0][0] != got[1][0]
+
+
+def test_an_error_printed_before_start_does_not_mark_the_run_failed(tmp_path):
+    """An interactive session keeps the last error it printed in sys.last_value: a run started
+    after it and never stopped ends complete, not failed."""
+    r = run_py("""
+        import cuptiprof, sys
+        sys.last_value = RuntimeError("an earlier mistake at the prompt")
+        cuptiprof.profile("a.duckdb", source="none", quiet=True).start()
+        with cuptiprof.step(0): pass
+    """, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "a.duckdb", "SELECT status FROM runs") == [("complete",)]

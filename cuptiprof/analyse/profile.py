@@ -97,8 +97,16 @@ def refused_statement(query: str) -> str | None:
             kind = st.type
         except ValueError:   # a kind newer than this binding's enum (UPDATE EXTENSIONS)
             kind = None
+        words = st.query.split()
+        if kind is not None and kind.name == "EXPLAIN":   # EXPLAIN ANALYZE runs what it explains
+            inner = words[1:]
+            if inner and inner[0].upper() == "ANALYZE":
+                inner = inner[1:]
+            why = refused_statement(" ".join(inner)) if inner else None
+            if why:
+                return why
+            continue
         if kind not in QUERY_STATEMENTS:
-            words = st.query.split()
             return words[0].upper() if words else "?"
     return None
 

@@ -195,6 +195,7 @@ class Session:
         run.settings = dict(run.settings or {}, warmup=self.warmup, steps=self.steps,
                             kinds=self.kinds, step_range=self.step_range, light=self.light)
         self._start_ns = time.time_ns()
+        self._last_error_at_start = getattr(sys, "last_value", None)
         run.start_ns = run.start_ns or self._start_ns
         self.writer = Writer(self.path, run, mode=self.mode, pid=self.pid)
         try:
@@ -317,8 +318,11 @@ class Session:
     def _at_exit(self) -> None:
         if self.active:
             # started without `with` and never stopped: an uncaught exception ended the program
-            # when Python left it in sys.last_value (printed, then atexit runs)
+            # when Python left one in sys.last_value (printed, then atexit runs) since the start
+            # (an interactive session keeps the last one it printed)
             exc = getattr(sys, "last_value", None)
+            if exc is self._last_error_at_start:
+                exc = None
             status = "complete" if exc is None else \
                 "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
             try:
@@ -376,7 +380,14 @@ class Session:
             return next(self._ids)
 
     def _stack(self) -> tuple:
-        return self._stack_var.get()
+        """This thread's or task's open ranges. A range another task or thread ended (a task
+        created inside a step, a generator closed by asyncio's finalizer) is still in this
+        copy of the stack: it is left out here, and the stack is written back without it."""
+        st = self._stack_var.get()
+        if st and any(self._open.get(t[0]) is not t for t in st):
+            st = tuple(t for t in st if self._open.get(t[0]) is t)
+            self._stack_var.set(st)
+        return st
 
     def _enter(self, name: str, attrs: dict) -> list | None:
         if not self.active:

@@ -21,7 +21,9 @@ class RecorderRanges:
         return self.rec.begin(name, attrs=attrs or None)
 
     def _exit(self, tok, exc_type=None) -> None:
-        self.rec.end(tok, exc_type)
+        # a range opened before a fork, under the parent's collector, is not the Recorder's
+        if hasattr(tok, "gen"):
+            self.rec.end(tok, exc_type)
 
     def _detach_ranges(self, exc: BaseException) -> None:
         pass

@@ -33,9 +33,11 @@ _SOURCE = {"cpu": "cpu", "light": "light"}
 
 class _Open:
     __slots__ = ("range_id", "parent_id", "depth", "name", "kind", "step", "thread", "start", "attrs",
-                 "is_step")
+                 "is_step", "closed", "gen")
 
     def __init__(self, **kw):
+        self.closed = False
+        self.gen = 0      # the Recorder's generation (a forked child starts a new one)
         for k, v in kw.items():
             setattr(self, k, v)
 
@@ -51,6 +53,7 @@ class Recorder:
         self.lock = threading.RLock()
         # open ranges of the running thread or asyncio task (a task starts from a copy of its
         # creator's, a thread empty): steps of concurrent tasks do not nest in each other
+        self.gen = 0
         self._stack_var: contextvars.ContextVar = contextvars.ContextVar("cuptiprof_open", default=())
         self.next_id = 1
         self.seen = 0                          # step ranges begun (warm-up included)
@@ -90,7 +93,12 @@ class Recorder:
 
     # -- ranges and steps ----------------------------------------------------------------------
     def _stack(self) -> tuple:
-        return self._stack_var.get()
+        """This thread's or task's open ranges, less any another task or thread has ended."""
+        st = self._stack_var.get()
+        if st and any(o.closed for o in st):
+            st = tuple(o for o in st if not o.closed)
+            self._stack_var.set(st)
+        return st
 
     def begin(self, name: str, *, is_step: bool = False, step: int | None = None,
               attrs: dict | None = None, kind: str | None = None) -> _Open | None:
@@ -122,15 +130,17 @@ class Recorder:
         o = _Open(range_id=rid, parent_id=parent.range_id if parent else None, depth=len(stack),
                   name=name, kind=kind,
                   step=step if is_step else (parent.step if parent else self.current_step),
-                  thread=threading.get_native_id(), start=now, attrs=attrs, is_step=is_step)
+                  thread=threading.get_native_id(), start=now, attrs=attrs, is_step=is_step,
+                  gen=self.gen)
         self._stack_var.set(stack + (o,))
         return o
 
     def end(self, o: _Open | None, exc_type: type | None = None) -> None:
         """Close a range; `exc_type`: the exception that ended it (a step it ends is marked
         incomplete in data_quality)."""
-        if o is None:
+        if o is None or o.closed or o.gen != self.gen:   # ended already, or the parent's (forked)
             return
+        o.closed = True
         now = time.time_ns()
         stack = self._stack()
         if o in stack:  # close anything left open inside it too
@@ -407,6 +417,7 @@ class Recorder:
         # Kept, never used: freeing the parent's DuckDB connection (or torch profiler) in the
         # child runs their destructors on state whose threads did not survive the fork (SIGSEGV).
         keep_forever(self.writer, self.prof)
+        self.gen += 1   # ranges the parent had open are not this process's to write
         self.writer = None
         self.prof = None
         self.ranges, self.logs = [], []
