@@ -171,7 +171,11 @@ class Session:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> "Session":
-        """Open the file, claim CUPTI (or fall back to host-only), start the clock."""
+        """Open the file, claim CUPTI (or fall back to host-only), start the clock.
+
+        Without `with`, call stop() yourself; a run still open when the program ends is closed
+        at exit as failed when an uncaught exception ended it, interrupted on Ctrl-C, and
+        complete otherwise, `sys.exit(1)` included (the exit status is not visible then)."""
         global _active
         if self.active or self.passthrough:
             return self
