@@ -2,6 +2,8 @@
 is wrong, nothing left behind or held open, and the corrected call works."""
 from __future__ import annotations
 
+import re
+
 import duckdb
 import pytest
 
@@ -26,6 +28,38 @@ def test_unknown_source_leaves_no_file_and_the_retry_works(tmp_path):
     cuptiprof.profile(p, source="none", quiet=True).start().stop()
     with cuptiprof.open(p) as prof:
         assert prof.sql("SELECT status FROM runs").fetchall() == [("complete",)]
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"warmup": "2"}, "warmup must be a whole number >= 0, not '2'"),
+    ({"steps": 2.5}, "steps must be a whole number >= 0 or None, not 2.5"),
+    ({"warmup": True}, "warmup must be a whole number >= 0, not True"),
+    ({"steps": -1}, "steps must be a whole number >= 0 or None, not -1"),
+    ({"range_filter": 5}, "range_filter must be a glob, a list of globs or a function"),
+    ({"range_filter": ["attn*", 3]}, "range_filter must be a glob, a list of globs or a function"),
+])
+def test_profile_refuses_bad_arguments_in_python_words(tmp_path, kw, says):
+    """A string count compared with an int (TypeError), a fractional step count (one more step
+    recorded than asked), a number as a filter (not iterable): each is refused when called."""
+    with pytest.raises(UsageError, match=re.escape(says)):
+        cuptiprof.profile(tmp_path / "p.duckdb", source="none", **kw)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_profile_takes_kinds_as_the_command_line_writes_them(tmp_path):
+    import numpy as np
+
+    s = cuptiprof.profile(tmp_path / "p.duckdb", steps=np.int64(2), kinds="kernel, memcpy",
+                          source="none")
+    assert s.kinds == ["kernel", "memcpy"] and s.steps == 2 and type(s.steps) is int
+    with pytest.raises(UsageError, match="unknown kind.s. kernal; choose from kernel"):
+        cuptiprof.profile(tmp_path / "p.duckdb", kinds="kernal")
+
+
+def test_profile_into_a_directory_says_it_is_one(tmp_path):
+    with pytest.raises(cuptiprof.errors.InputError, match=r": is a directory; give a file name"):
+        cuptiprof.profile(tmp_path, source="none", quiet=True).start()
+    assert list(tmp_path.iterdir()) == []
 
 
 def record(path, steps=3):

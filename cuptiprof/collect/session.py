@@ -21,6 +21,7 @@ import atexit
 import contextvars
 import fnmatch
 import json
+import numbers
 import os
 import socket
 import sys
@@ -84,7 +85,8 @@ class Session:
     warmup: step ranges skipped before recording (written as kind 'warmup', no GPU rows).
     steps: step ranges recorded after warm-up; None records until stop().
     kinds: subset of ("kernel", "memcpy", "memset", "sync", "api", "nvtx", "memory",
-        "overhead"); None = all. Runtime/driver API records are always collected because the
+        "overhead"), or those names in one string with commas ("kernel,memcpy"); None = all.
+        Runtime/driver API records are always collected because the
         step join needs them; "api" decides whether they are written to api_calls.
     step_range: another range name that marks a step: a cuptiprof.range of that name, or an
         NVTX range of another domain (torch.cuda.nvtx) captured as MARKER records; the latter
@@ -108,8 +110,10 @@ class Session:
                  quiet: bool = False, pid: int | None = None):
         from cuptiprof.collect.cupti_source import ALL_KINDS
 
-        if warmup < 0 or (steps is not None and steps < 0) or flush_every < 1:
-            raise UsageError("warmup and steps must be >= 0 and flush_every >= 1")
+        warmup, steps = _whole("warmup", warmup, 0), _whole("steps", steps, 0)
+        flush_every = _whole("flush_every", flush_every, 1)
+        if isinstance(kinds, str):   # "kernel" or "kernel,memcpy", as the command line takes them
+            kinds = [k.strip() for k in kinds.split(",") if k.strip()]
         chosen = list(ALL_KINDS if kinds is None else kinds)
         unknown = [k for k in chosen if k not in ALL_KINDS]
         if unknown:
@@ -750,12 +754,27 @@ def profile(path: str | os.PathLike, warmup: int = 0, steps: int | None = None,
 
 
 # -- helpers -----------------------------------------------------------------------------------
+def _whole(name: str, v: Any, least: int) -> int | None:
+    """A count argument: None (where allowed by the caller's default), or an integer of any
+    integer type at least `least`; a bool, a float or a string is refused in Python words."""
+    if v is None and name == "steps":
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < least:
+        raise UsageError(f"{name} must be a whole number >= {least}"
+                         f"{' or None' if name == 'steps' else ''}, not {v!r}")
+    return int(v)
+
+
 def _make_filter(f: Any) -> Callable[[str], bool] | None:
     if f is None:
         return None
     if callable(f):
         return f
-    pats = [f] if isinstance(f, str) else list(f)
+    pats = [f] if isinstance(f, str) else list(f) if isinstance(f, (list, tuple, set, frozenset)) \
+        else None
+    if pats is None or not all(isinstance(p, str) for p in pats):
+        raise UsageError(f"range_filter must be a glob, a list of globs or a function of a range's "
+                         f"name, not {f!r}")
     return lambda name: any(fnmatch.fnmatchcase(name, p) for p in pats)
 
 

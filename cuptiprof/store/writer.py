@@ -99,6 +99,8 @@ class Writer:
             raise InputError(f"{self.path}: directory {parent} is not writable")
         if self.path.is_symlink():
             raise InputError(f"{self.path}: is a symbolic link; refusing to write through it")
+        if self.path.is_dir():
+            raise InputError(f"{self.path}: is a directory; give a file name")
         exists = self.path.exists()
         if exists and mode == "create":
             raise InputError(f"{self.path}: already exists; choose another output path "
