@@ -43,6 +43,20 @@ class EnvironmentProblem(CuptiprofError):
     exit_code = 3
 
 
+def whole_number(name: str, v, least: int, none_ok: bool = False) -> int | None:
+    """A count argument of the Python API: an integer of any integer type (numpy's included) at
+    least `least`, or None where `none_ok`; a bool, a float or a string is refused in Python
+    words (a string failed later with a TypeError, 2.5 was taken as 3)."""
+    import numbers
+
+    if v is None and none_ok:
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < least:
+        raise UsageError(f"{name} must be a whole number >= {least}"
+                         f"{' or None' if none_ok else ''}, not {v!r}")
+    return int(v)
+
+
 def storage_error(exc: Exception, path: str | None = None) -> str:
     """One line for a DuckDB failure met mid-command (disk full, damaged file)."""
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -46,6 +46,17 @@ def test_profile_refuses_bad_arguments_in_python_words(tmp_path, kw, says):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("top", [0, -1, "3", 2.0])
+def test_report_methods_refuse_a_top_that_is_not_a_positive_count(tmp_path, top):
+    """top=-1 returned no rows without a word; "3" failed inside DuckDB with a TypeError."""
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with cuptiprof.open(p) as prof:
+        with pytest.raises(UsageError, match=re.escape(f"top must be a whole number >= 1 or None, not {top!r}")):
+            prof.steps_report(top=top)
+        assert len(prof.steps_report(top=2).fetchall()) == 2
+
+
 def test_profile_takes_kinds_as_the_command_line_writes_them(tmp_path):
     import numpy as np
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from cuptiprof.errors import StoreError, UsageError
+from cuptiprof.errors import StoreError, UsageError, whole_number
 from cuptiprof.store.schema import file_schema_version
 from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
 from cuptiprof.store.files import connect_error
@@ -226,6 +226,7 @@ class Profile:
         return self.con.sql(query, params=params) if params else self.con.sql(query)
 
     def report(self, name: str, top: int | None = None) -> duckdb.DuckDBPyRelation:
+        top = whole_number("top", top, 1, none_ok=True)
         rel = self.con.sql(catalog.report_sql(name))
         return rel.limit(top) if top else rel
 

@@ -21,7 +21,6 @@ import atexit
 import contextvars
 import fnmatch
 import json
-import numbers
 import os
 import socket
 import sys
@@ -38,7 +37,7 @@ from cuptiprof import markers, ranks
 from cuptiprof.collect.decode import no_gc
 from cuptiprof.collect.errors import CollectorProblem
 from cuptiprof.collect.resolve import SELF_ID
-from cuptiprof.errors import UsageError
+from cuptiprof.errors import UsageError, whole_number
 from cuptiprof.forking import keep_forever
 from cuptiprof.store import arrow
 from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
@@ -110,8 +109,8 @@ class Session:
                  quiet: bool = False, pid: int | None = None):
         from cuptiprof.collect.cupti_source import ALL_KINDS
 
-        warmup, steps = _whole("warmup", warmup, 0), _whole("steps", steps, 0)
-        flush_every = _whole("flush_every", flush_every, 1)
+        warmup, steps = whole_number("warmup", warmup, 0), whole_number("steps", steps, 0, True)
+        flush_every = whole_number("flush_every", flush_every, 1)
         if isinstance(kinds, str):   # "kernel" or "kernel,memcpy", as the command line takes them
             kinds = [k.strip() for k in kinds.split(",") if k.strip()]
         chosen = list(ALL_KINDS if kinds is None else kinds)
@@ -754,17 +753,6 @@ def profile(path: str | os.PathLike, warmup: int = 0, steps: int | None = None,
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def _whole(name: str, v: Any, least: int) -> int | None:
-    """A count argument: None (where allowed by the caller's default), or an integer of any
-    integer type at least `least`; a bool, a float or a string is refused in Python words."""
-    if v is None and name == "steps":
-        return None
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < least:
-        raise UsageError(f"{name} must be a whole number >= {least}"
-                         f"{' or None' if name == 'steps' else ''}, not {v!r}")
-    return int(v)
-
-
 def _make_filter(f: Any) -> Callable[[str], bool] | None:
     if f is None:
         return None
