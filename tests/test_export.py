@@ -537,3 +537,51 @@ def test_steps_of_a_recorded_run_survive_a_round_trip(tmp_path):
              and e["args"]["name"] == f"stream {e['tid']}"}
     assert named and named == {(e["pid"], e["tid"]) for e in ev if e.get("cat") in
                                ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync")}
+
+
+def _no_gpu_run(path: Path) -> Path:
+    """A run without a GPU, as `cuptiprof run` writes it: every op a range of kind 'op' (one
+    inside another), the ops that do the work also kernels on device -1 over the op's own
+    interval (stream = thread, correlation = op = range = the op's range id), a 'cpu' device."""
+    t, tid = 1_700_000_000_000_000_000, 4242
+    ranges = [(1, None, 0, "step", "step", 0, t, t + 100_000),
+              (2, 1, 1, "aten::linear", "op", 0, t + 10_000, t + 60_000),
+              (3, 2, 2, "aten::addmm", "op", 0, t + 11_000, t + 59_000),
+              (4, None, 0, "step", "step", 1, t + 100_000, t + 200_000),
+              (5, 4, 1, "aten::relu", "op", 1, t + 120_000, t + 150_000)]
+    work = [r for r in ranges if r[0] in (3, 5)]
+    with Writer(path, RunInfo(source="cpu", label="cpu"), pid=77) as w:
+        w.append({
+            "ranges": {"range_id": [r[0] for r in ranges], "parent_id": pa.array([r[1] for r in ranges], pa.int64()),
+                       "depth": pa.array([r[2] for r in ranges], pa.int32()), "name": [r[3] for r in ranges],
+                       "kind": [r[4] for r in ranges], "step": pa.array([r[5] for r in ranges], pa.int32()),
+                       "thread_id": [tid] * len(ranges), "start_ns": [r[6] for r in ranges],
+                       "end_ns": [r[7] for r in ranges]},
+            "kernels": {"device_id": pa.array([-1] * 2, pa.int32()), "stream_id": pa.array([tid] * 2, pa.int32()),
+                        "name": [r[3] for r in work], "correlation_id": [r[0] for r in work],
+                        "step": pa.array([r[5] for r in work], pa.int32()), "range_id": [r[0] for r in work],
+                        "op_id": [r[0] for r in work], "start_ns": [r[6] for r in work],
+                        "end_ns": [r[7] for r in work]},
+            "devices": {"device_id": pa.array([-1], pa.int32()), "kind": ["cpu"], "name": ["AMD EPYC"],
+                        "source": ["torch"]}})
+        w.add_quality("no_gpu", "gpu", None, "no GPU activity was captured (no CUDA GPU found)")
+    return path
+
+
+def test_round_trip_of_a_run_without_a_gpu_keeps_its_cpu_ops_in_their_steps(tmp_path):
+    """The CPU ops of a run without a GPU (kernels on device -1, launched by no API call) come
+    back in their steps, linked to their op, and on a 'cpu' device: not GPU work."""
+    src = _no_gpu_run(tmp_path / "cpu.duckdb")
+    out = tmp_path / "cpu.json.gz"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    back = tmp_path / "back.duckdb"
+    import_traces([out], back)
+    links = ("SELECT k.name, k.device_id, k.step, o.name, r.name FROM kernels k "
+             "LEFT JOIN ranges o ON o.range_id = k.op_id LEFT JOIN ranges r ON r.range_id = k.range_id "
+             "ORDER BY k.start_ns")
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    assert con.execute(links).fetchall() == orig.execute(links).fetchall() == [
+        ("aten::addmm", -1, 0, "aten::addmm", "aten::addmm"), ("aten::relu", -1, 1, "aten::relu", "aten::relu")]
+    assert con.execute("SELECT device_id, kind, name FROM devices").fetchall() == [(-1, "cpu", "AMD EPYC")]
+    assert con.execute("SELECT check_name FROM data_quality ORDER BY 1").fetchall() == [("no_gpu",)]

@@ -464,7 +464,7 @@ def _device_props(con, proc: tuple | None = None) -> list[dict]:
         f"AND run_id IS NOT DISTINCT FROM {_lit(proc[0])} AND pid IS NOT DISTINCT FROM {_lit(proc[1])}"
     for dev, name, cc, sms, mem, bw in con.execute(
             "SELECT device_id, name, compute_capability, sm_count, memory_bytes, "
-            f"peak_memory_bw_gbps FROM devices WHERE kind = 'gpu' {where} "
+            f"peak_memory_bw_gbps FROM devices WHERE kind IN ('gpu', 'cpu') {where} "
             "ORDER BY run_id, pid, device_id").fetchall():
         if dev in seen:
             continue

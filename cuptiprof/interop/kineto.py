@@ -770,7 +770,11 @@ class KinetoFile:
                         correlation_id=AC.array(corr, pa.int64(), corr_ok),
                         start_ns=AC.array(get("start_ns") + base, pa.int64()),
                         end_ns=AC.array(get("end_ns") + base, pa.int64()))
-            cols.update(link(np.where(corr_ok, corr, -1)))
+            dev = get("device_id")
+            cpu = (dev < 0) & get("device_id?", bool)
+            cols.update(link(np.where(corr_ok, corr, -1),
+                             (cpu, stream, get("start_ns") + base, get("end_ns") + base)
+                             if table == "kernels" and cpu.any() else None))
             if table == "kernels":  # a dictionary of kernel names only (they get demangled)
                 cols["name"] = _names(ids, names)
                 for k in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
@@ -841,8 +845,10 @@ class KinetoFile:
         first = has[first]
 
         launched = np.zeros(len(c_step), bool)   # calls with GPU rows: their steps are not empty
+        ops_at: dict | None = None
 
-        def link(g: np.ndarray) -> dict:
+        def link(g: np.ndarray, cpu: tuple | None = None) -> dict:
+            nonlocal ops_at
             call = np.full(len(g), -1, np.int64)
             if len(corr_sorted):
                 pos = np.minimum(np.searchsorted(corr_sorted, g), len(corr_sorted) - 1)
@@ -851,8 +857,25 @@ class KinetoFile:
             call = np.where(found, call, 0)
             pick = lambda v: np.where(found, v[call], -1) if len(v) else call - 1  # noqa: E731
             launched[call[found]] = True
-            return {"step": _null_neg(pick(c_step), pa.int32()),
-                    "range_id": _opt(pick(c_range)), "op_id": _opt(pick(c_op))}
+            step, rng, op = pick(c_step), pick(c_range), pick(c_op)
+            if cpu is not None:
+                # A run without a GPU records each CPU op that does the work as a kernel on
+                # device -1 (stream = thread) over the op's own interval; no call launched it,
+                # so it takes the step and links of the cpu_op with that thread and interval.
+                if ops_at is None:
+                    o = np.flatnonzero(r_code == 0)
+                    o = o[np.argsort(depth[o], kind="stable")]
+                    ops_at = {}
+                    for i, k, a, b in zip(o.tolist(), r_key[o].tolist(), r_start[o].tolist(),
+                                          r_end[o].tolist()):
+                        ops_at.setdefault((k, a, b), i)   # of equal intervals, the outermost
+                mask, thread, start, end = cpu
+                for j in np.flatnonzero(mask & ~found).tolist():
+                    i = ops_at.get((int(thread[j]), int(start[j]), int(end[j])), -1)
+                    if i >= 0:
+                        step[j], rng[j], op[j] = r_step[i], i, i
+            return {"step": _null_neg(step, pa.int32()),
+                    "range_id": _opt(rng), "op_id": _opt(op)}
 
         # Written APPEND_ROWS rows of each table at a time: the Arrow columns, the writer's
         # copies and DuckDB's uncommitted rows of a large trace exist for one part at a time.
@@ -937,7 +960,8 @@ class KinetoFile:
         if devs:
             rows = [props.get(d) or DevProp(id=d) for d in devs]
             batch["devices"] = _rows(run_id, pid, [{
-                "device_id": d, "kind": "gpu", "name": p.name,
+                # device -1: the CPU ops of a run without a GPU (cuptiprof's export), not GPU work
+                "device_id": d, "kind": "cpu" if d < 0 else "gpu", "name": p.name,
                 "compute_capability": f"{p.computeMajor}.{p.computeMinor}"
                 if p.computeMajor is not None else None,
                 "sm_count": p.numSms, "memory_bytes": p.totalGlobalMem,
@@ -946,6 +970,10 @@ class KinetoFile:
                 {"device_id": pa.int32(), "sm_count": pa.int32(), "memory_bytes": pa.int64(),
                  "peak_memory_bw_gbps": pa.float64()})
         quality = []
+        if devs and max(devs) < 0:   # as the run without a GPU said
+            quality.append({"check_name": "no_gpu", "subject": "gpu", "count": None,
+                            "detail": f"no GPU activity in {self.path.name}: kernels holds CPU ops "
+                            "on device -1, one stream per thread"})
         for cat, n in sorted(self.unknown.items()):
             quality.append({"check_name": "unknown_category", "subject": cat, "count": n,
                             "detail": f"{n} events of category {cat!r} in {self.path.name} were "
