@@ -585,3 +585,24 @@ def test_round_trip_of_a_run_without_a_gpu_keeps_its_cpu_ops_in_their_steps(tmp_
         ("aten::addmm", -1, 0, "aten::addmm", "aten::addmm"), ("aten::relu", -1, 1, "aten::relu", "aten::relu")]
     assert con.execute("SELECT device_id, kind, name FROM devices").fetchall() == [(-1, "cpu", "AMD EPYC")]
     assert con.execute("SELECT check_name FROM data_quality ORDER BY 1").fetchall() == [("no_gpu",)]
+
+
+def test_an_imported_trace_without_a_host_is_not_given_the_importing_host(tmp_path):
+    """runs.host of an import is the host that imported it, not the one that recorded the
+    trace: the export names no host where the trace named none."""
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 5, "tid": 5,
+         "ts": 10, "dur": 2, "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 13, "dur": 4,
+         "args": {"device": 0, "stream": 7, "correlation": 1}}]}))
+    src = tmp_path / "t.duckdb"
+    import_traces([trace], src)
+    out = tmp_path / "t.chrome.json"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    assert "host_name" not in load_trace(out)
+    back = tmp_path / "back.duckdb"
+    import_traces([out], back)
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT host FROM processes").fetchall() == [(None,)]

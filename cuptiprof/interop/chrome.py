@@ -432,9 +432,11 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
                        "LIMIT 1").fetchone() if single else None
     if dist:
         head["distributedInfo"] = {"rank": dist[0], "world_size": dist[1]}
+    # runs.host is the writer's: the recording host, but not an imported trace's (it is the
+    # host that imported it)
     host = con.execute("SELECT coalesce((SELECT any_value(host) FROM processes WHERE host IS NOT "
-                       "NULL), (SELECT any_value(host) FROM runs WHERE host IS NOT NULL))"
-                       ).fetchone()[0] if single else None
+                       "NULL), (SELECT any_value(host) FROM runs WHERE host IS NOT NULL AND "
+                       "source NOT IN ('kineto', 'nsys')))").fetchone()[0] if single else None
     if host:   # Kineto's key; the importer reads it back
         head["host_name"] = host
     return msgspec.json.encode(head)[:-1] + b', "traceEvents": [\n'
