@@ -606,3 +606,30 @@ def test_an_imported_trace_without_a_host_is_not_given_the_importing_host(tmp_pa
     import_traces([out], back)
     con = duckdb.connect(str(back), read_only=True)
     assert con.execute("SELECT host FROM processes").fetchall() == [(None,)]
+
+
+
+def test_memory_events_survive_a_round_trip(tmp_path):
+    """Allocations and frees are written as torch.profiler's `[memory]` instants, which the
+    importer reads back: each process's, with its device, bytes and time to the ns."""
+    t = 1_700_000_000_000_000_123
+    mem = "SELECT pid, device_id, time_ns, operation, bytes FROM memory_events ORDER BY ALL"
+    for pids in ((11,), (11, 22)):   # one process (its own pid in the trace), and several
+        src = tmp_path / f"mem{len(pids)}.duckdb"
+        for i, pid in enumerate(pids):
+            with Writer(src, RunInfo(source="synthetic"), mode="append" if i else "create", pid=pid) as w:
+                w.append({
+                    "kernels": {"device_id": pa.array([i], pa.int32()), "stream_id": pa.array([7], pa.int32()),
+                                "name": ["k"], "start_ns": [t], "end_ns": [t + 1_000]},
+                    "memory_events": {"device_id": pa.array([i, i], pa.int32()),
+                                      "time_ns": [t + 5, t + 900_007 + i], "operation": ["alloc", "free"],
+                                      "bytes": [4096 * (i + 1)] * 2, "memory_kind": ["device"] * 2}})
+        out, back = tmp_path / f"mem{len(pids)}.json.gz", tmp_path / f"back{len(pids)}.duckdb"
+        with cuptiprof.open(src) as prof:
+            export_chrome(prof, out)
+        import_traces([out], back)
+        con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+        want = orig.execute(mem).fetchall()
+        assert len(want) == 2 * len(pids) and con.execute(mem).fetchall() == want
+        con.close()
+        orig.close()

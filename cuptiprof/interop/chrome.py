@@ -1,7 +1,8 @@
 """Export a cuptiprof file as a Chrome trace (JSON, optionally gzip) for Perfetto UI and
 chrome://tracing, in the Kineto dialect: the categories torch.profiler writes (`kernel`,
-`gpu_memcpy`, `cuda_runtime`, `cpu_op`, `user_annotation`, ...), GPU rows on a process per
-device with a thread per stream, and `ac2g` flow arrows from each launching call to its GPU work.
+`gpu_memcpy`, `cuda_runtime`, `cpu_op`, `user_annotation`, `[memory]` instants, ...), GPU rows
+on a process per device with a thread per stream, and `ac2g` flow arrows from each launching
+call to its GPU work.
 
 Several processes (a merged file) get pids of their own in the trace (GPU rows on a pid per
 process and device), their correlation ids moved apart, and a `cuptiprofProcesses` key that
@@ -178,7 +179,7 @@ def _lit(v) -> str:
 
 # Id columns each table writes: correlation ids tie calls to their GPU work (flows, and the
 # importer's links), External ids tie both to ranges; all are numbered per process.
-_IDS = {"ranges": ("range_id",), "api_calls": ("correlation_id", "range_id")}
+_IDS = {"ranges": ("range_id",), "api_calls": ("correlation_id", "range_id"), "memory_events": ()}
 _GPU_IDS = ("correlation_id", "op_id")
 _ID_STRIDE = 1 << 32   # CUPTI correlation ids are 32-bit
 
@@ -207,7 +208,7 @@ def _scoped(table: str, where: str, pids: _Pids) -> str:
     process's flows and links would join another's rows that carry the same number."""
     src = (f"(SELECT *, {_flow_end(table, where)} AS _fl FROM {table} _r WHERE {where}) "
            f"_t{pids.join()}")
-    if pids.single:
+    if pids.single or not _IDS.get(table, _GPU_IDS):
         return src
     moved = ", ".join(f"{c} + coalesce(p_idx, 0) * {_ID_STRIDE} AS {c}"
                       for c in _IDS.get(table, _GPU_IDS))
@@ -415,9 +416,20 @@ def _syncs(source: str, base: int, pids: _Pids) -> str:
                 stream="coalesce(stream_id, -1)")
 
 
+def _memory_events(source: str, base: int, pids: _Pids) -> str:
+    # torch.profiler's `[memory]` instants (what the importer reads back): on the process's CPU
+    # track (no thread is recorded), Device Type 1 (CUDA), Bytes negative for a free.
+    cols = {"_ts": _us(f"(time_ns - {base})"), "_pid": pids.cpu_sql()}
+    args = _obj(("Device Type", 1), ("Device Id", _val("device_id")), ("Addr", _val("address")),
+                ("Bytes", _val("CASE WHEN operation = 'free' THEN -bytes ELSE bytes END")))
+    event = _obj(("ph", "i"), ("s", "t"), ("cat", "cpu_instant_event"), ("name", "[memory]"),
+                 ("pid", _val("_pid")), ("tid", -1), ("ts", _Sql("_ts")), ("args", args))
+    return _select(source, cols, event)
+
+
 # In the order they are written: ranges and calls (CPU), then GPU work.
 _EVENTS = {"ranges": _ranges, "api_calls": _api_calls, "kernels": _kernels, "memcpys": _memcpys,
-           "memsets": _memsets, "syncs": _syncs}
+           "memsets": _memsets, "syncs": _syncs, "memory_events": _memory_events}
 
 
 # -- header and metadata (a few rows: Python) ----------------------------------------------------
