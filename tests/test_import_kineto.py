@@ -264,6 +264,32 @@ def test_modern_synthetic(tmp_path):
     assert one(con, "SELECT source, status FROM runs") == ("kineto", "complete")
 
 
+
+def test_a_context_sync_has_no_stream(tmp_path):
+    """Kineto writes a context-wide sync with stream 4294967295 (unsigned -1); cuptiprof's export
+    puts it on track -1. Either way it has no stream: NULL, as the collector stores it, and it
+    stays NULL through a Chrome round trip."""
+    import cuptiprof
+    from cuptiprof.interop.chrome import export_chrome
+
+    doc = modern()
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "cuda_sync", "name": "Context Sync", "pid": 0, "tid": -1, "ts": 170,
+         "dur": 9, "args": {"stream": 4294967295, "device": 0, "context": 1, "correlation": 90}},
+        {"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 7, "ts": 180,
+         "dur": 4, "args": {"stream": 7, "device": 0, "context": 1, "correlation": 91}}]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", doc)], out)
+    sync = "SELECT sync_type, stream_id FROM syncs ORDER BY start_ns"
+    want = [("context_synchronize", None), ("stream_synchronize", 7)]
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute(sync).fetchall() == want
+    with cuptiprof.open(out) as prof:
+        export_chrome(prof, tmp_path / "o.json")
+    import_traces([tmp_path / "o.json"], tmp_path / "back.duckdb")
+    with duckdb.connect(str(tmp_path / "back.duckdb"), read_only=True) as con:
+        assert con.execute(sync).fetchall() == want
+
 def test_a_step_without_gpu_work_is_an_empty_step(tmp_path):
     doc = modern()
     doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4",

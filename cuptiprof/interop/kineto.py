@@ -763,7 +763,10 @@ class KinetoFile:
                 continue
             ids = get("name", np.int32)
             stream, ok = get("stream_id"), get("stream_id?", bool)
-            stream = np.where(stream >= 1 << 31, stream - (1 << 32), stream)  # unsigned -1: no stream
+            stream = np.where(stream >= 1 << 31, stream - (1 << 32), stream)
+            # unsigned -1 (a context-wide sync), or the -1 track of the export: no stream, NULL
+            # as the collector stores it
+            ok = ok & (stream >= 0)
             corr, corr_ok = get("correlation_id"), get("correlation_id?", bool)
             cols.update(context_id=arrow("context_id", pa.int32()),
                         stream_id=AC.array(stream, pa.int32(), ok),
