@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import zlib
@@ -414,3 +415,20 @@ def test_rank_shift_labels_stay_clear_of_the_columns_and_every_file_has_its_top_
     for name in ("only_b_kernel", "c_one", "c_two", "flash_fwd_kernel"):
         assert name in text
     assert "B 2. only_b_kernel" in text   # its last rank is in B, named so on the right
+
+
+# -- output-path mistakes ---------------------------------------------------------------------
+def test_html_to_a_fifo_is_refused_without_reading_it(evil, tmp_path):
+    """A FIFO (or a terminal, `--html /dev/stdout`) at the output path: refused at once, not
+    opened to look for an HTML head, which would wait forever for a writer."""
+    import os
+    import _run_helpers as H
+    fifo = tmp_path / "pipe.html"
+    os.mkfifo(fifo)
+    for argv in (["report", evil[0], "--html", fifo], ["compare", *evil, "--html", fifo]):
+        res = H.cli(argv, tmp_path, timeout=60)
+        assert res.returncode == 2, res.stderr
+        H.one_line_error(res.stderr)
+        assert "not a regular file" in res.stderr
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and not list(tmp_path.glob(".*tmp-*"))
+

@@ -400,6 +400,8 @@ def _page(title: str, body: Sequence[str]) -> str:
 def _not_html(path: Path) -> str | None:
     """An existing HTML file is replaced (re-running a report refreshes it); anything else is
     refused, so a report never overwrites a profile or a file the user keeps."""
+    if not path.is_file():   # a FIFO or a terminal (/dev/stdout): reading its head would block
+        return "is not a regular file; give the path of a file to write"
     try:
         with open(path, "rb") as fh:
             head = fh.read(64).lstrip().lower()
