@@ -432,3 +432,12 @@ def test_html_to_a_fifo_is_refused_without_reading_it(evil, tmp_path):
         assert "not a regular file" in res.stderr
     assert stat.S_ISFIFO(fifo.stat().st_mode) and not list(tmp_path.glob(".*tmp-*"))
 
+
+
+def test_an_empty_html_path_is_an_error_not_a_missing_option(evil, tmp_path, capsys):
+    """`--html "$OUT"` with OUT unset: one error line, not the text report as if --html was not given."""
+    for argv in (["report", str(evil[0]), "--html", ""], ["compare", *map(str, evil), "--html", ""]):
+        assert main(argv) == 2
+        cap = capsys.readouterr()
+        assert cap.out == "" and cap.err.startswith("cuptiprof: error: --html needs a file name")
+        assert len(cap.err.strip().splitlines()) == 1

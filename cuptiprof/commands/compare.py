@@ -46,11 +46,11 @@ def register(sub) -> None:
 def run(args) -> int:
     from cuptiprof.analyse.compare import Comparison, work_list
     work = work_list(args.flops, args.bytes_)
-    if args.html:
+    if args.html is not None:
         from cuptiprof.render.html import check_html_output
         check_html_output(args.html, inputs=args.files)
     with Comparison(args.files, by=args.by, work=work) as cmp:
-        if args.html:
+        if args.html is not None:
             from cuptiprof.render.html import write_compare
 
             path = write_compare(cmp, args.html, top=args.top)

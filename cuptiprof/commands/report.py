@@ -39,11 +39,11 @@ def run(args) -> int:
         return list_reports(args.format)
     if not args.file:
         raise UsageError("report needs a FILE (or --list)")
-    if args.html:
+    if args.html is not None:
         from cuptiprof.render.html import check_html_output
         check_html_output(args.html, inputs=[args.file])
     with open_profile(args.file, args.steps, option="--steps") as prof:
-        if args.html:
+        if args.html is not None:
             from cuptiprof.render.html import write_report
 
             path = write_report(prof, args.html, top=args.top or 15)

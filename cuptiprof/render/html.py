@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from cuptiprof._version import __version__
-from cuptiprof.errors import CuptiprofError
+from cuptiprof.errors import CuptiprofError, InputError
 from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.render.table import clean, fmt_value, rows_of
 
@@ -414,6 +414,8 @@ def _not_html(path: Path) -> str | None:
 
 def check_html_output(out: str | os.PathLike, inputs=()) -> Path:
     """Refuse an HTML output path before the report is computed."""
+    if not os.fspath(out):   # `--html ""` (an unset shell variable) must not pass for no --html
+        raise InputError("--html needs a file name, e.g. --html report.html")
     return check_output(out, inputs=inputs, force=True, replaceable=_not_html)
 
 
