@@ -441,3 +441,27 @@ def test_an_empty_html_path_is_an_error_not_a_missing_option(evil, tmp_path, cap
         cap = capsys.readouterr()
         assert cap.out == "" and cap.err.startswith("cuptiprof: error: --html needs a file name")
         assert len(cap.err.strip().splitlines()) == 1
+
+
+def test_a_very_long_range_name_is_cut_in_the_legend(tmp_path):
+    """A range name thousands of characters long: the steps-by-range legend shows it cut (full on
+    hover), as the bars do, so the page is not stretched to its length."""
+    trace = _kineto_trace(tmp_path / "t.json", steps=2)
+    doc = json.loads(trace.read_text())
+    long_name = "attention_" + "x" * 5000
+    steps = [e for e in doc["traceEvents"] if e["name"].startswith("ProfilerStep#")]
+    doc["traceEvents"] += [{"ph": "X", "cat": "user_annotation", "name": long_name, "pid": 1, "tid": 1,
+                            "ts": s["ts"] + 0.5, "dur": s["dur"] - 1} for s in steps]
+    trace.write_text(json.dumps(doc))
+    db = tmp_path / "t.duckdb"
+    assert main(["import", str(trace), "-o", str(db)]) == 0
+    out = tmp_path / "t.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    text = out.read_text()
+    section = text.split("<h2>Steps by range</h2>", 1)[1].split("<h2>", 1)[0]
+    legend = re.search(r'<div class="legend">(.*?)</div>', section).group(1)
+    shown = re.findall(r"</i>([^<]*)</span>", legend)
+    assert shown and shown[0].startswith("attention_xxx") and len(shown[0]) <= 48, shown
+    assert f'title="{long_name}"' in legend
+    shown_text = re.sub(r"<(title|style|script)>.*?</\1>", "", text, flags=re.S)   # not tooltips
+    assert max(len(t) for t in re.findall(r">([^<]+)<", shown_text)) < 200   # no text that long

@@ -77,8 +77,11 @@ def _short(text: str, n: int) -> str:
 
 # -- SVG primitives -------------------------------------------------------------------------
 def _legend(items: Iterable[tuple[str, str]]) -> str:
+    # labels are range names too: a long one is cut (in full on hover), or one unbreakable
+    # legend item would stretch the page to its length
     return '<div class="legend">' + "".join(
-        f'<span><i style="background:{c}"></i>{esc(label)}</span>' for label, c in items) + "</div>"
+        f'<span title="{esc(label)}"><i style="background:{c}"></i>{esc(_short(label, 48))}</span>'
+        for label, c in items) + "</div>"
 
 
 def hbars(items: Sequence[tuple[str, float, str]], unit: str = "ms", width: int = 900,
