@@ -465,3 +465,19 @@ def test_a_very_long_range_name_is_cut_in_the_legend(tmp_path):
     assert f'title="{long_name}"' in legend
     shown_text = re.sub(r"<(title|style|script)>.*?</\1>", "", text, flags=re.S)   # not tooltips
     assert max(len(t) for t in re.findall(r">([^<]+)<", shown_text)) < 200   # no text that long
+
+
+def test_thousands_of_steps_fit_the_page_width(tmp_path):
+    """3,000 steps: one column each, all inside a plot as wide as the page, not 10 pixels a step."""
+    db = tmp_path / "many.duckdb"
+    assert main(["import", str(_kineto_trace(tmp_path / "many.json", kernels=2, steps=3000, every_us=2.0)),
+                 "-o", str(db)]) == 0
+    out = tmp_path / "many.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    section = out.read_text().split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
+    width = int(re.search(r'<svg class="plot" width="(\d+)"', section).group(1))
+    assert width <= 1000, width
+    cols = re.findall(r'<g><title>(\d+) \|[^<]*</title><rect x="([\d.]+)" y="[\d.]+" width="([\d.e-]+)"', section)
+    assert [int(s) for s, _, _ in cols] == list(range(3000))
+    xs = [float(x) for _, x, _ in cols]
+    assert xs == sorted(xs) and xs[-1] + float(cols[-1][2]) <= width

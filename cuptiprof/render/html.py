@@ -143,15 +143,18 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
     if not columns:
         return '<p class="note">(nothing to plot)</p>'
     n = len(columns)
-    col_w = max(6, min(48, 860 // max(n, 1) - 4))
-    width = width or max(300, 60 + n * (col_w + 4) + 20)
+    # a column and the gap after it: thousands of steps share the page's width (thinner
+    # columns, then no gap) rather than widening the plot 10 pixels a step
+    slot = min(52, 860 // n) if 860 // n >= 10 else 860 / n
+    col_w = slot - 4 if slot >= 10 else slot * (0.6 if slot >= 3 else 1.0)
+    width = width or max(300, round(60 + n * slot + 20))
     plot_h = height - 40
     vmax = max(sum((d.get(p) or 0) for p in parts) for _, d in columns) or 1.0
     out = [f'<svg class="plot" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
            f'<text x="4" y="12">{esc(fmt_value(vmax))} {esc(unit)}</text>',
            f'<line x1="56" y1="{height - 28}" x2="{width - 4}" y2="{height - 28}" stroke="#999"></line>']
     for i, (label, d) in enumerate(columns):
-        x = 60 + i * (col_w + 4)
+        x = round(60 + i * slot, 2)
         y = height - 28
         tip = [f"{label}"] + [f"{p}: {fmt_value(d.get(p) or 0)} {unit}" for p in parts]
         out.append(f'<g><title>{esc(" | ".join(tip))}</title>')
@@ -161,7 +164,7 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
                 continue
             hh = plot_h * v / vmax
             y -= hh
-            out.append(f'<rect x="{x}" y="{y:.1f}" width="{col_w}" height="{hh:.1f}" '
+            out.append(f'<rect x="{x}" y="{y:.1f}" width="{col_w:.4g}" height="{hh:.1f}" '
                        f'fill="{colors.get(p, "#888")}"></rect>')
         out.append("</g>")
         if n <= 40 or i % max(1, n // 20) == 0:
