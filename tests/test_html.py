@@ -481,3 +481,36 @@ def test_thousands_of_steps_fit_the_page_width(tmp_path):
     assert [int(s) for s, _, _ in cols] == list(range(3000))
     xs = [float(x) for _, x, _ in cols]
     assert xs == sorted(xs) and xs[-1] + float(cols[-1][2]) <= width
+
+
+def test_report_html_of_a_light_run_plots_host_times(tmp_path):
+    """A --light run holds ranges and no activity: the page says so and plots the host time of
+    each step and range, as `report` prints it, not bars of 0 ms GPU time."""
+    import sys
+    import _run_helpers as H
+    prog = H.script(tmp_path, """
+        import time, cuptiprof
+        for i in range(3):
+            with cuptiprof.range("step", step=i):
+                with cuptiprof.range("attention"):
+                    time.sleep(0.02 * (i + 1))
+    """)
+    res = H.cli(["run", "-o", "li.duckdb", "--no-report", "--light", "--", sys.executable, prog], tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "li.html"
+    assert main(["report", str(tmp_path / "li.duckdb"), "--html", str(out)]) == 0
+    text = out.read_text()
+    assert '<p class="notice host">No GPU activity in scope' in text
+    with cuptiprof.open(tmp_path / "li.duckdb") as prof:
+        host = {s: h for s, h in prof.sql("SELECT step, host_ms FROM (" + prof.report("steps").sql_query()
+                                          + ")").fetchall()}
+        attention = prof.sql("SELECT host_ms FROM (" + prof.report("ranges").sql_query()
+                             + ") WHERE range = 'attention'").fetchall()[0][0]
+    steps = text.split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
+    tips = re.findall(r"<title>(\d+) \| host: ([\d.,]+) ms</title>", steps)
+    assert {int(s): float(v) for s, v in tips} == pytest.approx(host, rel=1e-3) and len(tips) == 3
+    assert min(host.values()) >= 20
+    ranges = text.split("<h2>The program's ranges</h2>", 1)[1].split("<h2>", 1)[0]
+    got = float(re.search(r"<title>attention: ([\d.,]+) ms on the host in 3 calls</title>", ranges).group(1))
+    assert got == pytest.approx(attention, rel=1e-3) and got >= 120
+    assert "<h2>Steps by range</h2>" not in text and ">0 ms</text>" not in ranges

@@ -457,6 +457,9 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     # their times GPU time.
     only_cpu = bool(cpu["cpu_runs"]) and not cpu["gpu_ms"]
     what = "CPU op" if only_cpu else ("GPU and CPU op" if cpu["cpu_runs"] else "GPU")
+    # No activity at all in scope (a --light run): steps and ranges are plotted by their host
+    # time, as the text report gives it, not as bars of 0 ms of GPU time.
+    host_only = not cpu["gpu_ms"] and not cpu["cpu_ms"]
     body = [f"<h1>cuptiprof report: {esc(profile.path.name)}</h1>",
             f'<p class="note">{esc(profile.path)}; scope: {esc(profile.scope)}</p>']
     if only_cpu:
@@ -467,6 +470,10 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
         body.append(f'<p class="notice cpu">Recorded without a GPU: {esc(cpu["cpu_runs"])}. Those '
                     "runs hold CPU op times from torch.profiler (device -1), counted on this page "
                     "with the GPU work of the other runs.</p>")
+    elif host_only:
+        body.append('<p class="notice host">No GPU activity in scope (a <code>--light</code> run records '
+                    "ranges and logs only): the steps and ranges on this page are plotted by their "
+                    "host time.</p>")
     body.append(table(overview))
     if quality.limit(1).fetchall():
         body.append("<h2>Data quality</h2><p class=\"note\">What the data does not contain, or holds "
@@ -477,7 +484,11 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
                         f'{o["name"]}: {fmt_value(o["total_ms"])} ms, {o["calls"]} calls, '
                         f'{fmt_value(o["pct_gpu_time"])}% of {what} time') for o in ops], cls="plot ops"))
     ranges = _dicts(profile.report("ranges", top))
-    if ranges:
+    if ranges and host_only:
+        body.append("<h2>The program's ranges</h2><p class=\"note\">Host time of each range, in scope.</p>")
+        body.append(hbars([(r["range"], r["host_ms"], f'{r["range"]}: {fmt_value(r["host_ms"])} ms on the '
+                            f'host in {r["calls"]} calls') for r in ranges], cls="plot ranges"))
+    elif ranges:
         body.append(f"<h2>The program's ranges</h2><p class=\"note\">{what} time of the work launched "
                     "inside each range (nested ranges included), in scope.</p>")
         body.append(hbars([(r["range"], r["gpu_ms"],
@@ -495,18 +506,27 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
             d[p] += s.get(f"{p}_ms") or 0.0
         if s.get("complete") is False:
             cut.add(s["step"])
-    if only_cpu:
+    if host_only:
+        host: dict = {}   # step -> {process: host ms}: a step's rows repeat it per device
+        for s in steps:
+            if s["step"] is not None:
+                host.setdefault(s["step"], {})[(s["run_id"], s["pid"])] = s["host_ms"] or 0.0
+        body.append("<h2>Steps</h2><p class=\"note\">Host time of each step (summed over processes).</p>")
+        body.append(stacked_columns(_by_step({k: {"host": sum(v.values())} for k, v in host.items()}, cut),
+                                    ("host",), colors={"host": "#9d755d"}))
+    elif only_cpu:
         body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: CPU op time (shown as "
                     "kernel; summed durations) and the time between ops inside the step's window "
                     "(idle).</p>")
     else:
         body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: kernel, copy and memset "
                     "time (summed durations), host sync time, and GPU idle time inside the step's GPU window.</p>")
-    body.append(stacked_columns(_by_step(per_step, cut)))
+    if not host_only:
+        body.append(stacked_columns(_by_step(per_step, cut)))
     if cut:
         body.append('<p class="note">* ended early by an exception (a Ctrl-C, an error): the bar '
                     "covers only the part of the step that ran.</p>")
-    if ranges:
+    if ranges and not host_only:
         body.append(_steps_by_range(profile, cut))
     body.append("<h2>Kinds</h2>")
     body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["total_ms"],
