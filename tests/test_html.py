@@ -514,3 +514,17 @@ def test_report_html_of_a_light_run_plots_host_times(tmp_path):
     got = float(re.search(r"<title>attention: ([\d.,]+) ms on the host in 3 calls</title>", ranges).group(1))
     assert got == pytest.approx(attention, rel=1e-3) and got >= 120
     assert "<h2>Steps by range</h2>" not in text and ">0 ms</text>" not in ranges
+
+
+def test_a_page_interrupted_while_written_leaves_nothing(evil, tmp_path, monkeypatch):
+    out = tmp_path / "r.html"
+    real = Path.write_text
+
+    def interrupted(self, text, *a, **k):
+        real(self, text[: len(text) // 2], *a, **k)   # half the page is on disk
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", interrupted)
+    with cuptiprof.open(evil[0]) as prof, pytest.raises(KeyboardInterrupt):
+        write_report(prof, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "b.duckdb"]

@@ -434,6 +434,9 @@ def _write(text: str, out: str | os.PathLike) -> Path:
     except OSError as exc:   # e.g. a full disk: name the file the user asked for, leave nothing
         tmp.unlink(missing_ok=True)
         raise CuptiprofError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:   # a Ctrl-C mid-write: no half-written page left beside the output
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
