@@ -528,3 +528,27 @@ def test_a_page_interrupted_while_written_leaves_nothing(evil, tmp_path, monkeyp
     with cuptiprof.open(evil[0]) as prof, pytest.raises(KeyboardInterrupt):
         write_report(prof, out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "b.duckdb"]
+
+
+def test_report_html_of_a_file_without_steps_shows_the_whole_file(tmp_path):
+    """No steps (an nsys trace, a Kineto trace without ProfilerStep): the steps plot is the one
+    whole-file row that `report --by step` prints, not '(nothing to plot)', and no empty
+    steps-by-range section."""
+    trace = _kineto_trace(tmp_path / "t.json", steps=2)
+    doc = json.loads(trace.read_text())
+    for e in doc["traceEvents"]:
+        if e["name"].startswith("ProfilerStep#"):
+            e["name"] = "forward"   # a range of the program's own, not a step
+    trace.write_text(json.dumps(doc))
+    db = tmp_path / "t.duckdb"
+    assert main(["import", str(trace), "-o", str(db)]) == 0
+    out = tmp_path / "t.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    text = out.read_text()
+    with cuptiprof.open(db) as prof:
+        (step, kernel_ms, idle_ms), = prof.report("steps").select("step, kernel_ms, idle_ms").fetchall()
+    assert step is None and kernel_ms == pytest.approx(0.1) and idle_ms > 1
+    steps = text.split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
+    tip = re.search(r"<title>all \| kernel: ([\d.]+) ms \|.*? idle: ([\d.,]+) ms</title>", steps)
+    assert tip and float(tip.group(1)) == pytest.approx(kernel_ms) and float(tip.group(2)) == pytest.approx(idle_ms, rel=1e-3)
+    assert "<h2>The program's ranges</h2>" in text and "<h2>Steps by range</h2>" not in text

@@ -501,8 +501,11 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     # per step, summed over devices and processes
     per_step: dict = {}
     cut = set()  # steps an exception ended early: labelled so, as their bars are short
+    whole = {p: 0.0 for p in PARTS}   # a file without steps: its one row (step NULL) per device
     for s in steps:
         if s["step"] is None:
+            for p in PARTS:
+                whole[p] += s.get(f"{p}_ms") or 0.0
             continue
         d = per_step.setdefault(s["step"], {p: 0.0 for p in PARTS})
         for p in PARTS:
@@ -524,12 +527,15 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     else:
         body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: kernel, copy and memset "
                     "time (summed durations), host sync time, and GPU idle time inside the step's GPU window.</p>")
-    if not host_only:
+    if not host_only and not per_step and any(whole.values()):
+        body.append('<p class="note">No steps recorded: the bar is the whole file.</p>'
+                    + stacked_columns([("all", whole)]))
+    elif not host_only:
         body.append(stacked_columns(_by_step(per_step, cut)))
     if cut:
         body.append('<p class="note">* ended early by an exception (a Ctrl-C, an error): the bar '
                     "covers only the part of the step that ran.</p>")
-    if ranges and not host_only:
+    if ranges and not host_only and per_step:
         body.append(_steps_by_range(profile, cut))
     body.append("<h2>Kinds</h2>")
     body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["total_ms"],
