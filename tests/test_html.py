@@ -552,3 +552,29 @@ def test_report_html_of_a_file_without_steps_shows_the_whole_file(tmp_path):
     tip = re.search(r"<title>all \| kernel: ([\d.]+) ms \|.*? idle: ([\d.,]+) ms</title>", steps)
     assert tip and float(tip.group(1)) == pytest.approx(kernel_ms) and float(tip.group(2)) == pytest.approx(idle_ms, rel=1e-3)
     assert "<h2>The program's ranges</h2>" in text and "<h2>Steps by range</h2>" not in text
+
+
+def test_report_html_of_a_cpu_run_with_ranges_calls_the_split_cpu_op_time(tmp_path):
+    """A run without a GPU, whose steps hold ranges: the steps-by-range plot splits CPU op time
+    and says so (the page says that every time on it is CPU op time)."""
+    import sys
+    import _run_helpers as H
+    pytest.importorskip("torch")
+    prog = H.script(tmp_path, """
+        import torch, cuptiprof
+        x = torch.ones(64, 64)
+        for i in range(2):
+            with cuptiprof.range("step", step=i):
+                with cuptiprof.range("attention"):
+                    (x @ x).sum()
+    """)
+    res = H.cli(["run", "-o", "cpu.duckdb", "--no-report", "--", sys.executable, prog], tmp_path,
+                timeout=300, CUDA_VISIBLE_DEVICES="")
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "cpu.html"
+    assert main(["report", str(tmp_path / "cpu.duckdb"), "--html", str(out)]) == 0
+    text = out.read_text()
+    assert "Every time on this page is CPU op time" in text
+    section = text.split("<h2>Steps by range</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "Each step's CPU op time split by" in section and "attention" in section
+    assert "GPU" not in section

@@ -536,7 +536,7 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
         body.append('<p class="note">* ended early by an exception (a Ctrl-C, an error): the bar '
                     "covers only the part of the step that ran.</p>")
     if ranges and not host_only and per_step:
-        body.append(_steps_by_range(profile, cut))
+        body.append(_steps_by_range(profile, cut, what))
     body.append("<h2>Kinds</h2>")
     body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["total_ms"],
                         f'{k["kind"]} {k["detail"] or ""}: {fmt_value(k["total_ms"])} ms, {k["count"]} calls')
@@ -556,7 +556,7 @@ def _by_step(per: dict, cut: set) -> list:
     return [(f"{k}*" if k in cut else str(k), v) for k, v in sorted(per.items())]
 
 
-def _steps_by_range(profile, cut: set) -> str:
+def _steps_by_range(profile, cut: set, what: str = "GPU") -> str:
     """Each step as a stacked bar of the GPU work under the innermost of the program's ranges."""
     rows = [r for r in _dicts(profile.report("step_ranges")) if r["step"] is not None]
     total: dict = {}
@@ -573,7 +573,7 @@ def _steps_by_range(profile, cut: set) -> str:
         d[key] = d.get(key, 0.0) + (r["gpu_ms"] or 0.0)
     colors = dict(zip(shown, RUN_COLORS))
     colors.update({"other": "#bab0ac", "(no range)": "#dddddd"})
-    return ("<h2>Steps by range</h2><p class=\"note\">Each step's GPU work split by the innermost "
+    return (f"<h2>Steps by range</h2><p class=\"note\">Each step's {what} time split by the innermost "
             "of the program's own ranges open when it was launched (each piece counted once).</p>"
             + stacked_columns(_by_step(per, cut), parts, colors=colors))
 
