@@ -35,6 +35,8 @@ def check_output(out: str | os.PathLike, *, inputs: Iterable = (), force: bool =
     if directory and out.resolve() in (Path.cwd(), *Path.cwd().parents):
         raise InputError(f"{out}: is the current directory or above it; give a new directory name")
     parent = out.parent if str(out.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():   # `run.duckdb/r.html`: the folder is a file
+        raise InputError(f"{out}: {parent} is a file, not a directory; give a path in a directory")
     if not parent.is_dir():
         raise InputError(f"{out}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):

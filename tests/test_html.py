@@ -578,3 +578,10 @@ def test_report_html_of_a_cpu_run_with_ranges_calls_the_split_cpu_op_time(tmp_pa
     section = text.split("<h2>Steps by range</h2>", 1)[1].split("<h2>", 1)[0]
     assert "Each step's CPU op time split by" in section and "attention" in section
     assert "GPU" not in section
+
+
+def test_html_under_a_file_says_that_file_is_not_a_directory(evil, tmp_path, capsys):
+    out = evil[0] / "r.html"       # inside the profile, as if it were a folder
+    assert main(["report", str(evil[0]), "--html", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"cuptiprof: error: {out}: {evil[0]} is a file, not a directory; give a path in a directory"
