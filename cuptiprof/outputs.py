@@ -31,7 +31,10 @@ def check_output(out: str | os.PathLike, *, inputs: Iterable = (), force: bool =
     output may not replace one, nor, for a directory, hold one). `directory`: the output is a
     directory (an empty one is no conflict). An existing output needs `force`; `replaceable`,
     given, may refuse it even then: it returns why, or None."""
+    given = os.fspath(out)
     out = Path(out)
+    if not directory and given.endswith(("/", os.sep)):   # Path() drops the slash: `newdir/`
+        raise InputError(f"{given}: names a directory; give a file name")
     if directory and out.resolve() in (Path.cwd(), *Path.cwd().parents):
         raise InputError(f"{out}: is the current directory or above it; give a new directory name")
     parent = out.parent if str(out.parent) else Path(".")

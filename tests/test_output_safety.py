@@ -260,6 +260,10 @@ def test_outputs_never_replace_inputs_or_unrelated_files(nasty, tmp_path):
         "html_missing_directory": ["report", "p.duckdb", "--html", "nodir/r.html"],
         "compare_html_missing_directory": ["compare", "p.duckdb", "q.duckdb", "--html", "nodir/r.html"],
         "import_into_directory": ["import", "t.json", "-o", "keep", "--force"],
+        "html_to_a_new_directory": ["report", "p.duckdb", "--html", "newdir/"],   # not a file `newdir`
+        "chrome_to_a_new_directory": ["export", "p.duckdb", "--chrome", "newdir/"],
+        "import_to_a_new_directory": ["import", "t.json", "-o", "newdir/"],
+        "merge_to_a_new_directory": ["merge", "p.duckdb", "q.duckdb", "-o", "newdir/"],
         "import_same_trace_twice": ["import", "t.json", "./t.json", "-o", "tw.duckdb"],
         "merge_a_trace": ["merge", "p.duckdb", "t.json", "-o", "m.duckdb"],
         "merge_a_directory": ["merge", "p.duckdb", "keep", "-o", "m.duckdb"],
@@ -280,5 +284,5 @@ def test_outputs_never_replace_inputs_or_unrelated_files(nasty, tmp_path):
         assert res[name]["rc"] == 0, (name, res[name]["stderr"])
     assert {p: digest(p) for p in kept} == kept
     assert not [p for p in w.rglob("*") if ".tmp-" in p.name]
-    assert not any((w / n).exists() for n in ("tw.duckdb", "m.duckdb", "x.json", "nodir"))
+    assert not any((w / n).exists() for n in ("tw.duckdb", "m.duckdb", "x.json", "nodir", "newdir"))
     assert (w / "r.html").read_text().lstrip().startswith("<!DOCTYPE html>") and (w / "pq" / "kernels").is_dir()
