@@ -444,3 +444,23 @@ def test_the_op_doing_the_work_is_judged_per_name_not_per_call():
     own = _own_share([e for pair in steps for e in pair])
     picked = [[e.name for e in pair if _is_kernel(e, own)] for pair in steps]
     assert picked == [["aten::clamp_min"]] * 3          # 13 of 30 us own: relu is a wrapper
+
+
+@pytest.mark.parametrize("mode", [[], ["--light"]], ids=["cpu", "light"])
+def test_steps_of_concurrent_threads_stop_at_n(tmp_path, mode):
+    """--steps N counts steps as they begin: threads whose steps all begin before the first
+    ends record N steps, not one per thread."""
+    p = script(tmp_path, """
+        import threading, cuptiprof
+        b = threading.Barrier(3)
+        def work():
+            for i in range(2):
+                with cuptiprof.range("step"):
+                    b.wait()   # every thread's step is open at once
+        ts = [threading.Thread(target=work) for _ in range(3)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+    """)
+    r = cli(["run", "-o", "t.duckdb", "--no-report", *mode, "--steps", "2", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "t.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(2,)]

@@ -112,7 +112,10 @@ class Recorder:
                 if step is None:
                     step = self.seen      # the ordinal, as the collector numbers unnamed steps
                 self.seen += 1
-                if self.done:
+                # Counted as they begin, as the collector does: steps of concurrent threads that
+                # begin before the first N end are not recorded beyond N.
+                if self.done or (self.s.steps is not None
+                                 and self.seen > self.s.warmup + self.s.steps):
                     return None
                 warm = self.seen <= self.s.warmup
                 kind = "warmup" if warm else "step"
