@@ -464,3 +464,35 @@ def test_steps_of_concurrent_threads_stop_at_n(tmp_path, mode):
     r = cli(["run", "-o", "t.duckdb", "--no-report", *mode, "--steps", "2", "--", PY, p], tmp_path)
     assert r.returncode == 0, r.stderr
     assert q(tmp_path / "t.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(2,)]
+
+
+def test_cpu_ops_of_concurrent_steps_stay_with_their_thread(tmp_path):
+    """Without a GPU, an op belongs to the step open on its own thread: steps two threads run at
+    once keep their own ops, and a warm-up step's ops are not counted in a step that overlaps it."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import threading, torch, cuptiprof
+        x = torch.ones(32, 32)
+        began = [threading.Event() for _ in range(3)]
+        b = threading.Barrier(3)
+        def work(i, op):
+            if i:
+                began[i - 1].wait()   # steps begin in thread order: thread 0's is the warm-up
+            with cuptiprof.range("step"):
+                began[i].set()
+                b.wait()
+                op(x)
+                b.wait()
+        ops = [torch.mm, torch.tanh, torch.sigmoid]
+        ts = [threading.Thread(target=work, args=(i, lambda x, f=f: f(x, x) if f is torch.mm else f(x)))
+              for i, f in enumerate(ops)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+    """)
+    r = cli(["run", "-o", "c.duckdb", "--no-report", "--warmup", "1", "--", PY, p], tmp_path,
+            timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "c.duckdb"
+    got = q(out, "SELECT k.step, k.name, k.stream_id = s.thread_id FROM kernels k JOIN ranges s "
+                 "ON s.kind = 'step' AND s.step = k.step ORDER BY 1")
+    assert got == [(1, "aten::tanh", True), (2, "aten::sigmoid", True)]

@@ -62,7 +62,8 @@ class Recorder:
         self.ranges: list[tuple] = []          # finished range rows waiting for a flush
         self.logs: list[tuple] = []
         self.step_times: list[tuple] = []      # (step, duration_ns) of recorded steps
-        self.windows: list[tuple] = []         # (step, start_ns, end_ns) of recorded steps
+        self.windows: list[tuple] = []         # (step, start_ns, end_ns, thread) of recorded steps
+                                               # (step None: a warm-up step)
         self.spans: list[tuple] = []           # (thread, start, end, range_id, depth) of ended
                                                # ranges: the CPU ops inside them are nested there
         self.current_step: int | None = None
@@ -155,12 +156,14 @@ class Recorder:
                 self.spans.append((o.thread, o.start, now, o.range_id, o.depth))
             if o.kind == "warmup" and (not o.is_step or self.seen >= self.s.warmup):
                 self._start_profiler()      # right after warm-up: the start cost lands outside steps
+            if o.is_step and o.kind == "warmup" and self.mode == "cpu":
+                self.windows.append((None, o.start, now, o.thread))   # its thread's ops: none
             if not (o.is_step and o.kind == "step"):
                 return
             self.current_step = None
             self.recorded += 1
             self.step_times.append((o.step, now - o.start))
-            self.windows.append((o.step, o.start, now))
+            self.windows.append((o.step, o.start, now, o.thread))
             last = self.s.steps is not None and self.recorded >= self.s.steps
             if self.mode != "time":
                 log.info("step %s: %.3f ms", o.step, (now - o.start) / 1e6)
@@ -247,22 +250,27 @@ class Recorder:
         n = len(events)
         start = np.fromiter((base + int(e.time_range.start * 1000) for e in events), np.int64, n)
         end = np.fromiter((base + int(e.time_range.end * 1000) for e in events), np.int64, n)
-        # Step of each op: the recorded step window that holds its start (host windows).
+        # The OS thread id (torch's own `thread` is a counter from 1): the one ranges carry.
+        tids = np.fromiter((_tid(e) for e in events), np.int64, n)
+        # Step of each op: the recorded step window that holds its start (host windows). A window
+        # of the op's own thread wins, so that steps threads run at once keep their own ops; an op
+        # on a thread with no step of its own (a pool the step hands work to) goes by time only.
         step = np.full(n, -1, np.int64)
-        for s, ws, we in self.windows:
-            step[(start >= ws) & (start < we)] = s
+        for s, ws, we, _ in self.windows:
+            if s is not None:
+                step[(start >= ws) & (start < we)] = s
+        for s, ws, we, th in self.windows:   # None: a warm-up step, whose ops are not kept
+            step[(tids == th) & (start >= ws) & (start < we)] = -1 if s is None else s
         if self.windows or self.seen:   # steps were marked: keep what ran inside recorded ones
             keep = step >= 0
             if not keep.any():
                 return
             idx = np.nonzero(keep)[0]
             events = [events[i] for i in idx]
-            start, end, step, n = start[idx], end[idx], step[idx], len(idx)
+            start, end, step, tids, n = start[idx], end[idx], step[idx], tids[idx], len(idx)
         self.op_steps.update(arrow.distinct(step[step >= 0]).tolist())
         step_col = arrow.array(step, mask=step < 0, type=pa.int32())
         rid = arrow.array([ids[e.id] for e in events], pa.int64())
-        # The OS thread id (torch's own `thread` is a counter from 1): the one ranges carry.
-        tids = np.fromiter((_tid(e) for e in events), np.int64, n)
         parents = [ids.get(e.cpu_parent.id) if e.cpu_parent is not None else None for e in events]
         depth = np.zeros(n, np.int64)
         root = np.arange(n)
@@ -395,7 +403,7 @@ class Recorder:
         profiled = self.prof is not None   # torch.profiler ran: a step without ops is empty
         self._stop_profiler()
         if profiled and self.op_steps:
-            for s in sorted({w[0] for w in self.windows} - self.op_steps):
+            for s in sorted({w[0] for w in self.windows if w[0] is not None} - self.op_steps):
                 self._quality("empty_step", str(s), f"step {s} recorded no op (nothing ran in "
                               "it, or torch.profiler did not capture it)")
         self.closed = True
