@@ -326,3 +326,32 @@ def test_kinds_without_a_gpu_says_it_has_no_effect(tmp_path):
     assert "no GPU activity was captured" in r.stderr
     assert "--kinds kernel memcpy chooses CUPTI activity kinds; without a GPU it has no effect" \
         in r.stderr
+
+
+def test_sighup_is_forwarded_and_the_file_written(tmp_path):
+    """A hung-up terminal or ssh session (SIGHUP) ends the program as SIGTERM does: the launcher
+    passes it on and writes OUT (no OUT.parts left behind), and the program writes the step it
+    was inside before it ends."""
+    ready = tmp_path / "ready"
+    p = script(tmp_path, f"""
+        import time, pathlib, cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+        with cuptiprof.range("step", step=1):
+            pathlib.Path({str(ready)!r}).write_text("x")
+            time.sleep(60)
+    """)
+    proc = popen(["run", "-o", "h.duckdb", "--no-report", "--", PY, p], tmp_path)
+    deadline = time.time() + 60
+    while not ready.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert ready.exists()
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    out = tmp_path / "h.duckdb"
+    assert not (tmp_path / "h.duckdb.parts").exists()
+    assert q(out, "SELECT status FROM runs") == [("interrupted",)]
+    assert q(out, "SELECT step, end_ns IS NULL FROM ranges WHERE kind='step' ORDER BY step") \
+        == [(0, False), (1, True)]
+    assert q(out, "SELECT bool_or(ended_early) FROM processes") == [(False,)]

@@ -7,7 +7,7 @@ It reads the settings from the environment (settings.py), then:
   * captures Python logging records at or above --log-level into the `logs` table;
   * records: the CUPTI collector's Session on a GPU, or the Recorder (light mode, the no-GPU
     torch.profiler fallback, or step timing only for --overhead);
-  * closes its part file at exit, after SIGTERM, and in forked children.
+  * closes its part file at exit, after SIGTERM or SIGHUP, and in forked children.
 Nothing here may break the profiled program: failures become one warning line on stderr.
 """
 from __future__ import annotations
@@ -595,9 +595,9 @@ def _inside_recording(frame) -> bool:
 
 
 def _install_sigterm() -> None:
+    """SIGTERM and SIGHUP (a hung-up terminal or ssh session) flush this process's part file
+    first, then end it by the same signal."""
     if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
 
     retries = [0]
@@ -608,16 +608,18 @@ def _install_sigterm() -> None:
             # Landed inside the collector or a writer (maybe within a DuckDB statement, with
             # its locks held): stopping here would re-enter them and hang. Ask again shortly.
             retries[0] += 1
-            threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
             return
         _status = "interrupted"
         if retries[0] < 250:
             _at_exit()
         # else: never got out (5 s): die with what was committed rather than risk a hang
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)   # die of the signal, as the program would have
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)   # die of the signal, as the program would have
 
-    signal.signal(signal.SIGTERM, on_term)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:   # not the program's own, nor ignored (nohup)
+            signal.signal(sig, on_term)
 
 
 def holds_process() -> bool:

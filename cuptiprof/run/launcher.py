@@ -5,7 +5,7 @@ merge the processes' part files into one DuckDB file and print the report.
 
 Each process writes OUT.parts/<host>-<pid>.duckdb through its own Writer (DuckDB has one writer
 per file) plus a start and an end marker; the parts folder doubles as the lock that keeps two
-runs from writing the same output. The launcher forwards SIGINT/SIGTERM and returns the child's
+runs from writing the same output. The launcher forwards SIGINT/SIGTERM/SIGHUP and returns the child's
 status (128+N when signal N ended it).
 """
 from __future__ import annotations
@@ -253,16 +253,19 @@ def _step_fn_problem(parts: Path) -> str | None:
 
 @contextlib.contextmanager
 def _signals_wait(out: Path):
-    """While OUT is written from the parts, a second Ctrl-C or a SIGTERM (a scheduler following
-    up the first) must not cost the recording: it is noted, and OUT is finished first."""
+    """While OUT is written from the parts, a second Ctrl-C, a SIGTERM (a scheduler following
+    up the first) or a SIGHUP must not cost the recording: it is noted, and OUT is finished first."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def note(signum, frame):
-        print(f"cuptiprof: writing {out} first; it takes a moment", file=sys.stderr)
+        try:
+            print(f"cuptiprof: writing {out} first; it takes a moment", file=sys.stderr)
+        except OSError:   # the terminal went away (SIGHUP): write OUT all the same
+            pass
 
-    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, note) for s in FORWARDED}
     try:
         yield
     finally:
@@ -270,8 +273,13 @@ def _signals_wait(out: Path):
             signal.signal(s, h)
 
 
+# Signals that end the run: passed on to the command, and never cost the merge. SIGHUP (the
+# terminal or ssh session went away) used to kill the launcher alone, leaving OUT.parts.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def _wait_forwarding(child: subprocess.Popen) -> int:
-    """Wait for the child, passing SIGINT and SIGTERM on. A Ctrl-C typed in the terminal already
+    """Wait for the child, passing SIGINT, SIGTERM and SIGHUP on. A Ctrl-C typed in the terminal already
     reaches the child (same process group), so SIGINT is passed on only when not from there."""
     def interactive() -> bool:
         try:
@@ -287,7 +295,7 @@ def _wait_forwarding(child: subprocess.Popen) -> int:
         except ProcessLookupError:
             pass
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, forward) for s in FORWARDED}
     try:
         while True:
             try:
