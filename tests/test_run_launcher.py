@@ -228,6 +228,8 @@ def test_warmup_that_takes_every_step_says_so(tmp_path):
     (["--step-fn", "not-a-spec"], "MODULE:QUALNAME"),
     (["--kinds", "bogus"], "bogus"),
     (["-o", "missing-dir/x.duckdb"], "does not exist"),
+    (["-o", ""], "the output path is empty"),   # -o "$OUT" with OUT unset
+    (["--overhead", "-o", ""], "leave out -o"),
 ])
 def test_bad_input_one_line(tmp_path, args, words):
     r = cli(["run", *args, "--", PY, "-c", "pass"], tmp_path)

@@ -51,7 +51,7 @@ def run(args) -> int:
     if args.overhead:
         from cuptiprof.run.overhead import measure
 
-        if args.output:
+        if args.output is not None:
             raise UsageError("--overhead measures runs with and without profiling and writes no "
                              "file; leave out -o")
         if args.repeat < 1:

@@ -123,6 +123,10 @@ def _check_step_fn(spec: str, cmd: list[str]) -> None:
 
 
 def output_path(requested: str | None) -> Path:
+    if requested is not None and not requested.strip():
+        # -o "$OUT" with OUT unset: not a request for the default name
+        raise InputError(f"-o {requested!r}: the output path is empty; give a file name, or leave "
+                         "-o out for a new default name")
     if requested:
         return check_output(requested, taken_hint="choose another output path (or remove the file first)")
     if not os.access(".", os.W_OK):
