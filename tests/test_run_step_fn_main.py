@@ -159,6 +159,18 @@ def test_step_fn_in_a_module_run_with_python_m(tmp_path):
     assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 6
 
 
+def test_step_fn_in_a_package_run_with_python_m(tmp_path):
+    """`python -m app` runs app/__main__.py as __main__: app.__main__:step names its function
+    (it was never hooked, and the run had no steps)."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    script(tmp_path / "app", MAIN, name="__main__.py")
+    r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-fn", "app.__main__:step", "--",
+             PY, "-m", "app"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 6
+
+
 @pytest.mark.parametrize("body, spec, said", [
     (MAIN, "__main__:denoise_step", "the main script defined no denoise_step"),
     (NESTED, "__main__:main.nothere", "main defines no function nothere")])

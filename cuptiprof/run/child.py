@@ -259,7 +259,9 @@ def _hook_step_fn(spec: str) -> None:
         setattr(owner, parts[-1], new)
         _step_fn_mark("step-fn.hooked", "")
 
-    if module == "__main__" or module == main_hook.main_module_name():
+    main = main_hook.main_module_name()
+    # `python -m pkg` runs pkg/__main__.py as __main__: pkg.__main__ names it too
+    if module == "__main__" or (main is not None and module in (main, main + ".__main__")):
         # The main script runs as __main__ and is never imported by its own name: catch the
         # def as it runs. Other processes of the command (a torchrun parent, helper scripts)
         # watch their own main script, and only a run where none of them found it is an error.
