@@ -70,7 +70,7 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
                        extra=None, skip_unreadable=None, overwrite=False,
                        ended_early=()) -> MergeResult:
     sources = [Path(s) for s in sources]
-    dest = Path(dest)
+    given, dest = dest, Path(dest)
     skip = one_run if skip_unreadable is None else skip_unreadable
     if not sources and not one_run:
         raise InputError("merge needs at least one input file")
@@ -79,7 +79,7 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
             continue
         if not skip:
             require_duckdb(s)   # missing, a directory, a run still writing it, not DuckDB
-    check_output(dest, inputs=sources, force=overwrite,
+    check_output(given, inputs=sources, force=overwrite,
                  taken_hint="choose another output path (or remove the file first)")
     tmp = temp_beside(dest)
     _unlink(tmp)
