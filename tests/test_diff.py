@@ -130,3 +130,22 @@ def test_real_trace_against_a_copy_of_itself_passes(shared_traces, tmp_path, cap
     assert doc["steps"]["base"] >= 5 and not doc["regressions"]
     kinds = {r["item"] for r in doc["items"] if r["item_type"] == "kind"}
     assert {"kernel", "memcpy DtoD", "memset", "idle"} <= kinds
+
+
+def test_new_file_whose_every_step_ended_early_is_refused_not_passed(tmp_path, capsys):
+    """A run that crashed in each of its steps leaves no complete step: the gate must not read
+    the empty side as 'no regression' (exit 0)."""
+    a = make_run(tmp_path / "a.duckdb", steps=2)
+    b = make_run(tmp_path / "b.duckdb", steps=2, seed=3)
+    with duckdb.connect(str(b)) as con:
+        run_id, pid = con.execute("SELECT run_id, pid FROM kernels LIMIT 1").fetchone()
+        for step in con.execute("SELECT DISTINCT step FROM kernels").fetchall():
+            con.execute("INSERT INTO data_quality (run_id, pid, check_name, subject, detail) VALUES "
+                        "(?, ?, 'step_incomplete', ?, 'ended early by RuntimeError')",
+                        [run_id, pid, str(step[0])])
+    for cmd in (["diff", str(a), str(b), "--fail-above", "5"], ["compare", str(a), str(b)]):
+        assert main(cmd) == 2
+        out, err = capsys.readouterr()
+        assert "no regression" not in out
+        assert err.startswith("cuptiprof: error: ") and err.count("\n") == 1
+        assert "every recorded step (2) was ended early" in err

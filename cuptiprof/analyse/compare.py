@@ -212,6 +212,10 @@ class Comparison:
         con.execute("CREATE TEMP TABLE cmp_steps AS " + catalog.compare_sql("steps"))
         for r in self.runs:
             r.steps = con.execute("SELECT count(*) FROM cmp_steps WHERE run = ?", [r.index]).fetchone()[0]
+            if r.has_steps and not r.steps:   # all cut short: an empty side would read as "no regression"
+                raise InputError(f"{r.path}: every recorded step ({r.incomplete}) was ended early by an "
+                                 "exception, so no complete step is left to compare; re-record it with "
+                                 "at least one step that runs to its end")
         self._devices_table()
         self.set_work(work)
         for name in ("kinds", "devices", "bandwidth"):
