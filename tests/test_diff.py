@@ -149,3 +149,35 @@ def test_new_file_whose_every_step_ended_early_is_refused_not_passed(tmp_path, c
         assert "no regression" not in out
         assert err.startswith("cuptiprof: error: ") and err.count("\n") == 1
         assert "every recorded step (2) was ended early" in err
+
+
+def _cpu_op_run(path, steps=5):
+    """A run recorded without a GPU: torch.profiler's CPU ops as kernels on device -1."""
+    k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
+    t = 1_000_000
+    for s in range(steps):
+        for op in ("aten::addmm", "aten::gelu"):
+            for c, v in (("start_ns", t), ("end_ns", t + 400_000), ("step", s), ("name", op),
+                         ("stream_id", 1), ("device_id", -1)):
+                k[c].append(v)
+            t += 500_000
+    with Writer(path, RunInfo(source="cpu")) as w:
+        w.append({"kernels": k, "devices": {"device_id": [-1], "kind": ["cpu"], "name": ["AMD EPYC"],
+                                            "source": ["torch"]}})
+    return path
+
+
+def test_gpu_run_against_a_run_without_a_gpu_is_refused_by_diff_and_noted_by_compare(tmp_path, capsys):
+    """A CI machine that lost its GPU records CPU op times: gating them against GPU kernel times
+    would pass or fail by accident."""
+    gpu = make_run(tmp_path / "gpu.duckdb")
+    cpu = _cpu_op_run(tmp_path / "cpu.duckdb")
+    assert main(["diff", str(gpu), str(cpu), "--fail-above", "5"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith(f"cuptiprof: error: {cpu} holds CPU op times (recorded without a GPU)")
+    assert main(["compare", str(gpu), str(cpu)]) == 0
+    assert "note: B recorded CPU op times (no GPU)" in capsys.readouterr().out
+    # two runs without a GPU are alike: the gate runs
+    assert main(["diff", str(cpu), str(_cpu_op_run(tmp_path / "cpu2.duckdb")), "--fail-above", "5"]) == 0
+    assert "no regression" in capsys.readouterr().out

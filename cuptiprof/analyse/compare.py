@@ -81,6 +81,7 @@ class RunFile:
     sources: str = ""
     mixed_runs: int = 0    # runs of unlike kinds or devices in the file (0: none), pooled by step
     stepless: tuple = ()   # (processes, GPU activities, GPU ms) without steps, left out (merged files)
+    cpu_ops: bool = False  # every activity is a CPU op time (a run without a GPU), no GPU work
 
 
 @dataclass
@@ -183,6 +184,10 @@ class Comparison:
                 f"d.name, ',' ORDER BY d.name) FROM {db}.devices d WHERE d.run_id = u.run_id "
                 f"AND d.kind = 'gpu'), ''))) FROM {db}.runs u").fetchone()
             r.mixed_runs = n_runs if kinds > 1 else 0
+            r.cpu_ops = con.execute(
+                f"SELECT bool_and(EXISTS (SELECT 1 FROM {db}.devices d WHERE d.run_id = a.run_id "
+                f"AND d.pid = a.pid AND d.device_id = a.device_id AND d.kind = 'cpu')) "
+                f"FROM {db}.gpu_activities a").fetchone()[0] or False
             names.update(n for (n,) in con.execute(
                 f"SELECT DISTINCT name FROM {db}.gpu_activities WHERE name IS NOT NULL").fetchall())
         fam = families(names)
@@ -396,6 +401,10 @@ class Comparison:
                 out.append(f"note: {r.letter} ({r.path.name}) holds {r.mixed_runs} runs of different sources or "
                            "GPUs; their steps are pooled by step number, so its medians and noise "
                            "mix them: compare files of one kind of run")
+        cpu = [r for r in self.runs if r.cpu_ops]
+        if cpu and len(cpu) < len(self.runs):
+            out.append(f"note: {', '.join(r.letter for r in cpu)} recorded CPU op times (no GPU), the "
+                       "others GPU work: their times are not comparable")
         for r in self.runs:
             if r.stepless:
                 k, n, ms = r.stepless

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cuptiprof.analyse import catalog
-from cuptiprof.errors import UsageError
+from cuptiprof.errors import InputError, UsageError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -71,6 +71,12 @@ def diff(base: str | os.PathLike, new: str | os.PathLike, fail_above_pct: float,
     """Compare NEW against BASE; see the module docstring for the rule."""
     from cuptiprof.analyse.compare import Comparison  # DuckDB and pyarrow: only when diffing
     with Comparison([base, new], by=by, require_steps=True) as cmp:
+        cpu = [r for r in cmp.runs if r.cpu_ops]
+        if len(cpu) == 1:   # e.g. a CI machine that lost its GPU: a gate over CPU op times means nothing
+            gpu = cmp.runs[1 - cpu[0].index]
+            raise InputError(f"{cpu[0].path} holds CPU op times (recorded without a GPU) and {gpu.path} "
+                             "GPU work: they cannot be compared; diff runs recorded the same way "
+                             "(`cuptiprof doctor` tells why a machine records no GPU work)")
         sql = catalog.compare_sql("diff")
         items = cmp.con.sql(sql, params={"pct": float(fail_above_pct), "sigmas": float(sigmas),
                                          "min_ms": float(min_ms)}).to_arrow_table()
