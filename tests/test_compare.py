@@ -461,3 +461,21 @@ def test_markdown_shows_names_as_written(tmp_path, capsys):
         for n in names:
             assert n in cells, (argv[0], n, cells[:12])
         assert "<float>" not in page and "<em>" not in page and "<del>" not in page and "<s>" not in page
+
+
+def test_files_of_different_sizes_are_noted(tmp_path, capsys):
+    """One rank against a whole job reads as N times slower: times per step are summed over
+    processes and devices, and the legend says that the files differ in size."""
+    a = make_run(tmp_path / "rank0.duckdb", seed=1)
+    b = make_run(tmp_path / "rank1.duckdb", seed=2)
+    job = tmp_path / "job.duckdb"
+    assert main(["merge", str(a), str(b), "-o", str(job)]) == 0
+    capsys.readouterr()
+    with Comparison([a, job]) as cmp:
+        assert [r.lanes for r in cmp.runs] == [1, 2]
+        assert ("note: the files hold work of different numbers of processes or devices (A: 1, B: 2)"
+                in "\n".join(cmp.legend()))
+    assert main(["diff", str(a), str(job), "--fail-above", "5"]) == 1
+    assert "different numbers of processes or devices (A: 1, B: 2)" in capsys.readouterr().out
+    with Comparison([a, b]) as cmp:   # alike: no note
+        assert not any("different numbers" in line for line in cmp.legend())

@@ -82,6 +82,7 @@ class RunFile:
     mixed_runs: int = 0    # runs of unlike kinds or devices in the file (0: none), pooled by step
     stepless: tuple = ()   # (processes, GPU activities, GPU ms) without steps, left out (merged files)
     cpu_ops: bool = False  # every activity is a CPU op time (a run without a GPU), no GPU work
+    lanes: int = 0         # (process, device) pairs with work in the compared steps
 
 
 @dataclass
@@ -217,6 +218,8 @@ class Comparison:
         con.execute("CREATE TEMP TABLE cmp_steps AS " + catalog.compare_sql("steps"))
         for r in self.runs:
             r.steps = con.execute("SELECT count(*) FROM cmp_steps WHERE run = ?", [r.index]).fetchone()[0]
+            r.lanes = con.execute("SELECT count(DISTINCT (run_id, pid, device_id)) FROM cmp_act "
+                                  "WHERE run = ? AND kind <> 'sync'", [r.index]).fetchone()[0]
             if r.has_steps and not r.steps:   # all cut short: an empty side would read as "no regression"
                 raise InputError(f"{r.path}: every recorded step ({r.incomplete}) was ended early by an "
                                  "exception, so no complete step is left to compare; re-record it with "
@@ -401,6 +404,10 @@ class Comparison:
                 out.append(f"note: {r.letter} ({r.path.name}) holds {r.mixed_runs} runs of different sources or "
                            "GPUs; their steps are pooled by step number, so its medians and noise "
                            "mix them: compare files of one kind of run")
+        if len({r.lanes for r in self.runs}) > 1:   # one rank against a whole job reads as N times slower
+            out.append("note: the files hold work of different numbers of processes or devices ("
+                       + ", ".join(f"{r.letter}: {r.lanes}" for r in self.runs) + "); times per step "
+                       "are summed over them: compare runs of the same size")
         cpu = [r for r in self.runs if r.cpu_ops]
         if cpu and len(cpu) < len(self.runs):
             out.append(f"note: {', '.join(r.letter for r in cpu)} recorded CPU op times (no GPU), the "
