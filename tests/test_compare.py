@@ -479,3 +479,14 @@ def test_files_of_different_sizes_are_noted(tmp_path, capsys):
     assert "different numbers of processes or devices (A: 1, B: 2)" in capsys.readouterr().out
     with Comparison([a, b]) as cmp:   # alike: no note
         assert not any("different numbers" in line for line in cmp.legend())
+
+
+def test_by_range_work_launched_in_the_step_alone_is_keyed_as_no_range(tmp_path):
+    """'(step, no inner range)' is not one of the program's ranges: its key_type says 'none',
+    as '(no range)' does for --by region."""
+    a = _region_run(tmp_path / "a.duckdb", compiled=False, dur_us=400.0)
+    b = _region_run(tmp_path / "b.duckdb", compiled=False, dur_us=300.0)
+    with Comparison([a, b], by="range") as cmp:
+        types = {r["key"]: r["key_type"] for r in rows(cmp.ops())}
+    assert types["(step, no inner range)"] == "none"
+    assert types["aten::mm"] == types["aten::add"] == "range"

@@ -25,6 +25,7 @@ SELECT {run} AS run, a.kind, a.run_id, a.pid, a.device_id, a.stream_id, a.start_
             ELSE '(no range)' END AS range_key,
        CASE WHEN o.name IS NOT NULL THEN 'op'
             WHEN r.domain = 'python_function' THEN CASE WHEN g.region IS NULL THEN 'none' ELSE 'range' END
+            WHEN r.kind IN ('step', 'warmup') THEN 'none'   -- '(step, no inner range)' is no range
             WHEN r.name IS NOT NULL THEN 'range' ELSE 'none' END AS range_key_type,
        coalesce(g.region, '(no range)') AS region,
        CASE WHEN g.region IS NOT NULL THEN 'range' ELSE 'none' END AS region_type
