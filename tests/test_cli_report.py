@@ -91,6 +91,11 @@ def test_report_list_documents_every_report():
     listed = json.loads(cli("report", "--list", "--format", "json").stdout)
     ops = next(x for x in listed if x["report"] == "ops")
     assert "ALL GPU time" in ops["columns"]["pct_gpu_time"] and "BUSY" in ops["columns"]["pct_busy"]
+    # --format csv and markdown are honoured, as for every report
+    rows = list(csv.reader(io.StringIO(cli("report", "--list", "--format", "csv").stdout)))
+    assert rows[0] == ["report", "--by", "description"] and ["ops", "op"] in [r[:2] for r in rows]
+    md = cli("report", "--list", "--format", "markdown").stdout.splitlines()
+    assert md[0] == "| report | --by | description |" and any(l.startswith("| step\\_spread | spread | ") for l in md)
 
 
 def test_sql_query_and_schema(run_file):

@@ -98,6 +98,10 @@ def list_reports(fmt: str) -> int:
                   sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
-    sys.stdout.write(plain_table(["report", "--by", "description"],
-                                 [list(r) for r in rows], [False] * 3))
+    cols = ["report", "--by", "description"]
+    if fmt in ("csv", "markdown"):   # the format asked for, not the terminal table
+        from types import SimpleNamespace
+        render(SimpleNamespace(columns=cols, fetchall=lambda: rows), fmt, quiet=False)
+        return 0
+    sys.stdout.write(plain_table(cols, [list(r) for r in rows], [False] * 3))
     return 0
