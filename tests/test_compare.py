@@ -490,3 +490,26 @@ def test_by_range_work_launched_in_the_step_alone_is_keyed_as_no_range(tmp_path)
         types = {r["key"]: r["key_type"] for r in rows(cmp.ops())}
     assert types["(step, no inner range)"] == "none"
     assert types["aten::mm"] == types["aten::add"] == "range"
+
+
+def test_a_step_one_rank_of_a_merged_file_cut_short_is_left_out_for_every_rank(tmp_path, capsys):
+    """Steps of a merged file pool by number: the other rank's half of a step cut short in one
+    rank would count as a whole step half as long."""
+    import duckdb
+
+    jobs = []
+    for name, seeds in (("base", (1, 2)), ("new", (3, 4))):
+        parts = [make_run(tmp_path / f"{name}{s}.duckdb", steps=2, seed=s) for s in seeds]
+        jobs.append(tmp_path / f"{name}.duckdb")
+        assert main(["merge", *map(str, parts), "-o", str(jobs[-1])]) == 0
+    with duckdb.connect(str(jobs[1])) as con:
+        run_id, pid = con.execute("SELECT run_id, pid FROM kernels ORDER BY run_id LIMIT 1").fetchone()
+        con.execute("INSERT INTO data_quality (run_id, pid, check_name, subject, detail) VALUES "
+                    "(?, ?, 'step_incomplete', '2', 'step 2 was ended early by KeyboardInterrupt')",
+                    [run_id, pid])
+    with Comparison(jobs) as cmp:
+        steps = {(r["run"], r["step"]): r["gpu_ms"] for r in rows(cmp.steps())}
+        assert set(steps) == {(0, 1), (0, 2), (1, 1)}
+        assert steps[(1, 1)] == pytest.approx(steps[(0, 1)])
+        assert cmp.runs[1].steps == 1 and "1 left out (ended early" in cmp.legend()[1]
+    capsys.readouterr()

@@ -171,7 +171,7 @@ class Comparison:
                                         f"FROM {db}.gpu_activities WHERE {cond}").fetchone()
                     r.stepless = (len(procs), n, ms)
             r.incomplete = con.execute(
-                f"SELECT count(*) FROM {db}.data_quality WHERE check_name = '{STEP_INCOMPLETE}'"
+                f"SELECT count(DISTINCT subject) FROM {db}.data_quality WHERE check_name = '{STEP_INCOMPLETE}'"
             ).fetchone()[0] if r.has_steps else 0
             labels = con.execute(f"SELECT string_agg(DISTINCT label, '+'), string_agg(DISTINCT source, '+') "
                                  f"FROM {db}.runs").fetchone()
@@ -207,9 +207,10 @@ class Comparison:
         for r in self.runs:
             where = "a.step IS NOT NULL" if r.has_steps else "TRUE"
             if r.incomplete:   # a step cut short would pull the medians down
+                # in every process: steps pool by number, and the other ranks' part alone of a
+                # step is as short as the cut one
                 where += (f" AND NOT EXISTS (SELECT 1 FROM f{r.index}.data_quality q WHERE "
-                          f"q.check_name = '{STEP_INCOMPLETE}' AND q.run_id = a.run_id AND "
-                          "q.pid = a.pid AND q.subject = CAST(a.step AS VARCHAR))")
+                          f"q.check_name = '{STEP_INCOMPLETE}' AND q.subject = CAST(a.step AS VARCHAR))")
             parts.append(template.replace("{run}", str(r.index)).replace("{db}", f"f{r.index}")
                          .replace("{step}", "a.step" if r.has_steps else "coalesce(a.step, 0)")
                          .replace("{where}", where))
