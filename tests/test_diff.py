@@ -181,3 +181,17 @@ def test_gpu_run_against_a_run_without_a_gpu_is_refused_by_diff_and_noted_by_com
     # two runs without a GPU are alike: the gate runs
     assert main(["diff", str(cpu), str(_cpu_op_run(tmp_path / "cpu2.duckdb")), "--fail-above", "5"]) == 0
     assert "no regression" in capsys.readouterr().out
+
+
+def test_a_single_step_is_named_as_unknown_noise(tmp_path, capsys):
+    """The MAD of one step is 0: the gate then has no noise band at all, and says so."""
+    a = make_run(tmp_path / "a.duckdb", steps=1, seed=1)
+    b = make_run(tmp_path / "b.duckdb", steps=3, seed=2)
+    assert main(["diff", str(a), str(b), "--fail-above", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"cuptiprof diff: BASE {a} (1 step) -> NEW {b} (3 steps);")
+    assert ("note: A holds a single step: its step-to-step noise is unknown and counts as 0, so "
+            "diff's band is PCT alone") in out
+    assert main(["diff", str(b), str(make_run(tmp_path / "c.duckdb", steps=3, seed=3)),
+                 "--fail-above", "5"]) == 0
+    assert "single step" not in capsys.readouterr().out

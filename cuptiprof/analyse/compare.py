@@ -395,7 +395,8 @@ class Comparison:
     def legend(self) -> list[str]:
         out = []
         for r in self.runs:
-            steps = f"{r.steps} steps" if r.has_steps else "no steps recorded: the whole file counts as one step"
+            steps = (f"{r.steps} step{'s' if r.steps != 1 else ''}" if r.has_steps
+                     else "no steps recorded: the whole file counts as one step")
             if r.incomplete:
                 steps += f", {r.incomplete} left out (ended early by an exception)"
             out.append(f"{r.letter} = {r.path} (label {r.label}; {r.sources or '?'}; "
@@ -405,6 +406,12 @@ class Comparison:
                 out.append(f"note: {r.letter} ({r.path.name}) holds {r.mixed_runs} runs of different sources or "
                            "GPUs; their steps are pooled by step number, so its medians and noise "
                            "mix them: compare files of one kind of run")
+        one = [r.letter for r in self.runs if r.has_steps and r.steps == 1]
+        if one:   # a MAD of one value is 0: not "no noise" but noise unknown
+            its = "its" if len(one) == 1 else "their"
+            out.append(f"note: {', '.join(one)} {'holds' if len(one) == 1 else 'hold'} a single step: "
+                       f"{its} step-to-step noise is unknown and counts as 0, so diff's band is PCT "
+                       "alone; record several steps for a gate that tells noise from a regression")
         if len({r.lanes for r in self.runs}) > 1:   # one rank against a whole job reads as N times slower
             out.append("note: the files hold work of different numbers of processes or devices ("
                        + ", ".join(f"{r.letter}: {r.lanes}" for r in self.runs) + "); times per step "

@@ -2,7 +2,8 @@
 
 Exit 0: nothing got slower by more than PCT beyond the step-to-step noise; 1: regressions
 (listed); 2: a usage error (bad threshold, same file twice, no recorded steps, different
-schema versions, CPU op times of a run without a GPU against GPU work), so a CI job can tell a regression from a misuse.
+schema versions, CPU op times of a run without a GPU against GPU work), so a CI job can
+tell a regression from a misuse.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def run(args) -> int:
     if args.format == "csv":
         render(rows, "csv", out=out)
         return 1 if res.failed else 0
-    head = (f"cuptiprof diff: BASE {res.base} ({res.steps[0]} steps) -> NEW {res.new} ({res.steps[1]} steps); "
+    head = (f"cuptiprof diff: BASE {res.base} ({_steps(res.steps[0])}) -> NEW {res.new} ({_steps(res.steps[1])}); "
             f"fail above {res.fail_above_pct:g}% + {res.sigmas:g} robust sigmas of step noise"
             + (f", ignoring < {res.min_ms:g} ms" if res.min_ms else ""))
     out.write(head + "\n" + "".join(f"{n}\n" for n in res.notes) + "\n")
@@ -67,3 +68,7 @@ def run(args) -> int:
         return 1
     out.write("no regression\n")
     return 0
+
+
+def _steps(n: int) -> str:
+    return f"{n} step{'s' if n != 1 else ''}"
