@@ -185,10 +185,11 @@ class Comparison:
                 f"d.name, ',' ORDER BY d.name) FROM {db}.devices d WHERE d.run_id = u.run_id "
                 f"AND d.kind = 'gpu'), ''))) FROM {db}.runs u").fetchone()
             r.mixed_runs = n_runs if kinds > 1 else 0
-            r.cpu_ops = con.execute(
-                f"SELECT bool_and(EXISTS (SELECT 1 FROM {db}.devices d WHERE d.run_id = a.run_id "
-                f"AND d.pid = a.pid AND d.device_id = a.device_id AND d.kind = 'cpu')) "
-                f"FROM {db}.gpu_activities a").fetchone()[0] or False
+            r.cpu_ops = con.execute(   # a file without a CPU device is read no further
+                f"SELECT EXISTS (SELECT 1 FROM {db}.devices WHERE kind = 'cpu') AND NOT EXISTS "
+                f"(SELECT 1 FROM {db}.gpu_activities a WHERE NOT EXISTS (SELECT 1 FROM {db}.devices d "
+                f"WHERE d.run_id = a.run_id AND d.pid = a.pid AND d.device_id = a.device_id "
+                f"AND d.kind = 'cpu'))").fetchone()[0]
             names.update(n for (n,) in con.execute(
                 f"SELECT DISTINCT name FROM {db}.gpu_activities WHERE name IS NOT NULL").fetchall())
         fam = families(names)
