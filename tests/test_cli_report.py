@@ -109,6 +109,13 @@ def test_sql_query_and_schema(run_file):
     assert r.stdout.split()[:4] == ["run_id", "pid", "device_id", "n"]
     r = cli("schema")
     assert r.returncode == 0 and "CREATE TABLE kernel_rows" in r.stdout
+    # Two statements: only the last one's rows would show, so it is refused in one line.
+    r = cli("sql", run_file, "SELECT 1 AS a; SELECT 2 AS b")
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.strip() == (
+        "cuptiprof: error: the query holds 2 statements; give one at a time (only the last "
+        "one's rows would show)"), r.stderr
+    r = cli("sql", run_file, "SELECT 'x;y' AS s;")   # a semicolon in a string, one at the end
+    assert r.returncode == 0 and "x;y" in r.stdout, r.stderr
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))

@@ -25,7 +25,9 @@ def register(sub) -> None:
     p.add_argument("file", nargs="?")
     p.add_argument("--by", choices=sorted(BY), help="one breakdown (default: a summary of several; "
                    "with --html, the page is written and this breakdown printed as well)")
-    p.add_argument("--top", type=top_rows, default=None, help="rows per breakdown (default: 15 for ops)")
+    p.add_argument("--top", type=top_rows, default=None,
+                   help="rows per breakdown (default: 15 for ops; overview, kinds and quality "
+                        "are shown whole)")
     p.add_argument("--steps", help="steps to include: A:B (inclusive), A:, :B or N")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report with plots "

@@ -27,6 +27,10 @@ def run(args) -> int:
         try:
             if refused_statement(args.query) is not None:   # the check Profile.sql() makes
                 raise read_only
+            n = len(duckdb.extract_statements(args.query))
+            if n > 1:   # DuckDB would show the last statement's rows only
+                raise UsageError(f"the query holds {n} statements; give one at a time "
+                                 "(only the last one's rows would show)")
             rel = prof.con.sql(args.query)
             if rel is None:
                 raise UsageError("the statement returned no rows to show (only queries are allowed)")
