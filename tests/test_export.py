@@ -633,3 +633,50 @@ def test_memory_events_survive_a_round_trip(tmp_path):
         assert len(want) == 2 * len(pids) and con.execute(mem).fetchall() == want
         con.close()
         orig.close()
+
+
+@pytest.fixture(scope="module")
+def fake_run(tmp_path_factory):
+    """`cuptiprof run --warmup 1` with the fake CUPTI (whose launches are stamped just before
+    the range they run in begins), exported and imported back: (recorded, trace, imported)."""
+    from tests._run_helpers import cli, script
+
+    d = tmp_path_factory.mktemp("fake_run")
+    prog = script(d, """
+        import cuptiprof
+        for i in range(4):
+            with cuptiprof.step(i):
+                pass
+    """, "steps.py")
+    rec, trace, back = d / "r.duckdb", d / "r.json.gz", d / "rt.duckdb"
+    r = cli(["run", "--warmup", "1", "-o", rec, "--no-report", "--", sys.executable, prog], d,
+            CUPTIPROF_FAKE_CUPTI="1")
+    assert r.returncode == 0, r.stderr
+    with cuptiprof.open(rec) as prof:
+        export_chrome(prof, trace)
+    import_traces([trace], back)
+    return rec, trace, back
+
+
+def test_a_warm_up_comes_back_as_a_warm_up(fake_run):
+    """A warm-up step is written under its own name with args that say so (not ProfilerStep#N,
+    which tools that read traces count as a step), and imported back as kind 'warmup' with its
+    number: no range outside every step, and the recorded steps only."""
+    rec, trace, back = fake_run
+    warm = "SELECT name, kind, step, end_ns - start_ns FROM ranges WHERE kind = 'warmup'"
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, rec))
+    assert con.execute(warm).fetchall() == orig.execute(warm).fetchall() == [
+        ("step", "warmup", 0, orig.execute("SELECT end_ns - start_ns FROM ranges "
+                                           "WHERE kind = 'warmup'").fetchone()[0])]
+    assert con.execute("SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'"
+                       ).fetchall() == [([1, 2, 3],)]
+    con.close()
+    ev = load_trace(trace)["traceEvents"]
+    assert sorted(e["name"] for e in ev if e.get("name", "").startswith("ProfilerStep#")) == \
+        ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
+    w = [e for e in ev if e.get("args", {}).get("cuptiprof kind") == "warmup"]
+    assert [(e["name"], e["cat"], e["args"]["cuptiprof step"]) for e in w] == [("step", "user_annotation", 0)]
+    r = run_cli("report", back)
+    assert r.returncode == 0, r.stderr
+    assert "call(s) of range" not in r.stderr + r.stdout   # the warm-up is no such range
+

@@ -76,13 +76,13 @@ static inline int bytes_eq(const void *a, const void *b, Py_ssize_t n) {
 
 /* int64 columns */
 enum {
-    C_IDX, C_CAT, C_PH, C_NAME, C_PIDK, C_PID, C_TIDK, C_TID, C_HASARGS, C_LABELS, C_VALID,
-    C_ARG0 /* then NARGS argument values */
+    C_IDX, C_CAT, C_PH, C_NAME, C_PIDK, C_PID, C_TIDK, C_TID, C_HASARGS, C_LABELS, C_XDOMAIN,
+    C_XKIND, C_VALID, C_ARG0 /* then NARGS argument values */
 };
 enum {
     A_CORRELATION, A_DEVICE, A_CONTEXT, A_STREAM, A_BYTES, A_GRID0, A_GRID1, A_GRID2,
     A_BLOCK0, A_BLOCK1, A_BLOCK2, A_REGISTERS, A_SMEM, A_CBID, A_DEVTYPE, A_DEVID, A_MEMBYTES,
-    NARGS
+    A_EXTID, A_XSTEP, NARGS
 };
 #define NI (C_ARG0 + NARGS)
 
@@ -363,10 +363,10 @@ typedef struct {
     int nomem;                      /* out of memory: raise MemoryError, not a decline */
     struct meta { const char *k; Py_ssize_t n, vs, ve; } *meta;
     Py_ssize_t nmeta, capmeta;
-    Py_ssize_t last[6];             /* intern_memo: the last id per field (L_*), or -1 */
+    Py_ssize_t last[8];             /* intern_memo: the last id per field (L_*), or -1 */
 } S;
 
-enum { L_CAT, L_PH, L_NAME, L_PID, L_TID, L_LABELS };
+enum { L_CAT, L_PH, L_NAME, L_PID, L_TID, L_LABELS, L_XDOMAIN, L_XKIND };
 
 /* intern_bytes with a one-entry memo per field: events in a row often share a category, a
  * ph, a thread or a name, found then without hashing or probing. */
@@ -937,7 +937,7 @@ colon:
 
 /* What an args key is: an int argument (its A_* column), one of these, or AK_OTHER. Matched
  * by length first (most args keys, such as "External id", match no length or one word). */
-enum { AK_OTHER = -1, AK_GRID = NARGS, AK_BLOCK, AK_NAME, AK_LABELS };
+enum { AK_OTHER = -1, AK_GRID = NARGS, AK_BLOCK, AK_NAME, AK_LABELS, AK_XDOMAIN, AK_XKIND };
 
 static inline int arg_key(const char *k, Py_ssize_t n) {
 #define IS(lit) bytes_eq(k, lit, sizeof(lit) - 1)
@@ -962,8 +962,14 @@ static inline int arg_key(const char *k, Py_ssize_t n) {
     case 11:
         if (IS("correlation")) return A_CORRELATION;
         if (IS("Device Type")) return A_DEVTYPE;
+        if (IS("External id")) return A_EXTID;
         break;
     case 13: if (IS("shared memory")) return A_SMEM; break;
+    case 14:   /* cuptiprof's own export: a warm-up's kind and step */
+        if (IS("cuptiprof kind")) return AK_XKIND;
+        if (IS("cuptiprof step")) return A_XSTEP;
+        break;
+    case 16: if (IS("cuptiprof domain")) return AK_XDOMAIN; break;
     case 20: if (IS("registers per thread")) return A_REGISTERS; break;
     }
     return AK_OTHER;
@@ -998,7 +1004,7 @@ static int read_args(S *s, int64_t *row) {
     skip_ws(s);
     int64_t valid = 0;
     uint32_t seen = 0;
-    int seen_name = 0, seen_labels = 0;
+    int seen_name = 0, seen_labels = 0, seen_xdomain = 0, seen_xkind = 0;
     if (s->p < s->end && *s->p == '}') { s->p++; row[C_VALID] = 0; return 0; }
     while (1) {
         const char *k; Py_ssize_t n;
@@ -1025,6 +1031,12 @@ static int read_args(S *s, int64_t *row) {
         } else if (a == AK_LABELS) {
             if (seen_labels++) return DECLINE;
             if (read_str_or_null(s, s->small, L_LABELS, &row[C_LABELS]) < 0) return DECLINE;
+        } else if (a == AK_XDOMAIN) {   /* absent -2, null -1 (NVTX's default domain) */
+            if (seen_xdomain++) return DECLINE;
+            if (read_str_or_null(s, s->small, L_XDOMAIN, &row[C_XDOMAIN]) < 0) return DECLINE;
+        } else if (a == AK_XKIND) {
+            if (seen_xkind++) return DECLINE;
+            if (read_str_or_null(s, s->small, L_XKIND, &row[C_XKIND]) < 0) return DECLINE;
         } else {
             if (skip_value(s, 3) < 0) return DECLINE;
         }
@@ -1074,7 +1086,8 @@ static int read_event(S *s, int64_t index) {
     row[C_IDX] = index;
     row[C_CAT] = -1; row[C_PH] = -1; row[C_NAME] = -1;
     row[C_PIDK] = 0; row[C_PID] = 0; row[C_TIDK] = 0; row[C_TID] = 0;
-    row[C_HASARGS] = 0; row[C_LABELS] = -1; row[C_VALID] = 0;
+    row[C_HASARGS] = 0; row[C_LABELS] = -1; row[C_XDOMAIN] = -2; row[C_XKIND] = -1;
+    row[C_VALID] = 0;
     memset(row + C_ARG0, 0, NARGS * sizeof(int64_t));
     f[0] = NAN; f[1] = NAN;
     unsigned seen = 0;
@@ -1215,7 +1228,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     s.end = s.p + view.len;
     s.names = (Interner *)names;
     s.small = (Interner *)small;
-    for (int i = 0; i < 6; i++) s.last[i] = -1;
+    for (int i = 0; i < 8; i++) s.last[i] = -1;
     /* Kineto events take 150-400 bytes of text: room for most pieces without growing (pages
      * are only touched as rows are written) */
     s.hint = view.len / 160 > 4096 ? view.len / 160 : 4096;

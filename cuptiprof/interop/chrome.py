@@ -9,7 +9,8 @@ process and device), their correlation ids moved apart, and a `cuptiprofProcesse
 lets the importer take them apart again (Kineto readers ignore it).
 
 Steps are written as `ProfilerStep#N` ranges (torch.profiler's name, which the importer reads as
-steps), whatever the program called them.
+steps), whatever the program called them. A warm-up step is not one: it keeps its name, with
+args `"cuptiprof kind": "warmup"` and `"cuptiprof step"` that the importer reads back.
 
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would
@@ -39,6 +40,11 @@ try:  # ISA-L level 2: ~25x faster than zlib -9 for a ~40% larger file (BENCHMAR
 except ImportError:  # pragma: no cover - a platform without isal wheels
     _gzip = gzip
     _GZIP_LEVEL = 6
+
+# The `cuptiprofLinks` key's value: each range's "External id" is its range_id, each API call's
+# the range_id of the innermost range open on its thread, each GPU row's its op's. A trace
+# with it is imported with the step, range and op links it was exported with, not by time.
+LINKS = "range_id"
 
 BATCH = 10_000  # rows per Arrow batch: a few MB of text (larger batches cost memory, not time)
 SEP = ",\n"  # between events; every event's text starts with it
@@ -329,16 +335,23 @@ def _ranges(source: str, base: int, pids: _Pids) -> str:
            "WHEN kind = 'op' THEN 'cpu_op' ELSE 'user_annotation' END")
     gpu_pid = pids.gpu_sql(f"CASE WHEN {dev} IS NULL THEN 0 ELSE TRY_CAST({dev} AS BIGINT) END")
     gpu_args = _concat(_obj(("device", _val(dev)), ("stream", _val(stream))))
+    # A warm-up step is not a step: not ProfilerStep#N (tools that read traces would count it
+    # as one) but a range under its own name, with args of cuptiprof's own that say what it is
+    # (Kineto readers show them and read nothing into them).
+    host_args = _concat(_obj(
+        ("External id", _val("range_id")),
+        _optional("cuptiprof kind", "kind = 'warmup'", "'\"warmup\"'"),
+        _optional("cuptiprof step", "kind = 'warmup' AND step IS NOT NULL", _val("step"))))
     cols = {**_times(base),
+            "_cat": cat,
             "_pid": f"CASE WHEN {gpu} THEN {gpu_pid} ELSE {pids.cpu_sql()} END",
             "_tid": f"CASE WHEN {gpu} THEN coalesce(CAST({stream} AS VARCHAR), {_val(_TID)}) "
                     f"ELSE {_val(_TID)} END",
-            "_args": f"CASE WHEN {gpu} THEN {gpu_args} "
-                     f"ELSE {_concat(_obj(('External id', _val('range_id'))))} END"}
+            "_args": f"CASE WHEN {gpu} THEN {gpu_args} ELSE {host_args} END"}
     # A step is ProfilerStep#N whatever the program called it: how torch.profiler marks steps,
     # and what the importer reads back as steps.
     name = "CASE WHEN kind = 'step' AND step IS NOT NULL THEN concat('ProfilerStep#', step) ELSE name END"
-    event = _x(_Sql(f"concat('\"', {cat}, '\"')"), _str(name), _val("_pid"), _Sql("_tid"),
+    event = _x(_Sql("concat('\"', _cat, '\"')"), _str(name), _val("_pid"), _Sql("_tid"),
                [_Sql("_args")])
     return _select(source, cols, event, where=" WHERE end_ns IS NOT NULL")  # open ranges: left out
 
@@ -437,7 +450,9 @@ _EVENTS = {"ranges": _ranges, "api_calls": _api_calls, "kernels": _kernels, "mem
 def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
     single = pids.single
     head = {"schemaVersion": 1, "baseTimeNanoseconds": base, "displayTimeUnit": "ms",
-            "deviceProperties": _device_props(con)}
+            "deviceProperties": _device_props(con),
+            # not Kineto's: the External ids are range ids (see LINKS), which the importer links by
+            "cuptiprofLinks": LINKS}
     if not single:   # not Kineto's: what the importer needs to take the processes apart again
         head["cuptiprofProcesses"] = _processes(con, pids, procs)
     dist = con.execute("SELECT rank, world_size FROM processes WHERE rank IS NOT NULL "

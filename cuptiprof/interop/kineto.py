@@ -22,7 +22,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, Union
 
 import msgspec
 import numpy as np
@@ -59,6 +59,12 @@ class Args(msgspec.Struct, gc=False):
     mem_dev_type: Union[int, None] = msgspec.field(default=None, name="Device Type")
     mem_dev_id: Union[int, None] = msgspec.field(default=None, name="Device Id")
     mem_bytes: Union[int, None] = msgspec.field(default=None, name="Bytes")
+    # Kineto's link from a call or GPU row to its op; other writers may put anything there
+    ext_id: Any = msgspec.field(default=None, name="External id")
+    # cuptiprof's own export: what the category cannot say (a warm-up, an NVTX domain)
+    xkind: Any = msgspec.field(default=None, name="cuptiprof kind")
+    xstep: Any = msgspec.field(default=None, name="cuptiprof step")
+    xdomain: Any = msgspec.field(default=msgspec.UNSET, name="cuptiprof domain")
 
 
 class Ev(msgspec.Struct, gc=False):
@@ -116,6 +122,7 @@ class Doc(msgspec.Struct):
     displayTimeUnit: Union[str, None] = None
     host_name: Union[str, None] = None
     cuptiprofProcesses: Union[list[ProcEntry], None] = None
+    cuptiprofLinks: Union[str, None] = None    # cuptiprof's export: External ids are range ids
 
 
 _DECODER = msgspec.json.Decoder(Doc)
@@ -377,6 +384,10 @@ class KinetoFile:
         self.procs: list[ProcEntry] | None = None   # several processes: rows carry "proc"
         self.local_rank: int | None = None
         self.rank_known = False    # a rank of None is the answer (not: read the file name)
+        # A trace cuptiprof exported (`cuptiprofLinks`): its External ids are range ids, and
+        # calls and GPU rows are linked by them (as recorded), not by time; its ranges may say
+        # their domain and a warm-up in args of cuptiprof's own.
+        self.links = False
 
     @property
     def name_list(self) -> list:
@@ -475,6 +486,8 @@ class KinetoFile:
             self.base = doc.baseTimeNanoseconds
         if doc.host_name:
             self.host = doc.host_name
+        if doc.cuptiprofLinks == "range_id" and self.events == 0:
+            self.links = True
         if doc.cuptiprofProcesses and len(doc.cuptiprofProcesses) > 1 and self.events == 0:
             self.procs = doc.cuptiprofProcesses
             cpu = sorted((e.pid, i) for i, e in enumerate(self.procs))
@@ -676,6 +689,10 @@ class KinetoFile:
             key = self._ids(rows, P.C_TIDK, P.C_TID)
         self.ranges.add(key=key, start=start, end=end, name=names,
                         code=np.full(len(rows), code, np.int8), dev=dev, stream=stream)
+        if self.links:
+            I = self.piece.I
+            self.ranges.add_col("xstep", *self._arg(rows, "xstep"))
+            self.ranges.add(xkind=I[rows, P.C_XKIND])
         if self.procs:
             self.ranges.add(proc=self._proc_of(rows))
 
@@ -833,6 +850,11 @@ class KinetoFile:
         if len(r_name) and annot.any():
             r_code = np.where((r_code == 0) & annot[r_name], np.int8(1), r_code)
         is_step = (r_stepn >= 0) & (r_code != 3)
+        # a warm-up step of cuptiprof's export: kind 'warmup' with its own number, not a step
+        warm = np.zeros(len(r_start), bool)
+        if self.links and len(r_start) and self.small.find("warmup") >= 0:
+            warm = R.get("xkind") == self.small.find("warmup")
+            is_step &= ~warm
         s_start, s_end, s_n, s_key = r_start[is_step], r_end[is_step], r_stepn[is_step], r_key[is_step]
 
         parent, depth, c_range, c_op = nest(r_key, r_start, r_end, r_code == 0,
@@ -840,6 +862,8 @@ class KinetoFile:
         r_step = steps_at(r_start, s_start, s_end, s_n, r_key, s_key)
         r_step[is_step] = s_n
         c_step = steps_at(c_start, s_start, s_end, s_n, c_tid, s_key)
+        if warm.any():
+            r_step[warm] = np.where(R.get("xstep?", bool), R.get("xstep"), -1)[warm]
 
         # Link GPU rows to the call that launched them (the first call with that correlation
         # id): its step, innermost range and op.
@@ -910,8 +934,9 @@ class KinetoFile:
                     "thread_id": AC.array(np.where(code == 3, stream[sl], r_key[sl]), pa.int64()),
                     "start_ns": AC.array(r_start[sl], pa.int64()),
                     "end_ns": AC.array(r_end[sl], pa.int64()),
-                    "kind": AC.dictionary(np.where(is_step[sl], 2, np.minimum(code, 1)),
-                                          ["op", "user", "step"]),
+                    "kind": AC.dictionary(np.where(warm[sl], 3, np.where(is_step[sl], 2,
+                                                                         np.minimum(code, 1))),
+                                          ["op", "user", "step", "warmup"]),
                     "step": _null_neg(r_step[sl], pa.int32()), "attrs": attrs}
             if lo < n_c:
                 sl = slice(lo, min(hi, n_c))

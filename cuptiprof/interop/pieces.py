@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from operator import attrgetter
 
+from msgspec import UNSET
+
 import numpy as np
 
 from cuptiprof.native import extensions_enabled, load_extension
@@ -26,18 +28,23 @@ _native = load_extension("cuptiprof.interop._kineto_scan")  # None: the msgspec 
 
 # int64 columns (the C enum, in order)
 (C_IDX, C_CAT, C_PH, C_NAME, C_PIDK, C_PID, C_TIDK, C_TID, C_HASARGS, C_LABELS,
- C_VALID) = range(11)
-C_ARG0 = 11
+ C_XDOMAIN, C_XKIND, C_VALID) = range(13)
+C_ARG0 = 13
+# C_XDOMAIN, C_XKIND: the "cuptiprof domain" and "cuptiprof kind" args of cuptiprof's own
+# export (string ids in `small`; -1 null, and for the domain -2 where the key is absent)
+XDOMAIN_ABSENT = -2
 # Args fields (kineto.Args), grid and block spread over three columns each
 ARGS = ("correlation", "device", "context", "stream", "bytes", "grid0", "grid1", "grid2",
         "block0", "block1", "block2", "registers", "smem", "cbid", "mem_dev_type", "mem_dev_id",
-        "mem_bytes")
+        "mem_bytes", "ext_id", "xstep")
 A = {k: i for i, k in enumerate(ARGS)}
 NI = C_ARG0 + len(ARGS)
 OVER = 32  # bit OVER + a: the msgspec path saw an integer beyond int64 in field a
 # pid / tid kinds
 ID_NONE, ID_INT, ID_STR, ID_BIG = 0, 1, 2, 3
 _SCALAR_ARGS = [a for a in ARGS if a[:4] not in ("grid", "bloc")]
+# args whose value may be anything in other writers' traces (not validated, read where int)
+_LOOSE_ARGS = {"ext_id", "xstep"}
 
 if _native is not None and getattr(_native, "NI", None) != NI:
     _native = None  # a stale build with another column layout: not used (tests fail on it)
@@ -199,6 +206,8 @@ def from_events(evs: list, names, small, doc) -> Piece:
     has = np.not_equal(np.array(args, object), None).astype(bool) if n else np.zeros(0, bool)
     I[:, C_HASARGS] = has
     I[:, C_LABELS] = -1
+    I[:, C_XDOMAIN] = XDOMAIN_ABSENT
+    I[:, C_XKIND] = -1
     a = [x for x in args if x is not None]
     if a:
         # most args (a CPU op's "External id" and the like) hold none of the fields kept: only
@@ -208,6 +217,12 @@ def from_events(evs: list, names, small, doc) -> Piece:
         a = [x for x, k in zip(a, kept.tolist()) if k]
     if a:
         I[rows, C_LABELS] = ids(small, list(map(attrgetter("labels"), a)))
+        dom = list(map(attrgetter("xdomain"), a))
+        if any(d is not UNSET for d in dom):
+            I[rows, C_XDOMAIN] = np.where([d is UNSET for d in dom], XDOMAIN_ABSENT,
+                                          ids(small, [d if type(d) is str else None for d in dom]))
+        I[rows, C_XKIND] = ids(small, [k if type(k) is str else None
+                                       for k in map(attrgetter("xkind"), a)])
         valid = np.zeros(len(a), np.int64)
 
         def put(j: int, values: list) -> None:
@@ -220,7 +235,10 @@ def from_events(evs: list, names, small, doc) -> Piece:
                 valid |= big.astype(np.int64) << (OVER + j)
 
         for k in _SCALAR_ARGS:
-            put(A[k], list(map(attrgetter(k), a)))
+            values = list(map(attrgetter(k), a))
+            if k in _LOOSE_ARGS:   # any JSON value: only an integer is one (as the scanner reads)
+                values = [v if type(v) is int else None for v in values]
+            put(A[k], values)
         for k in ("grid", "block"):
             for j, values in enumerate(_dims(list(map(attrgetter(k), a)))):
                 put(A[f"{k}{j}"], values)
