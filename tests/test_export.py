@@ -680,3 +680,58 @@ def test_a_warm_up_comes_back_as_a_warm_up(fake_run):
     assert r.returncode == 0, r.stderr
     assert "call(s) of range" not in r.stderr + r.stdout   # the warm-up is no such range
 
+
+# each row's step, range and op (a step's name is left out: the export writes ProfilerStep#N)
+_LINKS = {t: (f"SELECT x.correlation_id, x.start_ns, x.step, "
+              "CASE WHEN r.kind = 'step' THEN 'step' ELSE r.name END, r.start_ns, o.name, o.start_ns "
+              f"FROM {t} x LEFT JOIN ranges r ON r.range_id = x.range_id "
+              f"LEFT JOIN ranges o ON o.range_id = {'x.op_id' if t != 'api_calls' else 'NULL'} "
+              "ORDER BY ALL") for t in ("kernels", "memcpys", "api_calls")}
+
+
+def test_a_round_trip_keeps_each_rows_step_and_links_as_recorded(fake_run):
+    """The fake CUPTI stamps each launch just before its step's range begins: the recorded
+    file puts it in that step (by the range it was launched in), and so does the import of
+    the export (by the External ids), not outside every step (by time)."""
+    rec, _, back = fake_run
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, rec))
+    assert orig.execute("SELECT count(*) FROM api_calls c JOIN ranges r USING (range_id) "
+                        "WHERE c.start_ns < r.start_ns").fetchone()[0] > 0   # what this is about
+    for t, sql in _LINKS.items():
+        want = orig.execute(sql).fetchall()
+        assert want and all(row[2] is not None for row in want), t
+        assert con.execute(sql).fetchall() == want, t
+
+
+def test_a_round_trip_keeps_op_links_that_time_would_change(tmp_path):
+    """A GPU row's op is its External id (the op as recorded, none where none was), not the
+    op open at its call's time; a call's range is its External id's."""
+    t = 1_700_000_000_000_000_000
+    i64 = lambda v: pa.array(v, pa.int64())  # noqa: E731
+    src = tmp_path / "ops.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=12) as w:
+        w.append({
+            "ranges": {"range_id": [1, 2, 3], "parent_id": i64([None, 1, 1]),
+                       "depth": pa.array([0, 1, 1], pa.int32()), "name": ["step", "aten::mm", "attn"],
+                       "kind": ["step", "op", "user"], "domain": ["cuptiprof", "cpu_op", "cuptiprof"],
+                       "step": pa.array([0, 0, 0], pa.int32()), "thread_id": [5] * 3,
+                       "start_ns": [t, t + 10_000, t + 50_000], "end_ns": [t + 100_000, t + 40_000, t + 90_000]},
+            "api_calls": {"thread_id": [5, 5, 5], "api_kind": ["runtime"] * 3, "name": ["cudaLaunchKernel"] * 3,
+                          "correlation_id": [1, 2, 3], "start_ns": [t + 20_000, t + 30_000, t + 49_000],
+                          "end_ns": [t + 21_000, t + 31_000, t + 49_500],
+                          "step": pa.array([0, 0, 0], pa.int32()), "range_id": i64([2, 1, 3])},
+            "kernels": {"device_id": pa.array([0] * 3, pa.int32()), "stream_id": pa.array([7] * 3, pa.int32()),
+                        "name": ["mm", "fill", "softmax"], "correlation_id": [1, 2, 3],
+                        "step": pa.array([0, 0, 0], pa.int32()), "range_id": i64([2, 1, 3]),
+                        "op_id": i64([2, None, 2]), "start_ns": [t + 60_000, t + 70_000, t + 80_000],
+                        "end_ns": [t + 65_000, t + 75_000, t + 85_000]}})
+    out, back = tmp_path / "ops.json.gz", tmp_path / "back.duckdb"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    import_traces([out], back)
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    for t, sql in _LINKS.items():
+        assert con.execute(sql).fetchall() == orig.execute(sql).fetchall(), t
+    assert [r[3:6:2] for r in con.execute(_LINKS["kernels"]).fetchall()] == [
+        ("aten::mm", "aten::mm"), ("step", None), ("attn", "aten::mm")]
+

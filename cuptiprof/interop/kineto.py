@@ -11,7 +11,8 @@ small typed Structs that are then turned into the same columns (pieces.py). Ever
 that works on columns, category by category (no Python object per event). Rows are kept as
 compact columns until the file ends, because a launch is attributed to the innermost op open
 on its thread, and a GPU row to the step of the call that launched it, which needs the whole
-host timeline; then the file's rows go to the writer: in one append, or for a large trace
+host timeline (a trace cuptiprof exported says each call's range and each GPU row's op by
+External id, `cuptiprofLinks`: those links are kept as they were, not found by time); then the file's rows go to the writer: in one append, or for a large trace
 APPEND_ROWS rows of each table per append, so that its Arrow and DuckDB copies exist for
 one part at a time.
 """
@@ -673,6 +674,8 @@ class KinetoFile:
             C.add(proc=self._proc_of(rows))
         C.add_col("corr", *self._arg(rows, "correlation"))
         C.add_col("cbid", *self._arg(rows, "cbid"))
+        if self.links:
+            C.add_col("ext", *self._arg(rows, "ext_id"))
 
     def _range(self, what: str, rows: np.ndarray) -> None:
         start, end = self._times(rows)
@@ -691,6 +694,7 @@ class KinetoFile:
                         code=np.full(len(rows), code, np.int8), dev=dev, stream=stream)
         if self.links:
             I = self.piece.I
+            self.ranges.add_col("ext", *self._arg(rows, "ext_id"))
             self.ranges.add_col("xstep", *self._arg(rows, "xstep"))
             self.ranges.add(xkind=I[rows, P.C_XKIND])
         if self.procs:
@@ -745,6 +749,8 @@ class KinetoFile:
         G.add_col("stream_id", stream, ones)
         G.add_col("context_id", *self._arg(rows, "context"))
         G.add_col("correlation_id", *self._arg(rows, "correlation"))
+        if self.links:
+            G.add_col("ext", *self._arg(rows, "ext_id"))
         if what == "kernel":
             for k in ("grid", "block"):
                 for j, xyz in enumerate("xyz"):
@@ -794,7 +800,8 @@ class KinetoFile:
             cpu = (dev < 0) & get("device_id?", bool)
             cols.update(link(np.where(corr_ok, corr, -1),
                              (cpu, stream, get("start_ns") + base, get("end_ns") + base)
-                             if table == "kernels" and cpu.any() else None))
+                             if table == "kernels" and cpu.any() else None,
+                             (get("ext"), get("ext?", bool)) if self.links else None))
             if table == "kernels":  # a dictionary of kernel names only (they get demangled)
                 cols["name"] = _names(ids, names)
                 for k in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
@@ -864,6 +871,15 @@ class KinetoFile:
         c_step = steps_at(c_start, s_start, s_end, s_n, c_tid, s_key)
         if warm.any():
             r_step[warm] = np.where(R.get("xstep?", bool), R.get("xstep"), -1)[warm]
+        by_ext = self._by_ext(R) if self.links else None
+        if by_ext is not None and len(c_start):
+            # cuptiprof's export: each call's External id is its innermost range (as recorded),
+            # which gives its range and step; not by time (a call stamped on another clock, or
+            # just before its range began, would fall outside the step it ran in)
+            cr = by_ext(C.get("ext"), C.get("ext?", bool))
+            hit = cr >= 0
+            c_range[hit] = cr[hit]
+            c_step[hit] = r_step[cr[hit]]
 
         # Link GPU rows to the call that launched them (the first call with that correlation
         # id): its step, innermost range and op.
@@ -874,7 +890,7 @@ class KinetoFile:
         launched = np.zeros(len(c_step), bool)   # calls with GPU rows: their steps are not empty
         ops_at: dict | None = None
 
-        def link(g: np.ndarray, cpu: tuple | None = None) -> dict:
+        def link(g: np.ndarray, cpu: tuple | None = None, ext: tuple | None = None) -> dict:
             nonlocal ops_at
             call = np.full(len(g), -1, np.int64)
             if len(corr_sorted):
@@ -901,6 +917,11 @@ class KinetoFile:
                     i = ops_at.get((int(thread[j]), int(start[j]), int(end[j])), -1)
                     if i >= 0:
                         step[j], rng[j], op[j] = r_step[i], i, i
+            if ext is not None and by_ext is not None:
+                # cuptiprof's export: a GPU row's External id is its op as recorded (none: none)
+                v, ok = ext
+                o = by_ext(v, ok)
+                op = np.where(o >= 0, o, np.where(ok, op, -1))
             return {"step": _null_neg(step, pa.int32()),
                     "range_id": _opt(rng), "op_id": _opt(op)}
 
@@ -963,6 +984,22 @@ class KinetoFile:
             w.append(batch)
         return FileSummary(str(self.path), pid, self.dist.rank if self.dist else None,
                            self.events, dict(self.rows), dict(self.unknown), len(s_n))
+
+    @staticmethod
+    def _by_ext(R: _Cols):
+        """For cuptiprof's export: External ids (values, validity) -> the index of the range
+        exported with that range_id (-1: none, or not in the trace)."""
+        v, ok = R.get("ext"), R.get("ext?", bool)
+        keys = np.flatnonzero(ok)
+        ids, first = np.unique(v[keys], return_index=True)
+        first = keys[first]
+
+        def find(g: np.ndarray, g_ok: np.ndarray) -> np.ndarray:
+            if not len(ids):
+                return np.full(len(g), -1, np.int64)
+            pos = np.minimum(np.searchsorted(ids, g), len(ids) - 1)
+            return np.where(g_ok & (ids[pos] == g), first[pos], -1)
+        return find
 
     def _meta_rows(self, batch, run_id, pid, n_steps, unclaimed, empty, r_start, r_end, c_start,
                    c_end) -> None:
