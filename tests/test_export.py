@@ -735,3 +735,35 @@ def test_a_round_trip_keeps_op_links_that_time_would_change(tmp_path):
     assert [r[3:6:2] for r in con.execute(_LINKS["kernels"]).fetchall()] == [
         ("aten::mm", "aten::mm"), ("step", None), ("attn", "aten::mm")]
 
+
+SAXPY = SHARED / "pipit-nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+
+
+def test_range_domains_survive_a_round_trip(tmp_path_factory, tmp_path, fake_run):
+    """A domain the category does not say (an NVTX domain, NVTX's default domain NULL,
+    'cuptiprof') is written as an arg and read back; the category's domains stay as they were."""
+    doms = "SELECT name, kind, domain, count(*) FROM ranges WHERE end_ns IS NOT NULL GROUP BY ALL ORDER BY ALL"
+    src = imported(tmp_path_factory, SAXPY)
+    t = 1_700_000_000_000_000_000
+    mine = tmp_path / "doms.duckdb"
+    domains = [None, "nvtx", "cpu_op", "user_annotation", "python_function", "gpu_user_annotation", None]
+    with Writer(mine, RunInfo(source="synthetic"), pid=3) as w:
+        w.append({"ranges": {
+            "range_id": list(range(1, 8)), "name": [f"r{i}" for i in range(7)], "domain": domains,
+            "kind": ["user", "op", "op", "user", "user", "user", "user"], "thread_id": [5] * 7,
+            "start_ns": [t + 10 * i for i in range(7)],
+            "end_ns": pa.array([t + 10 * i + 5 for i in range(6)] + [None], pa.int64())}})
+    cases = [(src, doms), (mine, doms), (fake_run[0], doms.replace("name, ", ""))]
+    for i, (path, sql) in enumerate(cases):
+        out, back = tmp_path / f"{i}.json.gz", tmp_path / f"{i}.duckdb"
+        with cuptiprof.open(path) as prof:
+            export_chrome(prof, out)
+        import_traces([out], back)
+        con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, path))
+        want = orig.execute(sql).fetchall()
+        if path == src:
+            assert {r[2] for r in want} == {"MPI", None}
+        assert con.execute(sql).fetchall() == want, path.name
+    ev = load_trace(tmp_path / "1.json.gz")["traceEvents"]
+    assert sorted(map(str, {e["args"]["cuptiprof domain"] for e in ev if "cuptiprof domain" in e.get("args", {})})) \
+        == ["None", "nvtx"]   # written only where the category does not say it

@@ -335,11 +335,13 @@ def _ranges(source: str, base: int, pids: _Pids) -> str:
            "WHEN kind = 'op' THEN 'cpu_op' ELSE 'user_annotation' END")
     gpu_pid = pids.gpu_sql(f"CASE WHEN {dev} IS NULL THEN 0 ELSE TRY_CAST({dev} AS BIGINT) END")
     gpu_args = _concat(_obj(("device", _val(dev)), ("stream", _val(stream))))
-    # A warm-up step is not a step: not ProfilerStep#N (tools that read traces would count it
-    # as one) but a range under its own name, with args of cuptiprof's own that say what it is
-    # (Kineto readers show them and read nothing into them).
+    # What the category cannot say, in args of cuptiprof's own (Kineto readers show them and
+    # read nothing into them): a domain other than the category (an NVTX domain, 'cuptiprof';
+    # null: NVTX's default domain), and a warm-up step, which is not a step (no ProfilerStep#:
+    # tools that read traces would count it as one) but a range under its own name.
     host_args = _concat(_obj(
         ("External id", _val("range_id")),
+        _optional("cuptiprof domain", "domain IS DISTINCT FROM _cat", _str("domain")),
         _optional("cuptiprof kind", "kind = 'warmup'", "'\"warmup\"'"),
         _optional("cuptiprof step", "kind = 'warmup' AND step IS NOT NULL", _val("step"))))
     cols = {**_times(base),

@@ -696,7 +696,7 @@ class KinetoFile:
             I = self.piece.I
             self.ranges.add_col("ext", *self._arg(rows, "ext_id"))
             self.ranges.add_col("xstep", *self._arg(rows, "xstep"))
-            self.ranges.add(xkind=I[rows, P.C_XKIND])
+            self.ranges.add(xdomain=I[rows, P.C_XDOMAIN], xkind=I[rows, P.C_XKIND])
         if self.procs:
             self.ranges.add(proc=self._proc_of(rows))
 
@@ -950,8 +950,7 @@ class KinetoFile:
                     "range_id": AC.array(np.arange(lo + 1, sl.stop + 1), pa.int64()),
                     "parent_id": _opt(parent[sl]), "depth": i32(depth[sl]),
                     "name": _names(r_name[sl], names),
-                    "domain": AC.dictionary(code, ["cpu_op", "user_annotation", "python_function",
-                                                   "gpu_user_annotation"]),
+                    "domain": self._domains(code, R.get("xdomain")[sl] if self.links else None),
                     "thread_id": AC.array(np.where(code == 3, stream[sl], r_key[sl]), pa.int64()),
                     "start_ns": AC.array(r_start[sl], pa.int64()),
                     "end_ns": AC.array(r_end[sl], pa.int64()),
@@ -1000,6 +999,19 @@ class KinetoFile:
             pos = np.minimum(np.searchsorted(ids, g), len(ids) - 1)
             return np.where(g_ok & (ids[pos] == g), first[pos], -1)
         return find
+
+    def _domains(self, code: np.ndarray, xdomain: np.ndarray | None) -> pa.DictionaryArray:
+        """Each range's domain: its category's, or where cuptiprof's export wrote one (an NVTX
+        domain; null: NVTX's default domain), that."""
+        cats = ["cpu_op", "user_annotation", "python_function", "gpu_user_annotation"]
+        if xdomain is None or not len(xdomain) or (xdomain == P.XDOMAIN_ABSENT).all():
+            return AC.dictionary(code, cats)
+        own = np.unique(xdomain[xdomain >= 0])
+        codes = np.where(xdomain >= 0, len(cats) + np.searchsorted(own, np.maximum(xdomain, 0)),
+                         code)
+        values = cats + [self.small.strings[i] for i in own.tolist()]
+        return pa.DictionaryArray.from_arrays(
+            AC.array(codes, pa.int32(), xdomain != -1), AC.strings(values))
 
     def _meta_rows(self, batch, run_id, pid, n_steps, unclaimed, empty, r_start, r_end, c_start,
                    c_end) -> None:

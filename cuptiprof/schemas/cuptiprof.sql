@@ -215,7 +215,7 @@ CREATE TABLE range_rows (
     parent_id   BIGINT,    -- enclosing range on the same thread (NULL at top level)
     depth       INTEGER,   -- 0 at top level
     name_id     INTEGER,   -- strings.string_id of the range name / message
-    domain      VARCHAR,   -- NVTX domain ('cuptiprof' for cuptiprof.range; NULL for the default domain); for Kineto imports the event's category ('cpu_op', 'user_annotation', 'gpu_user_annotation', 'python_function')
+    domain      VARCHAR,   -- NVTX domain ('cuptiprof' for cuptiprof.range; NULL for the default domain); for Kineto imports the event's category ('cpu_op', 'user_annotation', 'gpu_user_annotation', 'python_function'), or the domain a cuptiprof Chrome export wrote
     thread_id   BIGINT,                 -- OS thread id
     start_ns    BIGINT,                 -- range start on the record clock
     end_ns      BIGINT,    -- NULL when the range never closed (crash)
