@@ -241,7 +241,8 @@ def test_odd_names_and_nulls_survive(odd_trace):
     k = {e["name"]: e for e in x if e["cat"] == "kernel"}
     assert k["with \"quotes\""]["args"]["registers per thread"] is None
     assert k["with \"quotes\""]["args"]["device"] is None and k["with \"quotes\""]["pid"] == -1
-    assert "grid" not in k["with \"quotes\""]["args"] and k["back\\slash\\"]["args"]["grid"] == [2, None, 1]
+    assert "grid" not in k["with \"quotes\""]["args"] and "grid" not in k["back\\slash\\"]["args"]
+    assert k["plain"]["args"]["grid"] == [1, 1, 1]   # a grid of unknown y is left out, not [2, null, 1]
     assert k["plain"]["args"]["correlation"] == 100 and k["with \"quotes\""]["args"]["correlation"] is None
     copies = sorted((e for e in x if e["cat"] == "gpu_memcpy"), key=lambda e: e["ts"])  # row order
     assert copies[1]["name"] == "Memcpy None (Unknown -> Device)" and copies[1]["args"]["bytes"] is None
@@ -263,6 +264,24 @@ def test_odd_names_and_nulls_survive(odd_trace):
         [(0, 11, None, None), (1, 9, 1, 9)]  # no attrs: device 0, the range's thread
     assert sorted(e["cat"] for e in x if e["name"] in ("plain", "single ' quote", None) and e["cat"]
                   not in ("kernel", "cuda_runtime", "cuda_driver")) == ["cpu_op", "cpu_op"]
+
+
+def test_a_partial_grid_exports_to_a_trace_that_imports_back(tmp_path):
+    """A grid of unknown y was written as [2, null, 1], which no Kineto reader (cuptiprof's own
+    import included) takes: the export leaves such a grid out, and the trace imports back."""
+    src, trace, back = tmp_path / "g.duckdb", tmp_path / "g.json.gz", tmp_path / "back.duckdb"
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    with Writer(src, RunInfo(source="test")) as w:
+        w.append({"kernels": {"start_ns": [T0, T0 + 10_000], "end_ns": [T0 + 5_000, T0 + 15_000],
+                              "device_id": i32([0, 0]), "stream_id": i32([7, 7]),
+                              "name": ["partial", "whole"], "grid_x": i32([2, 4]),
+                              "grid_y": i32([None, 2]), "grid_z": i32([1, 1])}})
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, trace)
+    import_traces([trace], back)
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT name, grid_x, grid_y, grid_z FROM kernels ORDER BY name").fetchall() == \
+        [("partial", None, None, None), ("whole", 4, 2, 1)]
 
 
 def test_flows_match_rows_with_a_correlation_id(odd, odd_trace):

@@ -385,9 +385,11 @@ def _gpu(source: str, base: int, pids: _Pids, cat: str, name: _Sql, extra: tuple
 
 
 def _kernels(source: str, base: int, pids: _Pids) -> str:
-    def dims(key: str) -> tuple:  # [x, y, z], left out when x is unknown
+    def dims(key: str) -> tuple:  # [x, y, z], left out unless all three are known (Kineto
+        # readers, cuptiprof's own import included, take three integers or no grid at all)
         xyz = ", ',', ".join(_val(f"{key}_{c}") for c in "xyz")
-        return _optional(key, f"{key}_x IS NOT NULL", f"'[', {xyz}, ']'")
+        known = " AND ".join(f"{key}_{c} IS NOT NULL" for c in "xyz")
+        return _optional(key, known, f"'[', {xyz}, ']'")
     return _gpu(source, base, pids, "kernel", _str("name"),
                 (("registers per thread", _val("registers")), ("shared memory", _val("static_smem")),
                  dims("grid"), dims("block")))
