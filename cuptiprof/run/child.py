@@ -17,6 +17,7 @@ import functools
 import importlib
 import importlib.abc
 import importlib.util
+import json
 import logging
 import os
 import signal
@@ -54,15 +55,11 @@ def activate() -> None:
              "install cuptiprof into that Python's environment, or run the command with the "
              "Python cuptiprof is installed in")
         return
-    mode = {"profile": "cpu", "light": "light", "time": "time"}.get(s.mode, "cpu")
-    _rec = Recorder(s, parts, mode)
-    _rec.write_marker(list(sys.argv) or [sys.executable])
-    if s.mode == "profile" and s.gpu:
-        _start_collector(s, _rec)
-    if mode != "time":
+    _open_recording(s, parts, _exec_state())
+    if _rec.mode != "time":
         _install_logging(s.log_level)
     if _rec.mode == "cpu":
-        _when_imported("torch", _rec.start_profiler)
+        _when_imported("torch", lambda torch: _rec.start_profiler(torch))   # _rec of the time
     if s.step_fn:
         _hook_step_fn(s.step_fn)
     if s.step_range:
@@ -74,10 +71,120 @@ def activate() -> None:
     _chain_excepthook()
     _install_sigterm()
     os.register_at_fork(after_in_child=_after_fork)
+    _install_exec()
+
+
+def _open_recording(s: S.ChildSettings, parts: str, state: dict | None) -> None:
+    """The Recorder (and the collector on a GPU) of this program image; `state`: what the
+    image this process ran before an exec handed over (its number, the step counts)."""
+    global _rec, _seen_base
+    mode = {"profile": "cpu", "light": "light", "time": "time"}.get(s.mode, "cpu")
+    _rec = Recorder(s, parts, mode, image=state["image"] if state else 0)
+    _rec.exec_failed = bool(state and state.get("exec_failed"))
+    if state:
+        _rec.carry_on(state["seen"], state["recorded"])
+        _seen_base = state["seen"]
+    _rec.write_marker(list(sys.argv) or [sys.executable])
+    if s.mode == "profile" and s.gpu:
+        _start_collector(s, _rec, state)
+
+
+def _exec_state() -> dict | None:
+    """The state an earlier program image of this very process left (it exec'd this one)."""
+    raw = os.environ.pop(S.EXEC_STATE, None)
+    if not raw:
+        return None
+    try:
+        d = json.loads(raw)
+        if d.get("pid") != os.getpid():   # left in the environment of another process
+            return None
+        return {"image": int(d["image"]), "seen": int(d["seen"]), "recorded": int(d["recorded"])}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+# -- exec ----------------------------------------------------------------------------------------
+def _install_exec() -> None:
+    """A process that replaces its program (os.execv/os.execve, where every os.exec* ends up)
+    never runs its exit handlers: its part file is closed first, and the new image, profiled
+    in turn, writes its own part file and goes on counting steps."""
+    for name in ("execv", "execve"):
+        orig = getattr(os, name, None)
+        if orig is None or getattr(orig, "__cuptiprof_exec__", False):
+            continue
+        setattr(os, name, _exec_wrapper(orig, with_env=name == "execve"))
+
+
+def _exec_wrapper(orig, with_env: bool):
+    @functools.wraps(orig)
+    def exec_wrapper(path, args, *rest, **kw):
+        state = _close_for_exec()
+        if state is None:
+            return orig(path, args, *rest, **kw)
+        raw = json.dumps(state)
+        saved = os.environ.get(S.EXEC_STATE)
+        if with_env and rest:
+            env = dict(rest[0])
+            env[S.EXEC_STATE] = raw
+            rest = (env,) + tuple(rest[1:])
+        elif with_env and "env" in kw:
+            kw = dict(kw, env={**kw["env"], S.EXEC_STATE: raw})
+        else:
+            os.environ[S.EXEC_STATE] = raw
+        try:
+            return orig(path, args, *rest, **kw)
+        except BaseException:
+            if saved is None:
+                os.environ.pop(S.EXEC_STATE, None)
+            else:
+                os.environ[S.EXEC_STATE] = saved
+            _reopen_after_failed_exec(state)
+            raise
+    exec_wrapper.__cuptiprof_exec__ = True
+    return exec_wrapper
+
+
+def _close_for_exec() -> dict | None:
+    """Close this image's recording as a complete one; the state the next image carries on
+    from, or None where nothing records here."""
+    if _rec is None or _rec.closed:
+        return None
+    try:
+        if _collector is not None:
+            seen, recorded = _collector.steps_seen, _collector.steps_recorded
+        else:
+            seen, recorded = _rec.seen, _rec.recorded
+        state = {"pid": os.getpid(), "image": _rec.image + 1, "seen": seen, "recorded": recorded}
+        if _collector is not None:
+            _collector.steps = None   # not short of steps: the next image goes on counting
+        _close_recording("complete")
+        return state
+    except Exception as exc:
+        warn(f"could not close the recording before exec: {exc}")
+        return None
+
+
+def _reopen_after_failed_exec(state: dict) -> None:
+    """The exec failed (no such file...): the program goes on, and so does its recording,
+    into a part file of its own."""
+    global _collector
+    s = _rec.s
+    _collector = None
+    try:
+        _open_recording(s, str(_rec.parts), dict(state, exec_failed=True))
+        markers = sys.modules.get("cuptiprof.markers")
+        if markers is not None and _collector is None:
+            if getattr(markers, "_session", None) is not None:
+                markers._set_session(None)
+            _patch_markers(markers)
+        if _rec.mode == "cpu" and "torch" in sys.modules:
+            _rec.start_profiler()
+    except Exception as exc:
+        warn(f"recording could not go on after a failed exec: {exc}")
 
 
 # -- the CUPTI collector ------------------------------------------------------------------------
-def _start_collector(s: S.ChildSettings, rec: Recorder) -> None:
+def _start_collector(s: S.ChildSettings, rec: Recorder, state: dict | None = None) -> None:
     """Start the collector's Session writing this process's part file. When the collector is
     not available the Recorder's CPU fallback records instead."""
     global _collector
@@ -93,7 +200,11 @@ def _start_collector(s: S.ChildSettings, rec: Recorder) -> None:
                              kinds=s.kinds, step_range=None, light=False,
                              run_info=RunInfo(label=s.run_label, command=" ".join(sys.argv)))
         _collector._launcher = True   # the program's own profile() calls then stand aside
+        if state:   # an exec'd image: steps go on from the old image's count
+            _collector.steps_seen, _collector.steps_recorded = state["seen"], state["recorded"]
         _collector.start()
+        if state and s.steps is not None and state["recorded"] >= s.steps:
+            _collector._finish_recording()   # every step asked for is recorded already
         # step_range=None above: --step-range steps come from the patched Python NVTX calls
         # (cuptiprof.range("step") per matching push), which counts warm-up and recorded steps
         # live; the marker-based numbering would give each step a second range.
@@ -530,6 +641,12 @@ def _install_logging(level: str) -> None:
 
 # -- the end -------------------------------------------------------------------------------------
 def _at_exit() -> None:
+    _close_recording(_status)
+    if _ctrl_c:
+        _exit_as_sigint()
+
+
+def _close_recording(status: str) -> None:
     mixed = _mixed_steps()
     if mixed is not None:
         warn(mixed)
@@ -542,13 +659,11 @@ def _at_exit() -> None:
             pass
     if _collector is not None:
         try:
-            _collector.stop(status=_status)
+            _collector.stop(status=status)
         except Exception as exc:
             warn(f"the collector could not finish: {exc}")
     if _rec is not None:
-        _rec.close(_status)
-    if _ctrl_c:
-        _exit_as_sigint()
+        _rec.close(status)
 
 
 def _exit_as_sigint() -> None:

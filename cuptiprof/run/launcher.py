@@ -16,6 +16,7 @@ import datetime as _dt
 import importlib.util
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -320,15 +321,22 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
 
     _wait_for_stragglers(parts)
     sources = sorted(parts.glob("*.duckdb"))
-    starts = {}
+    # One start marker per program image: a process that exec'd has several, one pid.
+    images: dict[int, list] = {}
+    ended_keys = {_marker_key(p.name) for p in parts.glob("*.end.json")}
     for m in parts.glob("*.start.json"):
         try:
             d = json.loads(m.read_text())
-            starts[d["pid"]] = d
-        except (OSError, ValueError, KeyError):
+            images.setdefault(int(d["pid"]), []).append((int(d.get("image") or 0), d,
+                                                         _marker_key(m.name) in ended_keys))
+        except (OSError, ValueError, KeyError, TypeError):
             continue
-    ended = {int(p.name.split(".")[0].rsplit("-", 1)[-1]) for p in parts.glob("*.end.json")}
-    early = sorted(pid for pid in starts if pid not in ended)
+    starts = {pid: min(ims, key=lambda x: x[0])[1] for pid, ims in images.items()}
+    early = sorted(pid for pid, ims in images.items() if not all(done for _, _, done in ims))
+    # the programs each process ran (an image after an exec that failed is the same program)
+    progs = {pid: [d for _, d, _ in sorted(ims, key=lambda x: x[0]) if not d.get("exec_failed")]
+             for pid, ims in images.items()}
+    execs = {pid: ds for pid, ds in progs.items() if len(ds) > 1}
     rows = {k: [] for k in ("pid", "host", "rank", "local_rank", "world_size", "command", "start_ns",
                             "exit_status", "ended_early")}
     for pid, d in sorted(starts.items()):
@@ -355,6 +363,22 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
              "world_size": pa.int32(), "command": pa.string(), "start_ns": pa.int64(),
              "exit_status": pa.int32(), "ended_early": pa.bool_()}
     procs = pa.table({k: arrow.array(rows[k], t) for k, t in types.items()})
+    extra = {"processes": procs}
+    if execs:
+        q = {"pid": [], "check_name": [], "subject": [], "count": [], "detail": []}
+        for pid, ds in sorted(execs.items()):
+            q["pid"].append(pid)
+            q["check_name"].append("process_exec")
+            q["subject"].append(str(pid))
+            q["count"].append(len(ds) - 1)
+            q["detail"].append(
+                f"process {pid} replaced its program {len(ds) - 1} time(s) (exec): "
+                + " -> ".join(shlex.join(d.get("argv") or []) for d in ds)
+                + "; one process: its steps and ranges are those of every program it ran")
+        extra["data_quality"] = pa.table({
+            "pid": arrow.array(q["pid"], pa.int32()), "check_name": q["check_name"],
+            "subject": q["subject"], "count": arrow.array(q["count"], pa.int64()),
+            "detail": q["detail"]})
     source = "light" if st.mode == "light" else "cupti" if st.gpu else "cpu"
     info = RunInfo(label=st.run_label, source=source, command=shlex.join(cmd), start_ns=start_ns,
                    settings={"warmup": st.warmup, "steps": st.steps, "kinds": st.kinds,
@@ -362,7 +386,7 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
                              "log_level": st.log_level, "gpu": st.gpu})
     try:
         return merge_files(sources, out, one_run=True, run_info=info, status=status,
-                           extra={"processes": procs}, ended_early=early)
+                           extra=extra, ended_early=early)
     except Exception as exc:
         duckdb = sys.modules.get("duckdb")
         if isinstance(exc, CuptiprofError):
@@ -393,17 +417,30 @@ def _wait_for_stragglers(parts: Path, timeout_s: float = 3.0) -> None:
     may outlive it by a moment; give them time to close their part files."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        ended = {p.name.split(".")[0] for p in parts.glob("*.end.json")}
+        ended = {_marker_key(p.name) for p in parts.glob("*.end.json")}
         waiting = False
         for m in parts.glob("*.start.json"):
-            stem = m.name.split(".")[0]
-            pid = stem.rsplit("-", 1)[-1]
-            if stem not in ended and pid.isdigit() and alive(int(pid)) and not _zombie(int(pid)):
+            key = _marker_key(m.name)
+            pid = _marker_pid(key)
+            if key not in ended and pid is not None and alive(pid) and not _zombie(pid):
                 waiting = True
                 break
         if not waiting:
             return
         time.sleep(0.05)
+
+
+def _marker_key(name: str) -> str:
+    """<host>-<pid>[.exec<N>] of a marker file name: one per program image of a process."""
+    for suffix in (".start.json", ".end.json"):
+        if name.endswith(suffix):
+            return name[:-len(suffix)]
+    return name
+
+
+def _marker_pid(key: str) -> int | None:
+    m = re.search(r"-(\d+)(?:\.exec\d+)?$", key)
+    return int(m.group(1)) if m else None
 
 
 def _zombie(pid: int) -> bool:

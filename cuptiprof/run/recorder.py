@@ -43,8 +43,12 @@ class _Open:
 
 
 class Recorder:
-    def __init__(self, settings: ChildSettings, parts_dir: str, mode: str):
+    def __init__(self, settings: ChildSettings, parts_dir: str, mode: str, image: int = 0):
         self.s = settings
+        # which program image of this pid records (0; N after the process exec'd N times):
+        # each writes its own part file
+        self.image = image
+        self.exec_failed = False               # this image goes on after an exec that failed
         self.mode = mode                       # 'time' | 'light' | 'cpu'
         self.parts = Path(parts_dir)
         self.pid = os.getpid()
@@ -80,13 +84,13 @@ class Recorder:
 
     # -- paths ---------------------------------------------------------------------------------
     def part_path(self, suffix: str) -> Path:
-        return self.parts / f"{self.host}-{self.pid}{suffix}"
+        return self.parts / f"{self.host}-{self.pid}{f'.exec{self.image}' if self.image else ''}{suffix}"
 
     def write_marker(self, argv: list[str]) -> None:
         """A small JSON saying this process started; the launcher uses it to find processes
         that ended before writing anything."""
         doc = {"pid": self.pid, "ppid": os.getppid(), "host": self.host, "start_ns": self.start_ns,
-               "argv": argv, **ranks.from_env(os.environ)._asdict()}
+               "argv": argv, "image": self.image, "exec_failed": self.exec_failed, **ranks.from_env(os.environ)._asdict()}
         try:
             self.part_path(".start.json").write_text(json.dumps(doc))
         except OSError:
@@ -437,7 +441,14 @@ class Recorder:
         self._stack_var = contextvars.ContextVar("cuptiprof_open", default=())
         self.lock = threading.RLock()
         self.pid = os.getpid()
+        self.image, self.exec_failed = 0, False
         self.start_ns = time.time_ns()
+
+    def carry_on(self, seen: int, recorded: int) -> None:
+        """A new program image of a process (after exec): its steps go on from the old one's
+        count, as one process's would (warm-up is not repeated, --steps counts both)."""
+        self.seen, self.recorded = seen, recorded
+        self.done = self.s.steps is not None and recorded >= self.s.steps
 
 
 def _all_threads() -> dict:

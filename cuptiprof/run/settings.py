@@ -18,6 +18,11 @@ PARTS_DIR = "CUPTIPROF_RUN_PARTS"
 # The folder holding the bootstrap sitecustomize.py, so it can step aside and chain to the
 # sitecustomize that would have loaded without cuptiprof.
 BOOTSTRAP_DIR = "CUPTIPROF_RUN_BOOTSTRAP"
+# Set by a profiled process just before it replaces its program (os.exec*): JSON of its pid,
+# the new program image's number and the step counts so far, so that the new image writes its
+# own part file (<host>-<pid>.exec<N>.duckdb) and goes on counting steps where the old one
+# stopped. Read and removed by that image.
+EXEC_STATE = "CUPTIPROF_RUN_EXEC"
 # Set to 1 (by the user) to load nothing in the children: a kill switch.
 DISABLE = "CUPTIPROF_DISABLE"
 # Read by NVTX at its first call in a process: libcupti, so NVTX ranges become CUPTI records.

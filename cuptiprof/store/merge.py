@@ -12,6 +12,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -337,6 +338,17 @@ class _Merger:
                     con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _extra")
             finally:
                 con.unregister("_extra")
+        # A process that exec'd wrote one part per program it ran, each with its row: one process.
+        con.execute(
+            "UPDATE processes p SET end_ns = d.end_ns, ended_early = d.ee FROM (SELECT run_id, pid, "
+            "max(end_ns) AS end_ns, bool_or(ended_early) AS ee FROM processes GROUP BY run_id, pid "
+            "HAVING count(*) > 1) d WHERE p.run_id = d.run_id AND p.pid = d.pid")
+        con.execute("DELETE FROM processes WHERE rowid NOT IN (SELECT arg_min(rowid, "
+                    "coalesce(start_ns, 0)) FROM processes GROUP BY run_id, pid)")
+        # ... and each part said the same of it (no_gpu): once is enough. Counts are left alone.
+        con.execute("DELETE FROM data_quality WHERE count IS NULL AND value_ns IS NULL AND rowid NOT IN "
+                    "(SELECT min(rowid) FROM data_quality WHERE count IS NULL AND value_ns IS NULL "
+                    "GROUP BY run_id, pid, check_name, subject, detail)")
         for pid in sorted(self.dead):
             con.execute("UPDATE processes SET ended_early = TRUE WHERE pid = ?", [pid])
             self.quality.append((pid, "process_ended_early", str(pid), None,
@@ -361,8 +373,9 @@ class _Merger:
 
 
 def _pid_from_name(src: Path) -> int | None:
-    tail = src.stem.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else None
+    """<host>-<pid>.duckdb, or <host>-<pid>.exec<N>.duckdb (the program a process exec'd)."""
+    m = re.search(r"-(\d+)(?:\.exec\d+)?$", src.stem)
+    return int(m.group(1)) if m else None
 
 
 def _sql_str(p: Path) -> str:

@@ -1,0 +1,72 @@
+"""`cuptiprof run` on a program that replaces itself (os.exec*): one process, several programs."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from _run_helpers import cli, q, script
+
+PY = sys.executable
+PATHS = {"fake_cupti": {"CUPTIPROF_FAKE_CUPTI": "1"}, "no_gpu": {"CUDA_VISIBLE_DEVICES": ""}}
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_exec_keeps_both_programs_steps(tmp_path, path):
+    p = script(tmp_path, """
+        import os, sys, cuptiprof
+        if sys.argv[1:] == ["child"]:
+            for i in range(2, 5):
+                with cuptiprof.step(i):
+                    sum(range(1000))
+            print("child done")
+        else:
+            for i in range(2):
+                with cuptiprof.step(i):
+                    sum(range(1000))
+            sys.stdout.flush()
+            os.execv(sys.executable, [sys.executable, __file__, "child"])
+    """, name="ex.py")
+    r = cli(["run", "-o", "x.duckdb", "--no-report", "--", PY, p], tmp_path, **PATHS[path])
+    assert r.returncode == 0, r.stderr
+    assert "child done" in r.stdout
+    assert "cuptiprof" not in r.stderr, r.stderr   # no 'already exists', no bookkeeping failure
+    out = tmp_path / "x.duckdb"
+    assert q(out, "SELECT step FROM ranges WHERE kind = 'step' ORDER BY step") == [(i,) for i in range(5)]
+    assert q(out, "SELECT count(*), bool_or(ended_early), any_value(exit_status) FROM processes") \
+        == [(1, False, 0)]
+    assert q(out, "SELECT count(*) FROM data_quality WHERE check_name = 'process_ended_early'") == [(0,)]
+    assert q(out, "SELECT count FROM data_quality WHERE check_name = 'process_exec'") == [(1,)]
+    assert q(out, "SELECT check_name, count(*) FROM data_quality GROUP BY ALL HAVING count(*) > 1") == []
+    assert not (tmp_path / "x.duckdb.parts").exists()
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_exec_goes_on_counting_steps(tmp_path, path):
+    """Warm-up is not repeated and --steps counts the steps of every program the process ran;
+    an exec that fails leaves the recording going."""
+    p = script(tmp_path, """
+        import os, sys, cuptiprof
+        n = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+        for i in range(2):
+            with cuptiprof.range("step"):
+                sum(range(1000))
+        if n == 0:
+            try:
+                os.execv("/nonexistent/prog", ["prog"])
+            except OSError:
+                print("exec failed")
+        if n < 2:
+            os.execlp(sys.executable, sys.executable, __file__, str(n + 1))
+    """, name="ex2.py")
+    r = cli(["run", "-o", "y.duckdb", "--warmup", "1", "--steps", "4", "--no-report", "--", PY, p],
+            tmp_path, **PATHS[path])
+    assert r.returncode == 0, r.stderr
+    assert "exec failed" in r.stdout
+    out = tmp_path / "y.duckdb"
+    assert q(out, "SELECT kind, step FROM ranges WHERE kind IN ('step', 'warmup') ORDER BY start_ns") \
+        == [("warmup", 0), ("step", 1), ("step", 2), ("step", 3), ("step", 4)]
+    assert q(out, "SELECT count(*), bool_or(ended_early) FROM processes") == [(1, False)]
+    assert q(out, "SELECT count FROM data_quality WHERE check_name = 'process_exec'") == [(2,)]
+    assert q(out, "SELECT count(*) FROM data_quality WHERE check_name IN "
+                  "('steps_short', 'process_ended_early')") == [(0,)]
