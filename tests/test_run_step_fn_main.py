@@ -171,6 +171,51 @@ def test_step_fn_in_a_package_run_with_python_m(tmp_path):
     assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 6
 
 
+@pytest.mark.parametrize("spec, code, said", [
+    ("app:step", 0, None),              # the package has no step, its __main__.py has
+    ("app:nothere", 2, "module app has no nothere")])
+def test_step_fn_named_by_the_package_run_with_python_m(tmp_path, spec, code, said):
+    """`python -m app`: runpy imports the package app, then runs app/__main__.py as __main__;
+    app:step names the step of either, and steps recorded are not reported missing."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    script(tmp_path / "app", MAIN, name="__main__.py")
+    r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-fn", spec, "--", PY, "-m", "app"],
+            tmp_path)
+    assert r.returncode == code, r.stderr
+    if said is None:
+        assert "cuptiprof" not in r.stderr, r.stderr
+        assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 6
+    else:
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith("cuptiprof: error:") and said in last and "no steps" in last
+        assert _steps(tmp_path / "m.duckdb") == []
+
+
+def test_step_fn_missing_in_one_process_hooked_in_another(tmp_path):
+    """One process imports a module without the function, another one with it and records
+    steps: a warning, the command's own status, not 'has no steps'."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    script(tmp_path / "a", "def other(): pass\n", name="mod_s.py")
+    script(tmp_path / "b", "def step(i):\n    return i\n", name="mod_s.py")
+    worker = script(tmp_path / "b", """
+        import mod_s
+        for i in range(3):
+            mod_s.step(i)
+    """, name="worker.py")
+    parent = script(tmp_path / "a", f"""
+        import subprocess, sys
+        import mod_s
+        subprocess.run([sys.executable, {str(worker)!r}], check=True)
+    """, name="launch.py")
+    r = cli(["run", "-o", "w.duckdb", "--no-report", "--step-fn", "mod_s:step", "--", PY, parent],
+            tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "cuptiprof: error" not in r.stderr and "mod_s has no step" in r.stderr
+    assert [k for k, _ in _steps(tmp_path / "w.duckdb")] == ["step"] * 3
+
+
 @pytest.mark.parametrize("body, spec, said", [
     (MAIN, "__main__:denoise_step", "the main script defined no denoise_step"),
     (NESTED, "__main__:main.nothere", "main defines no function nothere")])

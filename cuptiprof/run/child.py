@@ -342,7 +342,7 @@ def _eager(fn, recursive: bool = True):
 def _hook_step_fn(spec: str) -> None:
     module, _, qual = spec.partition(":")
 
-    def wrap(mod) -> None:
+    def wrap(mod, also_main: bool = False) -> None:
         parts = step_fn_parts(qual)
         try:
             owner, rest = main_hook.walk(mod, parts[:-1])
@@ -354,7 +354,11 @@ def _hook_step_fn(spec: str) -> None:
             if raw is None:
                 raw = getattr(owner, parts[-1])
         except AttributeError:
-            _step_fn_error(f"--step-fn {spec}: module {module} has no {qual}")
+            msg = f"--step-fn {spec}: module {module} has no {qual}"
+            if also_main:   # `python -m pkg`: the package has no f, pkg/__main__.py may have it
+                _main_alt.append(msg)
+            else:
+                _step_fn_error(msg)
             return
         if isinstance(raw, staticmethod):
             new = staticmethod(_wrap_step(raw.__func__))
@@ -372,14 +376,20 @@ def _hook_step_fn(spec: str) -> None:
 
     main = main_hook.main_module_name()
     # `python -m pkg` runs pkg/__main__.py as __main__: pkg.__main__ names it too
-    if module == "__main__" or (main is not None and module in (main, main + ".__main__")):
+    watched = module == "__main__" or (main is not None and module in (main, main + ".__main__"))
+    if watched:
         # The main script runs as __main__ and is never imported by its own name: catch the
         # def as it runs. Other processes of the command (a torchrun parent, helper scripts)
         # watch their own main script, and only a run where none of them found it is an error.
         main_hook.watch(qual, wrap)
         atexit.register(_main_missing, spec)
     if module != "__main__":
-        _when_imported(module, wrap)
+        # Under `python -m pkg`, runpy imports the package pkg before it runs pkg/__main__.py as
+        # __main__: pkg:f names a function of either, and only one without it in both is wrong.
+        _when_imported(module, (lambda mod: wrap(mod, also_main=True)) if watched else wrap)
+
+
+_main_alt: list[str] = []   # --step-fn's module (also the main module) lacked the function
 
 
 def step_fn_parts(qual: str) -> list[str]:
@@ -399,7 +409,9 @@ def _wrap_inner(func, path: list[str], spec: str) -> None:
 
 
 def _main_missing(spec: str) -> None:
-    if main_hook.state() != "found":
+    if main_hook.state() != "found" and _main_alt:
+        _step_fn_error(_main_alt[0])
+    elif main_hook.state() != "found":
         _step_fn_mark("step-fn.main-missing",
                       f"--step-fn {spec}: the main script defined no {spec.partition(':')[2]} "
                       "at module level (for a function defined inside another one, name both: "

@@ -237,13 +237,32 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path) -> LaunchResu
         result.exit_code = exc.exit_code
         return result
     msg = _step_fn_problem(parts) if o.step_fn else None
-    if msg:
+    hooked = (parts / "step-fn.hooked").exists()
+    if msg and not (hooked and _has_steps(result.output)):
         shutil.rmtree(parts, ignore_errors=True)
         raise InputError(f"{msg} (the command ran; {result.output} has no steps from it)")
+    if msg:   # one process could not hook it, others did and marked steps: not a failed run
+        print(f"cuptiprof: warning: {msg} (the steps in {result.output} come from the processes "
+              "that had it)", file=sys.stderr)
     shutil.rmtree(parts, ignore_errors=True)
     if o.report:
         print_summary(result, o)
     return result
+
+
+def _has_steps(out: Path) -> bool:
+    """OUT holds steps or warm-up steps (what --step-fn marks)."""
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(out), read_only=True)
+        try:
+            return con.execute("SELECT count(*) FROM ranges WHERE kind IN ('step', 'warmup')"
+                               ).fetchone()[0] > 0
+        finally:
+            con.close()
+    except duckdb.Error:
+        return False
 
 
 def _step_fn_problem(parts: Path) -> str | None:
