@@ -286,7 +286,7 @@ class Session:
         self.writer.append({"processes": {
             "pid": [self.pid], "host": [socket.gethostname()],
             **{k: arrow.array([v], pa.int32()) for k, v in ranks.from_env(os.environ)._asdict().items()},
-            "command": [" ".join(sys.argv)], "start_ns": [self._start_ns],
+            "command": [_command_line()], "start_ns": [self._start_ns],
             "end_ns": arrow.array([None], pa.int64()), "exit_status": arrow.array([None], pa.int32()),
             # TRUE until stop() says otherwise: a killed process leaves it TRUE.
             "ended_early": [True]}})
@@ -710,6 +710,14 @@ class Session:
                 "check_name": batch["check_name"], "subject": batch["subject"],
                 "count": arrow.array(batch["count"], pa.int64()),
                 "value_ns": arrow.array(batch["value_ns"], pa.int64()), "detail": batch["detail"]}})
+
+
+def _command_line() -> str:
+    """The process's command line as started (sys.argv is what runpy or multiprocessing made
+    of it: pkg/__main__.py for `python -m pkg`, the parent's argv in a spawned worker)."""
+    import shlex
+
+    return shlex.join(getattr(sys, "orig_argv", None) or sys.argv)
 
 
 def _run_holds_process() -> bool:

@@ -198,7 +198,7 @@ def _start_collector(s: S.ChildSettings, rec: Recorder, state: dict | None = Non
 
         _collector = Session(str(rec.part_path(".duckdb")), warmup=s.warmup, steps=s.steps,
                              kinds=s.kinds, step_range=None, light=False,
-                             run_info=RunInfo(label=s.run_label, command=" ".join(sys.argv)))
+                             run_info=RunInfo(label=s.run_label, command=rec.command))
         _collector._launcher = True   # the program's own profile() calls then stand aside
         if state:   # an exec'd image: steps go on from the old image's count
             _collector.steps_seen, _collector.steps_recorded = state["seen"], state["recorded"]

@@ -364,7 +364,7 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
         rows["rank"].append(d.get("rank"))
         rows["local_rank"].append(d.get("local_rank"))
         rows["world_size"].append(d.get("world_size"))
-        rows["command"].append(shlex.join(d.get("argv") or []))
+        rows["command"].append(d.get("command") or shlex.join(d.get("argv") or []))
         rows["start_ns"].append(d.get("start_ns"))
         rows["exit_status"].append(exit_code if pid == child_pid else None)
         rows["ended_early"].append(pid in early)
@@ -392,7 +392,7 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
             q["count"].append(len(ds) - 1)
             q["detail"].append(
                 f"process {pid} replaced its program {len(ds) - 1} time(s) (exec): "
-                + " -> ".join(shlex.join(d.get("argv") or []) for d in ds)
+                + " -> ".join(d.get("command") or shlex.join(d.get("argv") or []) for d in ds)
                 + "; one process: its steps and ranges are those of every program it ran")
         extra["data_quality"] = pa.table({
             "pid": arrow.array(q["pid"], pa.int32()), "check_name": q["check_name"],

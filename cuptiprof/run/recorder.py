@@ -53,6 +53,7 @@ class Recorder:
         self.parts = Path(parts_dir)
         self.pid = os.getpid()
         self.host = socket.gethostname()
+        self.command = command_line()
         self.start_ns = time.time_ns()
         self.lock = threading.RLock()
         # open ranges of the running thread or asyncio task (a task starts from a copy of its
@@ -90,7 +91,7 @@ class Recorder:
         """A small JSON saying this process started; the launcher uses it to find processes
         that ended before writing anything."""
         doc = {"pid": self.pid, "ppid": os.getppid(), "host": self.host, "start_ns": self.start_ns,
-               "argv": argv, "image": self.image, "exec_failed": self.exec_failed, **ranks.from_env(os.environ)._asdict()}
+               "argv": argv, "command": self.command, "image": self.image, "exec_failed": self.exec_failed, **ranks.from_env(os.environ)._asdict()}
         try:
             self.part_path(".start.json").write_text(json.dumps(doc))
         except OSError:
@@ -322,7 +323,7 @@ class Recorder:
         if "torch" in sys.modules:
             torch_version = getattr(sys.modules["torch"], "__version__", None)
         info = RunInfo(label=self.s.run_label, source=_SOURCE.get(self.mode, "cupti"),
-                       command=" ".join(sys.argv), start_ns=self.start_ns, torch_version=torch_version,
+                       command=self.command, start_ns=self.start_ns, torch_version=torch_version,
                        settings={"warmup": self.s.warmup, "steps": self.s.steps, "mode": self.mode,
                                  "step_range": self.s.step_range, "step_fn": self.s.step_fn})
         self.writer = Writer(self.part_path(".logs.duckdb" if self.mode == "logs" else ".duckdb"),
@@ -336,7 +337,7 @@ class Recorder:
         self.writer.append({"processes": {
             "pid": [self.pid], "host": [self.host],
             **{k: pa_int(v) for k, v in ranks.from_env(os.environ)._asdict().items()},
-            "command": [" ".join(sys.argv)], "start_ns": [self.start_ns], "ended_early": [None]}})
+            "command": [self.command], "start_ns": [self.start_ns], "ended_early": [None]}})
         if self.mode == "cpu":
             self.writer.append({"devices": {"device_id": [-1], "kind": ["cpu"], "name": [_cpu_name()],
                                             "source": ["torch"]}})
@@ -449,6 +450,15 @@ class Recorder:
         count, as one process's would (warm-up is not repeated, --steps counts both)."""
         self.seen, self.recorded = seen, recorded
         self.done = self.s.steps is not None and recorded >= self.s.steps
+
+
+def command_line() -> str:
+    """The process's command line as it was started (`python -m pkg x y`, a multiprocessing
+    worker's `python -c ... --multiprocessing-fork`): sys.argv is what the program made of it
+    (runpy puts pkg/__main__.py there, a spawned worker takes its parent's)."""
+    import shlex
+
+    return shlex.join(getattr(sys, "orig_argv", None) or sys.argv)
 
 
 def _all_threads() -> dict:

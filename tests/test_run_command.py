@@ -1,0 +1,56 @@
+"""processes.command under `cuptiprof run`: each process's command line as it was started, the
+same with the CUPTI collector and without a GPU."""
+from __future__ import annotations
+
+import shlex
+import sys
+
+import pytest
+
+from _run_helpers import cli, q, script
+
+PY = sys.executable
+PATHS = {"fake_cupti": {"CUPTIPROF_FAKE_CUPTI": "1"}, "no_gpu": {"CUDA_VISIBLE_DEVICES": ""}}
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_python_m_command_is_as_typed(tmp_path, path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    script(tmp_path / "pkg", """
+        import cuptiprof
+        with cuptiprof.step(0):
+            pass
+    """, name="__main__.py")
+    r = cli(["run", "-o", "m.duckdb", "--no-report", "--", PY, "-m", "pkg", "x", "y"], tmp_path,
+            **PATHS[path])
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "m.duckdb", "SELECT command FROM processes") \
+        == [(shlex.join([PY, "-m", "pkg", "x", "y"]),)]
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_spawned_workers_show_their_own_command(tmp_path, path):
+    p = script(tmp_path, """
+        import multiprocessing as mp, cuptiprof
+
+        def work(i):
+            with cuptiprof.step(i):
+                return i
+
+        if __name__ == "__main__":
+            ctx = mp.get_context("spawn")
+            procs = [ctx.Process(target=work, args=(i,)) for i in range(2)]
+            for w in procs:
+                w.start()
+            for w in procs:
+                w.join()
+            print([w.exitcode for w in procs])
+    """, name="mp.py")
+    r = cli(["run", "-o", "s.duckdb", "--no-report", "--", PY, p, "spawn"], tmp_path, **PATHS[path])
+    assert r.returncode == 0, r.stderr
+    cmds = [c for (c,) in q(tmp_path / "s.duckdb", "SELECT command FROM processes")]
+    assert shlex.join([PY, str(p), "spawn"]) in cmds
+    workers = [c for c in cmds if "spawn_main" in c]
+    assert len(workers) == 2 and all(c.endswith("--multiprocessing-fork") for c in workers), cmds
+    assert cmds.count(shlex.join([PY, str(p), "spawn"])) == 1, cmds   # not the workers' too
