@@ -514,6 +514,11 @@ def test_report_html_of_a_light_run_plots_host_times(tmp_path):
     got = float(re.search(r"<title>attention: ([\d.,]+) ms on the host in 3 calls</title>", ranges).group(1))
     assert got == pytest.approx(attention, rel=1e-3) and got >= 120
     assert "<h2>Steps by range</h2>" not in text and ">0 ms</text>" not in ranges
+    # no activity to draw: said once, without a typical step or one empty timeline per step
+    timeline = text.split("<h2>Timeline</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "there is no timeline to draw" in timeline and text.count("no timeline to draw") == 1
+    assert "(typical)" not in text and "no GPU work in this step" not in text
+    assert 'class="timeline"' not in text and "step-select" not in timeline
 
 
 def test_a_page_interrupted_while_written_leaves_nothing(evil, tmp_path, monkeypatch):

@@ -542,8 +542,12 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
                         f'{k["kind"]} {k["detail"] or ""}: {fmt_value(k["total_ms"])} ms, {k["count"]} calls')
                        for k in kinds], cls="plot kinds"))
     body.append(table(profile.kinds()))
-    body.append(_timelines(profile, sorted(per_step), median_step, step_timeline, timeline_processes,
-                           only_cpu))
+    if host_only:   # nothing to draw: said once, not as one empty timeline per step
+        body.append("<h2>Timeline</h2><p class=\"note timeline-none\">No GPU activity in scope "
+                    "(ranges and logs only): there is no timeline to draw.</p>")
+    else:
+        body.append(_timelines(profile, sorted(per_step), median_step, step_timeline,
+                               timeline_processes, only_cpu))
     body.append("<h2>Ops</h2>" + table(profile.ops(top)))
     return _write(_page(f"cuptiprof report: {profile.path.name}", body), out)
 
