@@ -348,6 +348,21 @@ def test_report_html_of_gpu_and_cpu_runs_names_the_cpu_ones(tmp_path, evil):
     text = out.read_text()
     assert '<p class="notice cpu">Recorded without a GPU: cpu. Those runs hold CPU op times' in text
     assert "by GPU and CPU op time</h2>" in text
+    # in the timeline each op says what it is: the CPU run's ops are CPU ops, the GPU's kernels
+    tips = re.findall(r"<title>([^<]*)</title></rect>", text.split("<h2>Timeline</h2>", 1)[1])
+    assert any(t.startswith("aten::addmm (CPU op, ") for t in tips), tips
+    assert any("(kernel, " in t for t in tips) and not any("aten::addmm (kernel" in t for t in tips)
+
+
+def test_timeline_of_a_run_without_a_gpu_calls_its_ops_cpu_ops(tmp_path):
+    db = _cpu_run(tmp_path / "cpu.duckdb")
+    out = tmp_path / "cpu.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    timeline = out.read_text().split("<h2>Timeline</h2>", 1)[1].split("<h2>", 1)[0]
+    tips = re.findall(r"<title>([^<]*)</title></rect>", timeline)
+    assert len(tips) == 6   # 3 steps of 2 ops
+    assert all(re.fullmatch(r"aten::(addmm|gelu) \(CPU op, 400\.0 us\)", t) for t in tips), tips
+    assert ">CPU op</span>" in timeline and ">kernel</span>" not in timeline   # the legend
 
 
 def test_report_html_shows_the_quality_rows(tmp_path):

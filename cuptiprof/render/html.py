@@ -204,7 +204,8 @@ def _process_label(run_id, pid, info: dict) -> str:
 def timeline(rows: Sequence[dict], width: int = TIMELINE_W, processes: Sequence[dict] = ()) -> str:
     """One lane per (run, process, device, stream), grouped under a process heading when the step
     has several; rows need run_id, pid, device_id, stream_id, kind, name, start_ns, end_ns, and
-    may have ops and busy_ns (a box standing for several ops, from step_timeline).
+    may have ops and busy_ns (a box standing for several ops, from step_timeline) and on_cpu
+    (a CPU op of a run without a GPU, named so in its tooltip).
     `processes`: rows of timeline_processes (run label, host, rank) to name the headings."""
     if not rows:
         return '<p class="note">(no GPU work in this step)</p>'
@@ -250,6 +251,8 @@ def timeline(rows: Sequence[dict], width: int = TIMELINE_W, processes: Sequence[
         dur = (r["end_ns"] - r["start_ns"]) / 1e3
         n = r.get("ops") or 1
         fill = f'fill="{KIND_COLORS.get(r["kind"], "#888")}"'
+        # a run without a GPU stores torch.profiler's CPU ops as kernels on a CPU device
+        what = "CPU op" if r.get("on_cpu") else r["kind"]
         if n > 1:
             merged_ops += n
             boxes += 1
@@ -257,9 +260,9 @@ def timeline(rows: Sequence[dict], width: int = TIMELINE_W, processes: Sequence[
             # the idle time between the merged ops shows as a paler box
             fill += f' fill-opacity="{max(0.3, min(1.0, busy / dur if dur else 1.0)):.2f}"'
             tip = (f'{n} ops less than a pixel apart, {busy:.1f} us busy in {dur:.1f} us; '
-                   f'longest: {esc(r["name"])} ({esc(r["kind"])})')
+                   f'longest: {esc(r["name"])} ({esc(what)})')
         else:
-            tip = f'{esc(r["name"])} ({esc(r["kind"])}, {dur:.1f} us)'
+            tip = f'{esc(r["name"])} ({esc(what)}, {dur:.1f} us)'
         out.append(f'<rect x="{x:.2f}" y="{ys[lane]}" width="{w:.2f}" height="{lane_h}" '
                    f'{fill}><title>{tip}</title></rect>')
     out.append(f'<text x="{label_w}" y="{h - 6}">0</text>'
@@ -599,7 +602,8 @@ def _timelines(profile, step_ids: list, median_step, step_timeline, timeline_pro
              "device and stream")
     parts = [f"<h2>Timeline</h2><p class=\"note\">{lanes}. Hover a box for the op.</p>",
              f'<label>Step <select id="step-select">{opts}</select></label>',
-             _legend((k, c) for k, c in KIND_COLORS.items() if k not in ("sync", "idle"))]
+             _legend([("CPU op", KIND_COLORS["kernel"])] if only_cpu else
+                     ((k, c) for k, c in KIND_COLORS.items() if k not in ("sync", "idle")))]
     processes = _dicts(timeline_processes(profile))
     for s in chosen:
         rows = _dicts(step_timeline(profile, s, TIMELINE_W - TIMELINE_LABEL_W - 10, TIMELINE_LANE_OPS))

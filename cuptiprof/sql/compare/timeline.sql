@@ -9,11 +9,14 @@
 -- end_ns: end on the record clock
 -- ops: ops drawn as this box (1: the op itself)
 -- busy_ns: summed duration of those ops
+-- on_cpu: TRUE where the lane is a CPU device (torch.profiler's CPU ops of a run without a GPU, device -1): its ops are CPU ops, not GPU work
 WITH p AS (
     SELECT ?::BIGINT AS step, greatest(1, ?::DOUBLE) AS pixels, ?::BIGINT AS lane_cap
 ), a AS (
-    SELECT run_id, pid, device_id, stream_id, kind, name, start_ns, end_ns
-    FROM sel_activities
+    SELECT run_id, pid, device_id, stream_id, kind, name, start_ns, end_ns,
+           EXISTS (SELECT 1 FROM devices c WHERE c.run_id = s.run_id AND c.pid = s.pid
+                   AND c.device_id = s.device_id AND c.kind = 'cpu') AS on_cpu
+    FROM sel_activities s
     WHERE step = (SELECT step FROM p) AND kind <> 'sync'
 ), w AS (   -- the time one pixel spans in each process's window
     SELECT run_id, pid, (max(end_ns) - min(start_ns)) / (SELECT pixels FROM p) AS px_ns
@@ -33,7 +36,7 @@ WITH p AS (
 )
 SELECT run_id, pid, device_id, stream_id, arg_max(kind, end_ns - start_ns) AS kind,
        arg_max(name, end_ns - start_ns) AS name, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
-       count(*) AS ops, sum(end_ns - start_ns) AS busy_ns
+       count(*) AS ops, sum(end_ns - start_ns) AS busy_ns, bool_or(on_cpu) AS on_cpu
 FROM g
 GROUP BY run_id, pid, device_id, stream_id, box
 ORDER BY run_id, pid, device_id, stream_id, start_ns
