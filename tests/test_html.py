@@ -605,3 +605,30 @@ def test_html_under_a_file_says_that_file_is_not_a_directory(evil, tmp_path, cap
     assert main(["report", str(evil[0]), "--html", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"cuptiprof: error: {out}: {evil[0]} is a file, not a directory; give a path in a directory"
+
+
+def _column_labels(svg: str) -> list[tuple[float, str]]:
+    return [(float(x), t) for x, t in
+            re.findall(r'<text x="([\d.]+)" y="\d+" text-anchor="middle">([^<]*)</text>', svg)]
+
+
+def test_step_numbers_under_the_columns_are_never_cut():
+    from cuptiprof.render.html import stacked_columns
+    svg = stacked_columns([(str(123456789 + i) + ("*" if i == 2 else ""), {"kernel": 1.0 + i})
+                           for i in range(3)])
+    assert [t for _, t in _column_labels(svg)] == ["123456789", "123456790", "123456791*"]
+    assert "\u2026" not in svg
+    # a name is still cut
+    assert [t for _, t in _column_labels(stacked_columns([("a_long_label", {"kernel": 1.0})]))] \
+        == ["a_long_\u2026"]
+
+
+@pytest.mark.parametrize("n", [12, 40, 300])
+def test_long_step_numbers_are_labelled_whole_and_clear_of_each_other(n):
+    from cuptiprof.render.html import stacked_columns
+    svg = stacked_columns([(str(10**11 + i), {"kernel": 1.0}) for i in range(n)])
+    labels = _column_labels(svg)
+    assert labels and all(t == str(10**11 + int(t) - 10**11) and len(t) == 12 for _, t in labels)
+    assert labels[0][1] == str(10**11)
+    xs = [x for x, _ in labels]
+    assert min(b - a for a, b in zip(xs, xs[1:])) >= 12 * 6   # 12 digits about 6 pixels wide

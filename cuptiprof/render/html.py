@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import math
 import os
+import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -68,6 +70,10 @@ def esc(value) -> str:
 
 def _num(v, nd: int = 3) -> str:
     return esc(fmt_value(v)) if not isinstance(v, float) else esc(fmt_value(round(v, 6)))
+
+
+LABEL_CHAR_W = 6.5   # pixels: the widest character of an 11px label (a digit is about 6)
+_STEP_LABEL = re.compile(r"-?\d+\*?")   # a step's column label: its number, starred if cut short
 
 
 def _short(text: str, n: int) -> str:
@@ -143,13 +149,21 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
     if not columns:
         return '<p class="note">(nothing to plot)</p>'
     n = len(columns)
+    # a step number (starred where cut short) is shown whole, a name cut to 8 characters
+    labels = [label if _STEP_LABEL.fullmatch(str(label)) else _short(label, 8) for label, _ in columns]
+    need = max(len(t) for t in labels) * LABEL_CHAR_W + 6   # pixels from one label to the next
     # a column and the gap after it: thousands of steps share the page's width (thinner
-    # columns, then no gap) rather than widening the plot 10 pixels a step
+    # columns, then no gap) rather than widening the plot 10 pixels a step; a few columns with
+    # long labels (step 123456789) are spaced so that every label clears the next
     slot = min(52, 860 // n) if 860 // n >= 10 else 860 / n
-    col_w = slot - 4 if slot >= 10 else slot * (0.6 if slot >= 3 else 1.0)
+    if slot < need <= 860 / n:
+        slot = need
+    col_w = min(48, slot - 4) if slot >= 10 else slot * (0.6 if slot >= 3 else 1.0)
     width = width or max(300, round(60 + n * slot + 20))
     plot_h = height - 40
     vmax = max(sum((d.get(p) or 0) for p in parts) for _, d in columns) or 1.0
+    # every so many columns is labelled, so that the longest label clears the next one shown
+    stride = max(1 if n <= 40 else n // 20, math.ceil(need / slot))
     out = [f'<svg class="plot" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
            f'<text x="4" y="12">{esc(fmt_value(vmax))} {esc(unit)}</text>',
            f'<line x1="56" y1="{height - 28}" x2="{width - 4}" y2="{height - 28}" stroke="#999"></line>']
@@ -167,9 +181,9 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
             out.append(f'<rect x="{x}" y="{y:.1f}" width="{col_w:.4g}" height="{hh:.1f}" '
                        f'fill="{colors.get(p, "#888")}"></rect>')
         out.append("</g>")
-        if n <= 40 or i % max(1, n // 20) == 0:
+        if i % stride == 0:
             out.append(f'<text x="{x + col_w / 2:.1f}" y="{height - 14}" text-anchor="middle">'
-                       f'{esc(_short(label, 8))}</text>')
+                       f'{esc(labels[i])}</text>')
     out.append("</svg>")
     return "".join(out) + _legend((p, colors.get(p, "#888")) for p in parts)
 
