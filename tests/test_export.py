@@ -786,3 +786,36 @@ def test_range_domains_survive_a_round_trip(tmp_path_factory, tmp_path, fake_run
     ev = load_trace(tmp_path / "1.json.gz")["traceEvents"]
     assert sorted(map(str, {e["args"]["cuptiprof domain"] for e in ev if "cuptiprof domain" in e.get("args", {})})) \
         == ["None", "nvtx"]   # written only where the category does not say it
+
+
+def test_parquet_datasets_read_back_with_the_types_of_the_views(tmp_path):
+    """Read as the export documents (hive_types), every dataset, with rows or without (--steps 3
+    leaves no copies), has the columns and types of its view, host added; the kernels dataset
+    carries no id into the file's string table, only the names the kernels view gives."""
+    from cuptiprof.interop.parquet import PARTITIONED
+    src = _with_rows_outside_steps(tmp_path / "o.duckdb")
+    with duckdb.connect(str(src)) as con:   # a host named like a number stays a name
+        con.execute("INSERT INTO processes (run_id, pid, host) SELECT run_id, 31, '1234' FROM runs")
+    with cuptiprof.open(src, "3") as prof:
+        counts = export_parquet(prof, tmp_path / "pq")
+    assert counts["memcpys"] == 0 and counts["kernels"] == 1
+    types = "'host': 'VARCHAR', 'pid': 'INTEGER'"   # as the README reads a dataset
+    view = duckdb.connect(str(src), read_only=True)
+    for t in PARTITIONED:
+        got = {r[0]: r[1] for r in duckdb.sql(
+            f"DESCRIBE SELECT * FROM read_parquet('{tmp_path}/pq/{t}/**/*.parquet', "
+            f"hive_partitioning = true, hive_types = {{{types}}})").fetchall()}
+        want = {r[0]: r[1] for r in view.execute(f"DESCRIBE {t}").fetchall() if r[0] != "name_id"}
+        want.setdefault("host", "VARCHAR")
+        assert got == want, t
+    kernels = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path}/pq/kernels/**/*.parquet', "
+                         f"hive_partitioning = true, hive_types = {{{types}}})")
+    assert "name_id" not in kernels.columns and {"name", "demangled"} <= set(kernels.columns)
+    assert kernels.select("name, host, pid").fetchall() == [("gemm", "1234", 31)]
+    # a dataset without rows reads back as one with them, with the documented read or without it
+    for extra in (f", hive_types = {{{types}}}", ""):
+        full, empty = (duckdb.sql(f"DESCRIBE SELECT host, pid FROM read_parquet('{tmp_path}/pq/{t}/**/*.parquet', "
+                                  f"hive_partitioning = true{extra})").fetchall() for t in ("kernels", "memcpys"))
+        assert [r[0] for r in full] == [r[0] for r in empty] == ["host", "pid"]
+    assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{tmp_path}/pq/memcpys/**/*.parquet', "
+                      f"hive_partitioning = true, hive_types = {{{types}}})").fetchall() == [(0,)]

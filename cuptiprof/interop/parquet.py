@@ -2,10 +2,14 @@
 host and pid (`kernels/host=h1/pid=42/data_0.parquet`), so DuckDB, Spark or Trino read each
 directory as one table:
 
-    SELECT * FROM read_parquet('OUT/kernels/**/*.parquet', hive_partitioning = true)
+    SELECT * FROM read_parquet('OUT/kernels/**/*.parquet', hive_partitioning = true,
+                               hive_types = {'host': 'VARCHAR', 'pid': 'INTEGER'})
 
-Tables with interned names are exported through their views (names resolved), so a dataset
-never needs the `strings` table to be read.
+`hive_types` gives host and pid the types they have in the file's views: left out, DuckDB infers
+a partition column's type from the directory names (pid as BIGINT, a host named `1234` as a
+number). `runs` is one file, `OUT/runs/data_0.parquet`. Tables with interned names are exported
+through their views (names resolved), without the ids into the file's string table, so a
+dataset never needs the `strings` table to be read.
 """
 from __future__ import annotations
 
@@ -19,6 +23,10 @@ from cuptiprof.outputs import check_output, temp_beside
 PARTITIONED = ("kernels", "memcpys", "memsets", "syncs", "api_calls", "ranges", "logs",
                "memory_events", "devices", "processes", "data_quality")
 PLAIN = ("runs",)
+# Columns of the views left out: ids into the file's `strings` table, meaningless outside it
+# (the names they stand for are columns of their own).
+INTERNAL = ("name_id",)
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"   # Hive's NULL, read back as NULL
 
 
 def _not_an_export(out: Path) -> str | None:
@@ -40,8 +48,9 @@ def check_target(out_dir: str | os.PathLike, inputs, force: bool) -> Path:
 
 def export_parquet(prof, out_dir: str | os.PathLike, *, force: bool = False) -> dict:
     """Write one dataset per table under `out_dir` (created; an earlier export is replaced with
-    force=True). A table without rows in scope gets one file without rows (its columns, host
-    and pid among them), so every table reads as a dataset."""
+    force=True). A table without rows in scope gets one file without rows in the NULL
+    partition (host and pid NULL), so every table reads as a dataset, with the same columns and
+    types (`hive_types`) as one with rows."""
     out = check_target(out_dir, [prof.path], force)
     tmp = temp_beside(out)
     if tmp.exists():
@@ -57,17 +66,20 @@ def export_parquet(prof, out_dir: str | os.PathLike, *, force: bool = False) -> 
                 src = f"(SELECT * FROM {t} WHERE {prof.step_filter})"
             n = con.execute(f"SELECT count(*) FROM {src}").fetchone()[0]
             counts[t] = n
-            sel = ", ".join(f"x.{c}" for c in cols if c not in ("host",))
+            sel = ", ".join(f"x.{c}" for c in cols if c not in ("host", "pid", *INTERNAL))
             host = "x.host" if "host" in cols else "p.host"
             join = "" if "host" in cols else \
                 "LEFT JOIN processes p ON p.run_id = x.run_id AND p.pid = x.pid"
             # an unknown host stays NULL: Hive's __HIVE_DEFAULT_PARTITION__, which DuckDB,
             # Spark, Trino and pyarrow read back as NULL
-            query = f"SELECT {sel}, {host} AS host FROM {src} x {join}"
-            if n == 0:   # no partition to write: one file holding the columns alone
-                (tmp / t).mkdir()
-                dest = (tmp / t / "data_0.parquet").as_posix().replace("'", "''")
-                con.execute(f"COPY ({query}) TO '{dest}' (FORMAT parquet)")
+            query = f"SELECT {sel}, {host} AS host, x.pid FROM {src} x {join}"
+            if n == 0:   # no partition to write: one file of the other columns, in the NULL
+                # partition, so that host and pid are partition columns as in a table with rows
+                part = tmp / t / f"host={NULL_PARTITION}" / f"pid={NULL_PARTITION}"
+                part.mkdir(parents=True)
+                dest = (part / "data_0.parquet").as_posix().replace("'", "''")
+                con.execute(f"COPY (SELECT * EXCLUDE (host, pid) FROM ({query})) TO '{dest}' "
+                            "(FORMAT parquet)")
                 continue
             dest = (tmp / t).as_posix().replace("'", "''")
             con.execute(f"COPY ({query}) TO '{dest}' (FORMAT parquet, PARTITION_BY (host, pid))")
