@@ -632,3 +632,38 @@ def test_long_step_numbers_are_labelled_whole_and_clear_of_each_other(n):
     assert labels[0][1] == str(10**11)
     xs = [x for x, _ in labels]
     assert min(b - a for a, b in zip(xs, xs[1:])) >= 12 * 6   # 12 digits about 6 pixels wide
+
+
+@pytest.mark.parametrize("err,status,says", [
+    (PermissionError(13, "Permission denied"), 2, "cannot write (Permission denied); give a path"),
+    (OSError(30, "Read-only file system"), 2, "cannot write (Read-only file system); give a path"),
+    (OSError(28, "No space left on device"), 1, "cannot write: the disk is full"),
+])
+def test_a_page_that_cannot_be_written_is_one_line_and_leaves_nothing(evil, tmp_path, capsys,
+                                                                       monkeypatch, err, status, says):
+    """The path passed the up-front check, the report was computed, then the write failed: one
+    line naming the path, exit 2 (a full disk: 1, a runtime failure), no temporary file left."""
+    out = tmp_path / "r.html"
+
+    def fails(self, text, *a, **k):
+        self.write_bytes(b"<!DOCTYPE html><p>half")   # the temporary file is already there
+        raise err
+
+    monkeypatch.setattr(Path, "write_text", fails)
+    assert main(["report", str(evil[0]), "--html", str(out)]) == status
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1 and err_lines[0].startswith(f"cuptiprof: error: {out}: {says}"), err_lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "b.duckdb"]
+
+
+def test_report_html_into_proc_is_a_usage_error(evil, tmp_path):
+    """/proc passes the writability check as root; the write itself fails: exit 2, one line."""
+    import os
+    import sys
+    if not os.access("/proc", os.W_OK):
+        pytest.skip("/proc is refused up front when not root")
+    r = subprocess.run([sys.executable, "-m", "cuptiprof", "report", str(evil[0]), "--html",
+                        "/proc/cuptiprof-x.html"], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("cuptiprof: error: /proc/cuptiprof-x.html: cannot write (")
+    assert len(r.stderr.strip().splitlines()) == 1

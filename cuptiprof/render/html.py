@@ -10,6 +10,7 @@ reads trace text. Analysis (relations / Arrow) comes in; only layout happens her
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import html
 import math
 import os
@@ -448,9 +449,14 @@ def _write(text: str, out: str | os.PathLike) -> Path:
     try:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
-    except OSError as exc:   # e.g. a full disk: name the file the user asked for, leave nothing
+    except OSError as exc:   # name the file the user asked for, leave nothing
         tmp.unlink(missing_ok=True)
-        raise CuptiprofError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):   # a runtime failure
+            raise CuptiprofError(f"{path}: cannot write: the disk is full (or a file-size limit "
+                                 "was reached)") from None
+        # a path that cannot hold a file (/proc/x.html passes the up-front check as root)
+        raise InputError(f"{path}: cannot write ({exc.strerror or exc}); give a path in a "
+                         "directory you can write to") from None
     except BaseException:   # a Ctrl-C mid-write: no half-written page left beside the output
         tmp.unlink(missing_ok=True)
         raise
