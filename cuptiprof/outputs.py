@@ -9,12 +9,25 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cuptiprof.errors import InputError
+from cuptiprof.errors import CuptiprofError, InputError
 
 
 def temp_beside(out: Path) -> Path:
     """The temporary name an output is written under (hidden, per process)."""
     return out.with_name(f".{out.name}.tmp-{os.getpid()}")
+
+
+def write_failed(out, exc: OSError) -> CuptiprofError:
+    """One line for an output whose write failed after the up-front check passed, naming the
+    path the user gave (not the temporary one): a full disk is a runtime failure (exit 1); any
+    other failure, a path that cannot hold the output (/proc/x as root, a read-only or refused
+    place), is a bad argument (exit 2)."""
+    import errno
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return CuptiprofError(f"{out}: cannot write: the disk is full (or a file-size limit was "
+                              "reached)")
+    return InputError(f"{out}: cannot write ({exc.strerror or exc}); give a path in a directory "
+                      "you can write to")
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -819,3 +819,32 @@ def test_parquet_datasets_read_back_with_the_types_of_the_views(tmp_path):
         assert [r[0] for r in full] == [r[0] for r in empty] == ["host", "pid"]
     assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{tmp_path}/pq/memcpys/**/*.parquet', "
                       f"hive_partitioning = true, hive_types = {{{types}}})").fetchall() == [(0,)]
+
+
+@pytest.mark.parametrize("what", ["--chrome", "--parquet"])
+def test_an_export_that_cannot_be_written_names_the_path_and_exits_2(tmp_path, monkeypatch, capsys, what):
+    """The output passed the up-front check (as /proc/x does as root), then writing it failed:
+    one line naming the path asked for (not its temporary name), exit 2, nothing left behind."""
+    from cuptiprof.cli import main
+    from cuptiprof.synthetic import write_synthetic
+    src = write_synthetic(tmp_path / "s.duckdb", steps=2, kernels_per_step=10, seed=1)
+    out = tmp_path / ("t.json" if what == "--chrome" else "pq")
+    real_open, real_mkdir = open, Path.mkdir
+
+    def refused(*a, **k):
+        raise PermissionError(13, "Permission denied", str(a[0]))
+
+    if what == "--chrome":
+        import builtins
+        import gzip
+        monkeypatch.setattr(builtins, "open", lambda f, *a, **k: refused(f) if ".tmp-" in str(f)
+                            else real_open(f, *a, **k))
+        monkeypatch.setattr(gzip, "open", lambda f, *a, **k: refused(f))
+    else:
+        monkeypatch.setattr(Path, "mkdir", lambda self, *a, **k: refused(self) if ".tmp-" in str(self)
+                            else real_mkdir(self, *a, **k))
+    assert main(["export", str(src), what, str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"cuptiprof: error: {out}: cannot write (Permission denied); give a path in a "
+                   "directory you can write to"], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cuptiprof.errors import CuptiprofError, UsageError
+from cuptiprof.errors import UsageError
+from cuptiprof.outputs import write_failed
 
 
 def register(sub) -> None:
@@ -44,13 +45,16 @@ def run(args) -> int:
             try:
                 c = export_chrome(prof, args.chrome, force=args.force)
             except OSError as exc:  # e.g. a full disk mid-write: name the file the user asked for
-                raise CuptiprofError(f"{args.chrome}: cannot write ({exc.strerror or exc})") from None
+                raise write_failed(args.chrome, exc) from None
             scope = prof.scope if args.steps else "every row"
             print(f"wrote {c['events']:,} trace events ({c.get('kernels', 0):,} kernels, scope: "
                   f"{scope}) -> {args.chrome}", file=sys.stderr)
         if args.parquet:
             from cuptiprof.interop.parquet import export_parquet
-            c = export_parquet(prof, args.parquet, force=args.force)
+            try:
+                c = export_parquet(prof, args.parquet, force=args.force)
+            except OSError as exc:   # named by the directory asked for, not the temporary one
+                raise write_failed(args.parquet, exc) from None
             print(f"wrote {sum(1 for v in c.values() if v)} Parquet datasets "
                   f"({c.get('kernels', 0):,} kernel rows) -> {args.parquet}", file=sys.stderr)
     return 0

@@ -10,7 +10,6 @@ reads trace text. Analysis (relations / Arrow) comes in; only layout happens her
 from __future__ import annotations
 
 import datetime as _dt
-import errno
 import html
 import math
 import os
@@ -19,8 +18,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from cuptiprof._version import __version__
-from cuptiprof.errors import CuptiprofError, InputError
-from cuptiprof.outputs import check_output, temp_beside
+from cuptiprof.errors import InputError
+from cuptiprof.outputs import check_output, temp_beside, write_failed
 from cuptiprof.render.table import clean, fmt_value, rows_of
 
 KIND_COLORS = {"kernel": "#4c78a8", "memcpy": "#f58518", "memset": "#54a24b", "sync": "#b279a2",
@@ -451,12 +450,7 @@ def _write(text: str, out: str | os.PathLike) -> Path:
         os.replace(tmp, path)
     except OSError as exc:   # name the file the user asked for, leave nothing
         tmp.unlink(missing_ok=True)
-        if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):   # a runtime failure
-            raise CuptiprofError(f"{path}: cannot write: the disk is full (or a file-size limit "
-                                 "was reached)") from None
-        # a path that cannot hold a file (/proc/x.html passes the up-front check as root)
-        raise InputError(f"{path}: cannot write ({exc.strerror or exc}); give a path in a "
-                         "directory you can write to") from None
+        raise write_failed(path, exc) from None
     except BaseException:   # a Ctrl-C mid-write: no half-written page left beside the output
         tmp.unlink(missing_ok=True)
         raise
