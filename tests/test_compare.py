@@ -29,10 +29,13 @@ BASE_OPS = {GEMM_H100: (400.0, 4, "aten::mm"), SOFTMAX: (100.0, 2, "aten::softma
 
 
 def make_run(path, ops=None, copies=(("HtoD", 8 << 20, 400.0),), steps=5, noise=0.0, seed=0,
-             device="NVIDIA H100 80GB HBM3", gap_us=5.0, warmup=1, peaks=True, label=None):
+             device="NVIDIA H100 80GB HBM3", gap_us=5.0, warmup=1, peaks=True, label=None,
+             record_warmup=False, outside_us=0.0):
     """A small run through the Writer: every step launches the same ops in order on one stream
     (each under a framework op range inside the step range), then the copies on a copy stream,
-    one memset and a stream sync. `noise` is the relative step-to-step jitter of durations."""
+    one memset and a stream sync. `noise` is the relative step-to-step jitter of durations.
+    record_warmup: the warm-up steps' kernels are recorded too (no step, as a run records them);
+    outside_us: one kernel of that length launched after the last step, outside every range."""
     ops = BASE_OPS if ops is None else ops
     rng = np.random.default_rng(seed)
     k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id", "range_id", "op_id")}
@@ -54,8 +57,8 @@ def make_run(path, ops=None, copies=(("HtoD", 8 << 20, 400.0),), steps=5, noise=
                 r["range_id"].append(rid); r["parent_id"].append(step_rid); r["depth"].append(1)
                 r["name"].append(op); r["start_ns"].append(t); r["end_ns"].append(t + d)
                 r["kind"].append("op"); r["step"].append(s if recorded else None)
-                if recorded:
-                    for c, v in (("start_ns", t), ("end_ns", t + d), ("step", s), ("name", name),
+                if recorded or record_warmup:
+                    for c, v in (("start_ns", t), ("end_ns", t + d), ("step", s if recorded else None), ("name", name),
                                  ("stream_id", 7), ("device_id", 0), ("range_id", rid), ("op_id", rid)):
                         k[c].append(v)
                 t += d + int(gap_us * 1000)
@@ -80,6 +83,11 @@ def make_run(path, ops=None, copies=(("HtoD", 8 << 20, 400.0),), steps=5, noise=
         r["end_ns"].append(t); r["kind"].append("step" if recorded else "warmup")
         r["step"].append(s if recorded else None)
         t += 100_000
+    if outside_us:
+        for c, v in (("start_ns", t), ("end_ns", t + int(outside_us * 1000)), ("step", None),
+                     ("name", "decode_kernel"), ("stream_id", 7), ("device_id", 0), ("range_id", None),
+                     ("op_id", None)):
+            k[c].append(v)
     dev = {"device_id": [0], "kind": ["gpu"], "name": [device], "compute_capability": ["9.0"],
            "sm_count": [132], "memory_bytes": [80 << 30],
            "peak_memory_bw_gbps": [3352.0 if peaks else None],
@@ -513,3 +521,48 @@ def test_a_step_one_rank_of_a_merged_file_cut_short_is_left_out_for_every_rank(t
         assert steps[(1, 1)] == pytest.approx(steps[(0, 1)])
         assert cmp.runs[1].steps == 1 and "1 left out (ended early" in cmp.legend()[1]
     capsys.readouterr()
+
+
+def test_gpu_work_mostly_outside_the_steps_is_noted(tmp_path, capsys):
+    """Files are compared step by step: when most of a file's GPU work ran outside every step,
+    the comparison covers a small part of it, and compare and diff say how small; warm-up work,
+    left out on purpose, and a normal file stay quiet."""
+    a = make_run(tmp_path / "a.duckdb", seed=1)
+    b = make_run(tmp_path / "b.duckdb", seed=2, outside_us=25_000.0)   # 2x the 5 steps' work
+    warm = make_run(tmp_path / "warm.duckdb", seed=3, warmup=6, steps=2, record_warmup=True)
+    with Comparison([a, b]) as cmp:
+        n, of, share = cmp.runs[1].outside
+        assert (n, of) == (1, 5 * 14 + 1) and 0.6 < share < 0.7
+        assert not cmp.runs[0].outside
+        (note,) = [line for line in cmp.legend() if "outside every step" in line]
+    assert note == (f"note: B (b.duckdb): {100 * share:.0f}% of its GPU time (1 of 71 activities) ran "
+                    "outside every step and is not compared (files are compared step by step); "
+                    f"`cuptiprof report {b} --by quality` shows it")
+    with Comparison([warm, a]) as cmp:
+        assert cmp.runs[0].outside == ()   # 6 warm-up steps of 8: all launched in the warm-up range
+        assert not [line for line in cmp.legend() if "outside every step" in line]
+    assert main(["compare", str(a), str(b)]) == 0
+    assert "  " + note + "\n" in capsys.readouterr().out
+    assert main(["compare", str(a), str(b), "--format", "json"]) == 0
+    assert note in json.loads(capsys.readouterr().out)["notes"]
+    assert main(["diff", str(a), str(b), "--fail-above", "5"]) == 0
+    assert note + "\n" in capsys.readouterr().out
+    assert main(["diff", str(a), str(make_run(tmp_path / "c.duckdb", seed=4)), "--fail-above", "5"]) == 0
+    assert "outside every step" not in capsys.readouterr().out
+
+
+def test_real_traces_whose_work_lies_outside_the_steps_are_noted(shared_traces, tmp_path, capsys):
+    """HTA's trace_compare pair: all but one or two kernels and every copy and memset of each
+    file ran outside its ProfilerSteps."""
+    base = import_trace(shared_traces / "hta/trace_compare/base/base.json.gz", tmp_path / "tcb.duckdb")
+    test = import_trace(shared_traces / "hta/trace_compare/test/test.json.gz", tmp_path / "tct.duckdb")
+    assert main(["compare", str(base), str(test)]) == 0
+    out = capsys.readouterr().out
+    assert "note: A (tcb.duckdb): 99+% of its GPU time (16 of 18 activities) ran outside every step" in out
+    assert "note: B (tct.duckdb): 99+% of its GPU time (16 of" in out
+    assert f"`cuptiprof report {test} --by quality` shows it" in out
+    rn = shared_traces / "kineto-tbplugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+    ns = shared_traces / "hta/negative_queue_length_values_check/rank0.json.gz"   # 13% outside
+    assert main(["compare", str(import_trace(rn, tmp_path / "rn.duckdb")),
+                 str(import_trace(ns, tmp_path / "ns.duckdb"))]) == 0
+    assert "outside every step" not in capsys.readouterr().out

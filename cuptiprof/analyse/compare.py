@@ -30,6 +30,13 @@ from cuptiprof.store import arrow
 from cuptiprof.store.files import connect_error
 from cuptiprof.store.quality import STEP_INCOMPLETE
 
+# A file whose GPU work lies mostly outside its steps (launched before the first step, between
+# steps, after the last, or by a thread no step range covers) is compared on a small part of
+# itself: the legend says so from this share of its GPU time on. Warm-up work, left out on
+# purpose, counts on neither side. Normal runs stay well below (the bundled example: 4%; the
+# real traces in the test data: at most 13%).
+OUTSIDE_STEPS_NOTE = 0.3
+
 _KEYS = {"op": ("name", "'name'"), "family": ("family", "'family'"),
          "range": ("range_key", "range_key_type"), "region": ("region", "region_type")}
 
@@ -83,6 +90,7 @@ class RunFile:
     stepless: tuple = ()   # (processes, GPU activities, GPU ms) without steps, left out (merged files)
     cpu_ops: bool = False  # every activity is a CPU op time (a run without a GPU), no GPU work
     lanes: int = 0         # (process, device) pairs with work in the compared steps
+    outside: tuple = ()    # (activities, of all, share of the time) of GPU work outside every step
 
 
 @dataclass
@@ -170,6 +178,8 @@ class Comparison:
                     n, ms = con.execute(f"SELECT count(*), coalesce(sum(end_ns - start_ns), 0) / 1e6 "
                                         f"FROM {db}.gpu_activities WHERE {cond}").fetchone()
                     r.stepless = (len(procs), n, ms)
+            if r.has_steps:
+                r.outside = self._outside_steps(db, procs)
             r.incomplete = con.execute(
                 f"SELECT count(DISTINCT subject) FROM {db}.data_quality WHERE check_name = '{STEP_INCOMPLETE}'"
             ).fetchone()[0] if r.has_steps else 0
@@ -231,6 +241,27 @@ class Comparison:
         for name in ("kinds", "devices", "bandwidth"):
             con.execute(f"CREATE OR REPLACE TEMP VIEW compare_{name} AS {catalog.compare_sql(name)}")
         self.set_by(by)
+
+    def _outside_steps(self, db: str, stepless: list) -> tuple:
+        """(activities, of all, share of the time) of the file's GPU work that no step claims,
+        processes without steps (noted apart) and work launched inside a warm-up range left out."""
+        skip = "".join(f" AND NOT (a.run_id = {int(x)} AND a.pid = {int(y)})" for x, y in stepless)
+        n_out, ns_out, n_in, ns_in = self.con.execute(f"""
+            WITH u AS (
+                SELECT a.run_id, a.pid, a.range_id, a.end_ns - a.start_ns AS d
+                FROM {db}.gpu_activities a WHERE a.step IS NULL AND a.kind <> 'sync'{skip}
+            ), w AS (SELECT run_id, pid, start_ns, end_ns FROM {db}.ranges WHERE kind = 'warmup'),
+            o AS (
+                SELECT * FROM u WHERE NOT EXISTS (
+                    SELECT 1 FROM {db}.ranges r JOIN w ON w.run_id = r.run_id AND w.pid = r.pid
+                    WHERE r.run_id = u.run_id AND r.pid = u.pid AND r.range_id = u.range_id
+                      AND r.start_ns >= w.start_ns AND r.start_ns <= coalesce(w.end_ns, r.start_ns))
+            )
+            SELECT (SELECT count(*) FROM o), (SELECT coalesce(sum(d), 0) FROM o),
+                   count(*), coalesce(sum(end_ns - start_ns), 0)
+            FROM {db}.gpu_activities a WHERE a.step IS NOT NULL AND a.kind <> 'sync'""").fetchone()
+        total = ns_out + ns_in
+        return (n_out, n_out + n_in, ns_out / total) if n_out and total > 0 else ()
 
     def _devices_table(self) -> None:
         cols = ["run", "run_id", "pid", "device_id", "kind", "name", "compute_capability", "sm_count",
@@ -427,6 +458,14 @@ class Comparison:
                 out.append(f"note: {r.letter} ({r.path.name}) holds {k} process{'es' if k > 1 else ''} "
                            f"without steps ({n:,} GPU activities, {ms:,.1f} ms), left out: files are "
                            "compared step by step; `cuptiprof report` counts them")
+        for r in self.runs:
+            if r.outside and r.outside[2] >= OUTSIDE_STEPS_NOTE:
+                n, of, share = r.outside
+                what = "op time" if r.cpu_ops else "GPU time"
+                pct = f"{100 * share:.0f}" if share >= 1 or round(100 * share) < 100 else "99+"
+                out.append(f"note: {r.letter} ({r.path.name}): {pct}% of its {what} ({n:,} of "
+                           f"{of:,} activities) ran outside every step and is not compared (files are "
+                           f"compared step by step); `cuptiprof report {r.path} --by quality` shows it")
         hint = self._key_hint()
         if hint:
             out.append(hint)

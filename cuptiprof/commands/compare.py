@@ -68,7 +68,7 @@ def print_comparison(cmp: Comparison, fmt: str = "table", top: int = 15, out=Non
     if fmt == "json":
         doc = {"files": [{"letter": r.letter, "path": str(r.path), "label": r.label, "devices": r.devices,
                           "steps": r.steps, "has_steps": r.has_steps} for r in cmp.runs],
-               "by": cmp.by}
+               "by": cmp.by, "notes": [n for n in cmp.legend() if n.startswith("note:")]}
         long = {"ops": cmp.ops(), "kinds": cmp.kinds(), "devices": cmp.devices(),
                 "bandwidth": cmp.bandwidth()}
         if cmp.work:
