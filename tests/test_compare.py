@@ -30,12 +30,13 @@ BASE_OPS = {GEMM_H100: (400.0, 4, "aten::mm"), SOFTMAX: (100.0, 2, "aten::softma
 
 def make_run(path, ops=None, copies=(("HtoD", 8 << 20, 400.0),), steps=5, noise=0.0, seed=0,
              device="NVIDIA H100 80GB HBM3", gap_us=5.0, warmup=1, peaks=True, label=None,
-             record_warmup=False, outside_us=0.0):
+             record_warmup=False, outside_us=0.0, empty=()):
     """A small run through the Writer: every step launches the same ops in order on one stream
     (each under a framework op range inside the step range), then the copies on a copy stream,
     one memset and a stream sync. `noise` is the relative step-to-step jitter of durations.
     record_warmup: the warm-up steps' kernels are recorded too (no step, as a run records them);
-    outside_us: one kernel of that length launched after the last step, outside every range."""
+    outside_us: one kernel of that length launched after the last step, outside every range;
+    empty: steps whose range is recorded but whose GPU work is not (a step that launched none)."""
     ops = BASE_OPS if ops is None else ops
     rng = np.random.default_rng(seed)
     k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id", "range_id", "op_id")}
@@ -50,6 +51,7 @@ def make_run(path, ops=None, copies=(("HtoD", 8 << 20, 400.0),), steps=5, noise=
         rid += 1
         step_rid = rid
         recorded = s >= warmup
+        gpu = s not in empty
         for name, (dur, calls, op) in ops.items():
             for _ in range(calls):
                 d = int(dur * 1000 * max(0.05, 1 + noise * rng.standard_normal()))
@@ -57,7 +59,7 @@ def make_run(path, ops=None, copies=(("HtoD", 8 << 20, 400.0),), steps=5, noise=
                 r["range_id"].append(rid); r["parent_id"].append(step_rid); r["depth"].append(1)
                 r["name"].append(op); r["start_ns"].append(t); r["end_ns"].append(t + d)
                 r["kind"].append("op"); r["step"].append(s if recorded else None)
-                if recorded or record_warmup:
+                if (recorded or record_warmup) and gpu:
                     for c, v in (("start_ns", t), ("end_ns", t + d), ("step", s if recorded else None), ("name", name),
                                  ("stream_id", 7), ("device_id", 0), ("range_id", rid), ("op_id", rid)):
                         k[c].append(v)
@@ -65,12 +67,12 @@ def make_run(path, ops=None, copies=(("HtoD", 8 << 20, 400.0),), steps=5, noise=
         ct = step_start
         for kind, nbytes, dur in copies:
             d = int(dur * 1000 * max(0.05, 1 + noise * rng.standard_normal()))
-            if recorded:
+            if recorded and gpu:
                 for c, v in (("start_ns", ct), ("end_ns", ct + d), ("step", s), ("copy_kind", kind),
                              ("bytes", nbytes), ("stream_id", 21), ("device_id", 0)):
                     m[c].append(v)
             ct += d + 1000
-        if recorded:
+        if recorded and gpu:
             for c, v in (("start_ns", t), ("end_ns", t + 20_000), ("step", s), ("bytes", 1 << 20),
                          ("stream_id", 7), ("device_id", 0)):
                 ms[c].append(v)
@@ -566,3 +568,43 @@ def test_real_traces_whose_work_lies_outside_the_steps_are_noted(shared_traces, 
     assert main(["compare", str(import_trace(rn, tmp_path / "rn.duckdb")),
                  str(import_trace(ns, tmp_path / "ns.duckdb"))]) == 0
     assert "outside every step" not in capsys.readouterr().out
+
+
+def test_a_step_without_gpu_work_counts_as_a_step_of_0(tmp_path, capsys):
+    """A complete step that launched no GPU work is a step of 0 GPU time in the medians, as
+    `report --by step` lists it, not a step left out; a step cut short stays out either way."""
+    import duckdb
+
+    a = make_run(tmp_path / "a.duckdb", steps=4, seed=1)
+    b = make_run(tmp_path / "b.duckdb", steps=4, seed=1, empty=(3, 4))   # steps 1..4
+    with Comparison([a, b]) as cmp:
+        assert [r.steps for r in cmp.runs] == [4, 4]
+        steps = {(r["run"], r["step"]): r for r in rows(cmp.steps())}
+        assert steps[(1, 3)]["gpu_ms"] == steps[(1, 4)]["window_ms"] == steps[(1, 4)]["idle_ms"] == 0
+        ops = {(r["run"], r["key"]): r for r in rows(cmp.ops())}
+        kinds = {(r["run"], r["kind"], r["detail"]): r for r in rows(cmp.kinds())}
+    assert ops[(1, SOFTMAX)]["ms"] == pytest.approx(ops[(0, SOFTMAX)]["ms"] / 2)   # median of x, x, 0, 0
+    assert ops[(1, SOFTMAX)]["steps"] == 4 and ops[(1, SOFTMAX)]["min_ms"] == 0
+    assert kinds[(1, "memcpy", "HtoD")]["ratio"] == pytest.approx(0.5)
+    assert main(["report", str(b), "--by", "step", "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 4   # the report lists the same 4 steps
+    assert main(["diff", str(b), str(a), "--fail-above", "5"]) == 0   # x, x, 0, 0: noise of x / 2
+    out = capsys.readouterr().out
+    assert f"BASE {b} (4 steps) -> NEW {a} (4 steps)" in out
+    with duckdb.connect(str(b)) as con:   # an empty step an exception ended is still left out
+        run_id, pid = con.execute("SELECT run_id, pid FROM kernels LIMIT 1").fetchone()
+        con.execute("INSERT INTO data_quality (run_id, pid, check_name, subject, detail) VALUES "
+                    "(?, ?, 'step_incomplete', '4', 'step 4 was ended early by KeyboardInterrupt')",
+                    [run_id, pid])
+    with Comparison([a, b]) as cmp:
+        assert cmp.runs[1].steps == 3 and (1, 4) not in {(r["run"], r["step"]) for r in rows(cmp.steps())}
+
+
+def test_real_trace_with_an_empty_step_compares_both_steps(shared_traces, tmp_path):
+    """HTA's trace_compare test trace: ProfilerStep#1010 launched nothing the trace holds."""
+    base = import_trace(shared_traces / "hta/trace_compare/base/base.json.gz", tmp_path / "tcb.duckdb")
+    test = import_trace(shared_traces / "hta/trace_compare/test/test.json.gz", tmp_path / "tct.duckdb")
+    with Comparison([base, test]) as cmp:
+        assert [r.steps for r in cmp.runs] == [2, 2]
+        assert {r["step"]: r["gpu_ms"] for r in rows(cmp.steps()) if r["run"] == 1} == {
+            1009: pytest.approx(0.004), 1010: 0}

@@ -226,6 +226,21 @@ class Comparison:
                          .replace("{step}", "a.step" if r.has_steps else "coalesce(a.step, 0)")
                          .replace("{where}", where))
         con.execute("CREATE TEMP TABLE cmp_act AS " + "\nUNION ALL\n".join(parts))
+        # The compared steps: every step with GPU work, and every complete step a process that
+        # records GPU work marked but launched none in: a step of 0 (as `report --by step` lists
+        # it), not one left out of the medians.
+        marked = []
+        for r in self.runs:
+            if not r.has_steps:
+                continue
+            db = f"f{r.index}"
+            cut = (f" AND NOT EXISTS (SELECT 1 FROM {db}.data_quality q WHERE q.check_name = "
+                   f"'{STEP_INCOMPLETE}' AND q.subject = CAST(g.step AS VARCHAR))") if r.incomplete else ""
+            marked.append(f"SELECT DISTINCT {r.index} AS run, g.step FROM {db}.ranges g WHERE g.kind = 'step' "
+                          f"AND g.step IS NOT NULL AND (g.run_id, g.pid) IN (SELECT DISTINCT run_id, pid "
+                          f"FROM {db}.gpu_activities){cut}")
+        con.execute("CREATE TEMP TABLE cmp_stepset AS SELECT DISTINCT run, step FROM ("
+                    + "\nUNION ALL\n".join(["SELECT run, step FROM cmp_act", *marked]) + ")")
         con.execute("CREATE TEMP TABLE cmp_islands AS " + catalog.compare_sql("islands"))
         con.execute("CREATE TEMP TABLE cmp_steps AS " + catalog.compare_sql("steps"))
         for r in self.runs:

@@ -10,7 +10,7 @@
 -- bytes_per_step: median bytes moved or set per step (copies and memsets)
 -- base_ms: the same kind's ms in the first file
 -- ratio: ms / base_ms
-WITH stepset AS (SELECT DISTINCT run, step FROM cmp_act),
+WITH stepset AS (SELECT run, step FROM cmp_stepset),   -- empty steps too: they count 0
 parts AS (
     SELECT run, step, kind, CASE WHEN kind = 'memcpy' THEN substr(name, 8) END AS detail,
            sum(end_ns - start_ns) AS ns, sum(bytes) AS bytes

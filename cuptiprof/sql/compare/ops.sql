@@ -17,7 +17,7 @@
 -- rank_change: base_rank - rank (positive: the key moved up, i.e. takes a larger share of time)
 -- runs_with_key: how many of the compared files have this key
 -- only_in: the file position when only one file has the key, else NULL
-WITH stepset AS (SELECT DISTINCT run, step FROM cmp_act),
+WITH stepset AS (SELECT run, step FROM cmp_stepset),   -- empty steps too: they count 0
 per AS (
     SELECT run, key, step, sum(end_ns - start_ns) AS ns, count(*) AS calls
     FROM cmp_keyed GROUP BY run, key, step

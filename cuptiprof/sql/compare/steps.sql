@@ -1,4 +1,4 @@
--- steps: per file and recorded step: GPU window, busy and idle time and the time of each kind, summed over processes and devices
+-- steps: per file and recorded step (a complete step without GPU work too, as 0): GPU window, busy and idle time and the time of each kind, summed over processes and devices
 -- run: file position (0 is the baseline)
 -- step: step index
 -- window_ms: first start to last end of the step's GPU work, summed over devices
@@ -20,14 +20,21 @@ WITH dev AS (
 ), busy AS (
     SELECT run, run_id, pid, device_id, step, sum(end_ns - start_ns) AS busy_ns
     FROM cmp_islands GROUP BY ALL
+), per AS (
+    SELECT run, step,
+           coalesce(sum(window_ns), 0) / 1e6 AS window_ms,
+           coalesce(sum(busy_ns), 0) / 1e6 AS busy_ms,
+           coalesce(sum(window_ns - coalesce(busy_ns, 0)), 0) / 1e6 AS idle_ms,
+           sum(kernel_ns + memcpy_ns + memset_ns) / 1e6 AS gpu_ms,
+           sum(kernel_ns) / 1e6 AS kernel_ms, sum(memcpy_ns) / 1e6 AS memcpy_ms,
+           sum(memset_ns) / 1e6 AS memset_ms, sum(sync_ns) / 1e6 AS sync_ms
+    FROM dev LEFT JOIN busy USING (run, run_id, pid, device_id, step)
+    GROUP BY run, step
 )
-SELECT run, step,
-       coalesce(sum(window_ns), 0) / 1e6 AS window_ms,
-       coalesce(sum(busy_ns), 0) / 1e6 AS busy_ms,
-       coalesce(sum(window_ns - coalesce(busy_ns, 0)), 0) / 1e6 AS idle_ms,
-       sum(kernel_ns + memcpy_ns + memset_ns) / 1e6 AS gpu_ms,
-       sum(kernel_ns) / 1e6 AS kernel_ms, sum(memcpy_ns) / 1e6 AS memcpy_ms,
-       sum(memset_ns) / 1e6 AS memset_ms, sum(sync_ns) / 1e6 AS sync_ms
-FROM dev LEFT JOIN busy USING (run, run_id, pid, device_id, step)
-GROUP BY run, step
+-- a step without GPU work (cmp_stepset holds it) is a step of 0
+SELECT run, step, coalesce(window_ms, 0) AS window_ms, coalesce(busy_ms, 0) AS busy_ms,
+       coalesce(idle_ms, 0) AS idle_ms, coalesce(gpu_ms, 0) AS gpu_ms, coalesce(kernel_ms, 0) AS kernel_ms,
+       coalesce(memcpy_ms, 0) AS memcpy_ms, coalesce(memset_ms, 0) AS memset_ms,
+       coalesce(sync_ms, 0) AS sync_ms
+FROM cmp_stepset LEFT JOIN per USING (run, step)
 ORDER BY run, step
