@@ -195,3 +195,35 @@ def test_a_single_step_is_named_as_unknown_noise(tmp_path, capsys):
     assert main(["diff", str(b), str(make_run(tmp_path / "c.duckdb", steps=3, seed=3)),
                  "--fail-above", "5"]) == 0
     assert "single step" not in capsys.readouterr().out
+
+
+def test_a_copy_slowdown_is_one_regression_not_a_kind_and_an_op(tmp_path, capsys):
+    """Every HtoD copy is the op 'Memcpy HtoD': kind and op are the same rows, and one slower
+    copy is one regression, listed as the op; where the kind spans several keys (--by range: the
+    copies and the memset share one key) it is another view and keeps its own verdict."""
+    a = make_run(tmp_path / "a.duckdb", noise=0.01, seed=1)
+    b = make_run(tmp_path / "b.duckdb", copies=(("HtoD", 8 << 20, 800.0),), noise=0.01, seed=2)
+    for by in ("op", "family"):
+        res = diff(a, b, 5, by=by)
+        st = statuses(res)
+        assert st[("op", "Memcpy HtoD")] == "regression" and st[("kind", "memcpy HtoD")] == "duplicate"
+        assert [(r["item_type"], r["item"]) for r in res.regressions] == [("op", "Memcpy HtoD")]
+    res = diff(a, b, 5, by="range")
+    assert statuses(res)[("kind", "memcpy HtoD")] == "regression"
+    assert main(["diff", str(a), str(b), "--fail-above", "5"]) == 1
+    cap = capsys.readouterr()
+    assert "1 regression(s)" in cap.err and "memcpy HtoD" not in cap.out and "Memcpy HtoD" in cap.out
+
+
+def test_real_trace_copy_and_memset_regress_once(shared_traces, tmp_path):
+    """ResNet-50 with 4 data-loader workers against 0: the host-to-device copies and the memsets
+    got slower; each is one regression."""
+    rn = shared_traces / "kineto-tbplugin"
+    a = import_trace(rn / "resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz", tmp_path / "rn0.duckdb")
+    b = import_trace(rn / "resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz", tmp_path / "rn4.duckdb")
+    res = diff(a, b, 5)
+    regs = [(r["item_type"], r["item"]) for r in res.regressions]
+    assert ("op", "Memcpy HtoD") in regs and ("op", "Memset") in regs
+    assert not [r for r in regs if r[0] == "kind"]
+    assert statuses(res)[("kind", "memcpy HtoD")] == statuses(res)[("kind", "memset")] == "duplicate"
+    assert len({(r["base_ms"], r["new_ms"]) for r in res.regressions}) == len(regs)

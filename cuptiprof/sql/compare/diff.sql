@@ -8,7 +8,7 @@
 -- delta_pct: 100 * delta_ms / base_ms
 -- noise_ms: $sigmas * 1.4826 * sqrt(base_mad_ms^2 + new_mad_ms^2): the step-to-step noise of both files, in robust standard deviations
 -- allowed_ms: base_ms * $pct / 100 + noise_ms: how much slower NEW may be
--- status: 'regression' (delta_ms > allowed_ms and delta_ms >= $min_ms), 'slower' (within the allowance), 'faster', 'same', 'new' (only in NEW), 'gone' (only in BASE)
+-- status: 'regression' (delta_ms > allowed_ms and delta_ms >= $min_ms), 'slower' (within the allowance), 'faster', 'same', 'new' (only in NEW), 'gone' (only in BASE), 'duplicate' (a regression of a kind whose time is exactly one op key's in both files, e.g. kind 'memcpy HtoD' and op 'Memcpy HtoD': listed and counted once, as that op)
 WITH b AS (SELECT * FROM cmp_items WHERE run = 0), n AS (SELECT * FROM cmp_items WHERE run = 1),
 j AS (
     SELECT coalesce(b.item_type, n.item_type) AS item_type, coalesce(b.item, n.item) AS item,
@@ -19,16 +19,34 @@ j AS (
     SELECT *, new_ms - base_ms AS delta_ms, 100.0 * (new_ms - base_ms) / nullif(base_ms, 0) AS delta_pct,
            $sigmas * 1.4826 * sqrt(coalesce(base_mad_ms, 0) ^ 2 + coalesce(new_mad_ms, 0) ^ 2) AS noise_ms
     FROM j
-), a AS (SELECT *, base_ms * $pct / 100.0 + noise_ms AS allowed_ms FROM v)
+), a AS (SELECT *, base_ms * $pct / 100.0 + noise_ms AS allowed_ms FROM v),
+-- A kind and an op key made of the same rows in both files (every copy of a direction is one op,
+-- 'Memcpy HtoD'; a single kernel name is the kernel kind; under --by range one op may launch all
+-- the copies) have the same times and the same verdict: one slowdown would count twice. The op
+-- keeps it: it is the more specific of the two (it names the kernel, copy or range the --by key
+-- chose), and the kind row stays in the items, marked 'duplicate'. A kind made of several keys, or
+-- a key that spans kinds, is another view of the work and keeps its own verdict.
+pairs AS (
+    SELECT DISTINCT kind || coalesce(' ' || CASE WHEN kind = 'memcpy' THEN substr(name, 8) END, '') AS kitem, key
+    FROM cmp_keyed
+), twins AS (
+    SELECT kitem FROM pairs p
+    WHERE (SELECT count(*) FROM pairs q WHERE q.kitem = p.kitem) = 1
+      AND (SELECT count(*) FROM pairs q WHERE q.key = p.key) = 1
+), t AS (
+    SELECT a.*, coalesce(item_type = 'kind' AND item IN (SELECT kitem FROM twins), FALSE) AS twin FROM a
+)
 SELECT item_type, item, key_type, base_ms, new_ms, delta_ms, delta_pct, noise_ms, allowed_ms,
        CASE WHEN base_ms IS NULL THEN 'new'
             WHEN new_ms IS NULL THEN 'gone'
+            WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms > 0
+                 AND twin THEN 'duplicate'
             WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms > 0 THEN 'regression'
             WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms = 0 THEN 'new'
             WHEN delta_ms > 0 AND delta_ms > noise_ms THEN 'slower'
             WHEN delta_ms < -allowed_ms AND -delta_ms >= $min_ms THEN 'faster'
             ELSE 'same' END AS status
-FROM a
+FROM t
 ORDER BY CASE status WHEN 'regression' THEN 0 ELSE 1 END,
          CASE item_type WHEN 'step' THEN 0 WHEN 'kind' THEN 1 ELSE 2 END,
          coalesce(delta_ms, 0) DESC, item
