@@ -227,3 +227,19 @@ def test_real_trace_copy_and_memset_regress_once(shared_traces, tmp_path):
     assert not [r for r in regs if r[0] == "kind"]
     assert statuses(res)[("kind", "memcpy HtoD")] == statuses(res)[("kind", "memset")] == "duplicate"
     assert len({(r["base_ms"], r["new_ms"]) for r in res.regressions}) == len(regs)
+
+
+def test_idle_rising_from_0_is_a_regression(tmp_path, capsys):
+    """BASE keeps the GPU busy end to end (no idle); NEW leaves gaps between kernels: idle is a
+    metric, and its rise from 0 beyond the allowance fails the gate like any other."""
+    a = make_run(tmp_path / "a.duckdb", gap_us=0.0, seed=1)
+    b = make_run(tmp_path / "b.duckdb", gap_us=20.0, seed=1)
+    res = diff(a, b, 5)
+    idle = next(r for r in res.items.to_pylist() if r["item"] == "idle")
+    assert idle["base_ms"] == 0 and idle["new_ms"] == pytest.approx(11 * 0.02 + 0.02, abs=0.01)
+    assert idle["status"] == "regression" and res.failed
+    assert main(["diff", str(a), str(b), "--fail-above", "5"]) == 1
+    assert "idle" in capsys.readouterr().out
+    # below --min-ms it is only slower; the other way round, idle fell to 0
+    assert statuses(diff(a, b, 5, min_ms=1.0))[("kind", "idle")] == "slower"
+    assert main(["diff", str(b), str(a), "--fail-above", "5"]) == 0

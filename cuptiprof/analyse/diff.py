@@ -10,9 +10,10 @@ to an odd slow step). An item is a regression when
 
 and new - base >= MIN_MS (default 0). SIGMAS defaults to 3. Items found only in NEW are listed
 as 'new' and items only in BASE as 'gone'; neither fails the check by itself (a renamed kernel
-would otherwise count twice), but their time shows in the step and kind totals. A kind made of
-exactly one op key's rows in both files (kind 'memcpy HtoD' and op 'Memcpy HtoD') regresses once,
-as that op: the kind's row says 'duplicate'.
+would otherwise count twice), but their time shows in the step and kind totals. An op at 0 per
+step in BASE is 'new' too; the step window or a kind (idle) rising from 0 beyond the allowance
+is a regression. A kind made of exactly one op key's rows in both files (kind 'memcpy HtoD' and
+op 'Memcpy HtoD') regresses once, as that op: the kind's row says 'duplicate'.
 """
 from __future__ import annotations
 

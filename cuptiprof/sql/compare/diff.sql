@@ -8,7 +8,7 @@
 -- delta_pct: 100 * delta_ms / base_ms
 -- noise_ms: $sigmas * 1.4826 * sqrt(base_mad_ms^2 + new_mad_ms^2): the step-to-step noise of both files, in robust standard deviations
 -- allowed_ms: base_ms * $pct / 100 + noise_ms: how much slower NEW may be
--- status: 'regression' (delta_ms > allowed_ms and delta_ms >= $min_ms), 'slower' (within the allowance), 'faster', 'same', 'new' (only in NEW), 'gone' (only in BASE), 'duplicate' (a regression of a kind whose time is exactly one op key's in both files, e.g. kind 'memcpy HtoD' and op 'Memcpy HtoD': listed and counted once, as that op)
+-- status: 'regression' (delta_ms > allowed_ms and delta_ms >= $min_ms; for the step and kinds also from a BASE of 0, where an op is 'new'), 'slower' (within the allowance), 'faster', 'same', 'new' (only in NEW), 'gone' (only in BASE), 'duplicate' (a regression of a kind whose time is exactly one op key's in both files, e.g. kind 'memcpy HtoD' and op 'Memcpy HtoD': listed and counted once, as that op)
 WITH b AS (SELECT * FROM cmp_items WHERE run = 0), n AS (SELECT * FROM cmp_items WHERE run = 1),
 j AS (
     SELECT coalesce(b.item_type, n.item_type) AS item_type, coalesce(b.item, n.item) AS item,
@@ -42,6 +42,9 @@ SELECT item_type, item, key_type, base_ms, new_ms, delta_ms, delta_pct, noise_ms
             WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms > 0
                  AND twin THEN 'duplicate'
             WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms > 0 THEN 'regression'
+            -- a metric (the step's window, a kind, idle) that BASE holds at 0 and NEW beyond the
+            -- allowance got slower: the noise band still applies; an op at 0 per step is as new
+            WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms = 0 AND item_type <> 'op' THEN 'regression'
             WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms = 0 THEN 'new'
             WHEN delta_ms > 0 AND delta_ms > noise_ms THEN 'slower'
             WHEN delta_ms < -allowed_ms AND -delta_ms >= $min_ms THEN 'faster'
