@@ -286,3 +286,22 @@ def test_outputs_never_replace_inputs_or_unrelated_files(nasty, tmp_path):
     assert not [p for p in w.rglob("*") if ".tmp-" in p.name]
     assert not any((w / n).exists() for n in ("tw.duckdb", "m.duckdb", "x.json", "nodir", "newdir"))
     assert (w / "r.html").read_text().lstrip().startswith("<!DOCTYPE html>") and (w / "pq" / "kernels").is_dir()
+
+
+@pytest.mark.parametrize("cmd", ["merge", "import"])
+def test_a_file_output_that_cannot_be_created_names_the_path_asked_for(nasty, tmp_path, cmd):
+    """/proc passes the up-front check as root; creating the temporary file beside it fails:
+    the line names the output given, not the temporary name the user never saw."""
+    import os
+    import subprocess
+
+    if not os.access("/proc", os.W_OK):
+        pytest.skip("/proc is refused up front when not root")
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps(H.good_trace()))
+    args = [nasty] if cmd == "merge" else [trace]
+    r = subprocess.run([PY, "-m", "cuptiprof", cmd, *map(str, args), "-o", "/proc/cuptiprof-x.duckdb"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == ("cuptiprof: error: /proc/cuptiprof-x.duckdb: cannot write (No such "
+                                "file or directory); give a path in a directory you can write to")

@@ -100,9 +100,15 @@ def check_core_tables(con, path: Path, db: str | None = None) -> None:
                          "record or import it again")
 
 
-def connect_error(path: Path, exc: Exception, *, writing: bool) -> StoreError:
-    """Turn a duckdb.connect failure into one line for the user."""
+def connect_error(path: Path, exc: Exception, *, writing: bool,
+                  target: Path | None = None) -> StoreError:
+    """Turn a duckdb.connect failure into one line for the user. `target`: the output a
+    temporary `path` stands for, which the line names (the user never gave the temporary)."""
     msg = str(exc)
+    if target is not None and "Cannot open file" in msg:
+        why = msg.splitlines()[0].rsplit('": ', 1)[-1]
+        return StoreError(f"{target}: cannot write ({why}); give a path in a directory you can "
+                          "write to")
     if "Could not set lock" in msg or "Conflicting lock" in msg:
         pid = ""
         if "(PID " in msg:

@@ -88,7 +88,7 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
     try:
         con = duckdb.connect(str(tmp))
     except duckdb.Error as exc:
-        raise connect_error(tmp, exc, writing=True) from None
+        raise connect_error(tmp, exc, writing=True, target=given) from None
     try:
         con.execute("BEGIN")
         con.execute(schema_sql())

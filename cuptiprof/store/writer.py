@@ -143,7 +143,8 @@ class Writer:
             # Files are created with the user's umask (DuckDB opens with 0666 & ~umask).
             self._con = duckdb.connect(str(self.path))
         except duckdb.Error as exc:
-            raise connect_error(self.path, exc, writing=True) from None
+            raise connect_error(self.path, exc, writing=True,
+                                target=self._target if self.atomic else None) from None
         # RLE only ever wins where bitpacking's constant mode does as well (same file sizes),
         # and analysing it costs every column of every row group: off for this connection.
         self._con.execute("SET disabled_compression_methods='rle'")
