@@ -49,7 +49,7 @@ CREATE TABLE processes (
     rank        INTEGER,   -- global rank from the launcher (torchrun RANK, MPI, Slurm; cuptiprof.ranks), a trace's distributedInfo or file name; NULL when unknown
     local_rank  INTEGER,   -- rank on its host (LOCAL_RANK and MPI/Slurm equivalents) when set
     world_size  INTEGER,   -- ranks in the job (WORLD_SIZE and MPI/Slurm equivalents) when set
-    command     VARCHAR,   -- argv of the process
+    command     VARCHAR,   -- the command line the process was started with (python -m pkg x y, a spawned worker's own)
     start_ns    BIGINT,                 -- process start on the record clock
     end_ns      BIGINT,    -- NULL when the process ended before it could say so
     exit_status INTEGER,   -- exit code; 128+signal for a signal; NULL when unknown
