@@ -340,6 +340,22 @@ def test_report_html_of_a_run_without_a_gpu_says_it_holds_cpu_op_times(tmp_path)
     assert ">no_gpu<" in quality and "kernels holds CPU ops from torch.profiler" in quality
 
 
+def test_text_report_of_a_run_without_a_gpu_says_its_gpu_time_is_cpu_op_time(tmp_path, evil, capsys):
+    """The text report's headings and columns say GPU and kernel: its header says what they
+    mean for a file, or the runs of one, recorded without a GPU; a GPU file gets no such line."""
+    db = _cpu_run(tmp_path / "cpu.duckdb")
+    assert main(["report", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("no GPU activity in this file: it holds CPU op times from torch.profiler")
+    merged = tmp_path / "m.duckdb"
+    assert main(["merge", str(evil[1]), str(db), "-o", str(merged)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(merged), "--format", "markdown"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("recorded without a GPU: cpu; those runs'")
+    assert main(["report", str(evil[1])]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == ""
+
+
 def test_report_html_of_gpu_and_cpu_runs_names_the_cpu_ones(tmp_path, evil):
     merged = tmp_path / "m.duckdb"
     assert main(["merge", str(evil[1]), str(_cpu_run(tmp_path / "cpu.duckdb")), "-o", str(merged)]) == 0

@@ -71,7 +71,8 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
         out.write("\n")
         return
     if fmt in ("table", "markdown") and len(names) > 1:
-        out.write(f"cuptiprof report: {prof.path}  (scope: {prof.scope})\n\n")
+        out.write(f"cuptiprof report: {prof.path}  (scope: {prof.scope})\n")
+        out.write(_cpu_note(prof) + "\n")
     for name in names:
         rel = prof.report(name, _top(name, top))
         if name in OPTIONAL and len(names) > 1 and not rel.limit(1).fetchall():
@@ -80,6 +81,22 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
         render(rel, fmt, out=out, title=f"{name}: {doc.summary}" if fmt != "csv" else None)
         if fmt == "csv" and len(names) > 1:
             out.write("\n")
+
+
+def _cpu_note(prof) -> str:
+    """A line saying that the tables' GPU time is CPU op time, for a file (or some of its runs)
+    recorded without a GPU: its headings and columns say GPU and kernel throughout."""
+    cols, rows = rows_of(prof.sql(catalog.compare_sql("cpu_time")))   # (not via compare.py:
+    # reading commands do not load numpy and pyarrow)
+    cpu = dict(zip(cols, rows[0])) if rows else {}
+    if not cpu.get("cpu_runs"):
+        return ""
+    if not cpu.get("gpu_ms"):
+        return ("no GPU activity in this file: it holds CPU op times from torch.profiler (device "
+                "-1, one stream per thread); below, 'GPU' time and 'kernel' mean CPU op time and "
+                "CPU op\n")
+    return (f"recorded without a GPU: {cpu['cpu_runs']}; those runs' CPU op times (device -1) are "
+            "counted below with the GPU work of the others\n")
 
 
 def _top(name: str, top: int | None) -> int | None:
