@@ -418,17 +418,22 @@ def _main_missing(spec: str) -> None:
                       "__main__:main.denoise_step)")
 
 
-def _step_fn_mark(name: str, text: str) -> None:
+def _step_fn_mark(name: str, text: str) -> bool:
+    """Leave a marker for the launcher; False where none could be written."""
     if _rec is not None:
         try:
             (_rec.parts / name).write_text(text)
+            return True
         except OSError:
             pass
+    return False
 
 
 def _step_fn_error(msg: str) -> None:
-    warn(msg)
-    _step_fn_mark("step-fn.error", msg)
+    # The launcher reads the marker and says it once, after the run: as its error, or as a
+    # warning where other processes marked steps. Said here only where it cannot be.
+    if not _step_fn_mark("step-fn.error", msg):
+        warn(msg)
 
 
 def _patch_torch_nvtx(torch) -> None:
