@@ -848,3 +848,48 @@ def test_an_export_that_cannot_be_written_names_the_path_and_exits_2(tmp_path, m
     assert err == [f"cuptiprof: error: {out}: cannot write (Permission denied); give a path in a "
                    "directory you can write to"], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb"]
+
+
+_LOGS = "SELECT pid, thread_id, time_ns, level, logger, message, step FROM logs ORDER BY ALL"
+
+
+def test_log_records_survive_a_round_trip(tmp_path):
+    """Each row of `logs` is written as an instant on its thread's track, in a category of
+    cuptiprof's own (the message its name, level and logger args), and read back as it was:
+    odd messages and NULLs, each process's records apart, and the step as recorded (a record
+    after its step's range ended keeps that step). The category is no unknown one to the
+    import; `--steps` leaves out the records of other steps."""
+    src = _two_processes(tmp_path / "two.duckdb")
+    t0 = 1_700_000_000_000_000_000
+    rows = [(101, 1010, t0 + 5_000 + k, "INFO", "train", m, 10) for k, m in enumerate(ODD)]
+    rows += [(101, 1010, t0 + 900_000, "WARNING", "late", "after the step", 10),   # past its end
+             (202, 2020, t0 + 50_000, None, None, "no level", 10),
+             (202, None, t0 - 7_000, "ERROR", "x.y", "before every step", None)]
+    with duckdb.connect(str(src)) as con:
+        run_id = con.execute("SELECT min(run_id) FROM runs").fetchone()[0]
+        con.executemany("INSERT INTO logs (run_id, pid, thread_id, time_ns, level, logger, message, "
+                        "step) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [(run_id, *r) for r in rows])
+        want = con.execute(_LOGS).fetchall()
+    assert len(want) == len(rows)
+    out, back = tmp_path / "two.json.gz", tmp_path / "back.duckdb"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    ev = [e for e in load_trace(out)["traceEvents"] if e.get("cat") == "cuptiprof_log"]
+    assert len(ev) == len(rows)
+    late = next(e for e in ev if e["name"] == "after the step")
+    assert (late["ph"], late["s"], late["args"]) == ("i", "t", {"level": "WARNING", "logger": "late",
+                                                                  "cuptiprof step": 10})
+    assert late["tid"] == 1010
+    import_traces([out], back)
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute(_LOGS).fetchall() == want
+    assert con.execute("SELECT count(*) FROM data_quality WHERE check_name = 'unknown_category'"
+                       ).fetchone() == (0,)
+    con.close()
+    r = run_cli("import", out, "-o", tmp_path / "cli.duckdb")
+    assert r.returncode == 0 and f"{len(rows)} log records" in r.stderr, r.stderr
+    with cuptiprof.open(src, "10") as prof:
+        export_chrome(prof, tmp_path / "s.json.gz")
+    names = {e["name"] for e in load_trace(tmp_path / "s.json.gz")["traceEvents"]
+             if e.get("cat") == "cuptiprof_log"}
+    assert "before every step" not in names and "after the step" in names and len(names) == len(rows) - 1

@@ -85,6 +85,16 @@ TAKEN = {
                             "args": {"Device Type": 1, "Device Id": 0, "Bytes": -512}}),
     "process labels": doc({"ph": "M", "name": "process_labels", "pid": 42,
                            "args": {"labels": "CPU", "name": "x"}}),
+    "log records": doc({"ph": "i", "s": "t", "cat": "cuptiprof_log", "name": "m \u00e9", "pid": 3,
+                        "tid": 4, "ts": 5, "args": {"level": "INFO", "logger": "a.b",
+                                                    "cuptiprof step": 2}},
+                       {"ph": "i", "cat": "cuptiprof_log", "name": None, "ts": 6,
+                        "args": {"level": None, "logger": "a\"b"}},
+                       # other writers' args of these names, of any type: not a level or logger
+                       {"ph": "X", "cat": "cpu_op", "name": "op", "ts": 1, "dur": 2,
+                        "args": {"level": 7, "logger": {"x": [1, None]}}},
+                       {"ph": "X", "cat": "cpu_op", "ts": 1, "dur": 2,
+                        "args": {"logger": [], "level": 1.5}}),
     "empty events are counted, not kept": doc({}, {}, {"unknown": 1}, {"ph": "X"}, {}),
     "empty array": doc(),
     "other top-level keys": doc(KERNEL, deviceProperties=[{"id": 0, "name": "V100", "numSms": 80}],
@@ -434,3 +444,36 @@ def test_import_in_parts_writes_the_same_rows(tmp_path, monkeypatch):
     assert set(res[997]) == set(res[1 << 30])
     for t in res[997]:
         assert res[997][t] == res[1 << 30][t], t
+
+
+def test_log_records_import_identically(tmp_path, monkeypatch):
+    """Log records (cuptiprof's export: instants of category cuptiprof_log) come back into
+    `logs` alike from both paths: in a trace with cuptiprof's links each keeps the step it was
+    written with, in one without each takes the step open at its time; another
+    writer's "level" or "logger" arg of any type declines nothing."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 9, "tid": 5,
+           "ts": 100 * k, "dur": 50} for k in range(3)]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 9, "tid": 5, "ts": 10, "dur": 5,
+            "args": {"level": 3, "logger": {"a": [1]}, "External id": 1}}]
+    ev += [{"ph": "i", "s": "t", "cat": "cuptiprof_log", "name": f"msg {k} \u00e9", "pid": 9,
+            "tid": 5 if k % 2 else 6, "ts": 30 * k + 0.5,
+            "args": {"level": ["INFO", "WARNING", None][k % 3], "logger": f"log{k % 2}",
+                     **({"cuptiprof step": 7} if k % 4 else {})}} for k in range(10)]
+    rows = "SELECT pid, thread_id, time_ns, level, logger, message, step FROM logs ORDER BY time_ns"
+    import duckdb
+    got = {}
+    for links in (False, True):
+        src = tmp_path / f"l{links}.json"
+        src.write_text(json.dumps({"traceEvents": ev, **({"cuptiprofLinks": "range_id"} if links else {})}))
+        from cuptiprof.interop import _kineto_scan as K
+        assert P.scan(src.read_bytes(), K.Interner(), K.Interner(), _DECODER.decode) is not None
+        import_both([src], tmp_path / f"o{links}", monkeypatch)
+        con = duckdb.connect(str(tmp_path / f"o{links}" / "native1" / "out.duckdb"), read_only=True)
+        got[links] = con.execute(rows).fetchall()
+        assert con.execute("SELECT count(*) FROM data_quality WHERE check_name = 'unknown_category'"
+                           ).fetchone() == (0,)
+        con.close()
+    assert [r[6] for r in got[True]] == [None if k % 4 == 0 else 7 for k in range(10)]
+    # by time, as calls are: steps 0-2 hold [0, 50), [100, 150), [200, 250) us
+    assert [r[6] for r in got[False]] == [0, 0, None, None, 1, None, None, 2, 2, None]
+    assert got[True][2][1:6] == (6, 60_500, None, "log0", "msg 2 \u00e9")

@@ -27,6 +27,8 @@ def run(args) -> int:
     parts = [f"{rows.get(t, 0):,} {n}" for t, n in (
         ("kernel_rows", "kernels"), ("memcpys", "memcpys"), ("memsets", "memsets"),
         ("api_call_rows", "API calls"), ("range_rows", "ranges"))]
+    if rows.get("logs"):   # a cuptiprof export's log records
+        parts.append(f"{rows['logs']:,} log records")
     # one summary per process: a trace file holds one, an nsys export none or several
     counts = [getattr(f, "steps", 0) for f in res["files"]]
     n_files = len(args.traces)   # import_traces refuses a file given twice

@@ -77,7 +77,7 @@ static inline int bytes_eq(const void *a, const void *b, Py_ssize_t n) {
 /* int64 columns */
 enum {
     C_IDX, C_CAT, C_PH, C_NAME, C_PIDK, C_PID, C_TIDK, C_TID, C_HASARGS, C_LABELS, C_XDOMAIN,
-    C_XKIND, C_VALID, C_ARG0 /* then NARGS argument values */
+    C_XKIND, C_XLEVEL, C_XLOGGER, C_VALID, C_ARG0 /* then NARGS argument values */
 };
 enum {
     A_CORRELATION, A_DEVICE, A_CONTEXT, A_STREAM, A_BYTES, A_GRID0, A_GRID1, A_GRID2,
@@ -363,10 +363,10 @@ typedef struct {
     int nomem;                      /* out of memory: raise MemoryError, not a decline */
     struct meta { const char *k; Py_ssize_t n, vs, ve; } *meta;
     Py_ssize_t nmeta, capmeta;
-    Py_ssize_t last[8];             /* intern_memo: the last id per field (L_*), or -1 */
+    Py_ssize_t last[10];            /* intern_memo: the last id per field (L_*), or -1 */
 } S;
 
-enum { L_CAT, L_PH, L_NAME, L_PID, L_TID, L_LABELS, L_XDOMAIN, L_XKIND };
+enum { L_CAT, L_PH, L_NAME, L_PID, L_TID, L_LABELS, L_XDOMAIN, L_XKIND, L_XLEVEL, L_XLOGGER };
 
 /* intern_bytes with a one-entry memo per field: events in a row often share a category, a
  * ph, a thread or a name, found then without hashing or probing. */
@@ -882,6 +882,14 @@ static int read_str_or_null(S *s, Interner *it, int field, int64_t *id) {
 
 #define key_is(k, n, lit) ((n) == (Py_ssize_t)sizeof(lit) - 1 && bytes_eq((k), (lit), (n)))
 
+/* A string interned into `it` (id), anything else -1: a value other writers' traces may give
+ * any type (kineto.Args types it Any, and keeps only a str). */
+static int read_loose_str(S *s, Interner *it, int field, int64_t *id) {
+    if (s->p < s->end && *s->p == '"') return read_str_or_null(s, it, field, id);
+    *id = -1;
+    return skip_value(s, 3);
+}
+
 /* A key at s->p: raw bytes (no escapes allowed: an escaped key could spell a field name).
  * Inlined where called (events, args, the top level): no call per key. */
 HOT_INLINE int read_key(S *s, const char **k, Py_ssize_t *n) {
@@ -937,7 +945,8 @@ colon:
 
 /* What an args key is: an int argument (its A_* column), one of these, or AK_OTHER. Matched
  * by length first (most args keys, such as "External id", match no length or one word). */
-enum { AK_OTHER = -1, AK_GRID = NARGS, AK_BLOCK, AK_NAME, AK_LABELS, AK_XDOMAIN, AK_XKIND };
+enum { AK_OTHER = -1, AK_GRID = NARGS, AK_BLOCK, AK_NAME, AK_LABELS, AK_XDOMAIN, AK_XKIND,
+       AK_XLEVEL, AK_XLOGGER };
 
 static inline int arg_key(const char *k, Py_ssize_t n) {
 #define IS(lit) bytes_eq(k, lit, sizeof(lit) - 1)
@@ -951,11 +960,13 @@ static inline int arg_key(const char *k, Py_ssize_t n) {
         if (IS("bytes")) return A_BYTES;
         if (IS("Bytes")) return A_MEMBYTES;
         if (IS("block")) return AK_BLOCK;
+        if (IS("level")) return AK_XLEVEL;    /* a log record of cuptiprof's export */
         break;
     case 6:
         if (IS("device")) return A_DEVICE;
         if (IS("stream")) return A_STREAM;
         if (IS("labels")) return AK_LABELS;
+        if (IS("logger")) return AK_XLOGGER;
         break;
     case 7: if (IS("context")) return A_CONTEXT; break;
     case 9: if (IS("Device Id")) return A_DEVID; break;
@@ -1004,7 +1015,8 @@ static int read_args(S *s, int64_t *row) {
     skip_ws(s);
     int64_t valid = 0;
     uint32_t seen = 0;
-    int seen_name = 0, seen_labels = 0, seen_xdomain = 0, seen_xkind = 0;
+    int seen_name = 0, seen_labels = 0, seen_xdomain = 0, seen_xkind = 0, seen_xlevel = 0,
+        seen_xlogger = 0;
     if (s->p < s->end && *s->p == '}') { s->p++; row[C_VALID] = 0; return 0; }
     while (1) {
         const char *k; Py_ssize_t n;
@@ -1037,6 +1049,12 @@ static int read_args(S *s, int64_t *row) {
         } else if (a == AK_XKIND) {
             if (seen_xkind++) return DECLINE;
             if (read_str_or_null(s, s->small, L_XKIND, &row[C_XKIND]) < 0) return DECLINE;
+        } else if (a == AK_XLEVEL) {
+            if (seen_xlevel++) return DECLINE;
+            if (read_loose_str(s, s->small, L_XLEVEL, &row[C_XLEVEL]) < 0) return DECLINE;
+        } else if (a == AK_XLOGGER) {
+            if (seen_xlogger++) return DECLINE;
+            if (read_loose_str(s, s->small, L_XLOGGER, &row[C_XLOGGER]) < 0) return DECLINE;
         } else {
             if (skip_value(s, 3) < 0) return DECLINE;
         }
@@ -1087,6 +1105,7 @@ static int read_event(S *s, int64_t index) {
     row[C_CAT] = -1; row[C_PH] = -1; row[C_NAME] = -1;
     row[C_PIDK] = 0; row[C_PID] = 0; row[C_TIDK] = 0; row[C_TID] = 0;
     row[C_HASARGS] = 0; row[C_LABELS] = -1; row[C_XDOMAIN] = -2; row[C_XKIND] = -1;
+    row[C_XLEVEL] = -1; row[C_XLOGGER] = -1;
     row[C_VALID] = 0;
     memset(row + C_ARG0, 0, NARGS * sizeof(int64_t));
     f[0] = NAN; f[1] = NAN;
@@ -1228,7 +1247,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     s.end = s.p + view.len;
     s.names = (Interner *)names;
     s.small = (Interner *)small;
-    for (int i = 0; i < 8; i++) s.last[i] = -1;
+    for (int i = 0; i < 10; i++) s.last[i] = -1;
     /* Kineto events take 150-400 bytes of text: room for most pieces without growing (pages
      * are only touched as rows are written) */
     s.hint = view.len / 160 > 4096 ? view.len / 160 : 4096;

@@ -2,7 +2,9 @@
 chrome://tracing, in the Kineto dialect: the categories torch.profiler writes (`kernel`,
 `gpu_memcpy`, `cuda_runtime`, `cpu_op`, `user_annotation`, `[memory]` instants, ...), GPU rows
 on a process per device with a thread per stream, and `ac2g` flow arrows from each launching
-call to its GPU work.
+call to its GPU work. The `logs` table's records are instants on their thread's track in a
+category of cuptiprof's own (`cuptiprof_log`: the message as the name, args level, logger and
+the step as recorded), which Perfetto shows, Kineto readers skip and the importer reads back.
 
 Several processes (a merged file) get pids of their own in the trace (GPU rows on a pid per
 process and device), their correlation ids moved apart, and a `cuptiprofProcesses` key that
@@ -32,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cuptiprof.interop.kineto import LOG_CATEGORY
 from cuptiprof.outputs import check_output, temp_beside
 
 try:  # ISA-L level 2: ~25x faster than zlib -9 for a ~40% larger file (BENCHMARKS.md)
@@ -63,12 +66,14 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     con = prof.con
     procs = con.execute("SELECT DISTINCT run_id, pid FROM (SELECT run_id, pid FROM gpu_activities "
                         "UNION ALL SELECT run_id, pid FROM ranges UNION ALL "
-                        "SELECT run_id, pid FROM api_calls) ORDER BY 1, 2").fetchall()
+                        "SELECT run_id, pid FROM api_calls UNION ALL SELECT run_id, pid FROM logs) "
+                        "ORDER BY 1, 2").fetchall()
     pids = _Pids(procs)
     base_row = con.execute(
         f"SELECT min(s) FROM (SELECT min(start_ns) s FROM gpu_activities WHERE {where} "
         f"UNION ALL SELECT min(start_ns) FROM ranges WHERE {where} "
-        f"UNION ALL SELECT min(start_ns) FROM api_calls WHERE {where})").fetchone()
+        f"UNION ALL SELECT min(start_ns) FROM api_calls WHERE {where} "
+        f"UNION ALL SELECT min(time_ns) FROM logs WHERE {where})").fetchone()
     base = (int(base_row[0]) // 1_000_000) * 1_000_000 if base_row[0] is not None else 0
 
     tmp = temp_beside(out)
@@ -185,7 +190,8 @@ def _lit(v) -> str:
 
 # Id columns each table writes: correlation ids tie calls to their GPU work (flows, and the
 # importer's links), External ids tie both to ranges; all are numbered per process.
-_IDS = {"ranges": ("range_id",), "api_calls": ("correlation_id", "range_id"), "memory_events": ()}
+_IDS = {"ranges": ("range_id",), "api_calls": ("correlation_id", "range_id"), "memory_events": (),
+        "logs": ()}
 _GPU_IDS = ("correlation_id", "op_id")
 _ID_STRIDE = 1 << 32   # CUPTI correlation ids are 32-bit
 
@@ -444,9 +450,21 @@ def _memory_events(source: str, base: int, pids: _Pids) -> str:
     return _select(source, cols, event)
 
 
-# In the order they are written: ranges and calls (CPU), then GPU work.
+def _logs(source: str, base: int, pids: _Pids) -> str:
+    # Python logging records: instants on their thread's track in a category of cuptiprof's own
+    # (Kineto readers skip categories they do not know; the importer reads them back into
+    # `logs`), the message as the name, the step as recorded ("cuptiprof step")
+    cols = {"_ts": _us(f"(time_ns - {base})"), "_pid": pids.cpu_sql()}
+    args = _obj(("level", _str("level")), ("logger", _str("logger")),
+                _optional("cuptiprof step", "step IS NOT NULL", _val("step")))
+    event = _obj(("ph", "i"), ("s", "t"), ("cat", LOG_CATEGORY), ("name", _str("message")),
+                 ("pid", _val("_pid")), ("tid", _val(_TID)), ("ts", _Sql("_ts")), ("args", args))
+    return _select(source, cols, event, where=" WHERE time_ns IS NOT NULL")
+
+
+# In the order they are written: ranges and calls (CPU), then GPU work, then log records.
 _EVENTS = {"ranges": _ranges, "api_calls": _api_calls, "kernels": _kernels, "memcpys": _memcpys,
-           "memsets": _memsets, "syncs": _syncs, "memory_events": _memory_events}
+           "memsets": _memsets, "syncs": _syncs, "memory_events": _memory_events, "logs": _logs}
 
 
 # -- header and metadata (a few rows: Python) ----------------------------------------------------

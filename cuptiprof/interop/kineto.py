@@ -66,6 +66,9 @@ class Args(msgspec.Struct, gc=False):
     xkind: Any = msgspec.field(default=None, name="cuptiprof kind")
     xstep: Any = msgspec.field(default=None, name="cuptiprof step")
     xdomain: Any = msgspec.field(default=msgspec.UNSET, name="cuptiprof domain")
+    # a log record of cuptiprof's export (category LOG_CATEGORY); read where a str
+    xlevel: Any = msgspec.field(default=None, name="level")
+    xlogger: Any = msgspec.field(default=None, name="logger")
 
 
 class Ev(msgspec.Struct, gc=False):
@@ -140,6 +143,9 @@ CATEGORIES = {
 # Known categories that carry nothing cuptiprof stores (flow arrows, trace spans, instants).
 IGNORED = {"ac2g", "async", "async_cpu_to_gpu", "fwdbwd", "trace", "cpu_instant_event",
            "overhead", "cuda_profiler_range"}
+# cuptiprof's export: a row of the `logs` table, as an instant event on its thread's track
+# (the message its name; args level, logger and "cuptiprof step")
+LOG_CATEGORY = "cuptiprof_log"
 RANGE_KIND = {"op": "op", "user": "user", "python": "user", "gpu_user": "user"}
 RANGE_DOMAIN = {"op": "cpu_op", "user": "user_annotation", "python": "python_function",
                 "gpu_user": "gpu_user_annotation"}
@@ -374,6 +380,7 @@ class KinetoFile:
         self.ranges = _Cols()
         self.calls = _Cols()
         self.gpu = {t: _Cols() for t in ("kernels", "memcpys", "memsets", "syncs", "memory_events")}
+        self.logs = _Cols()
         self.unknown: dict[str, int] = {}
         self.devprops: list[DevProp] = []
         self.dist: DistInfo | None = None
@@ -443,7 +450,7 @@ class KinetoFile:
             raise InputError(f"{self.path}: a trace without events (\"traceEvents\" is empty); "
                              "nothing to import (was the profiler's schedule ever active?)")
         if self.procs and all(len(c.get("proc")) == len(c) for c in (self.ranges, self.calls,
-                                                                     *self.gpu.values())):
+                                                                     self.logs, *self.gpu.values())):
             return [part._finish() for part in self._split()]
         return [self._finish()]
 
@@ -456,6 +463,7 @@ class KinetoFile:
             part.procs = None
             part.ranges = self.ranges.subset(self.ranges.get("proc", np.int32) == i)
             part.calls = self.calls.subset(self.calls.get("proc", np.int32) == i)
+            part.logs = self.logs.subset(self.logs.get("proc", np.int32) == i)
             part.gpu = {t: G.subset(G.get("proc", np.int32) == i) for t, G in self.gpu.items()}
             for cols, k in ((part.calls, "corr"), *((G, "correlation_id") for G in part.gpu.values())):
                 if e.idShift and k in cols.parts:
@@ -576,7 +584,8 @@ class KinetoFile:
         I = self.piece.I
         for c, rows in cats:
             cat = self.small.strings[c] if c >= 0 else None
-            if cat and CATEGORIES.get(cat.lower()) in ("op", "user", "runtime", "driver", "python"):
+            if cat and (CATEGORIES.get(cat.lower()) in ("op", "user", "runtime", "driver", "python")
+                        or cat.lower() == LOG_CATEGORY):
                 kind = I[rows, P.C_PIDK]
                 hit = np.flatnonzero((kind == P.ID_INT) | (kind == P.ID_BIG))
                 if len(hit):
@@ -638,6 +647,8 @@ class KinetoFile:
             if what is None:
                 if low is None or low == "cpu_instant_event":
                     self._instants(rows)
+                elif low == LOG_CATEGORY:
+                    self._logs(rows[ph[rows] == _PH_I])
                 elif low not in IGNORED:
                     n = int(np.count_nonzero(ph[rows] == _PH_X))
                     if n:
@@ -732,6 +743,28 @@ class KinetoFile:
         if self.procs:
             M.add(proc=self._proc_of(rows))
         self.rows["memory_events"] = self.rows.get("memory_events", 0) + len(rows)
+
+    def _logs(self, rows: np.ndarray) -> None:
+        """Log records of cuptiprof's export: time, thread, message (the name), level, logger
+        and the step recorded (read in _finish where the trace has cuptiprof's links)."""
+        if not len(rows):
+            return
+        self._host_pids(rows)
+        I = self.piece.I
+        ts = self.piece.F[rows, 0]
+        ok = ~np.isnan(ts)
+        bad = ok & ~(np.abs(np.where(ok, ts, 0)) < float(1 << 62) / self.scale)
+        if bad.any():
+            raise self._bad(rows[int(np.argmax(bad))], "timestamp out of range")
+        tid = self._ids(rows, P.C_TIDK, P.C_TID)
+        L = self.logs
+        L.add_col("time", self._ns(np.where(ok, ts, 0)), ok)
+        L.add_col("tid", tid, (I[rows, P.C_TIDK] != P.ID_NONE) & (tid != -1))
+        L.add(message=I[rows, P.C_NAME].astype(np.int32), level=I[rows, P.C_XLEVEL].astype(np.int32),
+              logger=I[rows, P.C_XLOGGER].astype(np.int32))
+        L.add_col("xstep", *self._arg(rows, "xstep"))
+        if self.procs:
+            L.add(proc=self._proc_of(rows))
 
     # GPU side -------------------------------------------------------------------------------
     def _gpu(self, what: str, rows: np.ndarray) -> None:
@@ -828,7 +861,8 @@ class KinetoFile:
         base = self.base
         w = self.w() if callable(self.w) else self.w
 
-        longest = max(len(self.ranges), len(self.calls), *map(len, self.gpu.values()))
+        longest = max(len(self.ranges), len(self.calls), len(self.logs),
+                      *map(len, self.gpu.values()))
         large = longest > APPEND_ROWS  # written in parts
         if large:  # the text pieces are gone: their pages go back before the next phase
             _release_freed_memory()
@@ -880,6 +914,16 @@ class KinetoFile:
             hit = cr >= 0
             c_range[hit] = cr[hit]
             c_step[hit] = r_step[cr[hit]]
+
+        L = self.logs
+        n_l = len(L)
+        if n_l:   # log records: the step recorded (cuptiprof's export), else the step by time
+            l_ok, l_tid = L.get("time?", bool), L.get("tid")
+            l_time = np.where(l_ok, L.get("time") + base, 0)
+            if self.links:
+                l_step = np.where(L.get("xstep?", bool), L.get("xstep"), -1)
+            else:
+                l_step = np.where(l_ok, steps_at(l_time, s_start, s_end, s_n, l_tid, s_key), -1)
 
         # Link GPU rows to the call that launched them (the first call with that correlation
         # id): its step, innermost range and op.
@@ -972,6 +1016,18 @@ class KinetoFile:
                     "start_ns": AC.array(c_start[sl], pa.int64()),
                     "end_ns": AC.array(c_end[sl], pa.int64()),
                     "step": _null_neg(c_step[sl], pa.int32()), "range_id": _opt(c_range[sl])}
+            if lo < n_l:
+                sl = slice(lo, min(hi, n_l))
+                n = sl.stop - lo
+                small = self.small.strings
+                text = lambda k, s: AC.strings([s[i] if i >= 0 else None  # noqa: E731
+                                                for i in L.get(k, np.int32)[sl].tolist()])
+                batch["logs"] = {
+                    "run_id": i32(np.full(n, w.run_id)), "pid": i32(np.full(n, pid)),
+                    "thread_id": AC.array(l_tid[sl], pa.int64(), L.get("tid?", bool)[sl]),
+                    "time_ns": AC.array(l_time[sl], pa.int64(), l_ok[sl]),
+                    "level": text("level", small), "logger": text("logger", small),
+                    "message": text("message", names), "step": _null_neg(l_step[sl], pa.int32())}
             if hi >= longest:  # the last part: one row per process, devices, data quality
                 worked = set(AC.distinct(c_step[launched & (c_step >= 0)]).tolist()) \
                     if launched.any() else set()

@@ -28,10 +28,12 @@ _native = load_extension("cuptiprof.interop._kineto_scan")  # None: the msgspec 
 
 # int64 columns (the C enum, in order)
 (C_IDX, C_CAT, C_PH, C_NAME, C_PIDK, C_PID, C_TIDK, C_TID, C_HASARGS, C_LABELS,
- C_XDOMAIN, C_XKIND, C_VALID) = range(13)
-C_ARG0 = 13
+ C_XDOMAIN, C_XKIND, C_XLEVEL, C_XLOGGER, C_VALID) = range(15)
+C_ARG0 = 15
 # C_XDOMAIN, C_XKIND: the "cuptiprof domain" and "cuptiprof kind" args of cuptiprof's own
-# export (string ids in `small`; -1 null, and for the domain -2 where the key is absent)
+# export (string ids in `small`; -1 null, and for the domain -2 where the key is absent);
+# C_XLEVEL, C_XLOGGER: the "level" and "logger" args of its log records (-1: absent, null or
+# not a string)
 XDOMAIN_ABSENT = -2
 # Args fields (kineto.Args), grid and block spread over three columns each
 ARGS = ("correlation", "device", "context", "stream", "bytes", "grid0", "grid1", "grid2",
@@ -208,6 +210,8 @@ def from_events(evs: list, names, small, doc) -> Piece:
     I[:, C_LABELS] = -1
     I[:, C_XDOMAIN] = XDOMAIN_ABSENT
     I[:, C_XKIND] = -1
+    I[:, C_XLEVEL] = -1
+    I[:, C_XLOGGER] = -1
     a = [x for x in args if x is not None]
     if a:
         # most args (a CPU op's "External id" and the like) hold none of the fields kept: only
@@ -223,6 +227,10 @@ def from_events(evs: list, names, small, doc) -> Piece:
                                           ids(small, [d if type(d) is str else None for d in dom]))
         I[rows, C_XKIND] = ids(small, [k if type(k) is str else None
                                        for k in map(attrgetter("xkind"), a)])
+        for c, k in ((C_XLEVEL, "xlevel"), (C_XLOGGER, "xlogger")):
+            values = list(map(attrgetter(k), a))
+            if values.count(None) < len(values):
+                I[rows, c] = ids(small, [v if type(v) is str else None for v in values])
         valid = np.zeros(len(a), np.int64)
 
         def put(j: int, values: list) -> None:
