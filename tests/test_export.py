@@ -893,3 +893,25 @@ def test_log_records_survive_a_round_trip(tmp_path):
     names = {e["name"] for e in load_trace(tmp_path / "s.json.gz")["traceEvents"]
              if e.get("cat") == "cuptiprof_log"}
     assert "before every step" not in names and "after the step" in names and len(names) == len(rows) - 1
+
+
+@pytest.mark.parametrize("step", [4294967296, -4294967296, 7])
+def test_a_cuptiprof_step_arg_beyond_32_bits_is_taken_as_absent(tmp_path, step):
+    """A log record's or warm-up's "cuptiprof step" no step column can hold (an edited trace,
+    another writer) made the whole import fail with an Arrow overflow message."""
+    import hostile_corpus as H
+
+    doc = H.good_trace()
+    doc["cuptiprofLinks"] = "range_id"
+    doc["traceEvents"] += [
+        {"ph": "i", "s": "t", "cat": "cuptiprof_log", "name": "hello", "pid": 10, "tid": 10,
+         "ts": 20.0, "args": {"level": "INFO", "logger": "app", "cuptiprof step": step}},
+        {"ph": "X", "cat": "user_annotation", "name": "step", "pid": 10, "tid": 10, "ts": 200.0,
+         "dur": 10.0, "args": {"cuptiprof kind": "warmup", "cuptiprof step": step}}]
+    src, out = tmp_path / "t.json", tmp_path / "t.duckdb"
+    src.write_text(json.dumps(doc))
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    want = step if abs(step) < 2**31 else None
+    assert con.execute("SELECT message, step FROM logs").fetchall() == [("hello", want)]
+    assert con.execute("SELECT kind, step FROM ranges WHERE name = 'step'").fetchall() == [("warmup", want)]

@@ -904,7 +904,7 @@ class KinetoFile:
         r_step[is_step] = s_n
         c_step = steps_at(c_start, s_start, s_end, s_n, c_tid, s_key)
         if warm.any():
-            r_step[warm] = np.where(R.get("xstep?", bool), R.get("xstep"), -1)[warm]
+            r_step[warm] = _step_arg(R)[warm]
         by_ext = self._by_ext(R) if self.links else None
         if by_ext is not None and len(c_start):
             # cuptiprof's export: each call's External id is its innermost range (as recorded),
@@ -921,7 +921,7 @@ class KinetoFile:
             l_ok, l_tid = L.get("time?", bool), L.get("tid")
             l_time = np.where(l_ok, L.get("time") + base, 0)
             if self.links:
-                l_step = np.where(L.get("xstep?", bool), L.get("xstep"), -1)
+                l_step = _step_arg(L)
             else:
                 l_step = np.where(l_ok, steps_at(l_time, s_start, s_end, s_n, l_tid, s_key), -1)
 
@@ -1143,6 +1143,13 @@ _PH_X, _PH_I, _PH_M = 0, 1, 2  # ids in KinetoFile.small, interned first
 
 
 _TRIM: list = []
+
+
+def _step_arg(cols: "_Cols") -> np.ndarray:
+    """The "cuptiprof step" arg of each row, -1 where absent: a value no step column holds
+    (beyond 32 bits, from another writer or an edit) is taken as absent, not a failed import."""
+    v = cols.get("xstep")
+    return np.where(cols.get("xstep?", bool) & (v > -2**31) & (v < 2**31), v, -1)
 
 
 def _release_freed_memory() -> None:
