@@ -126,6 +126,69 @@ def test_every_column_of_the_schema_is_documented():
     assert "'schema_version'" in ddl
 
 
+def _view_docs(ddl: str) -> dict[str, tuple[str, str, list[str]]]:
+    """view -> (its first FROM relation, its comment text, the code lines with a comment)."""
+    import re
+    lines = ddl.splitlines()
+    views = {}
+    for i, line in enumerate(lines):
+        m = re.match(r"CREATE VIEW (\w+) AS", line)
+        if not m:
+            continue
+        j, above = i - 1, []
+        while j >= 0 and lines[j].startswith("--"):
+            above.append(lines[j])
+            j -= 1
+        body = []
+        for ln in lines[i + 1:]:
+            if not ln.strip():
+                break
+            body.append(ln)
+        code = " ".join(ln.split("--", 1)[0] for ln in body)
+        first = re.search(r"\bFROM\s+(\w+)", code).group(1)
+        commented = [ln.split("--", 1)[0] for ln in body if "--" in ln and ln.split("--", 1)[1].strip()]
+        views[m.group(1)] = (first, "\n".join(above), commented)
+    return views
+
+
+def test_every_column_of_the_views_is_documented():
+    """A view's column is documented where the view says what it is (its comment block names it
+    in backticks, or the line that selects it carries a comment) or, passed through unchanged
+    from the relation the view reads first, there."""
+    import re
+    ddl = schema_sql()
+    con = duckdb.connect()
+    con.execute(ddl)
+    views = _view_docs(ddl)
+    assert {"kernels", "gpu_activities", "api_calls", "ranges"} <= set(views)
+    documented: dict[str, set[str]] = {}
+
+    def doc(rel: str) -> set[str]:
+        if rel in documented:
+            return documented[rel]
+        cols = [r[0] for r in con.execute(f"DESCRIBE {rel}").fetchall()]
+        if rel not in views:   # a table: every column carries a comment (the test above)
+            documented[rel] = set(cols)
+            return documented[rel]
+        first, text, commented = views[rel]
+        inherited = doc(first)
+        ok = set()
+        for c in cols:
+            if f"`{c}`" in text or c in inherited \
+                    or any(re.search(rf"\b{c}\b", ln) for ln in commented):
+                ok.add(c)
+        missing = [c for c in cols if c not in ok]
+        assert not missing, f"view {rel}: columns not documented: {missing}"
+        documented[rel] = ok
+        return ok
+
+    for v in views:
+        doc(v)
+    # the interned kernel name id both views expose, said to be one
+    assert "`name_id`" in views["gpu_activities"][1]
+    assert any("name_id" in ln for ln in views["kernels"][2])
+
+
 # -- one writer per file, crash safety -----------------------------------------------------
 
 HOLD = """

@@ -281,30 +281,38 @@ CREATE TABLE step_busy_runs (
 
 -- Views ------------------------------------------------------------------------------------
 
+-- One row per kernel execution: kernel_rows with where it ran (lanes), its name (strings) and its
+-- launch configuration (launch_configs) joined back. range_id and op_id are NULL where none.
 CREATE VIEW kernels AS
-SELECT l.run_id, l.pid, l.device_id, l.context_id, l.stream_id, k.correlation_id,
+SELECT l.run_id, l.pid, l.device_id, l.context_id, l.stream_id,  -- where it ran: as in lanes
+       k.correlation_id,
        k.start_ns, k.end_ns, k.step, nullif(k.range_id, 0) AS range_id, nullif(k.op_id, 0) AS op_id,
        s.value AS name,                                -- kernel name as recorded (mangled for C++)
        coalesce(s.demangled, s.value) AS demangled,    -- readable name
-       c.grid_x, c.grid_y, c.grid_z, c.block_x, c.block_y, c.block_z,
-       c.registers, c.static_smem, c.dynamic_smem, c.graph_id, c.graph_node_id, c.name_id
+       c.grid_x, c.grid_y, c.grid_z, c.block_x, c.block_y, c.block_z,  -- as in launch_configs
+       c.registers, c.static_smem, c.dynamic_smem, c.graph_id, c.graph_node_id,  -- as in launch_configs
+       c.name_id   -- strings.string_id of the kernel name (launch_configs.name_id): one integer per distinct name, a cheaper key than the name to group on
 FROM kernel_rows k JOIN lanes l ON l.lane_id = k.lane_id
 LEFT JOIN launch_configs c ON c.config_id = k.config_id
 LEFT JOIN strings s ON s.string_id = c.name_id;
 
 CREATE VIEW api_calls AS
-SELECT a.run_id, a.pid, a.thread_id, a.api_kind, a.cbid, s.value AS name, a.correlation_id,
+SELECT a.run_id, a.pid, a.thread_id, a.api_kind, a.cbid, s.value AS name,  -- name: the API name, e.g. 'cudaLaunchKernel'
+       a.correlation_id,
        a.start_ns, a.end_ns, a.return_code, a.step, a.range_id
 FROM api_call_rows a LEFT JOIN strings s ON s.string_id = a.name_id;
 
 CREATE VIEW ranges AS
-SELECT r.run_id, r.pid, r.range_id, r.parent_id, r.depth, s.value AS name, r.domain, r.thread_id,
+SELECT r.run_id, r.pid, r.range_id, r.parent_id, r.depth, s.value AS name,  -- name: the range name / message
+       r.domain, r.thread_id,
        r.start_ns, r.end_ns, r.kind, r.step, r.attrs
 FROM range_rows r LEFT JOIN strings s ON s.string_id = r.name_id;
 
 -- Every GPU activity in one relation. `kind` is 'kernel' | 'memcpy' | 'memset' | 'sync';
 -- `name` is the readable op name: the demangled kernel name, 'Memcpy HtoD', 'Memset',
--- 'Sync stream_synchronize'. Sync rows are host-side waits, not GPU work.
+-- 'Sync stream_synchronize'. `bytes` is the size of a copy or memset (NULL for kernels and
+-- syncs). `name_id` is the kernel's name id, as in the kernels view (NULL for the other kinds).
+-- The other columns are those of the tables. Sync rows are host-side waits, not GPU work.
 CREATE VIEW gpu_activities AS
 SELECT 'kernel' AS kind, run_id, pid, device_id, context_id, stream_id, correlation_id,
        start_ns, end_ns, step, range_id, op_id, demangled AS name, NULL::BIGINT AS bytes, name_id
