@@ -230,6 +230,9 @@ def test_warmup_that_takes_every_step_says_so(tmp_path):
     (["-o", "missing-dir/x.duckdb"], "does not exist"),
     (["-o", ""], "the output path is empty"),   # -o "$OUT" with OUT unset
     (["--overhead", "-o", ""], "leave out -o"),
+    (["--repeat", "3"], "--repeat 3 goes with --overhead"),   # the default count, given alone
+    (["--repeat", "5"], "--repeat 5 goes with --overhead"),
+    (["--light", "--kinds", "kernel"], "--light"),
 ])
 def test_bad_input_one_line(tmp_path, args, words):
     r = cli(["run", *args, "--", PY, "-c", "pass"], tmp_path)

@@ -31,7 +31,8 @@ def register(sub) -> None:
                    help="record Python logging records at or above LEVEL in the logs table (default INFO)")
     p.add_argument("--overhead", action="store_true",
                    help="run CMD with and without profiling, interleaved, and report the difference")
-    p.add_argument("--repeat", type=int, default=3, metavar="R", help="runs of each kind for --overhead")
+    p.add_argument("--repeat", type=int, default=None, metavar="R",
+                   help="runs of each kind for --overhead (default 3)")
     p.add_argument("--no-report", action="store_true", help="do not print the report at the end")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
     p.set_defaults(func=run)
@@ -45,6 +46,12 @@ def run(args) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise UsageError("run needs a command after --, e.g. cuptiprof run -- python infer.py")
+    if args.repeat is not None and not args.overhead:
+        raise UsageError(f"--repeat {args.repeat} goes with --overhead (the runs of each kind it "
+                         "measures); add --overhead or leave out --repeat")
+    if args.light and args.kinds:
+        raise UsageError(f"--kinds {' '.join(args.kinds)} chooses CUPTI activity kinds and --light "
+                         "collects none (ranges and logs only); leave out one of them")
     opts = LaunchOptions(output=args.output, warmup=args.warmup, steps=args.steps,
                          step_range=args.step_range, step_fn=args.step_fn, kinds=args.kinds,
                          light=args.light, log_level=args.log_level, report=not args.no_report)
@@ -54,9 +61,8 @@ def run(args) -> int:
         if args.output is not None:
             raise UsageError("--overhead measures runs with and without profiling and writes no "
                              "file; leave out -o")
-        if args.repeat < 1:
-            raise UsageError(f"--repeat {args.repeat}: must be at least 1")
-        return measure(cmd, opts, args.repeat)
-    if args.repeat != 3:
-        raise UsageError("--repeat goes with --overhead")
+        repeat = 3 if args.repeat is None else args.repeat
+        if repeat < 1:
+            raise UsageError(f"--repeat {repeat}: must be at least 1")
+        return measure(cmd, opts, repeat)
     return launch(cmd, opts).exit_code
