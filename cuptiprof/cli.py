@@ -20,8 +20,8 @@ COMMANDS = ("run", "report", "sql", "schema", "import", "export", "merge", "comp
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, like every other usage error
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+    def error(self, message: str):  # one line, exit 2, begun like every other error
+        self.exit(2, f"cuptiprof: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -175,7 +175,7 @@ def _one_clean_line(r):
     assert r.returncode != 0
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("cuptiprof: error:") or lines[0].startswith("cuptiprof "), lines[0]
+    assert lines[0].startswith("cuptiprof: error:"), lines[0]
     assert "Traceback" not in r.stderr
     return lines[0]
 
@@ -216,6 +216,24 @@ def test_bad_arguments_one_line(run_file, args, word):
     line = _one_clean_line(r)
     assert word in line
     assert digest(run_file) == before
+
+
+@pytest.mark.parametrize("args,word,command", [
+    (["report", "x.duckdb", "--by", "nonsense"], "invalid choice", "report"),
+    (["diff", "a.duckdb", "b.duckdb"], "--fail-above", "diff"),
+    (["run", "--warmup", "x", "--", "true"], "invalid int value", "run"),
+    (["import", "t.json"], "-o/--output", "import"),
+    (["merge", "a.duckdb"], "-o/--output", "merge"),
+    (["--bogus"], "unrecognized arguments", ""),
+])
+def test_argument_mistakes_begin_like_every_other_error(tmp_path, args, word, command):
+    """A mistake the argument parser finds reads as any other error does: one line begun
+    `cuptiprof: error:`, naming the help to read, exit 2, nothing on stdout."""
+    r = cli(*args, cwd=tmp_path)
+    line = _one_clean_line(r)
+    assert r.returncode == 2 and r.stdout == ""
+    assert word in line
+    assert line.endswith(f"(see cuptiprof{' ' + command if command else ''} --help)")
 
 
 def test_unknown_report_name_from_the_api(run_file):
