@@ -226,35 +226,54 @@ class Profile:
         return self.con.sql(query, params=params) if params else self.con.sql(query)
 
     def report(self, name: str, top: int | None = None) -> duckdb.DuckDBPyRelation:
+        """The report `name` over the steps in scope, as `cuptiprof report FILE --by ...` prints
+        it: 'ops', 'steps', 'kinds', 'ranges', 'step_ranges', 'cpu_ops', 'devices', 'streams',
+        'outliers', 'overview', 'quality' or 'step_spread' (`cuptiprof report --list` says what
+        each holds). top: the first N rows only (None: every row)."""
         top = whole_number("top", top, 1, none_ok=True)
         rel = self.con.sql(catalog.report_sql(name))
         return rel.limit(top) if top else rel
 
     def ops(self, top: int | None = None):
+        """Top GPU ops in scope (kernels by readable name, copies per direction, memsets) with
+        calls, total and per-call times and shares of GPU and busy time: report('ops')."""
         return self.report("ops", top)
 
     def steps_report(self, top: int | None = None):
+        """One row per step and device in scope: host window, GPU window, busy and idle time,
+        time per kind and the top op: report('steps'). (`steps` is the scope, not a report.)"""
         return self.report("steps", top)
 
     def kinds(self):
+        """GPU time in scope split by kind (kernel, memcpy per direction, memset, sync), with the
+        copy and memset time no kernel on the device hides (exposed_ms): report('kinds')."""
         return self.report("kinds")
 
     def devices(self):
+        """Per device: its specs and the GPU time recorded on it in scope: report('devices')."""
         return self.report("devices")
 
     def streams(self, top: int | None = None):
+        """Per device and stream: work counts, summed time and share of the device's busy time
+        in scope: report('streams')."""
         return self.report("streams", top)
 
     def outliers(self, top: int | None = None):
+        """Op instances in scope at least 3x (and 1 us) slower than their op's median, for ops
+        with 5 or more calls, slowest first: report('outliers')."""
         return self.report("outliers", top)
 
     def data_quality(self):
+        """Every row of the data_quality table (what the file does not contain), whatever the
+        scope. report('quality') adds the program's ranges that ran outside every step."""
         return self.con.sql("SELECT * FROM data_quality ORDER BY run_id, pid, check_name, subject")
 
     def runs(self):
+        """Every row of the runs table (label, source, status, command, versions, settings)."""
         return self.con.sql("SELECT * FROM runs ORDER BY run_id")
 
     def close(self) -> None:
+        """Close the file (relations made from it can no longer be read); `with` does it too."""
         self.con.close()
 
     def __enter__(self) -> "Profile":

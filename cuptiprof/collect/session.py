@@ -93,7 +93,7 @@ class Session:
     range_filter: glob (or list of globs, or callable name -> bool) of user range names to
         record; other user ranges are not written and their launches go to the enclosing range.
     light: no api_calls rows, no NVTX markers and no memory events (kernels, copies, memsets,
-        syncs and overhead only).
+        syncs and overhead only). Not `cuptiprof run --light`, which collects no GPU activity.
     source: None (CUPTIPROF_FAKE_CUPTI=1 -> the fake source, else real CUPTI, falling back to
         host-only with a one-line notice), "cupti", "fake", "none", a FakeCupti module or an
         object with the CuptiSource interface.
@@ -749,7 +749,9 @@ def profile(path: str | os.PathLike, warmup: int = 0, steps: int | None = None,
             kinds: Iterable[str] | None = None, step_range: str | None = None,
             range_filter: Any = None, light: bool = False, source: Any = None,
             **options: Any) -> Session:
-    """Profile the enclosed code into `path`; a context manager (see Session for parameters).
+    """Profile the enclosed code into `path`; a context manager. The parameters are those of
+    cuptiprof.collect.session.Session (help() on it says what each does): warmup, steps, kinds,
+    step_range, range_filter, light, source and Session's keyword options.
 
     >>> with cuptiprof.profile("run.duckdb", warmup=2, steps=5):     # doctest: +SKIP
     ...     for i in range(7):
