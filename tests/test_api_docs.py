@@ -33,3 +33,30 @@ def test_profile_names_where_its_parameters_are_documented():
         if p != "options" and p != "path":
             assert f"{p}:" in session_doc, p
     assert "cuptiprof run --light" in session_doc   # the two meanings of light told apart
+
+
+def test_readme_layout_lists_every_package_folder():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    layout = readme.split("## Layout", 1)[1]
+    folders = sorted(p.name for p in (root / "cuptiprof").iterdir()
+                     if p.is_dir() and not p.name.startswith(("_", ".")))
+    assert folders
+    missing = [f for f in folders if f"cuptiprof/{f}" not in layout]
+    assert not missing, f"README's Layout does not say what these hold: {missing}"
+
+
+def test_sql_help_names_every_scoped_view():
+    """`cuptiprof sql --help` names each sel_* view a query may read (they are in no schema)."""
+    import subprocess
+    import sys
+    from cuptiprof.analyse import catalog
+    env = {"PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parents[1]),
+           "COLUMNS": "400", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-m", "cuptiprof", "sql", "--help"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    views = catalog.scope_views("TRUE")
+    assert len(views) >= 5
+    missing = [v for v in views if v not in out]
+    assert not missing, f"sql --help does not name {missing}"

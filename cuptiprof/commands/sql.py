@@ -9,9 +9,15 @@ from cuptiprof.render.table import FORMATS, render
 def register(sub) -> None:
     p = sub.add_parser("sql", help="run SQL over a cuptiprof file (read-only)")
     p.add_argument("file")
-    p.add_argument("query", help="SQL; the views kernels, memcpys, memsets, syncs, gpu_activities, "
-                   "ranges, api_calls and the scoped sel_* views are available")
-    p.add_argument("--steps", help="scope of the sel_* views: A:B (inclusive), A:, :B or N")
+    p.add_argument("query", help="one SQL query over the file's views (kernels, gpu_activities, "
+                   "ranges, api_calls) and tables (memcpys, memsets, syncs, runs, processes, "
+                   "devices, logs, data_quality, ...; `cuptiprof schema` documents every column), "
+                   "and the views of the --steps scope: sel_activities (gpu_activities in scope), "
+                   "sel_work (its kernels, copies and memsets), sel_ranges, sel_steps (step "
+                   "windows), sel_busy (busy time per step and device), sel_kernel_time, "
+                   "sel_kernel_spans, sel_range_up, sel_cut_steps")
+    p.add_argument("--steps", help="scope of the sel_* views: A:B (inclusive), A:, :B or N "
+                   "(default: every recorded step)")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(func=run)
 
