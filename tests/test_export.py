@@ -915,3 +915,15 @@ def test_a_cuptiprof_step_arg_beyond_32_bits_is_taken_as_absent(tmp_path, step):
     want = step if abs(step) < 2**31 else None
     assert con.execute("SELECT message, step FROM logs").fetchall() == [("hello", want)]
     assert con.execute("SELECT kind, step FROM ranges WHERE name = 'step'").fetchall() == [("warmup", want)]
+
+
+def test_parquet_export_counts_every_dataset_it_writes(tmp_path):
+    """The line after a Parquet export counts the datasets in DIR, empty ones included (each is
+    a directory a reader finds), and says how many hold rows."""
+    src = _with_rows_outside_steps(tmp_path / "o.duckdb")
+    r = run_cli("export", src, "--parquet", tmp_path / "pq", "--steps", "3")
+    assert r.returncode == 0, r.stderr
+    written = [p for p in (tmp_path / "pq").iterdir() if p.is_dir()]
+    assert len(written) >= 10
+    assert f"wrote {len(written)} Parquet datasets (" in r.stderr and " with rows; " in r.stderr, \
+        r.stderr

@@ -55,6 +55,6 @@ def run(args) -> int:
                 c = export_parquet(prof, args.parquet, force=args.force)
             except OSError as exc:   # named by the directory asked for, not the temporary one
                 raise write_failed(args.parquet, exc) from None
-            print(f"wrote {sum(1 for v in c.values() if v)} Parquet datasets "
-                  f"({c.get('kernels', 0):,} kernel rows) -> {args.parquet}", file=sys.stderr)
+            print(f"wrote {len(c)} Parquet datasets ({sum(1 for v in c.values() if v)} with "
+                  f"rows; {c.get('kernels', 0):,} kernel rows) -> {args.parquet}", file=sys.stderr)
     return 0
