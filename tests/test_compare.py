@@ -608,3 +608,43 @@ def test_real_trace_with_an_empty_step_compares_both_steps(shared_traces, tmp_pa
         assert [r.steps for r in cmp.runs] == [2, 2]
         assert {r["step"]: r["gpu_ms"] for r in rows(cmp.steps()) if r["run"] == 1} == {
             1009: pytest.approx(0.004), 1010: 0}
+
+
+def test_reports_count_a_step_without_gpu_work_as_compare_does(tmp_path, capsys):
+    """step_spread and the steps report's busy_vs_median_pct count a complete step without GPU
+    work as a step of 0, as compare and diff do: every summary of one file agrees on its steps."""
+    import cuptiprof
+    b = make_run(tmp_path / "b.duckdb", steps=4, seed=1, empty=(3, 4))   # steps 1..4
+    with Comparison([make_run(tmp_path / "a.duckdb", steps=4, seed=1), b]) as cmp:
+        n_cmp = cmp.runs[1].steps
+        busy = sorted(r["busy_ms"] for r in rows(cmp.steps()) if r["run"] == 1)
+    with cuptiprof.open(b) as prof:
+        (spread,) = rows(prof.report("step_spread"))
+        steps = rows(prof.steps_report())
+    assert n_cmp == spread["steps"] == len(steps) == 4 and spread["incomplete"] == 0
+    assert busy[:2] == [0, 0] and busy[2] > 0
+    assert spread["busy_median_ms"] == pytest.approx((busy[1] + busy[2]) / 2)
+    assert spread["busy_min_ms"] == 0 and spread["busy_max_ms"] == pytest.approx(busy[3])
+    by_step = {r["step"]: r for r in steps}
+    assert by_step[3]["busy_ms"] == by_step[4]["gpu_window_ms"] == 0
+    med = (busy[1] + busy[2]) / 2
+    assert by_step[1]["busy_vs_median_pct"] == pytest.approx(100 * (by_step[1]["busy_ms"] / med - 1))
+
+
+def test_real_trace_with_an_empty_step_reports_both_steps(shared_traces, tmp_path, capsys):
+    """HTA's trace_compare test trace, whose ProfilerStep#1010 launched nothing: report's
+    step_spread, report --by step, the HTML page and compare all count 2 steps."""
+    test = import_trace(shared_traces / "hta/trace_compare/test/test.json.gz", tmp_path / "tct.duckdb")
+    assert main(["report", str(test), "--by", "spread", "--format", "json"]) == 0
+    (spread,) = json.loads(capsys.readouterr().out)
+    assert spread["steps"] == 2 and spread["busy_median_ms"] == pytest.approx(0.002)
+    assert spread["busy_min_ms"] == 0 and spread["busy_max_ms"] == pytest.approx(0.004)
+    assert main(["report", str(test), "--by", "step", "--format", "json"]) == 0
+    steps = {r["step"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(steps) == {1009, 1010} and steps[1010]["busy_ms"] == 0
+    assert steps[1009]["busy_vs_median_pct"] == pytest.approx(100.0)
+    html = tmp_path / "t.html"
+    assert main(["report", str(test), "--html", str(html)]) == 0
+    page = html.read_text()
+    by_range = page[page.index("<h2>Steps by range</h2>"):page.index("<h2>Kinds</h2>")]
+    assert ">1009</text>" in by_range and ">1010</text>" in by_range

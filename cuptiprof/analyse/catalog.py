@@ -17,7 +17,7 @@ from cuptiprof.errors import UsageError
 _SQL = resources.files("cuptiprof").joinpath("sql")
 # Scope views in dependency order.
 SCOPE_VIEWS = ("sel_activities", "sel_work", "sel_kernel_spans", "sel_kernel_time", "sel_busy",
-               "sel_steps", "sel_ranges", "sel_range_up", "sel_cut_steps")
+               "sel_steps", "sel_ranges", "sel_range_up", "sel_cut_steps", "sel_step_busy")
 
 
 @dataclass(frozen=True)

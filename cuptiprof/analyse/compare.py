@@ -536,9 +536,10 @@ def median_step(profile) -> int | None:
     """The step whose busy time is the median of the profile's complete steps (the typical step;
     a step an exception ended early is never it)."""
     rows = profile.sql(
-        # busy time per step summed over devices (read from step_busy when the file stores it)
-        "WITH s AS (SELECT step, sum(busy_ns) AS b FROM sel_busy b WHERE step IS NOT NULL "
-        "AND NOT EXISTS (SELECT 1 FROM sel_cut_steps c WHERE c.step = b.step) "
+        # busy time per step summed over devices (read from step_busy when the file stores it);
+        # a step that launched no GPU work is a step of 0, as step_spread counts it
+        "WITH s AS (SELECT step, sum(busy_ns) AS b FROM sel_step_busy b WHERE "
+        "NOT EXISTS (SELECT 1 FROM sel_cut_steps c WHERE c.step = b.step) "
         "GROUP BY step) SELECT step FROM s ORDER BY abs(b - (SELECT median(b) FROM s)), step LIMIT 1"
     ).fetchall()
     return int(rows[0][0]) if rows else None

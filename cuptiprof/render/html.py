@@ -553,7 +553,7 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
         body.append('<p class="note">* ended early by an exception (a Ctrl-C, an error): the bar '
                     "covers only the part of the step that ran.</p>")
     if ranges and not host_only and per_step:
-        body.append(_steps_by_range(profile, cut, what))
+        body.append(_steps_by_range(profile, cut, what, sorted(per_step)))
     body.append("<h2>Kinds</h2>")
     body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["total_ms"],
                         f'{k["kind"]} {k["detail"] or ""}: {fmt_value(k["total_ms"])} ms, {k["count"]} calls')
@@ -577,8 +577,9 @@ def _by_step(per: dict, cut: set) -> list:
     return [(f"{k}*" if k in cut else str(k), v) for k, v in sorted(per.items())]
 
 
-def _steps_by_range(profile, cut: set, what: str = "GPU") -> str:
-    """Each step as a stacked bar of the GPU work under the innermost of the program's ranges."""
+def _steps_by_range(profile, cut: set, what: str = "GPU", steps: Sequence = ()) -> str:
+    """Each step as a stacked bar of the GPU work under the innermost of the program's ranges;
+    `steps`: the steps of the Steps plot, each a bar here too (one without GPU work: empty)."""
     rows = [r for r in _dicts(profile.report("step_ranges")) if r["step"] is not None]
     total: dict = {}
     for r in rows:
@@ -587,7 +588,7 @@ def _steps_by_range(profile, cut: set, what: str = "GPU") -> str:
     shown = named[:RANGES_SHOWN]
     parts = shown + (["other"] if len(named) > len(shown) else []) + \
         (["(no range)"] if "(no range)" in total else [])
-    per: dict = {}
+    per: dict = {s: {} for s in steps}
     for r in rows:
         key = r["range"] if r["range"] in shown or r["range"] == "(no range)" else "other"
         d = per.setdefault(r["step"], {})

@@ -2,7 +2,7 @@
 -- run_id: run inside the file
 -- pid: process
 -- device_id: CUDA device ordinal
--- steps: complete steps with GPU work (the statistics below are over these)
+-- steps: complete steps (the statistics below are over these); a step that launched no GPU work in the process counts as a step of 0, as in compare and diff
 -- incomplete: steps left out because the program's exception ended them early (data_quality 'step_incomplete')
 -- busy_median_ms: median busy time per step
 -- busy_min_ms: fastest step
@@ -10,13 +10,9 @@
 -- busy_cv_pct: coefficient of variation of busy time (stddev / mean), in percent
 -- window_median_ms: median GPU window per step
 -- window_spread_pct: (slowest - fastest GPU window) / median window, in percent
-WITH per AS (
-    SELECT run_id, pid, device_id, step, busy_ns / 1e6 AS busy_ms, (end_ns - start_ns) / 1e6 AS window_ms
-    FROM sel_busy WHERE step IS NOT NULL
-), marked AS (
-    SELECT p.*, EXISTS (SELECT 1 FROM sel_cut_steps c WHERE c.run_id = p.run_id
-                        AND c.pid = p.pid AND c.step = p.step) AS cut
-    FROM per p
+WITH marked AS (
+    SELECT run_id, pid, device_id, step, busy_ns / 1e6 AS busy_ms, window_ns / 1e6 AS window_ms, cut
+    FROM sel_step_busy
 )
 SELECT run_id, pid, device_id, count(*) FILTER (WHERE NOT cut) AS steps,
        count(*) FILTER (WHERE cut) AS incomplete,

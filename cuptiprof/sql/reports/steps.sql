@@ -4,7 +4,7 @@
 -- device_id: CUDA device ordinal (NULL for rows whose device is unknown)
 -- step: step index
 -- host_ms: duration of the step range on the host (NULL when the file has no step ranges)
--- gpu_window_ms: first start to last end of the GPU work launched in the step
+-- gpu_window_ms: first start to last end of the GPU work launched in the step (0 for a step that launched none, in a process that records GPU work; NULL in one that records none)
 -- busy_ms: union of the step's GPU work intervals across streams (not the summed durations)
 -- idle_ms: gpu_window_ms - busy_ms
 -- idle_pct: idle share of the GPU window
@@ -16,7 +16,7 @@
 -- top_op: the op with the most summed time in the step
 -- top_op_ms: its summed time
 -- complete: FALSE for a step the program's exception (a Ctrl-C, an error) ended early (data_quality 'step_incomplete'): its numbers cover only the part that ran
--- busy_vs_median_pct: busy time relative to the median complete step of the same device, in percent (step-to-step spread)
+-- busy_vs_median_pct: busy time relative to the median complete step of the same device (a step that launched no GPU work counting 0, as in step_spread), in percent (step-to-step spread)
 -- Kernels group on integer keys alone (name ids); copies and memsets on their name.
 WITH optot AS (
     SELECT run_id, pid, device_id, step, 'kernel' AS kind, name_id, NULL::VARCHAR AS name, n, t
@@ -46,9 +46,9 @@ WITH optot AS (
     SELECT coalesce(p.run_id, h.run_id) AS run_id, coalesce(p.pid, h.pid) AS pid, p.device_id,
            coalesce(p.step, h.step) AS step,
            (h.end_ns - h.start_ns) / 1e6 AS host_ms,
-           (p.ge - p.gs) / 1e6 AS gpu_window_ms,
-           p.busy_ns / 1e6 AS busy_ms,
-           (p.ge - p.gs - p.busy_ns) / 1e6 AS idle_ms,
+           coalesce(p.ge - p.gs, z.zero) / 1e6 AS gpu_window_ms,
+           coalesce(p.busy_ns, z.zero) / 1e6 AS busy_ms,
+           coalesce(p.ge - p.gs - p.busy_ns, z.zero) / 1e6 AS idle_ms,
            100.0 * (p.ge - p.gs - p.busy_ns) / nullif(p.ge - p.gs, 0) AS idle_pct,
            coalesce(p.kernels, 0) AS kernels,
            coalesce(p.kernel_ns, 0) / 1e6 AS kernel_ms, coalesce(p.memcpy_ns, 0) / 1e6 AS memcpy_ms,
@@ -57,14 +57,20 @@ WITH optot AS (
     FROM gpu p
     LEFT JOIN strings s ON s.string_id = p.top.name_id
     FULL OUTER JOIN sel_steps h ON h.run_id = p.run_id AND h.pid = p.pid AND h.step = p.step
+    -- a step without GPU work of a process that records some: a step of 0
+    LEFT JOIN (SELECT DISTINCT run_id, pid, step, 0 AS zero FROM sel_step_busy WHERE busy_ns = 0
+               AND window_ns = 0) z ON p.run_id IS NULL AND z.run_id = h.run_id AND z.pid = h.pid
+                                    AND z.step = h.step
+), med AS (   -- each device's median complete step, steps without GPU work counting 0
+    SELECT run_id, pid, device_id, median(busy_ns) FILTER (WHERE NOT cut) / 1e6 AS busy_median_ms
+    FROM sel_step_busy GROUP BY ALL
 )
 , marked AS (
     SELECT j.*, NOT EXISTS (SELECT 1 FROM sel_cut_steps c WHERE c.run_id = j.run_id
                             AND c.pid = j.pid AND c.step = j.step) AS complete
     FROM joined j
 )
-SELECT *, 100.0 * (busy_ms / nullif(median(busy_ms) FILTER (WHERE complete)
-                                    OVER (PARTITION BY run_id, pid, device_id), 0) - 1)
-          AS busy_vs_median_pct
-FROM marked
+SELECT m.*, 100.0 * (m.busy_ms / nullif(d.busy_median_ms, 0) - 1) AS busy_vs_median_pct
+FROM marked m
+LEFT JOIN med d ON d.run_id = m.run_id AND d.pid = m.pid AND d.device_id IS NOT DISTINCT FROM m.device_id
 ORDER BY run_id, pid, device_id NULLS LAST, step
