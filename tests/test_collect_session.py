@@ -319,3 +319,37 @@ def test_a_step_ended_by_an_exception_is_marked_incomplete(tmp_path):
         ("2", "step 2 was ended early by RuntimeError: its numbers cover only the part of the step "
               "that ran")]
     assert q(p, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(4,)]
+
+
+def test_work_of_a_range_inside_a_warm_up_step_is_no_step(tmp_path):
+    """A warm-up step still open on one thread while another thread's first recorded step has
+    turned collection on: what a range inside the warm-up launches has no step (it is warm-up
+    work, out of every report's steps), not the warm-up's number as a step of its own."""
+    import threading
+
+    f = FakeCupti()
+    p = tmp_path / "w.duckdb"
+    with Session(p, warmup=1, steps=2, source=f, quiet=True):
+        started, recording = threading.Event(), threading.Event()
+
+        def warm_thread():
+            with cuptiprof.range("step", step=100):   # ordinal 0: the warm-up step
+                started.set()
+                recording.wait()
+                with cuptiprof.range("attn"):
+                    f.launch_kernel("k_warm")
+
+        t = threading.Thread(target=warm_thread)
+        t.start()
+        started.wait()
+        for i in (1, 2):
+            with cuptiprof.range("step", step=i):
+                if i == 1:
+                    recording.set()
+                    t.join()
+                f.launch_kernel(f"k{i}")
+    assert q(p, "SELECT name, step FROM kernels ORDER BY name") == [("k1", 1), ("k2", 2), ("k_warm", None)]
+    # the range keeps the warm-up's number, as every range inside a warm-up step does
+    assert q(p, "SELECT kind, step FROM ranges WHERE name = 'attn'") == [("user", 100)]
+    with cuptiprof.open(p) as prof:
+        assert sorted(r[3] for r in prof.steps_report().fetchall()) == [1, 2]

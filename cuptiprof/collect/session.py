@@ -432,14 +432,18 @@ class Session:
         stack = self._stack()
         parent = stack[-1] if stack else None
         if not is_step and kind == "user":
-            step = self._step_of.get(parent[0]) if parent else self._cur_step
+            step = parent[7] if parent else self._cur_step
+        # A warm-up step, and every range inside one, carries the warm-up's number in `ranges`
+        # but claims no GPU work for a step: what a range inside it launches (once another
+        # thread's step has turned collection on) has no step, not the warm-up's number.
+        warm = (is_step and kind == "warmup") or (parent is not None and parent[11])
         rid = self.new_range_id()
         extra = {k: v for k, v in attrs.items() if k != "step"}
         tok = [rid, parent[0] if parent else None, len(stack), name,
                threading.get_native_id(), 0, kind, step,
                json.dumps(extra, default=str, sort_keys=True) if extra else None,
-               ordinal, False]
-        self._step_of[rid] = step
+               ordinal, False, warm]
+        self._step_of[rid] = None if warm else step
         self._open[rid] = tok
         self._stack_var.set(stack + (tok,))
         if self.collecting and kind != "warmup":
