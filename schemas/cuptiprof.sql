@@ -252,6 +252,11 @@ CREATE TABLE memory_events (
 );
 
 -- What the data does NOT contain. Stored, never hidden: reports print these.
+-- 'unclaimed_records' counts every GPU row with a NULL step, warm-up work among them (work a
+-- warm-up step launched while another thread's recorded step had collection on, or work launched
+-- in no range while a warm-up step was open): compare and diff leave such work aside in their
+-- note about work outside the steps (launched inside a range that began in a warm-up range, or by
+-- a call that began while a warm-up range of its process was open).
 CREATE TABLE data_quality (
     run_id    INTEGER,                  -- runs.run_id this row belongs to
     pid       INTEGER,                  -- OS process id of the process that recorded the row

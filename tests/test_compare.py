@@ -648,3 +648,59 @@ def test_real_trace_with_an_empty_step_reports_both_steps(shared_traces, tmp_pat
     page = html.read_text()
     by_range = page[page.index("<h2>Steps by range</h2>"):page.index("<h2>Kinds</h2>")]
     assert ">1009</text>" in by_range and ">1010</text>" in by_range
+
+
+def test_work_launched_in_no_range_during_a_warm_up_step_is_warm_up(tmp_path):
+    """GPU work launched outside every range while a warm-up step is open (from the warm-up's own
+    thread before its steps begin, or from another thread) is warm-up work by its launch time, as
+    work launched while a recorded step is open goes into that step on import: compare's note
+    about work outside the steps leaves it aside; work launched after the steps does not."""
+    import shutil
+    import threading
+
+    import cuptiprof
+    from cuptiprof.collect.fake import FakeCupti
+    from cuptiprof.collect.session import Session
+
+    def record(path, after_us=0):
+        f = FakeCupti()
+        with Session(path, warmup=1, steps=3, source=f, quiet=True):   # runs 2: still collecting
+            started, recording, done = threading.Event(), threading.Event(), threading.Event()
+
+            def warm_thread():
+                with cuptiprof.range("step"):   # the warm-up step
+                    started.set()
+                    recording.wait()
+                    f.launch_kernel("k_warm", duration_ns=200_000)   # in no range
+                    done.wait()
+
+            def pool_thread():   # a thread without ranges, launching while the warm-up is open
+                recording.wait()
+                f.launch_kernel("k_pool", duration_ns=200_000)
+                done.set()
+
+            threads = [threading.Thread(target=warm_thread), threading.Thread(target=pool_thread)]
+            threads[0].start()
+            started.wait()
+            threads[1].start()
+            for i in (1, 2):
+                with cuptiprof.range("step", step=i):
+                    if i == 1:
+                        recording.set()
+                        done.wait()
+                        threads[0].join()
+                    f.launch_kernel(f"k{i}", duration_ns=10_000)
+            threads[1].join()
+            if after_us:
+                f.launch_kernel("k_after", duration_ns=after_us * 1000)
+        return path
+
+    a = record(tmp_path / "a.duckdb")
+    with cuptiprof.open(a) as prof:   # both launched while only the warm-up step was open
+        assert prof.sql("SELECT count(*) FROM kernels WHERE step IS NULL").fetchall() == [(2,)]
+    shutil.copyfile(a, tmp_path / "b.duckdb")
+    c = record(tmp_path / "c.duckdb", after_us=400)
+    with Comparison([a, tmp_path / "b.duckdb", c]) as cmp:
+        assert cmp.runs[0].outside == () and cmp.runs[1].outside == ()
+        n, of, share = cmp.runs[2].outside
+        assert (n, of) == (1, 3) and share > 0.9   # warm-up work counts on neither side

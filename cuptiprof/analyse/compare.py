@@ -259,11 +259,14 @@ class Comparison:
 
     def _outside_steps(self, db: str, stepless: list) -> tuple:
         """(activities, of all, share of the time) of the file's GPU work that no step claims,
-        processes without steps (noted apart) and work launched inside a warm-up range left out."""
+        processes without steps (noted apart) and warm-up work left out: work launched inside a
+        range that began in a warm-up range, or, launched in no range, by a call that began
+        while a warm-up range of its process was open (on any thread: as the importer and the
+        run without a GPU put such work into the recorded step open at its launch)."""
         skip = "".join(f" AND NOT (a.run_id = {int(x)} AND a.pid = {int(y)})" for x, y in stepless)
         n_out, ns_out, n_in, ns_in = self.con.execute(f"""
             WITH u AS (
-                SELECT a.run_id, a.pid, a.range_id, a.end_ns - a.start_ns AS d
+                SELECT a.run_id, a.pid, a.range_id, a.correlation_id, a.end_ns - a.start_ns AS d
                 FROM {db}.gpu_activities a WHERE a.step IS NULL AND a.kind <> 'sync'{skip}
             ), w AS (SELECT run_id, pid, start_ns, end_ns FROM {db}.ranges WHERE kind = 'warmup'),
             o AS (
@@ -271,6 +274,10 @@ class Comparison:
                     SELECT 1 FROM {db}.ranges r JOIN w ON w.run_id = r.run_id AND w.pid = r.pid
                     WHERE r.run_id = u.run_id AND r.pid = u.pid AND r.range_id = u.range_id
                       AND r.start_ns >= w.start_ns AND r.start_ns <= coalesce(w.end_ns, r.start_ns))
+                AND (u.range_id IS NOT NULL OR NOT EXISTS (
+                    SELECT 1 FROM {db}.api_call_rows c JOIN w ON w.run_id = c.run_id AND w.pid = c.pid
+                    WHERE c.run_id = u.run_id AND c.pid = u.pid AND c.correlation_id = u.correlation_id
+                      AND c.start_ns >= w.start_ns AND c.start_ns <= coalesce(w.end_ns, c.start_ns)))
             )
             SELECT (SELECT count(*) FROM o), (SELECT coalesce(sum(d), 0) FROM o),
                    count(*), coalesce(sum(end_ns - start_ns), 0)
