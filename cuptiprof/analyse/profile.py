@@ -2,7 +2,7 @@
 
 >>> p = cuptiprof.open("run.duckdb")            # doctest: +SKIP
 >>> p.ops(top=10).df()                          # pandas on demand
->>> p.sql("SELECT step, count(*) FROM kernels GROUP BY step").arrow()
+>>> p.sql("SELECT step, count(*) FROM kernels GROUP BY step").fetchall()
 """
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ class Profile:
         `cuptiprof sql`, a query may read other files (read_parquet(...)). To save a result, call
         .write_parquet(path) or .to_csv(path) on the relation it returns.
 
-        >>> p.sql("SELECT name, count(*) FROM kernels GROUP BY name").df()   # doctest: +SKIP
+        >>> p.sql("SELECT demangled, count(*) FROM kernels GROUP BY 1").df()   # doctest: +SKIP
         """
         kind = refused_statement(query)
         if kind is not None:

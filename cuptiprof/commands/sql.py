@@ -15,7 +15,8 @@ def register(sub) -> None:
                    "and the views of the --steps scope: sel_activities (gpu_activities in scope), "
                    "sel_work (its kernels, copies and memsets), sel_ranges, sel_steps (step "
                    "windows), sel_busy (busy time per step and device), sel_kernel_time, "
-                   "sel_kernel_spans, sel_range_up, sel_cut_steps")
+                   "sel_kernel_spans, sel_range_up, sel_cut_steps, sel_step_busy (busy time of every "
+                   "step, the steps without GPU work as 0)")
     p.add_argument("--steps", help="scope of the sel_* views: A:B (inclusive), A:, :B or N "
                    "(default: every recorded step)")
     p.add_argument("--format", choices=FORMATS, default="table")
