@@ -78,13 +78,112 @@ def test_two_threads_each_keep_their_own_ranges(run):
         ("prefetch", 0)]
     assert q(con, "SELECT r.name, k.step FROM kernels k JOIN ranges r USING (range_id)") == [
         ("main_work", 0)]
-    # the worker's launch outside any range is kept, unclaimed, and counted
+    # the worker's launch in no range takes the step open at its launch, with no range
     assert q(con, "SELECT step, range_id FROM kernels WHERE name = 'no_range_on_worker'") == [
-        (None, None)]
-    assert q(con, "SELECT subject, count FROM data_quality WHERE check_name = 'unclaimed_records'"
-             ) == [("kernel", 1)]
+        (0, None)]
+    assert q(con, "SELECT count(*) FROM data_quality WHERE check_name = 'unclaimed_records'"
+             ) == [(0,)]
     threads = q(con, "SELECT count(DISTINCT thread_id) FROM ranges")
     assert threads == [(2,)]
+
+
+def _in_thread(fn):
+    t = threading.Thread(target=fn)
+    t.start()
+    t.join()
+
+
+@pytest.mark.parametrize("nvtx", [False, True])
+def test_a_launch_in_no_range_takes_the_step_open_at_its_launch(run, nvtx):
+    """As the Kineto importer and the run without a GPU do: work another thread launches in no
+    range while a recorded step is open is that step's (by its call's start), not unclaimed;
+    work launched in no range while no step is open stays unclaimed."""
+    def body(f):
+        _in_thread(lambda: f.launch_kernel("before_steps"))
+        for i in range(2):
+            with cuptiprof.range("step", step=i):
+                if nvtx:   # an NVTX range of another domain: the resolver projects markers too
+                    f.nvtx_push("aten::mm", domain="torch")
+                    f.nvtx_pop()
+                f.launch_kernel(f"main_{i}")
+                _in_thread(lambda: (f.launch_kernel(f"worker_{i}"), f.memcpy(64, "HtoD")))
+            _in_thread(lambda: f.launch_kernel(f"between_{i}"))
+    con, _ = run(body)
+    assert q(con, "SELECT name, step, range_id IS NULL FROM kernels ORDER BY start_ns") == [
+        ("before_steps", None, True), ("main_0", 0, False), ("worker_0", 0, True),
+        ("between_0", None, True), ("main_1", 1, False), ("worker_1", 1, True),
+        ("between_1", None, True)]
+    assert q(con, "SELECT step FROM memcpys ORDER BY start_ns") == [(0,), (1,)]
+    # the launching calls carry the same step
+    assert q(con, "SELECT k.name, a.step FROM kernels k JOIN api_calls a USING (correlation_id) "
+                  "WHERE k.name LIKE 'worker%' ORDER BY k.name") == [("worker_0", 0),
+                                                                     ("worker_1", 1)]
+    assert q(con, "SELECT subject, count FROM data_quality WHERE check_name = 'unclaimed_records'"
+             ) == [("kernel", 3)]
+    assert q(con, "SELECT count(*) FROM data_quality WHERE check_name = 'empty_step'") == [(0,)]
+
+
+def test_a_launch_in_no_range_never_takes_a_warm_up_step(run):
+    """Thread A holds the warm-up step while thread B's recorded step turns collection on. A
+    launch in no range from A (inside its own warm-up) has no step; one from a third thread
+    takes B's step while it is open (the latest-started recorded step, as steps_at), and none
+    once only the warm-up is open."""
+    a_in, b_done, a_go, a_launched, a_done = (threading.Event() for _ in range(5))
+
+    def body(f):
+        def a():
+            with cuptiprof.range("step", step=0):   # the warm-up
+                a_in.set()
+                a_go.wait(10)
+                f.launch_kernel("from_warmup_thread")
+                a_launched.set()
+                b_done.wait(10)
+                _in_thread(lambda: f.launch_kernel("third_in_warmup_only"))
+            a_done.set()
+
+        ta = threading.Thread(target=a)
+        ta.start()
+        a_in.wait(10)
+        with cuptiprof.range("step", step=1):
+            f.launch_kernel("b_k")
+            a_go.set()
+            _in_thread(lambda: f.launch_kernel("third_in_both"))
+            a_launched.wait(10)
+        b_done.set()
+        a_done.wait(10)
+        ta.join()
+        with cuptiprof.range("step", step=2):
+            f.launch_kernel("c_k")
+    con, _ = run(body, warmup=1, steps=2)
+    assert dict(q(con, "SELECT name, step FROM kernels")) == {
+        "b_k": 1, "third_in_both": 1, "from_warmup_thread": None, "third_in_warmup_only": None,
+        "c_k": 2}
+    assert q(con, "SELECT subject, count FROM data_quality WHERE check_name = 'unclaimed_records'"
+             ) == [("kernel", 2)]
+
+
+def test_a_launch_in_no_range_takes_the_latest_started_of_two_open_steps(run):
+    """Steps two threads run at once: a launch in no range from a third thread takes the one
+    that started last (interop.nesting.steps_at)."""
+    first_in, second_done = threading.Event(), threading.Event()
+
+    def body(f):
+        def first():
+            with cuptiprof.range("step", step=0):
+                f.launch_kernel("k0")
+                first_in.set()
+                second_done.wait(10)
+
+        t = threading.Thread(target=first)
+        t.start()
+        first_in.wait(10)
+        with cuptiprof.range("step", step=1):
+            f.launch_kernel("k1")
+            _in_thread(lambda: f.launch_kernel("third"))
+        second_done.set()
+        t.join()
+    con, _ = run(body)
+    assert dict(q(con, "SELECT name, step FROM kernels")) == {"k0": 0, "k1": 1, "third": 1}
 
 
 def test_graph_replay_kernels_resolve_through_graph_launch(run):

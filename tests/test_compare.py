@@ -684,11 +684,11 @@ def test_work_launched_in_no_range_during_a_warm_up_step_is_warm_up(tmp_path):
             started.wait()
             threads[1].start()
             for i in (1, 2):
+                if i == 2:   # between the steps: only the warm-up step is open, collecting
+                    recording.set()
+                    done.wait()
+                    threads[0].join()
                 with cuptiprof.range("step", step=i):
-                    if i == 1:
-                        recording.set()
-                        done.wait()
-                        threads[0].join()
                     f.launch_kernel(f"k{i}", duration_ns=10_000)
             threads[1].join()
             if after_us:

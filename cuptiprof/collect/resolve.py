@@ -7,7 +7,9 @@ Launches are asynchronous, so the GPU may run a kernel after its range closed; t
 through the launching call, never through GPU time. Kernels replayed from a CUDA graph carry the
 `cudaGraphLaunch` correlation id, so the same join tags them. Launches without an external id
 (threads with no cuptiprof.range, framework NVTX ranges) are projected onto NVTX MARKER ranges of
-other domains through the launching thread and the launch time. Rows nobody claims keep a NULL
+other domains through the launching thread and the launch time. A launch in no range at all takes
+the recorded step open in the process when its call began, by the importers' rule (the launching
+thread's own step first, never a warm-up step; RangeBook.steps_at). Rows nobody claims keep a NULL
 step and are counted (data_quality 'unclaimed_records'). Rows CUPTI could not time (a 0 start or
 end, or an end before the start) are not written at all, only counted per kind and step
 (data_quality 'untimed_records'): one of them would stretch every window that takes a minimum
@@ -60,6 +62,9 @@ class RangeBook(Protocol):
     # Optional: thread id -> [(start, end or None, range_id, depth)] of the session's own
     # ranges open or closed since the last flush, so NVTX ranges nest inside them.
     # def own_intervals(self) -> dict: ...
+    # Optional: (step, found) arrays of the recorded step open at each (thread, time), for
+    # launches that carry no range (Session.steps_at).
+    # def steps_at(self, tid: np.ndarray, t: np.ndarray) -> tuple: ...
 
 
 class CorrIndex:
@@ -280,7 +285,19 @@ class Resolver:
         out_rid = np.where(inner | by_marker, mid, rid)
         rid_ok = has | by_marker
         step, step_ok = _map(np.where(has, rid, mid), self.book.step_of, has | by_marker)
+        self._by_time(step, step_ok, tid, start, ~rid_ok & api)
         return wait, out_rid, rid_ok, step, step_ok
+
+    def _by_time(self, step: np.ndarray, step_ok: np.ndarray, tid: np.ndarray,
+                 start: np.ndarray, sel: np.ndarray) -> None:
+        """Rows `sel` (launched in no range): the recorded step open in the process when their
+        call began, written into step / step_ok in place."""
+        fn = getattr(self.book, "steps_at", None)
+        if fn is None or not sel.any():
+            return
+        i = np.flatnonzero(sel)
+        s, ok = fn(np.asarray(tid)[i].astype(np.int64), np.asarray(start)[i].astype(np.int64))
+        step[i[ok]], step_ok[i[ok]] = s[ok], True
 
     def _steps_of(self, rid: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """step_map[rid] for the rows where ok (few distinct ranges: one dict lookup each)."""
@@ -291,14 +308,17 @@ class Resolver:
         n = len(corr)
         if not self._has_markers:
             # An external id names the range; without one the row waits for its API record
-            # (one flush), or is kept unclaimed.
+            # (one flush), which gives it the step open at its launch, or is kept unclaimed.
             rid, has = _lookup(self._ext, corr)
             wait = np.zeros(n, bool)
-            if not final and not has.all():
-                _, api = _lookup(self._api, corr)
-                wait = ~has & ~api
-            keep = ~wait & ~(has & (rid == SELF_ID))
+            keep = ~(has & (rid == SELF_ID))
             step, step_ok = self._steps_of(rid, has & keep)
+            if not has.all():
+                (tid, start), api = _lookup_many(self._api, corr)
+                if not final:
+                    wait = ~has & ~api
+                    keep &= ~wait
+                self._by_time(step, step_ok, tid, start, ~has & api)
             return keep, wait, rid, has, step, step_ok
         wait, rid, rid_ok, step, step_ok = self._claim_many(corr, final)
         keep = ~wait & ~(rid_ok & (rid == SELF_ID))
@@ -556,6 +576,7 @@ class Resolver:
             keep = ~mine
             c, corr, rid, has = c.take(keep), corr[keep], rid[keep], has[keep]
         step, step_ok = self._steps_of(rid, has)
+        self._by_time(step, step_ok, c["thread_id"], c["start"], ~has)
         self.rows_out["api_calls"] = self.rows_out.get("api_calls", 0) + c.n
         kind = c["kind"].astype(np.int64)
         cbid = c["cbid"].astype(np.int64)

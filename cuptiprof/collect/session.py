@@ -164,6 +164,10 @@ class Session:
         self._gens: deque = deque()
         self._gen_ids: list[int] = []
         self._windows: deque = deque(maxlen=64)  # recent (start, end, step) of step ranges
+        # (start, end, step or None for a warm-up, thread) of step ranges closed since the last
+        # flush, and of those closed in the three flushes before (what records can still reach)
+        self._spans: list[tuple] = []
+        self._span_gens: deque = deque()
         self._cur_step: int | None = None
         self._incomplete: list[tuple] = []   # (step, exception name): steps an exception ended
         self._owner = None
@@ -504,6 +508,7 @@ class Session:
         self._closed.append(tuple(tok[:5]) + (tok[5], end) + tuple(tok[6:9]))
         self._gen_ids.append(tok[0])
         if tok[9] is not None:  # a step range
+            self._spans.append((tok[5], end, tok[7] if tok[6] == "step" else None, tok[4]))
             if tok[6] == "step":
                 if exc_type is not None:   # the program's exception ended the step early
                     self._incomplete.append((tok[7], exc_type.__name__))
@@ -556,6 +561,32 @@ class Session:
             if tok[6] == "step" and tok[5] <= t_ns:
                 return tok[7]
         return None
+
+    def steps_at(self, tid: Any, t: Any) -> tuple:
+        """The recorded step open in the process at each launch time `t` (ns) of thread `tid`,
+        for launches that carry no range: (step, found), numpy arrays.
+
+        The importers' rule (interop.nesting.steps_at, run.recorder): a step holds [start, end);
+        a step of the launching thread comes first (its own warm-up step: no step, warm-up work
+        stays out of recorded steps), then the latest-started recorded step of any thread."""
+        import numpy as np
+
+        tid, t = np.asarray(tid, np.int64), np.asarray(t, np.int64)
+        step, found = np.zeros(len(t), np.int64), np.zeros(len(t), bool)
+        spans = [sp for gen in list(self._span_gens) for sp in gen] + list(self._spans)
+        spans += [(tok[5], None, tok[7] if tok[6] == "step" else None, tok[4])
+                  for tok in list(self._open.values()) if tok[9] is not None and tok[5]]
+        if not spans or not len(t):
+            return step, found
+        spans.sort(key=lambda sp: sp[0])
+        holds = [(t >= s0) & (t < s1) if s1 is not None else t >= s0 for s0, s1, _, _ in spans]
+        for (_, _, n, _), hit in zip(spans, holds):   # any thread's: a later start wins
+            if n is not None:
+                step[hit], found[hit] = n, True
+        for (_, _, n, th), hit in zip(spans, holds):  # the launching thread's own step first
+            hit = hit & (tid == th)
+            step[hit], found[hit] = (0, False) if n is None else (n, True)
+        return step, found
 
     # -- flushing -----------------------------------------------------------------------------
     def flush(self, final: bool = False) -> None:
@@ -642,6 +673,10 @@ class Session:
         """Forget ranges closed three flushes ago: no row can still claim them."""
         self._gens.append(self._gen_ids)
         self._gen_ids = []
+        self._span_gens.append(self._spans)
+        self._spans = []
+        while len(self._span_gens) > 3:
+            self._span_gens.popleft()
         while len(self._gens) > 3:
             for rid in self._gens.popleft():
                 if rid not in self._open:
@@ -682,7 +717,9 @@ class Session:
                 "are lower than the real work")
         for kind, n in sorted(r.unclaimed.items()):
             add("unclaimed_records", kind, n,
-                f"{n} {kind} records were launched outside any recorded range; their step is NULL")
+                f"{n} {kind} records were launched outside every recorded step (in no range "
+                "of one, and in no range while none was open, or from a warm-up step's "
+                "thread); their step is NULL")
         for kind, why in sorted(getattr(src, "missing", {}).items()):
             add("missing_kind", kind, None, f"{kind} records were not captured: {why}")
         if src.gpu:

@@ -13,7 +13,12 @@
 --   * Every row carries `run_id` (kernel rows through their lane), so files from several hosts/ranks merge into one.
 --   * `step` is NULL when no step range claims a row; `range_id` is the innermost range that
 --     launched it (NULL when none). Both are decided by the launching call, not by when the GPU
---     ran the work.
+--     ran the work. A call in no range (another thread's: NCCL, a data loader) takes the recorded
+--     step open in its process when it began, as steps hold [start, end): a step of its own thread
+--     first, then the latest-started one of any thread; never a warm-up step. The CUPTI
+--     collector, the trace importers (interop.nesting.steps_at) and the run without a GPU follow
+--     this rule; the collector and the run without a GPU also leave a call made inside a warm-up
+--     step of its own thread with no step.
 --
 -- The schema version below is the single source of truth: a file whose version is newer than the
 -- installed cuptiprof is refused; an older one is read when the reader still understands it.
@@ -254,7 +259,8 @@ CREATE TABLE memory_events (
 -- What the data does NOT contain. Stored, never hidden: reports print these.
 -- 'unclaimed_records' counts every GPU row with a NULL step, warm-up work among them (work a
 -- warm-up step launched while another thread's recorded step had collection on, or work launched
--- in no range while a warm-up step was open): compare and diff leave such work aside in their
+-- in no range while a warm-up step was open and no recorded step took it by the rule for `step`
+-- above): compare and diff leave such work aside in their
 -- note about work outside the steps (launched inside a range that began in a warm-up range, or by
 -- a call that began while a warm-up range of its process was open).
 CREATE TABLE data_quality (
