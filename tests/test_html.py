@@ -225,6 +225,15 @@ def _kineto_trace(path: Path, t0_us: float = 1000.0, devices: int = 1, kernels: 
     return path
 
 
+def _page_of(trace: Path, doc: dict) -> tuple[Path, str]:
+    """`doc` written to `trace`, imported beside it and reported as HTML: (the file, the page)."""
+    trace.write_text(json.dumps(doc))
+    db, out = trace.with_suffix(".duckdb"), trace.with_suffix(".html")
+    assert main(["import", str(trace), "-o", str(db)]) == 0
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    return db, out.read_text()
+
+
 def _timeline_svgs(text: str) -> dict[str, str]:
     """step -> the timeline markup of that step in a report page."""
     return dict(re.findall(r'<div class="timeline" data-step="([^"]*)">(.*?)</div>', text, re.S))
@@ -387,12 +396,7 @@ def test_report_html_shows_the_quality_rows(tmp_path):
     doc = json.loads(trace.read_text())
     doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "late", "pid": 0, "tid": 7, "ts": 9e6,
                                "dur": 5, "args": {"correlation": 999, "device": 0, "stream": 7}})
-    trace.write_text(json.dumps(doc))
-    db = tmp_path / "t.duckdb"
-    assert main(["import", str(trace), "-o", str(db)]) == 0
-    out = tmp_path / "t.html"
-    assert main(["report", str(db), "--html", str(out)]) == 0
-    text = out.read_text()
+    db, text = _page_of(trace, doc)
     quality = text.split("<h2>Data quality</h2>", 1)[1].split("<h2>", 1)[0]
     assert ">unclaimed_records<" in quality and ">kernel<" in quality
     assert '<p class="notice' not in text and "ops by GPU time</h2>" in text
@@ -483,12 +487,7 @@ def test_a_very_long_range_name_is_cut_in_the_legend(tmp_path):
     steps = [e for e in doc["traceEvents"] if e["name"].startswith("ProfilerStep#")]
     doc["traceEvents"] += [{"ph": "X", "cat": "user_annotation", "name": long_name, "pid": 1, "tid": 1,
                             "ts": s["ts"] + 0.5, "dur": s["dur"] - 1} for s in steps]
-    trace.write_text(json.dumps(doc))
-    db = tmp_path / "t.duckdb"
-    assert main(["import", str(trace), "-o", str(db)]) == 0
-    out = tmp_path / "t.html"
-    assert main(["report", str(db), "--html", str(out)]) == 0
-    text = out.read_text()
+    db, text = _page_of(trace, doc)
     section = text.split("<h2>Steps by range</h2>", 1)[1].split("<h2>", 1)[0]
     legend = re.search(r'<div class="legend">(.*?)</div>', section).group(1)
     shown = re.findall(r"</i>([^<]*)</span>", legend)
@@ -575,12 +574,7 @@ def test_report_html_of_a_file_without_steps_shows_the_whole_file(tmp_path):
     for e in doc["traceEvents"]:
         if e["name"].startswith("ProfilerStep#"):
             e["name"] = "forward"   # a range of the program's own, not a step
-    trace.write_text(json.dumps(doc))
-    db = tmp_path / "t.duckdb"
-    assert main(["import", str(trace), "-o", str(db)]) == 0
-    out = tmp_path / "t.html"
-    assert main(["report", str(db), "--html", str(out)]) == 0
-    text = out.read_text()
+    db, text = _page_of(trace, doc)
     with cuptiprof.open(db) as prof:
         (step, kernel_ms, idle_ms), = prof.report("steps").select("step, kernel_ms, idle_ms").fetchall()
     assert step is None and kernel_ms == pytest.approx(0.1) and idle_ms > 1
