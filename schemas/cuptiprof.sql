@@ -13,7 +13,8 @@
 --   * Every row carries `run_id` (kernel rows through their lane), so files from several hosts/ranks merge into one.
 --   * `step` is NULL when no step range claims a row; `range_id` is the innermost range that
 --     launched it (NULL when none). Both are decided by the launching call, not by when the GPU
---     ran the work. A call in no range (another thread's: NCCL, a data loader) takes the recorded
+--     ran the work. A call in no range (another thread's: NCCL, a data loader), or in a range that
+--     began outside every step (a worker's range pushed before the first one), takes the recorded
 --     step open in its process when it began, as steps hold [start, end): a step of its own thread
 --     first, then the latest-started one of any thread; never a warm-up step. The CUPTI
 --     collector, the trace importers (interop.nesting.steps_at) and the run without a GPU follow

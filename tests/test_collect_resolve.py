@@ -362,3 +362,42 @@ def test_untimed_records_are_counted_not_written(run, tmp_path):
         got = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
     assert [(r["step"], r["gpu_window_ms"], r["idle_pct"]) for r in got] == [
         (0, 0.05, 0), (1, 0.05, 0), (2, 0.05, 0)]
+
+
+def test_a_launch_in_a_range_begun_before_the_steps_takes_the_step_open_at_its_launch(run):
+    """A worker's NVTX range (or cuptiprof range) pushed before the first step and still open
+    while a step runs: its launches were claimed by a range of no step and kept a NULL step;
+    they take the step open at their launch, as launches in no range do. The range keeps its
+    own (no) step, and work launched in it outside every step stays unclaimed."""
+    go, done = threading.Event(), threading.Event()
+
+    def body(f):
+        def worker(kind):
+            if kind == "nvtx":
+                f.nvtx_push("serve")
+            r = cuptiprof.range("serve") if kind == "range" else None
+            if r:
+                r.__enter__()
+            f.launch_kernel(f"{kind}_before")
+            go.wait()
+            f.launch_kernel(f"{kind}_in_step")
+            done.set()
+            if r:
+                r.__exit__(None, None, None)
+            else:
+                f.nvtx_pop()
+
+        for kind in ("nvtx", "range"):
+            go.clear(), done.clear()
+            t = threading.Thread(target=worker, args=(kind,))
+            t.start()
+            with cuptiprof.range("step", step=7 if kind == "nvtx" else 8):
+                go.set()
+                done.wait()
+            t.join()
+    con, _ = run(body)
+    assert q(con, "SELECT k.name, r.name, k.step FROM kernels k LEFT JOIN ranges r USING (range_id) "
+                  "ORDER BY k.start_ns") == [
+        ("nvtx_before", "serve", None), ("nvtx_in_step", "serve", 7),
+        ("range_before", "serve", None), ("range_in_step", "serve", 8)]
+    assert q(con, "SELECT name, step FROM ranges WHERE name = 'serve'") == [("serve", None)] * 2

@@ -7,9 +7,10 @@ Launches are asynchronous, so the GPU may run a kernel after its range closed; t
 through the launching call, never through GPU time. Kernels replayed from a CUDA graph carry the
 `cudaGraphLaunch` correlation id, so the same join tags them. Launches without an external id
 (threads with no cuptiprof.range, framework NVTX ranges) are projected onto NVTX MARKER ranges of
-other domains through the launching thread and the launch time. A launch in no range at all takes
-the recorded step open in the process when its call began, by the importers' rule (the launching
-thread's own step first, never a warm-up step; RangeBook.steps_at). Rows nobody claims keep a NULL
+other domains through the launching thread and the launch time. A launch in no range at all, or
+in a range that began outside every step (a worker's NVTX range pushed before the first step),
+takes the recorded step open in the process when its call began, by the importers' rule (the
+launching thread's own step first, never a warm-up step; RangeBook.steps_at). Rows nobody claims keep a NULL
 step and are counted (data_quality 'unclaimed_records'). Rows CUPTI could not time (a 0 start or
 end, or an end before the start) are not written at all, only counted per kind and step
 (data_quality 'untimed_records'): one of them would stretch every window that takes a minimum
@@ -285,13 +286,14 @@ class Resolver:
         out_rid = np.where(inner | by_marker, mid, rid)
         rid_ok = has | by_marker
         step, step_ok = _map(np.where(has, rid, mid), self.book.step_of, has | by_marker)
-        self._by_time(step, step_ok, tid, start, ~rid_ok & api)
+        self._by_time(step, step_ok, tid, start, ~step_ok & api)
         return wait, out_rid, rid_ok, step, step_ok
 
     def _by_time(self, step: np.ndarray, step_ok: np.ndarray, tid: np.ndarray,
                  start: np.ndarray, sel: np.ndarray) -> None:
-        """Rows `sel` (launched in no range): the recorded step open in the process when their
-        call began, written into step / step_ok in place."""
+        """Rows `sel` (launched in no range, or in one that began outside every step, such as
+        a worker's NVTX range pushed before the first step): the recorded step open in the
+        process when their call began, written into step / step_ok in place."""
         fn = getattr(self.book, "steps_at", None)
         if fn is None or not sel.any():
             return
@@ -318,7 +320,7 @@ class Resolver:
                 if not final:
                     wait = ~has & ~api
                     keep &= ~wait
-                self._by_time(step, step_ok, tid, start, ~has & api)
+                self._by_time(step, step_ok, tid, start, ~step_ok & api)
             return keep, wait, rid, has, step, step_ok
         wait, rid, rid_ok, step, step_ok = self._claim_many(corr, final)
         keep = ~wait & ~(rid_ok & (rid == SELF_ID))
