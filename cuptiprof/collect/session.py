@@ -404,7 +404,8 @@ class Session:
         if not self.active:
             return None
         is_step = name == "step" or (self.step_range is not None and name == self.step_range)
-        if is_step and any(t[9] is not None for t in self._stack()):
+        stack = self._stack()
+        if is_step and any(t[9] is not None for t in stack):
             is_step = False   # steps do not nest: one inside a step is a range of that step
         kind = "user"
         ordinal = None
@@ -433,7 +434,6 @@ class Session:
             if self._filter is not None and not self._filter(name):
                 return None
             step = None
-        stack = self._stack()
         parent = stack[-1] if stack else None
         if not is_step and kind == "user":
             step = parent[7] if parent else self._cur_step

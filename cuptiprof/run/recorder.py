@@ -111,7 +111,8 @@ class Recorder:
         if self.closed:
             return None
         now = time.time_ns()
-        if is_step and any(o.is_step for o in self._stack()):
+        stack = self._stack()
+        if is_step and any(o.is_step for o in stack):
             is_step = False   # steps do not nest: one inside a step is a range of that step
         with self.lock:
             if is_step:
@@ -132,7 +133,6 @@ class Recorder:
                 return None
             rid = self.next_id
             self.next_id += 1
-        stack = self._stack()
         parent = stack[-1] if stack else None
         if kind is None:
             kind = "warmup" if name == "warmup" else "user"
