@@ -106,6 +106,13 @@ def letter(i: int) -> str:
     return string.ascii_uppercase[i] if i < 26 else f"R{i}"
 
 
+def _not_cut(db: str, step: str) -> str:
+    """SQL condition: the step `step` of file `db` was not cut short by an exception (the one
+    test of the medians and of the compared step set, which must agree)."""
+    return (f" AND NOT EXISTS (SELECT 1 FROM {db}.data_quality q WHERE q.check_name = "
+            f"'{STEP_INCOMPLETE}' AND q.subject = CAST({step} AS VARCHAR))")
+
+
 class Comparison:
     """Files compared side by side. Methods return DuckDB relations or Arrow tables."""
 
@@ -220,8 +227,7 @@ class Comparison:
             if r.incomplete:   # a step cut short would pull the medians down
                 # in every process: steps pool by number, and the other ranks' part alone of a
                 # step is as short as the cut one
-                where += (f" AND NOT EXISTS (SELECT 1 FROM f{r.index}.data_quality q WHERE "
-                          f"q.check_name = '{STEP_INCOMPLETE}' AND q.subject = CAST(a.step AS VARCHAR))")
+                where += _not_cut(f"f{r.index}", "a.step")
             parts.append(template.replace("{run}", str(r.index)).replace("{db}", f"f{r.index}")
                          .replace("{step}", "a.step" if r.has_steps else "coalesce(a.step, 0)")
                          .replace("{where}", where))
@@ -234,8 +240,7 @@ class Comparison:
             if not r.has_steps:
                 continue
             db = f"f{r.index}"
-            cut = (f" AND NOT EXISTS (SELECT 1 FROM {db}.data_quality q WHERE q.check_name = "
-                   f"'{STEP_INCOMPLETE}' AND q.subject = CAST(g.step AS VARCHAR))") if r.incomplete else ""
+            cut = _not_cut(db, "g.step") if r.incomplete else ""
             marked.append(f"SELECT DISTINCT {r.index} AS run, g.step FROM {db}.ranges g WHERE g.kind = 'step' "
                           f"AND g.step IS NOT NULL AND (g.run_id, g.pid) IN (SELECT DISTINCT run_id, pid "
                           f"FROM {db}.gpu_activities){cut}")

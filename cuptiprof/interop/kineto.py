@@ -608,13 +608,7 @@ class KinetoFile:
             self._set_pid(int(R[hit[0], P.C_PID]))
 
     def _set_pid(self, pid: int) -> None:
-        k = 0
-        p = pid
-        while p in self.used_pids:  # two ranks on different hosts with the same pid
-            k += 1
-            p = pid + k * (1 << 22)
-        self.used_pids.add(p)
-        self.pid = p
+        self.pid = claim_pid(self.used_pids, pid)
 
     def _take(self, piece: P.Piece) -> None:
         """One piece's events, category by category (in the order each first appears)."""
@@ -1150,6 +1144,19 @@ def _step_arg(cols: "_Cols") -> np.ndarray:
     (beyond 32 bits, from another writer or an edit) is taken as absent, not a failed import."""
     v = cols.get("xstep")
     return np.where(cols.get("xstep?", bool) & (v > -2**31) & (v < 2**31), v, -1)
+
+
+def claim_pid(used: set[int], pid: int) -> int:
+    """The pid a process of an import is written with: its own, unless an earlier file of the
+    import used it already (two ranks on different hosts or containers with the same pid), then
+    one above every real pid (pid + k * 2**22), so that no two files' rows, ranges or launch
+    links ever mix. Marks it used. The Kineto and nsys importers share this rule."""
+    p, k = pid, 0
+    while p in used:
+        k += 1
+        p = pid + k * (1 << 22)
+    used.add(p)
+    return p
 
 
 def _release_freed_memory() -> None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from cuptiprof import ranks
 from cuptiprof.errors import InputError
-from cuptiprof.interop.kineto import FileSummary
+from cuptiprof.interop.kineto import FileSummary, claim_pid
 from cuptiprof.interop.nesting import nest, steps_at
 from cuptiprof.store import arrow as AC
 
@@ -75,18 +75,11 @@ class NsysFile:
 
     # helpers --------------------------------------------------------------------------------
     def _own(self, pid: int) -> int:
-        """The pid this file's process is written with: its own, unless an earlier file of the
-        import already used it (containers and separate nodes reuse pids), then one above every
-        real pid (pid + k * 2**22), as the Kineto importer does, so that no two files' rows,
-        ranges or launch links ever mix."""
+        """The pid this file's process is written with (kineto.claim_pid), the same for every
+        row of that process."""
         p = self.pid_of.get(pid)
         if p is None:
-            p, k = pid, 0
-            while p in self.used:
-                k += 1
-                p = pid + k * (1 << 22)
-            self.used.add(p)
-            self.pid_of[pid] = p
+            p = self.pid_of[pid] = claim_pid(self.used, pid)
         return p
 
     def _own_all(self, pids: np.ndarray) -> np.ndarray:

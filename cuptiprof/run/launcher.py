@@ -16,7 +16,6 @@ import datetime as _dt
 import importlib.util
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -434,13 +433,15 @@ class MergeFailed(CuptiprofError):
 def _wait_for_stragglers(parts: Path, timeout_s: float = 3.0) -> None:
     """Helpers the command started (multiprocessing's resource tracker, workers being torn down)
     may outlive it by a moment; give them time to close their part files."""
+    from cuptiprof.store.merge import pid_from_stem
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         ended = {_marker_key(p.name) for p in parts.glob("*.end.json")}
         waiting = False
         for m in parts.glob("*.start.json"):
             key = _marker_key(m.name)
-            pid = _marker_pid(key)
+            pid = pid_from_stem(key)
             if key not in ended and pid is not None and alive(pid) and not _zombie(pid):
                 waiting = True
                 break
@@ -455,11 +456,6 @@ def _marker_key(name: str) -> str:
         if name.endswith(suffix):
             return name[:-len(suffix)]
     return name
-
-
-def _marker_pid(key: str) -> int | None:
-    m = re.search(r"-(\d+)(?:\.exec\d+)?$", key)
-    return int(m.group(1)) if m else None
 
 
 def _zombie(pid: int) -> bool:

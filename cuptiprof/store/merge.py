@@ -290,7 +290,7 @@ class _Merger:
                     "SELECT DISTINCT pid FROM src.processes ORDER BY pid").fetchall()] \
                     if "processes" in src_tables else []
                 if not pids:
-                    pids = [_pid_from_name(src)]
+                    pids = [pid_from_stem(src.stem)]
                 for pid in pids:
                     self.result.ended_early.append((str(src), pid))
                     if pid is not None:
@@ -372,9 +372,10 @@ class _Merger:
         con.execute("INSERT INTO step_busy_runs SELECT run_id FROM runs")
 
 
-def _pid_from_name(src: Path) -> int | None:
-    """<host>-<pid>.duckdb, or <host>-<pid>.exec<N>.duckdb (the program a process exec'd)."""
-    m = re.search(r"-(\d+)(?:\.exec\d+)?$", src.stem)
+def pid_from_stem(stem: str) -> int | None:
+    """The pid of a part or marker named <host>-<pid> or <host>-<pid>.exec<N> (the program a
+    process exec'd), its suffix off; a host name may hold dots and dashes."""
+    m = re.search(r"-(\d+)(?:\.exec\d+)?$", stem)
     return int(m.group(1)) if m else None
 
 
