@@ -3,8 +3,9 @@ logs, and (no GPU) torch.profiler CPU ops. One instance per process, made by chi
 
 Modes: 'time' keeps only step durations (the baseline of `--overhead`, written as JSON, no
 DuckDB); 'light' writes ranges and logs; 'cpu' adds torch.profiler CPU ops: the ops that do the work
-(the outermost op that does most of its own work: children only views/metadata, or self time
-at least half its duration)
+(the outermost op that does most of its own work: children only views/metadata, or not a
+composite op of torch's dispatcher and self time at least half its duration, judged once per op
+name for the whole process)
 become `kernels` rows on device -1 (stream = thread), every op a `ranges` row of kind 'op'.
 The part file is created lazily on the first flush, so processes that never record anything
 (compile workers, helper scripts) cost no DuckDB file.
@@ -12,6 +13,7 @@ The part file is created lazily on the first flush, so processes that never reco
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import os
@@ -82,6 +84,7 @@ class Recorder:
         self._prof_thread = None               # the thread that started it (cycled there only)
         self.op_steps: set = set()             # recorded steps with ops written
         self._prof_since = 0.0
+        self.work_names: dict = {}             # op name -> does its own work (decided once)
 
     # -- paths ---------------------------------------------------------------------------------
     def part_path(self, suffix: str) -> Path:
@@ -298,8 +301,8 @@ class Recorder:
         parent = arrow.array(parents, pa.int64())
         names = arrow.array([e.name for e in events], pa.string())
         thread = arrow.array(tids)
-        own = _own_share(events)
-        leaf = np.fromiter((_is_kernel(e, own) for e in events), bool, n)
+        _judge_names(events, self.work_names)
+        leaf = np.fromiter((_is_kernel(e, self.work_names) for e in events), bool, n)
         li = arrow.array(np.nonzero(leaf)[0])
         ranges = pa.table({"range_id": rid, "parent_id": parent, "depth": arrow.array(depth, pa.int32()),
                            "name": names, "thread_id": thread, "start_ns": arrow.array(start),
@@ -490,26 +493,54 @@ METADATA_OPS = frozenset(
         "is_nonzero _local_scalar_dense item").split())
 
 
-def _own_share(events) -> dict:
-    """Per op name: its calls' self time over their duration, summed over every call. Judged per
-    name, not per call, so that the same op is (or is not) the one doing the work in every step:
-    per call, an op near half (aten::relu around aten::clamp_min) flipped with timing noise."""
+def _judge_names(events, decided: dict) -> None:
+    """Decide, per op name not yet decided, whether its calls with real children do their own
+    work. Once per name for the whole process, so that the same op is (or is not) the one doing
+    the work in every step: judged per call or per batch of steps, an op near the line
+    (aten::relu around aten::clamp_min, aten::matmul around a small aten::mm) flipped with timing
+    noise. A composite op of torch's dispatcher (aten::matmul, aten::linear, aten::softmax) has
+    no kernel of its own, so it is a wrapper whatever its timing; any other goes by its self time
+    over its duration, summed over its calls (aten::addmm around a small aten::copy_ works)."""
     self_t: dict = {}
     dur_t: dict = {}
     for e in events:
-        if e.cpu_children:
+        if e.name not in decided and e.cpu_children:
             self_t[e.name] = self_t.get(e.name, 0.0) + e.self_cpu_time_total
             dur_t[e.name] = dur_t.get(e.name, 0.0) + e.time_range.elapsed_us()
-    return {k: self_t[k] / d for k, d in dur_t.items() if d > 0}
+    for name, d in dur_t.items():
+        if d > 0:
+            decided[name] = not _composite(name) and self_t[name] / d >= 0.5
 
 
-def _is_work(e, own: dict) -> bool:
-    """The op does its own work: its children are metadata only, or its self time is at least
-    half of its duration over all its calls (aten::addmm around a small aten::copy_), unlike
-    wrappers such as aten::linear whose time is their children's."""
+@functools.lru_cache(maxsize=None)
+def _composite(name: str) -> bool:
+    """Every overload of the op (its out= forms aside) is CompositeImplicitAutograd: it only
+    calls other ops. False for names torch does not know (user ops, record_function labels)."""
+    try:
+        import torch
+
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        found = []
+        for schema in torch._C._jit_get_schemas_for_operator(name):
+            overload = schema.overload_name
+            if overload.endswith("out"):
+                continue
+            try:
+                found.append(has(f"{name}.{overload}" if overload else name,
+                                 "CompositeImplicitAutograd"))
+            except RuntimeError:    # a TorchScript-only overload (aten::add.str)
+                continue
+        return bool(found) and all(found)
+    except Exception:               # no torch, or a torch without these internals
+        return False
+
+
+def _is_work(e, decided: dict) -> bool:
+    """The op does its own work: its children are metadata only, or its name was judged to
+    (`_judge_names`), unlike wrappers such as aten::linear whose time is their children's."""
     if all(c.name in METADATA_OPS for c in e.cpu_children):
         return True
-    return own.get(e.name, 0.0) >= 0.5
+    return decided.get(e.name, False)
 
 
 def _tid(e) -> int:
@@ -541,14 +572,14 @@ def _enclosing(spans: list, tids, starts, top) -> tuple:
     return outer, base
 
 
-def _is_kernel(e, own: dict) -> bool:
+def _is_kernel(e, decided: dict) -> bool:
     """The op that does the work: its children are metadata only, and no ancestor is such an op
     (so time is counted once)."""
-    if not _is_work(e, own):
+    if not _is_work(e, decided):
         return False
     p, d = e.cpu_parent, 0
     while p is not None and d < 256:
-        if _is_work(p, own):
+        if _is_work(p, decided):
             return False
         p, d = p.cpu_parent, d + 1
     return True
