@@ -98,6 +98,14 @@ def test_report_list_documents_every_report():
     assert md[0] == "| report | --by | description |" and any(l.startswith("| step\\_spread | spread | ") for l in md)
 
 
+def test_report_list_with_a_file_is_refused_not_ignored(run_file):
+    """`report FILE --list` printed the catalogue and read nothing: a user asked for the file."""
+    r = cli("report", run_file, "--list", "--by", "op")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        "cuptiprof: error: --list lists the reports and reads no file; leave out FILE, --by, or --list"]
+
+
 def test_sql_query_and_schema(run_file):
     r = cli("sql", run_file, "SELECT count(*) AS n FROM kernels WHERE step = 2", "--format", "csv")
     assert r.returncode == 0, r.stderr

@@ -54,3 +54,14 @@ def test_spawned_workers_show_their_own_command(tmp_path, path):
     workers = [c for c in cmds if "spawn_main" in c]
     assert len(workers) == 2 and all(c.endswith("--multiprocessing-fork") for c in workers), cmds
     assert cmds.count(shlex.join([PY, str(p), "spawn"])) == 1, cmds   # not the workers' too
+
+
+def test_overhead_with_no_report_is_refused(tmp_path):
+    """--overhead prints its measurement and never a report: --no-report beside it changed
+    nothing, and said nothing."""
+    p = script(tmp_path, "print('ran')")
+    r = cli(["run", "--overhead", "--no-report", "--", sys.executable, p], tmp_path)
+    assert r.returncode == 2 and "ran" not in r.stdout
+    assert r.stderr.strip().splitlines() == [
+        "cuptiprof: error: --overhead prints its measurement and no report, so --no-report changes "
+        "nothing; leave it out"]

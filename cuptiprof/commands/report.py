@@ -38,6 +38,11 @@ def register(sub) -> None:
 
 def run(args) -> int:
     if args.list:
+        given = [o for o, v in (("FILE", args.file), ("--by", args.by), ("--top", args.top),
+                                ("--steps", args.steps), ("--html", args.html)) if v is not None]
+        if given:   # a user expecting that file's reports would get the catalogue instead
+            raise UsageError(f"--list lists the reports and reads no file; leave out "
+                             f"{', '.join(given)}, or --list")
         return list_reports(args.format)
     if not args.file:
         raise UsageError("report needs a FILE (or --list)")

@@ -61,6 +61,9 @@ def run(args) -> int:
         if args.output is not None:
             raise UsageError("--overhead measures runs with and without profiling and writes no "
                              "file; leave out -o")
+        if args.no_report:
+            raise UsageError("--overhead prints its measurement and no report, so --no-report "
+                             "changes nothing; leave it out")
         repeat = 3 if args.repeat is None else args.repeat
         if repeat < 1:
             raise UsageError(f"--repeat {repeat}: must be at least 1")
