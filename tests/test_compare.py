@@ -629,6 +629,9 @@ def test_reports_count_a_step_without_gpu_work_as_compare_does(tmp_path, capsys)
     assert by_step[3]["busy_ms"] == by_step[4]["gpu_window_ms"] == 0
     med = (busy[1] + busy[2]) / 2
     assert by_step[1]["busy_vs_median_pct"] == pytest.approx(100 * (by_step[1]["busy_ms"] / med - 1))
+    # the empty steps are on the device the process worked on, 100% below its median
+    assert {by_step[s]["device_id"] for s in by_step} == {0}
+    assert by_step[3]["busy_vs_median_pct"] == by_step[4]["busy_vs_median_pct"] == -100
 
 
 def test_real_trace_with_an_empty_step_reports_both_steps(shared_traces, tmp_path, capsys):
@@ -643,6 +646,7 @@ def test_real_trace_with_an_empty_step_reports_both_steps(shared_traces, tmp_pat
     steps = {r["step"]: r for r in json.loads(capsys.readouterr().out)}
     assert set(steps) == {1009, 1010} and steps[1010]["busy_ms"] == 0
     assert steps[1009]["busy_vs_median_pct"] == pytest.approx(100.0)
+    assert steps[1010]["busy_vs_median_pct"] == -100 and steps[1010]["device_id"] == steps[1009]["device_id"]
     html = tmp_path / "t.html"
     assert main(["report", str(test), "--html", str(html)]) == 0
     page = html.read_text()

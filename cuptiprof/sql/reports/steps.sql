@@ -43,7 +43,8 @@ WITH optot AS (
     LEFT JOIN syncs y ON y.run_id = p.run_id AND y.pid = p.pid AND y.step IS NOT DISTINCT FROM p.step
           AND y.device_id IS NOT DISTINCT FROM p.device_id
 ), joined AS (
-    SELECT coalesce(p.run_id, h.run_id) AS run_id, coalesce(p.pid, h.pid) AS pid, p.device_id,
+    SELECT coalesce(p.run_id, h.run_id) AS run_id, coalesce(p.pid, h.pid) AS pid,
+           coalesce(p.device_id, z.device_id) AS device_id,
            coalesce(p.step, h.step) AS step,
            (h.end_ns - h.start_ns) / 1e6 AS host_ms,
            coalesce(p.ge - p.gs, z.zero) / 1e6 AS gpu_window_ms,
@@ -57,10 +58,11 @@ WITH optot AS (
     FROM gpu p
     LEFT JOIN strings s ON s.string_id = p.top.name_id
     FULL OUTER JOIN sel_steps h ON h.run_id = p.run_id AND h.pid = p.pid AND h.step = p.step
-    -- a step without GPU work of a process that records some: a step of 0
-    LEFT JOIN (SELECT DISTINCT run_id, pid, step, 0 AS zero FROM sel_step_busy WHERE busy_ns = 0
-               AND window_ns = 0) z ON p.run_id IS NULL AND z.run_id = h.run_id AND z.pid = h.pid
-                                    AND z.step = h.step
+    -- a step without GPU work of a process that records some: a step of 0 on each device the
+    -- process worked on, so that it has a median to be measured against
+    LEFT JOIN (SELECT DISTINCT run_id, pid, device_id, step, 0 AS zero FROM sel_step_busy
+               WHERE busy_ns = 0 AND window_ns = 0) z
+           ON p.run_id IS NULL AND z.run_id = h.run_id AND z.pid = h.pid AND z.step = h.step
 ), med AS (   -- each device's median complete step, steps without GPU work counting 0
     SELECT run_id, pid, device_id, median(busy_ns) FILTER (WHERE NOT cut) / 1e6 AS busy_median_ms
     FROM sel_step_busy GROUP BY ALL
