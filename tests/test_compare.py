@@ -647,6 +647,11 @@ def test_real_trace_with_an_empty_step_reports_both_steps(shared_traces, tmp_pat
     assert set(steps) == {1009, 1010} and steps[1010]["busy_ms"] == 0
     assert steps[1009]["busy_vs_median_pct"] == pytest.approx(100.0)
     assert steps[1010]["busy_vs_median_pct"] == -100 and steps[1010]["device_id"] == steps[1009]["device_id"]
+    assert main(["report", str(test), "--by", "step_range", "--format", "json"]) == 0
+    by_range = json.loads(capsys.readouterr().out)
+    assert {r["step"] for r in by_range} == {1009, 1010}
+    assert [r for r in by_range if r["step"] == 1010] == [
+        {"step": 1010, "range": None, "gpu_calls": 0, "gpu_ms": 0, "pct_step": None}]
     html = tmp_path / "t.html"
     assert main(["report", str(test), "--html", str(html)]) == 0
     page = html.read_text()

@@ -580,7 +580,8 @@ def _by_step(per: dict, cut: set) -> list:
 def _steps_by_range(profile, cut: set, what: str = "GPU", steps: Sequence = ()) -> str:
     """Each step as a stacked bar of the GPU work under the innermost of the program's ranges;
     `steps`: the steps of the Steps plot, each a bar here too (one without GPU work: empty)."""
-    rows = [r for r in _dicts(profile.report("step_ranges")) if r["step"] is not None]
+    rows = [r for r in _dicts(profile.report("step_ranges"))
+            if r["step"] is not None and r["range"] is not None]   # (a step without work: empty)
     total: dict = {}
     for r in rows:
         total[r["range"]] = total.get(r["range"], 0.0) + (r["gpu_ms"] or 0.0)
