@@ -558,6 +558,36 @@ def test_steps_of_a_recorded_run_survive_a_round_trip(tmp_path):
                                ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync")}
 
 
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_rows_without_a_recorded_launch_call_keep_their_step(tmp_path, monkeypatch, native):
+    """A row whose launching call is not in the file (a run recorded without `api`, a sync's
+    call) has its step from the collector; the importer reads a step off the launching call, so
+    without one the export must say the step itself, or per-step totals change on a round
+    trip (and `--steps` would export rows that import back in no step)."""
+    from cuptiprof.synthetic import write_synthetic
+
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    src = write_synthetic(tmp_path / "s.duckdb", steps=3, kernels_per_step=20, seed=1, warmup=1)
+    per_step = ("SELECT kind, step, count(*), sum(end_ns - start_ns) FROM gpu_activities "
+                "WHERE {} GROUP BY ALL ORDER BY ALL")
+    orig = duckdb.connect(str(src), read_only=True)
+    uncalled = ("SELECT count(*) FROM gpu_activities g WHERE step IS NOT NULL AND NOT EXISTS "
+                "(SELECT 1 FROM api_calls c WHERE c.correlation_id = g.correlation_id)")
+    assert orig.execute(uncalled).fetchone()[0] > 0   # what this is about
+    for steps, where in ((None, "TRUE"), ("2:3", "step BETWEEN 2 AND 3")):
+        out, back = tmp_path / f"{steps}.json.gz", tmp_path / f"{steps}.duckdb"
+        with cuptiprof.open(src, steps=steps) as prof:
+            export_chrome(prof, out)
+        import_traces([out], back)
+        con = duckdb.connect(str(back), read_only=True)
+        assert con.execute(per_step.format("TRUE")).fetchall() == \
+            orig.execute(per_step.format(where)).fetchall()
+        con.close()
+    # a row with its call in the export takes the call's step: nothing more is written on it
+    ev = load_trace(tmp_path / "None.json.gz")["traceEvents"]
+    assert all("cuptiprof step" not in e["args"] for e in ev if e.get("cat") == "kernel")
+
 def _no_gpu_run(path: Path) -> Path:
     """A run without a GPU, as `cuptiprof run` writes it: every op a range of kind 'op' (one
     inside another), the ops that do the work also kernels on device -1 over the op's own

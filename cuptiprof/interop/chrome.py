@@ -12,7 +12,9 @@ lets the importer take them apart again (Kineto readers ignore it).
 
 Steps are written as `ProfilerStep#N` ranges (torch.profiler's name, which the importer reads as
 steps), whatever the program called them. A warm-up step is not one: it keeps its name, with
-args `"cuptiprof kind": "warmup"` and `"cuptiprof step"` that the importer reads back.
+args `"cuptiprof kind": "warmup"` and `"cuptiprof step"` that the importer reads back. A GPU
+row whose launching call is not in the export (a run recorded without API calls, a sync) says
+its step in `"cuptiprof step"` too: the importer takes a row's step from its launching call.
 
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would
@@ -204,22 +206,30 @@ _OTHER_END = {"api_calls": "gpu_activities", "kernels": "api_calls", "memcpys": 
               "memsets": "api_calls", "syncs": "api_calls"}
 
 
-def _flow_end(table: str, where: str) -> str:
+def _other_end(table: str, where: str) -> str:
+    """Whether the row's partner (its launching call, or a call's GPU row) is in the export."""
     other = _OTHER_END.get(table)
     if other is None:
         return "FALSE"
-    return ("(correlation_id IS NOT NULL AND row_number() OVER (PARTITION BY run_id, pid, "
-            "correlation_id ORDER BY start_ns, end_ns) = 1 AND EXISTS (SELECT 1 FROM "
-            f"{other} o WHERE o.run_id IS NOT DISTINCT FROM _r.run_id AND o.pid IS NOT DISTINCT "
-            f"FROM _r.pid AND o.correlation_id = _r.correlation_id AND {where}))")
+    return (f"(correlation_id IS NOT NULL AND EXISTS (SELECT 1 FROM {other} o WHERE o.run_id IS "
+            "NOT DISTINCT FROM _r.run_id AND o.pid IS NOT DISTINCT FROM _r.pid AND "
+            f"o.correlation_id = _r.correlation_id AND {where}))")
+
+
+def _flow_end(table: str) -> str:
+    if _OTHER_END.get(table) is None:
+        return "FALSE"
+    return ("(_call AND row_number() OVER (PARTITION BY run_id, pid, correlation_id "
+            "ORDER BY start_ns, end_ns) = 1)")
 
 
 def _scoped(table: str, where: str, pids: _Pids) -> str:
-    """FROM clause: the table's rows in scope (with `_fl`, see _flow_end), with the process
-    index where several. Several processes' ids are moved apart (index * 2^32), or one
-    process's flows and links would join another's rows that carry the same number."""
-    src = (f"(SELECT *, {_flow_end(table, where)} AS _fl FROM {table} _r WHERE {where}) "
-           f"_t{pids.join()}")
+    """FROM clause: the table's rows in scope (with `_call`, see _other_end, and `_fl`, see
+    _flow_end), with the process index where several. Several processes' ids are moved apart
+    (index * 2^32), or one process's flows and links would join another's rows that carry the
+    same number."""
+    src = (f"(SELECT *, {_flow_end(table)} AS _fl FROM (SELECT *, {_other_end(table, where)} "
+           f"AS _call FROM {table} _r WHERE {where}) _r) _t{pids.join()}")
     if pids.single or not _IDS.get(table, _GPU_IDS):
         return src
     moved = ", ".join(f"{c} + coalesce(p_idx, 0) * {_ID_STRIDE} AS {c}"
@@ -383,9 +393,12 @@ def _gpu(source: str, base: int, pids: _Pids, cat: str, name: _Sql, extra: tuple
     stream as recorded; the track of a row without one is -1)."""
     cols = {**_times(base), "_pid": pids.gpu_sql("device_id"), "_stream": stream,
             "_track": f"coalesce({stream}, -1)"}
+    # A row whose launching call is not in the export (API calls not recorded, or a sync's)
+    # says its step, which the importer would otherwise take from that call.
     args = _obj(("device", _val("device_id")), ("context", _val("context_id")),
                 ("stream", _val("_stream")), ("correlation", _val("correlation_id")),
-                ("External id", _val("op_id")), *extra)
+                ("External id", _val("op_id")), *extra,
+                _optional("cuptiprof step", "step IS NOT NULL AND NOT _call", _val("step")))
     event = _x(cat, name, _val("_pid"), _val("_track"), args)
     return _select(source, cols, event, _flow("f", _val("_pid"), _val("_track"), ("bp", "e")))
 

@@ -778,6 +778,7 @@ class KinetoFile:
         G.add_col("correlation_id", *self._arg(rows, "correlation"))
         if self.links:
             G.add_col("ext", *self._arg(rows, "ext_id"))
+            G.add_col("xstep", *self._arg(rows, "xstep"))
         if what == "kernel":
             for k in ("grid", "block"):
                 for j, xyz in enumerate("xyz"):
@@ -828,7 +829,8 @@ class KinetoFile:
             cols.update(link(np.where(corr_ok, corr, -1),
                              (cpu, stream, get("start_ns") + base, get("end_ns") + base)
                              if table == "kernels" and cpu.any() else None,
-                             (get("ext"), get("ext?", bool)) if self.links else None))
+                             (get("ext"), get("ext?", bool)) if self.links else None,
+                             _step_arg(G, lo, hi) if self.links else None))
             if table == "kernels":  # a dictionary of kernel names only (they get demangled)
                 cols["name"] = _names(ids, names)
                 for k in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
@@ -928,7 +930,8 @@ class KinetoFile:
         launched = np.zeros(len(c_step), bool)   # calls with GPU rows: their steps are not empty
         ops_at: dict | None = None
 
-        def link(g: np.ndarray, cpu: tuple | None = None, ext: tuple | None = None) -> dict:
+        def link(g: np.ndarray, cpu: tuple | None = None, ext: tuple | None = None,
+                 xstep: np.ndarray | None = None) -> dict:
             nonlocal ops_at
             call = np.full(len(g), -1, np.int64)
             if len(corr_sorted):
@@ -960,6 +963,10 @@ class KinetoFile:
                 v, ok = ext
                 o = by_ext(v, ok)
                 op = np.where(o >= 0, o, np.where(ok, op, -1))
+            if xstep is not None:
+                # cuptiprof's export: the step as recorded, written on a row whose launching
+                # call is not in the trace (where the call is, its step is the row's)
+                step = np.where(found | (xstep < 0), step, xstep)
             return {"step": _null_neg(step, pa.int32()),
                     "range_id": _opt(rng), "op_id": _opt(op)}
 
@@ -1139,11 +1146,12 @@ _PH_X, _PH_I, _PH_M = 0, 1, 2  # ids in KinetoFile.small, interned first
 _TRIM: list = []
 
 
-def _step_arg(cols: "_Cols") -> np.ndarray:
-    """The "cuptiprof step" arg of each row, -1 where absent: a value no step column holds
-    (beyond 32 bits, from another writer or an edit) is taken as absent, not a failed import."""
-    v = cols.get("xstep")
-    return np.where(cols.get("xstep?", bool) & (v > -2**31) & (v < 2**31), v, -1)
+def _step_arg(cols: "_Cols", lo: int = 0, hi: int | None = None) -> np.ndarray:
+    """The "cuptiprof step" arg of each row (of rows lo:hi), -1 where absent: a value no step
+    column holds (beyond 32 bits, from another writer or an edit) is taken as absent, not a
+    failed import."""
+    v = cols.get("xstep")[lo:hi]
+    return np.where(cols.get("xstep?", bool)[lo:hi] & (v > -2**31) & (v < 2**31), v, -1)
 
 
 def claim_pid(used: set[int], pid: int) -> int:
