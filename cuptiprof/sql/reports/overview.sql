@@ -6,8 +6,8 @@
 -- devices: device names seen
 -- processes: processes recorded
 -- steps: distinct steps with GPU work or a step range
--- kernels: kernel rows in the file (all steps)
--- memcpys: memcpy rows in the file
+-- kernels: kernel rows in the whole file, whatever the scope (rows of no step included; the kinds and steps reports count those in scope)
+-- memcpys: memcpy rows in the whole file, whatever the scope
 -- gpu_ms: summed GPU work in scope
 -- busy_ms: union of GPU work intervals in scope (per device and step, summed)
 -- command: what was profiled
