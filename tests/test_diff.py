@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -243,3 +247,29 @@ def test_idle_rising_from_0_is_a_regression(tmp_path, capsys):
     # below --min-ms it is only slower; the other way round, idle fell to 0
     assert statuses(diff(a, b, 5, min_ms=1.0))[("kind", "idle")] == "slower"
     assert main(["diff", str(b), str(a), "--fail-above", "5"]) == 0
+
+
+def test_regression_exit_survives_a_reader_that_went_away(tmp_path):
+    """`cuptiprof diff ... | head` in a CI step under pipefail: the reader closing the pipe must
+    not turn a found regression into exit 0 (the gate would pass)."""
+    a = make_run(tmp_path / "a.duckdb", noise=0.01, seed=1)
+    ops = dict(BASE_OPS)
+    ops[SOFTMAX] = (200.0, 2, "aten::softmax")
+    b = make_run(tmp_path / "b.duckdb", ops=ops, noise=0.01, seed=2)
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for fmt, files, code in (("table", (a, b), 1), ("json", (a, b), 1), ("csv", (a, b), 1),
+                             ("markdown", (a, b), 1), ("table", (a, a.with_name("c.duckdb")), 0)):
+        if not files[1].exists():
+            shutil.copyfile(a, files[1])
+        r, w = os.pipe()
+        os.close(r)   # the reader is gone before the first byte: every write fails with EPIPE
+        try:
+            p = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", *map(str, files),
+                                "--fail-above", "5", "--format", fmt, "--all"],
+                               stdout=w, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+        finally:
+            os.close(w)
+        assert p.returncode == code, (fmt, p.stderr)
+        assert "Traceback" not in p.stderr and "Exception" not in p.stderr
+        assert ("regression(s)" in p.stderr) == bool(code)
