@@ -273,3 +273,39 @@ def test_regression_exit_survives_a_reader_that_went_away(tmp_path):
         assert p.returncode == code, (fmt, p.stderr)
         assert "Traceback" not in p.stderr and "Exception" not in p.stderr
         assert ("regression(s)" in p.stderr) == bool(code)
+
+
+def _quantized_run(path, softmax_us):
+    """A run from a trace with microsecond timestamps: per step one 500 us GEMM and one softmax
+    of softmax_us[step] whole microseconds."""
+    k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
+    t = 1_000_000
+    for s, us in enumerate(softmax_us):
+        for name, dur in ((GEMM_H100, 500_000), (SOFTMAX, us * 1000)):
+            for c, v in (("start_ns", t), ("end_ns", t + dur), ("step", s), ("name", name),
+                         ("stream_id", 7), ("device_id", 0)):
+                k[c].append(v)
+            t += dur
+        t += 10_000
+    with Writer(path, RunInfo(source="kineto")) as w:
+        w.append({"kernels": k})
+    return path
+
+
+def test_a_median_flipping_between_two_common_step_times_is_noise(tmp_path, capsys):
+    """Two runs of one program traced at microsecond resolution: the softmax takes 7 or 8 us,
+    7 in most of BASE's steps and 8 in most of NEW's. Over half the steps share a value, so the
+    MAD of each file is 0 and the median's flip read as a 14% regression with no noise band:
+    NEW's median is within BASE's upper quartile, so it is noise. A real 2x slowdown still fails,
+    and --sigmas 0 (no noise judgement) still fails on any slowdown beyond PCT."""
+    a = _quantized_run(tmp_path / "a.duckdb", [7, 7, 8, 7, 8, 7, 7, 8, 7, 8])
+    b = _quantized_run(tmp_path / "b.duckdb", [8, 8, 7, 8, 7, 8, 8, 7, 8, 7])
+    res = diff(a, b, 5)
+    row = next(r for r in res.items.to_pylist() if r["item"] == SOFTMAX)
+    assert (row["base_ms"], row["new_ms"]) == (0.007, 0.008)
+    assert row["status"] == "slower" and not res.failed
+    assert main(["diff", str(a), str(b), "--fail-above", "5"]) == 0
+    assert "no regression" in capsys.readouterr().out
+    slow = _quantized_run(tmp_path / "slow.duckdb", [15, 14, 15, 14, 14, 15, 14, 15, 14, 14])
+    assert statuses(diff(a, slow, 5))[("op", SOFTMAX)] == "regression"
+    assert statuses(diff(a, b, 5, sigmas=0))[("op", SOFTMAX)] == "regression"

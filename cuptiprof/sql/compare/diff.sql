@@ -8,18 +8,26 @@
 -- delta_pct: 100 * delta_ms / base_ms
 -- noise_ms: $sigmas * 1.4826 * sqrt(base_mad_ms^2 + new_mad_ms^2): the step-to-step noise of both files, in robust standard deviations
 -- allowed_ms: base_ms * $pct / 100 + noise_ms: how much slower NEW may be
--- status: 'regression' (delta_ms > allowed_ms and delta_ms >= $min_ms; for the step and kinds also from a BASE of 0, where an op is 'new'), 'slower' (within the allowance), 'faster', 'same', 'new' (only in NEW), 'gone' (only in BASE), 'duplicate' (a regression of a kind whose time is exactly one op key's in both files, e.g. kind 'memcpy HtoD' and op 'Memcpy HtoD': listed and counted once, as that op)
+-- status: 'regression' (delta_ms > allowed_ms and delta_ms >= $min_ms and, unless $sigmas is 0, new_ms above BASE's upper quartile of the time per step; for the step and kinds also from a BASE of 0, where an op is 'new'), 'slower' (within the allowance), 'faster', 'same', 'new' (only in NEW), 'gone' (only in BASE), 'duplicate' (a regression of a kind whose time is exactly one op key's in both files, e.g. kind 'memcpy HtoD' and op 'Memcpy HtoD': listed and counted once, as that op)
 WITH b AS (SELECT * FROM cmp_items WHERE run = 0), n AS (SELECT * FROM cmp_items WHERE run = 1),
 j AS (
     SELECT coalesce(b.item_type, n.item_type) AS item_type, coalesce(b.item, n.item) AS item,
            coalesce(b.key_type, n.key_type) AS key_type,
-           b.ms AS base_ms, n.ms AS new_ms, b.mad_ms AS base_mad_ms, n.mad_ms AS new_mad_ms
+           b.ms AS base_ms, n.ms AS new_ms, b.mad_ms AS base_mad_ms, n.mad_ms AS new_mad_ms, b.p75_ms AS base_p75_ms
     FROM b FULL OUTER JOIN n ON n.item_type = b.item_type AND n.item = b.item
 ), v AS (
     SELECT *, new_ms - base_ms AS delta_ms, 100.0 * (new_ms - base_ms) / nullif(base_ms, 0) AS delta_pct,
            $sigmas * 1.4826 * sqrt(coalesce(base_mad_ms, 0) ^ 2 + coalesce(new_mad_ms, 0) ^ 2) AS noise_ms
     FROM j
 ), a AS (SELECT *, base_ms * $pct / 100.0 + noise_ms AS allowed_ms FROM v),
+-- Beyond the allowance, and (within the noise judgement) NEW's median above the upper quartile of
+-- BASE's steps: where over half the steps of a file take the same time (a trace with microsecond
+-- timestamps, idle time with or without one gap as two streams race) the MAD is 0, and the median
+-- of a second run of the same program can land on the other common value; NEW's typical step
+-- within BASE's own upper quarter is then noise, not a slowdown. For smooth noise this never
+-- decides: the band is some 4 robust sigmas wide, the upper quartile 0.67 sigmas above the median.
+o AS (SELECT *, delta_ms > allowed_ms AND delta_ms >= $min_ms
+                AND ($sigmas = 0 OR new_ms > coalesce(base_p75_ms, 0)) AS over FROM a),
 -- A kind and an op key made of the same rows in both files (every copy of a direction is one op,
 -- 'Memcpy HtoD'; a single kernel name is the kernel kind; under --by range one op may launch all
 -- the copies) have the same times and the same verdict: one slowdown would count twice. The op
@@ -34,18 +42,17 @@ pairs AS (
     WHERE (SELECT count(*) FROM pairs q WHERE q.kitem = p.kitem) = 1
       AND (SELECT count(*) FROM pairs q WHERE q.key = p.key) = 1
 ), t AS (
-    SELECT a.*, coalesce(item_type = 'kind' AND item IN (SELECT kitem FROM twins), FALSE) AS twin FROM a
+    SELECT o.*, coalesce(item_type = 'kind' AND item IN (SELECT kitem FROM twins), FALSE) AS twin FROM o
 )
 SELECT item_type, item, key_type, base_ms, new_ms, delta_ms, delta_pct, noise_ms, allowed_ms,
        CASE WHEN base_ms IS NULL THEN 'new'
             WHEN new_ms IS NULL THEN 'gone'
-            WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms > 0
-                 AND twin THEN 'duplicate'
-            WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms > 0 THEN 'regression'
+            WHEN over AND base_ms > 0 AND twin THEN 'duplicate'
+            WHEN over AND base_ms > 0 THEN 'regression'
             -- a metric (the step's window, a kind, idle) that BASE holds at 0 and NEW beyond the
             -- allowance got slower: the noise band still applies; an op at 0 per step is as new
-            WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms = 0 AND item_type <> 'op' THEN 'regression'
-            WHEN delta_ms > allowed_ms AND delta_ms >= $min_ms AND base_ms = 0 THEN 'new'
+            WHEN over AND base_ms = 0 AND item_type <> 'op' THEN 'regression'
+            WHEN over AND base_ms = 0 THEN 'new'
             WHEN delta_ms > 0 AND delta_ms > noise_ms THEN 'slower'
             WHEN delta_ms < -allowed_ms AND -delta_ms >= $min_ms THEN 'faster'
             ELSE 'same' END AS status
