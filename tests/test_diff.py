@@ -309,3 +309,24 @@ def test_a_median_flipping_between_two_common_step_times_is_noise(tmp_path, caps
     slow = _quantized_run(tmp_path / "slow.duckdb", [15, 14, 15, 14, 14, 15, 14, 15, 14, 14])
     assert statuses(diff(a, slow, 5))[("op", SOFTMAX)] == "regression"
     assert statuses(diff(a, b, 5, sigmas=0))[("op", SOFTMAX)] == "regression"
+
+
+def test_runs_on_another_gpu_or_that_did_not_complete_are_named(tmp_path, capsys):
+    """A CI pool with mixed GPUs, or a NEW run whose program crashed after a few steps: the
+    verdict rests on something other than the change, and the output says so."""
+    a = make_run(tmp_path / "a.duckdb", seed=1)
+    other = make_run(tmp_path / "a100.duckdb", seed=2, device="NVIDIA A100-SXM4-80GB")
+    assert main(["diff", str(a), str(other), "--fail-above", "5", "--format", "json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert ("note: BASE ran on NVIDIA H100 80GB HBM3 and NEW on NVIDIA A100-SXM4-80GB: a gate "
+            "compares runs on the same GPU (`cuptiprof compare --by family` compares GPUs)") in notes
+    crashed = make_run(tmp_path / "crashed.duckdb", seed=3, steps=2)
+    with duckdb.connect(str(crashed)) as con:
+        con.execute("UPDATE runs SET status = 'failed'")
+    assert main(["diff", str(a), str(crashed), "--fail-above", "5"]) == 0
+    out = capsys.readouterr().out
+    assert ("note: NEW (crashed.duckdb) is a run that did not complete (failed); only its 2 "
+            "complete steps are compared") in out
+    assert "BASE ran on" not in out
+    assert main(["diff", str(a), str(make_run(tmp_path / "b.duckdb", seed=4)), "--fail-above", "5"]) == 0
+    assert "note:" not in capsys.readouterr().out
