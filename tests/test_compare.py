@@ -713,3 +713,16 @@ def test_work_launched_in_no_range_during_a_warm_up_step_is_warm_up(tmp_path):
         assert cmp.runs[0].outside == () and cmp.runs[1].outside == ()
         n, of, share = cmp.runs[2].outside
         assert (n, of) == (1, 3) and share > 0.9   # warm-up work counts on neither side
+
+
+def test_a_merged_files_label_follows_the_order_of_its_runs(tmp_path):
+    """The label of a merged file joined its runs' labels in hash order: the same file could
+    head a comparison as 'b+a' one day and 'a+b' the next."""
+    from cuptiprof.store.merge import merge_files
+
+    names = ["zeta", "alpha", "mu", "kappa", "beta"]
+    parts = [make_run(tmp_path / f"{n}.duckdb", label=n, seed=i) for i, n in enumerate(names)]
+    merge_files(parts, tmp_path / "all.duckdb")
+    merge_files(parts[::-1], tmp_path / "rev.duckdb")
+    with Comparison([tmp_path / "all.duckdb", tmp_path / "rev.duckdb"]) as cmp:
+        assert [r.label for r in cmp.runs] == ["+".join(names), "+".join(names[::-1])]

@@ -190,8 +190,11 @@ class Comparison:
             r.incomplete = con.execute(
                 f"SELECT count(DISTINCT subject) FROM {db}.data_quality WHERE check_name = '{STEP_INCOMPLETE}'"
             ).fetchone()[0] if r.has_steps else 0
-            labels = con.execute(f"SELECT string_agg(DISTINCT label, '+'), string_agg(DISTINCT source, '+') "
-                                 f"FROM {db}.runs").fetchone()
+            # in run order (a merge's order of inputs), not hash order: the same file, the same label
+            labels = con.execute(
+                "SELECT (SELECT string_agg(label, '+' ORDER BY f) FROM (SELECT label, min(run_id) f "
+                f"FROM {db}.runs GROUP BY label)), (SELECT string_agg(source, '+' ORDER BY f) FROM "
+                f"(SELECT source, min(run_id) f FROM {db}.runs GROUP BY source))").fetchone()
             r.label, r.sources = labels[0] or r.path.stem, labels[1] or ""
             r.devices = con.execute(
                 f"SELECT string_agg(DISTINCT name, ', ' ORDER BY name) FROM {db}.devices "
