@@ -70,3 +70,38 @@ def test_exec_goes_on_counting_steps(tmp_path, path):
     assert q(out, "SELECT count FROM data_quality WHERE check_name = 'process_exec'") == [(2,)]
     assert q(out, "SELECT count(*) FROM data_quality WHERE check_name IN "
                   "('steps_short', 'process_ended_early')") == [(0,)]
+
+
+@pytest.mark.parametrize("how", ["popen_env", "popen_env_by_position", "execve_env"])
+def test_a_python_started_with_an_environment_of_its_own_is_profiled(tmp_path, how):
+    """A helper started with a clean environment (subprocess's env=, os.execve) left cuptiprof's
+    variables behind and went unprofiled without a word; CUPTIPROF_DISABLE in that environment
+    still keeps a process out."""
+    p = script(tmp_path, f"""
+        import os, subprocess, sys, cuptiprof
+        how = {how!r}
+        if sys.argv[1:] == ["child"]:
+            for i in range(2, 4):
+                with cuptiprof.step(i):
+                    sum(range(1000))
+            sys.exit(0)
+        clean = {{"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.environ["PYTHONPATH"].split(os.pathsep)[-1]}}
+        with cuptiprof.step(0):
+            sum(range(1000))
+        off = dict(clean, CUPTIPROF_DISABLE="1")
+        subprocess.run([sys.executable, __file__, "child"], env=off, check=True)   # stays out
+        if how == "popen_env":
+            subprocess.run([sys.executable, __file__, "child"], env=clean, check=True)
+        elif how == "popen_env_by_position":
+            subprocess.Popen([sys.executable, __file__, "child"], -1, None, None, None, None, None,
+                             True, False, None, clean).wait()
+        else:
+            sys.stdout.flush()
+            os.execve(sys.executable, [sys.executable, __file__, "child"], clean)
+    """, name="envs.py")
+    r = cli(["run", "-o", "e.duckdb", "--no-report", "--", PY, p], tmp_path, CUDA_VISIBLE_DEVICES="")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "e.duckdb"
+    got = q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step' GROUP BY pid ORDER BY 1")
+    # the parent's step 0, and one helper's steps 2 and 3 (an exec goes on in the same process)
+    assert got == ([([0, 2, 3],)] if how == "execve_env" else [([0],), ([2, 3],)]), r.stderr

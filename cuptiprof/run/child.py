@@ -72,6 +72,7 @@ def activate() -> None:
     _install_sigterm()
     os.register_at_fork(after_in_child=_after_fork)
     _install_exec()
+    _when_imported("subprocess", _carry_env_in_popen)
 
 
 def _open_recording(s: S.ChildSettings, parts: str, state: dict | None) -> None:
@@ -124,11 +125,11 @@ def _exec_wrapper(orig, with_env: bool):
         raw = json.dumps(state)
         saved = os.environ.get(S.EXEC_STATE)
         if with_env and rest:
-            env = dict(rest[0])
+            env = dict(S.carry_env(rest[0]))
             env[S.EXEC_STATE] = raw
             rest = (env,) + tuple(rest[1:])
         elif with_env and "env" in kw:
-            kw = dict(kw, env={**kw["env"], S.EXEC_STATE: raw})
+            kw = dict(kw, env={**S.carry_env(kw["env"]), S.EXEC_STATE: raw})
         else:
             os.environ[S.EXEC_STATE] = raw
         try:
@@ -142,6 +143,26 @@ def _exec_wrapper(orig, with_env: bool):
             raise
     exec_wrapper.__cuptiprof_exec__ = True
     return exec_wrapper
+
+
+def _carry_env_in_popen(subprocess) -> None:
+    """subprocess.Popen(env=...) with an environment of the program's own (a helper started
+    with a clean environment) kept cuptiprof's variables out, and that Python went unprofiled
+    without a word: they are added to it (S.carry_env)."""
+    popen = subprocess.Popen
+    init = popen.__init__
+    if getattr(init, "__cuptiprof_env__", False):
+        return
+
+    @functools.wraps(init)
+    def __init__(self, args, *rest, **kw):
+        if kw.get("env") is not None:
+            kw["env"] = S.carry_env(kw["env"])
+        elif len(rest) > 9 and rest[9] is not None:     # env given by position
+            rest = (*rest[:9], S.carry_env(rest[9]), *rest[10:])
+        init(self, args, *rest, **kw)
+    __init__.__cuptiprof_env__ = True
+    popen.__init__ = __init__
 
 
 def _close_for_exec() -> dict | None:

@@ -85,3 +85,23 @@ def child_env(base: Mapping[str, str], settings: ChildSettings, parts_dir: str,
     if settings.gpu is False and KINETO_LOG_LEVEL not in env:
         env[KINETO_LOG_LEVEL] = "6"
     return env
+
+
+def carry_env(env: Mapping) -> Mapping:
+    """The environment a profiled process gives a program it starts (subprocess's env=,
+    os.execve), with cuptiprof's variables and the bootstrap on PYTHONPATH added where it left
+    them out: a Python started with an environment of its own is profiled as every other one.
+    Unchanged where nothing profiles this process, or where the environment chooses for itself
+    (it carries cuptiprof's settings, or DISABLE)."""
+    boot = os.environ.get(BOOTSTRAP_DIR)
+    if not boot or SETTINGS not in os.environ or SETTINGS in env or DISABLE in env \
+            or any(isinstance(k, bytes) for k in env):   # bytes keys: left as the program made them
+        return env
+    out = dict(env)
+    for key in (SETTINGS, PARTS_DIR, BOOTSTRAP_DIR, NVTX_INJECTION, FAKE_CUPTI, KINETO_LOG_LEVEL):
+        if key in os.environ and key not in out:
+            out[key] = os.environ[key]
+    paths = out.get("PYTHONPATH", "")
+    if boot not in paths.split(os.pathsep):
+        out["PYTHONPATH"] = boot + (os.pathsep + paths if paths else "")
+    return out
