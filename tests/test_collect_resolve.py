@@ -369,7 +369,7 @@ def test_a_launch_in_a_range_begun_before_the_steps_takes_the_step_open_at_its_l
     while a step runs: its launches were claimed by a range of no step and kept a NULL step;
     they take the step open at their launch, as launches in no range do. The range keeps its
     own (no) step, and work launched in it outside every step stays unclaimed."""
-    go, done = threading.Event(), threading.Event()
+    before, go, done = threading.Event(), threading.Event(), threading.Event()
 
     def body(f):
         def worker(kind):
@@ -379,6 +379,7 @@ def test_a_launch_in_a_range_begun_before_the_steps_takes_the_step_open_at_its_l
             if r:
                 r.__enter__()
             f.launch_kernel(f"{kind}_before")
+            before.set()
             go.wait()
             f.launch_kernel(f"{kind}_in_step")
             done.set()
@@ -388,9 +389,10 @@ def test_a_launch_in_a_range_begun_before_the_steps_takes_the_step_open_at_its_l
                 f.nvtx_pop()
 
         for kind in ("nvtx", "range"):
-            go.clear(), done.clear()
+            before.clear(), go.clear(), done.clear()
             t = threading.Thread(target=worker, args=(kind,))
             t.start()
+            before.wait()   # the range and its first launch come before the step
             with cuptiprof.range("step", step=7 if kind == "nvtx" else 8):
                 go.set()
                 done.wait()
