@@ -4,12 +4,22 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
+
+# The signal tests end programs by SIGINT, SIGTERM and SIGHUP, as a terminal or a scheduler
+# does. A suite started with one of them ignored (nohup, a background job of a script) hands
+# that on to every program it starts, and an ignored signal stays ignored there (cuptiprof keeps
+# nohup's choice, as Python keeps an ignored SIGINT): the tests hung or ran on. Restore them.
+for _sig, _default in ((signal.SIGINT, signal.default_int_handler),
+                       (signal.SIGTERM, signal.SIG_DFL), (signal.SIGHUP, signal.SIG_DFL)):
+    if signal.getsignal(_sig) is signal.SIG_IGN:
+        signal.signal(_sig, _default)
 
 
 def _has_gpu() -> bool:
