@@ -155,6 +155,21 @@ def test_family_key_matches_gemms_of_different_gpus(tmp_path):
         assert mm[0]["key_type"] == "op" and mm[1]["ratio"] == pytest.approx(4.0, rel=0.01)
 
 
+def test_per_step_medians_are_computed_once_per_key_choice(tmp_path):
+    # compare --html and diff read compare_ops ten times or more; as a view each read redid the
+    # per-step medians over keys x steps rows (seconds each on a run of thousands of steps)
+    a = make_run(tmp_path / "h100.duckdb", ops={GEMM_H100: (400.0, 4, "aten::mm")})
+    b = make_run(tmp_path / "t4.duckdb", ops={GEMM_T4: (1600.0, 4, "aten::mm")}, device="Tesla T4", peaks=False)
+    with Comparison([a, b], by="op") as c:
+        kind = c.con.execute("SELECT table_type FROM information_schema.tables "
+                             "WHERE table_name = 'compare_ops'").fetchall()[0][0]
+        assert kind != "VIEW"
+        assert {r["key"] for r in rows(c.ops()) if r["kind"] == "kernel"} == {GEMM_H100, GEMM_T4}
+        c.set_by("family")   # the stored rows follow the key chosen, not the first one
+        assert {r["key"] for r in rows(c.ops()) if r["kind"] == "kernel"} == {"gemm"}
+        assert {r["item"] for r in rows(c.items()) if r["item_type"] == "op"} >= {"gemm"}
+
+
 def test_kind_split_sees_the_copy_move_direction(pair):
     with Comparison(pair) as c:
         k = {(r["run"], r["kind"], r["detail"]): r for r in rows(c.kinds())}

@@ -341,7 +341,9 @@ class Comparison:
         key, key_type = _KEYS[by]
         sql = catalog.compare_sql("keyed").replace("{key}", key).replace("{key_type}", key_type)
         self.con.execute(f"CREATE OR REPLACE TEMP VIEW cmp_keyed AS {sql}")
-        self.con.execute(f"CREATE OR REPLACE TEMP VIEW compare_ops AS {catalog.compare_sql('ops')}")
+        # a table, not a view: the side-by-side table, the plots, the notes and diff each read it,
+        # and a view would redo the per-step medians (keys x steps rows) for every one of them
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE compare_ops AS {catalog.compare_sql('ops')}")
         self.con.execute(f"CREATE OR REPLACE TEMP VIEW cmp_items AS {catalog.compare_sql('items')}")
         self.con.execute(f"CREATE OR REPLACE TEMP VIEW compare_throughput AS "
                          f"{catalog.compare_sql('throughput')}")
