@@ -306,6 +306,27 @@ def test_timeline_of_a_busy_step_keeps_every_lane_and_the_whole_step(tmp_path, d
     assert len(text) < 200_000
 
 
+def test_timeline_of_a_step_with_many_lanes_is_thinned_as_a_whole(tmp_path):
+    # 40 devices of 300 ops: no lane passes the per-lane cap, but one box per op made a page of
+    # tens of MB for 64 ranks or hundreds of streams; the step as a whole is capped
+    from cuptiprof.render.html import TIMELINE_STEP_OPS
+    devices, kernels = 40, 300
+    db = tmp_path / "wide.duckdb"
+    assert main(["import", str(_kineto_trace(tmp_path / "wide.json", devices=devices, kernels=kernels)),
+                 "-o", str(db)]) == 0
+    out = tmp_path / "wide.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    svgs = _timeline_svgs(out.read_text())
+    assert len(svgs) == 2
+    for svg in svgs.values():
+        assert [f"dev {d} stream 7" for d in range(devices)] == re.findall(r">(dev \d+ stream 7)<", svg)
+        assert _axis_ms(svg) == pytest.approx((kernels - 1) * 0.010 + 0.005)
+        boxes = re.findall(r'<rect x="[\d.]+" y="\d+" width="[\d.]+" height="18" fill="#4c78a8"', svg)
+        assert devices <= len(boxes) <= TIMELINE_STEP_OPS + devices
+        assert f"more than {TIMELINE_STEP_OPS:,} ops" in svg
+        assert f"{devices * kernels:,} ops as {len(boxes):,} box" in svg
+
+
 # -- what the file holds ----------------------------------------------------------------------
 def _cpu_run(path: Path) -> Path:
     """A run recorded without a GPU, as `cuptiprof run` writes it: torch.profiler's CPU ops as

@@ -530,11 +530,14 @@ class Comparison:
         self.close()
 
 
-def step_timeline(profile, step: int, pixels: int = 960, lane_ops: int = 2000) -> duckdb.DuckDBPyRelation:
+def step_timeline(profile, step: int, pixels: int = 960, lane_ops: int = 2000,
+                  step_ops: int = 5000) -> duckdb.DuckDBPyRelation:
     """GPU work of one step of an open Profile, one row per op, except in a lane of more than
-    `lane_ops` ops, where ops less than one of `pixels` apart are one row
+    `lane_ops` ops, where ops less than one of `pixels` apart are one row, and in a step of
+    more than `step_ops` ops, where every lane is thinned to about `step_ops` rows in all
     (sql/compare/timeline.sql)."""
-    return profile.sql(catalog.compare_sql("timeline"), params=[int(step), int(pixels), int(lane_ops)])
+    return profile.sql(catalog.compare_sql("timeline"),
+                       params=[int(step), int(pixels), int(lane_ops), int(step_ops)])
 
 
 def cpu_time(profile) -> duckdb.DuckDBPyRelation:

@@ -31,6 +31,10 @@ TIMELINE_W, TIMELINE_LABEL_W = 1100, 130   # pixels: the whole plot, the lane la
 # Ops a timeline lane draws one by one; a busier lane draws ops less than a pixel apart as one
 # box, which keeps the page small for steps of any size while every lane and the whole step show.
 TIMELINE_LANE_OPS = 2000
+# Ops a step's timeline draws one by one in all: a step of many processes or streams (64 ranks,
+# hundreds of streams) has every lane thinned, so that each embedded step stays about this many
+# boxes (hundreds of kB) instead of one box per op (tens of MB, a page the browser hangs on).
+TIMELINE_STEP_OPS = 5000
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
@@ -258,6 +262,7 @@ def timeline(rows: Sequence[dict], width: int = TIMELINE_W, processes: Sequence[
         y += lane_h + 4
     h = y + 20
     merged_ops = boxes = 0
+    merge_px = max((r.get("merge_px") or 0) for r in rows)
     for r in rows:
         lane = (r["run_id"], r["pid"], r["device_id"], r["stream_id"])
         x = label_w + plot_w * (r["start_ns"] - origin[lane[:2]]) / span
@@ -282,7 +287,14 @@ def timeline(rows: Sequence[dict], width: int = TIMELINE_W, processes: Sequence[
     out.append(f'<text x="{label_w}" y="{h - 6}">0</text>'
                f'<text x="{width - 10}" y="{h - 6}" text-anchor="end">{span / 1e6:.3f} ms</text></svg>')
     svg = f'<svg class="plot" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img">' + "".join(out)
-    if merged_ops:
+    if merged_ops and merge_px > 1:
+        svg += (f'<p class="note thinned">Thinned: this step has more than {TIMELINE_STEP_OPS:,} ops, '
+                f"so in every lane ops less than {merge_px:.0f} pixels apart are drawn as one box "
+                f"({merged_ops:,} ops as {boxes:,} {'box' if boxes == 1 else 'boxes'}, coloured by the "
+                "longest op, paler where the GPU was idle between them); hover a box for its count, "
+                "or export the step (<code>cuptiprof export FILE --chrome OUT.json.gz --steps N</code>) "
+                "to see each op. Every lane and the whole step are shown.</p>")
+    elif merged_ops:
         svg += (f'<p class="note thinned">Thinned: in lanes of more than {TIMELINE_LANE_OPS:,} ops, ops '
                 f"less than a pixel apart are drawn as one box ({merged_ops:,} ops as {boxes:,} "
                 f'{"box" if boxes == 1 else "boxes"}, coloured by the longest op, paler where the '
@@ -622,7 +634,8 @@ def _timelines(profile, step_ids: list, median_step, step_timeline, timeline_pro
                      ((k, c) for k, c in KIND_COLORS.items() if k not in ("sync", "idle")))]
     processes = _dicts(timeline_processes(profile))
     for s in chosen:
-        rows = _dicts(step_timeline(profile, s, TIMELINE_W - TIMELINE_LABEL_W - 10, TIMELINE_LANE_OPS))
+        rows = _dicts(step_timeline(profile, s, TIMELINE_W - TIMELINE_LABEL_W - 10, TIMELINE_LANE_OPS,
+                                     TIMELINE_STEP_OPS))
         parts.append(f'<div class="timeline" data-step="{esc(s)}">{timeline(rows, processes=processes)}</div>')
     return "".join(parts)
 
