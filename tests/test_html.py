@@ -519,19 +519,29 @@ def test_a_very_long_range_name_is_cut_in_the_legend(tmp_path):
 
 
 def test_thousands_of_steps_fit_the_page_width(tmp_path):
-    """3,000 steps: one column each, all inside a plot as wide as the page, not 10 pixels a step."""
+    """3,000 steps: inside a plot as wide as the page, not 10 pixels a step; more steps than
+    the plot has pixels are drawn as bars of consecutive steps (a column a third of a pixel
+    wide could not be seen or hovered, and 10,000 steps made pages of tens of MB), each step in
+    exactly one bar, the spike of each bar named in its tooltip."""
+    from cuptiprof.render.html import PLOT_COLUMNS
     db = tmp_path / "many.duckdb"
     assert main(["import", str(_kineto_trace(tmp_path / "many.json", kernels=2, steps=3000, every_us=2.0)),
                  "-o", str(db)]) == 0
     out = tmp_path / "many.html"
     assert main(["report", str(db), "--html", str(out)]) == 0
-    section = out.read_text().split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
-    width = int(re.search(r'<svg class="plot" width="(\d+)"', section).group(1))
-    assert width <= 1000, width
-    cols = re.findall(r'<g><title>(\d+) \|[^<]*</title><rect x="([\d.]+)" y="[\d.]+" width="([\d.e-]+)"', section)
-    assert [int(s) for s, _, _ in cols] == list(range(3000))
-    xs = [float(x) for _, x, _ in cols]
-    assert xs == sorted(xs) and xs[-1] + float(cols[-1][2]) <= width
+    for plot in ("Steps",):
+        section = out.read_text().split(f"<h2>{plot}</h2>", 1)[1].split("<h2>", 1)[0]
+        width = int(re.search(r'<svg class="plot" width="(\d+)"', section).group(1))
+        assert width <= 1000, width
+        cols = re.findall(r'<g><title>steps (\d+)\u2013(\d+) \((\d+) steps\), mean per step \| slowest: step '
+                          r'(\d+)[^<]*</title><rect x="([\d.]+)" y="[\d.]+" width="([\d.e-]+)"', section)
+        assert len(cols) == 750 <= PLOT_COLUMNS   # 4 steps a bar
+        covered = [s for a, b, n, _, _, _ in cols for s in range(int(a), int(b) + 1)]
+        assert covered == list(range(3000))
+        assert all(int(n) == int(b) - int(a) + 1 == 4 and int(a) <= int(w) <= int(b) for a, b, n, w, _, _ in cols)
+        xs = [float(x) for *_, x, _ in cols]
+        assert xs == sorted(xs) and xs[-1] + float(cols[-1][5]) <= width
+        assert "3,000 steps, more than the page has pixels: each bar is the mean per step of 4" in section
 
 
 def test_report_html_of_a_light_run_plots_host_times(tmp_path):
@@ -652,6 +662,23 @@ def test_step_numbers_under_the_columns_are_never_cut():
     # a name is still cut
     assert [t for _, t in _column_labels(stacked_columns([("a_long_label", {"kernel": 1.0})]))] \
         == ["a_long_\u2026"]
+
+
+def test_a_bar_of_many_steps_is_their_mean_and_names_the_slowest():
+    from cuptiprof.render.html import stacked_columns
+    cols = [(str(i), {"kernel": 1.0, "idle": 1.0}) for i in range(2000)]
+    cols[1234] = ("1234*", {"kernel": 31.0, "idle": 1.0})   # a spike, ended early
+    svg = stacked_columns(cols)
+    tips = re.findall(r"<g><title>([^<]*)</title>", svg)
+    assert len(tips) == 667 and svg.count("<rect") == 2 * 667   # 3 steps a bar
+    spike = next(t for t in tips if t.startswith("steps 1233\u20131235"))
+    assert spike == ("steps 1233\u20131235 (3 steps), mean per step | slowest: step 1234*, 32.000 ms"
+                     " | kernel: 11.000 ms | memcpy: 0 ms | memset: 0 ms | sync: 0 ms | idle: 1.000 ms")
+    assert tips[-1].startswith("steps 1998\u20131999 (2 steps)")
+    # labelled by its first step, starred as a step ended early is
+    from cuptiprof.render.html import PARTS, _buckets
+    labels = [label for label, _ in _buckets(cols, PARTS, "ms")[0]]
+    assert labels[411:413] == ["1233*", "1236"] and labels[0] == "0"
 
 
 @pytest.mark.parametrize("n", [12, 40, 300])

@@ -152,6 +152,7 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
     colors = colors or KIND_COLORS
     if not columns:
         return '<p class="note">(nothing to plot)</p>'
+    columns, tips, note = _buckets(columns, parts, unit)
     n = len(columns)
     # a step number (starred where cut short) is shown whole, a name cut to 8 characters
     labels = [label if _STEP_LABEL.fullmatch(str(label)) else _short(label, 8) for label, _ in columns]
@@ -174,7 +175,7 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
     for i, (label, d) in enumerate(columns):
         x = round(60 + i * slot, 2)
         y = height - 28
-        tip = [f"{label}"] + [f"{p}: {fmt_value(d.get(p) or 0)} {unit}" for p in parts]
+        tip = [tips[i] if tips else f"{label}"] + [f"{p}: {fmt_value(d.get(p) or 0)} {unit}" for p in parts]
         out.append(f'<g><title>{esc(" | ".join(tip))}</title>')
         for p in parts:
             v = d.get(p) or 0
@@ -189,7 +190,38 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
             out.append(f'<text x="{x + col_w / 2:.1f}" y="{height - 14}" text-anchor="middle">'
                        f'{esc(labels[i])}</text>')
     out.append("</svg>")
-    return "".join(out) + _legend((p, colors.get(p, "#888")) for p in parts)
+    return "".join(out) + _legend((p, colors.get(p, "#888")) for p in parts) + note
+
+
+PLOT_COLUMNS = 860   # columns a stacked plot draws at most: about one pixel each across the page
+
+
+def _buckets(columns: Sequence[tuple[str, dict]], parts: Sequence[str], unit: str):
+    """Steps beyond PLOT_COLUMNS (a decode loop of thousands) drawn as runs of consecutive
+    steps, each bar the run's mean: (columns, a tooltip per column or None, a note).
+    Narrower than a pixel, one column a step could be neither seen nor hovered, and made pages
+    of many MB; the tooltip names each run's slowest column, so a spike is not averaged away."""
+    n = len(columns)
+    if n <= PLOT_COLUMNS:
+        return columns, None, ""
+    k = math.ceil(n / PLOT_COLUMNS)
+    out, tips = [], []
+    for i in range(0, n, k):
+        run = columns[i:i + k]
+        totals = [sum((d.get(p) or 0) for p in parts) for _, d in run]
+        slow = max(range(len(run)), key=totals.__getitem__)
+        mean = {p: sum((d.get(p) or 0) for _, d in run) / len(run) for p in parts}
+        first, last = str(run[0][0]), str(run[-1][0])
+        # a starred step (ended early) keeps its star on the run's label
+        label = first.rstrip("*") + ("*" if any(str(c).endswith("*") for c, _ in run) else "")
+        out.append((label, mean))
+        tips.append(f"steps {first}\u2013{last} ({len(run)} steps), mean per step | slowest: step "
+                    f"{run[slow][0]}, {fmt_value(totals[slow])} {unit}")
+    note = (f'<p class="note buckets">{n:,} steps, more than the page has pixels: each bar is the mean '
+            f"per step of {k} consecutive steps (the last bar of {n - (len(out) - 1) * k}), labelled by "
+            "its first step; hover a bar for its steps and the slowest of them. <code>cuptiprof report "
+            "FILE --by step</code> lists every step.</p>")
+    return out, tips, note
 
 
 def _clock_origins(windows: dict) -> dict:
