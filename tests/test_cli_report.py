@@ -55,6 +55,23 @@ def test_report_summary_table(run_file):
     assert "\x1b[" not in r.stdout  # piped: plain text, no terminal escapes
 
 
+def test_report_summary_of_many_steps_shows_a_few_and_counts_the_rest(tmp_path):
+    # a decode loop of thousands of steps printed one summary line per step and device
+    from cuptiprof.commands.report import SUMMARY_STEP_ROWS
+    f = write_synthetic(tmp_path / "loop.duckdb", steps=SUMMARY_STEP_ROWS + 7, kernels_per_step=12,
+                        seed=1, devices=1, n_names=5, api=False)
+    r = cli("report", f)
+    assert r.returncode == 0, r.stderr
+    steps = r.stdout.split("\nsteps:", 1)[1].split("\nstep_spread:", 1)[0]
+    rows = [ln for ln in steps.splitlines()[3:] if ln.strip() and not ln.startswith("...")]
+    assert len(rows) == SUMMARY_STEP_ROWS
+    assert f"... 7 more rows: `cuptiprof report {f} --by step` prints every step" in steps
+    r = cli("report", f, "--by", "step", "--format", "csv")   # asked for: every step
+    assert len(r.stdout.strip().splitlines()) == 1 + SUMMARY_STEP_ROWS + 7
+    r = cli("report", f, "--format", "json")   # machine-read: whole
+    assert len(json.loads(r.stdout)["reports"]["steps"]) == SUMMARY_STEP_ROWS + 7
+
+
 @pytest.mark.parametrize("by,first_col", [("op", "name"), ("step", "run_id"), ("device", "run_id"),
                                           ("kind", "kind"), ("stream", "run_id")])
 def test_report_by_csv(run_file, by, first_col):

@@ -18,6 +18,9 @@ BY = {"op": "ops", "step": "steps", "device": "devices", "kind": "kinds", "strea
 SUMMARY = ("overview", "ops", "ranges", "kinds", "steps", "step_spread", "quality")
 # Left out of a summary where they have no rows (a program without ranges of its own).
 OPTIONAL = ("ranges", "quality")
+# Rows of the steps report a summary prints (a decode loop has thousands of steps, per device):
+# the rest are counted in a line; --by step prints them all, step_spread sums them up.
+SUMMARY_STEP_ROWS = 20
 
 
 def register(sub) -> None:
@@ -26,8 +29,8 @@ def register(sub) -> None:
     p.add_argument("--by", choices=sorted(BY), help="one breakdown (default: a summary of several; "
                    "with --html, the page is written and this breakdown printed as well)")
     p.add_argument("--top", type=top_rows, default=None,
-                   help="rows per breakdown (default: 15 for ops; overview, kinds and quality "
-                        "are shown whole)")
+                   help="rows per breakdown (default: 15 for ops; a summary's steps: the first "
+                        "20 rows, the rest counted; overview, kinds and quality are shown whole)")
     p.add_argument("--steps", help="steps to include: A:B (inclusive), A:, :B or N")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report with plots "
@@ -83,7 +86,16 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
         if name in OPTIONAL and len(names) > 1 and not rel.limit(1).fetchall():
             continue
         doc = catalog.report_doc(name)
+        more = 0
+        if name == "steps" and len(names) > 1 and fmt in ("table", "markdown") and not top:
+            more = rel.count("*").fetchall()[0][0] - SUMMARY_STEP_ROWS
+            if more > 0:
+                rel = rel.limit(SUMMARY_STEP_ROWS)
         render(rel, fmt, out=out, title=f"{name}: {doc.summary}" if fmt != "csv" else None)
+        if more > 0:
+            file = f" {prof.path}" if prof.path else ""
+            out.write(f"... {more:,} more rows: `cuptiprof report{file} --by step` prints every step "
+                      f"(step_spread below sums them up)\n\n")
         if fmt == "csv" and len(names) > 1:
             out.write("\n")
 
