@@ -72,6 +72,24 @@ def test_report_summary_of_many_steps_shows_a_few_and_counts_the_rest(tmp_path):
     assert len(json.loads(r.stdout)["reports"]["steps"]) == SUMMARY_STEP_ROWS + 7
 
 
+def test_long_names_that_share_their_start_stay_apart_in_a_table():
+    # CUTLASS / Triton kernels and module paths often share far more than the 70 characters a
+    # table cell shows: cut at the end, every row read the same
+    import pyarrow as pa
+    from cuptiprof.render.table import render
+    stem = ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, "
+            "int>, cutlass::gemm::collective::CollectiveMma<cutlass::gemm::MainloopSm90TmaGmma")
+    names = [stem + f"<{k}, cute::C<{t}> >, Epilogue<variant_{v}> >(Params)"
+             for k, t, v in [(2, 64, 1), (2, 64, 10), (2, 128, 1), (3, 64, 1)]]
+    names += [names[0], "short_kernel"]   # the same name twice stays the same
+    out = io.StringIO()
+    render(pa.table({"name": names, "ms": [1.0] * len(names)}), "table", out=out, max_width=70)
+    cells = [ln[:70].rstrip() for ln in out.getvalue().splitlines()[2:] if ln.strip()]
+    assert len(cells) == 6 and all(len(c) <= 70 for c in cells)
+    assert len(set(cells[:4])) == 4 and cells[4] == cells[0] and cells[5] == "short_kernel"
+    assert all(c.startswith("void cutlass::device_ke\u2026") for c in cells[:4])   # its head, then where it parts
+
+
 @pytest.mark.parametrize("by,first_col", [("op", "name"), ("step", "run_id"), ("device", "run_id"),
                                           ("kind", "kind"), ("stream", "run_id")])
 def test_report_by_csv(run_file, by, first_col):

@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import math
+import os
 import re
 import sys
 from typing import Any, Iterable, Sequence
@@ -100,6 +101,8 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
     if quiet:
         cols, rows = _quiet(cols, rows)
     cells = [[_shorten(fmt_value(v), max_width) for v in r] for r in rows]
+    for i in range(len(cols)):
+        _keep_apart(rows, cells, i, max_width)
     if _is_tty(out):
         from rich.console import Console
         from rich.table import Table
@@ -140,6 +143,33 @@ def _numeric(rows, i) -> bool:
 
 def _shorten(s: str, n: int) -> str:
     return s if len(s) <= n else s[: n - 1] + "\u2026"
+
+
+def _keep_apart(rows, cells, i: int, n: int) -> None:
+    """Cells of column i cut to the same text from different names (thousands of CUTLASS or
+    Triton kernels, module paths, that share their first n characters) are cut around where
+    each name parts from the names nearest it instead: the head, then the part that tells it
+    apart."""
+    full: dict[str, set] = {}
+    for r, c in zip(rows, cells):
+        if isinstance(r[i], str) and c[i] != fmt_value(r[i]):
+            full.setdefault(c[i], set()).add(fmt_value(r[i]))
+    head = n // 3
+    for shown, names in full.items():
+        if len(names) < 2:
+            continue
+        srt = sorted(names)
+        lcp = [len(os.path.commonprefix(pair)) for pair in zip(srt, srt[1:])]
+        alt = {}
+        for j, name in enumerate(srt):
+            at = max(lcp[j - 1] if j else 0, lcp[j] if j < len(lcp) else 0)
+            start = max(head, at - 8)   # a little of what it shares, then where it differs
+            piece = name[start:start + n - head - 2]
+            alt[name] = (name[:head] + "\u2026" + piece
+                         + ("\u2026" if start + len(piece) < len(name) else ""))
+        for r, c in zip(rows, cells):
+            if c[i] == shown and isinstance(r[i], str):
+                c[i] = alt[fmt_value(r[i])]
 
 
 def _is_tty(out) -> bool:
