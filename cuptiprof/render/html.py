@@ -295,6 +295,7 @@ def timeline(rows: Sequence[dict], width: int = TIMELINE_W, processes: Sequence[
     h = y + 20
     merged_ops = boxes = 0
     merge_px = max((r.get("merge_px") or 0) for r in rows)
+    step_ops = sum((r.get("ops") or 1) for r in rows)
     for r in rows:
         lane = (r["run_id"], r["pid"], r["device_id"], r["stream_id"])
         x = label_w + plot_w * (r["start_ns"] - origin[lane[:2]]) / span
@@ -319,9 +320,10 @@ def timeline(rows: Sequence[dict], width: int = TIMELINE_W, processes: Sequence[
     out.append(f'<text x="{label_w}" y="{h - 6}">0</text>'
                f'<text x="{width - 10}" y="{h - 6}" text-anchor="end">{span / 1e6:.3f} ms</text></svg>')
     svg = f'<svg class="plot" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img">' + "".join(out)
-    if merged_ops and merge_px > 1:
+    if merged_ops and step_ops > TIMELINE_STEP_OPS:
         svg += (f'<p class="note thinned">Thinned: this step has more than {TIMELINE_STEP_OPS:,} ops, '
-                f"so in every lane ops less than {merge_px:.0f} pixels apart are drawn as one box "
+                f"so in every lane ops less than {merge_px:.0f} pixel{'s' if merge_px >= 1.5 else ''} "
+                "apart are drawn as one box "
                 f"({merged_ops:,} ops as {boxes:,} {'box' if boxes == 1 else 'boxes'}, coloured by the "
                 "longest op, paler where the GPU was idle between them); hover a box for its count, "
                 "or export the step (<code>cuptiprof export FILE --chrome OUT.json.gz --steps N</code>) "
