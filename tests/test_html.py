@@ -283,12 +283,13 @@ def test_timeline_processes_of_one_job_share_the_clock():
     assert "own first op" in svg
 
 
-@pytest.mark.parametrize("devices,kernels", [(1, 8000), (3, 2500)])
-def test_timeline_of_a_busy_step_keeps_every_lane_and_the_whole_step(tmp_path, devices, kernels):
-    db = tmp_path / "busy.duckdb"
-    assert main(["import", str(_kineto_trace(tmp_path / "busy.json", devices=devices, kernels=kernels)),
+def _step_timelines(tmp_path, devices: int, kernels: int) -> tuple[str, dict]:
+    """The report page of a one-step trace of `kernels` kernels on each of `devices` devices,
+    and its two timelines, each checked to keep every lane and the whole step."""
+    db = tmp_path / "steps.duckdb"
+    assert main(["import", str(_kineto_trace(tmp_path / "steps.json", devices=devices, kernels=kernels)),
                  "-o", str(db)]) == 0
-    out = tmp_path / "busy.html"
+    out = tmp_path / "steps.html"
     assert main(["report", str(db), "--html", str(out)]) == 0
     text = out.read_text()
     svgs = _timeline_svgs(text)
@@ -297,6 +298,13 @@ def test_timeline_of_a_busy_step_keeps_every_lane_and_the_whole_step(tmp_path, d
         assert [f"dev {d} stream 7" for d in range(devices)] == re.findall(r">(dev \d+ stream 7)<", svg)
         # the axis ends at the step's last kernel: kernels every 10 us, 5 us long
         assert _axis_ms(svg) == pytest.approx((kernels - 1) * 0.010 + 0.005)
+    return text, svgs
+
+
+@pytest.mark.parametrize("devices,kernels", [(1, 8000), (3, 2500)])
+def test_timeline_of_a_busy_step_keeps_every_lane_and_the_whole_step(tmp_path, devices, kernels):
+    text, svgs = _step_timelines(tmp_path, devices, kernels)
+    for svg in svgs.values():
         # drawn in a bounded number of boxes (pale: the GPU is idle half the time), and said so
         boxes = re.findall(r'<rect x="[\d.]+" y="\d+" width="[\d.]+" height="18" fill="#4c78a8"'
                            r'( fill-opacity="([\d.]+)")?>', svg)
@@ -311,16 +319,8 @@ def test_timeline_of_a_step_with_many_lanes_is_thinned_as_a_whole(tmp_path, devi
     # no lane passes the per-lane cap, but one box per op made a page of tens of MB for 64
     # ranks or hundreds of streams; the step as a whole is capped, and the note says so
     from cuptiprof.render.html import TIMELINE_STEP_OPS
-    db = tmp_path / "wide.duckdb"
-    assert main(["import", str(_kineto_trace(tmp_path / "wide.json", devices=devices, kernels=kernels)),
-                 "-o", str(db)]) == 0
-    out = tmp_path / "wide.html"
-    assert main(["report", str(db), "--html", str(out)]) == 0
-    svgs = _timeline_svgs(out.read_text())
-    assert len(svgs) == 2
+    _, svgs = _step_timelines(tmp_path, devices, kernels)
     for svg in svgs.values():
-        assert [f"dev {d} stream 7" for d in range(devices)] == re.findall(r">(dev \d+ stream 7)<", svg)
-        assert _axis_ms(svg) == pytest.approx((kernels - 1) * 0.010 + 0.005)
         boxes = re.findall(r'<rect x="[\d.]+" y="\d+" width="[\d.]+" height="18" fill="#4c78a8"', svg)
         assert devices <= len(boxes) <= TIMELINE_STEP_OPS + devices
         assert f"this step has more than {TIMELINE_STEP_OPS:,} ops" in svg
