@@ -140,6 +140,14 @@ def test_parquet_datasets_read_as_one_table(tmp_path_factory, tmp_path):
     assert (out / "runs" / "data_0.parquet").exists()
 
 
+def chrome_round_trip(src: Path, out: Path, back: Path) -> Path:
+    """Export `src` to the Chrome trace `out`, import that into `back`."""
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    import_traces([out], back)
+    return back
+
+
 def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "cuptiprof", *map(str, args)], capture_output=True, text=True)
 
@@ -674,9 +682,7 @@ def test_memory_events_survive_a_round_trip(tmp_path):
                                       "time_ns": [t + 5, t + 900_007 + i], "operation": ["alloc", "free"],
                                       "bytes": [4096 * (i + 1)] * 2, "memory_kind": ["device"] * 2}})
         out, back = tmp_path / f"mem{len(pids)}.json.gz", tmp_path / f"back{len(pids)}.duckdb"
-        with cuptiprof.open(src) as prof:
-            export_chrome(prof, out)
-        import_traces([out], back)
+        chrome_round_trip(src, out, back)
         con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
         want = orig.execute(mem).fetchall()
         assert len(want) == 2 * len(pids) and con.execute(mem).fetchall() == want
@@ -775,9 +781,7 @@ def test_a_round_trip_keeps_op_links_that_time_would_change(tmp_path):
                         "op_id": i64([2, None, 2]), "start_ns": [t + 60_000, t + 70_000, t + 80_000],
                         "end_ns": [t + 65_000, t + 75_000, t + 85_000]}})
     out, back = tmp_path / "ops.json.gz", tmp_path / "back.duckdb"
-    with cuptiprof.open(src) as prof:
-        export_chrome(prof, out)
-    import_traces([out], back)
+    chrome_round_trip(src, out, back)
     con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
     for t, sql in _LINKS.items():
         assert con.execute(sql).fetchall() == orig.execute(sql).fetchall(), t
@@ -805,9 +809,7 @@ def test_range_domains_survive_a_round_trip(tmp_path_factory, tmp_path, fake_run
     cases = [(src, doms), (mine, doms), (fake_run[0], doms.replace("name, ", ""))]
     for i, (path, sql) in enumerate(cases):
         out, back = tmp_path / f"{i}.json.gz", tmp_path / f"{i}.duckdb"
-        with cuptiprof.open(path) as prof:
-            export_chrome(prof, out)
-        import_traces([out], back)
+        chrome_round_trip(path, out, back)
         con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, path))
         want = orig.execute(sql).fetchall()
         if path == src:
