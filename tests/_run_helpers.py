@@ -38,6 +38,18 @@ def popen(args, cwd: Path, **extra) -> subprocess.Popen:
                             env=env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Wait until the program started by `proc` writes `path` (it has got where a test acts)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"exited early: {proc.communicate()}")
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
 def q(path: Path, sql: str) -> list:
     con = duckdb.connect(str(path), read_only=True)
     try:

@@ -20,7 +20,7 @@ import duckdb
 import pytest
 
 import hostile_corpus as H
-from _run_helpers import q
+from _run_helpers import q, wait_for
 from conftest import report_tally
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,15 +78,6 @@ def one_line(stderr: str, *words: str) -> str:
     for w in words:
         assert w.lower() in lines[0].lower(), (w, lines[0])
     return lines[0]
-
-
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"exited early: {proc.communicate()}")
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
 
 
 STEPS = """

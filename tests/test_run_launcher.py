@@ -4,11 +4,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 
 import pytest
 
-from _run_helpers import cli, one_line_error, popen, q, script
+from _run_helpers import cli, one_line_error, popen, q, script, wait_for
 
 PY = sys.executable
 
@@ -100,10 +99,7 @@ def test_signals_are_forwarded(tmp_path, sig):
         time.sleep(60)
     """)
     proc = popen(["run", "-o", "s.duckdb", "--no-report", "--", PY, p], tmp_path)
-    deadline = time.time() + 60
-    while not ready.exists() and time.time() < deadline:
-        time.sleep(0.05)
-    assert ready.exists()
+    wait_for(ready, proc)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, err
@@ -347,10 +343,7 @@ def test_sighup_is_forwarded_and_the_file_written(tmp_path):
             time.sleep(60)
     """)
     proc = popen(["run", "-o", "h.duckdb", "--no-report", "--", PY, p], tmp_path)
-    deadline = time.time() + 60
-    while not ready.exists() and time.time() < deadline:
-        time.sleep(0.05)
-    assert ready.exists()
+    wait_for(ready, proc)
     proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGHUP, err
