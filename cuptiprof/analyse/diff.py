@@ -14,10 +14,11 @@ the steps take the same time (a trace with microsecond timestamps; idle time wit
 gap, as two streams race): the MAD is then 0, and the median of a second run of the same program
 may land on the other common value, which BASE's own upper quarter of steps already holds.
 Items found only in NEW are listed as 'new' and items only in BASE as 'gone'; neither fails the
-check by itself (a renamed kernel would otherwise count twice), but their time shows in the step and kind totals. An op at 0 per
-step in BASE is 'new' too; the step window or a kind (idle) rising from 0 beyond the allowance
-is a regression. A kind made of exactly one op key's rows in both files (kind 'memcpy HtoD' and
-op 'Memcpy HtoD') regresses once, as that op: the kind's row says 'duplicate'.
+check by itself (a renamed kernel would otherwise count twice), but their time shows in the
+step and kind totals. An op at 0 per step in BASE is 'new' too; the step window or a kind
+(idle) rising from 0 beyond the allowance is a regression. A kind made of exactly one op key's
+rows in both files (kind 'memcpy HtoD' and op 'Memcpy HtoD') regresses once, as that op: the
+kind's row says 'duplicate'.
 """
 from __future__ import annotations
 
