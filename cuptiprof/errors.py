@@ -8,6 +8,7 @@ Exit statuses (documented in README.md):
 """
 from __future__ import annotations
 
+import os
 import re
 
 
@@ -67,3 +68,13 @@ def storage_error(exc: Exception, path: str | None = None) -> str:
     if "orrupt" in msg or "checksum" in msg:
         return f"{where}the file is damaged ({msg[:200]}); it cannot be read in full"
     return msg[:300]
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A number of seconds from the environment variable `name`; `default` where it is unset,
+    not a number or negative (a tuning knob: a typo must not stop the profiled program)."""
+    try:
+        v = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return v if v >= 0 else default

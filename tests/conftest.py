@@ -71,3 +71,8 @@ def report_line(request, line: str) -> None:
     if tr is not None:
         with cap.global_and_fixture_disabled() if cap else contextlib.nullcontext():
             tr.write_line(line)
+
+# The collector flushes at a step's end at most once a second (CUPTIPROF_FLUSH_EVERY_S): tests
+# that kill or interrupt a run after some steps count on every step having been flushed at its
+# end, so the suite flushes at every step; tests of the time floor itself set it again.
+os.environ.setdefault("CUPTIPROF_FLUSH_EVERY_S", "0")

@@ -63,6 +63,42 @@ def test_fewer_steps_than_asked_is_said(tmp_path):
     assert q(p, "SELECT count FROM data_quality WHERE check_name = 'steps_short'") == [(2,)]
 
 
+def test_steps_shorter_than_the_flush_interval_share_one_flush(tmp_path, monkeypatch):
+    """Each flush synchronizes the GPU and commits (some 15 ms however little it holds): at
+    every step's end it doubled a loop of 10 ms steps. A step's end flushes only once
+    flush_every_s has passed since the last flush; stop() still writes every step."""
+    f = FakeCupti()
+    p = tmp_path / "o.duckdb"
+    monkeypatch.setenv("CUPTIPROF_FLUSH_EVERY_S", "3600")
+    s = Session(p, steps=None, source=f, quiet=True).start()
+    assert s.flush_every_s == 3600
+    for i in range(5):
+        with cuptiprof.step(i):
+            f.launch_kernel("k")
+    assert s.flushes == 0 and s.writer.rows_written.get("kernel_rows", 0) == 0
+    assert [c for c in f.calls if c[0] == "synchronize"] == []   # the GPU was left to run ahead
+    s.stop()
+    assert q(p, "SELECT step, count(*) FROM kernels GROUP BY step ORDER BY step") == [(i, 1) for i in range(5)]
+    # with no interval, every step's end flushes
+    s2 = Session(tmp_path / "t.duckdb", steps=None, source=FakeCupti(), quiet=True,
+                 flush_every_s=0).start()
+    with cuptiprof.step(0):
+        pass
+    assert s2.flushes == 1
+    s2.stop()
+
+
+@pytest.mark.parametrize("value,seconds", [("junk", 1.0), ("-2", 1.0), ("0.25", 0.25), (None, 1.0)])
+def test_the_flush_interval_comes_from_the_environment(tmp_path, monkeypatch, value, seconds):
+    if value is None:
+        monkeypatch.delenv("CUPTIPROF_FLUSH_EVERY_S", raising=False)
+    else:
+        monkeypatch.setenv("CUPTIPROF_FLUSH_EVERY_S", value)
+    assert Session(tmp_path / "e.duckdb", source=FakeCupti(), quiet=True).flush_every_s == seconds
+    with pytest.raises(UsageError, match="flush_every_s must be a number of seconds"):
+        Session(tmp_path / "e.duckdb", source=FakeCupti(), quiet=True, flush_every_s=-1)
+
+
 def test_flush_after_synchronize_at_each_step_and_ordered_stop(tmp_path):
     f = FakeCupti()
     p = tmp_path / "o.duckdb"

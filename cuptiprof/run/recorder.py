@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from cuptiprof import ranks
+from cuptiprof.errors import env_seconds
 from cuptiprof.forking import keep_forever
 from cuptiprof.run.settings import ChildSettings
 
@@ -80,7 +81,7 @@ class Recorder:
         self.step_now = None                   # the collector's current step, when it has the steps
         # torch.profiler hands its ops over only when stopped: it is cycled at a step's end, at
         # most this often (each cycle costs tens of ms of host time between steps)
-        self.ops_every_s = _env_seconds("CUPTIPROF_OPS_EVERY_S", 1.0)
+        self.ops_every_s = env_seconds("CUPTIPROF_OPS_EVERY_S", 1.0)
         self._prof_thread = None               # the thread that started it (cycled there only)
         self.op_steps: set = set()             # recorded steps with ops written
         self._prof_since = 0.0
@@ -473,14 +474,6 @@ def _all_threads() -> dict:
         return {"experimental_config": _ExperimentalConfig(profile_all_threads=True)}
     except (ImportError, TypeError):   # a torch without it: the starting thread's ops only
         return {}
-
-
-def _env_seconds(name: str, default: float) -> float:
-    try:
-        v = float(os.environ.get(name, default))
-    except ValueError:
-        return default
-    return v if v >= 0 else default
 
 
 # Child ops that do no work of their own: an op whose children are all of these is still the
