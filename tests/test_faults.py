@@ -586,3 +586,24 @@ def test_old_new_and_damaged_files_through_every_command(damaged, tmp_path):
     assert not bad, bad
     # a temporary file of a failed command would carry a dot prefix
     assert not [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("every_s,kept", [("0", [0, 1, 2]), ("3600", [])])
+def test_a_light_run_commits_its_steps_at_most_as_often_as_asked(tmp_path, every_s, kept, tally):
+    """--light writes ranges and logs only; a commit at every step's end (some 15 ms however
+    little it holds) slowed short steps. A step's end commits once CUPTIPROF_FLUSH_EVERY_S has
+    passed since the last commit, so a kill loses at most that long of steps."""
+    p = script(tmp_path, """
+        import os, signal, cuptiprof
+        for i in range(4):
+            with cuptiprof.range("step", step=i):
+                sum(range(1000))
+            if i == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    r = cli(["run", "-o", "l.duckdb", "--no-report", "--light", "--", PY, p], tmp_path,
+            CUPTIPROF_FLUSH_EVERY_S=every_s)
+    assert r.returncode == 128 + signal.SIGKILL, r.stderr
+    got = q(tmp_path / "l.duckdb", "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'")
+    assert got == [(kept or None,)]
+    assert q(tmp_path / "l.duckdb", "SELECT ended_early FROM processes") == [(True,)]

@@ -82,6 +82,10 @@ class Recorder:
         # torch.profiler hands its ops over only when stopped: it is cycled at a step's end, at
         # most this often (each cycle costs tens of ms of host time between steps)
         self.ops_every_s = env_seconds("CUPTIPROF_OPS_EVERY_S", 1.0)
+        # ranges and logs are committed at a step's end at most this often, or with the ops (a
+        # commit costs some 15 ms however little it holds: at every step it slowed short steps)
+        self.flush_every_s = env_seconds("CUPTIPROF_FLUSH_EVERY_S", 1.0)
+        self._flushed_at = time.monotonic()
         self._prof_thread = None               # the thread that started it (cycled there only)
         self.op_steps: set = set()             # recorded steps with ops written
         self._prof_since = 0.0
@@ -179,15 +183,18 @@ class Recorder:
             if last:
                 self.done = True
                 self._stop_profiler()
+                wrote_ops = True
             else:   # this step's ops are written with it: a crash later keeps them
-                self._cycle_profiler()
+                wrote_ops = self._cycle_profiler()
             if self.mode != "time":
                 if exc_type is not None:
                     from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
 
                     self._quality(STEP_INCOMPLETE, str(o.step),
                                   incomplete_detail(o.step, exc_type.__name__))
-                self.flush()
+                if wrote_ops or exc_type is not None or \
+                        time.monotonic() - self._flushed_at >= self.flush_every_s:
+                    self.flush()
 
     def log_record(self, record: logging.LogRecord) -> None:
         if self.closed or self.mode == "time":
@@ -217,15 +224,17 @@ class Recorder:
             self.prof = False
             self._quality("cpu_profiler_failed", None, f"torch.profiler could not start: {exc}")
 
-    def _cycle_profiler(self) -> None:
+    def _cycle_profiler(self) -> bool:
         """Write the ops recorded so far and profile on. Only on the thread that started the
-        profiler (torch keeps its state per thread) and at most every ops_every_s seconds."""
+        profiler (torch keeps its state per thread) and at most every ops_every_s seconds.
+        Whether it did."""
         if self.mode != "cpu" or not self.prof or threading.get_ident() != self._prof_thread \
                 or time.monotonic() - self._prof_since < self.ops_every_s:
-            return
+            return False
         self._stop_profiler()
         self.prof = None
         self._start_profiler()
+        return True
 
     def _stop_profiler(self) -> None:
         prof = self.prof
@@ -367,6 +376,7 @@ class Recorder:
         with self.lock:
             ranges, logs = self.ranges, self.logs
             self.ranges, self.logs = [], []
+            self._flushed_at = time.monotonic()
         if not ranges and not logs:
             return
         self._ensure_writer()
