@@ -149,24 +149,18 @@ def test_step_fn_defined_inside_a_method_of_a_module(tmp_path):
     assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 3
 
 
-def test_step_fn_in_a_module_run_with_python_m(tmp_path):
+@pytest.mark.parametrize("file, step_fn, module", [
+    ("run.py", "app.run:step", "app.run"),
+    # `python -m app` runs app/__main__.py as __main__: app.__main__:step names its function
+    # (it was never hooked, and the run had no steps)
+    ("__main__.py", "app.__main__:step", "app"),
+], ids=["module", "package"])
+def test_step_fn_in_code_run_with_python_m(tmp_path, file, step_fn, module):
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "__init__.py").write_text("")
-    script(tmp_path / "app", MAIN, name="run.py")
-    r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-fn", "app.run:step", "--",
-             PY, "-m", "app.run"], tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 6
-
-
-def test_step_fn_in_a_package_run_with_python_m(tmp_path):
-    """`python -m app` runs app/__main__.py as __main__: app.__main__:step names its function
-    (it was never hooked, and the run had no steps)."""
-    (tmp_path / "app").mkdir()
-    (tmp_path / "app" / "__init__.py").write_text("")
-    script(tmp_path / "app", MAIN, name="__main__.py")
-    r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-fn", "app.__main__:step", "--",
-             PY, "-m", "app"], tmp_path)
+    script(tmp_path / "app", MAIN, name=file)
+    r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-fn", step_fn, "--",
+             PY, "-m", module], tmp_path)
     assert r.returncode == 0, r.stderr
     assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 6
 
