@@ -100,9 +100,10 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
         raise ValueError(f"unknown format {fmt!r}")
     if quiet:
         cols, rows = _quiet(cols, rows)
-    cells = [[_shorten(fmt_value(v), max_width) for v in r] for r in rows]
+    texts = [[fmt_value(v) for v in r] for r in rows]
+    cells = [[_shorten(t, max_width) for t in r] for r in texts]
     for i in range(len(cols)):
-        _keep_apart(rows, cells, i, max_width)
+        _keep_apart(rows, texts, cells, i, max_width)
     if _is_tty(out):
         from rich.console import Console
         from rich.table import Table
@@ -145,15 +146,15 @@ def _shorten(s: str, n: int) -> str:
     return s if len(s) <= n else s[: n - 1] + "\u2026"
 
 
-def _keep_apart(rows, cells, i: int, n: int) -> None:
+def _keep_apart(rows, texts, cells, i: int, n: int) -> None:
     """Cells of column i cut to the same text from different names (thousands of CUTLASS or
     Triton kernels, module paths, that share their first n characters) are cut around where
     each name parts from the names nearest it instead: the head, then the part that tells it
     apart."""
     full: dict[str, set] = {}
-    for r, c in zip(rows, cells):
-        if isinstance(r[i], str) and c[i] != fmt_value(r[i]):
-            full.setdefault(c[i], set()).add(fmt_value(r[i]))
+    for r, t, c in zip(rows, texts, cells):
+        if isinstance(r[i], str) and c[i] != t[i]:
+            full.setdefault(c[i], set()).add(t[i])
     head = n // 3
     for shown, names in full.items():
         if len(names) < 2:
@@ -167,9 +168,9 @@ def _keep_apart(rows, cells, i: int, n: int) -> None:
             piece = name[start:start + n - head - 2]
             alt[name] = (name[:head] + "\u2026" + piece
                          + ("\u2026" if start + len(piece) < len(name) else ""))
-        for r, c in zip(rows, cells):
+        for r, t, c in zip(rows, texts, cells):
             if c[i] == shown and isinstance(r[i], str):
-                c[i] = alt[fmt_value(r[i])]
+                c[i] = alt[t[i]]
 
 
 def _is_tty(out) -> bool:
