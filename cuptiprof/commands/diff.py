@@ -42,18 +42,16 @@ def run(args) -> int:
     min_ms = parse_number(args.min_ms, "--min-ms")
     sigmas = parse_number(args.sigmas, "--sigmas")
     res = diff(args.base, args.new, pct, min_ms=min_ms, sigmas=sigmas, by=args.by)
+    reader_gone = False
     try:
         _write(res, args, sys.stdout)
         sys.stdout.flush()
     except BrokenPipeError:
         # `cuptiprof diff ... | head`: the reader went away, but the verdict stands; exit 0 here
         # would pass a CI gate (under pipefail) that found regressions
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        if res.failed:
-            print(f"cuptiprof diff: {len(res.regressions)} regression(s)", file=sys.stderr)
-        return 1 if res.failed else 0
-    if res.failed and args.format in ("table", "markdown"):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        reader_gone = True
+    if res.failed and (reader_gone or args.format in ("table", "markdown")):
         print(f"cuptiprof diff: {len(res.regressions)} regression(s)", file=sys.stderr)
     return 1 if res.failed else 0
 
