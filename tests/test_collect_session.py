@@ -64,8 +64,8 @@ def test_fewer_steps_than_asked_is_said(tmp_path):
 
 
 def test_steps_shorter_than_the_flush_interval_share_one_flush(tmp_path, monkeypatch):
-    """Each flush synchronizes the GPU and commits (some 15 ms however little it holds): at
-    every step's end it doubled a loop of 10 ms steps. A step's end flushes only once
+    """Each flush synchronizes the GPU and commits (milliseconds however little it holds): at
+    every step's end it doubled a loop of 5 ms steps. A step's end flushes only once
     flush_every_s has passed since the last flush; stop() still writes every step."""
     f = FakeCupti()
     p = tmp_path / "o.duckdb"

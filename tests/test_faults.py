@@ -590,7 +590,7 @@ def test_old_new_and_damaged_files_through_every_command(damaged, tmp_path):
 
 @pytest.mark.parametrize("every_s,kept", [("0", [0, 1, 2]), ("3600", [])])
 def test_a_light_run_commits_its_steps_at_most_as_often_as_asked(tmp_path, every_s, kept, tally):
-    """--light writes ranges and logs only; a commit at every step's end (some 15 ms however
+    """--light writes ranges and logs only; a commit at every step's end (milliseconds however
     little it holds) slowed short steps. A step's end commits once CUPTIPROF_FLUSH_EVERY_S has
     passed since the last commit, so a kill loses at most that long of steps."""
     p = script(tmp_path, """

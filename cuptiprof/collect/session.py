@@ -101,8 +101,8 @@ class Session:
         use (the launcher sets label/command); source/versions/settings are filled in.
     flush_every: flush after every N recorded steps, and then only once flush_every_s seconds
         have passed since the last flush (None: $CUPTIPROF_FLUSH_EVERY_S, else 1.0). Each flush
-        synchronizes the devices and commits to the file (some 15 ms however little it holds):
-        at every step's end that doubled a loop of 10 ms steps. A crash loses at most the steps
+        synchronizes the devices and commits to the file (milliseconds however little it holds):
+        at every step's end that doubled a loop of 5 ms steps (BENCHMARKS). A crash loses at most the steps
         since the last flush. quiet: no stderr notice.
     """
 

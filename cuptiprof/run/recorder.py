@@ -83,7 +83,7 @@ class Recorder:
         # most this often (each cycle costs tens of ms of host time between steps)
         self.ops_every_s = env_seconds("CUPTIPROF_OPS_EVERY_S", 1.0)
         # ranges and logs are committed at a step's end at most this often, or with the ops (a
-        # commit costs some 15 ms however little it holds: at every step it slowed short steps)
+        # commit costs milliseconds however little it holds: at every step it doubled 5 ms steps)
         self.flush_every_s = env_seconds("CUPTIPROF_FLUSH_EVERY_S", 1.0)
         self._flushed_at = time.monotonic()
         self._prof_thread = None               # the thread that started it (cycled there only)
