@@ -137,7 +137,7 @@ def test_open_takes_python_step_forms(tmp_path, steps, scope):
     record(p)
     with cuptiprof.open(p, steps) as prof:
         assert prof.scope == scope
-        lo, hi = prof.steps
+        lo, hi = prof.step_range
         want = [s for s in range(3) if (lo is None or s >= lo) and (hi is None or s <= hi)]
         assert prof.sql("SELECT step FROM sel_ranges WHERE kind = 'step' ORDER BY step"
                         ).fetchall() == [(s,) for s in want]

@@ -198,9 +198,9 @@ class Profile:
             m = self.con.execute(f"SELECT count(*) FROM ranges WHERE kind='step' AND {where}").fetchone()[0]
             if n == 0 and m == 0:
                 see = ("see `cuptiprof report FILE --by step` for the steps it has" if self._option
-                       else f"cuptiprof.open({str(self.path)!r}).steps_report() lists the steps it has")
+                       else f"cuptiprof.open({str(self.path)!r}).steps() lists the steps it has")
                 raise UsageError(f"{self.path}: no recorded step in {label}; {see}")
-        self.steps = rng
+        self.step_range = rng    # (first, last) with None for an open end; None: the default
         self.step_filter = where
         for macro in catalog.macros():
             self.con.execute(macro)
@@ -239,10 +239,12 @@ class Profile:
         calls, total and per-call times and shares of GPU and busy time: report('ops')."""
         return self.report("ops", top)
 
-    def steps_report(self, top: int | None = None):
+    def steps(self, top: int | None = None):
         """One row per step and device in scope: host window, GPU window, busy and idle time,
-        time per kind and the top op: report('steps'). (`steps` is the scope, not a report.)"""
+        time per kind and the top op: report('steps'). (The scope itself is `step_range`.)"""
         return self.report("steps", top)
+
+    steps_report = steps   # the name this report had before
 
     def kinds(self):
         """GPU time in scope split by kind (kernel, memcpy per direction, memset, sync), with the

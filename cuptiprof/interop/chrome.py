@@ -61,10 +61,10 @@ class _Sql(str):
 
 def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     """Write `prof`'s rows to `out` (.json or .json.gz): every row, or those of the steps chosen
-    (`prof.steps`). Returns counts."""
+    (`prof.step_range`). Returns counts."""
     out = check_output(out, inputs=[prof.path], force=force)
     # A timeline shows all there is (warm-up, work between steps); --steps caps it.
-    where = prof.step_filter if prof.steps is not None else "TRUE"
+    where = prof.step_filter if prof.step_range is not None else "TRUE"
     con = prof.con
     procs = con.execute("SELECT DISTINCT run_id, pid FROM (SELECT run_id, pid FROM gpu_activities "
                         "UNION ALL SELECT run_id, pid FROM ranges UNION ALL "

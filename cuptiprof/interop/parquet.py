@@ -62,7 +62,7 @@ def export_parquet(prof, out_dir: str | os.PathLike, *, force: bool = False) -> 
         for t in PARTITIONED:
             cols = [r[0] for r in con.execute(f"DESCRIBE {t}").fetchall()]
             src = t   # --steps: the rows of those steps, in every table that has steps
-            if prof.steps is not None and "step" in cols:
+            if prof.step_range is not None and "step" in cols:
                 src = f"(SELECT * FROM {t} WHERE {prof.step_filter})"
             n = con.execute(f"SELECT count(*) FROM {src}").fetchone()[0]
             counts[t] = n
