@@ -283,6 +283,51 @@ def test_cli_formats(pair, capsys):
     assert "| key |" in capsys.readouterr().out
 
 
+def _csv_rows(text: str) -> list[list[str]]:
+    """A CSV document's rows, every one as wide as its header (else it is no single table)."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows and all(len(r) == len(rows[0]) for r in rows), text
+    return rows
+
+
+def test_csv_is_one_table_that_loads_as_one_file(tmp_path, pair, capsys):
+    """CSV holds one table (ops unless --table names another), so that csv, pandas or DuckDB
+    read it whole; the legend's notes, which a CSV file cannot hold, go to stderr."""
+    import duckdb
+
+    a, b = pair
+    heads = {"ops": ["key", "key_type", "kind", "A_ms"], "kinds": ["kind", "detail", "A_ms"],
+             "devices": ["spec", "A", "B"], "bandwidth": ["file", "direction", "copies"],
+             "throughput": ["file", "key", "key_type", "pattern"]}
+    for table, head in heads.items():
+        args = ["compare", str(a), str(b), "--format", "csv", "--flops", "*gemm*=2"]
+        assert main(args + (["--table", table] if table != "ops" else [])) == 0
+        text = capsys.readouterr().out
+        rows = _csv_rows(text)
+        assert rows[0][:len(head)] == head and len(rows) > 1, (table, rows[0])
+        path = tmp_path / f"{table}.csv"
+        path.write_text(text)
+        got = duckdb.sql(f"SELECT count(*) FROM read_csv('{path}', header = true)").fetchall()[0][0]
+        assert got == len(rows) - 1, table
+    big = make_run(tmp_path / "big.duckdb", outside_us=25_000.0)
+    assert main(["compare", str(a), str(big), "--format", "csv"]) == 0
+    cap = capsys.readouterr()
+    assert _csv_rows(cap.out)[0][0] == "key" and "outside every step" in cap.err
+    # --table narrows the other formats too
+    assert main(["compare", str(a), str(b), "--table", "kinds", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "kinds" in doc and not {"ops", "devices", "bandwidth"} & set(doc)
+    assert main(["compare", str(a), str(b), "--table", "bandwidth"]) == 0
+    out = capsys.readouterr().out
+    assert "bandwidth" in out and "kinds:" not in out and "ops:" not in out
+    assert main(["compare", str(a), str(b), "--table", "throughput", "--format", "csv"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--flops" in err
+
+
 def test_three_files(tmp_path, pair):
     a, b = pair
     c3 = make_run(tmp_path / "third.duckdb", ops={ADD: (100.0, 6, "aten::add")})

@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY
 from cuptiprof.commands import top_rows
+from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, _json_default, render, rows_of
 
 if TYPE_CHECKING:  # loaded in run(): reading commands do not load pyarrow
     from cuptiprof.analyse.compare import Comparison
 
+# The tables compare prints, in order (throughput only with --flops or --bytes).
+TABLES = ("ops", "kinds", "devices", "bandwidth", "throughput")
 _KEY_HELP = {"op": "exact op name (kernel name, 'Memcpy HtoD', 'Memset')",
              "family": "normalised kernel family (gemm, conv, softmax, elementwise, ...): "
                        "matches kernels across GPU architectures",
@@ -33,7 +36,12 @@ def register(sub) -> None:
     p.add_argument("--top", type=top_rows, default=15, help="keys in the top N of any file (default 15)")
     p.add_argument("--by", choices=BY, default="op",
                    help="comparison key: " + "; ".join(f"{k}: {v}" for k, v in _KEY_HELP.items()))
-    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help="csv: one table, the one --table names (ops unless given), so that the "
+                        "output loads as one file into pandas, DuckDB or a spreadsheet")
+    p.add_argument("--table", choices=TABLES, metavar="{" + ",".join(TABLES) + "}",
+                   help="print this table only (default: all; with --format csv: ops); "
+                        "throughput needs --flops or --bytes")
     p.add_argument("--html", metavar="OUT.html", help="also write a self-contained HTML report with plots")
     p.add_argument("--flops", action="append", default=[], metavar="NAME=GFLOP",
                    help="work per call of a key (exact or glob pattern), for throughput against "
@@ -46,6 +54,9 @@ def register(sub) -> None:
 def run(args) -> int:
     from cuptiprof.analyse.compare import Comparison, work_list
     work = work_list(args.flops, args.bytes_)
+    if args.table == "throughput" and not work:   # refused before any file is read
+        raise UsageError("--table throughput: give the work per call with --flops NAME=GFLOP or "
+                         "--bytes NAME=GB (the table is empty without it)")
     if args.html is not None:
         from cuptiprof.render.html import check_html_output
         check_html_output(args.html, inputs=args.files)
@@ -55,29 +66,33 @@ def run(args) -> int:
 
             path = write_compare(cmp, args.html, top=args.top)
             print(f"cuptiprof: wrote {path}", file=sys.stderr)
-        print_comparison(cmp, args.format, args.top)
+        print_comparison(cmp, args.format, args.top, table=args.table)
     return 0
 
 
-def print_comparison(cmp: Comparison, fmt: str = "table", top: int = 15, out=None) -> None:
+def shown_tables(cmp: Comparison, fmt: str, table: str | None) -> list[str]:
+    """The tables printed: the one asked for; else every table, except in CSV, which holds one
+    table (tables of different columns one after another are no CSV file a reader can load)."""
+    if table:
+        return [table]
+    if fmt == "csv":
+        return ["ops"]
+    return [t for t in TABLES if t != "throughput" or cmp.work]
+
+
+def print_comparison(cmp: Comparison, fmt: str = "table", top: int = 15, out=None,
+                     table: str | None = None) -> None:
     out = out or sys.stdout
-    sections = [("ops", cmp.side_by_side(top)), ("kinds", cmp.kinds_side_by_side()),
-                ("devices", cmp.devices_side_by_side()), ("bandwidth", cmp.lettered("bandwidth"))]
-    if cmp.work:
-        sections.append(("throughput", cmp.lettered("throughput")))
+    names = shown_tables(cmp, fmt, table)
     if fmt == "json":
         doc = {"files": [{"letter": r.letter, "path": str(r.path), "label": r.label, "devices": r.devices,
                           "steps": r.steps, "has_steps": r.has_steps} for r in cmp.runs],
                "by": cmp.by, "notes": [n for n in cmp.legend() if n.startswith("note:")]}
-        long = {"ops": cmp.ops(), "kinds": cmp.kinds(), "devices": cmp.devices(),
-                "bandwidth": cmp.bandwidth()}
-        if cmp.work:
-            long["throughput"] = cmp.throughput()
-        keys = set(cmp.top_keys(top))
-        for name, rel in long.items():
-            cols, rows = rows_of(rel)
+        for name in names:
+            cols, rows = rows_of(getattr(cmp, name)())
             recs = [dict(zip(cols, r)) for r in rows]
             if name == "ops":
+                keys = set(cmp.top_keys(top))
                 recs = [r for r in recs if r["key"] in keys]
             doc[name] = recs
         json.dump(doc, out, default=_json_default, indent=1)
@@ -89,10 +104,14 @@ def print_comparison(cmp: Comparison, fmt: str = "table", top: int = 15, out=Non
         for line in cmp.legend():
             out.write(prefix + line + "\n")
         out.write("\n")
-    for name, tbl in sections:
+    if fmt == "csv":   # the file holds the table alone: what would be lost from it goes to stderr
+        for line in cmp.legend():
+            if line.startswith("note:"):
+                print(f"cuptiprof: {line}", file=sys.stderr)
+    for name in names:
+        tbl = _wide(cmp, name, top)
         if fmt == "csv":
             render(tbl, fmt, out=out)
-            out.write("\n")
             continue
         title = _TITLES[name]
         if name in ("bandwidth", "throughput"):
@@ -100,6 +119,15 @@ def print_comparison(cmp: Comparison, fmt: str = "table", top: int = 15, out=Non
         if name == "throughput":
             title += "; peaks are datasheet estimates"
         render(tbl, fmt, out=out, title=title)
+
+
+def _wide(cmp: Comparison, name: str, top: int):
+    """A table as printed: one row per key (or spec), a column per file."""
+    if name == "ops":
+        return cmp.side_by_side(top)
+    if name in ("kinds", "devices"):
+        return getattr(cmp, f"{name}_side_by_side")()
+    return cmp.lettered(name)
 
 
 _TITLES = {
