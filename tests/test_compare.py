@@ -241,6 +241,14 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, pair):
         assert stop.value.code == 2 and "--top" in capsys.readouterr().err
     assert main(["compare", str(a), str(b), "--flops", "*=inf"]) == 2
     assert "positive number" in capsys.readouterr().err
+    # work so large that throughput overflows to infinity (no JSON number): a typo, refused
+    for opt, spec in (("--flops", "*gemm*=1e308"), ("--bytes", "*=1e10"), ("--bytes", "*=nan")):
+        assert main(["compare", str(a), str(b), opt, spec, "--format", "json"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"cuptiprof: error: {opt} {spec!r}: expected") and "up to 1000000000" in err
+        assert err.count("\n") == 1
+    assert main(["compare", str(a), str(b), "--flops", "*gemm*=1e9", "--format", "json"]) == 0
+    assert "Infinity" not in capsys.readouterr().out
 
 
 def test_different_schema_versions_are_refused(tmp_path, pair):

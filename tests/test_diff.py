@@ -96,6 +96,22 @@ def test_usage_errors_exit_2(tmp_path, capsys):
         assert main(["diff", str(a), str(b), *args, opt, val]) == 2
         err = capsys.readouterr().err
         assert f"{opt} {val!r}: too large" in err and err.count("\n") == 1 and "Traceback" not in err
+    # finite but so large that no slowdown could fail the gate: refused, the bound named
+    for opt, val, most in (("--sigmas", "1e308", "10"), ("--sigmas", "10.5", "10"),
+                           ("--fail-above", "1e308", "1000"), ("--fail-above", "1001%", "1000"),
+                           ("--min-ms", "1e300", "3600000")):
+        args = ["--fail-above", "5"] if opt != "--fail-above" else []
+        assert main(["diff", str(a), str(b), *args, opt, val]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"cuptiprof: error: {opt} {val!r}: too large (at most {most}: a larger value "
+                       "lets no slowdown fail the gate)\n")
+    for opt, val in (("--sigmas", "10"), ("--fail-above", "1000"), ("--min-ms", "3600000")):
+        args = ["--fail-above", "5"] if opt != "--fail-above" else []
+        assert main(["diff", str(a), str(b), *args, opt, val]) == 0   # the bounds themselves
+        capsys.readouterr()
+    for kw in ({"sigmas": 1e308}, {"sigmas": float("nan")}, {"min_ms": -1.0}, {"fail_above_pct": 2e3}):
+        with pytest.raises(UsageError, match=next(iter(kw))):   # the Python API checks them too
+            diff(a, b, **{"fail_above_pct": 5, **kw})
     assert main(["diff", str(a), str(a), "--fail-above", "5"]) == 2
     assert "same file" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:  # --fail-above is required (argparse, one line)

@@ -10,7 +10,6 @@ with a `run` column = the file's position). File 0 is the baseline for ratios an
 """
 from __future__ import annotations
 
-import math
 import os
 import re
 import string
@@ -565,7 +564,12 @@ def median_step(profile) -> int | None:
     return int(rows[0][0]) if rows else None
 
 
-def parse_work(specs: Sequence[str], unit: str) -> list[tuple[str, float]]:
+# Work per call of one key beyond which --flops / --bytes is a typo (an exaFLOP, an exabyte):
+# larger values overflow the throughput columns to infinity, which JSON cannot hold.
+MAX_WORK = 1e9
+
+
+def parse_work(specs: Sequence[str], unit: str, option: str = "") -> list[tuple[str, float]]:
     """'NAME=NUMBER' options (--flops / --bytes) -> [(NAME, number)]."""
     out = []
     for spec in specs or ():
@@ -574,18 +578,19 @@ def parse_work(specs: Sequence[str], unit: str) -> list[tuple[str, float]]:
             val = float(num)
         except ValueError:
             val = None
-        if not sep or not name or val is None or not math.isfinite(val) or val <= 0:
-            raise UsageError(f"{spec!r}: expected NAME={unit} with a positive number, "
-                             f"e.g. 'gemm=4.3' (NAME is a key or a glob pattern)")
+        if not sep or not name or val is None or not 0 < val <= MAX_WORK:   # NaN fails too
+            given = f"{option} {spec!r}" if option else repr(spec)
+            raise UsageError(f"{given}: expected NAME={unit} with a positive number up to "
+                             f"{MAX_WORK:.12g}, e.g. 'gemm=4.3' (NAME is a key or a glob pattern)")
         out.append((name, val))
     return out
 
 
 def work_list(flops: Sequence[str] = (), bytes_: Sequence[str] = ()) -> list[Work]:
     merged: dict[str, Work] = {}
-    for name, v in parse_work(flops, "GFLOP"):
+    for name, v in parse_work(flops, "GFLOP", "--flops"):
         merged.setdefault(name, Work(name)).gflop = v
-    for name, v in parse_work(bytes_, "GB"):
+    for name, v in parse_work(bytes_, "GB", "--bytes"):
         merged.setdefault(name, Work(name)).gbytes = v
     return list(merged.values())
 

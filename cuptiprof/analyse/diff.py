@@ -41,19 +41,34 @@ NOISE_RULE = ("regression: new - base > base * PCT/100 + SIGMAS * 1.4826 * sqrt(
               "across steps")
 
 
-def parse_number(text, option: str, *, allow_pct: bool = False) -> float:
-    """'5', '5.0', '5%' -> 5.0; anything else is a usage error naming the option."""
+# The largest value of each setting: beyond it no slowdown a run shows fails the gate.
+MAX_PCT = 1000.0           # --fail-above: 11 times slower
+MAX_MIN_MS = 3_600_000.0   # --min-ms: an hour per step
+MAX_SIGMAS = 10.0          # --sigmas: 3 is usual; a wider band passes any regression as noise
+
+
+def parse_number(text, option: str, *, allow_pct: bool = False, most: float = math.inf) -> float:
+    """'5', '5.0', '5%' -> 5.0, from 0 to `most`; anything else is a usage error naming the option."""
     s = str(text).strip()
     if allow_pct and s.endswith("%"):
         s = s[:-1].strip()
     if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", s):
         raise UsageError(f"{option} {text!r}: not a number (expected e.g. {option} 5"
                          f"{' or 5%' if allow_pct else ''})")
-    v = float(s)
-    if not math.isfinite(v):   # '1e400' overflows to infinity, which would turn the gate off
-        raise UsageError(f"{option} {text!r}: too large (expected a finite number, e.g. {option} 5)")
+    return in_range(float(s), option, most, shown=text)
+
+
+def in_range(v: float, option: str, most: float = math.inf, shown=None) -> float:
+    """v when it lies from 0 to `most`; else a usage error saying so. '1e400' overflows to
+    infinity, and a huge or NaN setting would turn the gate off without a word."""
+    what = f"{option} {str(v if shown is None else shown)!r}"
+    if math.isnan(v):
+        raise UsageError(f"{what}: not a number (expected e.g. {option} 5)")
     if v < 0:
-        raise UsageError(f"{option} {text!r}: must not be negative")
+        raise UsageError(f"{what}: must not be negative")
+    if v > most or math.isinf(v):
+        bound = f"at most {most:.12g}" if math.isfinite(most) else "expected a finite number"
+        raise UsageError(f"{what}: too large ({bound}: a larger value lets no slowdown fail the gate)")
     return v
 
 
@@ -78,6 +93,9 @@ class DiffResult:
 def diff(base: str | os.PathLike, new: str | os.PathLike, fail_above_pct: float, *,
          min_ms: float = 0.0, sigmas: float = 3.0, by: str = "op") -> DiffResult:
     """Compare NEW against BASE; see the module docstring for the rule."""
+    fail_above_pct = in_range(float(fail_above_pct), "fail_above_pct", MAX_PCT)
+    min_ms = in_range(float(min_ms), "min_ms", MAX_MIN_MS)
+    sigmas = in_range(float(sigmas), "sigmas", MAX_SIGMAS)
     from cuptiprof.analyse.compare import Comparison  # DuckDB and pyarrow: only when diffing
     with Comparison([base, new], by=by, require_steps=True) as cmp:
         cpu = [r for r in cmp.runs if r.cpu_ops]

@@ -12,7 +12,7 @@ import os
 import sys
 
 from cuptiprof.analyse.families import BY
-from cuptiprof.analyse.diff import NOISE_RULE, diff, parse_number
+from cuptiprof.analyse.diff import MAX_MIN_MS, MAX_PCT, MAX_SIGMAS, NOISE_RULE, diff, parse_number
 from cuptiprof.render.table import _json_default, render
 
 _SHOW = ("item_type", "item", "base_ms", "new_ms", "delta_ms", "delta_pct", "allowed_ms", "status")
@@ -25,11 +25,14 @@ def register(sub) -> None:
     p.add_argument("base", metavar="BASE.duckdb")
     p.add_argument("new", metavar="NEW.duckdb")
     p.add_argument("--fail-above", required=True, metavar="PCT",
-                   help="allowed slowdown in percent on top of the noise (e.g. 5 or 5%%)")
+                   help="allowed slowdown in percent on top of the noise (e.g. 5 or 5%%; 0 to "
+                        f"{MAX_PCT:.12g})")
     p.add_argument("--min-ms", default="0", metavar="X",
-                   help="ignore slowdowns smaller than X ms per step (default 0)")
+                   help="ignore slowdowns smaller than X ms per step (default 0; at most "
+                        f"{MAX_MIN_MS:.12g}, an hour)")
     p.add_argument("--sigmas", default="3", metavar="K",
-                   help="noise band in robust standard deviations of the per-step times (default 3)")
+                   help="noise band in robust standard deviations of the per-step times (default 3; 0 to "
+                        f"{MAX_SIGMAS:.12g}: a wider band passes any regression as noise)")
     p.add_argument("--by", choices=BY, default="op",
                    help="op key: exact name (default), family, range or region (see compare --help)")
     p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
@@ -38,9 +41,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    pct = parse_number(args.fail_above, "--fail-above", allow_pct=True)
-    min_ms = parse_number(args.min_ms, "--min-ms")
-    sigmas = parse_number(args.sigmas, "--sigmas")
+    pct = parse_number(args.fail_above, "--fail-above", allow_pct=True, most=MAX_PCT)
+    min_ms = parse_number(args.min_ms, "--min-ms", most=MAX_MIN_MS)
+    sigmas = parse_number(args.sigmas, "--sigmas", most=MAX_SIGMAS)
     res = diff(args.base, args.new, pct, min_ms=min_ms, sigmas=sigmas, by=args.by)
     reader_gone = False
     try:
