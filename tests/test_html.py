@@ -726,3 +726,49 @@ def test_report_html_into_proc_is_a_usage_error(evil, tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("cuptiprof: error: /proc/cuptiprof-x.html: cannot write (")
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_long_names_that_share_a_prefix_are_cut_apart_with_the_full_name_on_hover(tmp_path):
+    """Table cells cut C++ template names that share their first hundred characters where they
+    differ (the browser would cut them all to one text at its end); the full name, escaped, is
+    the cell's tooltip."""
+    from html.parser import HTMLParser
+
+    from cuptiprof.render.html import CELL_CHARS
+
+    head = 'void cutlass::Kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int>, "x" & '
+    names = [head + f"cutlass::gemm::collective::CollectiveMma<{k}, cute::Shape<_128>>>(Params)"
+             for k in ("MainloopSm90TmaGmmaWarpSpecialized", "MainloopSm90TmaGmmaWarpSpecializedPingpong",
+                       "MainloopSm90CpAsyncGmma")]
+    ops = {n: (100.0 + 10 * i, 2, "aten::mm") for i, n in enumerate(names)}
+    a = make_run(tmp_path / "a.duckdb", ops=ops)
+    b = make_run(tmp_path / "b.duckdb", ops=ops, seed=1)
+
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.cells, self._title = [], None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "td":
+                self._title = dict(attrs).get("title")
+                self.cells.append((self._title, ""))
+
+        def handle_data(self, data):
+            if self._title is not None:
+                self.cells[-1] = (self._title, self.cells[-1][1] + data)
+
+        def handle_endtag(self, tag):
+            if tag == "td":
+                self._title = None
+
+    for write, src in ((write_compare, Comparison([a, b])), (write_report, cuptiprof.open(a))):
+        with src as x:
+            out = write(x, tmp_path / "page.html")
+        parser = Cells()
+        parser.feed(out.read_text())
+        shown = {title: text for title, text in parser.cells if title in names}
+        assert set(shown) == set(names), write.__name__
+        assert len(set(shown.values())) == len(names), shown   # told apart
+        assert all(len(t) <= CELL_CHARS and "\u2026" in t for t in shown.values()), shown
+        assert all(t.startswith("void cutlass::Kernel") for t in shown.values())

@@ -20,12 +20,14 @@ from typing import Iterable, Sequence
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError
 from cuptiprof.outputs import check_output, temp_beside, write_failed
-from cuptiprof.render.table import clean, fmt_value, rows_of
+from cuptiprof.render.table import clean, cut_cells, fmt_value, rows_of
 
 KIND_COLORS = {"kernel": "#4c78a8", "memcpy": "#f58518", "memset": "#54a24b", "sync": "#b279a2",
                "idle": "#bab0ac"}
 RUN_COLORS = ("#4c78a8", "#e45756", "#54a24b", "#f58518", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d")
 PARTS = ("kernel", "memcpy", "memset", "sync", "idle")
+# Characters a table cell shows of a name: about what fits the cell's 520 pixels (_CSS) at 12px.
+CELL_CHARS = 72
 TIMELINE_STEPS = 6  # steps whose timeline is embedded (the typical one and its neighbours)
 TIMELINE_W, TIMELINE_LABEL_W = 1100, 130   # pixels: the whole plot, the lane labels
 # Ops a timeline lane draws one by one; a busier lane draws ops less than a pixel apart as one
@@ -441,14 +443,19 @@ def bump_chart(keys: Sequence[str], letters: Sequence[str], ranks: dict[str, lis
 
 
 def table(rel_or_tbl, max_rows: int = 200, wrap: bool = False) -> str:
-    """An HTML table; wrap: long cells wrap (sentences) instead of being cut off."""
+    """An HTML table; wrap: long cells wrap (sentences) instead of being cut off. Otherwise a
+    long name is cut here, not by the browser at its end, so that names that share a long
+    prefix (C++ templates) stay apart; every cell holds its full value as its tooltip."""
     cols, rows = rows_of(rel_or_tbl)
+    shown_rows = rows[:max_rows]
+    texts = [[fmt_value(v) for v in r] for r in shown_rows]
+    cells = texts if wrap else cut_cells(shown_rows, texts, CELL_CHARS)
     out = ['<table class="wrap">' if wrap else "<table>", "<thead><tr>", *(f"<th>{esc(c)}</th>" for c in cols), "</tr></thead><tbody>"]
-    for r in rows[:max_rows]:
+    for r, shown in zip(shown_rows, cells):
         out.append("<tr>")
-        for v in r:
+        for v, text in zip(r, shown):
             cls = ' class="n"' if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
-            out.append(f'<td{cls} title="{esc(v)}">{esc(fmt_value(v))}</td>')
+            out.append(f'<td{cls} title="{esc(v)}">{esc(text)}</td>')
         out.append("</tr>")
     out.append("</tbody></table>")
     if len(rows) > max_rows:

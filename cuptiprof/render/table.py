@@ -101,9 +101,7 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
     if quiet:
         cols, rows = _quiet(cols, rows)
     texts = [[fmt_value(v) for v in r] for r in rows]
-    cells = [[_shorten(t, max_width) for t in r] for r in texts]
-    for i in range(len(cols)):
-        _keep_apart(rows, texts, cells, i, max_width)
+    cells = cut_cells(rows, texts, max_width)
     if _is_tty(out):
         from rich.console import Console
         from rich.table import Table
@@ -140,6 +138,15 @@ def plain_table(cols: Sequence[str], cells: Iterable[Sequence[str]], numeric: Se
 
 def _numeric(rows, i) -> bool:
     return all(isinstance(r[i], (int, float)) or r[i] is None for r in rows) if rows else False
+
+
+def cut_cells(rows: Sequence[tuple], texts: list[list[str]], n: int) -> list[list[str]]:
+    """The cell texts of `rows` (`texts`: their values formatted) cut to n characters, names
+    that share their first n characters cut where they differ (_keep_apart)."""
+    cells = [[_shorten(t, n) for t in r] for r in texts]
+    for i in range(len(texts[0]) if texts else 0):
+        _keep_apart(rows, texts, cells, i, n)
+    return cells
 
 
 def _shorten(s: str, n: int) -> str:
