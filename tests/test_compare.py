@@ -794,3 +794,57 @@ def test_a_merged_files_label_follows_the_order_of_its_runs(tmp_path):
     merge_files(parts[::-1], tmp_path / "rev.duckdb")
     with Comparison([tmp_path / "all.duckdb", tmp_path / "rev.duckdb"]) as cmp:
         assert [r.label for r in cmp.runs] == ["+".join(names), "+".join(names[::-1])]
+
+
+def test_busy_time_is_read_from_the_stored_summary_and_folded_from_the_rows_alike(tmp_path, pair,
+                                                                                   monkeypatch):
+    """compare reads each step's busy time from step_busy where the writer stored it for every
+    run of the file (folding millions of rows takes seconds), and folds it from the rows where
+    not: the same numbers either way, for steps cut short, processes without steps, files
+    without steps, steps without GPU work and work overlapping across streams."""
+    import shutil
+
+    import duckdb
+
+    import cuptiprof.analyse.compare as cm
+    from cuptiprof.store.merge import merge_files
+    from cuptiprof.synthetic import write_synthetic
+
+    a, b = pair
+    cut = Path(shutil.copy(a, tmp_path / "cut.duckdb"))
+    with duckdb.connect(str(cut)) as con:
+        run_id, pid = con.execute("SELECT run_id, pid FROM kernels LIMIT 1").fetchone()
+        con.execute("INSERT INTO data_quality (run_id, pid, check_name, subject, detail) VALUES "
+                    "(?, ?, 'step_incomplete', '3', 'step 3 was ended early')", [run_id, pid])
+    alone = tmp_path / "nosteps.duckdb"
+    with Writer(alone, RunInfo(source="synthetic"), pid=77) as w:
+        w.append({"kernels": {"start_ns": [0, 300, 1000], "end_ns": [500, 600, 1800], "name": [ADD] * 3}})
+    merged = merge_files([b, alone], tmp_path / "merged.duckdb")
+    syn = write_synthetic(tmp_path / "syn.duckdb", steps=4, kernels_per_step=300, seed=3)
+    empty = make_run(tmp_path / "empty.duckdb", empty=(2,), seed=4)
+
+    def compared(files):
+        with Comparison(files) as c:
+            return ([r.stored_busy for r in c.runs],
+                    [c.steps().fetchall(), c.kinds().fetchall(), c.items().fetchall()])
+
+    for files in ([a, b], [cut, merged], [syn, alone], [empty, syn]):
+        stored, numbers = compared(files)
+        with monkeypatch.context() as m:
+            m.setattr(cm, "has_stored_busy", lambda con, db="": False)
+            folded, again = compared(files)
+        assert stored == [True] * len(files) and folded == [False] * len(files)
+        assert numbers == again, files
+
+    def busy(path):
+        with Comparison([path, a]) as c:
+            return {s: ms for run, s, ms in c.con.execute(
+                "SELECT run, step, busy_ms FROM cmp_steps").fetchall() if run == 0}
+
+    true = busy(syn)
+    with duckdb.connect(str(syn)) as con:   # what compare reads is the stored summary...
+        con.execute("UPDATE step_busy SET busy_ns = busy_ns * 2")
+    assert busy(syn) == {s: pytest.approx(2 * ms) for s, ms in true.items()}
+    with duckdb.connect(str(syn)) as con:   # ...while the file vouches for it: a run whose
+        con.execute("DELETE FROM step_busy_runs")   # writer died has its busy time folded
+    assert busy(syn) == true

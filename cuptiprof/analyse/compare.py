@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY, families
-from cuptiprof.analyse.profile import stepless_processes
+from cuptiprof.analyse.profile import has_stored_busy, stepless_processes
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError
 from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
 from cuptiprof.store import arrow
@@ -90,6 +90,7 @@ class RunFile:
     cpu_ops: bool = False  # every activity is a CPU op time (a run without a GPU), no GPU work
     lanes: int = 0         # (process, device) pairs with work in the compared steps
     outside: tuple = ()    # (activities, of all, share of the time) of GPU work outside every step
+    stored_busy: bool = False  # step_busy holds every run's busy time (read, not folded from rows)
 
 
 @dataclass
@@ -172,6 +173,7 @@ class Comparison:
             if n_act == 0:
                 raise InputError(f"{r.path}: no GPU activity recorded; nothing to compare")
             r.has_steps = bool(has_steps)
+            r.stored_busy = has_stored_busy(con, db)
             if require_steps and not r.has_steps:
                 raise InputError(
                     f"{r.path}: no recorded steps (no activity is tagged with a step), so there is no "
@@ -222,18 +224,8 @@ class Comparison:
         con.execute("CREATE TEMP TABLE cmp_regions AS " + "\nUNION ALL\n".join(
             "(" + regions.replace("{run}", str(r.index)).replace("{db}", f"f{r.index}") + ")"
             for r in self.runs))
-        template = catalog.compare_sql("act")
-        parts = []
-        for r in self.runs:
-            where = "a.step IS NOT NULL" if r.has_steps else "TRUE"
-            if r.incomplete:   # a step cut short would pull the medians down
-                # in every process: steps pool by number, and the other ranks' part alone of a
-                # step is as short as the cut one
-                where += _not_cut(f"f{r.index}", "a.step")
-            parts.append(template.replace("{run}", str(r.index)).replace("{db}", f"f{r.index}")
-                         .replace("{step}", "a.step" if r.has_steps else "coalesce(a.step, 0)")
-                         .replace("{where}", where))
-        con.execute("CREATE TEMP TABLE cmp_act AS " + "\nUNION ALL\n".join(parts))
+        con.execute("CREATE TEMP TABLE cmp_act AS " + "\nUNION ALL\n".join(
+            self._per_file("act", r) for r in self.runs))
         # The compared steps: every step with GPU work, and every complete step a process that
         # records GPU work marked but launched none in: a step of 0 (as `report --by step` lists
         # it), not one left out of the medians.
@@ -248,7 +240,7 @@ class Comparison:
                           f"FROM {db}.gpu_activities){cut}")
         con.execute("CREATE TEMP TABLE cmp_stepset AS SELECT DISTINCT run, step FROM ("
                     + "\nUNION ALL\n".join(["SELECT run, step FROM cmp_act", *marked]) + ")")
-        con.execute("CREATE TEMP TABLE cmp_islands AS " + catalog.compare_sql("islands"))
+        con.execute("CREATE TEMP TABLE cmp_busy AS " + self._busy_sql())
         con.execute("CREATE TEMP TABLE cmp_steps AS " + catalog.compare_sql("steps"))
         for r in self.runs:
             r.steps = con.execute("SELECT count(*) FROM cmp_steps WHERE run = ?", [r.index]).fetchone()[0]
@@ -263,6 +255,29 @@ class Comparison:
         for name in ("kinds", "devices", "bandwidth"):
             con.execute(f"CREATE OR REPLACE TEMP VIEW compare_{name} AS {catalog.compare_sql(name)}")
         self.set_by(by)
+
+    def _per_file(self, name: str, r: RunFile) -> str:
+        """A per-file template of sql/compare (act, busy_stored) for file r: its rows of the
+        compared steps."""
+        where = "a.step IS NOT NULL" if r.has_steps else "TRUE"
+        if r.incomplete:   # a step cut short would pull the medians down
+            # in every process: steps pool by number, and the other ranks' part alone of a
+            # step is as short as the cut one
+            where += _not_cut(f"f{r.index}", "a.step")
+        return (catalog.compare_sql(name).replace("{run}", str(r.index)).replace("{db}", f"f{r.index}")
+                .replace("{step}", "a.step" if r.has_steps else "coalesce(a.step, 0)")
+                .replace("{where}", where))
+
+    def _busy_sql(self) -> str:
+        """Busy time per file, run, process, device and step: read from the file's step_busy
+        where the writer stored it for every run, folded from the rows (seconds for millions of
+        them) for the other files."""
+        stored = [r for r in self.runs if r.stored_busy]
+        parts = [self._per_file("busy_stored", r) for r in stored]
+        folded = [str(r.index) for r in self.runs if r not in stored]
+        if folded:
+            parts.append(catalog.compare_sql("busy").replace("{runs}", ", ".join(folded)))
+        return "\nUNION ALL\n".join(f"({p})" for p in parts)
 
     def _outside_steps(self, db: str, stepless: list) -> tuple:
         """(activities, of all, share of the time) of the file's GPU work that no step claims,

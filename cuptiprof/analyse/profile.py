@@ -32,6 +32,18 @@ def stepless_processes(con, db: str = "", use_busy: bool = False) -> list[tuple[
                        "('step', 'warmup') ORDER BY ALL").fetchall()
 
 
+def has_stored_busy(con, db: str = "") -> bool:
+    """True when the file's step_busy is complete for every run (no writer of it died), so
+    that busy time can be read from it instead of folded from every row. `db`: the attached
+    file's name."""
+    p = f"{db}." if db else ""
+    try:
+        return con.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {p}runs WHERE run_id NOT IN "
+                           f"(SELECT run_id FROM {p}step_busy_runs))").fetchone()[0]
+    except duckdb.CatalogException:  # written before step_busy existed
+        return False
+
+
 def parse_steps(spec: str | None, label: str | None = None) -> tuple[int | None, int | None] | None:
     """'3:5' -> (3, 5) inclusive; '3:' / ':5' open-ended; '4' -> (4, 4); None -> None.
     label: how messages name the argument (default: the CLI's `--steps '3:5'`)."""
@@ -149,19 +161,11 @@ class Profile:
         check_schema_version(self.path, version)
         check_core_tables(self.con, self.path)
         self.schema_version = version
-        self.stored_busy = self._has_stored_busy()
+        self.stored_busy = has_stored_busy(self.con)
         self.set_steps(steps)
 
     def _stepless_processes(self) -> list[tuple[int, int]]:
         return stepless_processes(self.con, use_busy=self.stored_busy)
-
-    def _has_stored_busy(self) -> bool:
-        """True when step_busy is complete for every run (no writer of the file died)."""
-        try:
-            return self.con.execute("SELECT NOT EXISTS (SELECT 1 FROM runs WHERE run_id NOT IN "
-                                    "(SELECT run_id FROM step_busy_runs))").fetchone()[0]
-        except duckdb.CatalogException:  # written before step_busy existed
-            return False
 
     # -- scope -------------------------------------------------------------------------------
     def set_steps(self, steps) -> None:

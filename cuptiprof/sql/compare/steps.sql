@@ -18,8 +18,7 @@ WITH dev AS (
            coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'sync'), 0) AS sync_ns
     FROM cmp_act GROUP BY run, run_id, pid, device_id, step
 ), busy AS (
-    SELECT run, run_id, pid, device_id, step, sum(end_ns - start_ns) AS busy_ns
-    FROM cmp_islands GROUP BY ALL
+    SELECT run, run_id, pid, device_id, step, busy_ns FROM cmp_busy
 ), per AS (
     SELECT run, step,
            coalesce(sum(window_ns), 0) / 1e6 AS window_ms,
