@@ -848,3 +848,36 @@ def test_busy_time_is_read_from_the_stored_summary_and_folded_from_the_rows_alik
     with duckdb.connect(str(syn)) as con:   # ...while the file vouches for it: a run whose
         con.execute("DELETE FROM step_busy_runs")   # writer died has its busy time folded
     assert busy(syn) == true
+
+
+def test_the_outside_steps_note_reads_each_files_rows_in_few_passes(tmp_path, monkeypatch):
+    """Counting the GPU work, finding the processes without steps and weighing the work outside
+    every step against the steps' own take one pass over a file's rows (sql/compare/totals.sql)
+    and one over the rows no step claims (outside.sql); processes without steps come from the
+    stored busy summary. Each pass costs a scan of millions of rows; the numbers stay the same."""
+    import duckdb
+
+    a = make_run(tmp_path / "a.duckdb", seed=1)
+    b = make_run(tmp_path / "b.duckdb", seed=2, outside_us=25_000.0)
+    seen: list[str] = []
+
+    class Recording:
+        def __init__(self, con):
+            self._con = con
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
+        def execute(self, query, *args, **kw):
+            seen.append(query)
+            return self._con.execute(query, *args, **kw)
+
+    connect = duckdb.connect
+    monkeypatch.setattr(duckdb, "connect", lambda *x, **kw: Recording(connect(*x, **kw)))
+    with Comparison([a, b]) as cmp:
+        outside = cmp.runs[1].outside
+    built = seen[:next(i for i, q in enumerate(seen) if "CREATE TEMP TABLE cmp_act" in q)]
+    for db in ("f0", "f1"):   # before the compared rows are gathered: totals and outside (the
+        # note's two passes), CPU ops, names and regions
+        assert sum(q.count(f"{db}.gpu_activities") for q in built) <= 5, [q[:80] for q in built]
+    assert outside[:2] == (1, 5 * 14 + 1) and 0.6 < outside[2] < 0.7

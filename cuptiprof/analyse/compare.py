@@ -168,11 +168,12 @@ class Comparison:
         names: set[str] = set()
         for r in self.runs:
             db = f"f{r.index}"
-            n_act, has_steps = con.execute(
-                f"SELECT count(*), count(step) > 0 FROM {db}.gpu_activities").fetchone()
+            # one pass over the rows for the counts and the weight of the steps' work
+            n_act, stepped, n_in, ns_in = con.execute(
+                catalog.compare_sql("totals").replace("{db}", db)).fetchone()
             if n_act == 0:
                 raise InputError(f"{r.path}: no GPU activity recorded; nothing to compare")
-            r.has_steps = bool(has_steps)
+            r.has_steps = stepped > 0
             r.stored_busy = has_stored_busy(con, db)
             if require_steps and not r.has_steps:
                 raise InputError(
@@ -180,14 +181,14 @@ class Comparison:
                     "step-to-step noise to judge against; record with steps (cuptiprof.range('step', "
                     "step=i) / --steps) or import a trace with ProfilerStep#N")
             if r.has_steps:   # a run without steps merged with runs that have them: no step holds it
-                procs = stepless_processes(con, db)
+                procs = stepless_processes(con, db, use_busy=r.stored_busy)
                 if procs:
                     cond = " OR ".join(f"(run_id = {int(a)} AND pid = {int(b)})" for a, b in procs)
                     n, ms = con.execute(f"SELECT count(*), coalesce(sum(end_ns - start_ns), 0) / 1e6 "
                                         f"FROM {db}.gpu_activities WHERE {cond}").fetchone()
                     r.stepless = (len(procs), n, ms)
             if r.has_steps:
-                r.outside = self._outside_steps(db, procs)
+                r.outside = self._outside_steps(db, procs, n_in, ns_in)
             r.incomplete = con.execute(
                 f"SELECT count(DISTINCT subject) FROM {db}.data_quality WHERE check_name = '{STEP_INCOMPLETE}'"
             ).fetchone()[0] if r.has_steps else 0
@@ -279,31 +280,13 @@ class Comparison:
             parts.append(catalog.compare_sql("busy").replace("{runs}", ", ".join(folded)))
         return "\nUNION ALL\n".join(f"({p})" for p in parts)
 
-    def _outside_steps(self, db: str, stepless: list) -> tuple:
-        """(activities, of all, share of the time) of the file's GPU work that no step claims,
-        processes without steps (noted apart) and warm-up work left out: work launched inside a
-        range that began in a warm-up range, or, launched in no range, by a call that began
-        while a warm-up range of its process was open (on any thread: as the importer and the
-        run without a GPU put such work into the recorded step open at its launch)."""
-        skip = "".join(f" AND NOT (a.run_id = {int(x)} AND a.pid = {int(y)})" for x, y in stepless)
-        n_out, ns_out, n_in, ns_in = self.con.execute(f"""
-            WITH u AS (
-                SELECT a.run_id, a.pid, a.range_id, a.correlation_id, a.end_ns - a.start_ns AS d
-                FROM {db}.gpu_activities a WHERE a.step IS NULL AND a.kind <> 'sync'{skip}
-            ), w AS (SELECT run_id, pid, start_ns, end_ns FROM {db}.ranges WHERE kind = 'warmup'),
-            o AS (
-                SELECT * FROM u WHERE NOT EXISTS (
-                    SELECT 1 FROM {db}.ranges r JOIN w ON w.run_id = r.run_id AND w.pid = r.pid
-                    WHERE r.run_id = u.run_id AND r.pid = u.pid AND r.range_id = u.range_id
-                      AND r.start_ns >= w.start_ns AND r.start_ns <= coalesce(w.end_ns, r.start_ns))
-                AND (u.range_id IS NOT NULL OR NOT EXISTS (
-                    SELECT 1 FROM {db}.api_call_rows c JOIN w ON w.run_id = c.run_id AND w.pid = c.pid
-                    WHERE c.run_id = u.run_id AND c.pid = u.pid AND c.correlation_id = u.correlation_id
-                      AND c.start_ns >= w.start_ns AND c.start_ns <= coalesce(w.end_ns, c.start_ns)))
-            )
-            SELECT (SELECT count(*) FROM o), (SELECT coalesce(sum(d), 0) FROM o),
-                   count(*), coalesce(sum(end_ns - start_ns), 0)
-            FROM {db}.gpu_activities a WHERE a.step IS NOT NULL AND a.kind <> 'sync'""").fetchone()
+    def _outside_steps(self, db: str, stepless: list, n_in: int, ns_in: int) -> tuple:
+        """(activities, of all, share of the time) of the file's GPU work that no step claims
+        (sql/compare/outside.sql), against the n_in activities of ns_in the steps claim;
+        processes without steps (noted apart) left out."""
+        skip = " AND ".join(f"NOT (a.run_id = {int(x)} AND a.pid = {int(y)})" for x, y in stepless)
+        n_out, ns_out = self.con.execute(catalog.compare_sql("outside").replace("{db}", db)
+                                         .replace("{skip}", skip or "TRUE")).fetchone()
         total = ns_out + ns_in
         return (n_out, n_out + n_in, ns_out / total) if n_out and total > 0 else ()
 
