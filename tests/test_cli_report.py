@@ -328,3 +328,16 @@ def test_report_html_with_by_prints_that_breakdown_too(run_file, tmp_path):
     r = cli("report", run_file, "--html", page)
     assert r.returncode == 0 and r.stdout == "" and "wrote" in r.stderr
     assert "printed as well" in " ".join(cli("report", "--help").stdout.split())
+
+
+def test_report_csv_without_by_is_one_table_of_ops(run_file):
+    """A CSV holds one table: without --by the summary's several tables would not load as one."""
+    r = cli("report", run_file, "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.reader(io.StringIO(r.stdout)))
+    assert rows[0][:2] == ["name", "kind"]
+    assert all(len(row) == len(rows[0]) for row in rows) and len(rows) > 1
+    assert "one table: the ops report (--by picks another)" in r.stderr
+    out = run_file.parent / "ops.csv"
+    out.write_text(r.stdout)
+    assert duckdb.sql(f"SELECT count(*) FROM read_csv('{out}')").fetchall() == [(len(rows) - 1,)]

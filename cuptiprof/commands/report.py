@@ -32,7 +32,9 @@ def register(sub) -> None:
                    help="rows per breakdown (default: 15 for ops; a summary's steps: the first "
                         "20 rows, the rest counted; overview, kinds and quality are shown whole)")
     p.add_argument("--steps", help="steps to include: A:B (inclusive), A:, :B or N")
-    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (default), csv, markdown or json; csv is one table, so without "
+                        "--by it writes the ops report")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report with plots "
                    "(nothing is printed, unless --by asks for a breakdown)")
     p.add_argument("--list", action="store_true", help="list the reports with their documentation")
@@ -61,8 +63,18 @@ def run(args) -> int:
             if args.by:   # the page shows a fixed set of sections: a breakdown asked for is printed
                 print_reports(prof, [BY[args.by]], args.format, args.top)
             return 0
-        print_reports(prof, [BY[args.by]] if args.by else list(SUMMARY), args.format, args.top)
+        print_reports(prof, [BY[args.by]] if args.by else _summary(args.format), args.format, args.top)
     return 0
+
+
+def _summary(fmt: str) -> list[str]:
+    """The reports a summary prints. A CSV file holds one table (several, one after another,
+    would not load as CSV): the ops report, and a line on stderr saying how to get another."""
+    if fmt != "csv":
+        return list(SUMMARY)
+    print("cuptiprof: --format csv writes one table: the ops report (--by picks another)",
+          file=sys.stderr)
+    return ["ops"]
 
 
 def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=None) -> None:
