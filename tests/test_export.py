@@ -594,7 +594,61 @@ def test_rows_without_a_recorded_launch_call_keep_their_step(tmp_path, monkeypat
         con.close()
     # a row with its call in the export takes the call's step: nothing more is written on it
     ev = load_trace(tmp_path / "None.json.gz")["traceEvents"]
-    assert all("cuptiprof step" not in e["args"] for e in ev if e.get("cat") == "kernel")
+    assert all("cuptiprof step" not in e["args"] and "cuptiprof range" not in e["args"]
+               for e in ev if e.get("cat") == "kernel")
+
+
+@pytest.fixture(scope="module")
+def no_api_run(tmp_path_factory):
+    """`cuptiprof run` without the `api` kind (fake CUPTI): GPU rows in ranges nested inside
+    steps, none with its launching call in the file; and two such runs merged."""
+    from tests._run_helpers import cli, script
+
+    d = tmp_path_factory.mktemp("no_api")
+    prog = script(d, """
+        import cuptiprof
+        for i in range(3):
+            with cuptiprof.step(i):
+                with cuptiprof.range("fwd"):
+                    with cuptiprof.range("attn"):
+                        pass
+                with cuptiprof.range("bwd"):
+                    pass
+    """)
+    recs = [d / "a.duckdb", d / "b.duckdb"]
+    for rec in recs:
+        r = cli(["run", "--kinds", "kernel", "memcpy", "sync", "-o", rec, "--no-report", "--",
+                 sys.executable, prog], d, CUPTIPROF_FAKE_CUPTI="1")
+        assert r.returncode == 0, r.stderr
+    r = cli(["merge", *recs, "-o", d / "ab.duckdb"], d)
+    assert r.returncode == 0, r.stderr
+    return recs[0], d / "ab.duckdb"
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+@pytest.mark.parametrize("merged", [False, True])
+def test_rows_without_a_recorded_launch_call_keep_their_range(tmp_path, monkeypatch, no_api_run,
+                                                              native, merged):
+    """Such a row's innermost range comes from the collector, as its step does: the export
+    says it ("cuptiprof range"), and the import keeps it, so per-range GPU totals (the ranges
+    report) are those of the recorded file, for one process and for several."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    src = no_api_run[merged]
+    links = ("SELECT g.pid, g.kind, g.step, r.name, r.depth, count(*), sum(g.end_ns - g.start_ns) "
+             "FROM gpu_activities g LEFT JOIN ranges r USING (run_id, pid, range_id) "
+             "GROUP BY ALL ORDER BY ALL")
+    orig = duckdb.connect(str(src), read_only=True)
+    assert orig.execute("SELECT count(*) FROM api_calls").fetchone()[0] == 0  # what this is about
+    want = orig.execute(links).fetchall()
+    assert {r[3] for r in want} == {"step", "fwd", "attn", "bwd"}
+    back = chrome_round_trip(src, tmp_path / "t.json.gz", tmp_path / "back.duckdb")
+    con = duckdb.connect(str(back), read_only=True)
+    # the pid as recorded; a step range's name is ProfilerStep#N after the round trip
+    got = con.execute(links.replace("r.name", "CASE WHEN r.kind = 'step' THEN 'step' ELSE r.name END"
+                                    )).fetchall()
+    assert got == want
+    with cuptiprof.open(src) as a, cuptiprof.open(back) as b:
+        assert b.report("ranges").fetchall() == a.report("ranges").fetchall()
 
 def _no_gpu_run(path: Path) -> Path:
     """A run without a GPU, as `cuptiprof run` writes it: every op a range of kind 'op' (one

@@ -95,6 +95,10 @@ TAKEN = {
                         "args": {"level": 7, "logger": {"x": [1, None]}}},
                        {"ph": "X", "cat": "cpu_op", "ts": 1, "dur": 2,
                         "args": {"logger": [], "level": 1.5}}),
+    "cuptiprof's args on GPU rows": doc({**KERNEL, "args": {**KERNEL["args"], "External id": 4,
+                                                           "cuptiprof step": 3,
+                                                           "cuptiprof range": 12}},
+                                        {**KERNEL, "args": {"cuptiprof range": None}}),
     "empty events are counted, not kept": doc({}, {}, {"unknown": 1}, {"ph": "X"}, {}),
     "empty array": doc(),
     "other top-level keys": doc(KERNEL, deviceProperties=[{"id": 0, "name": "V100", "numSms": 80}],
@@ -123,6 +127,13 @@ def test_strings_are_decoded_like_msgspec():
     assert got.I[0, P.C_PIDK] == P.ID_STR and small.strings[got.I[0, P.C_PID]] == "Spans"
     assert got.I[1, P.C_TID] == 9223372036854775807
     assert got.F.shape == (3, 2) and np.isnan(got.F).all()
+
+
+def test_a_gpu_rows_recorded_range_is_read_into_its_column():
+    got, ref, _, _ = both(TAKEN["cuptiprof's args on GPU rows"])
+    a = P.A["xrange"]
+    assert got.I[:, P.C_ARG0 + a].tolist() == [12, 0]
+    assert ((got.I[:, P.C_VALID] >> a) & 1).tolist() == [1, 0]
 
 
 def test_numbers_are_rounded_like_msgspec():

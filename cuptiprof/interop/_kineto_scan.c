@@ -82,7 +82,7 @@ enum {
 enum {
     A_CORRELATION, A_DEVICE, A_CONTEXT, A_STREAM, A_BYTES, A_GRID0, A_GRID1, A_GRID2,
     A_BLOCK0, A_BLOCK1, A_BLOCK2, A_REGISTERS, A_SMEM, A_CBID, A_DEVTYPE, A_DEVID, A_MEMBYTES,
-    A_EXTID, A_XSTEP, NARGS
+    A_EXTID, A_XSTEP, A_XRANGE, NARGS
 };
 #define NI (C_ARG0 + NARGS)
 
@@ -979,6 +979,9 @@ static inline int arg_key(const char *k, Py_ssize_t n) {
     case 14:   /* cuptiprof's own export: a warm-up's kind and step */
         if (IS("cuptiprof kind")) return AK_XKIND;
         if (IS("cuptiprof step")) return A_XSTEP;
+        break;
+    case 15:   /* cuptiprof's own export: the range of a GPU row without its call */
+        if (IS("cuptiprof range")) return A_XRANGE;
         break;
     case 16: if (IS("cuptiprof domain")) return AK_XDOMAIN; break;
     case 20: if (IS("registers per thread")) return A_REGISTERS; break;

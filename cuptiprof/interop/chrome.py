@@ -14,7 +14,8 @@ Steps are written as `ProfilerStep#N` ranges (torch.profiler's name, which the i
 steps), whatever the program called them. A warm-up step is not one: it keeps its name, with
 args `"cuptiprof kind": "warmup"` and `"cuptiprof step"` that the importer reads back. A GPU
 row whose launching call is not in the export (a run recorded without API calls, a sync) says
-its step in `"cuptiprof step"` too: the importer takes a row's step from its launching call.
+its step in `"cuptiprof step"` too, and its innermost range (by range_id, as the ranges'
+External ids) in `"cuptiprof range"`: the importer takes both from a row's launching call.
 
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would
@@ -194,7 +195,7 @@ def _lit(v) -> str:
 # importer's links), External ids tie both to ranges; all are numbered per process.
 _IDS = {"ranges": ("range_id",), "api_calls": ("correlation_id", "range_id"), "memory_events": (),
         "logs": ()}
-_GPU_IDS = ("correlation_id", "op_id")
+_GPU_IDS = ("correlation_id", "op_id", "range_id")
 _ID_STRIDE = 1 << 32   # CUPTI correlation ids are 32-bit
 
 
@@ -394,11 +395,12 @@ def _gpu(source: str, base: int, pids: _Pids, cat: str, name: _Sql, extra: tuple
     cols = {**_times(base), "_pid": pids.gpu_sql("device_id"), "_stream": stream,
             "_track": f"coalesce({stream}, -1)"}
     # A row whose launching call is not in the export (API calls not recorded, or a sync's)
-    # says its step, which the importer would otherwise take from that call.
+    # says its step and innermost range, which the importer would otherwise take from that call.
     args = _obj(("device", _val("device_id")), ("context", _val("context_id")),
                 ("stream", _val("_stream")), ("correlation", _val("correlation_id")),
                 ("External id", _val("op_id")), *extra,
-                _optional("cuptiprof step", "step IS NOT NULL AND NOT _call", _val("step")))
+                _optional("cuptiprof step", "step IS NOT NULL AND NOT _call", _val("step")),
+                _optional("cuptiprof range", "range_id IS NOT NULL AND NOT _call", _val("range_id")))
     event = _x(cat, name, _val("_pid"), _val("_track"), args)
     return _select(source, cols, event, _flow("f", _val("_pid"), _val("_track"), ("bp", "e")))
 

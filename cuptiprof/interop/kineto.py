@@ -65,6 +65,7 @@ class Args(msgspec.Struct, gc=False):
     # cuptiprof's own export: what the category cannot say (a warm-up, an NVTX domain)
     xkind: Any = msgspec.field(default=None, name="cuptiprof kind")
     xstep: Any = msgspec.field(default=None, name="cuptiprof step")
+    xrange: Any = msgspec.field(default=None, name="cuptiprof range")   # a GPU row's range
     xdomain: Any = msgspec.field(default=msgspec.UNSET, name="cuptiprof domain")
     # a log record of cuptiprof's export (category LOG_CATEGORY); read where a str
     xlevel: Any = msgspec.field(default=None, name="level")
@@ -779,6 +780,7 @@ class KinetoFile:
         if self.links:
             G.add_col("ext", *self._arg(rows, "ext_id"))
             G.add_col("xstep", *self._arg(rows, "xstep"))
+            G.add_col("xrange", *self._arg(rows, "xrange"))
         if what == "kernel":
             for k in ("grid", "block"):
                 for j, xyz in enumerate("xyz"):
@@ -830,7 +832,8 @@ class KinetoFile:
                              (cpu, stream, get("start_ns") + base, get("end_ns") + base)
                              if table == "kernels" and cpu.any() else None,
                              (get("ext"), get("ext?", bool)) if self.links else None,
-                             _step_arg(G, lo, hi) if self.links else None))
+                             _step_arg(G, lo, hi) if self.links else None,
+                             (get("xrange"), get("xrange?", bool)) if self.links else None))
             if table == "kernels":  # a dictionary of kernel names only (they get demangled)
                 cols["name"] = _names(ids, names)
                 for k in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
@@ -931,7 +934,7 @@ class KinetoFile:
         ops_at: dict | None = None
 
         def link(g: np.ndarray, cpu: tuple | None = None, ext: tuple | None = None,
-                 xstep: np.ndarray | None = None) -> dict:
+                 xstep: np.ndarray | None = None, xrange: tuple | None = None) -> dict:
             nonlocal ops_at
             call = np.full(len(g), -1, np.int64)
             if len(corr_sorted):
@@ -967,6 +970,10 @@ class KinetoFile:
                 # cuptiprof's export: the step as recorded, written on a row whose launching
                 # call is not in the trace (where the call is, its step is the row's)
                 step = np.where(found | (xstep < 0), step, xstep)
+            if xrange is not None and by_ext is not None:
+                # and its innermost range as recorded, by that range's External id
+                r = by_ext(*xrange)
+                rng = np.where(found | (r < 0), rng, r)
             return {"step": _null_neg(step, pa.int32()),
                     "range_id": _opt(rng), "op_id": _opt(op)}
 
