@@ -843,6 +843,32 @@ def test_a_round_trip_keeps_op_links_that_time_would_change(tmp_path):
         ("aten::mm", "aten::mm"), ("step", None), ("attn", "aten::mm")]
 
 
+def test_ranges_inside_a_warm_up_keep_its_step(tmp_path):
+    """A range the program opened inside a warm-up step is in that step (its number), as
+    recorded: not a range outside every step, which the quality report would list."""
+    from tests._run_helpers import cli, script
+
+    prog = script(tmp_path, """
+        import cuptiprof
+        for i in range(3):
+            with cuptiprof.step(i):
+                with cuptiprof.range("fwd"):
+                    pass
+    """)
+    rec = tmp_path / "r.duckdb"
+    r = cli(["run", "--warmup", "1", "-o", rec, "--no-report", "--", sys.executable, prog], tmp_path)
+    assert r.returncode == 0, r.stderr
+    back = chrome_round_trip(rec, tmp_path / "r.json.gz", tmp_path / "back.duckdb")
+    rows = "SELECT name, kind, step, depth FROM ranges WHERE kind NOT IN ('step') ORDER BY start_ns"
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, rec))
+    assert con.execute(rows).fetchall() == orig.execute(rows).fetchall() == [
+        ("step", "warmup", 0, 0), ("fwd", "user", 0, 1), ("fwd", "user", 1, 1), ("fwd", "user", 2, 1)]
+    con.close()
+    for f in (rec, back):
+        with cuptiprof.open(f) as prof:
+            assert prof.report("quality").filter("check_name = 'outside_steps'").fetchall() == []
+
+
 SAXPY = SHARED / "pipit-nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 
 

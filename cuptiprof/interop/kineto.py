@@ -899,11 +899,13 @@ class KinetoFile:
 
         parent, depth, c_range, c_op = nest(r_key, r_start, r_end, r_code == 0,
                                             c_tid, c_start, c_end)
-        r_step = steps_at(r_start, s_start, s_end, s_n, r_key, s_key)
-        r_step[is_step] = s_n
-        c_step = steps_at(c_start, s_start, s_end, s_n, c_tid, s_key)
-        if warm.any():
-            r_step[warm] = _step_arg(R)[warm]
+        # what runs inside a warm-up is in it, as recorded: a warm-up holds rows as a step does
+        held = is_step | warm
+        held_n = np.where(warm, _step_arg(R), r_stepn) if warm.any() else r_stepn
+        at = (r_start[held], r_end[held], held_n[held])
+        r_step = steps_at(r_start, *at, r_key, r_key[held])
+        r_step[held] = held_n[held]
+        c_step = steps_at(c_start, *at, c_tid, r_key[held])
         by_ext = self._by_ext(R) if self.links else None
         if by_ext is not None and len(c_start):
             # cuptiprof's export: each call's External id is its innermost range (as recorded),
