@@ -869,6 +869,26 @@ def test_ranges_inside_a_warm_up_keep_its_step(tmp_path):
             assert prof.report("quality").filter("check_name = 'outside_steps'").fetchall() == []
 
 
+def test_an_op_keeps_its_kind_whatever_its_name(tmp_path):
+    """An op named as torch names its annotations ('Optimizer.step#SGD.step': a 2021 trace's
+    operator that is no op) was recorded as an op, and is one again after a round trip."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "ops.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=12) as w:
+        w.append({"ranges": {
+            "range_id": [1, 2, 3], "parent_id": pa.array([None, 1, 1], pa.int64()),
+            "depth": pa.array([0, 1, 1], pa.int32()),
+            "name": ["step", "Optimizer.step#SGD.step", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"],
+            "kind": ["step", "op", "user"], "domain": ["cuptiprof", None, "user_annotation"],
+            "step": pa.array([0, 0, 0], pa.int32()), "thread_id": [5] * 3,
+            "start_ns": [t, t + 10_000, t + 50_000], "end_ns": [t + 100_000, t + 40_000, t + 90_000]}})
+    back = chrome_round_trip(src, tmp_path / "ops.json.gz", tmp_path / "back.duckdb")
+    rows = "SELECT name, kind, domain, step FROM ranges WHERE kind <> 'step' ORDER BY start_ns"
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    assert con.execute(rows).fetchall() == orig.execute(rows).fetchall()
+    assert [r[1] for r in con.execute(rows).fetchall()] == ["op", "user"]
+
+
 SAXPY = SHARED / "pipit-nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 
 

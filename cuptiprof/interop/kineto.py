@@ -884,10 +884,11 @@ class KinetoFile:
         r_stepn = step_of_name[r_name] if len(r_name) else np.zeros(0, np.int64)
         # torch's own record_function annotations ('Optimizer.step#SGD.step',
         # 'enumerate(DataLoader)#...') came as operators in 2021 traces (category Operator);
-        # later torch writes them as user_annotation, and they are not ops
+        # later torch writes them as user_annotation, and they are not ops (cuptiprof's export
+        # writes a range's kind as recorded: an op stays one)
         annot = np.fromiter((type(n) is str and "#" in n and not n.startswith("aten::")
                              and step_of_name[i] < 0 for i, n in enumerate(names)), bool, len(names))
-        if len(r_name) and annot.any():
+        if len(r_name) and annot.any() and not self.links:
             r_code = np.where((r_code == 0) & annot[r_name], np.int8(1), r_code)
         is_step = (r_stepn >= 0) & (r_code != 3)
         # a warm-up step of cuptiprof's export: kind 'warmup' with its own number, not a step
