@@ -889,6 +889,38 @@ def test_an_op_keeps_its_kind_whatever_its_name(tmp_path):
     assert [r[1] for r in con.execute(rows).fetchall()] == ["op", "user"]
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_shared_memory_is_kinetos_sum_and_splits_again(tmp_path, monkeypatch, native):
+    """Kineto's "shared memory" is a kernel's static plus dynamic shared memory: the export
+    writes that sum (what readers of Kineto traces take it for) and the dynamic part apart, and
+    its import has both columns back; a trace without that part keeps the sum as static."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    t = 1_700_000_000_000_000_000
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "smem.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=12) as w:
+        w.append({"kernels": {"device_id": i32([0] * 4), "stream_id": i32([7] * 4),
+                              "name": ["a", "b", "c", "d"], "correlation_id": [1, 2, 3, 4],
+                              "static_smem": i32([1024, 0, None, 2048]),
+                              "dynamic_smem": i32([4096, 512, None, None]),
+                              "start_ns": [t, t + 10, t + 20, t + 30], "end_ns": [t + 5, t + 15, t + 25, t + 35]}})
+    out = tmp_path / "smem.json"
+    back = chrome_round_trip(src, out, tmp_path / "back.duckdb")
+    ev = [e for e in load_trace(out)["traceEvents"] if e.get("cat") == "kernel"]
+    assert sorted((e["name"], e["args"]["shared memory"]) for e in ev) == [
+        ("a", 5120), ("b", 512), ("c", None), ("d", 2048)]
+    rows = "SELECT name, static_smem, dynamic_smem FROM kernels ORDER BY name"
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    assert con.execute(rows).fetchall() == orig.execute(rows).fetchall()
+    for e in ev:   # as torch.profiler writes it: the sum only
+        e["args"].pop("cuptiprof dynamic smem", None)
+    out.write_text(json.dumps({"traceEvents": ev}))
+    import_traces([out], tmp_path / "kineto.duckdb")
+    from tests._run_helpers import q
+    assert q(tmp_path / "kineto.duckdb", rows) == [("a", 5120, None), ("b", 512, None),
+                                                   ("c", None, None), ("d", 2048, None)]
+
+
 SAXPY = SHARED / "pipit-nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 
 

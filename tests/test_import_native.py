@@ -97,7 +97,8 @@ TAKEN = {
                         "args": {"logger": [], "level": 1.5}}),
     "cuptiprof's args on GPU rows": doc({**KERNEL, "args": {**KERNEL["args"], "External id": 4,
                                                            "cuptiprof step": 3,
-                                                           "cuptiprof range": 12}},
+                                                           "cuptiprof range": 12,
+                                                           "cuptiprof dynamic smem": 256}},
                                         {**KERNEL, "args": {"cuptiprof range": None}}),
     "empty events are counted, not kept": doc({}, {}, {"unknown": 1}, {"ph": "X"}, {}),
     "empty array": doc(),
@@ -134,6 +135,7 @@ def test_a_gpu_rows_recorded_range_is_read_into_its_column():
     a = P.A["xrange"]
     assert got.I[:, P.C_ARG0 + a].tolist() == [12, 0]
     assert ((got.I[:, P.C_VALID] >> a) & 1).tolist() == [1, 0]
+    assert got.I[0, P.C_ARG0 + P.A["xdsmem"]] == 256
 
 
 def test_numbers_are_rounded_like_msgspec():

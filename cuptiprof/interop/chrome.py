@@ -411,8 +411,14 @@ def _kernels(source: str, base: int, pids: _Pids) -> str:
         xyz = ", ',', ".join(_val(f"{key}_{c}") for c in "xyz")
         known = " AND ".join(f"{key}_{c} IS NOT NULL" for c in "xyz")
         return _optional(key, known, f"'[', {xyz}, ']'")
+    # Kineto's "shared memory" is static plus dynamic; the dynamic part is said apart, so
+    # that the importer splits the sum again
+    smem = ("CASE WHEN static_smem IS NOT NULL OR dynamic_smem IS NOT NULL THEN "
+            "coalesce(static_smem, 0) + coalesce(dynamic_smem, 0) END")
     return _gpu(source, base, pids, "kernel", _str("name"),
-                (("registers per thread", _val("registers")), ("shared memory", _val("static_smem")),
+                (("registers per thread", _val("registers")), ("shared memory", _val(smem)),
+                 _optional("cuptiprof dynamic smem", "static_smem IS NOT NULL AND dynamic_smem "
+                           "IS NOT NULL", _val("dynamic_smem")),
                  dims("grid"), dims("block")))
 
 

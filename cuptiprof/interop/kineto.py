@@ -66,6 +66,7 @@ class Args(msgspec.Struct, gc=False):
     xkind: Any = msgspec.field(default=None, name="cuptiprof kind")
     xstep: Any = msgspec.field(default=None, name="cuptiprof step")
     xrange: Any = msgspec.field(default=None, name="cuptiprof range")   # a GPU row's range
+    xdsmem: Any = msgspec.field(default=None, name="cuptiprof dynamic smem")  # of "shared memory"
     xdomain: Any = msgspec.field(default=msgspec.UNSET, name="cuptiprof domain")
     # a log record of cuptiprof's export (category LOG_CATEGORY); read where a str
     xlevel: Any = msgspec.field(default=None, name="level")
@@ -786,7 +787,9 @@ class KinetoFile:
                 for j, xyz in enumerate("xyz"):
                     G.add_col(f"{k}_{xyz}", *self._arg(rows, f"{k}{j}"))
             G.add_col("registers", *self._arg(rows, "registers"))
-            G.add_col("static_smem", *self._arg(rows, "smem"))
+            G.add_col("smem", *self._arg(rows, "smem"))
+            if self.links:
+                G.add_col("xdsmem", *self._arg(rows, "xdsmem"))
         elif what in ("memcpy", "memset"):
             G.add_col("bytes", *self._arg(rows, "bytes"))
         self.rows[_GPU_TABLE[what]] = self.rows.get(_GPU_TABLE[what], 0) + len(rows)
@@ -837,8 +840,10 @@ class KinetoFile:
             if table == "kernels":  # a dictionary of kernel names only (they get demangled)
                 cols["name"] = _names(ids, names)
                 for k in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-                          "registers", "static_smem"):
+                          "registers"):
                     cols[k] = arrow(k, pa.int32())
+                cols.update(_smem(get("smem"), get("smem?", bool),
+                                  (get("xdsmem"), get("xdsmem?", bool)) if self.links else None))
             elif table == "memcpys":
                 inv, kinds = _per_name(ids, names, _memcpy_kind)
                 for j, k in enumerate(("copy_kind", "src_kind", "dst_kind")):
@@ -1206,6 +1211,17 @@ def _rows(run_id: int, pid: int, rows: list[dict], ints: dict) -> dict:
         else:
             out[k] = AC.strings(vals)
     return out
+
+
+def _smem(total: np.ndarray, ok: np.ndarray, dynamic: tuple | None) -> dict:
+    """Kineto's "shared memory" is a kernel's static plus dynamic shared memory. Where
+    cuptiprof's export says the dynamic part ("cuptiprof dynamic smem"), it is split again; a
+    trace that does not say it keeps the sum as static_smem (dynamic_smem NULL)."""
+    d, d_ok = dynamic if dynamic is not None else (np.zeros(len(total), np.int64),
+                                                  np.zeros(len(total), bool))
+    d_ok = d_ok & ok & (d >= 0) & (d <= total)
+    return {"static_smem": AC.array(np.where(d_ok, total - d, total), pa.int32(), ok),
+            "dynamic_smem": AC.array(d, pa.int32(), d_ok)}
 
 
 def _opt(ix) -> pa.Array:

@@ -130,7 +130,7 @@ CREATE TABLE launch_configs (
     block_y         INTEGER,            -- block dimension y
     block_z         INTEGER,            -- block dimension z
     registers       INTEGER,   -- registers per thread
-    static_smem     INTEGER,   -- static shared memory per block, bytes
+    static_smem     INTEGER,   -- static shared memory per block, bytes (a Kineto trace says only static plus dynamic: that sum, dynamic_smem NULL)
     dynamic_smem    INTEGER,   -- dynamic shared memory per block, bytes
     graph_id        BIGINT,    -- CUDA graph id when replayed from a graph (NULL otherwise)
     graph_node_id   BIGINT              -- CUDA graph node id when launched from a graph
