@@ -19,6 +19,7 @@ import cuptiprof
 from cuptiprof.interop.chrome import export_chrome
 from cuptiprof.interop.importing import import_traces
 from cuptiprof.interop.parquet import export_parquet
+from cuptiprof.store.merge import merge_files
 from cuptiprof.store.writer import RunInfo, Writer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
@@ -919,6 +920,37 @@ def test_shared_memory_is_kinetos_sum_and_splits_again(tmp_path, monkeypatch, na
     from tests._run_helpers import q
     assert q(tmp_path / "kineto.duckdb", rows) == [("a", 5120, None), ("b", 512, None),
                                                    ("c", None, None), ("d", 2048, None)]
+
+
+@pytest.mark.parametrize("procs", [1, 2])
+def test_device_specs_survive_a_round_trip(tmp_path, procs):
+    """What the devices table knows of a GPU (clocks, L2, UUID, link peaks: `compare` shows
+    them) comes back from an export, of one process or several."""
+    t = 1_700_000_000_000_000_000
+    srcs = []
+    for k in range(procs):
+        src = tmp_path / f"d{k}.duckdb"
+        with Writer(src, RunInfo(source="synthetic"), pid=12 + k) as w:
+            w.append({
+                "kernels": {"device_id": pa.array([0], pa.int32()), "stream_id": pa.array([7], pa.int32()),
+                            "name": ["k"], "correlation_id": [1], "start_ns": [t], "end_ns": [t + 5]},
+                "devices": {"device_id": pa.array([0], pa.int32()), "kind": ["gpu"], "name": ["NVIDIA H200"],
+                            "uuid": [f"GPU-5b7c-{k}"], "compute_capability": ["9.0"],
+                            "sm_count": pa.array([132], pa.int32()), "core_clock_mhz": [1980.0],
+                            "memory_clock_mhz": [2619.0], "memory_bus_width_bits": pa.array([6144], pa.int32()),
+                            "memory_bytes": [151397597184], "l2_bytes": [62914560],
+                            "peak_memory_bw_gbps": [4800.0], "peak_host_link_gbps": [64.0],
+                            "peak_nvlink_gbps": [450.0], "source": ["cupti"]}})
+        srcs.append(src)
+    src = srcs[0]
+    if procs > 1:
+        src = merge_files(srcs, tmp_path / "merged.duckdb")
+    back = chrome_round_trip(src, tmp_path / "d.json.gz", tmp_path / "back.duckdb")
+    rows = "SELECT * EXCLUDE (run_id, source) FROM devices ORDER BY pid"
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    assert con.execute(rows).fetchall() == orig.execute(rows).fetchall()
+    assert con.execute("SELECT count(*) FROM devices WHERE core_clock_mhz = 1980 AND l2_bytes "
+                       "= 62914560 AND peak_nvlink_gbps = 450").fetchone() == (procs,)
 
 
 SAXPY = SHARED / "pipit-nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"

@@ -528,23 +528,30 @@ def _processes(con, pids: _Pids, procs: list[tuple]) -> list[dict]:
     return out
 
 
+# devices columns Kineto's deviceProperties have no key for, under keys of cuptiprof's own
+# (Kineto readers ignore them; cuptiprof's importer reads them back)
+DEVICE_KEYS = {"peak_memory_bw_gbps": "peakMemoryBandwidthGBps", "uuid": "uuid",
+               "core_clock_mhz": "coreClockMHz", "memory_clock_mhz": "memoryClockMHz",
+               "memory_bus_width_bits": "memoryBusWidthBits", "l2_bytes": "l2CacheBytes",
+               "peak_host_link_gbps": "peakHostLinkGBps", "peak_nvlink_gbps": "peakNvlinkGBps"}
+
+
 def _device_props(con, proc: tuple | None = None) -> list[dict]:
     """Kineto's deviceProperties: of one process (run_id, pid), or the first of each ordinal."""
     out = []
     seen = set()
     where = "" if proc is None else \
         f"AND run_id IS NOT DISTINCT FROM {_lit(proc[0])} AND pid IS NOT DISTINCT FROM {_lit(proc[1])}"
-    for dev, name, cc, sms, mem, bw in con.execute(
+    for dev, name, cc, sms, mem, *more in con.execute(
             "SELECT device_id, name, compute_capability, sm_count, memory_bytes, "
-            f"peak_memory_bw_gbps FROM devices WHERE kind IN ('gpu', 'cpu') {where} "
+            f"{', '.join(DEVICE_KEYS)} FROM devices WHERE kind IN ('gpu', 'cpu') {where} "
             "ORDER BY run_id, pid, device_id").fetchall():
         if dev in seen:
             continue
         seen.add(dev)
         major, _, minor = (cc or "").partition(".")
         d = {"id": dev, "name": name, "totalGlobalMem": mem, "numSms": sms}
-        if bw is not None:   # not a Kineto key: cuptiprof's importer reads it back
-            d["peakMemoryBandwidthGBps"] = bw
+        d.update((k, v) for k, v in zip(DEVICE_KEYS.values(), more) if v is not None)
         if major.isdigit():
             d["computeMajor"], d["computeMinor"] = int(major), int(minor or 0)
         out.append(d)

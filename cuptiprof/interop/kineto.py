@@ -95,8 +95,16 @@ class DevProp(msgspec.Struct):
     major: Union[int, None] = None
     minor: Union[int, None] = None
     multiProcessorCount: Union[int, None] = None
-    # written by cuptiprof's own Chrome export, so that a round trip keeps it
+    # written by cuptiprof's own Chrome export, so that a round trip keeps them (chrome.py's
+    # DEVICE_KEYS)
     peakMemoryBandwidthGBps: Union[float, None] = None
+    uuid: Union[str, None] = None
+    coreClockMHz: Union[float, None] = None
+    memoryClockMHz: Union[float, None] = None
+    memoryBusWidthBits: Union[int, None] = None
+    l2CacheBytes: Union[int, None] = None
+    peakHostLinkGBps: Union[float, None] = None
+    peakNvlinkGBps: Union[float, None] = None
 
 
 class ProcEntry(msgspec.Struct):
@@ -1114,10 +1122,17 @@ class KinetoFile:
                 "compute_capability": f"{p.computeMajor}.{p.computeMinor}"
                 if p.computeMajor is not None else None,
                 "sm_count": p.numSms, "memory_bytes": p.totalGlobalMem,
-                "peak_memory_bw_gbps": p.peakMemoryBandwidthGBps, "source": "trace"}
+                "peak_memory_bw_gbps": p.peakMemoryBandwidthGBps, "uuid": p.uuid,
+                "core_clock_mhz": p.coreClockMHz, "memory_clock_mhz": p.memoryClockMHz,
+                "memory_bus_width_bits": p.memoryBusWidthBits, "l2_bytes": p.l2CacheBytes,
+                "peak_host_link_gbps": p.peakHostLinkGBps, "peak_nvlink_gbps": p.peakNvlinkGBps,
+                "source": "trace"}
                 for d, p in zip(devs, rows)],
                 {"device_id": pa.int32(), "sm_count": pa.int32(), "memory_bytes": pa.int64(),
-                 "peak_memory_bw_gbps": pa.float64()})
+                 "peak_memory_bw_gbps": pa.float64(), "core_clock_mhz": pa.float64(),
+                 "memory_clock_mhz": pa.float64(), "memory_bus_width_bits": pa.int32(),
+                 "l2_bytes": pa.int64(), "peak_host_link_gbps": pa.float64(),
+                 "peak_nvlink_gbps": pa.float64()})
         quality = []
         if devs and max(devs) < 0:   # as the run without a GPU said
             quality.append({"check_name": "no_gpu", "subject": "gpu", "count": None,
