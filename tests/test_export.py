@@ -953,6 +953,23 @@ def test_device_specs_survive_a_round_trip(tmp_path, procs):
                        "= 62914560 AND peak_nvlink_gbps = 450").fetchone() == (procs,)
 
 
+def test_a_single_process_keeps_its_local_rank(tmp_path):
+    """A process's local rank (an nsys import's, a launcher's) comes back from an export of it
+    alone, as from an export of several."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "p.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=12) as w:
+        w.append({"kernels": {"device_id": pa.array([0], pa.int32()), "stream_id": pa.array([7], pa.int32()),
+                              "name": ["k"], "correlation_id": [1], "start_ns": [t], "end_ns": [t + 5]},
+                  "processes": {"host": ["h1"], "rank": pa.array([3], pa.int32()),
+                                "local_rank": pa.array([1], pa.int32()),
+                                "world_size": pa.array([4], pa.int32())}})
+    back = chrome_round_trip(src, tmp_path / "p.json", tmp_path / "back.duckdb")
+    rows = "SELECT pid, host, rank, local_rank, world_size FROM processes"
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    assert con.execute(rows).fetchall() == orig.execute(rows).fetchall() == [(12, "h1", 3, 1, 4)]
+
+
 SAXPY = SHARED / "pipit-nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 
 

@@ -498,10 +498,11 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
             "cuptiprofLinks": LINKS}
     if not single:   # not Kineto's: what the importer needs to take the processes apart again
         head["cuptiprofProcesses"] = _processes(con, pids, procs)
-    dist = con.execute("SELECT rank, world_size FROM processes WHERE rank IS NOT NULL "
-                       "LIMIT 1").fetchone() if single else None
-    if dist:
-        head["distributedInfo"] = {"rank": dist[0], "world_size": dist[1]}
+    dist = con.execute("SELECT rank, world_size, local_rank FROM processes WHERE rank IS NOT NULL "
+                       "OR local_rank IS NOT NULL LIMIT 1").fetchone() if single else None
+    if dist:   # local_rank: not Kineto's; the importer reads it back
+        head["distributedInfo"] = {"rank": dist[0], "world_size": dist[1],
+                                   **({"local_rank": dist[2]} if dist[2] is not None else {})}
     # runs.host is the writer's: the recording host, but not an imported trace's (it is the
     # host that imported it)
     host = con.execute("SELECT coalesce((SELECT any_value(host) FROM processes WHERE host IS NOT "

@@ -125,6 +125,7 @@ class DistInfo(msgspec.Struct):
     rank: Union[int, None] = None
     world_size: Union[int, None] = None
     backend: Union[str, None] = None
+    local_rank: Union[int, None] = None   # cuptiprof's export
 
 
 class Doc(msgspec.Struct):
@@ -501,6 +502,8 @@ class KinetoFile:
                 for p in doc.computeProperties)
         if doc.distributedInfo is not None:
             self.dist = doc.distributedInfo
+            if self.dist.local_rank is not None:
+                self.local_rank = self.dist.local_rank
         if doc.baseTimeNanoseconds:
             self.base = doc.baseTimeNanoseconds
         if doc.host_name:
