@@ -651,6 +651,33 @@ def test_rows_without_a_recorded_launch_call_keep_their_range(tmp_path, monkeypa
     with cuptiprof.open(src) as a, cuptiprof.open(back) as b:
         assert b.report("ranges").fetchall() == a.report("ranges").fetchall()
 
+def test_gpu_rows_in_a_framework_nvtx_range_keep_it(tmp_path):
+    """A kernel launched inside a framework's NVTX range (opened inside a cuptiprof range) has
+    that range as its innermost, though its launching call's record names only the cuptiprof
+    range: the export says the row's own range, so the ranges report of the import is the
+    recorded one."""
+    from cuptiprof.collect.fake import FakeCupti
+    from cuptiprof.collect.session import Session
+
+    src, f = tmp_path / "nvtx.duckdb", FakeCupti()
+    with Session(src, source=f, quiet=True):
+        for i in range(2):
+            with cuptiprof.range("step", step=i), cuptiprof.range("fwd"):
+                f.launch_kernel("gemm", duration_ns=7000)
+                f.nvtx_push("attn", domain="torch")
+                f.launch_kernel("softmax")
+                f.nvtx_pop()
+    links = ("SELECT k.name, k.step, r.name FROM kernels k JOIN ranges r USING (run_id, pid, range_id) "
+             "ORDER BY ALL")
+    back = chrome_round_trip(src, tmp_path / "nvtx.json.gz", tmp_path / "back.duckdb")
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    assert con.execute(links).fetchall() == orig.execute(links).fetchall() == [
+        ("gemm", 0, "fwd"), ("gemm", 1, "fwd"), ("softmax", 0, "attn"), ("softmax", 1, "attn")]
+    con.close()
+    with cuptiprof.open(src) as a, cuptiprof.open(back) as b:
+        assert b.report("ranges").fetchall() == a.report("ranges").fetchall()
+
+
 def _no_gpu_run(path: Path) -> Path:
     """A run without a GPU, as `cuptiprof run` writes it: every op a range of kind 'op' (one
     inside another), the ops that do the work also kernels on device -1 over the op's own

@@ -15,7 +15,9 @@ steps), whatever the program called them. A warm-up step is not one: it keeps it
 args `"cuptiprof kind": "warmup"` and `"cuptiprof step"` that the importer reads back. A GPU
 row whose launching call is not in the export (a run recorded without API calls, a sync) says
 its step in `"cuptiprof step"` too, and its innermost range (by range_id, as the ranges'
-External ids) in `"cuptiprof range"`: the importer takes both from a row's launching call.
+External ids) in `"cuptiprof range"`: the importer takes both from a row's launching call. A
+GPU row whose range is not its call's (a framework NVTX range the call's record does not name)
+says its range too.
 
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would
@@ -217,6 +219,17 @@ def _other_end(table: str, where: str) -> str:
             f"o.correlation_id = _r.correlation_id AND {where}))")
 
 
+def _range_apart(table: str, where: str) -> str:
+    """Whether a GPU row's innermost range is not that of a launching call in the export (a
+    framework NVTX range the call's record does not name, say): the row then says its own."""
+    if _OTHER_END.get(table) != "api_calls":
+        return "FALSE"
+    return ("(correlation_id IS NOT NULL AND EXISTS (SELECT 1 FROM api_calls o WHERE o.run_id IS "
+            "NOT DISTINCT FROM _r.run_id AND o.pid IS NOT DISTINCT FROM _r.pid AND "
+            "o.correlation_id = _r.correlation_id AND o.range_id IS DISTINCT FROM _r.range_id "
+            f"AND {where}))")
+
+
 def _flow_end(table: str) -> str:
     if _OTHER_END.get(table) is None:
         return "FALSE"
@@ -225,12 +238,13 @@ def _flow_end(table: str) -> str:
 
 
 def _scoped(table: str, where: str, pids: _Pids) -> str:
-    """FROM clause: the table's rows in scope (with `_call`, see _other_end, and `_fl`, see
-    _flow_end), with the process index where several. Several processes' ids are moved apart
+    """FROM clause: the table's rows in scope (with `_call`, see _other_end, `_apart`, see
+    _range_apart, and `_fl`, see _flow_end), with the process index where several. Several processes' ids are moved apart
     (index * 2^32), or one process's flows and links would join another's rows that carry the
     same number."""
     src = (f"(SELECT *, {_flow_end(table)} AS _fl FROM (SELECT *, {_other_end(table, where)} "
-           f"AS _call FROM {table} _r WHERE {where}) _r) _t{pids.join()}")
+           f"AS _call, {_range_apart(table, where)} AS _apart FROM {table} _r WHERE {where}) _r) "
+           f"_t{pids.join()}")
     if pids.single or not _IDS.get(table, _GPU_IDS):
         return src
     moved = ", ".join(f"{c} + coalesce(p_idx, 0) * {_ID_STRIDE} AS {c}"
@@ -395,12 +409,14 @@ def _gpu(source: str, base: int, pids: _Pids, cat: str, name: _Sql, extra: tuple
     cols = {**_times(base), "_pid": pids.gpu_sql("device_id"), "_stream": stream,
             "_track": f"coalesce({stream}, -1)"}
     # A row whose launching call is not in the export (API calls not recorded, or a sync's)
-    # says its step and innermost range, which the importer would otherwise take from that call.
+    # says its step and innermost range, which the importer would otherwise take from that
+    # call; so does one whose range is not its call's (an NVTX range the call does not name).
     args = _obj(("device", _val("device_id")), ("context", _val("context_id")),
                 ("stream", _val("_stream")), ("correlation", _val("correlation_id")),
                 ("External id", _val("op_id")), *extra,
                 _optional("cuptiprof step", "step IS NOT NULL AND NOT _call", _val("step")),
-                _optional("cuptiprof range", "range_id IS NOT NULL AND NOT _call", _val("range_id")))
+                _optional("cuptiprof range", "range_id IS NOT NULL AND (NOT _call OR _apart)",
+                          _val("range_id")))
     event = _x(cat, name, _val("_pid"), _val("_track"), args)
     return _select(source, cols, event, _flow("f", _val("_pid"), _val("_track"), ("bp", "e")))
 

@@ -990,9 +990,10 @@ class KinetoFile:
                 # call is not in the trace (where the call is, its step is the row's)
                 step = np.where(found | (xstep < 0), step, xstep)
             if xrange is not None and by_ext is not None:
-                # and its innermost range as recorded, by that range's External id
+                # and its innermost range as recorded, by that range's External id (written
+                # too where it is not the launching call's)
                 r = by_ext(*xrange)
-                rng = np.where(found | (r < 0), rng, r)
+                rng = np.where(r >= 0, r, rng)
             return {"step": _null_neg(step, pa.int32()),
                     "range_id": _opt(rng), "op_id": _opt(op)}
 
