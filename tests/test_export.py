@@ -61,7 +61,7 @@ def chrome_steps(tb0, tmp_path_factory):
     return out, counts
 
 
-def test_chrome_trace_is_valid_kineto_json(chrome_steps):
+def test_chrome_trace_is_valid_kineto_json(tb0, chrome_steps):
     out, counts = chrome_steps
     doc = json.loads(gzip.decompress(out.read_bytes()))
     ev = doc["traceEvents"]
@@ -69,7 +69,13 @@ def test_chrome_trace_is_valid_kineto_json(chrome_steps):
     cats = {e.get("cat") for e in ev if e["ph"] == "X"}
     assert {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cpu_op", "user_annotation"} <= cats
     for e in ev:
-        assert e["ph"] in {"X", "s", "f", "M"}
+        assert e["ph"] in {"X", "s", "f", "M", "i"}
+    # the instants: the [memory] events of the steps exported (6 and 7), no others
+    mem = [e for e in ev if e["ph"] == "i"]
+    assert {e["name"] for e in mem} == {"[memory]"}
+    with duckdb.connect(str(tb0), read_only=True) as con:
+        assert len(mem) == con.execute("SELECT count(*) FROM memory_events WHERE step IN (6, 7)"
+                                       ).fetchone()[0] > 0
         if e["ph"] == "X":
             assert e["dur"] >= 0 and isinstance(e["ts"], (int, float))
     starts = {e["id"] for e in ev if e["ph"] == "s"}
@@ -750,9 +756,10 @@ def test_an_imported_trace_without_a_host_is_not_given_the_importing_host(tmp_pa
 
 def test_memory_events_survive_a_round_trip(tmp_path):
     """Allocations and frees are written as torch.profiler's `[memory]` instants, which the
-    importer reads back: each process's, with its device, bytes and time to the ns."""
+    importer reads back: each process's, with its device, bytes, address, step and time to the
+    ns."""
     t = 1_700_000_000_000_000_123
-    mem = "SELECT pid, device_id, time_ns, operation, bytes FROM memory_events ORDER BY ALL"
+    mem = "SELECT pid, device_id, time_ns, operation, bytes, address, step FROM memory_events ORDER BY ALL"
     for pids in ((11,), (11, 22)):   # one process (its own pid in the trace), and several
         src = tmp_path / f"mem{len(pids)}.duckdb"
         for i, pid in enumerate(pids):
@@ -762,7 +769,9 @@ def test_memory_events_survive_a_round_trip(tmp_path):
                                 "name": ["k"], "start_ns": [t], "end_ns": [t + 1_000]},
                     "memory_events": {"device_id": pa.array([i, i], pa.int32()),
                                       "time_ns": [t + 5, t + 900_007 + i], "operation": ["alloc", "free"],
-                                      "bytes": [4096 * (i + 1)] * 2, "memory_kind": ["device"] * 2}})
+                                      "bytes": [4096 * (i + 1)] * 2, "memory_kind": ["device"] * 2,
+                                      "address": pa.array([0x7F0000001000 + i] * 2, pa.uint64()),
+                                      "step": pa.array([3, None], pa.int32())}})
         out, back = tmp_path / f"mem{len(pids)}.json.gz", tmp_path / f"back{len(pids)}.duckdb"
         chrome_round_trip(src, out, back)
         con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))

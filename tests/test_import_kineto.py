@@ -340,6 +340,32 @@ def test_2021_dialect_string_tids_and_capital_categories(tmp_path):
     assert one(con, "SELECT operation, bytes, device_id FROM memory_events") == ("alloc", 512, 0)
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_memory_instants_keep_their_address_and_take_their_step(tmp_path, monkeypatch, native):
+    """torch's [memory] instants: each takes the step open on its thread at its time (as the
+    allocating call's step would be) and its "Addr"; an address that is no 64-bit integer is
+    left out, not a failed import."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+
+    def mem(tid, ts, addr, nbytes):
+        return {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 25,
+                "tid": tid, "ts": ts, "args": {"Device Type": 1, "Device Id": 0, "Addr": addr,
+                                               "Bytes": nbytes, "Total Allocated": 0}}
+    ev = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 25, "tid": 25,
+           "ts": 100 * k, "dur": 100} for k in (1, 2)]
+    ev += [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#9", "pid": 25, "tid": 26,
+            "ts": 150, "dur": 20}]
+    ev += [mem(25, 120, 140_000_000_000_000, 512), mem(25, 210, 140_000_000_000_000, -512),
+           mem(26, 160, 1 << 64, 64), mem(25, 400, "0x7f", 8)]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "m.json", trace(ev))], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT time_ns, operation, bytes, address, step FROM memory_events "
+                       "ORDER BY time_ns").fetchall() == [
+        (120_000, "alloc", 512, 140_000_000_000_000, 1), (160_000, "alloc", 64, None, 9),
+        (210_000, "free", 512, 140_000_000_000_000, 2), (400_000, "alloc", 8, None, None)]
+
+
 def test_bare_array_and_base_time(tmp_path):
     doc = modern(step_ts=0, base=1_700_000_000_000_000_000)
     out = tmp_path / "o.duckdb"

@@ -82,7 +82,7 @@ enum {
 enum {
     A_CORRELATION, A_DEVICE, A_CONTEXT, A_STREAM, A_BYTES, A_GRID0, A_GRID1, A_GRID2,
     A_BLOCK0, A_BLOCK1, A_BLOCK2, A_REGISTERS, A_SMEM, A_CBID, A_DEVTYPE, A_DEVID, A_MEMBYTES,
-    A_EXTID, A_XSTEP, A_XRANGE, A_XDSMEM, NARGS
+    A_EXTID, A_XSTEP, A_XRANGE, A_XDSMEM, A_MEMADDR, NARGS
 };
 #define NI (C_ARG0 + NARGS)
 
@@ -953,6 +953,7 @@ static inline int arg_key(const char *k, Py_ssize_t n) {
     switch (n) {
     case 4:
         if (IS("cbid")) return A_CBID;
+        if (IS("Addr")) return A_MEMADDR;   /* a [memory] instant's address */
         if (IS("grid")) return AK_GRID;
         if (IS("name")) return AK_NAME;
         break;

@@ -481,7 +481,8 @@ def _memory_events(source: str, base: int, pids: _Pids) -> str:
     # track (no thread is recorded), Device Type 1 (CUDA), Bytes negative for a free.
     cols = {"_ts": _us(f"(time_ns - {base})"), "_pid": pids.cpu_sql()}
     args = _obj(("Device Type", 1), ("Device Id", _val("device_id")), ("Addr", _val("address")),
-                ("Bytes", _val("CASE WHEN operation = 'free' THEN -bytes ELSE bytes END")))
+                ("Bytes", _val("CASE WHEN operation = 'free' THEN -bytes ELSE bytes END")),
+                _optional("cuptiprof step", "step IS NOT NULL", _val("step")))
     event = _obj(("ph", "i"), ("s", "t"), ("cat", "cpu_instant_event"), ("name", "[memory]"),
                  ("pid", _val("_pid")), ("tid", -1), ("ts", _Sql("_ts")), ("args", args))
     return _select(source, cols, event)

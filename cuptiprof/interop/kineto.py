@@ -60,6 +60,7 @@ class Args(msgspec.Struct, gc=False):
     mem_dev_type: Union[int, None] = msgspec.field(default=None, name="Device Type")
     mem_dev_id: Union[int, None] = msgspec.field(default=None, name="Device Id")
     mem_bytes: Union[int, None] = msgspec.field(default=None, name="Bytes")
+    mem_addr: Any = msgspec.field(default=None, name="Addr")   # read where an integer
     # Kineto's link from a call or GPU row to its op; other writers may put anything there
     ext_id: Any = msgspec.field(default=None, name="External id")
     # cuptiprof's own export: what the category cannot say (a warm-up, an NVTX domain)
@@ -533,12 +534,12 @@ class KinetoFile:
         return out
 
     # columns of the current piece -----------------------------------------------------------
-    def _arg(self, rows: np.ndarray, field: str) -> tuple[np.ndarray, np.ndarray]:
+    def _arg(self, rows: np.ndarray, field: str, big_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Values and validity of one args field for `rows` (an integer beyond int64 raises
-        OverflowError here, where it is read)."""
+        OverflowError here, where it is read; with big_ok it is taken as absent)."""
         I, a = self.piece.I, P.A[field]
         bits = I[rows, P.C_VALID]
-        if self.piece.overflow and ((bits >> (P.OVER + a)) & 1).any():
+        if not big_ok and self.piece.overflow and ((bits >> (P.OVER + a)) & 1).any():
             raise OverflowError(f"{field} beyond 64 bits")
         return I[rows, P.C_ARG0 + a], ((bits >> a) & 1).astype(bool)
 
@@ -745,8 +746,12 @@ class KinetoFile:
         if np.isnan(ts).any():
             return
         M = self.gpu["memory_events"]
-        M.add(time_ns=self._ns(ts), bytes=self._arg(rows, "mem_bytes")[0])
+        M.add(time_ns=self._ns(ts), bytes=self._arg(rows, "mem_bytes")[0],
+              tid=self._ids(rows, P.C_TIDK, P.C_TID))
         M.add_col("device_id", *self._arg(rows, "mem_dev_id"))
+        M.add_col("address", *self._arg(rows, "mem_addr", big_ok=True))
+        if self.links:
+            M.add_col("xstep", *self._arg(rows, "xstep"))
         if self.procs:
             M.add(proc=self._proc_of(rows))
         self.rows["memory_events"] = self.rows.get("memory_events", 0) + len(rows)
@@ -806,7 +811,7 @@ class KinetoFile:
         self.rows[_GPU_TABLE[what]] = self.rows.get(_GPU_TABLE[what], 0) + len(rows)
 
     # end of file ----------------------------------------------------------------------------
-    def _gpu_tables(self, run_id, pid, base, link, lo: int, hi: int) -> dict:
+    def _gpu_tables(self, run_id, pid, base, link, mem_step, lo: int, hi: int) -> dict:
         """Rows lo:hi of each GPU table of this file as Arrow tables, links and names
         resolved."""
         out = {}
@@ -825,7 +830,10 @@ class KinetoFile:
                 cols.update(time_ns=AC.array(get("time_ns") + base, pa.int64()),
                             operation=AC.dictionary(b < 0, ["alloc", "free"]),
                             bytes=AC.array(np.abs(b), pa.int64()),
-                            memory_kind=AC.dictionary(np.zeros(n, np.int32), ["device"]))
+                            memory_kind=AC.dictionary(np.zeros(n, np.int32), ["device"]),
+                            address=AC.array(get("address").astype(np.uint64), pa.uint64(),
+                                             get("address?", bool) & (get("address") >= 0)),
+                            step=_null_neg(mem_step[lo:hi], pa.int32()))
                 out[table] = pa.table(cols)
                 continue
             ids = get("name", np.int32)
@@ -943,6 +951,14 @@ class KinetoFile:
             else:
                 l_step = np.where(l_ok, steps_at(l_time, s_start, s_end, s_n, l_tid, s_key), -1)
 
+        # memory events (torch's [memory] instants): the step recorded (cuptiprof's export),
+        # else the step open on their thread at their time, as the allocating call's would be
+        M = self.gpu["memory_events"]
+        if self.links:
+            m_step = _step_arg(M)
+        else:
+            m_step = steps_at(M.get("time_ns") + base, *at, M.get("tid"), r_key[held])
+
         # Link GPU rows to the call that launched them (the first call with that correlation
         # id): its step, innermost range and op.
         has = np.flatnonzero(c_corr >= 0)
@@ -1006,7 +1022,7 @@ class KinetoFile:
         unclaimed: dict[str, int] = {}
         for lo in range(0, max(longest, 1), APPEND_ROWS):
             hi = lo + APPEND_ROWS
-            batch: dict = self._gpu_tables(w.run_id, pid, base, link, lo, hi)
+            batch: dict = self._gpu_tables(w.run_id, pid, base, link, m_step, lo, hi)
             for t in ("kernels", "memcpys", "memsets"):
                 if t in batch:
                     unclaimed[t] = unclaimed.get(t, 0) + batch[t]["step"].null_count
