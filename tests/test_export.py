@@ -252,7 +252,12 @@ def test_odd_names_and_nulls_survive(odd_trace):
     names = lambda *cats: Counter(e["name"] for e in x if e["cat"] in cats)  # noqa: E731
     assert names("kernel") == names("cuda_runtime", "cuda_driver") == Counter(ODD)
     assert names("cpu_op", "user_annotation", "python_function", "gpu_user_annotation") == \
-        Counter(ODD[:-1])  # the open range is left out
+        Counter(ODD)
+    # the open range ends at the export's last time (the last kernel's end), and says it is open
+    still = [e for e in x if e["args"].get("cuptiprof open")]
+    assert [e["name"] for e in still] == [ODD[-1]] and still[0]["args"]["cuptiprof open"] == 1
+    assert Decimal(still[0]["ts"]) + Decimal(still[0]["dur"]) == max(
+        Decimal(e["ts"]) + Decimal(e["dur"]) for e in x if e["cat"] == "kernel")
     k = {e["name"]: e for e in x if e["cat"] == "kernel"}
     assert k["with \"quotes\""]["args"]["registers per thread"] is None
     assert k["with \"quotes\""]["args"]["device"] is None and k["with \"quotes\""]["pid"] == -1
@@ -278,7 +283,7 @@ def test_odd_names_and_nulls_survive(odd_trace):
     assert sorted((e["pid"], e["tid"], e["args"]["device"], e["args"]["stream"]) for e in gpu_ann) == \
         [(0, 11, None, None), (1, 9, 1, 9)]  # no attrs: device 0, the range's thread
     assert sorted(e["cat"] for e in x if e["name"] in ("plain", "single ' quote", None) and e["cat"]
-                  not in ("kernel", "cuda_runtime", "cuda_driver")) == ["cpu_op", "cpu_op"]
+                  not in ("kernel", "cuda_runtime", "cuda_driver")) == ["cpu_op"] * 3
 
 
 def test_a_partial_grid_exports_to_a_trace_that_imports_back(tmp_path):
@@ -682,6 +687,40 @@ def test_gpu_rows_in_a_framework_nvtx_range_keep_it(tmp_path):
     con.close()
     with cuptiprof.open(src) as a, cuptiprof.open(back) as b:
         assert b.report("ranges").fetchall() == a.report("ranges").fetchall()
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_ranges_still_open_survive_a_round_trip(tmp_path, monkeypatch, native):
+    """A range the program never closed (one entered around a serving loop and never left)
+    is in the export, to the export's last time and marked open: imported back it has no end,
+    and holds the steps and the work inside it as recorded."""
+    from tests._run_helpers import cli, script
+
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    prog = script(tmp_path, """
+        import cuptiprof
+        cuptiprof.range("serve").__enter__()
+        for i in range(3):
+            with cuptiprof.step(i):
+                with cuptiprof.range("fwd"):
+                    pass
+        cuptiprof.range("tail").__enter__()
+    """)
+    rec = tmp_path / "r.duckdb"
+    r = cli(["run", "-o", rec, "--no-report", "--", sys.executable, prog], tmp_path,
+            CUPTIPROF_FAKE_CUPTI="1")
+    assert r.returncode == 0, r.stderr
+    back = chrome_round_trip(rec, tmp_path / "r.json.gz", tmp_path / "back.duckdb")
+    rows = ("SELECT CASE WHEN kind = 'step' THEN 'step' ELSE name END, kind, step, depth, "
+            "end_ns IS NULL FROM ranges ORDER BY start_ns")
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, rec))
+    assert con.execute(rows).fetchall() == orig.execute(rows).fetchall()
+    assert con.execute("SELECT name FROM ranges WHERE end_ns IS NULL ORDER BY 1").fetchall() == \
+        [("serve",), ("tail",)]
+    con.close()
+    with cuptiprof.open(rec) as a, cuptiprof.open(back) as b:
+        for report in ("ranges", "step_ranges"):
+            assert b.report(report).fetchall() == a.report(report).fetchall(), report
 
 
 def _no_gpu_run(path: Path) -> Path:

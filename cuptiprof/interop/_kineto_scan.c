@@ -82,7 +82,7 @@ enum {
 enum {
     A_CORRELATION, A_DEVICE, A_CONTEXT, A_STREAM, A_BYTES, A_GRID0, A_GRID1, A_GRID2,
     A_BLOCK0, A_BLOCK1, A_BLOCK2, A_REGISTERS, A_SMEM, A_CBID, A_DEVTYPE, A_DEVID, A_MEMBYTES,
-    A_EXTID, A_XSTEP, A_XRANGE, A_XDSMEM, A_MEMADDR, NARGS
+    A_EXTID, A_XSTEP, A_XRANGE, A_XDSMEM, A_MEMADDR, A_XOPEN, NARGS
 };
 #define NI (C_ARG0 + NARGS)
 
@@ -977,9 +977,10 @@ static inline int arg_key(const char *k, Py_ssize_t n) {
         if (IS("External id")) return A_EXTID;
         break;
     case 13: if (IS("shared memory")) return A_SMEM; break;
-    case 14:   /* cuptiprof's own export: a warm-up's kind and step */
+    case 14:   /* cuptiprof's own export: a warm-up's kind and step, a range still open */
         if (IS("cuptiprof kind")) return AK_XKIND;
         if (IS("cuptiprof step")) return A_XSTEP;
+        if (IS("cuptiprof open")) return A_XOPEN;
         break;
     case 15:   /* cuptiprof's own export: the range of a GPU row without its call */
         if (IS("cuptiprof range")) return A_XRANGE;

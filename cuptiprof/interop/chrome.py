@@ -10,14 +10,15 @@ Several processes (a merged file) get pids of their own in the trace (GPU rows o
 process and device), their correlation ids moved apart, and a `cuptiprofProcesses` key that
 lets the importer take them apart again (Kineto readers ignore it).
 
-Steps are written as `ProfilerStep#N` ranges (torch.profiler's name, which the importer reads as
-steps), whatever the program called them. A warm-up step is not one: it keeps its name, with
-args `"cuptiprof kind": "warmup"` and `"cuptiprof step"` that the importer reads back. A GPU
-row whose launching call is not in the export (a run recorded without API calls, a sync) says
-its step in `"cuptiprof step"` too, and its innermost range (by range_id, as the ranges'
-External ids) in `"cuptiprof range"`: the importer takes both from a row's launching call. A
-GPU row whose range is not its call's (a framework NVTX range the call's record does not name)
-says its range too.
+Steps are written as `ProfilerStep#N` ranges (torch.profiler's name, which the importer reads
+as steps), whatever the program called them. A warm-up step is not one: it keeps its name, with
+args `"cuptiprof kind": "warmup"` and `"cuptiprof step"` that the importer reads back. A range
+never closed ends at the export's last time, with `"cuptiprof open": 1`, and is imported back
+without an end. A GPU row whose launching call is not in the export (a run recorded without API
+calls, a sync) says its step in `"cuptiprof step"` too, and its innermost range (by range_id,
+as the ranges' External ids) in `"cuptiprof range"`: the importer takes both from a row's
+launching call. A GPU row whose range is not its call's (a framework NVTX range the call's
+record does not name) says its range too.
 
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would
@@ -75,11 +76,12 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
                         "ORDER BY 1, 2").fetchall()
     pids = _Pids(procs)
     base_row = con.execute(
-        f"SELECT min(s) FROM (SELECT min(start_ns) s FROM gpu_activities WHERE {where} "
-        f"UNION ALL SELECT min(start_ns) FROM ranges WHERE {where} "
-        f"UNION ALL SELECT min(start_ns) FROM api_calls WHERE {where} "
-        f"UNION ALL SELECT min(time_ns) FROM logs WHERE {where})").fetchone()
+        f"SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM gpu_activities "
+        f"WHERE {where} UNION ALL SELECT min(start_ns), max(coalesce(end_ns, start_ns)) FROM ranges "
+        f"WHERE {where} UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls WHERE {where} "
+        f"UNION ALL SELECT min(time_ns), max(time_ns) FROM logs WHERE {where})").fetchone()
     base = (int(base_row[0]) // 1_000_000) * 1_000_000 if base_row[0] is not None else 0
+    last = int(base_row[1]) if base_row[1] is not None else base
 
     tmp = temp_beside(out)
     counts: dict[str, int] = {}
@@ -90,7 +92,7 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
             meta = _metadata(con, procs, pids)
             sink.write("".join(SEP + msgspec.json.encode(e).decode() for e in meta).encode(), len(meta))
             for table in _EVENTS:
-                counts[table] = _write_table(con, table, where, base, pids, sink)
+                counts[table] = _write_table(con, table, where, base, last, pids, sink)
             fh.write(b"\n]}\n")
         os.replace(tmp, out)
     except BaseException:
@@ -135,9 +137,12 @@ class _Sink:
         self.events += n
 
 
-def _write_table(con, table: str, where: str, base: int, pids: _Pids, sink: _Sink) -> int:
-    """Stream one table's events to `sink`; returns its row count."""
-    sql = _EVENTS[table](_scoped(table, where, pids), base, pids)
+def _write_table(con, table: str, where: str, base: int, last: int, pids: _Pids,
+                 sink: _Sink) -> int:
+    """Stream one table's events to `sink`; returns its row count. `last`: the export's last
+    time, where a range still open ends."""
+    src = _scoped(table, where, pids)
+    sql = _ranges(src, base, pids, last) if table == "ranges" else _EVENTS[table](src, base, pids)
     rows = 0
     reader = con.sql(sql).to_arrow_reader(BATCH)
     try:
@@ -356,7 +361,7 @@ def _flow(ph: str, pid: _Sql, tid: _Sql, *extra) -> list:
 
 # -- one query per table ------------------------------------------------------------------------
 
-def _ranges(source: str, base: int, pids: _Pids) -> str:
+def _ranges(source: str, base: int, pids: _Pids, last: int | None = None) -> str:
     # GPU user annotations sit on their device's stream: attrs is {"device": d, "stream": s}.
     gpu = "domain = 'gpu_user_annotation'"
     attrs = "CASE WHEN json_valid(attrs) THEN attrs END"
@@ -374,8 +379,12 @@ def _ranges(source: str, base: int, pids: _Pids) -> str:
         ("External id", _val("range_id")),
         _optional("cuptiprof domain", "domain IS DISTINCT FROM _cat", _str("domain")),
         _optional("cuptiprof kind", "kind = 'warmup'", "'\"warmup\"'"),
-        _optional("cuptiprof step", "kind = 'warmup' AND step IS NOT NULL", _val("step"))))
-    cols = {**_times(base),
+        _optional("cuptiprof step", "kind = 'warmup' AND step IS NOT NULL", _val("step")),
+        _optional("cuptiprof open", "end_ns IS NULL", "'1'")))
+    # A range never closed (one entered around a serving loop and never left, say) ends at the
+    # export's last time, which holds what ran inside it; "cuptiprof open" says it had no end.
+    end = f"coalesce(end_ns, greatest({last if last is not None else 'start_ns'}, start_ns))"
+    cols = {"_ts": _us(f"(start_ns - {base})"), "_dur": _us(f"({end} - start_ns)"),
             "_cat": cat,
             "_pid": f"CASE WHEN {gpu} THEN {gpu_pid} ELSE {pids.cpu_sql()} END",
             "_tid": f"CASE WHEN {gpu} THEN coalesce(CAST({stream} AS VARCHAR), {_val(_TID)}) "
@@ -386,7 +395,7 @@ def _ranges(source: str, base: int, pids: _Pids) -> str:
     name = "CASE WHEN kind = 'step' AND step IS NOT NULL THEN concat('ProfilerStep#', step) ELSE name END"
     event = _x(_Sql("concat('\"', _cat, '\"')"), _str(name), _val("_pid"), _Sql("_tid"),
                [_Sql("_args")])
-    return _select(source, cols, event, where=" WHERE end_ns IS NOT NULL")  # open ranges: left out
+    return _select(source, cols, event)
 
 
 # A row without a thread or stream goes on track -1: a JSON null tid is no track to a viewer.

@@ -68,6 +68,7 @@ class Args(msgspec.Struct, gc=False):
     xstep: Any = msgspec.field(default=None, name="cuptiprof step")
     xrange: Any = msgspec.field(default=None, name="cuptiprof range")   # a GPU row's range
     xdsmem: Any = msgspec.field(default=None, name="cuptiprof dynamic smem")  # of "shared memory"
+    xopen: Any = msgspec.field(default=None, name="cuptiprof open")   # a range without an end
     xdomain: Any = msgspec.field(default=msgspec.UNSET, name="cuptiprof domain")
     # a log record of cuptiprof's export (category LOG_CATEGORY); read where a str
     xlevel: Any = msgspec.field(default=None, name="level")
@@ -715,6 +716,7 @@ class KinetoFile:
             I = self.piece.I
             self.ranges.add_col("ext", *self._arg(rows, "ext_id"))
             self.ranges.add_col("xstep", *self._arg(rows, "xstep"))
+            self.ranges.add_col("xopen", *self._arg(rows, "xopen"))
             self.ranges.add(xdomain=I[rows, P.C_XDOMAIN], xkind=I[rows, P.C_XKIND])
         if self.procs:
             self.ranges.add(proc=self._proc_of(rows))
@@ -921,6 +923,10 @@ class KinetoFile:
             warm = R.get("xkind") == self.small.find("warmup")
             is_step &= ~warm
         s_start, s_end, s_n, s_key = r_start[is_step], r_end[is_step], r_stepn[is_step], r_key[is_step]
+        # a range cuptiprof's export says was still open: it nests what ran inside it (its
+        # end in the trace is the export's last time) and is written without an end
+        r_open = (R.get("xopen?", bool) & (R.get("xopen") == 1)) if self.links and len(r_start) \
+            else np.zeros(len(r_start), bool)
 
         parent, depth, c_range, c_op = nest(r_key, r_start, r_end, r_code == 0,
                                             c_tid, c_start, c_end)
@@ -1041,7 +1047,7 @@ class KinetoFile:
                     "domain": self._domains(code, R.get("xdomain")[sl] if self.links else None),
                     "thread_id": AC.array(np.where(code == 3, stream[sl], r_key[sl]), pa.int64()),
                     "start_ns": AC.array(r_start[sl], pa.int64()),
-                    "end_ns": AC.array(r_end[sl], pa.int64()),
+                    "end_ns": AC.array(r_end[sl], pa.int64(), ~r_open[sl]),
                     "kind": AC.dictionary(np.where(warm[sl], 3, np.where(is_step[sl], 2,
                                                                          np.minimum(code, 1))),
                                           ["op", "user", "step", "warmup"]),
