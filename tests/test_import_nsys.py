@@ -328,3 +328,24 @@ def test_unknown_file_and_mixed_inputs(tmp_path):
     sqlite3.connect(s).execute("CREATE TABLE StringIds (id, value)").connection.commit()
     r = run_cli("import", j, s, "-o", tmp_path / "o.duckdb")
     assert r.returncode == 2 and "separate" in r.stderr
+
+
+def test_a_process_without_gpu_work_is_a_process_of_the_file(tmp_path):
+    """A process of the export with NVTX ranges and API calls but no GPU work (a helper the
+    profiled rank started) gets its processes row, with no rank of its own; the rank stays the
+    GPU process's, and each process's span holds its first and last record, host ones too."""
+    src = nsys_export(tmp_path / "r.sqlite", launches=_launches(3), env="PMI_RANK=5;PMI_SIZE=8",
+                      ranges=[(7, 900, 1500, 59, "step 0")])
+    with sqlite3.connect(src) as db:
+        g = 5151 << 24
+        db.execute("INSERT INTO NVTX_EVENTS VALUES (500, 2000, 59, 'loader', ?, NULL, NULL)", [g | 9])
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (600, 650, ?, 99, 1, 0)", [g | 9])
+        db.execute("INSERT INTO PROCESSES VALUES (?, 5151, 'worker')", [g])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT pid, command, rank, world_size, start_ns, end_ns FROM processes "
+                       "ORDER BY pid").fetchall() == [(4242, "app", 5, 8, 900, 1500),
+                                                      (5151, "worker", None, None, 500, 2000)]
+    assert con.execute("SELECT pid, count(*) FROM ranges GROUP BY 1 ORDER BY 1").fetchall() == \
+        [(4242, 1), (5151, 1)]

@@ -146,9 +146,17 @@ class NsysFile:
         for pid in AC.distinct(p).tolist():
             m = p == pid
             self.devices.setdefault(pid, set()).update(AC.distinct(d[m]).tolist())
+        self._span(p, start, end)
+
+    def _span(self, pids, start, end) -> None:
+        """Widen each process's span (its first and last record) over these rows."""
+        p = np.asarray(pids)
+        start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+        for pid in AC.distinct(p).tolist():
+            m = p == pid
             s = self.spans.setdefault(pid, [np.iinfo(np.int64).max, np.iinfo(np.int64).min])
-            s[0] = min(s[0], int(np.min(np.asarray(start)[m])))
-            s[1] = max(s[1], int(np.max(np.asarray(end)[m])))
+            s[0] = min(s[0], int(np.min(start[m])))
+            s[1] = max(s[1], int(np.max(end[m])))
 
     def _count(self, table: str, n: int) -> None:
         self.rows[table] = self.rows.get(table, 0) + n
@@ -165,7 +173,11 @@ class NsysFile:
         finally:
             self.db.close()
         return [FileSummary(str(self.path), pid, None, 0, dict(self.rows), {},
-                            self.steps_by_pid.get(pid, 0)) for pid in sorted(self.devices)]
+                            self.steps_by_pid.get(pid, 0)) for pid in self._pids()]
+
+    def _pids(self) -> list[int]:
+        """The file's processes: those with GPU work or host records."""
+        return sorted(set(self.devices) | set(self.spans))
 
     def _gpu(self) -> None:
         w = self.w
@@ -335,6 +347,12 @@ class NsysFile:
         r_start, r_end = np.array(ranges["start"], np.int64), np.array(ranges["end"], np.int64)
         c_pid = self._own_all((c_gtid >> 24) & 0xFFFFFF)
         r_pid = self._own_all((r_gtid >> 24) & 0xFFFFFF)
+        # a process's span holds its calls and ranges too; one with no GPU work (a helper
+        # process with NVTX ranges, say) is a process of the file all the same
+        if len(c_start):
+            self._span(c_pid, c_start, c_end)
+        if len(r_start):
+            self._span(r_pid, r_start, np.maximum(r_start, r_end))
         parent, depth, c_range = self._nest(ranges["type"], c_gtid, c_start, c_end, r_gtid, r_start,
                                             r_end)
         texts = ranges["text"]
@@ -426,17 +444,21 @@ class NsysFile:
             for gp, pid, name in self.db.execute("SELECT globalPid, pid, name FROM PROCESSES"):
                 if pid in self.pid_of:
                     names[self.pid_of[pid]] = name
-        pids = sorted(self.devices)
+        pids = self._pids()
         if pids:
             host, env = self._system_env()
             # The environment is the one nsys was started in: it names the rank when nsys ran
-            # under the launcher (srun/mpirun nsys profile ...), one profiled process per file.
-            rank = ranks.from_env(env) if len(pids) == 1 else ranks.Rank(None, None, None)
-            if rank.rank is None and len(pids) == 1:
+            # under the launcher (srun/mpirun nsys profile ...), one profiled process per file:
+            # the one with GPU work (its helper processes have no rank of their own).
+            ranked = sorted(self.devices) or pids
+            rank = ranks.from_env(env) if len(ranked) == 1 else ranks.Rank(None, None, None)
+            if rank.rank is None and len(ranked) == 1:
                 rank = rank._replace(rank=ranks.from_name(self.path.name))
+            own = [p in ranked[:1] if len(ranked) == 1 else False for p in pids]
             w.append({"processes": {
                 "pid": AC.array(pids, pa.int32()), "host": [host] * len(pids),
-                **{k: AC.array([v] * len(pids), pa.int32()) for k, v in rank._asdict().items()},
+                **{k: AC.array([v if o else None for o in own], pa.int32())
+                   for k, v in rank._asdict().items()},
                 "command": [names.get(p) or str(self.path) for p in pids],
                 "start_ns": [self.spans[p][0] for p in pids], "end_ns": [self.spans[p][1] for p in pids]}})
         gpus = {}
@@ -447,7 +469,7 @@ class NsysFile:
             q = ", ".join(f'"{c}"' if c in have else "NULL" for c in want)
             for row in self.db.execute(f"SELECT {q} FROM TARGET_INFO_GPU"):
                 gpus[row[0]] = row
-        rows = [(p, d) for p in pids for d in sorted(self.devices[p]) if d is not None]
+        rows = [(p, d) for p in pids for d in sorted(self.devices.get(p, ())) if d is not None]
         if rows:
             g = [gpus.get(d) or (d,) + (None,) * 9 for _, d in rows]
             w.append({"devices": {
