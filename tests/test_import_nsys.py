@@ -69,6 +69,8 @@ def test_cloverleaf_metadata(clover):
     assert clover.execute("SELECT host, rank, local_rank, world_size FROM processes").fetchall() \
         == [("nid008553", 0, 0, 1)]
     assert clover.execute("SELECT count(*), count(DISTINCT sync_type) FROM syncs").fetchone() == (1312, 1)
+    # its event syncs name no event (eventId 0xFFFFFFFF, CUPTI's "none"): NULL, not 4294967295
+    assert clover.execute("SELECT count(cuda_event_id) FROM syncs").fetchone() == (0,)
     # every kernel has its launching runtime call
     assert clover.execute("""SELECT count(*) FROM kernels k LEFT JOIN api_calls c
         ON c.correlation_id = k.correlation_id AND c.pid = k.pid WHERE c.name IS NULL""").fetchone()[0] == 0

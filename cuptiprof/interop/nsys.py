@@ -242,8 +242,11 @@ class NsysFile:
         if t in self.tables:
             for c in self._select(t, common + ["syncType", "eventId"]):
                 cols = base(c)
+                # 0xFFFFFFFF: CUPTI's "no event" (a sync of another type), NULL as the
+                # collector stores it
+                event = [e if e is not None and e != 0xFFFFFFFF else None for e in c[8]]
                 cols.update(sync_type=[sync.get(k, "unknown") for k in c[7]],
-                            cuda_event_id=AC.array(c[8], pa.int64()))
+                            cuda_event_id=AC.array(event, pa.int64()))
                 w.append({"syncs": cols})
                 self._count("syncs", len(c[0]))
 
