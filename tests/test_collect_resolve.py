@@ -403,3 +403,46 @@ def test_a_launch_in_a_range_begun_before_the_steps_takes_the_step_open_at_its_l
         ("nvtx_before", "serve", None), ("nvtx_in_step", "serve", 7),
         ("range_before", "serve", None), ("range_in_step", "serve", 8)]
     assert q(con, "SELECT name, step FROM ranges WHERE name = 'serve'") == [("serve", None)] * 2
+
+
+# each launching call's step and range beside those of the GPU row it launched
+_CALL_VS_ROW = ("SELECT k.name, k.step, c.step, kr.name, cr.name FROM kernels k "
+                "JOIN api_calls c USING (run_id, pid, correlation_id) "
+                "LEFT JOIN ranges kr ON kr.range_id = k.range_id "
+                "LEFT JOIN ranges cr ON cr.range_id = c.range_id ORDER BY k.start_ns")
+
+
+def test_a_call_has_the_innermost_range_its_work_has(run):
+    """A launch inside a framework's NVTX range (opened inside a cuptiprof range): the call, as
+    its kernel, has that NVTX range as its innermost."""
+    def body(f):
+        with cuptiprof.range("step", step=0), cuptiprof.range("fwd"):
+            f.launch_kernel("gemm")
+            f.nvtx_push("attn", domain="torch")
+            f.launch_kernel("softmax")
+            f.nvtx_pop()
+    con, _ = run(body)
+    assert q(con, _CALL_VS_ROW) == [("gemm", 0, 0, "fwd", "fwd"), ("softmax", 0, 0, "attn", "attn")]
+
+
+def test_a_launch_in_a_range_begun_outside_every_step_takes_the_step_at_its_time(run):
+    """A worker's range opened before the first step: its launch during step 0, the call as
+    the kernel, takes the step open at its time (whatever else the flush holds)."""
+    opened, stepping = threading.Event(), threading.Event()
+
+    def body(f):
+        def worker():
+            with cuptiprof.range("prefetch"):
+                opened.set()
+                stepping.wait(10)
+                f.launch_kernel("worker_k")
+
+        t = threading.Thread(target=worker)
+        t.start()
+        opened.wait(10)
+        with cuptiprof.range("step", step=0):
+            stepping.set()
+            t.join()
+    con, _ = run(body)
+    assert q(con, "SELECT step FROM ranges WHERE name = 'prefetch'") == [(None,)]
+    assert q(con, _CALL_VS_ROW) == [("worker_k", 0, 0, "prefetch", "prefetch")]

@@ -267,9 +267,16 @@ class Resolver:
 
     def _claim_many(self, corrs: np.ndarray, final: bool):
         """claim() for many correlation ids: wait mask, (range id, valid), (step, valid)."""
-        n = len(corrs)
         rid, has = _lookup(self._ext, corrs)
         (tid, start), api = _lookup_many(self._api, corrs)
+        wait = ~has & ~api & (not final)    # the API record may arrive with the next flush
+        return (wait, *self._innermost(rid, has, tid, start, api))
+
+    def _innermost(self, rid, has, tid, start, api):
+        """Innermost range and step of calls at (tid, start) (where `api`) whose cuptiprof range
+        is `rid` (where `has`): (range id, valid), (step, valid). A call and the GPU work it
+        launched get them alike."""
+        n = len(rid)
         mid, mfound = np.zeros(n, np.int64), np.zeros(n, bool)
         if self._has_markers and api.any():
             i = np.flatnonzero(api)
@@ -282,12 +289,11 @@ class Resolver:
             rs = _map(rid[i], self.book.start_of)[0]
             inner[i] = ms > rs
         by_marker = ~has & api & mfound     # no cuptiprof range: the NVTX range claims it
-        wait = ~has & ~api & (not final)    # the API record may arrive with the next flush
         out_rid = np.where(inner | by_marker, mid, rid)
         rid_ok = has | by_marker
         step, step_ok = _map(np.where(has, rid, mid), self.book.step_of, has | by_marker)
         self._by_time(step, step_ok, tid, start, ~step_ok & api)
-        return wait, out_rid, rid_ok, step, step_ok
+        return out_rid, rid_ok, step, step_ok
 
     def _by_time(self, step: np.ndarray, step_ok: np.ndarray, tid: np.ndarray,
                  start: np.ndarray, sel: np.ndarray) -> None:
@@ -311,11 +317,13 @@ class Resolver:
         if not self._has_markers:
             # An external id names the range; without one the row waits for its API record
             # (one flush), which gives it the step open at its launch, or is kept unclaimed.
+            # A range that gives no step (one begun outside every step) leaves the step to
+            # that record too.
             rid, has = _lookup(self._ext, corr)
             wait = np.zeros(n, bool)
             keep = ~(has & (rid == SELF_ID))
             step, step_ok = self._steps_of(rid, has & keep)
-            if not has.all():
+            if not (step_ok | ~keep).all():
                 (tid, start), api = _lookup_many(self._api, corr)
                 if not final:
                     wait = ~has & ~api
@@ -577,8 +585,11 @@ class Resolver:
         if mine.any():  # the session's own synchronize
             keep = ~mine
             c, corr, rid, has = c.take(keep), corr[keep], rid[keep], has[keep]
-        step, step_ok = self._steps_of(rid, has)
-        self._by_time(step, step_ok, c["thread_id"], c["start"], ~has)
+        # the range and step its GPU work gets (a framework NVTX range inside the cuptiprof
+        # range is the innermost; no step by its range: the step open at its time)
+        rid, has, step, step_ok = self._innermost(
+            rid, has, c["thread_id"].astype(np.int64), c["start"].astype(np.int64),
+            np.ones(len(rid), bool))
         self.rows_out["api_calls"] = self.rows_out.get("api_calls", 0) + c.n
         kind = c["kind"].astype(np.int64)
         cbid = c["cbid"].astype(np.int64)
