@@ -1045,6 +1045,36 @@ def test_a_single_process_keeps_its_local_rank(tmp_path):
     assert con.execute(rows).fetchall() == orig.execute(rows).fetchall() == [(12, "h1", 3, 1, 4)]
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_the_event_a_sync_waited_on_survives_a_round_trip(tmp_path, monkeypatch, native):
+    """A sync's CUDA event is written as Kineto writes it ("wait_on_cuda_event_id") and read
+    back, from an export as from torch.profiler; CUPTI's "no event" (0xFFFFFFFF) is none."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    t = 1_700_000_000_000_000_000
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "s.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=12) as w:
+        w.append({"syncs": {"device_id": i32([0, 0]), "stream_id": i32([7, None]),
+                            "correlation_id": [1, 2], "sync_type": ["event_synchronize", "context_synchronize"],
+                            "cuda_event_id": pa.array([5, None], pa.int64()),
+                            "start_ns": [t, t + 10], "end_ns": [t + 5, t + 15]}})
+    out = tmp_path / "s.json"
+    back = chrome_round_trip(src, out, tmp_path / "back.duckdb")
+    rows = "SELECT sync_type, stream_id, cuda_event_id FROM syncs ORDER BY start_ns"
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    assert con.execute(rows).fetchall() == orig.execute(rows).fetchall() == [
+        ("event_synchronize", 7, 5), ("context_synchronize", None, None)]
+    doc = load_trace(out)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cuda_sync" and "wait_on_cuda_event_id" not in e["args"]:
+            e["args"]["wait_on_cuda_event_id"] = 0xFFFFFFFF
+    out.write_text(json.dumps(doc))
+    import_traces([out], tmp_path / "kineto.duckdb")
+    from tests._run_helpers import q
+    assert q(tmp_path / "kineto.duckdb", rows) == [("event_synchronize", 7, 5),
+                                                   ("context_synchronize", None, None)]
+
+
 SAXPY = SHARED / "pipit-nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 
 

@@ -102,7 +102,10 @@ TAKEN = {
                                                            "cuptiprof dynamic smem": 256}},
                                         {**KERNEL, "args": {"cuptiprof range": None}},
                                         {"ph": "X", "cat": "user_annotation", "name": "serve",
-                                         "ts": 1, "dur": 2, "args": {"cuptiprof open": 1}}),
+                                         "ts": 1, "dur": 2, "args": {"cuptiprof open": 1}},
+                                        {"ph": "X", "cat": "cuda_sync", "name": "Event Sync",
+                                         "ts": 3, "dur": 1, "args": {"cuda_sync_kind": "Event Sync",
+                                                                     "wait_on_cuda_event_id": 9}}),
     "empty events are counted, not kept": doc({}, {}, {"unknown": 1}, {"ph": "X"}, {}),
     "empty array": doc(),
     "other top-level keys": doc(KERNEL, deviceProperties=[{"id": 0, "name": "V100", "numSms": 80}],
@@ -136,10 +139,11 @@ def test_strings_are_decoded_like_msgspec():
 def test_a_gpu_rows_recorded_range_is_read_into_its_column():
     got, ref, _, _ = both(TAKEN["cuptiprof's args on GPU rows"])
     a = P.A["xrange"]
-    assert got.I[:, P.C_ARG0 + a].tolist() == [12, 0, 0]
-    assert ((got.I[:, P.C_VALID] >> a) & 1).tolist() == [1, 0, 0]
+    assert got.I[:, P.C_ARG0 + a].tolist() == [12, 0, 0, 0]
+    assert ((got.I[:, P.C_VALID] >> a) & 1).tolist() == [1, 0, 0, 0]
     assert got.I[0, P.C_ARG0 + P.A["xdsmem"]] == 256
     assert got.I[2, P.C_ARG0 + P.A["xopen"]] == 1
+    assert got.I[3, P.C_ARG0 + P.A["event_id"]] == 9
 
 
 def test_numbers_are_rounded_like_msgspec():

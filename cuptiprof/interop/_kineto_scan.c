@@ -82,7 +82,7 @@ enum {
 enum {
     A_CORRELATION, A_DEVICE, A_CONTEXT, A_STREAM, A_BYTES, A_GRID0, A_GRID1, A_GRID2,
     A_BLOCK0, A_BLOCK1, A_BLOCK2, A_REGISTERS, A_SMEM, A_CBID, A_DEVTYPE, A_DEVID, A_MEMBYTES,
-    A_EXTID, A_XSTEP, A_XRANGE, A_XDSMEM, A_MEMADDR, A_XOPEN, NARGS
+    A_EXTID, A_XSTEP, A_XRANGE, A_XDSMEM, A_MEMADDR, A_XOPEN, A_EVENTID, NARGS
 };
 #define NI (C_ARG0 + NARGS)
 
@@ -987,6 +987,7 @@ static inline int arg_key(const char *k, Py_ssize_t n) {
         break;
     case 16: if (IS("cuptiprof domain")) return AK_XDOMAIN; break;
     case 20: if (IS("registers per thread")) return A_REGISTERS; break;
+    case 21: if (IS("wait_on_cuda_event_id")) return A_EVENTID; break;   /* a sync's event */
     case 22: if (IS("cuptiprof dynamic smem")) return A_XDSMEM; break;   /* cuptiprof's export */
     }
     return AK_OTHER;

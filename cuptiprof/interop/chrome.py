@@ -481,7 +481,9 @@ _SYNC_NAME = {"event_synchronize": "Event Sync", "stream_synchronize": "Stream S
 
 def _syncs(source: str, base: int, pids: _Pids) -> str:
     # A context-wide sync has no stream: it goes on tid -1.
-    return _gpu(source, base, pids, "cuda_sync", _case("sync_type", _SYNC_NAME, "Sync"), (),
+    return _gpu(source, base, pids, "cuda_sync", _case("sync_type", _SYNC_NAME, "Sync"),
+                (_optional("wait_on_cuda_event_id", "cuda_event_id IS NOT NULL",   # Kineto's key
+                           _val("cuda_event_id")),),
                 stream="coalesce(stream_id, -1)")
 
 

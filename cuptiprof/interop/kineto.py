@@ -61,6 +61,7 @@ class Args(msgspec.Struct, gc=False):
     mem_dev_id: Union[int, None] = msgspec.field(default=None, name="Device Id")
     mem_bytes: Union[int, None] = msgspec.field(default=None, name="Bytes")
     mem_addr: Any = msgspec.field(default=None, name="Addr")   # read where an integer
+    event_id: Any = msgspec.field(default=None, name="wait_on_cuda_event_id")   # a sync's event
     # Kineto's link from a call or GPU row to its op; other writers may put anything there
     ext_id: Any = msgspec.field(default=None, name="External id")
     # cuptiprof's own export: what the category cannot say (a warm-up, an NVTX domain)
@@ -810,6 +811,8 @@ class KinetoFile:
                 G.add_col("xdsmem", *self._arg(rows, "xdsmem"))
         elif what in ("memcpy", "memset"):
             G.add_col("bytes", *self._arg(rows, "bytes"))
+        else:   # a sync: the CUDA event it waited on (Kineto's event syncs say it)
+            G.add_col("cuda_event_id", *self._arg(rows, "event_id", big_ok=True))
         self.rows[_GPU_TABLE[what]] = self.rows.get(_GPU_TABLE[what], 0) + len(rows)
 
     # end of file ----------------------------------------------------------------------------
@@ -876,6 +879,10 @@ class KinetoFile:
             else:
                 cols["sync_type"] = AC.dictionary(*_per_name(
                     ids, names, lambda s: _SYNC.get((s or "").strip().lower(), "unknown")))
+                # 0xFFFFFFFF (or -1): CUPTI's "no event"
+                ev, ev_ok = get("cuda_event_id"), get("cuda_event_id?", bool)
+                cols["cuda_event_id"] = AC.array(ev, pa.int64(),
+                                                 ev_ok & (ev >= 0) & (ev != 0xFFFFFFFF))
             out[table] = pa.table(cols)
         return out
 

@@ -38,7 +38,7 @@ XDOMAIN_ABSENT = -2
 # Args fields (kineto.Args), grid and block spread over three columns each
 ARGS = ("correlation", "device", "context", "stream", "bytes", "grid0", "grid1", "grid2",
         "block0", "block1", "block2", "registers", "smem", "cbid", "mem_dev_type", "mem_dev_id",
-        "mem_bytes", "ext_id", "xstep", "xrange", "xdsmem", "mem_addr", "xopen")
+        "mem_bytes", "ext_id", "xstep", "xrange", "xdsmem", "mem_addr", "xopen", "event_id")
 A = {k: i for i, k in enumerate(ARGS)}
 NI = C_ARG0 + len(ARGS)
 OVER = 32  # bit OVER + a: the msgspec path saw an integer beyond int64 in field a
@@ -46,7 +46,7 @@ OVER = 32  # bit OVER + a: the msgspec path saw an integer beyond int64 in field
 ID_NONE, ID_INT, ID_STR, ID_BIG = 0, 1, 2, 3
 _SCALAR_ARGS = [a for a in ARGS if a[:4] not in ("grid", "bloc")]
 # args whose value may be anything in other writers' traces (not validated, read where int)
-_LOOSE_ARGS = {"ext_id", "xstep", "xrange", "xdsmem", "mem_addr", "xopen"}
+_LOOSE_ARGS = {"ext_id", "xstep", "xrange", "xdsmem", "mem_addr", "xopen", "event_id"}
 
 if _native is not None and getattr(_native, "NI", None) != NI:
     _native = None  # a stale build with another column layout: not used (tests fail on it)
