@@ -80,9 +80,10 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     pids = _Pids(procs)
     base_row = con.execute(
         f"SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM gpu_activities "
-        f"WHERE {where} UNION ALL SELECT min(start_ns), max(coalesce(end_ns, start_ns)) FROM ranges "
-        f"WHERE {where} UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls WHERE {where} "
-        f"UNION ALL SELECT min(time_ns), max(time_ns) FROM logs WHERE {where})").fetchone()
+        f"WHERE {where} UNION ALL SELECT min(start_ns), max(coalesce(end_ns, start_ns)) "
+        f"FROM ranges WHERE {where} UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls "
+        f"WHERE {where} UNION ALL SELECT min(time_ns), max(time_ns) FROM logs WHERE {where})"
+    ).fetchone()
     base = (int(base_row[0]) // 1_000_000) * 1_000_000 if base_row[0] is not None else 0
     last = int(base_row[1]) if base_row[1] is not None else base
 
@@ -247,9 +248,9 @@ def _flow_end(table: str) -> str:
 
 def _scoped(table: str, where: str, pids: _Pids) -> str:
     """FROM clause: the table's rows in scope (with `_call`, see _other_end, `_apart`, see
-    _range_apart, and `_fl`, see _flow_end), with the process index where several. Several processes' ids are moved apart
-    (index * 2^32), or one process's flows and links would join another's rows that carry the
-    same number."""
+    _range_apart, and `_fl`, see _flow_end), with the process index where several. Several
+    processes' ids are moved apart (index * 2^32), or one process's flows and links would join
+    another's rows that carry the same number."""
     src = (f"(SELECT *, {_flow_end(table)} AS _fl FROM (SELECT *, {_other_end(table, where)} "
            f"AS _call, {_range_apart(table, where)} AS _apart FROM {table} _r WHERE {where}) _r) "
            f"_t{pids.join()}")

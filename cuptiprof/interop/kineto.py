@@ -536,7 +536,8 @@ class KinetoFile:
         return out
 
     # columns of the current piece -----------------------------------------------------------
-    def _arg(self, rows: np.ndarray, field: str, big_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def _arg(self, rows: np.ndarray, field: str,
+             big_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Values and validity of one args field for `rows` (an integer beyond int64 raises
         OverflowError here, where it is read; with big_ok it is taken as absent)."""
         I, a = self.piece.I, P.A[field]
