@@ -35,9 +35,37 @@ def test_merge_keeps_runs_and_remaps_strings(tmp_path):
     assert q(out, "SELECT count(*), count(DISTINCT value) FROM strings") == [(3, 3)]
     assert q(out, "SELECT count(*) FROM kernels WHERE name IS NULL") == [(0,)]
     # merging a merged file again renumbers its runs after the others
-    out2 = merge_files([out, a], tmp_path / "again.duckdb")
+    c = _file(tmp_path / "c.duckdb", ["gemm"], 33, "hostC")
+    out2 = merge_files([out, c], tmp_path / "again.duckdb")
     assert q(out2, "SELECT run_id, label FROM runs ORDER BY run_id") == [
-        (1, "hostA"), (2, "hostB"), (3, "hostA")]
+        (1, "hostA"), (2, "hostB"), (3, "hostC")]
+
+
+@pytest.mark.parametrize("case", ["merged_with_its_input", "a_copy", "one_trace_imported_twice"])
+def test_a_run_already_merged_is_refused(tmp_path, case):
+    """The same run from two inputs would count twice (a comparison reads the job as twice as
+    slow): the merge stops with one line naming both inputs, and writes nothing."""
+    a = _file(tmp_path / "a.duckdb", ["gemm"], 11, "hostA")
+    b = _file(tmp_path / "b.duckdb", ["relu"], 22, "hostB")
+    if case == "merged_with_its_input":
+        merge_files([a, b], tmp_path / "ab.duckdb")
+        args = ["ab.duckdb", "b.duckdb"]
+    elif case == "a_copy":
+        shutil.copy(a, tmp_path / "copy.duckdb")
+        args = ["a.duckdb", "b.duckdb", "copy.duckdb"]
+    else:
+        trace = tmp_path / "t.json"
+        trace.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, '
+                         '"tid": 7, "ts": 10, "dur": 5, "args": {"device": 0, "stream": 7}}]}')
+        for out in ("t1.duckdb", "t2.duckdb"):
+            assert cli(["import", "t.json", "-o", out], tmp_path).returncode == 0
+        args = ["t1.duckdb", "t2.duckdb"]
+    r = cli(["merge", *args, "-o", "all.duckdb"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert "count twice" in r.stderr and args[0] in r.stderr and args[-1] in r.stderr
+    assert not (tmp_path / "all.duckdb").exists()
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 
 def test_one_run_marks_killed_part(tmp_path):

@@ -31,6 +31,8 @@ from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, ta
 from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
 
+# What tells runs apart when files are merged (runs columns).
+RUN_IDENTITY = ("source", "host", "command", "start_ns", "end_ns")
 # Worst first: the merged status of one run made of several parts.
 _STATUS_ORDER = ("failed", "interrupted", "running", "complete")
 
@@ -141,6 +143,7 @@ class _Merger:
         self.quality: list[tuple] = []     # (pid, check_name, subject, count, detail)
         self.dead: set[int] = set()        # pids that ended before their collector closed
         self.busy_missing: set[int] = set()  # merged runs whose step_busy must be computed here
+        self.run_from: dict[tuple, str] = {}  # identity of each run merged so far -> its source
 
     def add(self, src: Path, skip: bool) -> None:
         con = self.con
@@ -183,6 +186,22 @@ class _Merger:
             return None
         return int(row[0]) if row and str(row[0]).isdigit() else None
 
+    def _refuse_runs_seen(self, src: Path) -> None:
+        """Refuse a run that an earlier input already brought (a merged file with one of its
+        inputs, a copy of a file, one trace imported twice): its rows would count twice, and a
+        comparison would read its job as twice as slow. A run is its source, host, command and
+        start and end on the record clock; the import time (start_time) is left out, so that
+        two imports of one trace are one run."""
+        have = self._src_columns("runs")
+        cols = ", ".join(c if c in have else "NULL" for c in RUN_IDENTITY)
+        for label, *key in self.con.execute(
+                f"SELECT label, {cols} FROM src.runs ORDER BY run_id").fetchall():
+            earlier = self.run_from.setdefault(tuple(key), str(src))
+            if earlier != str(src):
+                raise InputError(f"{src}: its run '{label}' is already in {earlier} (same command, "
+                                 "host and times); its rows would count twice: leave out one of "
+                                 "them")
+
     def _src_columns(self, table: str) -> set[str]:
         return {c for (c,) in self.con.execute(
             "SELECT column_name FROM duckdb_columns() WHERE database_name='src' "
@@ -196,6 +215,7 @@ class _Merger:
             mapping = [(r[0], 1) for r in runs]
             self.part_runs.extend(runs)
         else:
+            self._refuse_runs_seen(src)
             mapping = []
             for r in runs:
                 mapping.append((r[0], self.next_run))
