@@ -213,6 +213,20 @@ def test_throughput_against_peak_from_user_flops(pair):
         assert s["gbps"] == pytest.approx(2 * 0.01 / 0.4e-3, rel=0.05)
 
 
+def test_work_that_matches_no_key_is_noted(pair, capsys):
+    """A mistyped --flops/--bytes NAME says so, instead of only leaving the throughput table
+    without its row; a NAME that matches keeps quiet."""
+    a, b = pair
+    with Comparison(pair, work=work_list(["*gemm*=1.0", "gemmm=2"], ["softmx=0.01"])) as c:
+        notes = [n for n in c.legend() if "matches no key" in n]
+        assert {p for (p,) in c.throughput().select("pattern").fetchall()} == {"*gemm*"}
+    assert len(notes) == 2
+    assert "--flops 'gemmm'" in notes[0] and "--bytes 'softmx'" in notes[1]
+    assert main(["compare", str(a), str(b), "--flops", "nothing=1", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any("--flops 'nothing' matches no key" in n for n in doc["notes"])
+
+
 def test_known_gpu_table():
     assert known_gpu("NVIDIA A100-SXM4-80GB")["peak_memory_bw_gbps"] == 2039
     assert known_gpu("NVIDIA A100-PG509-200")["peak_memory_bw_gbps"] == 1555

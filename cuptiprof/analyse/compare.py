@@ -495,9 +495,28 @@ class Comparison:
                 out.append(f"note: {r.letter} ({r.path.name}): {pct}% of its {what} ({n:,} of "
                            f"{of:,} activities) ran outside every step and is not compared (files are "
                            f"compared step by step); `cuptiprof report {r.path} --by quality` shows it")
+        out += self._unmatched_work()
         hint = self._key_hint()
         if hint:
             out.append(hint)
+        return out
+
+    def _unmatched_work(self) -> list[str]:
+        """A line for each --flops/--bytes NAME that no key matches: a mistyped name would
+        otherwise only leave the throughput table without its row."""
+        if not self.work:
+            return []
+        matched = {p for (p,) in self.con.execute(
+            "SELECT DISTINCT w.pattern FROM cmp_work w JOIN compare_ops o "
+            "ON o.key = w.pattern OR o.key GLOB w.pattern").fetchall()}
+        out = []
+        for w in self.work:
+            if w.pattern in matched:
+                continue
+            opts = "/".join(o for o, v in (("--flops", w.gflop), ("--bytes", w.gbytes)) if v)
+            out.append(f"note: {opts} {w.pattern!r} matches no key (--by {self.by}) in any file, "
+                       "so it has no throughput row: give a key as the ops table names it, or a "
+                       "glob pattern ('gemm*')")
         return out
 
     def _key_hint(self) -> str | None:
