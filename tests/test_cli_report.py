@@ -157,6 +157,11 @@ def test_sql_query_and_schema(run_file):
     assert r.returncode == 2 and r.stdout == "" and r.stderr.strip() == (
         "cuptiprof: error: the query holds 2 statements; give one at a time (only the last "
         "one's rows would show)"), r.stderr
+    for blank in ("", "  ", "-- a comment only"):   # not "returned no rows": there was no query
+        r = cli("sql", run_file, blank)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith(
+            "cuptiprof: error: the query is empty; give one SQL query"), r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     r = cli("sql", run_file, "SELECT 'x;y' AS s;")   # a semicolon in a string, one at the end
     assert r.returncode == 0 and "x;y" in r.stdout, r.stderr
 

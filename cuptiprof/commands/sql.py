@@ -35,6 +35,9 @@ def run(args) -> int:
             if refused_statement(args.query) is not None:   # the check Profile.sql() makes
                 raise read_only
             n = len(duckdb.extract_statements(args.query))
+            if n == 0:   # blank or only a comment: DuckDB runs nothing and returns no relation
+                raise UsageError("the query is empty; give one SQL query, e.g. "
+                                 "\"SELECT name, count(*) FROM kernels GROUP BY 1\"")
             if n > 1:   # DuckDB would show the last statement's rows only
                 raise UsageError(f"the query holds {n} statements; give one at a time "
                                  "(only the last one's rows would show)")
