@@ -174,6 +174,23 @@ def test_the_cli_keeps_its_option_wording(tmp_path):
                                 "see `cuptiprof report FILE --by step` for the steps it has")
 
 
+@pytest.mark.parametrize("cmd", [["report"], ["sql", "SELECT 1"], ["export", "--chrome", "x.json"]])
+def test_steps_of_a_file_without_steps_says_it_has_none(tmp_path, cmd):
+    """Pointing at `--by step` for the steps a file has does not help when it has none."""
+    from _run_helpers import cli
+
+    p = tmp_path / "f.duckdb"
+    record(p, steps=0)
+    r = cli([cmd[0], p, *cmd[1:], "--steps", "1"], tmp_path)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == (f"cuptiprof: error: {p}: has no recorded steps (no row is tagged "
+                                "with a step), so --steps '1' selects nothing; leave out --steps "
+                                "to read every row")
+    assert not (tmp_path / "x.json").exists()
+    with pytest.raises(UsageError, match="has no recorded steps .* leave out steps="):
+        cuptiprof.open(p, 1)
+
+
 # -- Profile.sql() refuses what `cuptiprof sql` refuses ------------------------------------------
 @pytest.mark.parametrize("query, kind", [
     ("COPY (SELECT * FROM ranges) TO '{d}/out.csv'", "COPY"),

@@ -200,6 +200,10 @@ class Profile:
             self.scope = f"steps {'' if lo is None else lo}:{'' if hi is None else hi}"
             n = self.con.execute(f"SELECT count(*) FROM gpu_activities WHERE {where}").fetchone()[0]
             m = self.con.execute(f"SELECT count(*) FROM ranges WHERE kind='step' AND {where}").fetchone()[0]
+            if n == 0 and m == 0 and not has_steps:   # pointing at the steps it has would not help
+                leave = f"leave out {self._option}" if self._option else "leave out steps="
+                raise UsageError(f"{self.path}: has no recorded steps (no row is tagged with a "
+                                 f"step), so {label} selects nothing; {leave} to read every row")
             if n == 0 and m == 0:
                 see = ("see `cuptiprof report FILE --by step` for the steps it has" if self._option
                        else f"cuptiprof.open({str(self.path)!r}).steps() lists the steps it has")
