@@ -346,3 +346,15 @@ def test_report_csv_without_by_is_one_table_of_ops(run_file):
     out = run_file.parent / "ops.csv"
     out.write_text(r.stdout)
     assert duckdb.sql(f"SELECT count(*) FROM read_csv('{out}')").fetchall() == [(len(rows) - 1,)]
+
+
+def test_report_html_with_a_format_and_nothing_to_print_is_refused(run_file, tmp_path):
+    """`--html page --format json` printed nothing in JSON: the format was silently dropped."""
+    page = tmp_path / "f.html"
+    r = cli("report", run_file, "--html", page, "--format", "json")
+    assert r.returncode == 2 and r.stdout == "" and not page.exists()
+    assert r.stderr.strip() == ("cuptiprof: error: --format json formats a printed breakdown and "
+                                "--html prints none; add --by NAME to print one beside the page, "
+                                "or leave out --format")
+    r = cli("report", run_file, "--html", page, "--format", "table")   # the default, said aloud
+    assert r.returncode == 0 and page.exists(), r.stderr

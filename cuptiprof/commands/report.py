@@ -52,6 +52,10 @@ def run(args) -> int:
     if not args.file:
         raise UsageError("report needs a FILE (or --list)")
     if args.html is not None:
+        if args.format != "table" and not args.by:   # the page alone prints nothing to format
+            raise UsageError(f"--format {args.format} formats a printed breakdown and --html "
+                             "prints none; add --by NAME to print one beside the page, or leave "
+                             "out --format")
         from cuptiprof.render.html import check_html_output
         check_html_output(args.html, inputs=[args.file])
     with open_profile(args.file, args.steps, option="--steps") as prof:
