@@ -284,6 +284,23 @@ def test_argument_mistakes_begin_like_every_other_error(tmp_path, args, word, co
     assert line.endswith(f"(see cuptiprof{' ' + command if command else ''} --help)")
 
 
+def test_every_command_help_says_what_it_does_and_names_its_inputs():
+    """Each `cuptiprof CMD --help` opens with a description, documents its positional
+    arguments, spells the file it reads FILE as the others do, and offers the same formats."""
+    from cuptiprof.cli import COMMANDS, build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in COMMANDS:
+        p = sub.choices[name]
+        assert p.description, name
+        for a in p._actions:
+            if not a.option_strings and a.dest not in ("help", "cmd", "query"):
+                assert a.help and a.metavar, (name, a.dest)
+                assert a.metavar != a.dest, (name, a.dest)   # FILE, not `file`
+            if a.dest == "format":
+                assert tuple(a.choices) == ("table", "csv", "json", "markdown"), name
+
+
 def test_unknown_report_name_from_the_api(run_file):
     import cuptiprof
     from cuptiprof.errors import UsageError

@@ -2,6 +2,9 @@
 
 import argparse
 
+# The positional FILE of the commands that read one cuptiprof file (report, sql, export).
+FILE_HELP = "a cuptiprof .duckdb file (from run, import or merge)"
+
 
 def top_rows(text: str) -> int:
     """--top N: rows per table, 1 to a billion (a larger N would overflow the SQL LIMIT)."""

@@ -16,7 +16,12 @@ from importlib import metadata
 
 def register(sub) -> None:
     p = sub.add_parser("doctor", help="check that this machine can profile a GPU (driver, "
-                       "CUPTI, NVTX injection, other profilers)")
+                       "CUPTI, NVTX injection, other profilers)",
+                       description="Check that this machine can profile a GPU: one line per "
+                       "check (ok, note or problem, with the fix). Exit 0: GPU profiling would "
+                       "work; 1: a Python package is missing or too old; 3: the environment "
+                       "cannot profile a GPU (no driver, no GPU, no CUPTI, CUPTI held by "
+                       "another profiler).")
     p.set_defaults(func=run)
 
 

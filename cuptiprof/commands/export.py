@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from cuptiprof.commands import FILE_HELP
 from cuptiprof.errors import UsageError
 from cuptiprof.outputs import write_failed
 
@@ -15,7 +16,7 @@ def register(sub) -> None:
                        "Chrome trace (.json or .json.gz) that Perfetto UI and chrome://tracing "
                        "open; --parquet writes one Parquet dataset per table, hive-partitioned "
                        "by host and pid.")
-    p.add_argument("file")
+    p.add_argument("file", metavar="FILE", help=FILE_HELP)
     p.add_argument("--chrome", metavar="OUT.json[.gz]", help="write a Chrome trace")
     p.add_argument("--parquet", metavar="DIR", help="write Parquet datasets under DIR")
     p.add_argument("--steps", help="only these steps (A:B inclusive, A:, :B or N), in the Chrome "

@@ -11,8 +11,10 @@ def register(sub) -> None:
         description="Import torch.profiler / Kineto Chrome traces (.json, .json.gz; one file per "
         "rank of one job) or Nsight Systems SQLite exports (nsys export --type sqlite) into one "
         "cuptiprof file. The output appears only when every input was read.")
-    p.add_argument("traces", nargs="+", metavar="TRACE")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.duckdb")
+    p.add_argument("traces", nargs="+", metavar="TRACE",
+                   help="torch.profiler trace files (one per rank) or Nsight Systems SQLite exports")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.duckdb",
+                   help="the cuptiprof file to write (must not exist, unless --force)")
     p.add_argument("--label", help="run label (default: the output file name)")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")

@@ -10,7 +10,10 @@ from cuptiprof.errors import UsageError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("merge", help="merge cuptiprof files (hosts, ranks, runs) into one file")
+    p = sub.add_parser("merge", help="merge cuptiprof files (hosts, ranks, runs) into one file",
+                       description="Merge cuptiprof files into one: each input's runs stay "
+                       "runs of their own (renumbered in input order), every row keeps its pid. "
+                       "A run that another input already holds is refused.")
     p.add_argument("files", nargs="+", metavar="FILE", help="cuptiprof .duckdb files")
     p.add_argument("-o", "--output", required=True, metavar="ALL.duckdb",
                    help="the merged file (must not exist; written atomically)")

@@ -6,7 +6,7 @@ import sys
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.profile import open_profile
-from cuptiprof.commands import top_rows
+from cuptiprof.commands import FILE_HELP, top_rows
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, plain_table, render, rows_of
 
@@ -24,8 +24,11 @@ SUMMARY_STEP_ROWS = 20
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="print breakdowns of a cuptiprof file")
-    p.add_argument("file", nargs="?")
+    p = sub.add_parser("report", help="print breakdowns of a cuptiprof file",
+                       description="Print breakdowns of a cuptiprof file: a summary of several, "
+                       "or one with --by; --html writes them as one page with plots; --list "
+                       "documents every report and its columns.")
+    p.add_argument("file", nargs="?", metavar="FILE", help=FILE_HELP)
     p.add_argument("--by", choices=sorted(BY), help="one breakdown (default: a summary of several; "
                    "with --html, the page is written and this breakdown printed as well)")
     p.add_argument("--top", type=top_rows, default=None,

@@ -2,13 +2,17 @@
 import duckdb
 
 from cuptiprof.analyse.profile import open_profile, refused_statement
+from cuptiprof.commands import FILE_HELP
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, render
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sql", help="run SQL over a cuptiprof file (read-only)")
-    p.add_argument("file")
+    p = sub.add_parser("sql", help="run SQL over a cuptiprof file (read-only)",
+                       description="Run one SQL query over a cuptiprof file, opened read-only: "
+                       "a statement that would change it, or read or write other files, is "
+                       "refused.")
+    p.add_argument("file", metavar="FILE", help=FILE_HELP)
     p.add_argument("query", help="one SQL query over the file's views (kernels, gpu_activities, "
                    "ranges, api_calls) and tables (memcpys, memsets, syncs, runs, processes, "
                    "devices, logs, data_quality, ...; `cuptiprof schema` documents every column), "
