@@ -217,6 +217,30 @@ def test_warmup_that_takes_every_step_says_so(tmp_path):
     assert "no steps were marked" not in r.stderr
 
 
+@pytest.mark.parametrize("option, says", [
+    (["--step-range", "denoise_step"], "no steps were marked: the program opened no range named "
+     "'denoise_step' (--step-range); the ranges it opened: attention"),
+    (["--step-fn", "__main__:unused"], "no steps were marked: the program never called "
+     "__main__:unused (--step-fn); give the function that does a step's work"),
+    ([], "no steps were marked; mark them with cuptiprof.range('step'), --step-range NAME or "
+     "--step-fn MODULE:QUALNAME"),
+])
+def test_no_steps_notice_speaks_of_the_step_option_given(tmp_path, option, says):
+    """Telling a user who gave --step-range or --step-fn to mark steps with them does not help:
+    the notice says what that option did not find."""
+    p = script(tmp_path, """
+        import cuptiprof
+        def unused():
+            pass
+        for i in range(2):
+            with cuptiprof.range("attention"):
+                sum(range(1000))
+    """)
+    r = cli(["run", "-o", "n.duckdb", *option, "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"cuptiprof: notice: {says}\n" in r.stderr, r.stderr[-600:]
+
+
 @pytest.mark.parametrize("args, words", [
     (["--steps", "0"], "--steps 0"),
     (["--warmup", "-1"], "--warmup"),

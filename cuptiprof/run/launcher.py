@@ -466,6 +466,20 @@ def _zombie(pid: int) -> bool:
         return False
 
 
+def _no_steps(o: LaunchOptions, named: list[str]) -> str:
+    """Why a run has no steps, in terms of the step option the user gave (telling them to
+    give the option they gave would not help)."""
+    if o.step_range:
+        seen = f"; the ranges it opened: {', '.join(named)}" if named else ""
+        return (f"no steps were marked: the program opened no range named {o.step_range!r} "
+                f"(--step-range){seen}")
+    if o.step_fn:
+        return (f"no steps were marked: the program never called {o.step_fn} (--step-fn); give "
+                "the function that does a step's work")
+    return ("no steps were marked; mark them with cuptiprof.range('step'), --step-range NAME or "
+            "--step-fn MODULE:QUALNAME")
+
+
 def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
     from cuptiprof.analyse.profile import open_profile
     from cuptiprof.commands.report import SUMMARY, print_reports
@@ -479,9 +493,13 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
                 "SELECT count(DISTINCT step) FILTER (WHERE kind = 'step'), "
                 "count(*) FILTER (WHERE kind = 'warmup') FROM ranges").fetchone()
             early = prof.con.execute("SELECT count(*) FROM processes WHERE ended_early").fetchone()[0]
+            named = [n for (n,) in prof.con.execute(   # the program's own ranges, most called first
+                "SELECT name FROM ranges WHERE kind = 'user' GROUP BY name "
+                "ORDER BY count(*) DESC, name LIMIT 5").fetchall()]
     except CuptiprofError as exc:
         print(f"cuptiprof: warning: cannot print the report: {exc}", file=sys.stderr)
         steps = early = warm = None
+        named = []
     sys.stdout.flush()
     if not res.profiled:
         print("cuptiprof: notice: no process of the command was profiled: cuptiprof records the "
@@ -497,8 +515,7 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
         print(f"cuptiprof: notice: every step the program marked ({warm}) was warm-up "
               f"(--warmup {o.warmup}); lower --warmup or run more steps", file=sys.stderr)
     elif steps == 0 and res.profiled and res.exit_code < 128:   # not cut short by a signal
-        print("cuptiprof: notice: no steps were marked; mark them with cuptiprof.range('step'), "
-              "--step-range NAME or --step-fn MODULE:QUALNAME", file=sys.stderr)
+        print(f"cuptiprof: notice: {_no_steps(o, named)}", file=sys.stderr)
     if early:
         print(f"cuptiprof: notice: {early} process(es) ended before their collector closed "
               "(see processes.ended_early)", file=sys.stderr)
