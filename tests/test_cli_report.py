@@ -70,6 +70,11 @@ def test_report_summary_of_many_steps_shows_a_few_and_counts_the_rest(tmp_path):
     assert len(r.stdout.strip().splitlines()) == 1 + SUMMARY_STEP_ROWS + 7
     r = cli("report", f, "--format", "json")   # machine-read: whole
     assert len(json.loads(r.stdout)["reports"]["steps"]) == SUMMARY_STEP_ROWS + 7
+    # --top cuts a summary's steps shorter still: the rest are counted all the same
+    r = cli("report", f, "--top", "3")
+    steps = r.stdout.split("\nsteps:", 1)[1].split("\nstep_spread:", 1)[0]
+    assert len([ln for ln in steps.splitlines()[3:] if ln.strip() and not ln.startswith("...")]) == 3
+    assert f"... {SUMMARY_STEP_ROWS + 4} more rows: `cuptiprof report {f} --by step`" in steps
 
 
 def test_long_names_that_share_their_start_stay_apart_in_a_table():

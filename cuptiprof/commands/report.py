@@ -33,7 +33,8 @@ def register(sub) -> None:
                    "with --html, the page is written and this breakdown printed as well)")
     p.add_argument("--top", type=top_rows, default=None,
                    help="rows per breakdown (default: 15 for ops; a summary's steps: the first "
-                        "20 rows, the rest counted; overview, kinds and quality are shown whole)")
+                        "20 rows; the steps a summary leaves out are counted; overview, kinds and "
+                        "quality are shown whole)")
     p.add_argument("--steps", help="steps to include: A:B (inclusive), A:, :B or N")
     p.add_argument("--format", choices=FORMATS, default="table",
                    help="table (default), csv, markdown or json; csv is one table, so without "
@@ -101,15 +102,18 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
         out.write(f"cuptiprof report: {prof.path}  (scope: {prof.scope})\n")
         out.write(_cpu_note(prof) + "\n")
     for name in names:
-        rel = prof.report(name, _top(name, top))
+        # a summary's steps are cut here, by --top or at SUMMARY_STEP_ROWS, and the rest counted
+        counted = name == "steps" and len(names) > 1 and fmt in ("table", "markdown")
+        rel = prof.report(name, None if counted else _top(name, top))
         if name in OPTIONAL and len(names) > 1 and not rel.limit(1).fetchall():
             continue
         doc = catalog.report_doc(name)
         more = 0
-        if name == "steps" and len(names) > 1 and fmt in ("table", "markdown") and not top:
-            more = rel.count("*").fetchall()[0][0] - SUMMARY_STEP_ROWS
+        if counted:
+            shown = top or SUMMARY_STEP_ROWS
+            more = rel.count("*").fetchall()[0][0] - shown
             if more > 0:
-                rel = rel.limit(SUMMARY_STEP_ROWS)
+                rel = rel.limit(shown)
         render(rel, fmt, out=out, title=f"{name}: {doc.summary}" if fmt != "csv" else None)
         if more > 0:
             file = f" {prof.path}" if prof.path else ""
