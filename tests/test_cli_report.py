@@ -224,6 +224,29 @@ EXPECT = {  # a word the one line must contain
 }
 
 
+@pytest.mark.parametrize("kind", ["json", "json.gz", "sqlite"])
+def test_a_trace_given_for_a_cuptiprof_file_says_to_import_it(run_file, tmp_path, kind):
+    """A torch.profiler trace or an nsys export handed to report/compare/merge is not just
+    'not a DuckDB file': the line says how to read it."""
+    import gzip
+    import sqlite3
+
+    trace = tmp_path / f"t.{kind}"
+    doc = b'{"traceEvents": []}'
+    if kind == "sqlite":
+        sqlite3.connect(trace).execute("CREATE TABLE StringIds (id INTEGER)").connection.commit()
+    else:
+        trace.write_bytes(gzip.compress(doc) if kind.endswith("gz") else doc)
+    for args in (["report", trace], ["sql", trace, "SELECT 1"], ["compare", run_file, trace],
+                 ["merge", run_file, trace, "-o", tmp_path / "m.duckdb"]):
+        r = cli(*args)
+        line = _one_clean_line(r)
+        assert r.returncode == 2 and line == (
+            f"cuptiprof: error: {trace}: looks like a trace or an Nsight Systems export, not a "
+            f"cuptiprof file; import it first: cuptiprof import {trace} -o OUT.duckdb"), args
+    assert not (tmp_path / "m.duckdb").exists()
+
+
 def _one_clean_line(r):
     assert r.returncode != 0
     lines = [l for l in r.stderr.splitlines() if l.strip()]
