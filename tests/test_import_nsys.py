@@ -330,6 +330,14 @@ def test_unknown_file_and_mixed_inputs(tmp_path):
     sqlite3.connect(s).execute("CREATE TABLE StringIds (id, value)").connection.commit()
     r = run_cli("import", j, s, "-o", tmp_path / "o.duckdb")
     assert r.returncode == 2 and "separate" in r.stderr
+    # a cuptiprof file needs no import: the line says what to do with it instead
+    from cuptiprof.synthetic import write_synthetic
+    d = write_synthetic(tmp_path / "run.duckdb", steps=1, kernels_per_step=2)
+    r = run_cli("import", d, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"cuptiprof: error: {d}: a DuckDB file, not a trace; a cuptiprof file needs no import: "
+        f"read it as it is (cuptiprof report {d}), or combine files with cuptiprof merge")
+    assert not (tmp_path / "o.duckdb").exists()
 
 
 def test_a_process_without_gpu_work_is_a_process_of_the_file(tmp_path):

@@ -45,6 +45,10 @@ def trace_kind(path: Path) -> str:
                          "import the trace files inside")
     if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
         return "kineto"
+    if head[8:12] == b"DUCK":   # a cuptiprof file given to import, alone or beside traces
+        raise InputError(f"{path}: a DuckDB file, not a trace; a cuptiprof file needs no import: "
+                         f"read it as it is (cuptiprof report {path}), or combine files with "
+                         "cuptiprof merge")
     if not head:
         raise InputError(f"{path}: the file is empty; expected a torch.profiler trace "
                          "(.json/.json.gz) or an Nsight Systems SQLite export")
