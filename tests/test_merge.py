@@ -97,6 +97,20 @@ def test_newer_schema_is_refused(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".m.duckdb")]   # no temp left
 
 
+def test_runs_alike_but_of_other_processes_merge(tmp_path):
+    """Two ranks imported alike (one command, one host, the same first and last timestamps)
+    are two runs: their processes tell them apart."""
+    a = _file(tmp_path / "a.duckdb", ["gemm"], 11, "rank0")
+    b = _file(tmp_path / "b.duckdb", ["gemm"], 22, "rank1")
+    (cmd, host, start, end), = q(a, "SELECT command, host, start_ns, end_ns FROM runs")
+    con = duckdb.connect(str(b))
+    con.execute("UPDATE runs SET command = ?, host = ?, start_ns = ?, end_ns = ?",
+                [cmd, host, start, end])
+    con.close()
+    out = merge_files([a, b], tmp_path / "all.duckdb")
+    assert q(out, "SELECT run_id, label FROM runs ORDER BY run_id") == [(1, "rank0"), (2, "rank1")]
+
+
 def test_merge_cli(tmp_path):
     _file(tmp_path / "a.duckdb", ["x"], 1, "a")
     _file(tmp_path / "b.duckdb", ["y"], 2, "b")

@@ -189,13 +189,15 @@ class _Merger:
     def _refuse_runs_seen(self, src: Path) -> None:
         """Refuse a run that an earlier input already brought (a merged file with one of its
         inputs, a copy of a file, one trace imported twice): its rows would count twice, and a
-        comparison would read its job as twice as slow. A run is its source, host, command and
-        start and end on the record clock; the import time (start_time) is left out, so that
-        two imports of one trace are one run."""
+        comparison would read its job as twice as slow. A run is its source, host, command,
+        start and end on the record clock and its processes' pids; the import time (start_time)
+        is left out, so that two imports of one trace are one run."""
         have = self._src_columns("runs")
-        cols = ", ".join(c if c in have else "NULL" for c in RUN_IDENTITY)
+        cols = ", ".join(f"x.{c}" if c in have else "NULL" for c in RUN_IDENTITY)
         for label, *key in self.con.execute(
-                f"SELECT label, {cols} FROM src.runs ORDER BY run_id").fetchall():
+                f"SELECT x.label, {cols}, (SELECT list_sort(list(p.pid)) FROM src.processes p "
+                "WHERE p.run_id = x.run_id) FROM src.runs x ORDER BY x.run_id").fetchall():
+            key[-1] = tuple(key[-1] or ())
             earlier = self.run_from.setdefault(tuple(key), str(src))
             if earlier != str(src):
                 raise InputError(f"{src}: its run '{label}' is already in {earlier} (same command, "
