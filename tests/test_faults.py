@@ -371,6 +371,12 @@ def test_two_runs_same_output_and_report_while_writing(tmp_path, tally):
     left = tmp_path / "gone.duckdb.parts"
     left.mkdir()
     (left / "launcher.pid").write_text("999999999")
+    # ... that recorded nothing: a merge of no part file would fail too, so not that
+    rep = cli(["report", "gone.duckdb"], tmp_path)
+    assert rep.returncode == 2
+    line = one_line(rep.stderr, "did not finish and recorded nothing", f"remove {left.name}")
+    assert "cuptiprof merge" not in line
+    shutil.copy(tmp_path / "same.duckdb", left / "vm-1.duckdb")
     rep = cli(["report", "gone.duckdb"], tmp_path)
     assert rep.returncode == 2
     one_line(rep.stderr, "did not finish", "cuptiprof merge")

@@ -60,6 +60,9 @@ def require_duckdb(path: Path) -> None:
             if owner:
                 raise WriterBusy(f"{path}: a cuptiprof run (pid {owner}) is still writing this "
                                  "file; wait for it to end")
+            if not any(parts.glob("*.duckdb")):   # the merge below would find no file
+                raise WriterBusy(f"{path}: the run writing it did not finish and recorded nothing "
+                                 f"({parts} holds no part file); remove {parts} and run again")
             raise WriterBusy(f"{path}: the run writing it did not finish; its records are in "
                              f"{parts}: cuptiprof merge {parts}/*.duckdb -o {path}")
     head = read_head(path)
