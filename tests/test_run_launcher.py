@@ -343,6 +343,17 @@ def test_a_command_with_no_python_process_says_so(tmp_path):
     assert q(tmp_path / "s.duckdb", "SELECT count(*) FROM processes") == [(1,)]
 
 
+def test_cuptiprof_disable_left_set_for_the_whole_command_says_so(tmp_path):
+    """CUPTIPROF_DISABLE=1 exported in the shell keeps out every process: the notice names it,
+    not a Python that cannot import cuptiprof."""
+    p = script(tmp_path, "print('ran')\n")
+    r = cli(["run", "-o", "d.duckdb", "--", PY, p], tmp_path, CUPTIPROF_DISABLE="1")
+    assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
+    assert ("cuptiprof: notice: no process of the command was profiled: CUPTIPROF_DISABLE=1 is "
+            "set in the environment, which keeps every process out; unset it (unset "
+            "CUPTIPROF_DISABLE) and run again") in r.stderr, r.stderr[-500:]
+
+
 def test_kinds_without_a_gpu_says_it_has_no_effect(tmp_path):
     p = script(tmp_path, "import cuptiprof\nwith cuptiprof.range('step', step=0): pass\n")
     r = cli(["run", "-o", "k.duckdb", "--kinds", "kernel", "memcpy", "--", PY, p], tmp_path,

@@ -466,6 +466,21 @@ def _zombie(pid: int) -> bool:
         return False
 
 
+def _none_profiled() -> str:
+    """Why no process of the command was profiled: CUPTIPROF_DISABLE left set in the shell
+    keeps out every process, not only the ones it was meant for."""
+    from cuptiprof.run.settings import DISABLE
+
+    value = os.environ.get(DISABLE, "")
+    if value not in ("", "0"):
+        return (f"no process of the command was profiled: {DISABLE}={value} is set in the "
+                f"environment, which keeps every process out; unset it (unset {DISABLE}) and run "
+                "again")
+    return ("no process of the command was profiled: cuptiprof records the Python processes a "
+            "command starts, with a Python that can import cuptiprof and its libraries (see any "
+            "warning above)")
+
+
 def _no_steps(o: LaunchOptions, named: list[str]) -> str:
     """Why a run has no steps, in terms of the step option the user gave (telling them to
     give the option they gave would not help)."""
@@ -502,9 +517,7 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
         named = []
     sys.stdout.flush()
     if not res.profiled:
-        print("cuptiprof: notice: no process of the command was profiled: cuptiprof records the "
-              "Python processes a command starts, with a Python that can import cuptiprof and its "
-              "libraries (see any warning above)", file=sys.stderr)
+        print(f"cuptiprof: notice: {_none_profiled()}", file=sys.stderr)
     elif res.no_gpu:
         print("cuptiprof: notice: no GPU activity was captured (no CUDA GPU found); the report "
               "shows CPU op times from torch.profiler (device -1)", file=sys.stderr)
