@@ -41,6 +41,16 @@ def test_success_prints_report_and_path(tmp_path):
              "SELECT step FROM ranges WHERE kind='step' ORDER BY step") == [(0,), (1,), (2,)]
 
 
+def test_no_report_still_names_the_file_written(tmp_path):
+    """Without -o the file gets a name of cuptiprof's choosing: --no-report leaves out the
+    report, not the one line that says where the profile went."""
+    p = script(tmp_path, "print('out')\n")
+    r = cli(["run", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0 and r.stdout == "out\n", r.stderr
+    made = [f.name for f in tmp_path.glob("cuptiprof-*.duckdb")]
+    assert len(made) == 1 and r.stderr.strip().splitlines() == [f"cuptiprof: wrote {made[0]}"]
+
+
 def test_crashing_child(tmp_path):
     p = script(tmp_path, """
         import cuptiprof

@@ -33,7 +33,8 @@ def register(sub) -> None:
                    help="run CMD with and without profiling, interleaved, and report the difference")
     p.add_argument("--repeat", type=int, default=None, metavar="R",
                    help="runs of each kind for --overhead (default 3)")
-    p.add_argument("--no-report", action="store_true", help="do not print the report at the end")
+    p.add_argument("--no-report", action="store_true", help="do not print the report at the end "
+                   "(only the line naming the file written)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
     p.set_defaults(func=run)
 

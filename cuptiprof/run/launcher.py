@@ -246,6 +246,8 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path) -> LaunchResu
     shutil.rmtree(parts, ignore_errors=True)
     if o.report:
         print_summary(result, o)
+    elif not o.quiet:   # without -o the file's name is one the user has not seen
+        print(f"cuptiprof: wrote {result.output}", file=sys.stderr)
     return result
 
 
