@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 
 import cuptiprof
 from cuptiprof.analyse.profile import Profile
@@ -60,6 +61,9 @@ def test_sql_help_names_every_scoped_view():
     assert len(views) >= 5
     missing = [v for v in views if v not in out]
     assert not missing, f"sql --help does not name {missing}"
+    # ... and says what each holds: a bare name tells a user nothing
+    bare = [v for v in views if not re.search(rf"{v} \(", " ".join(out.split()))]
+    assert not bare, f"sql --help names {bare} without saying what they hold"
 
 
 def test_readme_in_code_example_runs_as_pasted(tmp_path):

@@ -17,10 +17,13 @@ def register(sub) -> None:
                    "ranges, api_calls) and tables (memcpys, memsets, syncs, runs, processes, "
                    "devices, logs, data_quality, ...; `cuptiprof schema` documents every column), "
                    "and the views of the --steps scope: sel_activities (gpu_activities in scope), "
-                   "sel_work (its kernels, copies and memsets), sel_ranges, sel_steps (step "
-                   "windows), sel_busy (busy time per step and device), sel_kernel_time, "
-                   "sel_kernel_spans, sel_range_up, sel_cut_steps, sel_step_busy (busy time of every "
-                   "step, the steps without GPU work as 0)")
+                   "sel_work (its kernels, copies and memsets), sel_ranges (the ranges of the "
+                   "steps in scope), sel_steps (step windows), sel_busy (busy time per step and "
+                   "device), sel_kernel_time (kernel "
+                   "calls and time per step and name), sel_kernel_spans (kernel intervals only), "
+                   "sel_range_up (the program's own ranges around each launch), sel_cut_steps "
+                   "(steps an exception ended early), sel_step_busy (busy time of every step, the "
+                   "steps without GPU work as 0)")
     p.add_argument("--steps", help="scope of the sel_* views: A:B (inclusive), A:, :B or N "
                    "(default: every recorded step)")
     p.add_argument("--format", choices=FORMATS, default="table")
