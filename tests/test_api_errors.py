@@ -152,7 +152,7 @@ def test_open_takes_python_step_forms(tmp_path, steps, scope):
     (True, "steps=True: expected an int N"),
     ((1, 2, 3), "steps=(1, 2, 3): expected an int N"),
     (("a", 2), "steps=('a', 2): expected an int N"),
-    (7, "no recorded step in steps=7; cuptiprof.open("),
+    (7, "no recorded step in steps=7; its steps are 0 to 2 (cuptiprof.open("),
 ])
 def test_open_refuses_bad_steps_in_python_words(tmp_path, steps, says):
     p = tmp_path / "f.duckdb"
@@ -171,7 +171,11 @@ def test_the_cli_keeps_its_option_wording(tmp_path):
     r = cli(["report", p, "--steps", "90:99"], tmp_path)
     assert r.returncode == 2
     assert r.stderr.strip() == (f"cuptiprof: error: {p}: no recorded step in --steps '90:99'; "
-                                "see `cuptiprof report FILE --by step` for the steps it has")
+                                f"its steps are 0 to 2 (`cuptiprof report {p} --by step` lists "
+                                "them)")
+    record(tmp_path / "one.duckdb", steps=1)
+    r = cli(["sql", tmp_path / "one.duckdb", "SELECT 1", "--steps", "5"], tmp_path)
+    assert r.returncode == 2 and "no recorded step in --steps '5'; its only step is 0 (" in r.stderr
 
 
 @pytest.mark.parametrize("cmd", [["report"], ["sql", "SELECT 1"], ["export", "--chrome", "x.json"]])

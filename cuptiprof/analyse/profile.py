@@ -164,6 +164,13 @@ class Profile:
         self.stored_busy = has_stored_busy(self.con)
         self.set_steps(steps)
 
+    def _step_span(self) -> str:
+        """The recorded steps, first to last, for a --steps that selects none of them."""
+        lo, hi = self.con.execute(
+            "SELECT min(step), max(step) FROM (SELECT step FROM gpu_activities WHERE step IS NOT "
+            "NULL UNION ALL SELECT step FROM ranges WHERE kind = 'step')").fetchone()
+        return f"its only step is {lo}" if lo == hi else f"its steps are {lo} to {hi}"
+
     def _stepless_processes(self) -> list[tuple[int, int]]:
         return stepless_processes(self.con, use_busy=self.stored_busy)
 
@@ -205,9 +212,10 @@ class Profile:
                 raise UsageError(f"{self.path}: has no recorded steps (no row is tagged with a "
                                  f"step), so {label} selects nothing; {leave} to read every row")
             if n == 0 and m == 0:
-                see = ("see `cuptiprof report FILE --by step` for the steps it has" if self._option
-                       else f"cuptiprof.open({str(self.path)!r}).steps() lists the steps it has")
-                raise UsageError(f"{self.path}: no recorded step in {label}; {see}")
+                see = (f"`cuptiprof report {self.path} --by step` lists them" if self._option
+                       else f"cuptiprof.open({str(self.path)!r}).steps() lists them")
+                raise UsageError(f"{self.path}: no recorded step in {label}; "
+                                 f"{self._step_span()} ({see})")
         self.step_range = rng    # (first, last) with None for an open end; None: the default
         self.step_filter = where
         for macro in catalog.macros():
