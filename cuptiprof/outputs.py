@@ -66,6 +66,11 @@ def check_output(out: str | os.PathLike, *, inputs: Iterable = (), force: bool =
         raise InputError(f"{out}: is a directory; give a file name")
     if directory and out.exists() and not out.is_dir():
         raise InputError(f"{out}: is a file; give a directory")
+    if not directory and out.exists() and not out.is_file():
+        # /dev/null, a FIFO, a socket: the rename into place would put a regular file where it
+        # was (as root, a device node gone), --force or not
+        raise InputError(f"{out}: is not a regular file (a device, a pipe or a socket); give the "
+                         "path of a file to write")
     taken = out.exists() and not (directory and not any(out.iterdir()))
     if taken and not force:
         raise InputError(f"{out}: already exists; {taken_hint}")

@@ -7,6 +7,7 @@ import csv
 import hashlib
 import io
 import json
+import os
 import re
 import stat
 import sys
@@ -231,6 +232,31 @@ def test_outputs_never_write_through_a_symlink(tmp_path, inputs, dangling):
             assert len(lines) == 1 and lines[0].startswith("cuptiprof: error:"), (name, d["stderr"])
         else:
             assert not link.is_symlink(), f"{name} succeeded but left the link in place"
+
+
+def test_outputs_never_replace_a_device_or_a_pipe(tmp_path, inputs):
+    """OUT is a FIFO (as /dev/null is a device): renaming the output into place would leave a
+    regular file where it was, so every command refuses it with one line, --force or not."""
+    tasks, fifos = [], {}
+    for name, (_, is_dir) in WRITERS.items():
+        if is_dir:
+            continue
+        fifo = tmp_path / f"{name}{SUFFIX[name]}"
+        os.mkfifo(fifo)
+        fifos[name] = fifo
+        argv = _argv(name, fifo, inputs)
+        if name in ("import", "export_chrome"):
+            argv.append("--force")
+        tasks.append((name, argv, {"cwd": str(tmp_path)}))
+    res = H.cli_batch(tasks, tmp_path / "work", timeout=120)
+    for name, fifo in fifos.items():
+        d = res[name]
+        assert d["rc"] == 2, (name, d["stderr"])
+        lines = d["stderr"].strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("cuptiprof: error:"), (name, d["stderr"])
+        assert "not a regular file" in lines[0], (name, lines[0])
+        assert stat.S_ISFIFO(fifo.lstat().st_mode), f"{name} replaced the FIFO"
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
 
 
 # -- outputs never replace inputs or files cuptiprof did not write ------------------------------
