@@ -259,6 +259,22 @@ def test_outputs_never_replace_a_device_or_a_pipe(tmp_path, inputs):
     assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
 
 
+def test_an_input_that_is_a_pipe_is_refused_at_once(tmp_path, inputs):
+    """A FIFO with no writer would block the first read forever, and a pipe with one (`import
+    <(zcat t.json.gz)`) cannot be read twice as a trace file is: one line, at once."""
+    fifo = tmp_path / "in.json"
+    os.mkfifo(fifo)
+    tasks = [("report", ["report", fifo], {"cwd": str(tmp_path)}),
+             ("import", ["import", fifo, "-o", tmp_path / "o.duckdb"], {"cwd": str(tmp_path)}),
+             ("merge", ["merge", inputs["f"], fifo, "-o", tmp_path / "m.duckdb"], {"cwd": str(tmp_path)})]
+    res = H.cli_batch(tasks, tmp_path / "work", timeout=20)
+    for name, d in res.items():
+        assert d["rc"] == 2, (name, d["stderr"])
+        assert d["stderr"].strip() == (f"cuptiprof: error: {fifo}: is not a regular file (a pipe "
+                                       "or a device); save it to a file and give that file"), name
+    assert not (tmp_path / "o.duckdb").exists() and not (tmp_path / "m.duckdb").exists()
+
+
 # -- outputs never replace inputs or files cuptiprof did not write ------------------------------
 def test_outputs_never_replace_inputs_or_unrelated_files(nasty, tmp_path):
     import shutil

@@ -21,6 +21,9 @@ def read_head(path: Path, expected: str = "a cuptiprof file") -> bytes:
         raise InputError(f"{path}: no such file")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected {expected}")
+    if not path.is_file():   # a pipe (`<(zcat t.json.gz)`) is read more than once, a FIFO may block
+        raise InputError(f"{path}: is not a regular file (a pipe or a device); save it to a file "
+                         "and give that file")
     try:
         with open(path, "rb") as fh:
             return fh.read(16)
