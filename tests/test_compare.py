@@ -225,6 +225,11 @@ def test_work_that_matches_no_key_is_noted(pair, capsys):
     assert main(["compare", str(a), str(b), "--flops", "nothing=1", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert any("--flops 'nothing' matches no key" in n for n in doc["notes"])
+    # CSV holds only the tables: the notes go to stderr
+    assert main(["compare", str(a), str(b), "--flops", "nothing=1", "--format", "csv"]) == 0
+    got = capsys.readouterr()
+    assert "note:" not in got.out
+    assert "cuptiprof compare: note: --flops 'nothing' matches no key" in got.err
 
 
 def test_known_gpu_table():

@@ -346,3 +346,8 @@ def test_runs_on_another_gpu_or_that_did_not_complete_are_named(tmp_path, capsys
     assert "BASE ran on" not in out
     assert main(["diff", str(a), str(make_run(tmp_path / "b.duckdb", seed=4)), "--fail-above", "5"]) == 0
     assert "note:" not in capsys.readouterr().out
+    # CSV holds only the rows: the notes go to stderr, where a CI log still shows them
+    assert main(["diff", str(a), str(other), "--fail-above", "5", "--format", "csv"]) == 0
+    got = capsys.readouterr()
+    assert "note:" not in got.out and got.out.startswith("item_type,")
+    assert "cuptiprof diff: note: BASE ran on NVIDIA H100 80GB HBM3 and NEW on" in got.err

@@ -107,7 +107,7 @@ def print_comparison(cmp: Comparison, fmt: str = "table", top: int = 15, out=Non
     if fmt == "csv":   # the file holds the table alone: what would be lost from it goes to stderr
         for line in cmp.legend():
             if line.startswith("note:"):
-                print(f"cuptiprof: {line}", file=sys.stderr)
+                print(f"cuptiprof compare: {line}", file=sys.stderr)
     for name in names:
         tbl = _wide(cmp, name, top)
         if fmt == "csv":

@@ -73,6 +73,8 @@ def _write(res, args, out) -> None:
     rows = rows.select([c for c in _SHOW])
     if args.format == "csv":
         render(rows, "csv", out=out)
+        for n in res.notes:   # the rows are data; what qualifies them goes beside, on stderr
+            print(f"cuptiprof diff: {n}", file=sys.stderr)
         return
     head = (f"cuptiprof diff: BASE {res.base} ({_steps(res.steps[0])}) -> NEW {res.new} ({_steps(res.steps[1])}); "
             f"fail above {res.fail_above_pct:g}% + {res.sigmas:g} robust sigmas of step noise"
