@@ -327,6 +327,11 @@ def test_every_command_help_says_what_it_does_and_names_its_inputs():
                 assert a.metavar != a.dest, (name, a.dest)   # FILE, not `file`
             if a.dest == "format":
                 assert tuple(a.choices) == ("table", "csv", "json", "markdown"), name
+            if a.dest == "steps":   # a count for run, step numbers elsewhere: each help says which
+                if name == "run":
+                    assert a.metavar == "N" and "a count" in a.help, a.help
+                else:
+                    assert a.metavar == "A:B" and "step numbers" in a.help, (name, a.help)
 
 
 def test_unknown_report_name_from_the_api(run_file):

@@ -4,6 +4,9 @@ import argparse
 
 # The positional FILE of the commands that read one cuptiprof file (report, sql, export).
 FILE_HELP = "a cuptiprof .duckdb file (from run, import or merge)"
+# --steps of the commands that read a file: step numbers (run --steps is a count of steps).
+STEPS_METAVAR = "A:B"
+STEPS_FORMS = "step numbers A:B (inclusive), A:, :B or N (step N alone)"
 
 
 def top_rows(text: str) -> int:

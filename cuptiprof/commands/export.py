@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cuptiprof.commands import FILE_HELP
+from cuptiprof.commands import FILE_HELP, STEPS_FORMS, STEPS_METAVAR
 from cuptiprof.errors import UsageError
 from cuptiprof.outputs import write_failed
 
@@ -19,9 +19,10 @@ def register(sub) -> None:
     p.add_argument("file", metavar="FILE", help=FILE_HELP)
     p.add_argument("--chrome", metavar="OUT.json[.gz]", help="write a Chrome trace")
     p.add_argument("--parquet", metavar="DIR", help="write Parquet datasets under DIR")
-    p.add_argument("--steps", help="only these steps (A:B inclusive, A:, :B or N), in the Chrome "
-                   "trace and in every Parquet table with a step column; keeps a Chrome trace "
-                   "small enough for a browser (default: every row)")
+    p.add_argument("--steps", metavar=STEPS_METAVAR,
+                   help=f"only these steps, {STEPS_FORMS}, in the Chrome trace and in every "
+                        "Parquet table with a step column; keeps a Chrome trace small enough for "
+                        "a browser (default: every row)")
     p.add_argument("--force", action="store_true", help="replace existing output")
     p.set_defaults(func=run)
 

@@ -6,7 +6,7 @@ import sys
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.profile import open_profile
-from cuptiprof.commands import FILE_HELP, top_rows
+from cuptiprof.commands import FILE_HELP, STEPS_FORMS, STEPS_METAVAR, top_rows
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, plain_table, render, rows_of
 
@@ -35,7 +35,7 @@ def register(sub) -> None:
                    help="rows per breakdown (default: 15 for ops; a summary's steps: the first "
                         "20 rows; the steps a summary leaves out are counted; overview, kinds and "
                         "quality are shown whole)")
-    p.add_argument("--steps", help="steps to include: A:B (inclusive), A:, :B or N")
+    p.add_argument("--steps", metavar=STEPS_METAVAR, help=f"steps to include: {STEPS_FORMS}")
     p.add_argument("--format", choices=FORMATS, default="table",
                    help="table (default), csv, markdown or json; csv is one table, so without "
                         "--by it writes the ops report")

@@ -17,7 +17,8 @@ def register(sub) -> None:
                    help="output file (default: cuptiprof-DATE-TIME.duckdb, never overwritten)")
     p.add_argument("--warmup", type=int, default=0, metavar="K", help="steps to skip before recording")
     p.add_argument("--steps", type=int, default=None, metavar="N",
-                   help="steps to record after the warm-up, then collection stops (default: all)")
+                   help="how many steps to record after the warm-up, then collection stops "
+                        "(default: all); a count, where report --steps takes step numbers")
     p.add_argument("--step-range", metavar="NAME",
                    help="an NVTX range the program opens (torch.cuda.nvtx.range_push) that is the step")
     p.add_argument("--step-fn", metavar="MODULE:QUALNAME",

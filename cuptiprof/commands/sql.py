@@ -2,7 +2,7 @@
 import duckdb
 
 from cuptiprof.analyse.profile import open_profile, refused_statement
-from cuptiprof.commands import FILE_HELP
+from cuptiprof.commands import FILE_HELP, STEPS_FORMS, STEPS_METAVAR
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, render
 
@@ -24,8 +24,8 @@ def register(sub) -> None:
                    "sel_range_up (the program's own ranges around each launch), sel_cut_steps "
                    "(steps an exception ended early), sel_step_busy (busy time of every step, the "
                    "steps without GPU work as 0)")
-    p.add_argument("--steps", help="scope of the sel_* views: A:B (inclusive), A:, :B or N "
-                   "(default: every recorded step)")
+    p.add_argument("--steps", metavar=STEPS_METAVAR,
+                   help=f"scope of the sel_* views: {STEPS_FORMS}; default: every recorded step")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(func=run)
 
