@@ -367,6 +367,22 @@ def test_zlib_when_isal_is_missing(odd, odd_trace, tmp_path, monkeypatch):
     assert a == b
 
 
+@pytest.mark.parametrize("lib", ["isal", "zlib"])
+def test_gzip_header_names_the_output_not_the_temporary_file(odd, tmp_path, monkeypatch, lib):
+    """The name in a .gz header is what `gunzip -N` restores and `file` shows: the trace's own
+    name, not the hidden name it was written under before the rename."""
+    import cuptiprof.interop.chrome as chrome
+    if lib == "zlib":
+        monkeypatch.setattr(chrome, "_gzip", gzip)
+    out = tmp_path / "run.json.gz"
+    with cuptiprof.open(odd) as prof:
+        export_chrome(prof, out)
+    head = out.read_bytes()[:200]
+    assert head[:2] == b"\x1f\x8b" and head[3] & 0x08   # FNAME: a name follows the header
+    assert head[10:head.index(b"\0", 10)] == b"run.json"
+    assert json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
+
+
 def _two_processes(path: Path) -> Path:
     """Two processes of one run, as a merge of ranks holds them: each a step (10) on its own
     thread, the steps overlapping in time, an op around each launch, and the SAME correlation

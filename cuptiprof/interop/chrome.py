@@ -33,6 +33,7 @@ stays at a few batches. `.gz` output goes through ISA-L's deflate (zlib where is
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -90,7 +91,7 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     tmp = temp_beside(out)
     counts: dict[str, int] = {}
     try:
-        with _open(tmp, out.name.lower().endswith(".gz")) as fh:
+        with _open(tmp, out.name if out.name.lower().endswith(".gz") else None) as fh:
             fh.write(_head(con, base, pids, procs))
             sink = _Sink(fh)
             meta = _metadata(con, procs, pids)
@@ -108,11 +109,18 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     return {"events": sink.events, **counts}
 
 
-def _open(path: Path, gz: bool):
-    """The output file: written in large blocks, so no buffering of our own."""
-    if gz:
-        return _gzip.open(path, "wb", compresslevel=_GZIP_LEVEL)
-    return open(path, "wb")
+@contextlib.contextmanager
+def _open(path: Path, gz_name: str | None):
+    """The output file: written in large blocks, so no buffering of our own. gz_name: gzip it,
+    recording that name (the output's, not the temporary one written to) in its header, which
+    `gunzip -N` restores and `file` shows."""
+    with open(path, "wb") as raw:
+        if gz_name is None:
+            yield raw
+            return
+        with _gzip.GzipFile(filename=gz_name, mode="wb", compresslevel=_GZIP_LEVEL,
+                            fileobj=raw) as fh:
+            yield fh
 
 
 class _Sink:
