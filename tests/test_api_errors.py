@@ -153,6 +153,8 @@ def test_open_takes_python_step_forms(tmp_path, steps, scope):
     ((1, 2, 3), "steps=(1, 2, 3): expected an int N"),
     (("a", 2), "steps=('a', 2): expected an int N"),
     (7, "no recorded step in steps=7; its steps are 0 to 2 (cuptiprof.open("),
+    ("0-2", "steps='0-2': expected A:B, A:, :B or N (step indices, inclusive); steps 0 to 2 are 0:2"),
+    ("0 2", "steps='0 2': expected A:B"),   # two numbers, no colon: not step 0 alone
 ])
 def test_open_refuses_bad_steps_in_python_words(tmp_path, steps, says):
     p = tmp_path / "f.duckdb"
@@ -173,6 +175,8 @@ def test_the_cli_keeps_its_option_wording(tmp_path):
     assert r.stderr.strip() == (f"cuptiprof: error: {p}: no recorded step in --steps '90:99'; "
                                 f"its steps are 0 to 2 (`cuptiprof report {p} --by step` lists "
                                 "them)")
+    r = cli(["report", p, "--steps", "0-2"], tmp_path)   # read as step 0 alone, before
+    assert r.returncode == 2 and r.stdout == "" and "steps 0 to 2 are 0:2" in r.stderr
     record(tmp_path / "one.duckdb", steps=1)
     r = cli(["sql", tmp_path / "one.duckdb", "SELECT 1", "--steps", "5"], tmp_path)
     assert r.returncode == 2 and "no recorded step in --steps '5'; its only step is 0 (" in r.stderr
