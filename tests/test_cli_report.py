@@ -322,7 +322,7 @@ def test_every_command_help_says_what_it_does_and_names_its_inputs():
         p = sub.choices[name]
         assert p.description, name
         for a in p._actions:
-            if not a.option_strings and a.dest not in ("help", "cmd", "query"):
+            if not a.option_strings and a.dest not in ("help", "cmd"):
                 assert a.help and a.metavar, (name, a.dest)
                 assert a.metavar != a.dest, (name, a.dest)   # FILE, not `file`
             if a.dest == "format":

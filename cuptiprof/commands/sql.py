@@ -13,7 +13,7 @@ def register(sub) -> None:
                        "a statement that would change it, or read or write other files, is "
                        "refused.")
     p.add_argument("file", metavar="FILE", help=FILE_HELP)
-    p.add_argument("query", help="one SQL query over the file's views (kernels, gpu_activities, "
+    p.add_argument("query", metavar="QUERY", help="one SQL query over the file's views (kernels, gpu_activities, "
                    "ranges, api_calls) and tables (memcpys, memsets, syncs, runs, processes, "
                    "devices, logs, data_quality, ...; `cuptiprof schema` documents every column), "
                    "and the views of the --steps scope: sel_activities (gpu_activities in scope), "
