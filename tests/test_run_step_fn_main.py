@@ -178,7 +178,8 @@ def test_step_fn_named_by_the_package_run_with_python_m(tmp_path, spec, code, sa
             tmp_path)
     assert r.returncode == code, r.stderr
     if said is None:
-        assert "cuptiprof" not in r.stderr, r.stderr
+        assert [ln for ln in r.stderr.splitlines() if "cuptiprof" in ln] == [
+            "cuptiprof: wrote m.duckdb"], r.stderr
         assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 6
     else:
         lines = r.stderr.strip().splitlines()
