@@ -160,6 +160,20 @@ def test_overhead_reports_both_latencies(tmp_path):
     base_ms = float(line.split(")", 1)[1].split()[0])   # 'per step (...)  X ms  Y ms ...'
     assert 9.0 <= base_ms < 200                 # the 10 ms sleep, measured without profiling
     assert not list(tmp_path.glob("*.duckdb"))  # the measurement runs leave nothing behind
+    assert "note: one run of each kind: run-to-run noise is unknown" in r.stdout
+
+
+def test_overhead_says_when_the_difference_is_within_the_noise():
+    """On a busy machine the runs with profiling can read faster than those without: when the
+    spreads overlap the table's difference is noise, and a line says so."""
+    from cuptiprof.run.overhead import noise_notes
+    # (ms per step, wall s) of each run
+    overlap = {"base": [(6.7, 1.47), (0.1, 1.40)], "prof": [(1.4, 2.80), (9.0, 2.90)]}
+    notes = noise_notes(overlap)
+    assert len(notes) == 1 and notes[0].startswith("note: per step: the spreads with and without "
+                                                   "profiling overlap")
+    apart = {"base": [(1.0, 1.0), (1.1, 1.1)], "prof": [(2.0, 2.0), (2.2, 2.1)]}
+    assert noise_notes(apart) == []
 
 
 def test_existing_sitecustomize_still_runs(tmp_path):

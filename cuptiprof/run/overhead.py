@@ -79,4 +79,24 @@ def measure(cmd: list[str], opts: LaunchOptions, repeat: int, out=None) -> int:
     out.write(f"cuptiprof overhead: {repeat} runs each, interleaved: {' '.join(cmd)}\n")
     out.write(plain_table(["metric", "without", "with", "diff_pct", "spread_without", "spread_with"],
                           rows, [False, True, True, True, True, True]))
+    for note in noise_notes(runs):
+        out.write(note + "\n")
     return 0
+
+
+def noise_notes(runs: dict) -> list[str]:
+    """Lines saying when a difference cannot be told from run-to-run noise: one run of each
+    kind (no spread to judge by), or spreads with and without profiling that overlap (on a
+    busy machine profiling can even read as faster)."""
+    if min(len(runs["base"]), len(runs["prof"])) < 2:
+        return ["note: one run of each kind: run-to-run noise is unknown; --repeat 3 or more "
+                "tells the cost of profiling from noise"]
+    out = []
+    for label, idx in (("per step", 0), ("end to end", 1)):
+        b = [x[idx] for x in runs["base"] if x[idx] is not None]
+        p = [x[idx] for x in runs["prof"] if x[idx] is not None]
+        if b and p and max(min(b), min(p)) <= min(max(b), max(p)):
+            out.append(f"note: {label}: the spreads with and without profiling overlap, so the "
+                       "difference is within run-to-run noise (a quieter machine or a higher "
+                       "--repeat narrows them)")
+    return out
