@@ -138,6 +138,10 @@ def test_parse_number():
         parse_number("5%", "--x")
     with pytest.raises(UsageError):
         parse_number("nan", "--x")
+    # --min-ms takes its unit written out, as --fail-above takes '%'; another unit is refused
+    assert parse_number("0.5ms", "--min-ms", unit="ms") == parse_number(" 0.5 ms", "--min-ms", unit="ms") == 0.5
+    with pytest.raises(UsageError, match="expected e.g. --min-ms 5 or 5ms"):
+        parse_number("0.5s", "--min-ms", unit="ms")
 
 
 def test_real_trace_against_a_copy_of_itself_passes(shared_traces, tmp_path, capsys):

@@ -47,14 +47,17 @@ MAX_MIN_MS = 3_600_000.0   # --min-ms: an hour per step
 MAX_SIGMAS = 10.0          # --sigmas: 3 is usual; a wider band passes any regression as noise
 
 
-def parse_number(text, option: str, *, allow_pct: bool = False, most: float = math.inf) -> float:
-    """'5', '5.0', '5%' -> 5.0, from 0 to `most`; anything else is a usage error naming the option."""
+def parse_number(text, option: str, *, allow_pct: bool = False, unit: str | None = None,
+                 most: float = math.inf) -> float:
+    """'5', '5.0', '5%' (allow_pct), '5ms' (unit='ms') -> 5.0, from 0 to `most`; anything else
+    is a usage error naming the option."""
     s = str(text).strip()
-    if allow_pct and s.endswith("%"):
-        s = s[:-1].strip()
+    unit = "%" if allow_pct else unit
+    if unit and s.endswith(unit):   # the unit the option is in, written out: --fail-above 5%
+        s = s[:-len(unit)].strip()
     if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", s):
         raise UsageError(f"{option} {text!r}: not a number (expected e.g. {option} 5"
-                         f"{' or 5%' if allow_pct else ''})")
+                         f"{f' or 5{unit}' if unit else ''})")
     return in_range(float(s), option, most, shown=text)
 
 

@@ -28,8 +28,8 @@ def register(sub) -> None:
                    help="allowed slowdown in percent on top of the noise (e.g. 5 or 5%%; 0 to "
                         f"{MAX_PCT:.12g})")
     p.add_argument("--min-ms", default="0", metavar="X",
-                   help="ignore slowdowns smaller than X ms per step (default 0; at most "
-                        f"{MAX_MIN_MS:.12g}, an hour)")
+                   help="ignore slowdowns smaller than X ms per step (e.g. 0.5 or 0.5ms; default 0; "
+                        f"at most {MAX_MIN_MS:.12g}, an hour)")
     p.add_argument("--sigmas", default="3", metavar="K",
                    help="noise band in robust standard deviations of the per-step times (default 3; 0 to "
                         f"{MAX_SIGMAS:.12g}: a wider band passes any regression as noise)")
@@ -42,7 +42,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     pct = parse_number(args.fail_above, "--fail-above", allow_pct=True, most=MAX_PCT)
-    min_ms = parse_number(args.min_ms, "--min-ms", most=MAX_MIN_MS)
+    min_ms = parse_number(args.min_ms, "--min-ms", unit="ms", most=MAX_MIN_MS)
     sigmas = parse_number(args.sigmas, "--sigmas", most=MAX_SIGMAS)
     res = diff(args.base, args.new, pct, min_ms=min_ms, sigmas=sigmas, by=args.by)
     reader_gone = False
