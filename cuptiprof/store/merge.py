@@ -31,7 +31,7 @@ from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, ta
 from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
 
-# What tells runs apart when files are merged (runs columns).
+# What tells runs apart when files are merged (runs columns; their processes' pids as well).
 RUN_IDENTITY = ("source", "host", "command", "start_ns", "end_ns")
 # Worst first: the merged status of one run made of several parts.
 _STATUS_ORDER = ("failed", "interrupted", "running", "complete")
@@ -201,8 +201,8 @@ class _Merger:
             earlier = self.run_from.setdefault(tuple(key), str(src))
             if earlier != str(src):
                 raise InputError(f"{src}: its run '{label}' is already in {earlier} (same command, "
-                                 "host and times); its rows would count twice: leave out one of "
-                                 "them")
+                                 "host, times and processes); its rows would count twice: leave "
+                                 "out one of them")
 
     def _src_columns(self, table: str) -> set[str]:
         return {c for (c,) in self.con.execute(
