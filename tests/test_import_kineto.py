@@ -301,6 +301,22 @@ def test_a_step_without_gpu_work_is_an_empty_step(tmp_path):
         == [("4",)]   # step 3 launched the gemm
 
 
+def test_a_trace_without_cuda_activity_says_it_has_no_gpu_work(tmp_path):
+    """torch.profiler with ProfilerActivity.CPU only: every report of GPU work is empty, and
+    data_quality says why, as it does for a run without a GPU."""
+    doc = trace([e for e in modern()["traceEvents"] if e["cat"] in ("user_annotation", "cpu_op")])
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "cpu.json", doc)], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT count(*) FROM gpu_activities").fetchone() == (0,)
+    got = con.execute("SELECT subject, detail FROM data_quality WHERE check_name = 'no_gpu'").fetchall()
+    assert len(got) == 1 and got[0][0] == "gpu" and "no GPU activity in cpu.json" in got[0][1]
+    # a trace with GPU work says nothing of the kind
+    import_traces([write(tmp_path / "gpu.json", modern())], tmp_path / "g.duckdb")
+    with duckdb.connect(str(tmp_path / "g.duckdb"), read_only=True) as g:
+        assert g.execute("SELECT count(*) FROM data_quality WHERE check_name = 'no_gpu'").fetchone() == (0,)
+
+
 def test_2021_dialect_string_tids_and_capital_categories(tmp_path):
     ev = [
         {"ph": "X", "cat": "Operator", "name": "ProfilerStep#5", "pid": 25, "tid": "25", "ts": 100,

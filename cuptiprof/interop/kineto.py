@@ -1172,6 +1172,12 @@ class KinetoFile:
             quality.append({"check_name": "no_gpu", "subject": "gpu", "count": None,
                             "detail": f"no GPU activity in {self.path.name}: kernels holds CPU ops "
                             "on device -1, one stream per thread"})
+        elif not any(len(self.gpu[t].get("start_ns")) for t in ("kernels", "memcpys", "memsets")):
+            # torch.profiler without ProfilerActivity.CUDA: the reports of GPU work are empty
+            quality.append({"check_name": "no_gpu", "subject": "gpu", "count": None,
+                            "detail": f"no GPU activity in {self.path.name}: a trace recorded "
+                            "without CUDA activity (ProfilerActivity.CUDA); its CPU ops are in "
+                            "ranges (kind 'op')"})
         for cat, n in sorted(self.unknown.items()):
             quality.append({"check_name": "unknown_category", "subject": cat, "count": n,
                             "detail": f"{n} events of category {cat!r} in {self.path.name} were "
