@@ -355,3 +355,12 @@ def test_runs_on_another_gpu_or_that_did_not_complete_are_named(tmp_path, capsys
     got = capsys.readouterr()
     assert "note:" not in got.out and got.out.startswith("item_type,")
     assert "cuptiprof diff: note: BASE ran on NVIDIA H100 80GB HBM3 and NEW on" in got.err
+
+
+def test_same_file_through_a_symlink_is_named_in_the_order_given(tmp_path, capsys):
+    a = make_run(tmp_path / "r0.duckdb", noise=0.02, seed=1)
+    link = tmp_path / "link_to_r0.duckdb"
+    link.symlink_to(a)
+    assert main(["diff", str(a), str(link), "--fail-above", "5"]) == 2
+    assert capsys.readouterr().err.startswith(f"cuptiprof: error: {a} and {link} are the same file")
+

@@ -128,7 +128,7 @@ class Comparison:
         for i, a in enumerate(self.paths):
             for b in self.paths[:i]:
                 if os.path.samefile(a, b):
-                    raise UsageError(f"{a} and {b} are the same file; comparing a file with itself "
+                    raise UsageError(f"{b} and {a} are the same file; comparing a file with itself "
                                      "shows no difference (give two different runs)")
         self.con = duckdb.connect()
         try:
