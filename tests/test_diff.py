@@ -364,3 +364,21 @@ def test_same_file_through_a_symlink_is_named_in_the_order_given(tmp_path, capsy
     assert main(["diff", str(a), str(link), "--fail-above", "5"]) == 2
     assert capsys.readouterr().err.startswith(f"cuptiprof: error: {a} and {link} are the same file")
 
+
+@pytest.mark.parametrize("value, hint", [("0.05", True), (".5", True), ("0.05%", False),
+                                         ("0", False), ("1", False), ("5", False)])
+def test_a_fail_above_below_one_without_a_percent_sign_gets_a_hint(tmp_path, capsys, value, hint):
+    """0.05 is 0.05% (it was probably meant as 5%): the gate keeps that meaning, and a line on
+    stderr says how 5% is written, so that a CI log shows it."""
+    a = make_run(tmp_path / "a.duckdb", noise=0.02, seed=1)
+    b = make_run(tmp_path / "b.duckdb", noise=0.02, seed=2)
+    code = main(["diff", str(a), str(b), "--fail-above", value, "--format", "json"])
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["fail_above_pct"] == float(value.rstrip("%"))
+    hints = [ln for ln in cap.err.splitlines() if "fraction" in ln]
+    assert len(hints) == int(hint), cap.err
+    if hint:
+        assert hints[0] == (f"cuptiprof diff: note: --fail-above {value} is {value}% (a percentage, "
+                            f"not a fraction); for {float(value) * 100:g}% write --fail-above "
+                            f"{float(value) * 100:g}")
+    assert code in (0, 1)

@@ -42,6 +42,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     pct = parse_number(args.fail_above, "--fail-above", allow_pct=True, most=MAX_PCT)
+    _hint_fraction(args.fail_above, pct)
     min_ms = parse_number(args.min_ms, "--min-ms", unit="ms", most=MAX_MIN_MS)
     sigmas = parse_number(args.sigmas, "--sigmas", most=MAX_SIGMAS)
     res = diff(args.base, args.new, pct, min_ms=min_ms, sigmas=sigmas, by=args.by)
@@ -57,6 +58,14 @@ def run(args) -> int:
     if res.failed and (reader_gone or args.format in ("table", "markdown")):
         print(f"cuptiprof diff: {len(res.regressions)} regression(s)", file=sys.stderr)
     return 1 if res.failed else 0
+
+
+def _hint_fraction(text: str, pct: float) -> None:
+    """--fail-above 0.05 is 0.05%, though often meant as 5%: the meaning stays, and a line in
+    the CI log says how 5% is written."""
+    if 0 < pct < 1 and not str(text).strip().endswith("%"):
+        print(f"cuptiprof diff: note: --fail-above {text} is {text}% (a percentage, not a "
+              f"fraction); for {pct * 100:g}% write --fail-above {pct * 100:g}", file=sys.stderr)
 
 
 def _write(res, args, out) -> None:
