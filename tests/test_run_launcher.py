@@ -1,6 +1,7 @@
 """`cuptiprof run` on real child processes: exit statuses, signals, crashes, bad input."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -398,3 +399,26 @@ def test_sighup_is_forwarded_and_the_file_written(tmp_path):
     assert q(out, "SELECT step, end_ns IS NULL FROM ranges WHERE kind='step' ORDER BY step") \
         == [(0, False), (1, True)]
     assert q(out, "SELECT bool_or(ended_early) FROM processes") == [(False,)]
+
+
+@pytest.mark.parametrize("given, kinds", [
+    (["kernel,memcpy"], ["kernel", "memcpy"]),
+    (["kernel,memcpy", "memset"], ["kernel", "memcpy", "memset"]),   # both forms, mixed
+    (["kernel,", "kernel", "api"], ["kernel", "api"]),
+])
+def test_kinds_are_taken_comma_or_space_separated(tmp_path, given, kinds):
+    p = script(tmp_path, "import cuptiprof\nwith cuptiprof.range('step', step=0): pass\n")
+    r = cli(["run", "-o", "k.duckdb", "--no-report", "--kinds", *given, "--", PY, p], tmp_path,
+            CUPTIPROF_FAKE_CUPTI="1")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(q(tmp_path / "k.duckdb", "SELECT settings FROM runs")[0][0])["kinds"] == kinds
+
+
+@pytest.mark.parametrize("given, words", [(["kernel,bogus"], "--kinds bogus: unknown kind"),
+                                          (["kernel", "memcpy,bogus"], "--kinds bogus: unknown kind"),
+                                          ([","], "no kind given")])
+def test_an_unknown_kind_in_a_comma_list_is_refused_in_one_line(tmp_path, given, words):
+    r = cli(["run", "--kinds", *given, "--", PY, "-c", "pass"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert words in r.stderr

@@ -26,7 +26,8 @@ def register(sub) -> None:
                         "__main__:denoise for one the script itself defines, __main__:main.denoise for one "
                         "defined inside main()")
     p.add_argument("--kinds", nargs="+", metavar="KIND",
-                   help="activity kinds to collect: kernel memcpy memset sync api nvtx memory overhead")
+                   help="activity kinds to collect, space- or comma-separated: kernel memcpy memset sync "
+                        "api nvtx memory overhead")
     p.add_argument("--light", action="store_true", help="ranges and logs only, no CUPTI (the macro baseline)")
     p.add_argument("--log-level", default="INFO", metavar="LEVEL",
                    help="record Python logging records at or above LEVEL in the logs table (default INFO)")
@@ -41,7 +42,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from cuptiprof.run.launcher import LaunchOptions, launch
+    from cuptiprof.run.launcher import LaunchOptions, launch, split_kinds
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -51,6 +52,7 @@ def run(args) -> int:
     if args.repeat is not None and not args.overhead:
         raise UsageError(f"--repeat {args.repeat} goes with --overhead (the runs of each kind it "
                          "measures); add --overhead or leave out --repeat")
+    args.kinds = split_kinds(args.kinds)
     if args.light and args.kinds:
         raise UsageError(f"--kinds {' '.join(args.kinds)} chooses CUPTI activity kinds and --light "
                          "collects none (ranges and logs only); leave out one of them")

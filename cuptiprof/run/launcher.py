@@ -63,6 +63,17 @@ class LaunchResult:
     profiled: int = 0      # processes of the command that cuptiprof recorded
 
 
+def split_kinds(given: list[str] | None) -> list[str] | None:
+    """--kinds kernel,memcpy memset: kinds are taken comma- or space-separated, or both; each
+    once, in the order given."""
+    if given is None:
+        return None
+    kinds = [k.strip() for arg in given for k in arg.split(",") if k.strip()]
+    if not kinds:
+        raise UsageError(f"--kinds {' '.join(given)!r}: no kind given; choose from {', '.join(KINDS)}")
+    return list(dict.fromkeys(kinds))
+
+
 def validate(cmd: list[str], o: LaunchOptions) -> str:
     """Check everything the user gave before anything starts; returns the resolved executable."""
     if not cmd:
