@@ -613,3 +613,47 @@ def test_a_light_run_commits_its_steps_at_most_as_often_as_asked(tmp_path, every
     got = q(tmp_path / "l.duckdb", "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'")
     assert got == [(kept or None,)]
     assert q(tmp_path / "l.duckdb", "SELECT ended_early FROM processes") == [(True,)]
+
+
+def test_a_killed_run_merged_from_its_parts_is_the_run_the_launcher_would_write(tmp_path, tally):
+    """The launcher and its workers killed together (SIGKILL to the process group): the merge the
+    messages name writes one run, its processes ended early, and says the run was recovered."""
+    p = script(tmp_path, """
+        import multiprocessing as mp, pathlib, time, cuptiprof
+        def work(n):
+            for i in range(3):
+                with cuptiprof.range("step", step=i):
+                    pass
+            pathlib.Path(f"ready{n}").touch()
+            time.sleep(600)
+        if __name__ == "__main__":
+            ps = [mp.Process(target=work, args=(n,)) for n in range(2)]
+            for w in ps:
+                w.start()
+            for w in ps:
+                w.join()
+    """)
+    proc = subprocess.Popen([PY, "-m", "cuptiprof", "run", "-o", "k.duckdb", "--", PY, p],
+                            cwd=tmp_path, env=env(**FAKE), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(tmp_path / "ready0", proc)
+    wait_for(tmp_path / "ready1", proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    parts = tmp_path / "k.duckdb.parts"
+    hint = cli(["report", "k.duckdb"], tmp_path)
+    assert f"cuptiprof merge {parts.name}/*.duckdb -o k.duckdb" in one_line(hint.stderr)
+    r = cli(["merge", *sorted(x.name for x in parts.glob("*.duckdb")), "-o", "../k.duckdb"], parts)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "k.duckdb"
+    assert q(out, "SELECT label, status, command FROM runs") == \
+        [("k", "interrupted", f"{PY} {p}")]
+    assert q(out, "SELECT count(*), bool_and(ended_early), count(exit_status) FROM processes") == \
+        [(3, True, 0)]
+    assert q(out, "SELECT count(DISTINCT pid), count(*) FROM ranges WHERE kind = 'step'") == [(2, 6)]
+    assert q(out, "SELECT check_name, count(*) FROM data_quality WHERE check_name IN "
+                  "('run_recovered', 'process_ended_early') GROUP BY 1 ORDER BY 1") == \
+        [("process_ended_early", 3), ("run_recovered", 1)]
+    # the parts are one run: merged with another file they are refused, in one line
+    r = cli(["merge", *parts.glob("*.duckdb"), out, "-o", "m.duckdb"], tmp_path)
+    assert r.returncode == 2 and "merged alone" in one_line(r.stderr)

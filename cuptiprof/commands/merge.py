@@ -13,7 +13,8 @@ def register(sub) -> None:
     p = sub.add_parser("merge", help="merge cuptiprof files (hosts, ranks, runs) into one file",
                        description="Merge cuptiprof files into one: each input's runs stay "
                        "runs of their own (renumbered in input order), every row keeps its pid. "
-                       "A run that another input already holds is refused.")
+                       "A run that another input already holds is refused. The part files of a run that did "
+                       "not finish (OUT.duckdb.parts/*.duckdb) are merged as that one run.")
     p.add_argument("files", nargs="+", metavar="FILE", help="cuptiprof .duckdb files")
     p.add_argument("-o", "--output", required=True, metavar="ALL.duckdb",
                    help="the merged file (must not exist; written atomically)")
@@ -34,8 +35,37 @@ def run(args) -> int:
         if seen.setdefault(key, f) is not f:
             raise UsageError(f"{f}: the same input file is given twice ({seen[key]}); its rows "
                              "would count twice")
+    parts = _run_parts(args.files)
+    if parts is not None:
+        return _recover(parts, args.files, args.output)
     res = merge_files_result(args.files, args.output)
     rows = sum(res.rows.values())
     print(f"cuptiprof: merged {len(args.files)} files ({res.runs} runs, {rows} rows) into "
           f"{res.path}", file=sys.stderr)
+    return 0
+
+
+def _run_parts(files: list[str]) -> Path | None:
+    """The OUT.parts folder of a `cuptiprof run` when the inputs are its part files: they are
+    merged as that run. Mixed with other files, they are refused."""
+    from cuptiprof.run.launcher import is_run_parts
+
+    folders = {Path(f).absolute().parent for f in files}
+    parts = [d for d in folders if is_run_parts(d)]
+    if not parts:
+        return None
+    if len(folders) > 1:
+        d = parts[0]
+        raise UsageError(f"{d}: the part files of one cuptiprof run are merged alone, as that run "
+                         f"(cuptiprof merge {d}/*.duckdb -o OUT.duckdb); then merge OUT.duckdb "
+                         "with the other files")
+    return parts[0]
+
+
+def _recover(parts: Path, files: list[str], output: str) -> int:
+    from cuptiprof.run.launcher import recover
+
+    out = recover(parts, [Path(f) for f in files], output)
+    print(f"cuptiprof: wrote {out}, the run of the {len(files)} part files in {parts}; that "
+          "folder can be removed", file=sys.stderr)
     return 0

@@ -164,8 +164,9 @@ def reserve(out: Path) -> Path:
         if owner:
             raise WriterBusy(f"{out}: another cuptiprof run (pid {owner}) is writing this file; "
                              "wait for it to finish or choose another -o") from None
-        raise WriterBusy(f"{out}: {parts} is left from a run that did not finish; remove that "
-                         "folder (or merge its parts with `cuptiprof merge`) or choose another -o") from None
+        raise WriterBusy(f"{out}: {parts} is left from a run that did not finish; merge its "
+                         f"parts (cuptiprof merge {parts}/*.duckdb -o {out}) or remove that "
+                         "folder, or choose another -o") from None
     except OSError as exc:
         raise InputError(f"{out}: cannot create {parts} ({exc.strerror})") from None
     (parts / "launcher.pid").write_text(str(os.getpid()))
@@ -225,23 +226,30 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path) -> LaunchResu
                       nvtx_injection_path() if gpu else None)
     env.update(o.extra_env)
     start_ns = time.time_ns()
+    record = run_record(st, cmd, start_ns)
+    save_record(parts, record)
     t0 = time.perf_counter()
     try:
         quiet = subprocess.DEVNULL if o.quiet else None
         child = subprocess.Popen(cmd, env=env, stdout=quiet, stderr=quiet)
     except OSError as exc:
         raise InputError(f"{cmd[0]}: cannot run ({exc.strerror})") from None
+    record["child_pid"] = child.pid
+    save_record(parts, record)
     rc = _wait_forwarding(child)
     wall = time.perf_counter() - t0
     code = 128 - rc if rc < 0 else rc
     if mode == "time":
         return LaunchResult(code, rc, None, parts, wall)
     status = "complete" if rc == 0 else ("interrupted" if rc < 0 else "failed")
+    # kept in the parts, so that a merge of them later (a full disk, a killed launcher) says so too
+    record.update(status=status, exit_code=code)
+    save_record(parts, record)
     result = LaunchResult(code, rc, None, parts, wall, no_gpu=mode == "profile" and not gpu,
                           profiled=len(list(parts.glob("*.start.json"))))
     try:
         with _signals_wait(out):
-            result.output = finish(out, parts, st, cmd, child.pid, code, status, start_ns)
+            result.output = finish(out, parts, record)
     except MergeFailed as exc:
         print(f"cuptiprof: error: {exc}", file=sys.stderr)
         result.exit_code = exc.exit_code
@@ -343,15 +351,79 @@ def _wait_forwarding(child: subprocess.Popen) -> int:
             signal.signal(s, h)
 
 
-def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pid: int,
-           exit_code: int, status: str, start_ns: int) -> Path:
+# What the launcher knows of its run, kept in OUT.parts/run.json from the start: `cuptiprof
+# merge` of the parts of a run whose launcher was killed writes the same `runs` row from it.
+RECORD = "run.json"
+
+
+def run_record(st: S.ChildSettings, cmd: list[str], start_ns: int) -> dict:
+    source = "light" if st.mode == "light" else "cupti" if st.gpu else "cpu"
+    return {"label": st.run_label, "source": source, "command": shlex.join(cmd),
+            "start_ns": start_ns,
+            "settings": {"warmup": st.warmup, "steps": st.steps, "kinds": st.kinds,
+                         "step_range": st.step_range, "step_fn": st.step_fn, "mode": st.mode,
+                         "log_level": st.log_level, "gpu": st.gpu}}
+
+
+def save_record(parts: Path, record: dict) -> None:
+    tmp = parts / (RECORD + ".tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, parts / RECORD)   # a kill leaves the old record or the new, never half
+
+
+def load_record(parts: Path) -> dict:
+    try:
+        d = json.loads((parts / RECORD).read_text())
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def is_run_parts(folder: Path) -> bool:
+    """A `cuptiprof run`'s OUT.parts folder (its lock file or its record in it)."""
+    return folder.name.endswith(".parts") and any(
+        (folder / n).is_file() for n in ("launcher.pid", RECORD))
+
+
+def recover(parts: Path, sources: list[Path], out: str) -> Path:
+    """Write OUT from the part files of a run whose launcher did not finish (killed, or its
+    merge failed), as the launcher would have: one run, processes that never closed marked
+    ended early. A run whose launcher was killed says so in data_quality."""
+    owner = running_launcher(parts)
+    if owner:
+        raise WriterBusy(f"{parts}: the cuptiprof run (pid {owner}) that writes these parts is "
+                         "still running; wait for it to end, it writes its output itself")
+    pid = _unfinished_alive(parts)
+    if pid:
+        raise WriterBusy(f"{parts}: process {pid} of that run is still running and writing its "
+                         "part; wait for it to end (or end it), then merge again")
+    record = load_record(parts)
+    if not record:   # parts of a cuptiprof that kept no record: what the markers tell
+        record = {"label": parts.name[:-len(".parts")].rsplit(".duckdb", 1)[0],
+                  "source": None, "command": None}
+    notes = []
+    if "status" not in record:
+        record.update(status="interrupted", exit_code=None)
+        notes.append((None, "run_recovered", parts.name, None,
+                      f"the cuptiprof run writing {Path(out).name} was killed before its "
+                      f"program ended; this file was merged afterwards from {parts.name}: each "
+                      "process holds the steps it had flushed; the program's exit status is "
+                      "unknown"))
+    return finish(Path(out), parts, record, sources=sources, notes=notes, wait=False)
+
+
+def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = None,
+           notes: list[tuple] = (), wait: bool = True) -> Path:
     """Merge the part files into OUT as one run; add processes that wrote no part and say which
-    processes ended early."""
+    processes ended early. `record` is run_record()'s with the command's child_pid, status and
+    exit_code; `notes` are more data_quality rows (pid, check_name, subject, count, detail)."""
     from cuptiprof.store.merge import merge_files
     from cuptiprof.store.writer import RunInfo
 
-    _wait_for_stragglers(parts)
-    sources = sorted(parts.glob("*.duckdb"))
+    if wait:
+        _wait_for_stragglers(parts)
+    sources = sorted(parts.glob("*.duckdb")) if sources is None else sources
+    child_pid, exit_code = record.get("child_pid"), record.get("exit_code")
     # One start marker per program image: a process that exec'd has several, one pid.
     images: dict[int, list] = {}
     ended_keys = {_marker_key(p.name) for p in parts.glob("*.end.json")}
@@ -380,9 +452,10 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
         rows["start_ns"].append(d.get("start_ns"))
         rows["exit_status"].append(exit_code if pid == child_pid else None)
         rows["ended_early"].append(pid in early)
-    if child_pid not in starts:   # not a Python process (a shell script, a binary)
-        for k, v in (("pid", child_pid), ("host", socket.gethostname()), ("command", shlex.join(cmd)),
-                     ("start_ns", start_ns), ("exit_status", exit_code), ("ended_early", None)):
+    if child_pid is not None and child_pid not in starts:   # not Python (a shell script, a binary)
+        for k, v in (("pid", child_pid), ("host", socket.gethostname()),
+                     ("command", record.get("command")), ("start_ns", record.get("start_ns")),
+                     ("exit_status", exit_code), ("ended_early", None)):
             rows[k].append(v)
         for k in ("rank", "local_rank", "world_size"):
             rows[k].append(None)
@@ -395,26 +468,24 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
              "exit_status": pa.int32(), "ended_early": pa.bool_()}
     procs = pa.table({k: arrow.array(rows[k], t) for k, t in types.items()})
     extra = {"processes": procs}
-    if execs:
-        q = {"pid": [], "check_name": [], "subject": [], "count": [], "detail": []}
-        for pid, ds in sorted(execs.items()):
-            q["pid"].append(pid)
-            q["check_name"].append("process_exec")
-            q["subject"].append(str(pid))
-            q["count"].append(len(ds) - 1)
-            q["detail"].append(
-                f"process {pid} replaced its program {len(ds) - 1} time(s) (exec): "
-                + " -> ".join(d.get("command") or shlex.join(d.get("argv") or []) for d in ds)
-                + "; one process: its steps and ranges are those of every program it ran")
+    quality = list(notes)
+    for pid, ds in sorted(execs.items()):
+        quality.append((pid, "process_exec", str(pid), len(ds) - 1,
+                        f"process {pid} replaced its program {len(ds) - 1} time(s) (exec): "
+                        + " -> ".join(d.get("command") or shlex.join(d.get("argv") or [])
+                                      for d in ds)
+                        + "; one process: its steps and ranges are those of every program it ran"))
+    if quality:
+        pids, checks, subjects, counts, details = zip(*quality)
         extra["data_quality"] = pa.table({
-            "pid": arrow.array(q["pid"], pa.int32()), "check_name": q["check_name"],
-            "subject": q["subject"], "count": arrow.array(q["count"], pa.int64()),
-            "detail": q["detail"]})
-    source = "light" if st.mode == "light" else "cupti" if st.gpu else "cpu"
-    info = RunInfo(label=st.run_label, source=source, command=shlex.join(cmd), start_ns=start_ns,
-                   settings={"warmup": st.warmup, "steps": st.steps, "kinds": st.kinds,
-                             "step_range": st.step_range, "step_fn": st.step_fn, "mode": st.mode,
-                             "log_level": st.log_level, "gpu": st.gpu})
+            "pid": arrow.array(list(pids), pa.int32()), "check_name": list(checks),
+            "subject": list(subjects), "count": arrow.array(list(counts), pa.int64()),
+            "detail": list(details)})
+    first = min(starts.values(), key=lambda d: d.get("start_ns") or 0, default={})
+    info = RunInfo(label=record.get("label"), source=record.get("source"),
+                   command=record.get("command") or first.get("command"), start_ns=record.get("start_ns"),
+                   settings=record.get("settings") or {})
+    status = record.get("status")
     try:
         return merge_files(sources, out, one_run=True, run_info=info, status=status,
                            extra=extra, ended_early=early)
@@ -430,7 +501,7 @@ def finish(out: Path, parts: Path, st: S.ChildSettings, cmd: list[str], child_pi
         reason = reason.replace(str(tmp), str(out)).replace(tmp.name, out.name)
         raise MergeFailed(
             f"{reason}; the part files are kept in {parts} (later: cuptiprof merge "
-            f"{parts}/*.duckdb -o {out})", exit_code) from None
+            f"{parts}/*.duckdb -o {out})", exit_code or 0) from None
 
 
 class MergeFailed(CuptiprofError):
@@ -446,21 +517,24 @@ class MergeFailed(CuptiprofError):
 def _wait_for_stragglers(parts: Path, timeout_s: float = 3.0) -> None:
     """Helpers the command started (multiprocessing's resource tracker, workers being torn down)
     may outlive it by a moment; give them time to close their part files."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _unfinished_alive(parts):
+        time.sleep(0.05)
+
+
+def _unfinished_alive(parts: Path) -> int | None:
+    """A process of the run on this host that has not closed its part yet and is still alive."""
     from cuptiprof.store.merge import pid_from_stem
 
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ended = {_marker_key(p.name) for p in parts.glob("*.end.json")}
-        waiting = False
-        for m in parts.glob("*.start.json"):
-            key = _marker_key(m.name)
-            pid = pid_from_stem(key)
-            if key not in ended and pid is not None and alive(pid) and not _zombie(pid):
-                waiting = True
-                break
-        if not waiting:
-            return
-        time.sleep(0.05)
+    ended = {_marker_key(p.name) for p in parts.glob("*.end.json")}
+    here = socket.gethostname()
+    for m in parts.glob("*.start.json"):
+        key = _marker_key(m.name)
+        pid = pid_from_stem(key)
+        if key not in ended and pid is not None and key.startswith(here + "-") and alive(pid) \
+                and not _zombie(pid):
+            return pid
+    return None
 
 
 def _marker_key(name: str) -> str:

@@ -212,7 +212,8 @@ class _Merger:
     def _copy(self, src: Path) -> None:
         con = self.con
         runs = con.execute("SELECT run_id, start_ns, end_ns, status, cuda_driver_version, "
-                           "cupti_version, torch_version FROM src.runs ORDER BY run_id").fetchall()
+                           "cupti_version, torch_version, source FROM src.runs ORDER BY run_id"
+                           ).fetchall()
         if self.one_run:
             mapping = [(r[0], 1) for r in runs]
             self.part_runs.extend(runs)
@@ -336,7 +337,7 @@ class _Merger:
         end = end_ns if end_ns is not None else (max(ends) if ends else time.time_ns())
         con.execute(
             "INSERT INTO runs VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [info.label, info.source, info.command if info.command is not None else " ".join(sys.argv),
+            [info.label, info.source or first(7), info.command if info.command is not None else " ".join(sys.argv),
              info.host, _dt.datetime.fromtimestamp(start_ns / 1e9, _dt.timezone.utc), start_ns, end,
              status, __version__, platform.python_version(),
              info.cuda_driver_version or first(4), info.cupti_version or first(5),
