@@ -422,3 +422,25 @@ def test_an_unknown_kind_in_a_comma_list_is_refused_in_one_line(tmp_path, given,
     assert r.returncode == 2, r.stderr
     one_line_error(r.stderr)
     assert words in r.stderr
+
+
+def test_a_run_inside_a_run_stands_aside_and_the_outer_one_records_the_command(tmp_path):
+    """`cuptiprof run -o outer -- python -m cuptiprof run -o inner -- python x.py`: the outer
+    run records x.py's steps (as a profile() inside a run stands aside); the inner one says so,
+    writes nothing and passes the command's exit status on."""
+    p = script(tmp_path, """
+        import sys, cuptiprof
+        for i in range(2):
+            with cuptiprof.range("step", step=i):
+                pass
+        sys.exit(3)
+    """)
+    r = cli(["run", "-o", "outer.duckdb", "--no-report", "--", PY, "-m", "cuptiprof", "run",
+             "-o", "inner.duckdb", "--", PY, p], tmp_path, CUPTIPROF_FAKE_CUPTI="1")
+    assert r.returncode == 3, r.stderr
+    assert ("cuptiprof: notice: this `cuptiprof run` runs under another one, which records its "
+            f"command into {tmp_path / 'outer.duckdb'}: it writes no inner.duckdb") in r.stderr
+    assert not (tmp_path / "inner.duckdb").exists()
+    assert not (tmp_path / "inner.duckdb.parts").exists()
+    assert q(tmp_path / "outer.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(2,)]
+    assert q(tmp_path / "outer.duckdb", "SELECT status FROM runs") == [("failed",)]

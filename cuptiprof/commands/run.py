@@ -42,7 +42,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from cuptiprof.run.launcher import LaunchOptions, launch, split_kinds
+    from cuptiprof.run.launcher import (LaunchOptions, launch, outer_run, split_kinds, stand_aside,
+                                        validate)
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -59,6 +60,10 @@ def run(args) -> int:
     opts = LaunchOptions(output=args.output, warmup=args.warmup, steps=args.steps,
                          step_range=args.step_range, step_fn=args.step_fn, kinds=args.kinds,
                          light=args.light, log_level=args.log_level, report=not args.no_report)
+    outer = outer_run()
+    if outer is not None:
+        validate(cmd, opts)
+        return stand_aside(cmd, outer, args.output)
     if args.overhead:
         from cuptiprof.run.overhead import measure
 

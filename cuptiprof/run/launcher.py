@@ -204,6 +204,30 @@ def nvtx_injection_path() -> str | None:
     return None
 
 
+def outer_run() -> Path | None:
+    """The output of the `cuptiprof run` that records this process, if one does."""
+    parts = os.environ.get(S.PARTS_DIR, "")
+    if S.ChildSettings.from_env() is None or not os.path.isdir(parts):
+        return None
+    return Path(parts[:-len(".parts")] if parts.endswith(".parts") else parts)
+
+
+def stand_aside(cmd: list[str], outer: Path, inner: str | None) -> int:
+    """A `cuptiprof run` inside another: the outer run records the command's processes (a second
+    recorder would leave the outer file empty, as a `profile()` under `run` would fight it for
+    CUPTI), so this one only runs the command and passes its exit status on."""
+    mine = f" {inner}" if inner else " file"
+    print(f"cuptiprof: notice: this `cuptiprof run` runs under another one, which records its "
+          f"command into {outer}: it writes no{mine}, prints no report and its settings are not "
+          "used", file=sys.stderr)
+    try:
+        child = subprocess.Popen(cmd)   # the environment is the outer run's: it profiles CMD
+    except OSError as exc:
+        raise InputError(f"{cmd[0]}: cannot run ({exc.strerror})") from None
+    rc = _wait_forwarding(child)
+    return 128 - rc if rc < 0 else rc
+
+
 def launch(cmd: list[str], o: LaunchOptions) -> LaunchResult:
     validate(cmd, o)
     out = output_path(o.output)
