@@ -1261,3 +1261,30 @@ def test_parquet_export_counts_every_dataset_it_writes(tmp_path):
     assert len(written) >= 10
     assert f"wrote {len(written)} Parquet datasets (" in r.stderr and " with rows; " in r.stderr, \
         r.stderr
+
+
+def test_a_merged_file_of_several_runs_imports_back_as_those_runs(tmp_path):
+    """Each process of the export carries its run: imported back, the runs are apart again
+    (label, source, status, command, start), each with its own processes and rows."""
+    t = 1_700_000_000_000_000_000
+    srcs = []
+    for k, (label, source, status) in enumerate((("eager", "cupti", "complete"),
+                                                 ("compiled", "cpu", "interrupted"))):
+        src = tmp_path / f"{label}.duckdb"
+        w = Writer(src, RunInfo(label=label, source=source, command=f"python {label}.py",
+                                start_ns=t + k * 1000), pid=40 + k)
+        w.append({"kernels": {"device_id": pa.array([0], pa.int32()),
+                              "stream_id": pa.array([7], pa.int32()), "name": [f"k{k}"],
+                              "correlation_id": [1], "start_ns": [t + k * 1000 + 10],
+                              "end_ns": [t + k * 1000 + 20]}})
+        w.close(status)
+        srcs.append(src)
+    src = merge_files(srcs, tmp_path / "merged.duckdb")
+    back = chrome_round_trip(src, tmp_path / "m.json.gz", tmp_path / "back.duckdb")
+    runs = "SELECT run_id, label, source, status, command, start_ns FROM runs ORDER BY run_id"
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    assert con.execute(runs).fetchall() == orig.execute(runs).fetchall()
+    per_run = "SELECT run_id, pid, name FROM kernels ORDER BY run_id"
+    assert con.execute(per_run).fetchall() == orig.execute(per_run).fetchall()
+    assert con.execute("SELECT run_id, pid FROM processes ORDER BY 1").fetchall() == \
+        [(1, 40), (2, 41)]

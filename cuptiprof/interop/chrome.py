@@ -558,6 +558,7 @@ def _processes(con, pids: _Pids, procs: list[tuple]) -> list[dict]:
     `processes` and `devices` tables know of it."""
     known = {(r[0], r[1]): r[2:] for r in con.execute(
         "SELECT run_id, pid, host, rank, local_rank, world_size FROM processes").fetchall()}
+    runs = _runs(con)
     out = []
     for run_id, pid in procs:
         i = pids.index[(run_id, pid)]
@@ -565,8 +566,15 @@ def _processes(con, pids: _Pids, procs: list[tuple]) -> list[dict]:
         out.append({"pid": pids.cpu(run_id, pid), "gpuPids": pids.gpu(run_id, pid, 0) // 1000 * 1000,
                     "idShift": i * _ID_STRIDE, "originalPid": pid, "host": host, "rank": rank,
                     "localRank": local_rank, "worldSize": world,
-                    "devices": _device_props(con, (run_id, pid))})
+                    "devices": _device_props(con, (run_id, pid)), "run": runs.get(run_id)})
     return out
+
+
+def _runs(con) -> dict[int, dict]:
+    """What each run was (a merged file holds several): the importer makes them runs again."""
+    keys = ("id", "label", "source", "status", "command", "startNs")
+    return {r[0]: dict(zip(keys, r)) for r in con.execute(
+        "SELECT run_id, label, source, status, command, start_ns FROM runs").fetchall()}
 
 
 # devices columns Kineto's deviceProperties have no key for, under keys of cuptiprof's own

@@ -168,4 +168,51 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
         if gc_was:
             gc.enable()
     path = w.close("complete", end_ns=hi if lo is not None else time.time_ns(), start_ns=lo)
+    if kind == "kineto":
+        _restore_runs(path, files)
     return {"path": str(path), "source": kind, "files": files, "rows": counts}
+
+
+def _restore_runs(path: Path, files: list) -> None:
+    """A Chrome export of a file of several runs (a merge) says each process's run: imported
+    back, the processes go to those runs again (label, source, status, command, start), not
+    to one. One transaction: the file holds one run or all of them."""
+    import datetime as _dt
+
+    import duckdb
+
+    groups: dict[int, tuple] = {}
+    for f in files:
+        if getattr(f, "run", None) is not None:
+            groups.setdefault(f.run.id, (f.run, []))[1].append(f.pid)
+    if len(groups) < 2:
+        return
+    con = duckdb.connect(str(path))
+    try:
+        tables = [t for (t,) in con.execute(
+            "SELECT table_name FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND column_name IN ('run_id', 'pid') AND table_name IN (SELECT table_name FROM "
+            "duckdb_tables() WHERE database_name = current_database()) "
+            "GROUP BY 1 HAVING count(*) = 2").fetchall()]
+        con.execute("BEGIN")
+        for new, (run, pids) in enumerate(groups.values(), start=1):
+            if new > 1:   # a copy of the imported run's row (versions, settings), then its rows
+                con.execute("INSERT INTO runs SELECT * REPLACE (? AS run_id) FROM runs "
+                            "WHERE run_id = 1", [new])
+                con.execute("INSERT INTO step_busy_runs SELECT ? WHERE EXISTS (SELECT 1 FROM "
+                            "step_busy_runs WHERE run_id = 1)", [new])
+                for t in tables:
+                    con.execute(f"UPDATE {t} SET run_id = ? WHERE run_id = 1 AND "
+                                "list_contains(?, pid)", [new, pids])
+            start = None if run.startNs is None else \
+                _dt.datetime.fromtimestamp(run.startNs / 1e9, _dt.timezone.utc)
+            con.execute("UPDATE runs SET label = ?, source = coalesce(?, source), status = "
+                        "coalesce(?, status), command = coalesce(?, command), start_ns = "
+                        "coalesce(?, start_ns), start_time = coalesce(?, start_time) "
+                        "WHERE run_id = ?", [run.label, run.source, run.status, run.command,
+                                             run.startNs, start, new])
+        con.execute("UPDATE runs SET end_ns = coalesce((SELECT max(p.end_ns) FROM processes p "
+                    "WHERE p.run_id = runs.run_id), end_ns)")
+        con.execute("COMMIT")
+    finally:
+        con.close()

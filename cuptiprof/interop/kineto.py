@@ -110,6 +110,16 @@ class DevProp(msgspec.Struct):
     peakNvlinkGBps: Union[float, None] = None
 
 
+class RunEntry(msgspec.Struct):
+    """The run a process of cuptiprof's export belongs to (`cuptiprofProcesses[].run`)."""
+    id: int
+    label: Union[str, None] = None
+    source: Union[str, None] = None
+    status: Union[str, None] = None
+    command: Union[str, None] = None
+    startNs: Union[int, None] = None
+
+
 class ProcEntry(msgspec.Struct):
     """One process of a trace cuptiprof exported from a file of several (`cuptiprofProcesses`,
     not a Kineto key): its pids in the trace, how far its ids were moved, what it was."""
@@ -122,6 +132,7 @@ class ProcEntry(msgspec.Struct):
     localRank: Union[int, None] = None
     worldSize: Union[int, None] = None
     devices: Union[list[DevProp], None] = None
+    run: Union[RunEntry, None] = None
 
 
 class DistInfo(msgspec.Struct):
@@ -317,6 +328,7 @@ class FileSummary:
     rows: dict = field(default_factory=dict)
     unknown: dict = field(default_factory=dict)
     steps: int = 0
+    run: RunEntry | None = None   # the run it was exported from, in a file of several
 
 
 class _Cols:
@@ -404,6 +416,7 @@ class KinetoFile:
         self.piece: P.Piece | None = None
         self.rows: dict[str, int] = {}
         self.procs: list[ProcEntry] | None = None   # several processes: rows carry "proc"
+        self.from_run: RunEntry | None = None   # in an export of several runs: its run
         self.local_rank: int | None = None
         self.rank_known = False    # a rank of None is the answer (not: read the file name)
         # A trace cuptiprof exported (`cuptiprofLinks`): its External ids are range ids, and
@@ -491,6 +504,7 @@ class KinetoFile:
             part.dist = DistInfo(rank=e.rank, world_size=e.worldSize)
             part.unknown = self.unknown if i == 0 else {}   # counted once, with the first
             part.host_pids = set() if e.originalPid is None else {e.originalPid}
+            part.from_run = e.run
             part.pid = None
             if e.originalPid is not None:
                 part._set_pid(e.originalPid)
@@ -1096,7 +1110,8 @@ class KinetoFile:
                 _release_freed_memory()  # the previous part's copies
             w.append(batch)
         return FileSummary(str(self.path), pid, self.dist.rank if self.dist else None,
-                           self.events, dict(self.rows), dict(self.unknown), len(s_n))
+                           self.events, dict(self.rows), dict(self.unknown), len(s_n),
+                           self.from_run)
 
     @staticmethod
     def _by_ext(R: _Cols):
