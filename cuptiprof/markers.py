@@ -83,10 +83,9 @@ def _nvtx_attrs(domain: Any, name: str, payload: Any) -> Any:
     return a
 
 
-def step_number(value: Any) -> int | None:
-    """The step number `value` stands for: an int, a numpy integer, a 0-d integer array or
-    tensor (what operator.index() takes); None for anything else, bool included (the step is
-    then numbered by its position). The one check of every place that takes a step number."""
+def step_index(value: Any) -> int | None:
+    """The integer `value` stands for: an int, a numpy integer, a 0-d integer array or tensor
+    (what operator.index() takes); None for anything else, bool included."""
     if type(value) is int:
         return value
     if value is None or isinstance(value, bool) or "bool" in str(getattr(value, "dtype", "")):
@@ -95,6 +94,18 @@ def step_number(value: Any) -> int | None:
         return operator.index(value)
     except Exception:
         return None
+
+
+# The step columns are INTEGER: a larger number would fail the whole commit it is in.
+STEP_MIN, STEP_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def step_number(value: Any) -> int | None:
+    """The step number a range's `step` attribute stands for: step_index(value) from -2**31 to
+    2**31 - 1; None otherwise (the step is then numbered by its position). The one check of
+    every place that takes a step number from a range."""
+    n = step_index(value)
+    return n if n is not None and STEP_MIN <= n <= STEP_MAX else None
 
 
 def _compiling() -> bool:
@@ -131,7 +142,8 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     Inside code that torch.compile traces a range does nothing, so the compiled code is the same
     with or without it; its kernels count for the enclosing range. attrs: extra attributes
     stored with the range (JSON); `step` may be any integer (int, numpy integer, 0-d integer
-    tensor) and is also sent as the NVTX payload. One object may be entered again after it
+    tensor) from -2**31 to 2**31 - 1 and is also sent as the NVTX payload (anything else: the
+    step is numbered by its position). One object may be entered again after it
     exits (and recursively); as a decorator every call opens its own range. Several threads or
     asyncio tasks may be inside one object at once: each closes its own entry. On a generator
     function the range covers the whole iteration (first next() to exhaustion or close(), the

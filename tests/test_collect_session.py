@@ -389,3 +389,20 @@ def test_work_of_a_range_inside_a_warm_up_step_is_no_step(tmp_path):
     assert q(p, "SELECT kind, step FROM ranges WHERE name = 'attn'") == [("user", 100)]
     with cuptiprof.open(p) as prof:
         assert sorted(r[3] for r in prof.steps_report().fetchall()) == [1, 2]
+
+
+def test_a_step_number_beyond_the_step_columns_loses_nothing(tmp_path):
+    """The step columns are INTEGER: a step numbered 2**40 (an id, a timestamp) failed the
+    commit it was in, and every row of it was lost (at stop(): the whole run). Such a step is
+    numbered by its position, as a step without a number is."""
+    f = FakeCupti()
+    p = tmp_path / "big.duckdb"
+    with Session(p, source=f, quiet=True):
+        for i in (5, 2 ** 40, -2 ** 31 - 1):
+            with cuptiprof.range("step", step=i):
+                f.launch_kernel(f"k{i}")
+    assert q(p, "SELECT name, step FROM kernels ORDER BY start_ns") == [
+        ("k5", 5), (f"k{2 ** 40}", 1), (f"k{-2 ** 31 - 1}", 2)]
+    assert q(p, "SELECT check_name FROM data_quality") == []
+    with cuptiprof.open(p, steps=(0, 2 ** 40)) as prof:   # a scope may still name any number
+        assert prof.step_range == (0, 2 ** 40)

@@ -72,7 +72,7 @@ def steps_range(steps, label: str) -> tuple[int | None, int | None] | None:
     an int N, a (first, last) pair with None for an open end, a range of consecutive steps
     (range(0, 3): steps 0 to 2), or the string forms of parse_steps. label names the argument
     in messages."""
-    from cuptiprof.markers import step_number
+    from cuptiprof.markers import step_index
 
     if steps is None or isinstance(steps, str):
         return parse_steps(steps, label)
@@ -83,11 +83,11 @@ def steps_range(steps, label: str) -> tuple[int | None, int | None] | None:
             raise UsageError(f"{label}: expected a range of consecutive steps (step 1), such as "
                              "range(3, 6) for steps 3 to 5")
         return steps[0], steps[-1]
-    n = step_number(steps)
+    n = step_index(steps)
     if n is not None:
         return n, n
     if isinstance(steps, (tuple, list)) and len(steps) == 2:
-        lo, hi = (None if v is None else step_number(v) for v in steps)
+        lo, hi = (None if v is None else step_index(v) for v in steps)
         if (lo is None) == (steps[0] is None) and (hi is None) == (steps[1] is None):
             if lo is not None and hi is not None and hi < lo:
                 raise UsageError(f"{label}: the end ({hi}) is before the start ({lo})")
