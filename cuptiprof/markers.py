@@ -18,6 +18,7 @@ import builtins
 import contextvars
 import functools
 import inspect
+import json
 import operator
 import os
 import sys
@@ -108,6 +109,33 @@ def step_number(value: Any) -> int | None:
     return n if n is not None and STEP_MIN <= n <= STEP_MAX else None
 
 
+def attrs_json(attrs: dict) -> str | None:
+    """The JSON stored for a range's extra attributes (None for none). A value JSON cannot hold
+    is stored as its str(); one that cannot be written even so (a dict with keys of mixed types,
+    a cycle, a __str__ that raises) as its repr() or its type's name: an odd attribute must not
+    stop the recording."""
+    if not attrs:
+        return None
+    try:
+        return json.dumps(attrs, default=str, sort_keys=True)
+    except Exception:
+        return json.dumps({str(k): _storable(v) for k, v in attrs.items()}, sort_keys=True)
+
+
+def _storable(value: Any) -> Any:
+    try:
+        json.dumps(value, default=str, sort_keys=True)
+        return value
+    except Exception:
+        pass
+    for text in (str, repr):
+        try:
+            return text(value)
+        except Exception:
+            pass
+    return f"<{type(value).__name__}>"
+
+
 def _compiling() -> bool:
     """True while torch.compile traces the code a range is in. The range then stays out of the
     graph (no graph break, no recompile): code compiled with ranges in it runs as it would
@@ -141,7 +169,7 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     range. Steps do not nest: a 'step' opened inside a step is a user range of that step.
     Inside code that torch.compile traces a range does nothing, so the compiled code is the same
     with or without it; its kernels count for the enclosing range. attrs: extra attributes
-    stored with the range (JSON); `step` may be any integer (int, numpy integer, 0-d integer
+    stored with the range (JSON; a value JSON cannot hold is stored as its text); `step` may be any integer (int, numpy integer, 0-d integer
     tensor) from -2**31 to 2**31 - 1 and is also sent as the NVTX payload (anything else: the
     step is numbered by its position). One object may be entered again after it
     exits (and recursively); as a decorator every call opens its own range. Several threads or

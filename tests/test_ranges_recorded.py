@@ -186,3 +186,57 @@ def test_numpy_step_numbers_without_a_gpu_collector(tmp_path):
     assert r.returncode == 0, r.stderr
     assert q(tmp_path / "r.duckdb", "SELECT step FROM ranges WHERE kind = 'step' "
                                      "ORDER BY start_ns") == [(999,), (979,), (959,), (3,)]
+
+
+class Unprintable:
+    def __str__(self):
+        raise RuntimeError("no text")
+
+    __repr__ = __str__
+
+
+def odd_attrs() -> dict:
+    """Attributes json.dumps(default=str) cannot write, each what it is stored as."""
+    cycle: dict = {}
+    cycle["self"] = cycle
+    return {"mixed": ({1: "a", "b": 2}, "{1: 'a', 'b': 2}"), "cycle": (cycle, "{'self': {...}}"),
+            "bad": (Unprintable(), "<Unprintable>"), "fine": ([1, "x"], [1, "x"])}
+
+
+def test_attributes_json_cannot_hold_are_stored_as_text_and_ranges_go_on(tmp_path):
+    """One such attribute made the range fail, and every range after it was no longer
+    recorded (the rest of the run lost its steps)."""
+    import json
+
+    attrs = odd_attrs()
+    f = FakeCupti()
+    p = tmp_path / "a.duckdb"
+    with Session(p, source=f, quiet=True):
+        for i in range(3):
+            with cuptiprof.step(i):
+                with cuptiprof.range("odd", **{k: v for k, (v, _) in attrs.items()}):
+                    f.launch_kernel(f"k{i}")
+    assert q(p, "SELECT step, name FROM kernels ORDER BY step") == [(0, "k0"), (1, "k1"), (2, "k2")]
+    stored = q(p, "SELECT attrs FROM ranges WHERE name = 'odd'")
+    assert [json.loads(a) for a, in stored] == [{k: want for k, (_, want) in attrs.items()}] * 3
+    assert q(p, "SELECT check_name FROM data_quality") == []
+
+
+def test_odd_attributes_and_huge_step_numbers_without_a_gpu_collector(tmp_path):
+    from _run_helpers import cli, script
+
+    p = script(tmp_path, """
+        import cuptiprof
+        cycle = {}
+        cycle["self"] = cycle
+        for i in (3, 2 ** 40):
+            with cuptiprof.step(i):
+                with cuptiprof.range("odd", mixed={1: "a", "b": 2}, cycle=cycle):
+                    pass
+    """)
+    r = cli(["run", "-o", "r.duckdb", "--no-report", "--light", "--", sys.executable, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "failed" not in r.stderr
+    assert q(tmp_path / "r.duckdb", "SELECT kind, step, attrs FROM ranges ORDER BY start_ns") == [
+        ("step", 3, None), ("user", 3, '{"cycle": "{\'self\': {...}}", "mixed": "{1: \'a\', \'b\': 2}"}'),
+        ("step", 1, None), ("user", 1, '{"cycle": "{\'self\': {...}}", "mixed": "{1: \'a\', \'b\': 2}"}')]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import atexit
 import contextvars
 import fnmatch
-import json
 import os
 import socket
 import sys
@@ -456,7 +455,7 @@ class Session:
         extra = {k: v for k, v in attrs.items() if k != "step"}
         tok = [rid, parent[0] if parent else None, len(stack), name,
                threading.get_native_id(), 0, kind, step,
-               json.dumps(extra, default=str, sort_keys=True) if extra else None,
+               markers.attrs_json(extra),
                ordinal, False, warm]
         self._step_of[rid] = None if warm else step
         self._open[rid] = tok

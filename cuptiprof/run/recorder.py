@@ -26,6 +26,7 @@ from pathlib import Path
 from cuptiprof import ranks
 from cuptiprof.errors import env_seconds
 from cuptiprof.forking import keep_forever
+from cuptiprof.markers import attrs_json
 from cuptiprof.run.settings import ChildSettings
 
 log = logging.getLogger("cuptiprof")
@@ -164,7 +165,7 @@ class Recorder:
             self._stack_var.set(stack[:max(i for i, t in enumerate(stack) if t is o)])
         with self.lock:
             self.ranges.append((o.range_id, o.parent_id, o.depth, o.name, o.thread, o.start, now,
-                                o.kind, o.step, json.dumps(o.attrs, default=str, sort_keys=True) if o.attrs else None))
+                                o.kind, o.step, attrs_json(o.attrs)))
             if self.mode == "cpu" and self.prof:
                 self.spans.append((o.thread, o.start, now, o.range_id, o.depth))
             if o.kind == "warmup" and (not o.is_step or self.seen >= self.s.warmup):
