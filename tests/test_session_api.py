@@ -167,6 +167,32 @@ def test_status_of_a_normal_exit_and_of_a_crash(tmp_path):
     assert q(tmp_path / "b.duckdb", "SELECT status FROM runs") == [("failed",)]
 
 
+@pytest.mark.parametrize("source", ["none", "fake"])
+def test_steps_of_a_worker_thread_are_committed_as_they_end(tmp_path, source):
+    """Only the thread that started profile() committed at a step's end: steps a worker thread
+    ran (a server's request threads) waited for stop(), and a crash lost every one of them."""
+    r = run_py(f"""
+        import cuptiprof, os, threading
+        def worker():
+            for i in range(3):
+                with cuptiprof.step(i):
+                    with cuptiprof.range("decode"):
+                        pass
+        with cuptiprof.profile("w.duckdb", source={source!r}, quiet=True, flush_every_s=0):
+            t = threading.Thread(target=worker)
+            t.start()
+            t.join()
+            os._exit(9)
+    """, tmp_path)
+    assert r.returncode == 9, r.stderr
+    out = tmp_path / "w.duckdb"
+    assert q(out, "SELECT kind, step FROM ranges WHERE kind = 'step' ORDER BY step") == [
+        ("step", 0), ("step", 1), ("step", 2)]
+    assert q(out, "SELECT status FROM runs") == [("running",)]
+    if source == "fake":
+        assert q(out, "SELECT DISTINCT step FROM gpu_activities ORDER BY step") == [(0,), (1,), (2,)]
+
+
 def test_a_step_still_open_at_stop_is_marked_incomplete(tmp_path):
     import cuptiprof
 

@@ -180,7 +180,6 @@ class Session:
         self._span_gens: deque = deque()
         self._cur_step: int | None = None
         self._incomplete: list[tuple] = []   # (step, exception name): steps an exception ended
-        self._owner = None
         self._flush_lock = threading.RLock()
         self._devices_written = False
         self._start_ns = 0
@@ -234,7 +233,6 @@ class Session:
         except BaseException:
             self.writer.close("failed")
             raise
-        self._owner = threading.get_ident()
         self.active = True
         _active = self
         self.phase = "warmup" if self.warmup > 0 else "record"
@@ -311,6 +309,10 @@ class Session:
 
     def stop(self, status: str = "complete") -> Path:
         """Last forced flush, data-quality rows, close the file. Safe to call twice."""
+        with self._flush_lock:   # a flush another thread's step began ends first
+            return self._stop(status)
+
+    def _stop(self, status: str) -> Path:
         global _active
         if not self.active:
             return self.writer.path if self.writer else self.path
@@ -526,14 +528,21 @@ class Session:
                 self.recorded_steps.append(tok[7])
                 self.steps_recorded += 1
                 self._cur_step = None
-                if threading.get_ident() == self._owner:
-                    last = self.steps is not None and tok[9] == self.warmup + self.steps - 1
-                    if last:
-                        self.flush()
-                        self._finish_recording()
-                    elif self.steps_recorded % self.flush_every == 0 and \
-                            time.monotonic() - self._last_flush >= self.flush_every_s:
-                        self.flush()
+                self._after_step(tok[9])
+
+    def _after_step(self, ordinal: int) -> None:
+        """Flush at a recorded step's end, on whichever thread ended it: the steps of a worker
+        thread are committed as they go too, not only by stop() (a crash lost them all). Under
+        the flush lock, so never beside stop() or another thread's flush."""
+        with self._flush_lock:
+            if not self.active:   # stopped meanwhile: stop() flushed for the last time
+                return
+            if self.steps is not None and ordinal == self.warmup + self.steps - 1:
+                self.flush()
+                self._finish_recording()
+            elif self.steps_recorded % self.flush_every == 0 and \
+                    time.monotonic() - self._last_flush >= self.flush_every_s:
+                self.flush()
 
     def _finish_recording(self) -> None:
         if self.phase == "record":
@@ -601,7 +610,8 @@ class Session:
 
     # -- flushing -----------------------------------------------------------------------------
     def flush(self, final: bool = False) -> None:
-        """Synchronize, flush CUPTI, resolve and append one transaction. Main thread only."""
+        """Synchronize, flush CUPTI, resolve and append one transaction. On the thread that
+        ended a step, or stop()'s; one at a time."""
         with self._flush_lock, no_gc():
             src = self.source
             if src.gpu:
