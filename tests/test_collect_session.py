@@ -406,3 +406,41 @@ def test_a_step_number_beyond_the_step_columns_loses_nothing(tmp_path):
     assert q(p, "SELECT check_name FROM data_quality") == []
     with cuptiprof.open(p, steps=(0, 2 ** 40)) as prof:   # a scope may still name any number
         assert prof.step_range == (0, 2 ** 40)
+
+
+def test_a_with_of_a_running_profile_inside_another_leaves_it_running(tmp_path):
+    """The inner `with` ended the profile: the steps after it were not recorded."""
+    p = tmp_path / "r.duckdb"
+    prof = cuptiprof.profile(p, source=FakeCupti(auto=True), quiet=True)
+    with prof:
+        with prof:
+            with cuptiprof.step(0):
+                pass
+        assert prof.active
+        with cuptiprof.step(1):
+            pass
+    assert not prof.active
+    assert q(p, "SELECT step FROM ranges ORDER BY step") == [(0,), (1,)]
+    assert q(p, "SELECT DISTINCT step FROM gpu_activities ORDER BY step") == [(0,), (1,)]
+    assert q(p, "SELECT status FROM runs") == [("complete",)]
+
+
+def test_a_stopped_profile_cannot_start_again(tmp_path):
+    """Started again, it kept the first run's step count and recorded no step of the second,
+    while data_quality called each of its steps empty."""
+    p = tmp_path / "again.duckdb"
+    prof = cuptiprof.profile(p, warmup=1, steps=1, source=FakeCupti(auto=True), mode="append",
+                             quiet=True)
+    with prof:
+        for i in range(2):
+            with cuptiprof.step(i):
+                pass
+    with pytest.raises(UsageError, match="was stopped and records only once; start a new "
+                                         r"cuptiprof.profile\(...\)"):
+        prof.start()
+    with pytest.raises(UsageError):
+        with prof:
+            pass
+    assert q(p, "SELECT run_id, kind, step FROM ranges ORDER BY step") == [
+        (1, "warmup", 0), (1, "step", 1)]
+    assert q(p, "SELECT count(*) FROM data_quality") == [(0,)]

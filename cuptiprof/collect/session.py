@@ -184,10 +184,12 @@ class Session:
         self._devices_written = False
         self._start_ns = 0
         self._atexit: Callable | None = None
+        self._with_depth = 0   # `with` blocks of this profile open now
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> "Session":
-        """Open the file, claim CUPTI (or fall back to host-only), start the clock.
+        """Open the file, claim CUPTI (or fall back to host-only), start the clock. Again while
+        it runs, or in a `with` of it, changes nothing; after stop() it is refused.
 
         Without `with`, call stop() yourself; a run still open when the program ends is closed
         at exit as failed when an uncaught exception ended it, interrupted on Ctrl-C, and
@@ -195,6 +197,10 @@ class Session:
         global _active
         if self.active or self.passthrough:
             return self
+        if self.phase == "stopped":   # its step counts and open ranges belong to that run
+            raise UsageError(f"profile({str(self.path)!r}) was stopped and records only once; "
+                             "start a new cuptiprof.profile(...) instead (mode='append' adds "
+                             "a run to an existing file)")
         if not self._launcher and _run_holds_process():
             # `cuptiprof run` records this process already; a second collector would fight it
             # for CUPTI. The program's steps and ranges go to the run.
@@ -354,9 +360,14 @@ class Session:
                 print(f"cuptiprof: could not finish {self.path}: {exc}", file=sys.stderr)
 
     def __enter__(self) -> "Session":
-        return self.start()
+        self.start()
+        self._with_depth += 1
+        return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        self._with_depth -= 1
+        if self._with_depth > 0:   # a `with` of this profile inside another: the outer one ends it
+            return False
         if exc_type is None or (issubclass(exc_type, SystemExit) and exc.code in (0, None)):
             self.stop("complete")   # sys.exit(0) inside the block is a normal end
         else:
