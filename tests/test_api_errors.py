@@ -165,6 +165,35 @@ def test_open_refuses_bad_steps_in_python_words(tmp_path, steps, says):
     assert says in msg and "--steps" not in msg and "\n" not in msg, msg
 
 
+@pytest.mark.parametrize("bad", [7, "x", range(3, 3)])
+def test_a_refused_set_steps_keeps_the_scope_before_it(tmp_path, bad):
+    """A step range the file does not hold left DuckDB a result unfinished: every later query
+    of the Profile failed ("connection has an unfinished result"). And the description (printed
+    as a report's scope) named the refused steps while the reports read the ones before."""
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with cuptiprof.open(p, "1:2") as prof:
+        with pytest.raises(UsageError):
+            prof.set_steps(bad)
+        assert (prof.scope, prof.step_range) == ("steps 1:2", (1, 2))
+        assert prof.sql("SELECT step FROM sel_ranges ORDER BY step").fetchall() == [(1,), (2,)]
+
+
+@pytest.mark.parametrize("use", [lambda p: p.ops(), lambda p: p.sql("SELECT 1"),
+                                 lambda p: p.set_steps(1), lambda p: p.data_quality()])
+def test_a_closed_profile_says_so(tmp_path, use):
+    """DuckDB's own 'Connection already closed' named neither the file nor what to do."""
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with cuptiprof.open(p) as prof:
+        pass
+    with pytest.raises(UsageError, match=re.escape(
+            f"{p}: this Profile is closed (close(), or the end of its `with`); cuptiprof.open() "
+            "the file again to read it")):
+        use(prof)
+    prof.close()   # again: nothing to do
+
+
 def test_the_cli_keeps_its_option_wording(tmp_path):
     from _run_helpers import cli
 

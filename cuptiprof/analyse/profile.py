@@ -173,7 +173,7 @@ class Profile:
         """The recorded steps, first to last, for a --steps that selects none of them."""
         lo, hi = self.con.execute(
             "SELECT min(step), max(step) FROM (SELECT step FROM gpu_activities WHERE step IS NOT "
-            "NULL UNION ALL SELECT step FROM ranges WHERE kind = 'step')").fetchone()
+            "NULL UNION ALL SELECT step FROM ranges WHERE kind = 'step')").fetchall()[0]
         return f"its only step is {lo}" if lo == hi else f"its steps are {lo} to {hi}"
 
     def _stepless_processes(self) -> list[tuple[int, int]]:
@@ -189,18 +189,18 @@ class Profile:
         kernel_where = None   # the filter over kernel_rows (keyed by lane), where it differs
         has_steps = self.con.execute(
             "SELECT EXISTS (SELECT 1 FROM gpu_activities WHERE step IS NOT NULL) "
-            "OR EXISTS (SELECT 1 FROM ranges WHERE kind = 'step')").fetchone()[0]
+            "OR EXISTS (SELECT 1 FROM ranges WHERE kind = 'step')").fetchall()[0][0]
         if rng is None:
             where = "step IS NOT NULL" if has_steps else "TRUE"
-            self.scope = "all recorded steps" if has_steps else "all rows (no steps recorded)"
+            scope = "all recorded steps" if has_steps else "all rows (no steps recorded)"
             stepless = self._stepless_processes() if has_steps else []
             if stepless:   # e.g. a run without steps merged with runs that have them
                 procs = " OR ".join(f"(run_id = {int(r)} AND pid = {int(p)})" for r, p in stepless)
                 where = f"(step IS NOT NULL OR {procs})"
                 kernel_where = (f"(step IS NOT NULL OR lane_id IN "
                                 f"(SELECT lane_id FROM lanes WHERE {procs}))")
-                self.scope += (f", and every row of the {len(stepless)} process"
-                               f"{'es' if len(stepless) > 1 else ''} without steps")
+                scope += (f", and every row of the {len(stepless)} process"
+                          f"{'es' if len(stepless) > 1 else ''} without steps")
         else:
             lo, hi = rng
             conds = ["step IS NOT NULL"]
@@ -209,18 +209,23 @@ class Profile:
             if hi is not None:
                 conds.append(f"step <= {int(hi)}")
             where = " AND ".join(conds)
-            self.scope = f"steps {'' if lo is None else lo}:{'' if hi is None else hi}"
-            n = self.con.execute(f"SELECT count(*) FROM gpu_activities WHERE {where}").fetchone()[0]
-            m = self.con.execute(f"SELECT count(*) FROM ranges WHERE kind='step' AND {where}").fetchone()[0]
-            if n == 0 and m == 0 and not has_steps:   # pointing at the steps it has would not help
+            scope = f"steps {'' if lo is None else lo}:{'' if hi is None else hi}"
+            # fetchall: a result left unfinished by fetchone() made every later query of this
+            # connection fail (DuckDB 2), once the refusal below was raised
+            found = self.con.execute(
+                f"SELECT EXISTS (SELECT 1 FROM gpu_activities WHERE {where}) OR EXISTS "
+                f"(SELECT 1 FROM ranges WHERE kind = 'step' AND {where})").fetchall()[0][0]
+            if not found and not has_steps:   # pointing at the steps it has would not help
                 leave = f"leave out {self._option}" if self._option else "leave out steps="
                 raise UsageError(f"{self.path}: has no recorded steps (no row is tagged with a "
                                  f"step), so {label} selects nothing; {leave} to read every row")
-            if n == 0 and m == 0:
+            if not found:
                 see = (f"`cuptiprof report {self.path} --by step` lists them" if self._option
                        else f"cuptiprof.open({str(self.path)!r}).steps() lists them")
                 raise UsageError(f"{self.path}: no recorded step in {label}; "
                                  f"{self._step_span()} ({see})")
+        # A scope refused above leaves the one before in place, its description included.
+        self.scope = scope
         self.step_range = rng    # (first, last) with None for an open end; None: the default
         self.step_filter = where
         for macro in catalog.macros():
@@ -296,14 +301,31 @@ class Profile:
         return self.con.sql("SELECT * FROM runs ORDER BY run_id")
 
     def close(self) -> None:
-        """Close the file (relations made from it can no longer be read); `with` does it too."""
+        """Close the file (relations made from it can no longer be read); `with` does it too.
+        A method called after it says so in one line."""
         self.con.close()
+        self.con = _Closed(self.path)
 
     def __enter__(self) -> "Profile":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Closed:
+    """The connection of a closed Profile: any use says what happened and what to do (DuckDB
+    said "Connection already closed", naming no file)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str):
+        raise UsageError(f"{self.path}: this Profile is closed (close(), or the end of its "
+                         "`with`); cuptiprof.open() the file again to read it")
 
 
 def open_profile(path: str | os.PathLike, steps=None, *, option: str | None = None) -> Profile:
