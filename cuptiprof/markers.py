@@ -24,6 +24,8 @@ import os
 import sys
 from typing import Any, Callable
 
+from cuptiprof.errors import UsageError
+
 DOMAIN = "cuptiprof"
 
 _disabled = os.environ.get("CUPTIPROF_DISABLE", "") not in ("", "0")
@@ -182,6 +184,11 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     __slots__ = ("name", "attrs")
 
     def __init__(self, name: str, **attrs: Any):
+        if callable(name) and not isinstance(name, str):
+            # `@cuptiprof.range` without a name made the function a range object: calling it
+            # returned a wrapper of its argument and never ran the function
+            raise UsageError(f"cuptiprof.range needs a name: @cuptiprof.range(\"...\") above "
+                             f"{getattr(name, '__qualname__', name)!s}, not @cuptiprof.range")
         self.name = str(name)
         self.attrs = attrs
 
@@ -253,6 +260,8 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
         return False  # never swallow the user's exception
 
     def __call__(self, func: Callable) -> Callable:
+        if not callable(func):
+            raise UsageError(f"{self!r} decorates a function; {func!r} is none")
         name, attrs = self.name, self.attrs
         if inspect.isgeneratorfunction(func):
             return _wrap_generator(func, name, attrs)

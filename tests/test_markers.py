@@ -166,3 +166,21 @@ def test_one_range_object_entered_by_several_asyncio_tasks(recording):
     # each task closes the token it opened, though the first one in is the first one out
     assert recording.events == [("enter", "shared", 1), ("enter", "shared", 2),
                                 ("exit", 1, None), ("exit", 2, None)]
+
+
+def test_a_range_without_a_name_as_decorator_is_refused():
+    """`@cuptiprof.range` without its call made the function a range object: calling it
+    returned a wrapper of the argument, and the function never ran."""
+    from cuptiprof.errors import UsageError
+
+    def decode(x):
+        return x * 2
+
+    with pytest.raises(UsageError, match=r'needs a name: @cuptiprof.range\("..."\) above '
+                                         r'test_a_range_without_a_name_as_decorator_is_refused'
+                                         r'.<locals>.decode, not @cuptiprof.range$'):
+        cuptiprof.range(decode)
+    with pytest.raises(UsageError, match=r"cuptiprof.range\('decode'\) decorates a function; 3 is none"):
+        cuptiprof.range("decode")(3)
+    assert cuptiprof.range("decode")(decode)(3) == 6
+    assert cuptiprof.range(7).name == "7"   # a name of another type is its text
