@@ -344,4 +344,7 @@ def _wrap_async_generator(func: Callable, name: str, attrs: dict) -> Callable:
 
 def step(i: int, **attrs: Any) -> range:
     """`cuptiprof.range("step", step=i)`: one step of the loop (counted for warmup/steps)."""
+    if callable(i):   # `@cuptiprof.step` above a function: see range.__init__
+        raise UsageError(f"cuptiprof.step needs the step's number: cuptiprof.step(i), not "
+                         f"@cuptiprof.step above {getattr(i, '__qualname__', i)!s}")
     return range("step", step=i, **attrs)

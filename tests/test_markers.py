@@ -182,5 +182,8 @@ def test_a_range_without_a_name_as_decorator_is_refused():
         cuptiprof.range(decode)
     with pytest.raises(UsageError, match=r"cuptiprof.range\('decode'\) decorates a function; 3 is none"):
         cuptiprof.range("decode")(3)
+    with pytest.raises(UsageError, match=r"cuptiprof.step needs the step's number: "
+                                         r"cuptiprof.step\(i\), not @cuptiprof.step above "):
+        cuptiprof.step(decode)
     assert cuptiprof.range("decode")(decode)(3) == 6
     assert cuptiprof.range(7).name == "7"   # a name of another type is its text
