@@ -37,12 +37,20 @@ def test_unknown_source_leaves_no_file_and_the_retry_works(tmp_path):
     ({"steps": -1}, "steps must be a whole number >= 0 or None, not -1"),
     ({"range_filter": 5}, "range_filter must be a glob, a list of globs or a function"),
     ({"range_filter": ["attn*", 3]}, "range_filter must be a glob, a list of globs or a function"),
+    # a mode of no meaning appended to an existing file; a source of no use failed in start()
+    # with an AttributeError after making the file; kinds=3 failed with a TypeError; a step_range
+    # that is no name matched no range, silently
+    ({"mode": "replace"}, "mode must be one of 'create', 'overwrite', 'append', not 'replace'"),
+    ({"source": 3}, "unknown source 3; use 'cupti', 'fake' or 'none'"),
+    ({"kinds": 3}, "unknown kind(s) 3; choose from kernel, memcpy"),
+    ({"kinds": ["kernel", 3]}, "unknown kind(s) 3; choose from kernel, memcpy"),
+    ({"step_range": 3}, "step_range must be a range's name (a str) or None, not 3"),
 ])
 def test_profile_refuses_bad_arguments_in_python_words(tmp_path, kw, says):
     """A string count compared with an int (TypeError), a fractional step count (one more step
     recorded than asked), a number as a filter (not iterable): each is refused when called."""
     with pytest.raises(UsageError, match=re.escape(says)):
-        cuptiprof.profile(tmp_path / "p.duckdb", source="none", **kw)
+        cuptiprof.profile(tmp_path / "p.duckdb", **{"source": "none", **kw})
     assert list(tmp_path.iterdir()) == []
 
 

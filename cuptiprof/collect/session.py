@@ -121,15 +121,12 @@ class Session:
             raise UsageError(f"flush_every_s must be a number of seconds >= 0, not {flush_every_s!r}")
         self.flush_every_s = float(flush_every_s)
         self._last_flush = time.monotonic()
-        if isinstance(kinds, str):   # "kernel" or "kernel,memcpy", as the command line takes them
-            kinds = [k.strip() for k in kinds.split(",") if k.strip()]
-        chosen = list(ALL_KINDS if kinds is None else kinds)
-        unknown = [k for k in chosen if k not in ALL_KINDS]
-        if unknown:
-            raise UsageError(f"unknown kind(s) {', '.join(unknown)}; choose from "
-                             f"{', '.join(ALL_KINDS)}")
-        if isinstance(source, str) and source not in ("cupti", "fake", "none"):  # before any file
-            raise UsageError(f"unknown source {source!r}; use 'cupti', 'fake' or 'none'")
+        chosen = _chosen_kinds(kinds, ALL_KINDS)
+        _check_source(source)   # before any file is made
+        if mode not in WRITE_MODES:
+            raise UsageError(f"mode must be one of {', '.join(map(repr, WRITE_MODES))}, not {mode!r}")
+        if step_range is not None and not isinstance(step_range, str):
+            raise UsageError(f"step_range must be a range's name (a str) or None, not {step_range!r}")
         if light:
             chosen = [k for k in chosen if k not in ("api", "nvtx", "memory")]
         self.path = Path(path)
@@ -837,6 +834,42 @@ def profile(path: str | os.PathLike, warmup: int = 0, steps: int | None = None,
 
 
 # -- helpers -----------------------------------------------------------------------------------
+WRITE_MODES = ("create", "overwrite", "append")
+
+
+def _chosen_kinds(kinds: Any, all_kinds: tuple) -> list:
+    """kinds as a list: None is every kind; "kernel,memcpy" as the command line writes them."""
+    if kinds is None:
+        return list(all_kinds)
+    if isinstance(kinds, str):
+        kinds = [k.strip() for k in kinds.split(",") if k.strip()]
+    try:
+        chosen = list(kinds)
+    except TypeError:
+        chosen = [kinds]
+    unknown = [k if isinstance(k, str) else repr(k) for k in chosen if k not in all_kinds]
+    if unknown:
+        raise UsageError(f"unknown kind(s) {', '.join(unknown)}; choose from "
+                         f"{', '.join(all_kinds)}")
+    return chosen
+
+
+_SOURCE_METHODS = ("open", "enable", "disable", "flush", "push", "pop", "synchronize")
+
+
+def _check_source(source: Any) -> None:
+    """A source Session can use: a name, a FakeCupti (activity_* functions as cupti has them)
+    or an object with CuptiSource's methods; anything else failed in start(), after the file
+    was made."""
+    if isinstance(source, str):
+        ok = source in ("cupti", "fake", "none")
+    else:
+        ok = source is None or hasattr(source, "activity_enable") or \
+            all(hasattr(source, m) for m in _SOURCE_METHODS)
+    if not ok:
+        raise UsageError(f"unknown source {source!r}; use 'cupti', 'fake' or 'none'")
+
+
 def _make_filter(f: Any) -> Callable[[str], bool] | None:
     if f is None:
         return None
