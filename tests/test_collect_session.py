@@ -444,3 +444,50 @@ def test_a_stopped_profile_cannot_start_again(tmp_path):
     assert q(p, "SELECT run_id, kind, step FROM ranges ORDER BY step") == [
         (1, "warmup", 0), (1, "step", 1)]
     assert q(p, "SELECT count(*) FROM data_quality") == [(0,)]
+
+
+@pytest.mark.parametrize("beyond", [False, True], ids=["last-ends-first", "then-one-beyond"])
+def test_the_last_step_ending_first_leaves_earlier_steps_recording(tmp_path, beyond):
+    """Steps of two threads: the last of steps=2 ended while step 0 still ran on the other
+    thread. Collection stopped there and step 0's later work was lost without a word; now it
+    stops once step 0 ends too, or, when a step beyond the last begins first (its work must
+    stay out), data_quality says step 0 is incomplete."""
+    import threading
+
+    f = FakeCupti()
+    p = tmp_path / "l.duckdb"
+    first_in, second_done = threading.Event(), threading.Event()
+
+    def first():
+        with cuptiprof.step(0):
+            f.launch_kernel("k0_before")
+            first_in.set()
+            second_done.wait()
+            f.launch_kernel("k0_after")
+
+    def second():
+        first_in.wait()
+        with cuptiprof.step(1):
+            f.launch_kernel("k1")
+        if beyond:
+            with cuptiprof.step(2):
+                f.launch_kernel("k2")
+        second_done.set()
+
+    with Session(p, steps=2, source=f, quiet=True):
+        threads = [threading.Thread(target=first), threading.Thread(target=second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        f.launch_kernel("k_after")
+    incomplete = q(p, "SELECT subject, detail FROM data_quality WHERE check_name = 'step_incomplete'")
+    if beyond:
+        assert q(p, "SELECT name, step FROM kernels ORDER BY start_ns") == [("k0_before", 0), ("k1", 1)]
+        assert incomplete == [("0", "step 0 was ended early by a step beyond steps=2 that another "
+                                    "thread began (recording stopped): its numbers cover only the "
+                                    "part of the step that ran")]
+    else:
+        assert q(p, "SELECT name, step FROM kernels ORDER BY start_ns") == [
+            ("k0_before", 0), ("k1", 1), ("k0_after", 0)]
+        assert incomplete == []

@@ -443,7 +443,7 @@ class Session:
                     self.phase = "record"
                     self._collect(True)
                 self._cur_step = step
-            else:
+            else:   # its work must stay out, even while an earlier step still runs
                 self._finish_recording()
                 return None
         elif self.phase != "record":
@@ -536,26 +536,38 @@ class Session:
                 self.recorded_steps.append(tok[7])
                 self.steps_recorded += 1
                 self._cur_step = None
-                self._after_step(tok[9])
+                self._after_step()
 
-    def _after_step(self, ordinal: int) -> None:
+    def _after_step(self) -> None:
         """Flush at a recorded step's end, on whichever thread ended it: the steps of a worker
         thread are committed as they go too, not only by stop() (a crash lost them all). Under
         the flush lock, so never beside stop() or another thread's flush."""
         with self._flush_lock:
             if not self.active:   # stopped meanwhile: stop() flushed for the last time
                 return
-            if self.steps is not None and ordinal == self.warmup + self.steps - 1:
+            if self._recording_over():
                 self.flush()
                 self._finish_recording()
             elif self.steps_recorded % self.flush_every == 0 and \
                     time.monotonic() - self._last_flush >= self.flush_every_s:
                 self.flush()
 
+    def _recording_over(self) -> bool:
+        """Every step asked for has begun and none of them is still open. The last one to begin
+        may end first (threads): collection stays on until the others end (or a step beyond
+        the last begins), or their GPU work after that point was lost without a word."""
+        if self.steps is None or self.steps_seen < self.warmup + self.steps:
+            return False
+        return not any(t[6] == "step" for t in list(self._open.values()))
+
     def _finish_recording(self) -> None:
         if self.phase == "record":
             self.phase = "done"
             self._collect(False)
+            for t in list(self._open.values()):   # another thread's step, still running
+                if t[6] == "step":
+                    self._incomplete.append((t[7], f"a step beyond steps={self.steps} that "
+                                                   "another thread began (recording stopped)"))
 
     def _detach_ranges(self, exc: BaseException) -> None:
         self._note_problem("range_error", f"range bookkeeping failed: {exc}")
