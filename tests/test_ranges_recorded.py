@@ -240,3 +240,21 @@ def test_odd_attributes_and_huge_step_numbers_without_a_gpu_collector(tmp_path):
     assert q(tmp_path / "r.duckdb", "SELECT kind, step, attrs FROM ranges ORDER BY start_ns") == [
         ("step", 3, None), ("user", 3, '{"cycle": "{\'self\': {...}}", "mixed": "{1: \'a\', \'b\': 2}"}'),
         ("step", 1, None), ("user", 1, '{"cycle": "{\'self\': {...}}", "mixed": "{1: \'a\', \'b\': 2}"}')]
+
+
+def test_a_step_attribute_of_another_range_is_kept_as_an_attribute(tmp_path):
+    """profile() dropped `step` from the attributes of every range; `cuptiprof run` kept it for
+    ranges that are no step. Now both keep it there (the range is no step: steps are named
+    'step', or profile(step_range=...))."""
+    import json
+
+    p = tmp_path / "s.duckdb"
+    with Session(p, source=FakeCupti(), quiet=True):
+        with cuptiprof.step(4, batch=2):
+            with cuptiprof.range("denoise", step=9):
+                with cuptiprof.step(5):   # a step inside a step: a range of it
+                    pass
+    rows = q(p, "SELECT name, kind, step, attrs FROM ranges ORDER BY depth")
+    assert [(n, k, s, a and json.loads(a)) for n, k, s, a in rows] == [
+        ("step", "step", 4, {"batch": 2}), ("denoise", "user", 4, {"step": 9}),
+        ("step", "user", 4, None)]

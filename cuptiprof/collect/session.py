@@ -423,7 +423,8 @@ class Session:
     def _enter(self, name: str, attrs: dict) -> list | None:
         if not self.active:
             return None
-        is_step = name == "step" or (self.step_range is not None and name == self.step_range)
+        step_name = name == "step" or (self.step_range is not None and name == self.step_range)
+        is_step = step_name
         stack = self._stack()
         if is_step and any(t[9] is not None for t in stack):
             is_step = False   # steps do not nest: one inside a step is a range of that step
@@ -462,7 +463,8 @@ class Session:
         # thread's step has turned collection on) has no step, not the warm-up's number.
         warm = (is_step and kind == "warmup") or (parent is not None and parent[11])
         rid = self.new_range_id()
-        extra = {k: v for k, v in attrs.items() if k != "step"}
+        # `step` is a step's number; of another range, an attribute like the rest
+        extra = {k: v for k, v in attrs.items() if k != "step" or not step_name}
         tok = [rid, parent[0] if parent else None, len(stack), name,
                threading.get_native_id(), 0, kind, step,
                markers.attrs_json(extra),
