@@ -187,6 +187,21 @@ def test_a_refused_set_steps_keeps_the_scope_before_it(tmp_path, bad):
         assert prof.sql("SELECT step FROM sel_ranges ORDER BY step").fetchall() == [(1,), (2,)]
 
 
+def test_a_report_made_before_set_steps_keeps_its_steps(tmp_path):
+    """A relation runs its query again each time it is read: one made before set_steps() read
+    the new steps, so `all_ops = p.ops(); p.set_steps(1); p.ops()` gave the same table twice."""
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with cuptiprof.open(p) as prof:
+        steps, ops = prof.steps(), prof.ops()
+        every = ops.fetchall()
+        prof.set_steps(1)
+        assert [r[3] for r in steps.fetchall()] == [0, 1, 2]
+        assert ops.fetchall() == every
+        assert [r[3] for r in prof.steps().fetchall()] == [1]
+        assert prof.sql("SELECT step FROM sel_steps").fetchall() == [(1,)]
+
+
 @pytest.mark.parametrize("use", [lambda p: p.ops(), lambda p: p.sql("SELECT 1"),
                                  lambda p: p.set_steps(1), lambda p: p.data_quality()])
 def test_a_closed_profile_says_so(tmp_path, use):

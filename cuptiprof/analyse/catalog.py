@@ -44,6 +44,16 @@ def scope_views(where: str, stored_busy: bool = False,
             .replace("{where}", where) for v, f in files.items()}
 
 
+_SCOPE_NAME = re.compile(r"\b(" + "|".join(SCOPE_VIEWS) + r")\b")
+
+
+def pin_scope(sql: str, tag: int) -> str:
+    """`sql` reading the scope views named with `tag` (name_tag) instead of the current ones:
+    a DuckDB relation binds its names each time it runs, so one made over the current views
+    would read the steps of a later set_steps()."""
+    return _SCOPE_NAME.sub(rf"\1_{tag}", sql)
+
+
 @functools.lru_cache(maxsize=1)
 def report_names() -> tuple[str, ...]:
     return tuple(sorted(p.name[:-4] for p in _SQL.joinpath("reports").iterdir()

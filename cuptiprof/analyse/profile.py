@@ -136,6 +136,7 @@ class Profile:
         then name it, `--steps '3:5'`, instead of the Python argument)."""
         self.path = Path(path)
         self._option = option
+        self._scope_tag = 0   # the scope views of set_steps' Nth call are named sel_x_N
         require_duckdb(self.path)
         try:
             self.con = duckdb.connect(str(self.path), read_only=True)
@@ -183,7 +184,9 @@ class Profile:
     def set_steps(self, steps) -> None:
         """Choose the steps reports look at, inclusive: None (every recorded step, or every row
         when the file has no steps at all), an int N, a (first, last) pair with None for an open
-        end, a range of consecutive steps, or a string 'A:B', 'A:', ':B' or 'N'."""
+        end, a range of consecutive steps, or a string 'A:B', 'A:', ':B' or 'N'. A report
+        made before keeps the steps it was made with; sql() over the sel_* views reads the
+        steps in scope when it runs."""
         label = f"{self._option} {steps!r}" if self._option else f"steps={steps!r}"
         rng = steps_range(steps, label)
         kernel_where = None   # the filter over kernel_rows (keyed by lane), where it differs
@@ -230,8 +233,13 @@ class Profile:
         self.step_filter = where
         for macro in catalog.macros():
             self.con.execute(macro)
+        self._scope_tag += 1
         for name, sql in catalog.scope_views(where, self.stored_busy, kernel_where).items():
-            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
+            # reports read this scope's own views, which later scopes leave alone; the plain
+            # names (for sql()) follow the current scope
+            pinned = f"{name}_{self._scope_tag}"
+            self.con.execute(f"CREATE TEMP VIEW {pinned} AS {catalog.pin_scope(sql, self._scope_tag)}")
+            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {pinned}")
 
     # -- queries -----------------------------------------------------------------------------
     def sql(self, query: str, params=None) -> duckdb.DuckDBPyRelation:
@@ -257,7 +265,7 @@ class Profile:
         'outliers', 'overview', 'quality' or 'step_spread' (`cuptiprof report --list` says what
         each holds). top: the first N rows only (None: every row)."""
         top = whole_number("top", top, 1, none_ok=True)
-        rel = self.con.sql(catalog.report_sql(name))
+        rel = self.con.sql(catalog.pin_scope(catalog.report_sql(name), self._scope_tag))
         return rel.limit(top) if top else rel
 
     def ops(self, top: int | None = None):
