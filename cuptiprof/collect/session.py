@@ -175,7 +175,6 @@ class Session:
         # flush, and of those closed in the three flushes before (what records can still reach)
         self._spans: list[tuple] = []
         self._span_gens: deque = deque()
-        self._cur_step: int | None = None
         self._incomplete: list[tuple] = []   # (step, exception name): steps an exception ended
         self._flush_lock = threading.RLock()
         self._devices_written = False
@@ -443,7 +442,6 @@ class Session:
                 if self.phase == "warmup":
                     self.phase = "record"
                     self._collect(True)
-                self._cur_step = step
             else:   # its work must stay out, even while an earlier step still runs
                 self._finish_recording()
                 return None
@@ -457,7 +455,7 @@ class Session:
             step = None
         parent = stack[-1] if stack else None
         if not is_step and kind == "user":
-            step = parent[7] if parent else self._cur_step
+            step = parent[7] if parent else self._open_step()
         # A warm-up step, and every range inside one, carries the warm-up's number in `ranges`
         # but claims no GPU work for a step: what a range inside it launches (once another
         # thread's step has turned collection on) has no step, not the warm-up's number.
@@ -481,6 +479,13 @@ class Session:
             tok[10] = True
         tok[5] = self._start_of[rid] = time.time_ns()
         return tok
+
+    def _open_step(self) -> int | None:
+        """The recorded step open in the process, the latest begun of those (another thread's
+        too): the step of a range opened outside every step of its own thread, the one the
+        work launched in it gets."""
+        steps = [t for t in list(self._open.values()) if t[6] == "step"]
+        return max(steps, key=lambda t: t[5])[7] if steps else None
 
     def _cupti_stack(self) -> list:
         st = getattr(self._pushed, "ids", None)
@@ -537,7 +542,6 @@ class Session:
                 self._windows.append((tok[5], end, tok[7]))
                 self.recorded_steps.append(tok[7])
                 self.steps_recorded += 1
-                self._cur_step = None
                 self._after_step()
 
     def _after_step(self) -> None:
