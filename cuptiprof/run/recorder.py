@@ -75,7 +75,7 @@ class Recorder:
                                                # (step None: a warm-up step)
         self.spans: list[tuple] = []           # (thread, start, end, range_id, depth) of ended
                                                # ranges: the CPU ops inside them are nested there
-        self.current_step: int | None = None
+        self._open_steps: dict = {}            # range id -> (start, step) of recorded steps open
         self.writer = None
         self.prof = None
         self.closed = False
@@ -136,12 +136,13 @@ class Recorder:
                 warm = self.seen <= self.s.warmup
                 kind = "warmup" if warm else "step"
                 if not warm:
-                    self.current_step = step
                     self._start_profiler()
             elif self.done and self.mode != "time":
                 return None
             rid = self.next_id
             self.next_id += 1
+            if is_step and kind == "step":
+                self._open_steps[rid] = (now, step)
         parent = stack[-1] if stack else None
         if kind is None:
             kind = "warmup" if name == "warmup" else "user"
@@ -152,6 +153,13 @@ class Recorder:
                   gen=self.gen)
         self._stack_var.set(stack + (o,))
         return o
+
+    @property
+    def current_step(self) -> int | None:
+        """The recorded step open in the process, the latest begun of those (another thread's
+        too): the step of a range or log record outside every step of its own thread."""
+        open_steps = list(self._open_steps.values())
+        return max(open_steps)[1] if open_steps else None
 
     def end(self, o: _Open | None, exc_type: type | None = None) -> None:
         """Close a range; `exc_type`: the exception that ended it (a step it ends is marked
@@ -174,7 +182,7 @@ class Recorder:
                 self.windows.append((None, o.start, now, o.thread))   # its thread's ops: none
             if not (o.is_step and o.kind == "step"):
                 return
-            self.current_step = None
+            self._open_steps.pop(o.range_id, None)
             self.recorded += 1
             self.step_times.append((o.step, now - o.start))
             self.windows.append((o.step, o.start, now, o.thread))
@@ -452,7 +460,7 @@ class Recorder:
         self.writer = None
         self.prof = None
         self.ranges, self.logs = [], []
-        self.seen, self.recorded, self.done, self.current_step = 0, 0, False, None
+        self.seen, self.recorded, self.done, self._open_steps = 0, 0, False, {}
         self.step_times, self.windows, self.spans, self.op_steps = [], [], [], set()
         self._stack_var = contextvars.ContextVar("cuptiprof_open", default=())
         self.lock = threading.RLock()
