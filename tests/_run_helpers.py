@@ -78,3 +78,33 @@ def no_leftover_session(monkeypatch):
     yield
     assert session_mod.current() is None, "a test left a session active"
     assert markers._session is None
+
+
+# Three threads: step 0 stays open on one while another's step 1 begins and ends, then a third
+# opens the range "io" outside its own steps; "after" follows with no step open anywhere.
+# `launch(name)` stands for GPU work (the fake CUPTI's launch_kernel, or nothing).
+STEP_OPEN_ELSEWHERE = """
+import threading, cuptiprof
+first_in, second_done, io_done = threading.Event(), threading.Event(), threading.Event()
+def first():
+    with cuptiprof.step(0):
+        first_in.set()
+        io_done.wait()
+def second():
+    first_in.wait()
+    with cuptiprof.step(1):
+        launch("k1")
+    second_done.set()
+def io():
+    second_done.wait()
+    with cuptiprof.range("io"):
+        launch("k_io")
+    io_done.set()
+threads = [threading.Thread(target=t) for t in (first, second, io)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+with cuptiprof.range("after"):
+    pass
+"""

@@ -495,40 +495,14 @@ def test_the_last_step_ending_first_leaves_earlier_steps_recording(tmp_path, bey
 
 def test_a_range_outside_steps_takes_the_step_still_open_on_another_thread(tmp_path):
     """A range a thread opened outside its own steps while another thread's step ran got no
-    step once any step had ended (the step begun last was cleared then), though the work
-    launched in it counted for the step still open: the ranges report counted its work and
-    none of its calls, and called it outside every step."""
-    import threading
+    step once any step had ended (the step begun last was cleared then), and the work launched
+    in it lost its step too: the ranges report counted none of it."""
+    from _run_helpers import STEP_OPEN_ELSEWHERE
 
     f = FakeCupti()
     p = tmp_path / "o.duckdb"
-    first_in, second_done, io_done = threading.Event(), threading.Event(), threading.Event()
-
-    def first():
-        with cuptiprof.step(0):
-            first_in.set()
-            io_done.wait()
-
-    def second():
-        first_in.wait()
-        with cuptiprof.step(1):
-            f.launch_kernel("k1")
-        second_done.set()
-
-    def io():
-        second_done.wait()
-        with cuptiprof.range("io"):
-            f.launch_kernel("k_io")
-        io_done.set()
-
     with Session(p, source=f, quiet=True):
-        threads = [threading.Thread(target=t) for t in (first, second, io)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        with cuptiprof.range("after"):   # no step open anywhere: none
-            pass
+        exec(STEP_OPEN_ELSEWHERE, {"launch": f.launch_kernel})
     assert q(p, "SELECT name, step FROM kernels ORDER BY start_ns") == [("k1", 1), ("k_io", 0)]
     assert q(p, "SELECT name, step FROM ranges WHERE kind = 'user' ORDER BY start_ns") == [
         ("io", 0), ("after", None)]

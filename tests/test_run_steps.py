@@ -551,31 +551,9 @@ def test_cpu_ops_of_concurrent_steps_stay_with_their_thread(tmp_path):
 def test_a_range_outside_steps_takes_the_step_still_open_on_another_thread_under_run(tmp_path):
     """As in profile(): a range opened outside its own thread's steps while another thread's
     step still ran got no step once any step had ended."""
-    p = script(tmp_path, """
-        import threading, cuptiprof
-        first_in, second_done, io_done = threading.Event(), threading.Event(), threading.Event()
-        def first():
-            with cuptiprof.step(0):
-                first_in.set()
-                io_done.wait()
-        def second():
-            first_in.wait()
-            with cuptiprof.step(1):
-                pass
-            second_done.set()
-        def io():
-            second_done.wait()
-            with cuptiprof.range("io"):
-                pass
-            io_done.set()
-        threads = [threading.Thread(target=t) for t in (first, second, io)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        with cuptiprof.range("after"):
-            pass
-    """)
+    from _run_helpers import STEP_OPEN_ELSEWHERE
+
+    p = script(tmp_path, "launch = print\n" + STEP_OPEN_ELSEWHERE)
     r = cli(["run", "-o", "r.duckdb", "--no-report", "--light", "--", sys.executable, p], tmp_path)
     assert r.returncode == 0, r.stderr
     assert q(tmp_path / "r.duckdb", "SELECT name, step FROM ranges WHERE kind = 'user' "
