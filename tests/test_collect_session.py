@@ -485,8 +485,8 @@ def test_the_last_step_ending_first_leaves_earlier_steps_recording(tmp_path, bey
     if beyond:
         assert q(p, "SELECT name, step FROM kernels ORDER BY start_ns") == [("k0_before", 0), ("k1", 1)]
         assert incomplete == [("0", "step 0 was ended early by a step beyond steps=2 that another "
-                                    "thread began (recording stopped): its numbers cover only the "
-                                    "part of the step that ran")]
+                                    "thread or task began (recording stopped): its numbers cover "
+                                    "only the part of the step that ran")]
     else:
         assert q(p, "SELECT name, step FROM kernels ORDER BY start_ns") == [
             ("k0_before", 0), ("k1", 1), ("k0_after", 0)]

@@ -573,7 +573,7 @@ class Session:
             for t in list(self._open.values()):   # another thread's step, still running
                 if t[6] == "step":
                     self._incomplete.append((t[7], f"a step beyond steps={self.steps} that "
-                                                   "another thread began (recording stopped)"))
+                                                   "another thread or task began (recording stopped)"))
 
     def _detach_ranges(self, exc: BaseException) -> None:
         self._note_problem("range_error", f"range bookkeeping failed: {exc}")
