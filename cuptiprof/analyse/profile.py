@@ -237,8 +237,8 @@ class Profile:
         for name, sql in catalog.scope_views(where, self.stored_busy, kernel_where).items():
             # reports read this scope's own views, which later scopes leave alone; the plain
             # names (for sql()) follow the current scope
-            pinned = f"{name}_{self._scope_tag}"
-            self.con.execute(f"CREATE TEMP VIEW {pinned} AS {catalog.pin_scope(sql, self._scope_tag)}")
+            pinned, sql = f"{name}_{self._scope_tag}", catalog.pin_scope(sql, self._scope_tag)
+            self.con.execute(f"CREATE TEMP VIEW {pinned} AS {sql}")
             self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {pinned}")
 
     # -- queries -----------------------------------------------------------------------------

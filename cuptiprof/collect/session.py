@@ -124,9 +124,11 @@ class Session:
         chosen = _chosen_kinds(kinds, ALL_KINDS)
         _check_source(source)   # before any file is made
         if mode not in WRITE_MODES:
-            raise UsageError(f"mode must be one of {', '.join(map(repr, WRITE_MODES))}, not {mode!r}")
+            raise UsageError(f"mode must be one of {', '.join(map(repr, WRITE_MODES))}, "
+                             f"not {mode!r}")
         if step_range is not None and not isinstance(step_range, str):
-            raise UsageError(f"step_range must be a range's name (a str) or None, not {step_range!r}")
+            raise UsageError(f"step_range must be a range's name (a str) or None, "
+                             f"not {step_range!r}")
         if light:
             chosen = [k for k in chosen if k not in ("api", "nvtx", "memory")]
         self.path = Path(path)
@@ -572,8 +574,8 @@ class Session:
             self._collect(False)
             for t in list(self._open.values()):   # another thread's step, still running
                 if t[6] == "step":
-                    self._incomplete.append((t[7], f"a step beyond steps={self.steps} that "
-                                                   "another thread or task began (recording stopped)"))
+                    self._incomplete.append((t[7], f"a step beyond steps={self.steps} that another "
+                                                   "thread or task began (recording stopped)"))
 
     def _detach_ranges(self, exc: BaseException) -> None:
         self._note_problem("range_error", f"range bookkeeping failed: {exc}")
