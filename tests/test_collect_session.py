@@ -508,3 +508,29 @@ def test_a_range_outside_steps_takes_the_step_still_open_on_another_thread(tmp_p
         ("io", 0), ("after", None)]
     with cuptiprof.open(p) as prof:
         assert [(r[0], r[2], r[4]) for r in prof.report("ranges").fetchall()] == [("io", 1, 1)]
+
+
+def test_a_range_filter_that_raises_keeps_the_ranges_going(tmp_path, capsys):
+    """The program's range_filter raising on one name stopped the recording of every range
+    after it (the steps after it were lost); the range it failed on is now recorded, and the
+    failure said once, on stderr and in data_quality."""
+    def keep(name):
+        if name == "odd":
+            raise ValueError("no such layer")
+        return name != "skipped"
+
+    f = FakeCupti()
+    p = tmp_path / "f.duckdb"
+    with Session(p, source=f, range_filter=keep):
+        for i in range(3):
+            with cuptiprof.step(i):
+                for name in ("odd", "skipped", "kept"):
+                    with cuptiprof.range(name):
+                        f.launch_kernel(f"k_{name}{i}")
+    assert q(p, "SELECT step, name FROM ranges WHERE kind = 'user' ORDER BY start_ns") == [
+        (i, n) for i in range(3) for n in ("odd", "kept")]
+    assert q(p, "SELECT count(*) FROM kernels WHERE step IS NOT NULL") == [(9,)]
+    why = ("range_filter raised ValueError (no such layer) for the range 'odd': ranges it fails "
+           "on are recorded")
+    assert q(p, "SELECT check_name, detail FROM data_quality") == [("range_filter_failed", why)]
+    assert capsys.readouterr().err == f"cuptiprof: {why}\n"

@@ -91,6 +91,7 @@ class Session:
         are numbered at flush time and do not drive warm-up/flushing.
     range_filter: glob (or list of globs, or callable name -> bool) of user range names to
         record; other user ranges are not written and their launches go to the enclosing range.
+        A function that raises keeps the range it fails on (said once, and in data_quality).
     light: no api_calls rows, no NVTX markers and no memory events (kernels, copies, memsets,
         syncs and overhead only). Not `cuptiprof run --light`, which collects no GPU activity.
     source: None (CUPTIPROF_FAKE_CUPTI=1 -> the fake source, else real CUPTI, falling back to
@@ -137,6 +138,7 @@ class Session:
         self.step_range = step_range
         self.light = light
         self._filter = _make_filter(range_filter)
+        self._filter_failed: str | None = None   # what range_filter first raised, said once
         self._source_arg = source
         self.mode, self.run_info, self.flush_every, self.quiet = mode, run_info, flush_every, quiet
         self.pid = os.getpid() if pid is None else pid
@@ -452,7 +454,7 @@ class Session:
         elif name == "warmup":
             kind, step = "warmup", None
         else:
-            if self._filter is not None and not self._filter(name):
+            if self._filter is not None and not self._keeps(name):
                 return None
             step = None
         parent = stack[-1] if stack else None
@@ -481,6 +483,19 @@ class Session:
             tok[10] = True
         tok[5] = self._start_of[rid] = time.time_ns()
         return tok
+
+    def _keeps(self, name: str) -> bool:
+        """range_filter(name); True where the program's filter raises: one bad name must not
+        stop the recording of every range after it, as a failure of the bookkeeping does."""
+        try:
+            return bool(self._filter(name))
+        except Exception as exc:
+            if self._filter_failed is None:
+                self._filter_failed = (f"range_filter raised {type(exc).__name__} ({exc}) for "
+                                       f"the range {name!r}: ranges it fails on are recorded")
+                if not self.quiet:
+                    print(f"cuptiprof: {self._filter_failed}", file=sys.stderr)
+            return True
 
     def _open_step(self) -> int | None:
         """The recorded step open in the process, the latest begun of those (another thread's
@@ -792,6 +807,8 @@ class Session:
         for okind, (n, ns) in sorted(r.overhead.items()):
             add("cupti_overhead", _overhead_name(src, okind), n,
                 f"CUPTI spent {ns / 1e6:.3f} ms in {n} overhead spans of this kind", ns)
+        if self._filter_failed is not None:
+            add("range_filter_failed", None, None, self._filter_failed)
         if self.steps is not None and self.steps_recorded < self.steps and phase != "idle":
             add("steps_short", None, self.steps_recorded,
                 f"{self.steps} steps were asked for after {self.warmup} warm-up steps; "
