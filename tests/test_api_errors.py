@@ -292,3 +292,14 @@ def test_profile_sql_runs_queries_and_results_can_be_saved(tmp_path):
         prof.sql("SELECT step FROM ranges").write_parquet(str(tmp_path / "steps.parquet"))
     with duckdb.connect() as con:
         assert con.sql(f"SELECT count(*) FROM '{tmp_path / 'steps.parquet'}'").fetchall() == [(3,)]
+
+
+def test_profile_as_a_decorator_says_what_to_write(tmp_path):
+    """Python's "'Session' object is not callable" said neither what was wrong nor what to do."""
+    with pytest.raises(UsageError, match=re.escape(
+            "is no decorator: write `with cuptiprof.profile(...):` around the code (or call "
+            "start() and stop()); @cuptiprof.range(\"...\") marks a function's calls")):
+        @cuptiprof.profile(tmp_path / "p.duckdb", source="none")
+        def main():
+            pass
+    assert list(tmp_path.iterdir()) == []

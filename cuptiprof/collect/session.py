@@ -359,6 +359,13 @@ class Session:
             except Exception as exc:
                 print(f"cuptiprof: could not finish {self.path}: {exc}", file=sys.stderr)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        # `@cuptiprof.profile(...)` above a function: Python's "'Session' object is not
+        # callable" said neither what is wrong nor what to write instead
+        raise UsageError(f"profile({str(self.path)!r}) is no decorator: write `with "
+                         "cuptiprof.profile(...):` around the code (or call start() and "
+                         "stop()); @cuptiprof.range(\"...\") marks a function's calls")
+
     def __enter__(self) -> "Session":
         self.start()
         self._with_depth += 1
