@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import cuptiprof
+
 from _run_helpers import no_leftover_session, q  # noqa: F401 - the fixture is used by name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,6 +191,10 @@ def test_steps_of_a_worker_thread_are_committed_as_they_end(tmp_path, source):
     assert q(out, "SELECT kind, step FROM ranges WHERE kind = 'step' ORDER BY step") == [
         ("step", 0), ("step", 1), ("step", 2)]
     assert q(out, "SELECT status FROM runs") == [("running",)]
+    # the writer died without a word: the quality report says what the file cannot
+    with cuptiprof.open(out) as prof:
+        assert [r[2:4] for r in prof.report("quality").fetchall()] == [
+            ("process_ended_early", str(q(out, "SELECT pid FROM processes")[0][0]))]
     if source == "fake":
         assert q(out, "SELECT DISTINCT step FROM gpu_activities ORDER BY step") == [(0,), (1,), (2,)]
 

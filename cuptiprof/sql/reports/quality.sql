@@ -1,7 +1,7 @@
 -- quality: what the data does not contain (dropped records, unclaimed rows, missing kinds, empty steps, ...) and the program's ranges that ran outside every recorded step
 -- run_id: run inside the file
 -- pid: process
--- check_name: what was checked ('outside_steps': computed here, not stored)
+-- check_name: what was checked ('outside_steps', and 'process_ended_early' for a process whose writer died: computed here, not stored)
 -- subject: activity kind, step, category or range name concerned
 -- count: records concerned
 -- value_ms: a duration where that makes sense (e.g. CUPTI's own overhead; the host time of ranges outside steps)
@@ -24,4 +24,11 @@ SELECT run_id, pid, 'outside_steps', name, n, d / 1e6,
        n || ' call(s) of range ''' || name || ''' ran outside every recorded step: out of the ' ||
        'reports'' scope (in the file: ranges WHERE step IS NULL)'
 FROM outside
+UNION ALL   -- a writer killed mid-run (profile() in a killed program) could not say so itself
+SELECT run_id, pid, 'process_ended_early', CAST(pid AS VARCHAR), NULL, NULL,
+       'process ' || pid || ' had not closed its collector when the file was last written ' ||
+       '(killed, crashed or os._exit, or still running): records it had not flushed are missing'
+FROM processes p
+WHERE ended_early AND NOT EXISTS (SELECT 1 FROM data_quality d WHERE d.run_id = p.run_id
+                                  AND d.pid = p.pid AND d.check_name = 'process_ended_early')
 ORDER BY run_id, pid, check_name, subject
