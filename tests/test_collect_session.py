@@ -63,6 +63,21 @@ def test_fewer_steps_than_asked_is_said(tmp_path):
     assert q(p, "SELECT count FROM data_quality WHERE check_name = 'steps_short'") == [(2,)]
 
 
+@pytest.mark.parametrize("marked", [0, 2])
+def test_a_run_that_never_gets_past_the_warm_up_says_so(tmp_path, marked):
+    """profile(warmup=3) without steps=: a program that marked fewer steps than the warm-up
+    left a file without steps or GPU work, and nothing said why."""
+    f = FakeCupti()
+    p = tmp_path / "w.duckdb"
+    with Session(p, warmup=3, source=f, quiet=True):
+        loop(f, marked)
+        f.launch_kernel("k_after")
+    assert q(p, "SELECT count(*) FROM kernels") == [(0,)]
+    assert q(p, "SELECT check_name, count, detail FROM data_quality") == [
+        ("steps_short", 0, f"{marked} steps were marked, all within the 3 warm-up steps: no step "
+                           "and no GPU work were recorded")]
+
+
 def test_steps_shorter_than_the_flush_interval_share_one_flush(tmp_path, monkeypatch):
     """Each flush synchronizes the GPU and commits (milliseconds however little it holds): at
     every step's end it doubled a loop of 5 ms steps. A step's end flushes only once

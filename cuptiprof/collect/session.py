@@ -820,6 +820,11 @@ class Session:
             add("steps_short", None, self.steps_recorded,
                 f"{self.steps} steps were asked for after {self.warmup} warm-up steps; "
                 f"{self.steps_recorded} were recorded")
+        elif self.steps is None and self.warmup and not self.steps_recorded and phase != "idle":
+            # collection starts after the warm-up: a run that never got past it holds nothing
+            add("steps_short", None, 0,
+                f"{self.steps_seen} steps were marked, all within the {self.warmup} warm-up "
+                "steps: no step and no GPU work were recorded")
         if batch["check_name"]:
             w.append({"data_quality": {
                 "check_name": batch["check_name"], "subject": batch["subject"],
