@@ -276,7 +276,9 @@ def test_range_filter_and_light(tmp_path):
     assert int(K.MEMORY2) not in {c[1] for c in f.calls if c[0] == "enable"}
 
 
-def test_disable_env_turns_ranges_off(tmp_path, monkeypatch):
+def test_disable_env_turns_ranges_off(tmp_path, monkeypatch, capsys):
+    """And says so: a profile() under CUPTIPROF_DISABLE=1 left a file without steps and
+    nothing said why."""
     monkeypatch.setenv("CUPTIPROF_DISABLE", "1")
     markers.reload_env()
     try:
@@ -287,6 +289,13 @@ def test_disable_env_turns_ranges_off(tmp_path, monkeypatch):
                 f.launch_kernel("k")
         assert not any(c[0] == "push" and c[2] != SELF_ID for c in f.calls)
         assert q(p, "SELECT count(*) FROM ranges") == [(0,)]
+        off = "CUPTIPROF_DISABLE is set, so cuptiprof.range does nothing"
+        assert q(p, "SELECT detail FROM data_quality WHERE check_name = 'ranges_disabled'") == [
+            (f"{off}: no step or range of the program was recorded",)]
+        assert capsys.readouterr().err == ""   # quiet
+        Session(tmp_path / "said.duckdb", source="none").start().stop()
+        assert capsys.readouterr().err == (f"cuptiprof: {off}; {tmp_path / 'said.duckdb'} gets no "
+                                           "step and no range of the program\n")
     finally:
         monkeypatch.delenv("CUPTIPROF_DISABLE")
         markers.reload_env()

@@ -245,6 +245,9 @@ class Session:
         if self.phase == "record":
             self._collect(True)
         markers._set_session(self)
+        if markers._disabled and not self.quiet:
+            print(f"cuptiprof: {_RANGES_OFF}; {self.path} gets no step and no range of the "
+                  "program", file=sys.stderr)
         if self._atexit is None:
             self._atexit = self._at_exit
             atexit.register(self._atexit)
@@ -816,6 +819,9 @@ class Session:
                 f"CUPTI spent {ns / 1e6:.3f} ms in {n} overhead spans of this kind", ns)
         if self._filter_failed is not None:
             add("range_filter_failed", None, None, self._filter_failed)
+        if markers._disabled:
+            add("ranges_disabled", None, None, f"{_RANGES_OFF}: no step or range of the program "
+                "was recorded")
         if self.steps is not None and self.steps_recorded < self.steps and phase != "idle":
             add("steps_short", None, self.steps_recorded,
                 f"{self.steps} steps were asked for after {self.warmup} warm-up steps; "
@@ -883,6 +889,7 @@ def profile(path: str | os.PathLike, warmup: int = 0, steps: int | None = None,
 
 
 # -- helpers -----------------------------------------------------------------------------------
+_RANGES_OFF = "CUPTIPROF_DISABLE is set, so cuptiprof.range does nothing"
 WRITE_MODES = ("create", "overwrite", "append")
 
 
