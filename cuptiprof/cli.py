@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from cuptiprof._version import __version__
@@ -42,8 +43,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+# A --steps value that begins with '-' and is no plain number: -3:-1, -2:
+_NEGATIVE_STEPS = re.compile(r"-\d+:-?\d*")
+
+
+def _glue_negative_steps(argv: list[str]) -> list[str]:
+    """`--steps -3:-1` as `--steps=-3:-1`: argparse takes such a value for an option of its own
+    and stops ("expected one argument"). The profiled command after `--` is left as it is."""
+    out: list[str] = []
+    for i, a in enumerate(argv):
+        if a == "--":
+            return out + argv[i:]
+        if out and out[-1] == "--steps" and _NEGATIVE_STEPS.fullmatch(a):
+            out[-1] = f"--steps={a}"
+        else:
+            out.append(a)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = _glue_negative_steps(sys.argv[1:] if argv is None else list(argv))
     # `cuptiprof import ...`: only that command's parser (help and mistakes get them all)
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)

@@ -116,6 +116,18 @@ def test_report_top_steps_and_json(run_file):
     assert set(doc["reports"]) >= {"ops", "steps", "kinds"} and doc["scope"] == "all recorded steps"
 
 
+def test_steps_that_begin_with_a_minus_are_taken_as_written(run_file):
+    """Step numbers may be negative: `--steps -2:1` failed with argparse's "expected one
+    argument", and only `--steps=-2:1` worked."""
+    every = cli("report", run_file, "--by", "step", "--format", "json")
+    want = sorted({row["step"] for row in json.loads(every.stdout) if row["step"] <= 1})
+    assert want
+    for spec in (["--steps", "-2:1"], ["--steps=-2:1"]):
+        r = cli("report", run_file, "--by", "step", *spec, "--format", "json")
+        assert r.returncode == 0, r.stderr
+        assert sorted({row["step"] for row in json.loads(r.stdout)}) == want
+
+
 def test_report_markdown(run_file):
     r = cli("report", run_file, "--by", "kind", "--format", "markdown")
     assert r.returncode == 0

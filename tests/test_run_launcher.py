@@ -444,3 +444,13 @@ def test_a_run_inside_a_run_stands_aside_and_the_outer_one_records_the_command(t
     assert not (tmp_path / "inner.duckdb.parts").exists()
     assert q(tmp_path / "outer.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(2,)]
     assert q(tmp_path / "outer.duckdb", "SELECT status FROM runs") == [("failed",)]
+
+
+def test_a_minus_value_after_the_command_separator_is_the_programs(tmp_path):
+    """`--steps -2:1` is taken as `--steps=-2:1` before `--` only: the profiled program's own
+    arguments are passed on as written."""
+    p = script(tmp_path, "import sys; print(sys.argv[1:])")
+    r = cli(["run", "-o", "a.duckdb", "--no-report", "--light", "--", PY, p, "--steps", "-2:1"],
+            tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "['--steps', '-2:1']"
