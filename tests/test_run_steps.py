@@ -558,3 +558,46 @@ def test_a_range_outside_steps_takes_the_step_still_open_on_another_thread_under
     assert r.returncode == 0, r.stderr
     assert q(tmp_path / "r.duckdb", "SELECT name, step FROM ranges WHERE kind = 'user' "
                                      "ORDER BY start_ns") == [("io", 0), ("after", None)]
+
+
+@pytest.mark.parametrize("mode", [["--light"], []], ids=["light", "cpu-ops"])
+def test_a_range_in_a_step_beyond_the_last_is_no_range_of_an_earlier_one(tmp_path, mode):
+    """--steps 2: a thread's third step began while step 0 still ran on another thread; a range
+    inside that third step, and its CPU ops, were recorded as step 0's."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import threading, torch, cuptiprof
+        x = torch.ones(16, 16)
+        first_in, second_done = threading.Event(), threading.Event()
+        def first():
+            with cuptiprof.step(0):
+                torch.mm(x, x)
+                first_in.set()
+                second_done.wait()
+                with cuptiprof.range("late"):
+                    pass
+        def second():
+            first_in.wait()
+            with cuptiprof.step(1):
+                torch.mm(x, x)
+            with cuptiprof.step(2):
+                with cuptiprof.range("beyond"):
+                    with cuptiprof.step(3):
+                        torch.mm(x, x)
+                        torch.mm(x, x)
+            second_done.set()
+        threads = [threading.Thread(target=t) for t in (first, second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    """)
+    r = cli(["run", "-o", "r.duckdb", "--no-report", *mode, "--steps", "2", "--",
+             sys.executable, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "r.duckdb"
+    assert q(out, "SELECT name, kind, step FROM ranges WHERE kind <> 'op' ORDER BY start_ns") == [
+        ("step", "step", 0), ("step", "step", 1), ("late", "user", 0)]
+    if not mode:
+        assert q(out, "SELECT step, count(*) FROM ranges WHERE name = 'aten::mm' GROUP BY 1 "
+                      "ORDER BY 1") == [(0, 1), (1, 1)]

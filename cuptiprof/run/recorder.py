@@ -132,12 +132,14 @@ class Recorder:
                 # begin before the first N end are not recorded beyond N.
                 if self.done or (self.s.steps is not None
                                  and self.seen > self.s.warmup + self.s.steps):
-                    return None
+                    # while an earlier step still runs on another thread, what runs inside this
+                    # one must not count for that step: its ranges are kept out by its stand-in
+                    return None if self.done or self.mode == "time" else self._beyond(stack, now)
                 warm = self.seen <= self.s.warmup
                 kind = "warmup" if warm else "step"
                 if not warm:
                     self._start_profiler()
-            elif self.done and self.mode != "time":
+            elif self.done and self.mode != "time" or stack and stack[-1].kind == "beyond":
                 return None
             rid = self.next_id
             self.next_id += 1
@@ -151,6 +153,14 @@ class Recorder:
                   step=step if is_step else (parent.step if parent else self.current_step),
                   thread=threading.get_native_id(), start=now, attrs=attrs, is_step=is_step,
                   gen=self.gen)
+        self._stack_var.set(stack + (o,))
+        return o
+
+    def _beyond(self, stack: tuple, now: int) -> _Open:
+        """The stand-in of a step beyond the N asked for: on the stack, unwritten."""
+        o = _Open(range_id=None, parent_id=None, depth=len(stack), name="step", kind="beyond",
+                  step=None, thread=threading.get_native_id(), start=now, attrs=None,
+                  is_step=True, gen=self.gen)
         self._stack_var.set(stack + (o,))
         return o
 
@@ -172,6 +182,10 @@ class Recorder:
         if o in stack:  # close anything left open inside it too
             self._stack_var.set(stack[:max(i for i, t in enumerate(stack) if t is o)])
         with self.lock:
+            if o.kind == "beyond":   # its thread's CPU ops count for no step, as a warm-up's
+                if self.mode == "cpu":
+                    self.windows.append((None, o.start, now, o.thread))
+                return
             self.ranges.append((o.range_id, o.parent_id, o.depth, o.name, o.thread, o.start, now,
                                 o.kind, o.step, attrs_json(o.attrs)))
             if self.mode == "cpu" and self.prof:
@@ -312,7 +326,7 @@ class Recorder:
         # started, so the work of cuptiprof.range("attention") is found under that range.
         # (ranges of this thread still open, e.g. one around every step, hold ops too)
         spans = self.spans + [(o.thread, o.start, 1 << 62, o.range_id, o.depth)
-                              for o in self._stack()]
+                              for o in self._stack() if o.kind != "beyond"]
         outer, base = _enclosing(spans, tids, start, [p is None for p in parents])
         for i in np.nonzero(outer >= 0)[0]:
             parents[i] = int(outer[i])
@@ -437,8 +451,9 @@ class Recorder:
         self.closed = True
         with self.lock:
             for st in self._stack():
-                self.ranges.append((st.range_id, st.parent_id, st.depth, st.name, st.thread, st.start,
-                                    None, st.kind, st.step, None))
+                if st.kind != "beyond":
+                    self.ranges.append((st.range_id, st.parent_id, st.depth, st.name, st.thread,
+                                        st.start, None, st.kind, st.step, None))
         try:
             self.flush()
             if self.writer is not None:
