@@ -302,19 +302,61 @@ def test_a_step_without_gpu_work_is_an_empty_step(tmp_path):
 
 
 def test_a_trace_without_cuda_activity_says_it_has_no_gpu_work(tmp_path):
-    """torch.profiler with ProfilerActivity.CPU only: every report of GPU work is empty, and
-    data_quality says why, as it does for a run without a GPU."""
+    """torch.profiler with ProfilerActivity.CPU only: the CPU ops that do the work are kernels on
+    device -1, as a run without a GPU stores them, and data_quality says so."""
     doc = trace([e for e in modern()["traceEvents"] if e["cat"] in ("user_annotation", "cpu_op")])
     out = tmp_path / "o.duckdb"
     import_traces([write(tmp_path / "cpu.json", doc)], out)
     con = duckdb.connect(str(out), read_only=True)
-    assert con.execute("SELECT count(*) FROM gpu_activities").fetchone() == (0,)
+    assert con.execute("SELECT DISTINCT device_id FROM gpu_activities").fetchall() == [(-1,)]
+    assert con.execute("SELECT kind FROM devices").fetchall() == [("cpu",)]
     got = con.execute("SELECT subject, detail FROM data_quality WHERE check_name = 'no_gpu'").fetchall()
     assert len(got) == 1 and got[0][0] == "gpu" and "no GPU activity in cpu.json" in got[0][1]
+    assert "CPU ops that do the work" in got[0][1]
     # a trace with GPU work says nothing of the kind
     import_traces([write(tmp_path / "gpu.json", modern())], tmp_path / "g.duckdb")
     with duckdb.connect(str(tmp_path / "g.duckdb"), read_only=True) as g:
         assert g.execute("SELECT count(*) FROM data_quality WHERE check_name = 'no_gpu'").fetchone() == (0,)
+
+
+def test_a_cpu_only_trace_compares_with_a_run_without_a_gpu(tmp_path):
+    """A trace torch.profiler recorded with ProfilerActivity.CPU only and a `cuptiprof run` of the
+    same work without a GPU: the same ops do the work on both sides, so they compare op for op."""
+    pytest.importorskip("torch")
+    from _run_helpers import cli, script
+
+    script(tmp_path, """
+        import torch
+        x = torch.ones(64, 64)
+        def step():
+            return (x @ x + x) * x   # tensor operands: no scalar to wrap
+    """, name="work_mod.py")
+    prog = script(tmp_path, "import work_mod\nfor i in range(6):\n    work_mod.step()\n")
+    rec = script(tmp_path, """
+        import sys, work_mod
+        from torch.profiler import ProfilerActivity, profile, schedule
+        with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=4),
+                     on_trace_ready=lambda p: p.export_chrome_trace("cpu.json")) as p:
+            for i in range(5):
+                work_mod.step()
+                p.step()
+    """, name="rec.py")
+    r = cli(["run", "-o", "run.duckdb", "--no-report", "--step-fn", "work_mod:step", "--warmup", "1",
+             "--steps", "4", "--", sys.executable, prog], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, rec], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = cli(["import", "cpu.json", "-o", "imp.duckdb"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = cli(["compare", "run.duckdb", "imp.duckdb", "--format", "json"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    ops = json.loads(r.stdout)["ops"]
+    names = {run: {o["key"] for o in ops if o["run"] == run and o["ms"] is not None} for run in (0, 1)}
+    assert names[0] == {"aten::mm", "aten::add", "aten::mul"} == names[1]
+    assert not [o for o in ops if o["only_in"]] and "aten::matmul" not in names[0]
+    with duckdb.connect(str(tmp_path / "imp.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM data_quality WHERE check_name = 'no_gpu' "
+                           "AND detail LIKE '%CPU ops that do the work%'").fetchone() == (1,)
 
 
 def test_2021_dialect_string_tids_and_capital_categories(tmp_path):

@@ -35,6 +35,7 @@ from cuptiprof.store import arrow as AC
 from cuptiprof.interop import pieces as P
 from cuptiprof.interop.nesting import nest, steps_at
 from cuptiprof.interop.textsource import read_blocks
+from cuptiprof.work_ops import intervals_work
 
 PIECE_BYTES = 16 << 20
 # Rows of each table per transaction (two DuckDB row groups): the Arrow columns, the writer's
@@ -423,6 +424,7 @@ class KinetoFile:
         # calls and GPU rows are linked by them (as recorded), not by time; its ranges may say
         # their domain and a warm-up in args of cuptiprof's own.
         self.links = False
+        self.cpu_ops = 0           # CPU ops made kernels (a trace without CUDA activity)
 
     @property
     def name_list(self) -> list:
@@ -952,6 +954,12 @@ class KinetoFile:
 
         parent, depth, c_range, c_op = nest(r_key, r_start, r_end, r_code == 0,
                                             c_tid, c_start, c_end)
+        if not self.links and not any(len(self.gpu[t].get("start_ns"))
+                                      for t in ("kernels", "memcpys", "memsets")):
+            self._cpu_kernels(r_code <= 1, ~(is_step | warm), parent, depth, r_name, r_key,
+                              r_start, r_end)
+            longest = max(longest, len(self.gpu["kernels"]))
+            large = longest > APPEND_ROWS
         # what runs inside a warm-up is in it, as recorded: a warm-up holds rows as a step does
         held = is_step | warm
         held_n = np.where(warm, _step_arg(R), r_stepn) if warm.any() else r_stepn
@@ -1113,6 +1121,35 @@ class KinetoFile:
                            self.events, dict(self.rows), dict(self.unknown), len(s_n),
                            self.from_run)
 
+    def _cpu_kernels(self, is_event, not_step, parent, depth, r_name, r_key, r_start, r_end):
+        """A trace recorded without CUDA activity: the CPU ops that do the work become kernels on
+        device -1, one stream per thread, as `cuptiprof run` without a GPU stores them (ops and
+        record_function labels are torch.profiler's events there; steps and Python frames are not)."""
+        event = is_event & not_step
+        if not event.any():
+            return
+        up = _nearest(parent, depth, event)
+        idx = np.flatnonzero(event)
+        at = np.full(len(event), -1, np.int64)
+        at[idx] = np.arange(len(idx))
+        names = self.name_list
+        work = idx[intervals_work([names[i] for i in r_name[idx].tolist()],
+                                  np.where(up[idx] >= 0, at[up[idx]], -1),
+                                  r_end[idx] - r_start[idx])]
+        n = len(work)
+        G = self.gpu["kernels"]
+        G.add(start_ns=r_start[work] - self.base, end_ns=r_end[work] - self.base,
+              name=r_name[work].astype(np.int32))
+        yes, no, zero = np.ones(n, bool), np.zeros(n, bool), np.zeros(n, np.int64)
+        G.add_col("device_id", np.full(n, -1, np.int64), yes)
+        G.add_col("stream_id", r_key[work].astype(np.int64), yes)
+        for k in ("context_id", "correlation_id", "grid_x", "grid_y", "grid_z", "block_x",
+                  "block_y", "block_z", "registers", "smem"):
+            G.add_col(k, zero, no)
+        self.devices_used.add(-1)
+        self.cpu_ops = n
+        self.rows["kernels"] = self.rows.get("kernels", 0) + n
+
     @staticmethod
     def _by_ext(R: _Cols):
         """For cuptiprof's export: External ids (values, validity) -> the index of the range
@@ -1183,16 +1220,21 @@ class KinetoFile:
                  "l2_bytes": pa.int64(), "peak_host_link_gbps": pa.float64(),
                  "peak_nvlink_gbps": pa.float64()})
         quality = []
-        if devs and max(devs) < 0:   # as the run without a GPU said
+        if self.cpu_ops:   # torch.profiler without ProfilerActivity.CUDA
+            quality.append({"check_name": "no_gpu", "subject": "gpu", "count": self.cpu_ops,
+                            "detail": f"no GPU activity in {self.path.name} (recorded without "
+                            f"CUDA activity): kernels holds the {self.cpu_ops} CPU ops that do "
+                            "the work, on device -1, one stream per thread, as a run without a "
+                            "GPU stores them"})
+        elif devs and max(devs) < 0:   # as the run without a GPU said
             quality.append({"check_name": "no_gpu", "subject": "gpu", "count": None,
                             "detail": f"no GPU activity in {self.path.name}: kernels holds CPU ops "
                             "on device -1, one stream per thread"})
         elif not any(len(self.gpu[t].get("start_ns")) for t in ("kernels", "memcpys", "memsets")):
-            # torch.profiler without ProfilerActivity.CUDA: the reports of GPU work are empty
+            # no GPU work and no CPU op either: the reports of GPU work are empty
             quality.append({"check_name": "no_gpu", "subject": "gpu", "count": None,
                             "detail": f"no GPU activity in {self.path.name}: a trace recorded "
-                            "without CUDA activity (ProfilerActivity.CUDA); its CPU ops are in "
-                            "ranges (kind 'op')"})
+                            "without CUDA activity (ProfilerActivity.CUDA) and without CPU ops"})
         for cat, n in sorted(self.unknown.items()):
             quality.append({"check_name": "unknown_category", "subject": cat, "count": n,
                             "detail": f"{n} events of category {cat!r} in {self.path.name} were "
@@ -1229,6 +1271,16 @@ _PH_X, _PH_I, _PH_M = 0, 1, 2  # ids in KinetoFile.small, interned first
 
 
 _TRIM: list = []
+
+
+def _nearest(parent: np.ndarray, depth: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Each row's nearest ancestor where `keep` holds (-1: none), shallow rows first."""
+    up = np.full(len(parent), -1, np.int64)
+    for d in range(1, int(depth.max()) + 1 if len(depth) else 0):
+        i = np.flatnonzero(depth == d)
+        p = parent[i]
+        up[i] = np.where(keep[p], p, up[p])
+    return up
 
 
 def _step_arg(cols: "_Cols", lo: int = 0, hi: int | None = None) -> np.ndarray:

@@ -13,7 +13,6 @@ The part file is created lazily on the first flush, so processes that never reco
 from __future__ import annotations
 
 import contextvars
-import functools
 import json
 import logging
 import os
@@ -28,6 +27,8 @@ from cuptiprof.errors import env_seconds
 from cuptiprof.forking import keep_forever
 from cuptiprof.markers import attrs_json
 from cuptiprof.run.settings import ChildSettings
+from cuptiprof.work_ops import is_kernel as _is_kernel
+from cuptiprof.work_ops import judge_names as _judge_names
 
 log = logging.getLogger("cuptiprof")
 
@@ -510,66 +511,6 @@ def _all_threads() -> dict:
         return {}
 
 
-# Child ops that do no work of their own: an op whose children are all of these is still the
-# op that does the work (aten::mm calls aten::resolve_conj; aten::linear's aten::t is a view).
-METADATA_OPS = frozenset(
-    "aten::" + n for n in (
-        "resolve_conj resolve_neg as_strided view empty empty_strided empty_like t transpose "
-        "expand reshape _reshape_alias unsqueeze squeeze permute slice select detach alias "
-        "lift_fresh _unsafe_view result_type stride size numpy_T split chunk narrow unbind "
-        "is_nonzero _local_scalar_dense item").split())
-
-
-def _judge_names(events, decided: dict) -> None:
-    """Decide, per op name not yet decided, whether its calls with real children do their own
-    work. Once per name for the whole process, so that the same op is (or is not) the one doing
-    the work in every step: judged per call or per batch of steps, an op near the line
-    (aten::relu around aten::clamp_min, aten::matmul around a small aten::mm) flipped with timing
-    noise. A composite op of torch's dispatcher (aten::matmul, aten::linear, aten::softmax) has
-    no kernel of its own, so it is a wrapper whatever its timing; any other goes by its self time
-    over its duration, summed over its calls (aten::addmm around a small aten::copy_ works)."""
-    self_t: dict = {}
-    dur_t: dict = {}
-    for e in events:
-        if e.name not in decided and e.cpu_children:
-            self_t[e.name] = self_t.get(e.name, 0.0) + e.self_cpu_time_total
-            dur_t[e.name] = dur_t.get(e.name, 0.0) + e.time_range.elapsed_us()
-    for name, d in dur_t.items():
-        if d > 0:
-            decided[name] = not _composite(name) and self_t[name] / d >= 0.5
-
-
-@functools.lru_cache(maxsize=None)
-def _composite(name: str) -> bool:
-    """Every overload of the op (its out= forms aside) is CompositeImplicitAutograd: it only
-    calls other ops. False for names torch does not know (user ops, record_function labels)."""
-    try:
-        import torch
-
-        has = torch._C._dispatch_has_kernel_for_dispatch_key
-        found = []
-        for schema in torch._C._jit_get_schemas_for_operator(name):
-            overload = schema.overload_name
-            if overload.endswith("out"):
-                continue
-            try:
-                found.append(has(f"{name}.{overload}" if overload else name,
-                                 "CompositeImplicitAutograd"))
-            except RuntimeError:    # a TorchScript-only overload (aten::add.str)
-                continue
-        return bool(found) and all(found)
-    except Exception:               # no torch, or a torch without these internals
-        return False
-
-
-def _is_work(e, decided: dict) -> bool:
-    """The op does its own work: its children are metadata only, or its name was judged to
-    (`_judge_names`), unlike wrappers such as aten::linear whose time is their children's."""
-    if all(c.name in METADATA_OPS for c in e.cpu_children):
-        return True
-    return decided.get(e.name, False)
-
-
 def _tid(e) -> int:
     tid = getattr(e, "device_resource_id", None)   # the OS thread id for CPU events
     return int(tid) if isinstance(tid, int) and tid > 0 else int(e.thread)
@@ -597,19 +538,6 @@ def _enclosing(spans: list, tids, starts, top) -> tuple:
             outer[idx[lo:hi]] = rid
             base[idx[lo:hi]] = d + 1
     return outer, base
-
-
-def _is_kernel(e, decided: dict) -> bool:
-    """The op that does the work: its children are metadata only, and no ancestor is such an op
-    (so time is counted once)."""
-    if not _is_work(e, decided):
-        return False
-    p, d = e.cpu_parent, 0
-    while p is not None and d < 256:
-        if _is_work(p, decided):
-            return False
-        p, d = p.cpu_parent, d + 1
-    return True
 
 
 def pa_int(v):
