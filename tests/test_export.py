@@ -1288,3 +1288,16 @@ def test_a_merged_file_of_several_runs_imports_back_as_those_runs(tmp_path):
     assert con.execute(per_run).fetchall() == orig.execute(per_run).fetchall()
     assert con.execute("SELECT run_id, pid FROM processes ORDER BY 1").fetchall() == \
         [(1, 40), (2, 41)]
+
+
+def test_an_export_of_nothing_is_refused(tmp_path):
+    """A file without rows would export a trace without events, which `import` refuses: the
+    export says so in one line instead of writing it."""
+    src, out = tmp_path / "empty.duckdb", tmp_path / "e.json"
+    with Writer(src, RunInfo(source="test")):
+        pass
+    r = run_cli("export", src, "--chrome", out)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"cuptiprof: error: {src}: nothing to export (no GPU activity, range, API call or log "
+        "record); no trace written"], r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.duckdb"]

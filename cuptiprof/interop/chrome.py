@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cuptiprof.errors import InputError
 from cuptiprof.interop.kineto import LOG_CATEGORY
 from cuptiprof.outputs import check_output, temp_beside
 
@@ -99,6 +100,9 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
             for table in _EVENTS:
                 counts[table] = _write_table(con, table, where, base, last, pids, sink)
             fh.write(b"\n]}\n")
+        if not sink.events:   # a trace without events: nothing a viewer or `import` can read
+            raise InputError(f"{prof.path}: nothing to export (no GPU activity, range, API call "
+                             "or log record); no trace written")
         os.replace(tmp, out)
     except BaseException:
         try:
