@@ -424,6 +424,34 @@ def test_memory_instants_keep_their_address_and_take_their_step(tmp_path, monkey
         (210_000, "free", 512, 140_000_000_000_000, 2), (400_000, "alloc", 8, None, None)]
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_links_beyond_64_bits_are_absent_and_counted(tmp_path, monkeypatch, native):
+    """An edited export whose "External id", "cuptiprof step" or "cuptiprof range" holds an
+    integer beyond 64 bits: that link is taken as absent and counted in data_quality, the rest
+    of the trace imported, by the native scanner and the msgspec path alike."""
+    import cuptiprof
+    from cuptiprof.interop.chrome import export_chrome
+
+    import_traces([write(tmp_path / "t.json", modern())], tmp_path / "o.duckdb")
+    with cuptiprof.open(tmp_path / "o.duckdb") as prof:
+        export_chrome(prof, tmp_path / "x.json")
+    doc = json.loads((tmp_path / "x.json").read_text())
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    op = next(e for e in doc["traceEvents"] if e.get("name") == "aten::mm")
+    kernel["args"].update({"External id": 1 << 70, "cuptiprof step": -(1 << 70),
+                           "cuptiprof range": 1 << 64})
+    op["args"]["External id"] = 1 << 64
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    import_traces([write(tmp_path / "e.json", doc)], tmp_path / "e.duckdb")
+    with duckdb.connect(str(tmp_path / "e.duckdb"), read_only=True) as con:
+        got = con.execute("SELECT subject, count FROM data_quality WHERE check_name = "
+                          "'out_of_range_args' ORDER BY 1").fetchall()
+        assert got == [("External id", 2), ("cuptiprof range", 1), ("cuptiprof step", 1)]
+        # the kernel keeps its launching call's step; the op is imported without its link
+        assert con.execute("SELECT step FROM kernels").fetchall() == [(3,)]
+        assert con.execute("SELECT count(*) FROM ranges WHERE name = 'aten::mm'").fetchone() == (1,)
+
+
 def test_bare_array_and_base_time(tmp_path):
     doc = modern(step_ts=0, base=1_700_000_000_000_000_000)
     out = tmp_path / "o.duckdb"

@@ -425,6 +425,7 @@ class KinetoFile:
         # their domain and a warm-up in args of cuptiprof's own.
         self.links = False
         self.cpu_ops = 0           # CPU ops made kernels (a trace without CUDA activity)
+        self.big_args: dict[str, int] = {}   # args field -> values beyond 64 bits taken as absent
 
     @property
     def name_list(self) -> list:
@@ -505,6 +506,7 @@ class KinetoFile:
             part.host, part.local_rank, part.rank_known = e.host, e.localRank, True
             part.dist = DistInfo(rank=e.rank, world_size=e.worldSize)
             part.unknown = self.unknown if i == 0 else {}   # counted once, with the first
+            part.big_args = self.big_args if i == 0 else {}
             part.host_pids = set() if e.originalPid is None else {e.originalPid}
             part.from_run = e.run
             part.pid = None
@@ -555,11 +557,16 @@ class KinetoFile:
     def _arg(self, rows: np.ndarray, field: str,
              big_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Values and validity of one args field for `rows` (an integer beyond int64 raises
-        OverflowError here, where it is read; with big_ok it is taken as absent)."""
+        OverflowError here, where it is read; with big_ok it is taken as absent, and so is a
+        link of LOOSE_ARGS, counted in data_quality)."""
         I, a = self.piece.I, P.A[field]
         bits = I[rows, P.C_VALID]
-        if not big_ok and self.piece.overflow and ((bits >> (P.OVER + a)) & 1).any():
-            raise OverflowError(f"{field} beyond 64 bits")
+        if not big_ok and self.piece.overflow:
+            big = int(((bits >> (P.OVER + a)) & 1).sum())
+            if big and field not in P.LOOSE_ARGS:
+                raise OverflowError(f"{field} beyond 64 bits")
+            if big:   # a link another writer or an edit put there: absent, and counted
+                self.big_args[field] = self.big_args.get(field, 0) + big
         return I[rows, P.C_ARG0 + a], ((bits >> a) & 1).astype(bool)
 
     def _ids(self, rows: np.ndarray, kcol: int, vcol: int) -> np.ndarray:
@@ -1235,6 +1242,12 @@ class KinetoFile:
             quality.append({"check_name": "no_gpu", "subject": "gpu", "count": None,
                             "detail": f"no GPU activity in {self.path.name}: a trace recorded "
                             "without CUDA activity (ProfilerActivity.CUDA) and without CPU ops"})
+        for field, n in sorted(self.big_args.items()):
+            key = _ARG_KEYS[field]
+            quality.append({"check_name": "out_of_range_args", "subject": key, "count": n,
+                            "detail": f"{n} {key!r} args in {self.path.name} hold an integer "
+                            "beyond 64 bits (not a value any writer of this link uses): taken "
+                            "as absent"})
         for cat, n in sorted(self.unknown.items()):
             quality.append({"check_name": "unknown_category", "subject": cat, "count": n,
                             "detail": f"{n} events of category {cat!r} in {self.path.name} were "
@@ -1266,6 +1279,8 @@ class KinetoFile:
             batch["data_quality"] = _rows(run_id, pid, quality, {"count": pa.int64()})
 
 
+# args field -> its key in the trace ("External id")
+_ARG_KEYS = {f.name: f.encode_name for f in msgspec.structs.fields(Args)}
 _GPU_TABLE = {"kernel": "kernels", "memcpy": "memcpys", "memset": "memsets", "sync": "syncs"}
 _PH_X, _PH_I, _PH_M = 0, 1, 2  # ids in KinetoFile.small, interned first
 

@@ -46,7 +46,7 @@ OVER = 32  # bit OVER + a: the msgspec path saw an integer beyond int64 in field
 ID_NONE, ID_INT, ID_STR, ID_BIG = 0, 1, 2, 3
 _SCALAR_ARGS = [a for a in ARGS if a[:4] not in ("grid", "bloc")]
 # args whose value may be anything in other writers' traces (not validated, read where int)
-_LOOSE_ARGS = {"ext_id", "xstep", "xrange", "xdsmem", "mem_addr", "xopen", "event_id"}
+LOOSE_ARGS = {"ext_id", "xstep", "xrange", "xdsmem", "mem_addr", "xopen", "event_id"}
 
 if _native is not None and getattr(_native, "NI", None) != NI:
     _native = None  # a stale build with another column layout: not used (tests fail on it)
@@ -244,7 +244,7 @@ def from_events(evs: list, names, small, doc) -> Piece:
 
         for k in _SCALAR_ARGS:
             values = list(map(attrgetter(k), a))
-            if k in _LOOSE_ARGS:   # any JSON value: only an integer is one (as the scanner reads)
+            if k in LOOSE_ARGS:   # any JSON value: only an integer is one (as the scanner reads)
                 values = [v if type(v) is int else None for v in values]
             put(A[k], values)
         for k in ("grid", "block"):
