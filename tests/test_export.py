@@ -1301,3 +1301,27 @@ def test_an_export_of_nothing_is_refused(tmp_path):
         f"cuptiprof: error: {src}: nothing to export (no GPU activity, range, API call or log "
         "record); no trace written"], r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.duckdb"]
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_start_times_survive_a_round_trip_of_clocks_far_apart(tmp_path, monkeypatch, native):
+    """A merged file whose processes ran on clocks far apart (time since boot, time since the
+    epoch): its export holds microsecond timestamps of 19 digits, which a double cannot hold;
+    imported back, every start is exact to the ns, by either parse path."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    parts = []
+    for pid, t in ((31, 1_000_000_123), (32, 1_764_000_000_123_456_789)):
+        parts.append(tmp_path / f"p{pid}.duckdb")
+        with Writer(parts[-1], RunInfo(source="synthetic", host=f"node-{pid}"), pid=pid) as w:
+            w.append({"kernels": {"device_id": pa.array([0] * 3, pa.int32()),
+                                  "stream_id": pa.array([7] * 3, pa.int32()), "name": ["a", "b", "c"],
+                                  "start_ns": [t, t + 1_001, t + 2_999],
+                                  "end_ns": [t + 500, t + 1_777, t + 3_333]}})
+    src = merge_files(parts, tmp_path / "m.duckdb")
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, tmp_path / "m.json")
+    import_traces([tmp_path / "m.json"], tmp_path / "back.duckdb")
+    sql = "SELECT name, start_ns, end_ns FROM kernels ORDER BY 2"
+    with duckdb.connect(str(src), read_only=True) as a, \
+            duckdb.connect(str(tmp_path / "back.duckdb"), read_only=True) as b:
+        assert b.execute(sql).fetchall() == a.execute(sql).fetchall()

@@ -158,6 +158,20 @@ def test_numbers_are_rounded_like_msgspec():
     assert_same(got, ref)
 
 
+def test_timestamps_are_read_exactly_like_msgspec():
+    """"ts" in exact thousandths of its unit (C_TSX) beside its double, the same from the scanner
+    and the msgspec path; none where the text says more than three decimals or uses an exponent."""
+    texts = {"1712195495505582.988": 1712195495505582988, "-0.5": -500, "12.3400": 12340,
+             "100": 100000, "0.001": 1, "9223372036854775": 9223372036854775000,
+             "1.0005": P.TSX_NONE, "1E5": P.TSX_NONE, "1.5e3": P.TSX_NONE,
+             "9223372036854776": P.TSX_NONE, "12345678901234567.5": P.TSX_NONE, "null": P.TSX_NONE}
+    text = b'{"traceEvents":[' + b",".join(b'{"ts":%s}' % t.encode() for t in texts) + b',{"ph":"X"}]}'
+    got, ref, _, _ = both(text)
+    assert got is not None
+    assert_same(got, ref)
+    assert ref.I[:, P.C_TSX].tolist() == [*texts.values(), P.TSX_NONE]
+
+
 DECLINED = {
     "duplicate field": b'{"traceEvents":[{"ph":"X","ph":"i"}]}',
     "duplicate arg": b'{"traceEvents":[{"args":{"device":1,"device":2}}]}',

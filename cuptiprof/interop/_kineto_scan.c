@@ -77,8 +77,12 @@ static inline int bytes_eq(const void *a, const void *b, Py_ssize_t n) {
 /* int64 columns */
 enum {
     C_IDX, C_CAT, C_PH, C_NAME, C_PIDK, C_PID, C_TIDK, C_TID, C_HASARGS, C_LABELS, C_XDOMAIN,
-    C_XKIND, C_XLEVEL, C_XLOGGER, C_VALID, C_ARG0 /* then NARGS argument values */
+    C_XKIND, C_XLEVEL, C_XLOGGER, C_VALID, C_TSX, C_ARG0 /* then NARGS argument values */
 };
+/* C_TSX: "ts" in thousandths of its unit, read exactly from its decimal text (a double holds
+ * 16 digits: microseconds since the epoch lose their nanoseconds); TSX_NONE where the text
+ * says more (an exponent, a fourth significant decimal), or where there is no number */
+#define TSX_NONE INT64_MIN
 enum {
     A_CORRELATION, A_DEVICE, A_CONTEXT, A_STREAM, A_BYTES, A_GRID0, A_GRID1, A_GRID2,
     A_BLOCK0, A_BLOCK1, A_BLOCK2, A_REGISTERS, A_SMEM, A_CBID, A_DEVTYPE, A_DEVID, A_MEMBYTES,
@@ -835,10 +839,34 @@ static inline int fast_decimal(const unsigned char *t, Py_ssize_t n, double *out
 #endif
 }
 
+/* A number token (grammar checked) in thousandths, exactly, or TSX_NONE (see C_TSX). The
+ * msgspec path's pieces.milli does the same. */
+static int64_t exact_milli(const unsigned char *q, Py_ssize_t n) {
+    const unsigned char *end = q + n;
+    int neg = *q == '-';
+    q += neg;
+    uint64_t v = 0;
+    int nd = 0, fd = 0;
+    for (; q < end && (unsigned)(*q - '0') < 10; q++) {
+        if (++nd > 16) return TSX_NONE;
+        v = v * 10 + (*q - '0');
+    }
+    if (q < end && *q == '.') {
+        for (q++; q < end && (unsigned)(*q - '0') < 10; q++, fd++) {
+            if (fd < 3) v = v * 10 + (*q - '0');
+            else if (*q != '0') return TSX_NONE;
+        }
+    }
+    if (q != end) return TSX_NONE;  /* an exponent */
+    for (; fd < 3; fd++) v *= 10;   /* at most 19 digits: no uint64 wrap */
+    if (v > (uint64_t)INT64_MAX) return TSX_NONE;
+    return neg ? -(int64_t)v : (int64_t)v;
+}
+
 /* float|None: JSON ints are converted exactly as msgspec does (int64 -> double); other
  * numbers by the fast path above, or else by a correctly rounded strtod on a copy of the
- * token. */
-static int read_float_or_null(S *s, double *v) {
+ * token. With milli, the number's exact_milli too. */
+static int read_float_or_null(S *s, double *v, int64_t *milli) {
     if (is_null(s)) { *v = NAN; return 0; }
     int64_t iv;
     const unsigned char *after;
@@ -846,12 +874,15 @@ static int read_float_or_null(S *s, double *v) {
     if (r == DECLINE) return DECLINE;
     if (r == NUM_INT) {
         if (iv == 0 && *s->p == '-') return DECLINE;  /* -0: leave the sign question to msgspec */
+        if (milli)
+            *milli = iv > INT64_MAX / 1000 || iv < -(INT64_MAX / 1000) ? TSX_NONE : iv * 1000;
         s->p = after;
         *v = (double)iv;
         return 1;
     }
     const unsigned char *t; Py_ssize_t n; int is_int;
     if (scan_number(s, &t, &n, &is_int) < 0) return DECLINE;
+    if (milli) *milli = exact_milli(t, n);
     char buf[64];
     if (n >= (Py_ssize_t)sizeof(buf)) return DECLINE;
     if (fast_decimal(t, n, v)) return 1;
@@ -1114,6 +1145,7 @@ static int read_event(S *s, int64_t index) {
     row[C_HASARGS] = 0; row[C_LABELS] = -1; row[C_XDOMAIN] = -2; row[C_XKIND] = -1;
     row[C_XLEVEL] = -1; row[C_XLOGGER] = -1;
     row[C_VALID] = 0;
+    row[C_TSX] = TSX_NONE;
     memset(row + C_ARG0, 0, NARGS * sizeof(int64_t));
     f[0] = NAN; f[1] = NAN;
     unsigned seen = 0;
@@ -1162,8 +1194,8 @@ static int read_event(S *s, int64_t index) {
         case K_NAME: r = read_str_or_null(s, s->names, L_NAME, &row[C_NAME]); break;
         case K_PID: r = read_id(s, L_PID, &row[C_PIDK], &row[C_PID]); break;
         case K_TID: r = read_id(s, L_TID, &row[C_TIDK], &row[C_TID]); break;
-        case K_TS: r = read_float_or_null(s, &f[0]) < 0 ? DECLINE : 0; break;
-        case K_DUR: r = read_float_or_null(s, &f[1]) < 0 ? DECLINE : 0; break;
+        case K_TS: r = read_float_or_null(s, &f[0], &row[C_TSX]) < 0 ? DECLINE : 0; break;
+        case K_DUR: r = read_float_or_null(s, &f[1], NULL) < 0 ? DECLINE : 0; break;
         case K_ARGS:
             if (is_null(s)) break;
             if (s->p >= s->end || *s->p != '{') return DECLINE;

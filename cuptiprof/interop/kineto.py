@@ -83,7 +83,7 @@ class Ev(msgspec.Struct, gc=False):
     name: Union[str, None] = None
     pid: Union[int, str, None] = None
     tid: Union[int, str, None] = None
-    ts: Union[float, None] = None
+    ts: msgspec.Raw = msgspec.Raw()   # its text: read exactly (pieces.C_TSX)
     dur: Union[float, None] = None
     args: Union[Args, None] = None
 
@@ -232,7 +232,8 @@ def _decode(piece, consumed: int, prefix_len: int, before: int, scan=None):
         if got is not None:
             return got
     try:
-        return _DECODER.decode(piece)
+        # a copy: each event's "ts" text (msgspec.Raw) holds on to the buffer it was read from
+        return _DECODER.decode(bytes(piece) if isinstance(piece, memoryview) else piece)
     except msgspec.ValidationError as exc:
         msg = str(exc)
         m = re.search(r"\$\.traceEvents\[(\d+)\]", msg)
@@ -461,8 +462,11 @@ class KinetoFile:
         try:
             for doc in iter_docs(read_blocks(self.path, self.on_read), PIECE_BYTES,
                                  scan=self._scan if self.native else None):
-                piece = doc if isinstance(doc, P.Piece) else \
-                    P.from_events(doc.traceEvents or [], self.names, self.small, doc)
+                try:
+                    piece = doc if isinstance(doc, P.Piece) else \
+                        P.from_events(doc.traceEvents or [], self.names, self.small, doc)
+                except P.BadTs as exc:
+                    raise _Malformed(str(exc), None, n_events + exc.index) from None
                 if piece.has_events:
                     seen_events = True
                 n_events += piece.events
@@ -608,12 +612,18 @@ class KinetoFile:
         bad = du < 0
         if bad.any():
             raise self._bad(rows[int(np.argmax(bad))], f"negative duration ({du[bad][0]:g})")
-        start = self._ns(ts)
+        start = self._ns(ts, rows)
         return start, start + np.rint(du * self.scale).astype(np.int64)
 
-    def _ns(self, ts: np.ndarray) -> np.ndarray:
+    def _ns(self, ts: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Timestamps of `rows` (their "ts" values `ts`) in ns: exact where the text is
+        (microseconds with at most three decimals), else from the double."""
         whole = np.floor(ts)
-        return whole.astype(np.int64) * self.scale + np.rint((ts - whole) * self.scale).astype(np.int64)
+        ns = whole.astype(np.int64) * self.scale + np.rint((ts - whole) * self.scale).astype(np.int64)
+        if self.scale == 1000:
+            x = self.piece.I[rows, P.C_TSX]
+            ns = np.where(x != P.TSX_NONE, x, ns)
+        return ns
 
     def _need_args(self, rows: np.ndarray) -> None:
         no = self.piece.I[rows, P.C_HASARGS] == 0
@@ -773,7 +783,7 @@ class KinetoFile:
         if np.isnan(ts).any():
             return
         M = self.gpu["memory_events"]
-        M.add(time_ns=self._ns(ts), bytes=self._arg(rows, "mem_bytes")[0],
+        M.add(time_ns=self._ns(ts, rows), bytes=self._arg(rows, "mem_bytes")[0],
               tid=self._ids(rows, P.C_TIDK, P.C_TID))
         M.add_col("device_id", *self._arg(rows, "mem_dev_id"))
         M.add_col("address", *self._arg(rows, "mem_addr", big_ok=True))
@@ -797,7 +807,7 @@ class KinetoFile:
             raise self._bad(rows[int(np.argmax(bad))], "timestamp out of range")
         tid = self._ids(rows, P.C_TIDK, P.C_TID)
         L = self.logs
-        L.add_col("time", self._ns(np.where(ok, ts, 0)), ok)
+        L.add_col("time", np.where(ok, self._ns(np.where(ok, ts, 0), rows), 0), ok)
         L.add_col("tid", tid, (I[rows, P.C_TIDK] != P.ID_NONE) & (tid != -1))
         L.add(message=I[rows, P.C_NAME].astype(np.int32), level=I[rows, P.C_XLEVEL].astype(np.int32),
               logger=I[rows, P.C_XLOGGER].astype(np.int32))
