@@ -22,10 +22,9 @@ record does not name) says its range too.
 
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would
-not); cuptiprof's Kineto importer reads them back exactly within about 26 days of the base (it
-reads a double). A merged file whose processes ran on clocks further apart (an nsys import's
-session clock beside an epoch clock) comes back with less: durations stay exact, start times
-lose their sub-microsecond digits.
+not); cuptiprof's Kineto importer reads them back exactly from their text, also for a merged
+file whose processes ran on clocks far apart (an nsys import's session clock beside an epoch
+clock).
 
 DuckDB builds each event's JSON text (one query per table, `_EVENTS`); Python copies each Arrow
 batch's text buffer into the file as it is, so no Python object is made per event and memory
