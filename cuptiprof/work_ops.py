@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
-
 
 # Child ops that do no work of their own: an op whose children are all of these is still the
 # op that does the work (aten::mm calls aten::resolve_conj; aten::linear's aten::t is a view).
@@ -104,10 +102,13 @@ class _Op:
         return self._us
 
 
-def intervals_work(names: list, parent: np.ndarray, dur_ns: np.ndarray, decided: dict | None = None
-                   ) -> np.ndarray:
+def intervals_work(names: list, parent, dur_ns, decided: dict | None = None):
     """The ops that do the work among nested intervals (parent: index of the enclosing one, -1
-    for none; its children's time is not its own), by `judge_names` and `is_kernel`."""
+    for none; its children's time is not its own), by `judge_names` and `is_kernel`: a numpy
+    bool array. (numpy is imported here: a profiled process loads this module for the rule
+    alone, and an interpreter without numpy must still run its program.)"""
+    import numpy as np
+
     ops = [_Op(n, d / 1000) for n, d in zip(names, dur_ns.tolist())]
     for op, p in zip(ops, parent.tolist()):
         if p >= 0:
