@@ -511,3 +511,15 @@ def test_quality_names_the_programs_ranges_outside_every_step(tmp_path):
         got = [dict(zip(rel.columns, r)) for r in rel.fetchall() if r[2] == "outside_steps"]
     assert [(g["subject"], g["count"]) for g in got] == [("vae_decode", 2)]
     assert got[0]["value_ms"] == pytest.approx(1.0) and "ranges WHERE step IS NULL" in got[0]["detail"]
+
+
+def test_report_takes_the_cli_by_names(golden_run):
+    """`cuptiprof report --by step` is report('steps') in code; report('step') was refused."""
+    from cuptiprof.commands.report import BY
+    from cuptiprof.errors import UsageError
+
+    with cuptiprof.open(golden_run) as prof:
+        for by, name in BY.items():
+            assert prof.report(by).fetchall() == prof.report(name).fetchall(), by
+        with pytest.raises(UsageError):
+            prof.report("no_such_report")

@@ -263,8 +263,10 @@ class Profile:
         """The report `name` over the steps in scope, as `cuptiprof report FILE --by ...` prints
         it: 'ops', 'steps', 'kinds', 'ranges', 'step_ranges', 'cpu_ops', 'devices', 'streams',
         'outliers', 'overview', 'quality' or 'step_spread' (`cuptiprof report --list` says what
-        each holds). top: the first N rows only (None: every row)."""
+        each holds); the `--by` spellings ('step', 'range', 'spread', ...) name the same reports.
+        top: the first N rows only (None: every row)."""
         top = whole_number("top", top, 1, none_ok=True)
+        name = catalog.BY.get(name, name) if isinstance(name, str) else name
         rel = self.con.sql(catalog.pin_scope(catalog.report_sql(name), self._scope_tag))
         return rel.limit(top) if top else rel
 

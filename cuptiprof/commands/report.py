@@ -11,9 +11,7 @@ from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, plain_table, render, rows_of
 
 # --by value -> report name
-BY = {"op": "ops", "step": "steps", "device": "devices", "kind": "kinds", "stream": "streams",
-      "outliers": "outliers", "spread": "step_spread", "quality": "quality", "overview": "overview",
-      "cpu_op": "cpu_ops", "range": "ranges", "step_range": "step_ranges"}
+BY = catalog.BY
 # Reports shown, in order, when --by is not given.
 SUMMARY = ("overview", "ops", "ranges", "kinds", "steps", "step_spread", "quality")
 # Left out of a summary where they have no rows (a program without ranges of its own).
