@@ -19,6 +19,7 @@ import contextvars
 import functools
 import inspect
 import json
+import math
 import operator
 import os
 import sys
@@ -112,22 +113,38 @@ def step_number(value: Any) -> int | None:
 
 
 def attrs_json(attrs: dict) -> str | None:
-    """The JSON stored for a range's extra attributes (None for none). A value JSON cannot hold
-    is stored as its str(); one that cannot be written even so (a dict with keys of mixed types,
-    a cycle, a __str__ that raises) as its repr() or its type's name: an odd attribute must not
-    stop the recording."""
+    """The JSON stored for a range's extra attributes (None for none), strict JSON that any
+    parser reads: a float that is NaN or infinite is stored as null, as JavaScript's
+    JSON.stringify writes it. A value JSON cannot hold is stored as its str(); one that cannot
+    be written even so (a dict with keys of mixed types, a cycle, a __str__ that raises) as its
+    repr() or its type's name: an odd attribute must not stop the recording."""
     if not attrs:
         return None
     try:
-        return json.dumps(attrs, default=str, sort_keys=True)
+        return _dumps(attrs)
     except Exception:
-        return json.dumps({str(k): _storable(v) for k, v in attrs.items()}, sort_keys=True)
+        return _dumps({str(k): _storable(v) for k, v in attrs.items()})
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(_finite(value), default=str, sort_keys=True, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every NaN or infinite float in it (in dicts, lists and tuples) as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _storable(value: Any) -> Any:
     try:
-        json.dumps(value, default=str, sort_keys=True)
-        return value
+        _dumps(value)
+        return _finite(value)
     except Exception:
         pass
     for text in (str, repr):

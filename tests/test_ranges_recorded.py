@@ -258,3 +258,43 @@ def test_a_step_attribute_of_another_range_is_kept_as_an_attribute(tmp_path):
     assert [(n, k, s, a and json.loads(a)) for n, k, s, a in rows] == [
         ("step", "step", 4, {"batch": 2}), ("denoise", "user", 4, {"step": 9}),
         ("step", "user", 4, None)]
+
+
+def _strict(text: str):
+    import json
+
+    def refuse(name):
+        raise ValueError(f"not strict JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+NONFINITE = {"nan": float("nan"), "inf": float("inf"), "ninf": float("-inf"),
+             "nested": [1.5, {"x": float("nan")}], "ok": 2.5}
+NONFINITE_STORED = {"nan": None, "inf": None, "ninf": None, "nested": [1.5, {"x": None}], "ok": 2.5}
+
+
+def test_nan_and_infinite_attributes_are_stored_as_strict_json(tmp_path):
+    """They were stored as NaN/Infinity, which strict JSON parsers (and DuckDB's JSON) refuse."""
+    p = tmp_path / "n.duckdb"
+    with Session(p, source=FakeCupti(), quiet=True):
+        with cuptiprof.step(0):
+            with cuptiprof.range("odd", **NONFINITE):
+                pass
+    (a,), = q(p, "SELECT attrs FROM ranges WHERE name = 'odd'")
+    assert _strict(a) == NONFINITE_STORED
+
+
+def test_nan_and_infinite_attributes_are_stored_as_strict_json_under_run(tmp_path):
+    from _run_helpers import cli, script
+
+    p = script(tmp_path, """
+        import cuptiprof
+        with cuptiprof.step(0):
+            with cuptiprof.range("odd", nan=float("nan"), inf=float("inf"), ninf=float("-inf"),
+                                 nested=[1.5, {"x": float("nan")}], ok=2.5):
+                pass
+    """)
+    r = cli(["run", "-o", "r.duckdb", "--no-report", "--light", "--", sys.executable, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    (a,), = q(tmp_path / "r.duckdb", "SELECT attrs FROM ranges WHERE name = 'odd'")
+    assert _strict(a) == NONFINITE_STORED
