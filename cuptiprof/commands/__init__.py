@@ -4,6 +4,10 @@ import argparse
 
 # The positional FILE of the commands that read one cuptiprof file (report, sql, export).
 FILE_HELP = "a cuptiprof .duckdb file (from run, import or merge)"
+# The FILE... of the commands that read several (compare, merge).
+FILES_HELP = "cuptiprof .duckdb files (from run, import or merge)"
+# --format: FORMATS in this order; what csv writes is said by each command.
+FORMAT_HELP = "table (default), csv, json or markdown"
 # --steps of the commands that read a file: step numbers (run --steps is a count of steps).
 STEPS_METAVAR = "A:B"
 STEPS_FORMS = "step numbers A:B (inclusive), A:, :B or N (step N alone)"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY
-from cuptiprof.commands import top_rows
+from cuptiprof.commands import FILES_HELP, FORMAT_HELP, top_rows
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, _json_default, render, rows_of
 
@@ -32,13 +32,14 @@ def register(sub) -> None:
                        description="Compare cuptiprof files side by side. The first file is the "
                        "baseline for ratios (x) and rank changes (drank). Times are per step: the "
                        "median over each file's recorded steps, with the median absolute deviation.")
-    p.add_argument("files", nargs="*", metavar="FILE", help="two or more cuptiprof files")
+    p.add_argument("files", nargs="*", metavar="FILE", help=f"two or more {FILES_HELP}; the first is the baseline")
     p.add_argument("--top", type=top_rows, default=15, help="keys in the top N of any file (default 15)")
     p.add_argument("--by", choices=BY, default="op",
                    help="comparison key: " + "; ".join(f"{k}: {v}" for k, v in _KEY_HELP.items()))
     p.add_argument("--format", choices=FORMATS, default="table",
-                   help="csv: one table, the one --table names (ops unless given), so that the "
-                        "output loads as one file into pandas, DuckDB or a spreadsheet")
+                   help=f"{FORMAT_HELP}; csv is one table: the one --table names (ops unless given), "
+                        "so that it loads whole into pandas, DuckDB or a spreadsheet; its note: "
+                        "lines go to stderr")
     p.add_argument("--table", choices=TABLES, metavar="{" + ",".join(TABLES) + "}",
                    help="print this table only (default: all; with --format csv: ops); "
                         "throughput needs --flops or --bytes")

@@ -12,6 +12,7 @@ import os
 import sys
 
 from cuptiprof.analyse.families import BY
+from cuptiprof.commands import FORMAT_HELP
 from cuptiprof.analyse.diff import MAX_MIN_MS, MAX_PCT, MAX_SIGMAS, NOISE_RULE, diff, parse_number
 from cuptiprof.render.table import FORMATS, _json_default, render
 
@@ -21,7 +22,7 @@ _SHOW = ("item_type", "item", "base_ms", "new_ms", "delta_ms", "delta_pct", "all
 def register(sub) -> None:
     p = sub.add_parser("diff", help="fail (exit 1) when NEW is slower than BASE beyond the noise",
                        description="Compare NEW against BASE per step, per kind and per op. " + NOISE_RULE
-                       + ". Exit 0: no regression; 1: regressions; 2: usage error.")
+                       + ". Exit 0: no regression; 1: regressions; 2: usage error or bad input.")
     p.add_argument("base", metavar="BASE.duckdb", help="the cuptiprof file to compare against")
     p.add_argument("new", metavar="NEW.duckdb", help="the cuptiprof file that may have regressed")
     p.add_argument("--fail-above", required=True, metavar="PCT",
@@ -35,7 +36,10 @@ def register(sub) -> None:
                         f"{MAX_SIGMAS:.12g}: a wider band passes any regression as noise)")
     p.add_argument("--by", choices=BY, default="op",
                    help="op key: exact name (default), family, range or region (see compare --help)")
-    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help=f"{FORMAT_HELP}; csv is one table, the regressions (every item with "
+                        "--all), its note: lines on stderr; json holds the verdict, the "
+                        "settings, the notes and every item")
     p.add_argument("--all", action="store_true", help="list every item, not only the regressions")
     p.set_defaults(func=run)
 

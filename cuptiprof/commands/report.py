@@ -6,7 +6,7 @@ import sys
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.profile import open_profile
-from cuptiprof.commands import FILE_HELP, STEPS_FORMS, STEPS_METAVAR, top_rows
+from cuptiprof.commands import FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR, top_rows
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, plain_table, render, rows_of
 
@@ -35,8 +35,8 @@ def register(sub) -> None:
                         "quality are shown whole)")
     p.add_argument("--steps", metavar=STEPS_METAVAR, help=f"steps to include: {STEPS_FORMS}")
     p.add_argument("--format", choices=FORMATS, default="table",
-                   help="table (default), csv, markdown or json; csv is one table, so without "
-                        "--by it writes the ops report")
+                   help=f"{FORMAT_HELP}; csv is one table: the --by breakdown, without --by the "
+                        "ops report")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report with plots "
                    "(nothing is printed, unless --by asks for a breakdown)")
     p.add_argument("--list", action="store_true", help="list the reports with their documentation")

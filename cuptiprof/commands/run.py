@@ -15,19 +15,19 @@ def register(sub) -> None:
         usage="cuptiprof run [options] -- CMD [ARGS...]")
     p.add_argument("-o", "--output", metavar="OUT.duckdb",
                    help="output file (default: cuptiprof-DATE-TIME.duckdb, never overwritten)")
-    p.add_argument("--warmup", type=int, default=0, metavar="K", help="steps to skip before recording")
+    p.add_argument("--warmup", type=int, default=0, metavar="K", help="steps to skip before recording (default 0)")
     p.add_argument("--steps", type=int, default=None, metavar="N",
                    help="how many steps to record after the warm-up, then collection stops "
                         "(default: all); a count, where report --steps takes step numbers")
     p.add_argument("--step-range", metavar="NAME",
                    help="an NVTX range the program opens (torch.cuda.nvtx.range_push) that is the step")
     p.add_argument("--step-fn", metavar="MODULE:QUALNAME",
-                   help="a function whose every call is one step, e.g. mypkg.sched:Scheduler.step, or "
+                   help="a function whose every call is one step, e.g. mypkg.model:Denoiser.forward, or "
                         "__main__:denoise for one the script itself defines, __main__:main.denoise for one "
                         "defined inside main()")
     p.add_argument("--kinds", nargs="+", metavar="KIND",
                    help="activity kinds to collect, space- or comma-separated: kernel memcpy memset sync "
-                        "api nvtx memory overhead")
+                        "api nvtx memory overhead (default: all)")
     p.add_argument("--light", action="store_true", help="ranges and logs only, no CUPTI (the macro baseline)")
     p.add_argument("--log-level", default="INFO", metavar="LEVEL",
                    help="record Python logging records at or above LEVEL in the logs table (default INFO)")

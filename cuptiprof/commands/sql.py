@@ -2,7 +2,7 @@
 import duckdb
 
 from cuptiprof.analyse.profile import open_profile, refused_statement
-from cuptiprof.commands import FILE_HELP, STEPS_FORMS, STEPS_METAVAR
+from cuptiprof.commands import FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, render
 
@@ -26,7 +26,8 @@ def register(sub) -> None:
                    "steps without GPU work as 0)")
     p.add_argument("--steps", metavar=STEPS_METAVAR,
                    help=f"scope of the sel_* views: {STEPS_FORMS}; default: every recorded step")
-    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help=f"{FORMAT_HELP}; csv is the result as one table")
     p.set_defaults(func=run)
 
 
