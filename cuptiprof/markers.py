@@ -187,15 +187,19 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     name: 'step' marks a step (give step=i), 'warmup' marks warm-up, anything else is a user
     range. Steps do not nest: a 'step' opened inside a step is a user range of that step.
     Inside code that torch.compile traces a range does nothing, so the compiled code is the same
-    with or without it; its kernels count for the enclosing range. attrs: extra attributes
-    stored with the range (JSON; a value JSON cannot hold is stored as its text); `step` may be any integer (int, numpy integer, 0-d integer
-    tensor) from -2**31 to 2**31 - 1 and is also sent as the NVTX payload (anything else: the
-    step is numbered by its position); on a range that is no step it is one more attribute.
-    One object may be entered again after it exits (and recursively); as a decorator every call opens its own range. Several threads or
-    asyncio tasks may be inside one object at once: each closes its own entry. On a generator
-    function the range covers the whole iteration (first next() to exhaustion or close(), the
-    consumer's time between items included); on an `async def` function the whole await, on an
-    async generator likewise.
+    with or without it; its kernels count for the enclosing range.
+
+    attrs: extra attributes stored with the range as strict JSON (ranges.attrs): a NaN or
+    infinite float is stored as null, a value JSON cannot hold as its text. `step` may be any
+    integer (int, numpy integer, 0-d integer tensor) from -2**31 to 2**31 - 1 and is also sent as
+    the NVTX payload (anything else: the step is numbered by its position); on a range that is
+    no step it is one more attribute.
+
+    One object may be entered again after it exits (and recursively); as a decorator every call
+    opens its own range. Several threads or asyncio tasks may be inside one object at once: each
+    closes its own entry. On a generator function the range covers the whole iteration (first
+    next() to exhaustion or close(), the consumer's time between items included); on an
+    `async def` function the whole await, on an async generator likewise.
     """
 
     __slots__ = ("name", "attrs")

@@ -227,7 +227,7 @@ CREATE TABLE range_rows (
     end_ns      BIGINT,    -- NULL when the range never closed (crash)
     kind        VARCHAR,   -- 'warmup' | 'step' | 'user' (other annotations) | 'op' (framework operator, e.g. aten::mm)
     step        INTEGER,   -- step index for kind 'step'; for other kinds the step that encloses them
-    attrs       VARCHAR    -- JSON of extra attributes given to cuptiprof.range / the trace event args
+    attrs       VARCHAR    -- JSON of extra attributes given to cuptiprof.range (NaN, inf: null) / the trace event args
 );
 
 -- Python logging records emitted by the profiled program (and cuptiprof's own).
