@@ -26,7 +26,7 @@ from cuptiprof.analyse.profile import has_stored_busy, stepless_processes
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError
 from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
 from cuptiprof.store import arrow
-from cuptiprof.store.files import connect_error
+from cuptiprof.store.files import connect_error, first_row
 from cuptiprof.store.quality import STEP_INCOMPLETE
 
 # A file whose GPU work lies mostly outside its steps (launched before the first step, between
@@ -147,8 +147,8 @@ class Comparison:
             except duckdb.Error as exc:
                 raise connect_error(p, exc, writing=False) from None
             try:
-                row = self.con.execute(
-                    f"SELECT value FROM f{i}.meta WHERE key = 'schema_version'").fetchone()
+                row = first_row(self.con.execute(
+                    f"SELECT value FROM f{i}.meta WHERE key = 'schema_version'"))
             except duckdb.Error:
                 row = None
             if not row or not str(row[0]).isdigit():
@@ -169,8 +169,8 @@ class Comparison:
         for r in self.runs:
             db = f"f{r.index}"
             # one pass over the rows for the counts and the weight of the steps' work
-            n_act, stepped, n_in, ns_in = con.execute(
-                catalog.compare_sql("totals").replace("{db}", db)).fetchone()
+            n_act, stepped, n_in, ns_in = first_row(con.execute(
+                catalog.compare_sql("totals").replace("{db}", db)))
             if n_act == 0:
                 raise InputError(f"{r.path}: no GPU activity recorded; nothing to compare")
             r.has_steps = stepped > 0
@@ -184,34 +184,34 @@ class Comparison:
                 procs = stepless_processes(con, db, use_busy=r.stored_busy)
                 if procs:
                     cond = " OR ".join(f"(run_id = {int(a)} AND pid = {int(b)})" for a, b in procs)
-                    n, ms = con.execute(f"SELECT count(*), coalesce(sum(end_ns - start_ns), 0) / 1e6 "
-                                        f"FROM {db}.gpu_activities WHERE {cond}").fetchone()
+                    n, ms = first_row(con.execute(f"SELECT count(*), coalesce(sum(end_ns - start_ns), 0) / 1e6 "
+                                                  f"FROM {db}.gpu_activities WHERE {cond}"))
                     r.stepless = (len(procs), n, ms)
             if r.has_steps:
                 r.outside = self._outside_steps(db, procs, n_in, ns_in)
-            r.incomplete = con.execute(
+            r.incomplete = first_row(con.execute(
                 f"SELECT count(DISTINCT subject) FROM {db}.data_quality WHERE check_name = '{STEP_INCOMPLETE}'"
-            ).fetchone()[0] if r.has_steps else 0
+            ))[0] if r.has_steps else 0
             # in run order (a merge's order of inputs), not hash order: the same file, the same label
-            labels = con.execute(
+            labels = first_row(con.execute(
                 "SELECT (SELECT string_agg(label, '+' ORDER BY f) FROM (SELECT label, min(run_id) f "
                 f"FROM {db}.runs GROUP BY label)), (SELECT string_agg(source, '+' ORDER BY f) FROM "
-                f"(SELECT source, min(run_id) f FROM {db}.runs GROUP BY source))").fetchone()
+                f"(SELECT source, min(run_id) f FROM {db}.runs GROUP BY source))"))
             r.label, r.sources = labels[0] or r.path.stem, labels[1] or ""
-            r.devices = con.execute(
+            r.devices = first_row(con.execute(
                 f"SELECT string_agg(DISTINCT name, ', ' ORDER BY name) FROM {db}.devices "
-                "WHERE kind = 'gpu'").fetchone()[0] or ""
+                "WHERE kind = 'gpu'"))[0] or ""
             # Runs of one job (hosts, ranks) pool by step as they should; unrelated runs would not.
-            n_runs, kinds = con.execute(
+            n_runs, kinds = first_row(con.execute(
                 f"SELECT count(*), count(DISTINCT (source, coalesce((SELECT string_agg(DISTINCT "
                 f"d.name, ',' ORDER BY d.name) FROM {db}.devices d WHERE d.run_id = u.run_id "
-                f"AND d.kind = 'gpu'), ''))) FROM {db}.runs u").fetchone()
+                f"AND d.kind = 'gpu'), ''))) FROM {db}.runs u"))
             r.mixed_runs = n_runs if kinds > 1 else 0
-            r.cpu_ops = con.execute(   # a file without a CPU device is read no further
+            r.cpu_ops = first_row(con.execute(   # a file without a CPU device is read no further
                 f"SELECT EXISTS (SELECT 1 FROM {db}.devices WHERE kind = 'cpu') AND NOT EXISTS "
                 f"(SELECT 1 FROM {db}.gpu_activities a WHERE NOT EXISTS (SELECT 1 FROM {db}.devices d "
                 f"WHERE d.run_id = a.run_id AND d.pid = a.pid AND d.device_id = a.device_id "
-                f"AND d.kind = 'cpu'))").fetchone()[0]
+                f"AND d.kind = 'cpu'))"))[0]
             names.update(n for (n,) in con.execute(
                 f"SELECT DISTINCT name FROM {db}.gpu_activities WHERE name IS NOT NULL").fetchall())
         fam = families(names)
@@ -244,9 +244,9 @@ class Comparison:
         con.execute("CREATE TEMP TABLE cmp_busy AS " + self._busy_sql())
         con.execute("CREATE TEMP TABLE cmp_steps AS " + catalog.compare_sql("steps"))
         for r in self.runs:
-            r.steps = con.execute("SELECT count(*) FROM cmp_steps WHERE run = ?", [r.index]).fetchone()[0]
-            r.lanes = con.execute("SELECT count(DISTINCT (run_id, pid, device_id)) FROM cmp_act "
-                                  "WHERE run = ? AND kind <> 'sync'", [r.index]).fetchone()[0]
+            r.steps = first_row(con.execute("SELECT count(*) FROM cmp_steps WHERE run = ?", [r.index]))[0]
+            r.lanes = first_row(con.execute("SELECT count(DISTINCT (run_id, pid, device_id)) FROM cmp_act "
+                                            "WHERE run = ? AND kind <> 'sync'", [r.index]))[0]
             if r.has_steps and not r.steps:   # all cut short: an empty side would read as "no regression"
                 raise InputError(f"{r.path}: every recorded step ({r.incomplete}) was ended early by an "
                                  "exception, so no complete step is left to compare; re-record it with "
@@ -285,8 +285,8 @@ class Comparison:
         (sql/compare/outside.sql), against the n_in activities of ns_in the steps claim;
         processes without steps (noted apart) left out."""
         skip = " AND ".join(f"NOT (a.run_id = {int(x)} AND a.pid = {int(y)})" for x, y in stepless)
-        n_out, ns_out = self.con.execute(catalog.compare_sql("outside").replace("{db}", db)
-                                         .replace("{skip}", skip or "TRUE")).fetchone()
+        n_out, ns_out = first_row(self.con.execute(catalog.compare_sql("outside").replace("{db}", db)
+                                                   .replace("{skip}", skip or "TRUE")))
         total = ns_out + ns_in
         return (n_out, n_out + n_in, ns_out / total) if n_out and total > 0 else ()
 

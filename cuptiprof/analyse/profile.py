@@ -15,7 +15,7 @@ import duckdb
 from cuptiprof.errors import StoreError, UsageError, whole_number
 from cuptiprof.store.schema import file_schema_version
 from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
-from cuptiprof.store.files import connect_error
+from cuptiprof.store.files import connect_error, first_row
 from cuptiprof.analyse import catalog
 
 
@@ -38,8 +38,8 @@ def has_stored_busy(con, db: str = "") -> bool:
     file's name."""
     p = f"{db}." if db else ""
     try:
-        return con.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {p}runs WHERE run_id NOT IN "
-                           f"(SELECT run_id FROM {p}step_busy_runs))").fetchone()[0]
+        return first_row(con.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {p}runs WHERE run_id NOT IN "
+                                     f"(SELECT run_id FROM {p}step_busy_runs))"))[0]
     except duckdb.CatalogException:  # written before step_busy existed
         return False
 

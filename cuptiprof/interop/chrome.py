@@ -46,6 +46,7 @@ import pyarrow.compute as pc
 from cuptiprof.errors import InputError
 from cuptiprof.interop.kineto import LOG_CATEGORY
 from cuptiprof.outputs import check_output, temp_beside
+from cuptiprof.store.files import first_row
 
 try:  # ISA-L level 2: ~25x faster than zlib -9 for a ~40% larger file (BENCHMARKS.md)
     from isal import igzip as _gzip
@@ -79,12 +80,12 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
                         "SELECT run_id, pid FROM api_calls UNION ALL SELECT run_id, pid FROM logs) "
                         "ORDER BY 1, 2").fetchall()
     pids = _Pids(procs)
-    base_row = con.execute(
+    base_row = first_row(con.execute(
         f"SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM gpu_activities "
         f"WHERE {where} UNION ALL SELECT min(start_ns), max(coalesce(end_ns, start_ns)) "
         f"FROM ranges WHERE {where} UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls "
         f"WHERE {where} UNION ALL SELECT min(time_ns), max(time_ns) FROM logs WHERE {where})"
-    ).fetchone()
+    ))
     base = (int(base_row[0]) // 1_000_000) * 1_000_000 if base_row[0] is not None else 0
     last = int(base_row[1]) if base_row[1] is not None else base
 
@@ -541,16 +542,16 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
             "cuptiprofLinks": LINKS}
     if not single:   # not Kineto's: what the importer needs to take the processes apart again
         head["cuptiprofProcesses"] = _processes(con, pids, procs)
-    dist = con.execute("SELECT rank, world_size, local_rank FROM processes WHERE rank IS NOT NULL "
-                       "OR local_rank IS NOT NULL LIMIT 1").fetchone() if single else None
+    dist = first_row(con.execute("SELECT rank, world_size, local_rank FROM processes WHERE rank IS NOT NULL "
+                                 "OR local_rank IS NOT NULL LIMIT 1")) if single else None
     if dist:   # local_rank: not Kineto's; the importer reads it back
         head["distributedInfo"] = {"rank": dist[0], "world_size": dist[1],
                                    **({"local_rank": dist[2]} if dist[2] is not None else {})}
     # runs.host is the writer's: the recording host, but not an imported trace's (it is the
     # host that imported it)
-    host = con.execute("SELECT coalesce((SELECT any_value(host) FROM processes WHERE host IS NOT "
-                       "NULL), (SELECT any_value(host) FROM runs WHERE host IS NOT NULL AND "
-                       "source NOT IN ('kineto', 'nsys')))").fetchone()[0] if single else None
+    host = first_row(con.execute("SELECT coalesce((SELECT any_value(host) FROM processes WHERE host IS NOT "
+                                 "NULL), (SELECT any_value(host) FROM runs WHERE host IS NOT NULL AND "
+                                 "source NOT IN ('kineto', 'nsys')))"))[0] if single else None
     if host:   # Kineto's key; the importer reads it back
         head["host_name"] = host
     return msgspec.json.encode(head)[:-1] + b', "traceEvents": [\n'

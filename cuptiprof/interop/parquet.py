@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 from cuptiprof.outputs import check_output, temp_beside
+from cuptiprof.store.files import first_row
 
 # Per-process tables (partitioned by host/pid), exported from the view that resolves names.
 PARTITIONED = ("kernels", "memcpys", "memsets", "syncs", "api_calls", "ranges", "logs",
@@ -64,7 +65,7 @@ def export_parquet(prof, out_dir: str | os.PathLike, *, force: bool = False) -> 
             src = t   # --steps: the rows of those steps, in every table that has steps
             if prof.step_range is not None and "step" in cols:
                 src = f"(SELECT * FROM {t} WHERE {prof.step_filter})"
-            n = con.execute(f"SELECT count(*) FROM {src}").fetchone()[0]
+            n = first_row(con.execute(f"SELECT count(*) FROM {src}"))[0]
             counts[t] = n
             sel = ", ".join(f"x.{c}" for c in cols if c not in ("host", "pid", *INTERNAL))
             host = "x.host" if "host" in cols else "p.host"
@@ -86,7 +87,7 @@ def export_parquet(prof, out_dir: str | os.PathLike, *, force: bool = False) -> 
         for t in PLAIN:
             (tmp / t).mkdir()
             dest = (tmp / t / "data_0.parquet").as_posix().replace("'", "''")
-            counts[t] = con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            counts[t] = first_row(con.execute(f"SELECT count(*) FROM {t}"))[0]
             con.execute(f"COPY (SELECT * FROM {t}) TO '{dest}' (FORMAT parquet)")
         if out.exists():
             shutil.rmtree(out) if out.is_dir() else out.unlink()

@@ -30,7 +30,7 @@ from pathlib import Path
 from cuptiprof.errors import CuptiprofError, InputError, UsageError, WriterBusy, storage_error
 from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.run import settings as S
-from cuptiprof.store.files import alive, running_launcher
+from cuptiprof.store.files import alive, first_row, running_launcher
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 KINDS = ("kernel", "memcpy", "memset", "sync", "api", "nvtx", "memory", "overhead")
@@ -301,8 +301,8 @@ def _has_steps(out: Path) -> bool:
     try:
         con = duckdb.connect(str(out), read_only=True)
         try:
-            return con.execute("SELECT count(*) FROM ranges WHERE kind IN ('step', 'warmup')"
-                               ).fetchone()[0] > 0
+            return first_row(con.execute("SELECT count(*) FROM ranges WHERE kind IN ('step', 'warmup')"
+                                         ))[0] > 0
         finally:
             con.close()
     except duckdb.Error:
@@ -615,10 +615,10 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
         with open_profile(res.output) as prof:
             print("", file=sys.stderr, flush=True)
             print_reports(prof, list(SUMMARY), out=sys.stderr)
-            steps, warm = prof.con.execute(
+            steps, warm = first_row(prof.con.execute(
                 "SELECT count(DISTINCT step) FILTER (WHERE kind = 'step'), "
-                "count(*) FILTER (WHERE kind = 'warmup') FROM ranges").fetchone()
-            early = prof.con.execute("SELECT count(*) FROM processes WHERE ended_early").fetchone()[0]
+                "count(*) FILTER (WHERE kind = 'warmup') FROM ranges"))
+            early = first_row(prof.con.execute("SELECT count(*) FROM processes WHERE ended_early"))[0]
             named = [n for (n,) in prof.con.execute(   # the program's own ranges, most called first
                 "SELECT name FROM ranges WHERE kind = 'user' GROUP BY name "
                 "ORDER BY count(*) DESC, name LIMIT 5").fetchall()]

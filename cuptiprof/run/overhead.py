@@ -19,6 +19,7 @@ from pathlib import Path
 from cuptiprof.errors import CuptiprofError
 from cuptiprof.render.table import plain_table
 from cuptiprof.run.launcher import LaunchOptions, launch
+from cuptiprof.store.files import first_row
 
 
 def _median_steps_base(parts: Path) -> float | None:
@@ -36,8 +37,8 @@ def _median_steps_profiled(path: Path) -> float | None:
 
     con = duckdb.connect(str(path), read_only=True)
     try:
-        row = con.execute("SELECT median(end_ns - start_ns) FROM ranges WHERE kind = 'step' "
-                          "AND end_ns IS NOT NULL").fetchone()
+        row = first_row(con.execute("SELECT median(end_ns - start_ns) FROM ranges WHERE kind = 'step' "
+                                    "AND end_ns IS NOT NULL"))
     finally:
         con.close()
     return row[0] / 1e6 if row and row[0] is not None else None

@@ -31,6 +31,14 @@ def read_head(path: Path, expected: str = "a cuptiprof file") -> bytes:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
+def first_row(result) -> tuple | None:
+    """The first row of an execute() result, or None when it has none. It fetches every row, so
+    the result ends here: DuckDB 2 keeps a result that fetchone() read only part of open, and
+    refuses con.sql() and every relation of that connection until it is finished."""
+    rows = result.fetchall()
+    return rows[0] if rows else None
+
+
 def running_launcher(parts: Path) -> int | None:
     """The pid of the `cuptiprof run` that writes into `parts` (its launcher.pid), while it is
     alive."""
@@ -105,7 +113,7 @@ def check_core_tables(con, path: Path, db: str | None = None) -> None:
     the tables that version defines: cut down, or a `meta` table made by hand. `db`: the
     attached database's name (default: the connection's own file)."""
     if db is None:
-        db = con.execute("SELECT current_database()").fetchone()[0]
+        db = first_row(con.execute("SELECT current_database()"))[0]
     present = {n for (n,) in con.execute(
         "SELECT table_name FROM duckdb_tables() WHERE database_name = ? "
         "UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = ?", [db, db]).fetchall()}

@@ -26,7 +26,7 @@ from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, StoreError
 from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.store import arrow
-from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
+from cuptiprof.store.files import check_core_tables, check_schema_version, first_row, require_duckdb
 from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, table_columns
 from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
@@ -105,7 +105,7 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
             m.dead.update(int(p) for p in ended_early)
             m.finish_one_run(run_info or RunInfo(), status, end_ns, extra or {})
         m.finish_busy()
-        result.runs = con.execute("SELECT count(*) FROM runs").fetchone()[0]
+        result.runs = first_row(con.execute("SELECT count(*) FROM runs"))[0]
         con.execute("CHECKPOINT")
         con.close()
         os.replace(tmp, dest)
@@ -181,7 +181,7 @@ class _Merger:
 
     def _version(self, src: Path) -> int | None:
         try:
-            row = self.con.execute("SELECT value FROM src.meta WHERE key='schema_version'").fetchone()
+            row = first_row(self.con.execute("SELECT value FROM src.meta WHERE key='schema_version'"))
         except duckdb.Error:
             return None
         return int(row[0]) if row and str(row[0]).isdigit() else None
@@ -234,7 +234,7 @@ class _Merger:
             con.execute(f"INSERT INTO runs ({', '.join(cols)}) SELECT {sel} FROM src.runs x "
                         "JOIN runmap rm ON rm.old = x.run_id")
         # Strings: add the values this file does not know yet, then map old id -> new id.
-        base = con.execute("SELECT coalesce(max(string_id), 0) FROM strings").fetchone()[0]
+        base = first_row(con.execute("SELECT coalesce(max(string_id), 0) FROM strings"))[0]
         con.execute(
             "INSERT INTO strings SELECT ? + row_number() OVER (ORDER BY value NULLS FIRST), value, demangled "
             "FROM (SELECT s.value, any_value(s.demangled) AS demangled FROM src.strings s "
@@ -254,7 +254,7 @@ class _Merger:
             con.execute(f"CREATE OR REPLACE TEMP TABLE sconfigs AS SELECT x.config_id, "
                         f"(SELECT sm.new FROM smap sm WHERE sm.old = x.name_id) AS name_id, "
                         f"{', '.join('x.' + c for c in LAUNCH_CONFIG)} FROM src.launch_configs x")
-            base = con.execute("SELECT coalesce(max(config_id), 0) FROM launch_configs").fetchone()[0]
+            base = first_row(con.execute("SELECT coalesce(max(config_id), 0) FROM launch_configs"))[0]
             con.execute(
                 f"INSERT INTO launch_configs SELECT ? + row_number() OVER (ORDER BY {cfg}), {cfg} "
                 f"FROM (SELECT DISTINCT {cfg} FROM sconfigs s WHERE NOT EXISTS "
@@ -267,7 +267,7 @@ class _Merger:
         con.execute(f"CREATE OR REPLACE TEMP TABLE slanes AS SELECT x.lane_id, rm.new AS run_id, "
                     f"{', '.join('x.' + c for c in LANE[1:])} FROM src.lanes x "
                     "JOIN runmap rm ON rm.old = x.run_id")
-        base = con.execute("SELECT coalesce(max(lane_id), 0) FROM lanes").fetchone()[0]
+        base = first_row(con.execute("SELECT coalesce(max(lane_id), 0) FROM lanes"))[0]
         con.execute(f"INSERT INTO lanes SELECT ? + row_number() OVER (ORDER BY {lane}), {lane} "
                     f"FROM (SELECT DISTINCT {lane} FROM slanes s WHERE NOT EXISTS "
                     f"      (SELECT 1 FROM main.lanes d WHERE {same}))", [base])
@@ -295,12 +295,12 @@ class _Merger:
                     else "JOIN runmap rm ON rm.old = x.run_id")
             con.execute(f"INSERT INTO {t} ({', '.join(cols)}) SELECT {', '.join(sel)} "
                         f"FROM src.{t} x {join}")
-            n = con.execute(f"SELECT count(*) FROM src.{t}").fetchone()[0]
+            n = first_row(con.execute(f"SELECT count(*) FROM src.{t}"))[0]
             self.result.rows[t] = self.result.rows.get(t, 0) + n
         # Stored busy time is copied when the source has it for every run, else computed at the end.
-        complete = "step_busy_runs" in src_tables and not con.execute(
+        complete = "step_busy_runs" in src_tables and not first_row(con.execute(
             "SELECT count(*) FROM src.runs WHERE run_id NOT IN (SELECT run_id FROM src.step_busy_runs)"
-        ).fetchone()[0]
+        ))[0]
         if complete:
             con.execute("INSERT INTO step_busy SELECT rm.new, x.pid, x.device_id, x.step, x.busy_ns, "
                         "x.start_ns, x.end_ns FROM src.step_busy x JOIN runmap rm ON rm.old = x.run_id")

@@ -31,6 +31,7 @@ from cuptiprof.native import extensions_enabled, load_extension
 from cuptiprof.store import arrow
 from cuptiprof.store.arrow import valid as _valid, values as _values
 from cuptiprof.store.demangle import demangle
+from cuptiprof.store.files import first_row
 from cuptiprof.store.files import check_schema_version, connect_error  # noqa: F401 (re-exported)
 from cuptiprof.store.summary import BUSY_SQL, BusySummary, work_part
 from cuptiprof.store.schema import (
@@ -196,7 +197,7 @@ class Writer:
         self._accepted = dict(self._columns)
         self._accepted["kernel_rows"] = self._columns["kernel_rows"] | set(_KERNEL) | set(LANE)
         self._busy = BusySummary()
-        row = self._con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()
+        row = first_row(self._con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs"))
         self.run_id = int(row[0])
         r = self.run
         start_ns = r.start_ns if r.start_ns is not None else time.time_ns()
