@@ -202,6 +202,26 @@ def test_a_report_made_before_set_steps_keeps_its_steps(tmp_path):
         assert prof.sql("SELECT step FROM sel_steps").fetchall() == [(1,)]
 
 
+@pytest.mark.parametrize("use", [lambda p: p.ops(), lambda p: p.steps(top=2),
+                                 lambda p: p.report("kinds"), lambda p: p.data_quality(),
+                                 lambda p: p.runs(), lambda p: p.sql("SELECT count(*) FROM sel_steps")])
+def test_reports_after_a_fetchone_of_the_users_own_query(tmp_path, use):
+    """DuckDB 2 keeps the result of `prof.con.execute(q)` open after a fetchone() that did not
+    read it to its end, and refused every report and sql() of the Profile after it ("connection
+    has an unfinished result from execute()"); DuckDB 1 dropped it when the next query ran."""
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with cuptiprof.open(p) as prof:
+        expected = use(prof).fetchall()
+        assert prof.con.execute("SELECT step FROM ranges WHERE kind = 'step' ORDER BY step"
+                                ).fetchone() == (0,)
+        assert use(prof).fetchall() == expected
+        prof.con.execute("SELECT step FROM ranges ORDER BY step").fetchmany(1)
+        assert use(prof).fetchall() == expected
+        # the user's own next execute() works as it did, and its rows are all there
+        assert prof.con.execute("SELECT count(*) FROM ranges WHERE kind = 'step'").fetchall() == [(3,)]
+
+
 @pytest.mark.parametrize("use", [lambda p: p.ops(), lambda p: p.sql("SELECT 1"),
                                  lambda p: p.set_steps(1), lambda p: p.data_quality()])
 def test_a_closed_profile_says_so(tmp_path, use):

@@ -242,6 +242,17 @@ class Profile:
             self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {pinned}")
 
     # -- queries -----------------------------------------------------------------------------
+    def _ready(self):
+        """The connection, with a result of the user's own `prof.con.execute(...)` that was not
+        read to its end (a fetchone()) ended first: DuckDB 2 refuses every relation of a
+        connection holding one ("connection has an unfinished result"), where DuckDB 1 dropped
+        it when the next query ran. The rows not read yet are dropped, as DuckDB 1 dropped them,
+        without being computed (the connection is read-only: no write is undone)."""
+        end = getattr(self.con, "abort", None)   # DuckDB 2; a closed Profile says so here
+        if end is not None:
+            end()
+        return self.con
+
     def sql(self, query: str, params=None) -> duckdb.DuckDBPyRelation:
         """Read-only SQL over the file: queries (SELECT, EXPLAIN, PRAGMA, CALL) only. Anything
         else is refused, as by `cuptiprof sql`: COPY, EXPORT DATABASE, ATTACH, INSTALL/LOAD, SET,
@@ -257,7 +268,8 @@ class Profile:
                              f"EXPLAIN, PRAGMA, CALL); a {kind} statement is refused and nothing "
                              "ran. To save a result, call .write_parquet(path) or .to_csv(path) "
                              "on the relation of a query")
-        return self.con.sql(query, params=params) if params else self.con.sql(query)
+        con = self._ready()
+        return con.sql(query, params=params) if params else con.sql(query)
 
     def report(self, name: str, top: int | None = None) -> duckdb.DuckDBPyRelation:
         """The report `name` over the steps in scope, as `cuptiprof report FILE --by ...` prints
@@ -267,7 +279,7 @@ class Profile:
         top: the first N rows only (None: every row)."""
         top = whole_number("top", top, 1, none_ok=True)
         name = catalog.BY.get(name, name) if isinstance(name, str) else name
-        rel = self.con.sql(catalog.pin_scope(catalog.report_sql(name), self._scope_tag))
+        rel = self._ready().sql(catalog.pin_scope(catalog.report_sql(name), self._scope_tag))
         return rel.limit(top) if top else rel
 
     def ops(self, top: int | None = None):
@@ -304,11 +316,11 @@ class Profile:
     def data_quality(self):
         """Every row of the data_quality table (what the file does not contain), whatever the
         scope. report('quality') adds the program's ranges that ran outside every step."""
-        return self.con.sql("SELECT * FROM data_quality ORDER BY run_id, pid, check_name, subject")
+        return self._ready().sql("SELECT * FROM data_quality ORDER BY run_id, pid, check_name, subject")
 
     def runs(self):
         """Every row of the runs table (label, source, status, command, versions, settings)."""
-        return self.con.sql("SELECT * FROM runs ORDER BY run_id")
+        return self._ready().sql("SELECT * FROM runs ORDER BY run_id")
 
     def close(self) -> None:
         """Close the file (relations made from it can no longer be read); `with` does it too.
