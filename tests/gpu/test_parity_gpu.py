@@ -74,7 +74,7 @@ def test_the_examples_ranges_hold_the_work_launched_inside_them(runs):
     with cuptiprof.open(runs[0]) as prof:
         rel = prof.report("ranges")
         got = {r[0]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
-        work = prof.sql("SELECT count(*) FROM sel_activities WHERE kind <> 'sync'").fetchone()[0]
+        work = prof.sql("SELECT count(*) FROM sel_activities WHERE kind <> 'sync'").fetchall()[0][0]
     tr, sc = got["transformer"], got["scheduler"]
     assert tr["calls"] == 3 and sc["calls"] == 3
     assert tr["gpu_calls"] > 2 * sc["gpu_calls"] > 0
