@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Every GPU check of cuptiprof in one go, for one device call (docs/gpu-check.md):
 #   versions -> pytest -m gpu -> parity with torch.profiler (+ fixtures) -> step attribution
-#   with torch.compile / CUDA graphs -> CUPTI questions -> overhead.
+#   with torch.compile / CUDA graphs -> steps on threads beside a CUDA graph capture ->
+#   CUPTI questions -> overhead.
 # Results land in $OUT (at most 8 files come back): log, summary.txt, versions.json,
-# parity.json, attribution.json, questions.json, overhead.json, results.tar.gz (fixtures/,
+# parity.json, attribution.json (with the threads stage's "threaded_steps"), questions.json,
+# overhead.json, results.tar.gz (fixtures/,
 # every DuckDB file and trace made here).
 #
 # Env: DRY_RUN=1 rehearses on a CPU-only machine (fake CUPTI, tiny sizes, GPU-only parts
-# skipped with a line); STAGES="versions pytest parity attribution questions overhead" picks
+# skipped with a line); STAGES="versions pytest parity attribution threads questions overhead" picks
 # stages; GPU_CHECK_BUDGET_S (default 420) is the wall time the whole script may use: each
 # stage gets min(its own cap, what is left) and a stage that cannot get 20 s is skipped.
 set -uo pipefail
@@ -34,7 +36,7 @@ W=$GPU_CHECK_WORK
 mkdir -p "$W/fixtures"
 BUDGET=${GPU_CHECK_BUDGET_S:-420}
 T0=$(date +%s)
-STAGES=${STAGES:-versions pytest parity attribution questions overhead}
+STAGES=${STAGES:-versions pytest parity attribution threads questions overhead}
 RESERVE=25                               # seconds kept for packing the results
 
 note() { printf '\n=== %s [t=%ss] %s\n' "$(date -u +%H:%M:%S)" "$(( $(date +%s) - T0 ))" "$*"; }
@@ -100,6 +102,20 @@ attribution_runs() {
   [ "$DRY" != 0 ] || files+=("$W/compile-graphs.duckdb")
   $PY scripts/attribution.py "${files[@]}" --json "$OUT/attribution.json" | tee "$W/attribution.txt"
   for f in compile-default compile-graphs; do
+    [ -f "$W/$f.duckdb" ] && gzip -c "$W/$f.duckdb" > "$W/fixtures/$f.duckdb.gz"
+  done
+  true
+}
+threads_runs() {   # steps on two threads, a CUDA graph captured on a third (docs/gpu-check.md)
+  local n=8
+  [ "$DRY" != 0 ] && echo "threads: SKIP (dry run: CUDA graph capture, streams and NVTX markers need a GPU; the threads and ranges run on the CPU)"
+  $PY scripts/threaded_steps.py scenario --mode profile --out "$W/threads-profile.duckdb" \
+    --facts "$W/threads-profile.json" --steps $n --watchdog-s 60 || echo "threads: profile() run failed"
+  CUPTIPROF_FLUSH_EVERY_S=0 $PY -m cuptiprof run -o "$W/threads-run.duckdb" --warmup 1 --steps $n --no-report -- \
+    $PY scripts/threaded_steps.py scenario --mode run --facts "$W/threads-run.json" --steps $n \
+    --watchdog-s 60 || echo "threads: cuptiprof run failed"
+  $PY scripts/threaded_steps.py check --work "$W" --steps $n --json "$OUT/attribution.json" | tee "$W/threads.txt"
+  for f in threads-profile threads-run; do
     [ -f "$W/$f.duckdb" ] && gzip -c "$W/$f.duckdb" > "$W/fixtures/$f.duckdb.gz"
   done
   true
@@ -172,6 +188,9 @@ want parity && stage parity 150 parity_runs
 # -- d: step attribution with torch.compile and CUDA graphs --------------------------------
 want attribution && stage attribution 170 attribution_runs
 
+# -- f: steps on worker threads beside a CUDA graph capture (into attribution.json) ---------
+want threads && stage threads 90 threads_runs
+
 # -- e: the open CUPTI questions -----------------------------------------------------------
 want questions && stage questions 110 $PY scripts/cupti_questions.py --json "$OUT/questions.json" \
   --parity-file "$W/cp-1.duckdb" --watchdog-s 100
@@ -191,7 +210,7 @@ fi
 {
   echo "cuptiprof GPU check $(date -u +%Y-%m-%dT%H:%M:%SZ) dry_run=$DRY"
   [ -f "$OUT/versions.json" ] && cat "$OUT/versions.json"
-  for f in parity.txt attribution.txt; do [ -f "$W/$f" ] && { echo; echo "## $f"; cat "$W/$f"; }; done
+  for f in parity.txt attribution.txt threads.txt; do [ -f "$W/$f" ] && { echo; echo "## $f"; cat "$W/$f"; }; done
   if [ -f "$OUT/overhead.json" ]; then
     echo; echo "## overhead"
     $PY -c "import json,sys; sys.path.insert(0,'scripts'); import overhead; print(overhead.table(json.load(open('$OUT/overhead.json'))['summary']), end='')"
