@@ -70,14 +70,14 @@ def test_chrome_trace_is_valid_kineto_json(tb0, chrome_steps):
     assert {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cpu_op", "user_annotation"} <= cats
     for e in ev:
         assert e["ph"] in {"X", "s", "f", "M", "i"}
+        if e["ph"] == "X":
+            assert e["dur"] >= 0 and isinstance(e["ts"], (int, float))
     # the instants: the [memory] events of the steps exported (6 and 7), no others
     mem = [e for e in ev if e["ph"] == "i"]
     assert {e["name"] for e in mem} == {"[memory]"}
     with duckdb.connect(str(tb0), read_only=True) as con:
         assert len(mem) == con.execute("SELECT count(*) FROM memory_events WHERE step IN (6, 7)"
                                        ).fetchone()[0] > 0
-        if e["ph"] == "X":
-            assert e["dur"] >= 0 and isinstance(e["ts"], (int, float))
     starts = {e["id"] for e in ev if e["ph"] == "s"}
     ends = {e["id"] for e in ev if e["ph"] == "f"}
     assert ends and ends <= starts  # every arrow into a GPU row starts at its launching call
