@@ -898,5 +898,6 @@ def test_the_outside_steps_note_reads_each_files_rows_in_few_passes(tmp_path, mo
     built = seen[:next(i for i, q in enumerate(seen) if "CREATE TEMP TABLE cmp_act" in q)]
     for db in ("f0", "f1"):   # before the compared rows are gathered: totals and outside (the
         # note's two passes), CPU ops, names and regions
-        assert sum(q.count(f"{db}.gpu_activities") for q in built) <= 5, [q[:80] for q in built]
+        passes = sum(q.count(f"{db}.gpu_activities") for q in built)
+        assert 1 <= passes <= 5, [q[:80] for q in built]
     assert outside[:2] == (1, 5 * 14 + 1) and 0.6 < outside[2] < 0.7
