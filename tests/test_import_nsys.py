@@ -359,3 +359,24 @@ def test_a_process_without_gpu_work_is_a_process_of_the_file(tmp_path):
                                                       (5151, "worker", None, None, 500, 2000)]
     assert con.execute("SELECT pid, count(*) FROM ranges GROUP BY 1 ORDER BY 1").fetchall() == \
         [(4242, 1), (5151, 1)]
+
+
+def test_a_syncs_cuda_event_is_kept_and_cuptis_none_is_null(tmp_path):
+    """A sync's eventId is the CUDA event it waited on; CUPTI's "no event" (0xFFFFFFFF, on syncs
+    of other types) is NULL, as the collector stores it, not 4294967295."""
+    src = nsys_export(tmp_path / "s.sqlite", launches=_launches(1))
+    with sqlite3.connect(src) as db:
+        db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER, \"end\" INTEGER, "
+                   "deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER, "
+                   "globalPid INTEGER, syncType INTEGER, eventId INTEGER)")
+        db.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION VALUES (?, ?, 0, 1, ?, ?, ?, ?, ?)",
+                       [(2000, 2100, 7, 90, 4242 << 24, 1, 5),
+                        (2200, 2300, 7, 91, 4242 << 24, 2, 0xFFFFFFFE),
+                        (2400, 2500, None, 92, 4242 << 24, 4, 0xFFFFFFFF)])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT sync_type, stream_id, cuda_event_id FROM syncs ORDER BY start_ns"
+                           ).fetchall() == [("event_synchronize", 7, 5),
+                                            ("stream_wait_event", 7, 0xFFFFFFFE),
+                                            ("context_synchronize", None, None)]
