@@ -91,3 +91,33 @@ def test_close_waits_for_the_gpu_before_its_forced_flush():
     names = [c[0] for c in f.calls]
     assert "synchronize" in names and ("flush", 1) in f.calls
     assert names.index("synchronize") < f.calls.index(("flush", 1))
+
+
+def test_synchronize_runs_in_relaxed_capture_mode_and_restores_the_threads_mode(monkeypatch, driver):
+    """A step ended on a worker thread flushes there: in the default (global) capture mode its
+    synchronize would invalidate a CUDA graph another thread is capturing. The synchronize runs
+    with this thread relaxed, and the thread gets its own mode back, even when it fails."""
+    d = sys.modules["cuda.bindings.driver"]
+    modes = types.SimpleNamespace(CU_STREAM_CAPTURE_MODE_GLOBAL=0, CU_STREAM_CAPTURE_MODE_RELAXED=2)
+    mode = [0]          # this thread's mode, as the driver keeps it
+    log = []
+
+    def exchange(new):
+        old, mode[0] = mode[0], new
+        log.append(("mode", new))
+        return (0, old)
+    monkeypatch.setattr(d, "CUstreamCaptureMode", modes, raising=False)
+    monkeypatch.setattr(d, "cuThreadExchangeStreamCaptureMode", exchange, raising=False)
+
+    def synchronize(i):
+        log.append(("sync", i, mode[0]))
+        if i == 5:
+            raise RuntimeError("an error the program's own work left behind")
+    cuda = types.SimpleNamespace(is_initialized=lambda: True, device_count=lambda: 8,
+                                 current_device=lambda: 0, synchronize=synchronize,
+                                 is_current_stream_capturing=lambda: False)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr(cupti_source, "_capture_mode_missing", False)
+    cupti_source.device_synchronize()
+    assert log == [("mode", 2), ("sync", 0, 2), ("sync", 3, 2), ("sync", 5, 2), ("mode", 0)]
+    assert mode == [0]

@@ -13,6 +13,7 @@ every line here runs in CPU tests. Order of use (docs/cupti-python.md §7):
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import sys
@@ -104,26 +105,61 @@ def gpu_count() -> int:
 def device_synchronize() -> None:
     """Wait for all GPU work of this process: torch when it has initialised CUDA, else the driver.
     Only devices the process already has a context on: synchronizing another would create one
-    (hundreds of MB on every GPU of a node, for each rank). Not while a stream is being captured
-    into a CUDA graph: synchronizing then is an error that invalidates the capture."""
+    (hundreds of MB on every GPU of a node, for each rank). Not while this thread's stream is
+    being captured into a CUDA graph: synchronizing then is an error that invalidates the
+    capture. Another thread's capture is left alone by synchronizing in relaxed capture mode."""
     torch = sys.modules.get("torch")
-    try:
-        if torch is not None and torch.cuda.is_initialized():
-            if torch.cuda.is_current_stream_capturing():
+    with _relaxed_capture_mode():
+        try:
+            if torch is not None and torch.cuda.is_initialized():
+                if torch.cuda.is_current_stream_capturing():
+                    return
+                for i in _devices_in_use(torch.cuda.device_count(), torch.cuda.current_device()):
+                    torch.cuda.synchronize(i)
                 return
-            for i in _devices_in_use(torch.cuda.device_count(), torch.cuda.current_device()):
-                torch.cuda.synchronize(i)
-            return
-    except Exception:
-        pass
-    try:
-        from cuda.bindings import driver
+        except Exception:
+            pass
+        try:
+            from cuda.bindings import driver
 
-        err, ctx = driver.cuCtxGetCurrent()
-        if int(err) == 0 and int(ctx) != 0:
-            driver.cuCtxSynchronize()
-    except Exception:
-        pass
+            err, ctx = driver.cuCtxGetCurrent()
+            if int(err) == 0 and int(ctx) != 0:
+                driver.cuCtxSynchronize()
+        except Exception:
+            pass
+
+
+_capture_mode_missing = False   # the driver call is not there (no driver library, old bindings)
+
+
+@contextlib.contextmanager
+def _relaxed_capture_mode():
+    """This thread in relaxed stream-capture mode meanwhile. In the default (global) mode a
+    synchronize from any thread while another captures a CUDA graph (torch.cuda.graph captures
+    in global mode) is refused and invalidates that capture; a step ended on a worker thread
+    flushes there. Relaxed, this thread may synchronize (as torch's NCCL watchdog thread does),
+    and the capture goes on. Without a driver or these bindings nothing changes."""
+    global _capture_mode_missing
+    driver = prev = None
+    if not _capture_mode_missing:
+        try:
+            from cuda.bindings import driver
+
+            err, prev = driver.cuThreadExchangeStreamCaptureMode(
+                driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
+            if int(err) != 0:
+                prev = None
+        except Exception:   # no bindings or no driver library: not looked for again
+            _capture_mode_missing = True
+            prev = None
+    try:
+        yield
+    finally:
+        if prev is not None:   # the mode the thread had, whatever the synchronize did
+            try:
+                driver.cuThreadExchangeStreamCaptureMode(prev)
+            except Exception:
+                pass
 
 
 def _devices_in_use(n: int, current: int) -> list[int]:
