@@ -32,9 +32,11 @@ def test_unknown_source_leaves_no_file_and_the_retry_works(tmp_path):
 
 @pytest.mark.parametrize("kw, says", [
     ({"warmup": "2"}, "warmup must be a whole number >= 0, not '2'"),
-    ({"steps": 2.5}, "steps must be a whole number >= 0 or None, not 2.5"),
+    ({"steps": 2.5}, "steps must be a whole number >= 1 or None, not 2.5"),
     ({"warmup": True}, "warmup must be a whole number >= 0, not True"),
-    ({"steps": -1}, "steps must be a whole number >= 0 or None, not -1"),
+    ({"steps": -1}, "steps must be a whole number >= 1 or None, not -1"),
+    # no step recorded after warm-up, every launch before the first one unclaimed; as run --steps 0
+    ({"steps": 0}, "steps must be a whole number >= 1 or None, not 0"),
     ({"range_filter": 5}, "range_filter must be a glob, a list of globs or a function"),
     ({"range_filter": ["attn*", 3]}, "range_filter must be a glob, a list of globs or a function"),
     # a mode of no meaning appended to an existing file; a source of no use failed in start()

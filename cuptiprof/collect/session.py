@@ -81,7 +81,7 @@ class Session:
 
     path: output DuckDB file (created; see `mode`).
     warmup: step ranges skipped before recording (written as kind 'warmup', no GPU rows).
-    steps: step ranges recorded after warm-up; None records until stop().
+    steps: step ranges recorded after warm-up (at least 1); None records until stop().
     kinds: subset of ("kernel", "memcpy", "memset", "sync", "api", "nvtx", "memory",
         "overhead"), or those names in one string with commas ("kernel,memcpy"); None = all.
         Runtime/driver API records are always collected because the
@@ -113,7 +113,9 @@ class Session:
                  flush_every_s: float | None = None, quiet: bool = False, pid: int | None = None):
         from cuptiprof.collect.cupti_source import ALL_KINDS
 
-        warmup, steps = whole_number("warmup", warmup, 0), whole_number("steps", steps, 0, True)
+        # steps=0 would record nothing after warm-up (and everything before the first step):
+        # refused, as `cuptiprof run --steps 0` is
+        warmup, steps = whole_number("warmup", warmup, 0), whole_number("steps", steps, 1, True)
         flush_every = whole_number("flush_every", flush_every, 1)
         if flush_every_s is None:
             flush_every_s = env_seconds("CUPTIPROF_FLUSH_EVERY_S", 1.0)
