@@ -146,12 +146,13 @@ class Recorder:
             self.next_id += 1
             if is_step and kind == "step":
                 self._open_steps[rid] = (now, step)
-        parent = stack[-1] if stack else None
+            parent = stack[-1] if stack else None
+            if not is_step:   # read under the lock end() changes the open steps under
+                step = parent.step if parent else self.current_step
         if kind is None:
             kind = "warmup" if name == "warmup" else "user"
         o = _Open(range_id=rid, parent_id=parent.range_id if parent else None, depth=len(stack),
-                  name=name, kind=kind,
-                  step=step if is_step else (parent.step if parent else self.current_step),
+                  name=name, kind=kind, step=step,
                   thread=threading.get_native_id(), start=now, attrs=attrs, is_step=is_step,
                   gen=self.gen)
         self._stack_var.set(stack + (o,))
