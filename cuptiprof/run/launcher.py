@@ -619,9 +619,10 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
                 "SELECT count(DISTINCT step) FILTER (WHERE kind = 'step'), "
                 "count(*) FILTER (WHERE kind = 'warmup') FROM ranges"))
             early = first_row(prof.con.execute("SELECT count(*) FROM processes WHERE ended_early"))[0]
-            named = [n for (n,) in prof.con.execute(   # the program's own ranges, most called first
-                "SELECT name FROM ranges WHERE kind = 'user' GROUP BY name "
-                "ORDER BY count(*) DESC, name LIMIT 5").fetchall()]
+            named = [] if steps or not o.step_range else [
+                n for (n,) in prof.con.execute(   # the program's own ranges, most called first
+                    "SELECT name FROM ranges WHERE kind = 'user' GROUP BY name "
+                    "ORDER BY count(*) DESC, name LIMIT 5").fetchall()]
     except CuptiprofError as exc:
         print(f"cuptiprof: warning: cannot print the report: {exc}", file=sys.stderr)
         steps = early = warm = None
