@@ -971,8 +971,7 @@ class KinetoFile:
 
         parent, depth, c_range, c_op = nest(r_key, r_start, r_end, r_code == 0,
                                             c_tid, c_start, c_end)
-        if not self.links and not any(len(self.gpu[t].get("start_ns"))
-                                      for t in ("kernels", "memcpys", "memsets")):
+        if not self.links and not self._has_gpu_work():
             self._cpu_kernels(r_code <= 1, ~(is_step | warm), parent, depth, r_name, r_key,
                               r_start, r_end)
             longest = max(longest, len(self.gpu["kernels"]))
@@ -1138,6 +1137,10 @@ class KinetoFile:
                            self.events, dict(self.rows), dict(self.unknown), len(s_n),
                            self.from_run)
 
+    def _has_gpu_work(self) -> bool:
+        """Any kernel, copy or memset read so far."""
+        return any(len(self.gpu[t].get("start_ns")) for t in ("kernels", "memcpys", "memsets"))
+
     def _cpu_kernels(self, is_event, not_step, parent, depth, r_name, r_key, r_start, r_end):
         """A trace recorded without CUDA activity: the CPU ops that do the work become kernels on
         device -1, one stream per thread, as `cuptiprof run` without a GPU stores them (ops and
@@ -1247,7 +1250,7 @@ class KinetoFile:
             quality.append({"check_name": "no_gpu", "subject": "gpu", "count": None,
                             "detail": f"no GPU activity in {self.path.name}: kernels holds CPU ops "
                             "on device -1, one stream per thread"})
-        elif not any(len(self.gpu[t].get("start_ns")) for t in ("kernels", "memcpys", "memsets")):
+        elif not self._has_gpu_work():
             # no GPU work and no CPU op either: the reports of GPU work are empty
             quality.append({"check_name": "no_gpu", "subject": "gpu", "count": None,
                             "detail": f"no GPU activity in {self.path.name}: a trace recorded "
