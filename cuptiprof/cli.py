@@ -49,7 +49,10 @@ _NEGATIVE_STEPS = re.compile(r"-\d+:-?\d*")
 
 def _glue_negative_steps(argv: list[str]) -> list[str]:
     """`--steps -3:-1` as `--steps=-3:-1`: argparse takes such a value for an option of its own
-    and stops ("expected one argument"). The profiled command after `--` is left as it is."""
+    and stops ("expected one argument"). Not for `run`: its --steps is a count, and the profiled
+    command (after `--`, or without it) is left as it is."""
+    if argv[:1] == ["run"]:
+        return argv
     out: list[str] = []
     for i, a in enumerate(argv):
         if a == "--":

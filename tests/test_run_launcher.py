@@ -454,3 +454,13 @@ def test_a_minus_value_after_the_command_separator_is_the_programs(tmp_path):
             tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "['--steps', '-2:1']"
+
+
+def test_a_minus_value_of_a_command_given_without_the_separator_is_the_programs(tmp_path):
+    """`cuptiprof run CMD ...` without `--`: the program's `--steps -2:1` is passed on as
+    written too (run's own --steps is a count, never such a value)."""
+    p = script(tmp_path, "import sys; print(sys.argv[1:])")
+    r = cli(["run", "-o", "a.duckdb", "--no-report", "--light", PY, p, "--steps", "-2:1"],
+            tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "['--steps', '-2:1']"
