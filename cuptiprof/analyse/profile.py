@@ -172,9 +172,9 @@ class Profile:
 
     def _step_span(self) -> str:
         """The recorded steps, first to last, for a --steps that selects none of them."""
-        lo, hi = self.con.execute(
+        lo, hi = first_row(self.con.execute(
             "SELECT min(step), max(step) FROM (SELECT step FROM gpu_activities WHERE step IS NOT "
-            "NULL UNION ALL SELECT step FROM ranges WHERE kind = 'step')").fetchall()[0]
+            "NULL UNION ALL SELECT step FROM ranges WHERE kind = 'step')"))
         return f"its only step is {lo}" if lo == hi else f"its steps are {lo} to {hi}"
 
     def _stepless_processes(self) -> list[tuple[int, int]]:
@@ -190,9 +190,9 @@ class Profile:
         label = f"{self._option} {steps!r}" if self._option else f"steps={steps!r}"
         rng = steps_range(steps, label)
         kernel_where = None   # the filter over kernel_rows (keyed by lane), where it differs
-        has_steps = self.con.execute(
+        has_steps = first_row(self.con.execute(
             "SELECT EXISTS (SELECT 1 FROM gpu_activities WHERE step IS NOT NULL) "
-            "OR EXISTS (SELECT 1 FROM ranges WHERE kind = 'step')").fetchall()[0][0]
+            "OR EXISTS (SELECT 1 FROM ranges WHERE kind = 'step')"))[0]
         if rng is None:
             where = "step IS NOT NULL" if has_steps else "TRUE"
             scope = "all recorded steps" if has_steps else "all rows (no steps recorded)"
@@ -213,11 +213,11 @@ class Profile:
                 conds.append(f"step <= {int(hi)}")
             where = " AND ".join(conds)
             scope = f"steps {'' if lo is None else lo}:{'' if hi is None else hi}"
-            # fetchall: a result left unfinished by fetchone() made every later query of this
+            # first_row: a result left unfinished by fetchone() made every later query of this
             # connection fail (DuckDB 2), once the refusal below was raised
-            found = self.con.execute(
+            found = first_row(self.con.execute(
                 f"SELECT EXISTS (SELECT 1 FROM gpu_activities WHERE {where}) OR EXISTS "
-                f"(SELECT 1 FROM ranges WHERE kind = 'step' AND {where})").fetchall()[0][0]
+                f"(SELECT 1 FROM ranges WHERE kind = 'step' AND {where})"))[0]
             if not found and not has_steps:   # pointing at the steps it has would not help
                 leave = f"leave out {self._option}" if self._option else "leave out steps="
                 raise UsageError(f"{self.path}: has no recorded steps (no row is tagged with a "
