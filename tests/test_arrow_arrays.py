@@ -122,3 +122,33 @@ def test_the_collector_does_not_import_pandas(tmp_path, fake_pandas):
     assert q(out, "SELECT count(*) FROM kernels") == [(4,)]
     assert q(out, "SELECT count(*) FROM memcpys") == [(2,)]
     assert not mark.exists(), "the collector imported pandas"
+
+
+def test_rows_as_lists_matches_table_take():
+    """The writer's interning picks representative rows with numpy; the same rows, NULLs
+    included, as Arrow's Table.take gives, across chunks and for an all-NULL column."""
+    a = pa.chunked_array([pa.array([5, None, 7], pa.int32()), pa.array([None, 9], pa.int32())])
+    b = pa.chunked_array([pa.array([1, 2, 3, 4, 5], pa.int64())])
+    c = pa.nulls(5, pa.int32())
+    d = pa.array([-3, 0, None, 2**40, 1], pa.int64())
+    tbl = pa.table({"a": a, "b": b, "c": c, "d": d})
+    rows = np.array([4, 1, 3, 0, 2, 2])
+    want = [tbl.take(pa.array(rows)).column(k).to_pylist() for k in tbl.column_names]
+    assert arrow.rows_as_lists(tbl, rows) == want
+    assert arrow.rows_as_lists(tbl, rows)[0] == [9, None, None, 5, 7, 7]
+
+
+def test_interned_names_keep_nulls_of_values_and_indices(tmp_path):
+    """A name column whose dictionary holds a NULL, and whose indices hold NULLs, is stored with
+    NULL for both and ids for the rest."""
+    from cuptiprof.store.writer import RunInfo, Writer
+    import duckdb
+    names = pa.DictionaryArray.from_arrays(pa.array([2, None, 0, 1, 2, 0], pa.int8()),
+                                           pa.array(["x", None, "y"]))
+    w = Writer(tmp_path / "o.duckdb", RunInfo(source="test"))
+    w.append({"ranges": pa.table({"name": names, "start_ns": pa.array(range(6), pa.int64()),
+                                  "end_ns": pa.array(range(1, 7), pa.int64())})})
+    path = w.close()
+    got = duckdb.connect(str(path)).execute(
+        "SELECT name FROM ranges ORDER BY start_ns").fetchall()
+    assert [g[0] for g in got] == ["y", None, "x", None, "y", "x"]

@@ -143,7 +143,8 @@ def work_part(t: pa.Table, groups: tuple[list[tuple], np.ndarray] | None = None)
     """The work of one table (columns pid, device_id, step, start_ns, end_ns; a missing
     device_id or step is NULL). `groups`: the (keys, code per row) when the caller already has
     them; otherwise they are found here."""
-    from cuptiprof.store.writer import _int_array, _one_row_each, _valid, _values, distinct_rows
+    from cuptiprof.store.arrow import rows_as_lists
+    from cuptiprof.store.writer import _one_row_each, _valid, _values, distinct_rows
 
     if not t.num_rows or "start_ns" not in t.column_names or "end_ns" not in t.column_names:
         return [], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -154,8 +155,7 @@ def work_part(t: pa.Table, groups: tuple[list[tuple], np.ndarray] | None = None)
                     else pa.nulls(t.num_rows, pa.int32())) for c in GROUP_KEYS}
         g = pa.table(cols)
         codes, k = distinct_rows(g)
-        reps = g.take(_int_array(_one_row_each(codes, k)))
-        keys = list(zip(*(reps.column(c).to_pylist() for c in GROUP_KEYS)))
+        keys = list(zip(*rows_as_lists(g.select(list(GROUP_KEYS)), _one_row_each(codes, k))))
     else:
         keys, codes = groups
     keep = e >= s

@@ -29,7 +29,7 @@ from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterB
 from cuptiprof.outputs import temp_beside
 from cuptiprof.native import extensions_enabled, load_extension
 from cuptiprof.store import arrow
-from cuptiprof.store.arrow import valid as _valid, values as _values
+from cuptiprof.store.arrow import rows_as_lists, valid as _valid, values as _values
 from cuptiprof.store.demangle import demangle
 from cuptiprof.store.files import first_row
 from cuptiprof.store.files import check_schema_version, connect_error  # noqa: F401 (re-exported)
@@ -376,7 +376,17 @@ class Writer:
                 new_strings.append((sid, v, demangle(v) if kernel else None))
             ids[i] = sid
         sid = np.array([-1 if x is None else x for x in ids], np.int32)
-        return pc.take(_int_array(sid, valid=sid >= 0), enc.indices)
+        # numpy, not pc.take: its kernels cost ~5 ms the first time a process calls them
+        ix = enc.indices
+        at = _values(ix)
+        if ix.null_count:   # a NULL slot's index is whatever the buffer holds
+            ok = _valid(ix)
+            at = np.where(ok, at, 0)
+        per_row = sid[at] if len(sid) else np.full(len(ix), -1, np.int32)
+        if ix.null_count:
+            per_row[~ok] = -1
+        return _int_array(per_row, valid=None if (sid >= 0).all() and not ix.null_count
+                          else per_row >= 0)
 
     def _intern_combos(self, table: str, given: pa.Table, consts: dict, new: list,
                        codes: np.ndarray, k: int) -> tuple[pa.Array, dict[str, list]]:
@@ -386,9 +396,8 @@ class Writer:
         combination that is all NULL gets a NULL id. Also returns each column's k values."""
         cols = _COMBO_COLUMNS[table]
         first = _one_row_each(codes, k)
-        reps = given.take(_int_array(first))
-        values = [reps.column(c).to_pylist() if c in given.column_names
-                  else [consts.get(c)] * k for c in cols]
+        picked = dict(zip(given.column_names, rows_as_lists(given, first)))
+        values = [picked[c] if c in picked else [consts.get(c)] * k for c in cols]
         combos = list(zip(*values))
         ids = np.empty(k, np.int32)
         known = self._combos[table]
