@@ -523,3 +523,40 @@ def test_report_takes_the_cli_by_names(golden_run):
             assert prof.report(by).fetchall() == prof.report(name).fetchall(), by
         with pytest.raises(UsageError):
             prof.report("no_such_report")
+
+
+def _ops_run(path: Path, pid: int, label: str, ops: list[tuple]) -> Path:
+    """A run without steps of top-level framework ops: (name, start_us, end_us, kernel_us or
+    None), the kernel launched under the op when given."""
+    t, us = 1_700_000_000_000_000_000, 1_000
+    rows = [(i + 1, None, 0, name, "op", None, s, e) for i, (name, s, e, _) in enumerate(ops)]
+    k = [(i + 1, s, ku) for i, (_, s, _, ku) in enumerate(ops) if ku is not None]
+    with Writer(path, RunInfo(source="synthetic", label=label, host=label), pid=pid) as w:
+        w.append({"ranges": _range_rows(rows, t, us),
+                  "kernels": {"name": [f"k{op}" for op, _, _ in k], "op_id": [op for op, _, _ in k],
+                              "step": pa.array([None] * len(k), pa.int32()),
+                              "start_ns": [t + s * us for _, s, _ in k],
+                              "end_ns": [t + (s + ku) * us for _, s, ku in k]},
+                  "processes": {"pid": [pid], "host": [label]}})
+    return path
+
+
+def test_cpu_ops_of_a_merged_file_count_calls_where_the_op_launched_work(tmp_path):
+    """In a merged file an op's calls come from the runs where it launched GPU work, as its GPU
+    time does: a run where aten::mm launched none (its kernels not recorded, say) must not
+    dilute the per-call time; calls that launched nothing in a run where it did still count."""
+    from cuptiprof.store.merge import merge_files
+
+    a = _ops_run(tmp_path / "a.duckdb", 11, "hostA",
+                 [("aten::mm", 0, 200, 100), ("aten::mm", 300, 500, 100), ("aten::add", 600, 700, 50)])
+    b = _ops_run(tmp_path / "b.duckdb", 22, "hostB",
+                 [("aten::mm", 0, 1000, None), ("aten::mm", 1100, 2100, None), ("aten::mm", 2200, 3200, None),
+                  ("aten::add", 3300, 3400, 30), ("aten::add", 3500, 3600, None)])
+    with cuptiprof.open(merge_files([a, b], tmp_path / "all.duckdb")) as prof:
+        rel = prof.report("cpu_ops")
+        got = {r[0]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
+    mm, add = got["aten::mm"], got["aten::add"]
+    assert (mm["op_calls"], mm["gpu_calls"]) == (2, 2)
+    assert mm["host_ms"] == pytest.approx(0.4) and mm["gpu_us_per_call"] == pytest.approx(100)
+    assert (add["op_calls"], add["gpu_calls"]) == (3, 2)
+    assert add["host_ms"] == pytest.approx(0.3) and add["gpu_us_per_call"] == pytest.approx(80 / 3)
