@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -515,6 +516,99 @@ def test_the_last_step_ending_first_leaves_earlier_steps_recording(tmp_path, bey
         assert q(p, "SELECT name, step FROM kernels ORDER BY start_ns") == [
             ("k0_before", 0), ("k1", 1), ("k0_after", 0)]
         assert incomplete == []
+
+
+def _held_session(read, until):
+    """A Session whose `phase` is read through a property: thread X, having read "record",
+    sets `read` and waits for `until` (or, when the other side cannot get past X, 2 s) before
+    it acts on what it read."""
+    import threading
+
+    armed = [True]
+
+    class Held(Session):
+        @property
+        def phase(self):
+            v = self.__dict__["phase"]
+            if v == "record" and armed[0] and threading.current_thread().name == "X":
+                armed[0] = False
+                read.set()
+                until.wait(2)
+            return v
+
+        @phase.setter
+        def phase(self, v):
+            self.__dict__["phase"] = v
+
+    return Held
+
+
+def test_two_threads_beginning_steps_beyond_the_last_end_recording_once(tmp_path):
+    """Two threads begin a step beyond steps=1 while step 0 still runs: each ends the recording
+    outside the flush lock. The first is held between reading the phase and acting on it until
+    the second has finished: step 0 must still be marked incomplete once, not twice."""
+    import threading
+
+    f = FakeCupti()
+    p = tmp_path / "r.duckdb"
+    x_read, y_done = threading.Event(), threading.Event()
+
+    def beyond(i, after=None):
+        if after is not None:
+            after.wait()
+        with cuptiprof.step(i):
+            f.launch_kernel(f"k{i}")
+        if i == 2:
+            y_done.set()
+
+    with _held_session(x_read, y_done)(p, steps=1, source=f, quiet=True):
+        with cuptiprof.step(0):
+            f.launch_kernel("k0")
+            threads = [threading.Thread(target=beyond, args=(1,), name="X"),
+                       threading.Thread(target=beyond, args=(2, x_read), name="Y")]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    assert q(p, "SELECT subject, count(*) FROM data_quality WHERE check_name = 'step_incomplete' "
+                "GROUP BY ALL") == [("0", 1)]
+    assert q(p, "SELECT name, step FROM kernels") == [("k0", 0)]
+    assert [c for c in f.calls if c[0] == "enable"] and f.enabled == set()
+
+
+def test_a_step_beyond_the_last_begun_while_stop_runs_leaves_the_run_stopped(tmp_path):
+    """stop() while another thread, beginning a step beyond the last, ends the recording: that
+    thread must not turn the stopped session back into one that records no more but may start."""
+    import threading
+
+    f = FakeCupti()
+    p = tmp_path / "s.duckdb"
+    x_read, stopped, release = threading.Event(), threading.Event(), threading.Event()
+    sess = _held_session(x_read, stopped)(p, steps=1, source=f, quiet=True).start()
+
+    def first():
+        with cuptiprof.step(0):
+            f.launch_kernel("k0")
+            release.wait()
+
+    def beyond():
+        with cuptiprof.step(1):
+            f.launch_kernel("k1")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=beyond, name="X")]
+    threads[0].start()
+    while not sess._open:
+        time.sleep(0.001)
+    threads[1].start()
+    x_read.wait()
+    sess.stop()
+    stopped.set()
+    release.set()
+    for t in threads:
+        t.join()
+    assert sess.__dict__["phase"] == "stopped"
+    with pytest.raises(UsageError, match="was stopped"):
+        sess.start()
 
 
 def test_a_range_outside_steps_takes_the_step_still_open_on_another_thread(tmp_path):

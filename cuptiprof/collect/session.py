@@ -183,6 +183,7 @@ class Session:
         self._span_gens: deque = deque()
         self._incomplete: list[tuple] = []   # (step, exception name): steps an exception ended
         self._flush_lock = threading.RLock()
+        self._finish_lock = threading.Lock()   # the end of recording, done once (_finish_recording)
         self._devices_written = False
         self._start_ns = 0
         self._atexit: Callable | None = None
@@ -331,7 +332,8 @@ class Session:
         self.active = False
         if _active is self:
             _active = None
-        prev_phase, self.phase = self.phase, "stopped"
+        with self._finish_lock:   # a step beyond the last, begun meanwhile, ends recording no more
+            prev_phase, self.phase = self.phase, "stopped"
         try:
             self.flush(final=True)
         except Exception as exc:  # the file must still close cleanly
@@ -596,7 +598,12 @@ class Session:
         return not any(t[6] == "step" for t in list(self._open.values()))
 
     def _finish_recording(self) -> None:
-        if self.phase == "record":
+        # A step beyond the last runs this without the flush lock (it must not wait for another
+        # thread's flush), so two threads can get here at once: the check and what follows are
+        # done once, under a lock of their own.
+        with self._finish_lock:
+            if self.phase != "record":
+                return
             self.phase = "done"
             self._collect(False)
             for t in list(self._open.values()):   # another thread's step, still running
