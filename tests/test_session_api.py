@@ -395,6 +395,33 @@ def test_a_fork_inside_an_open_step_under_run(tmp_path, env):
     assert [s for _, s in got] == [[0], [1, 2]] and got[0][0] != got[1][0]
 
 
+@pytest.mark.parametrize("end, rc, status, exit_status", [
+    ("sys.exit(3)", 3, "failed", 3),
+    ("def main():\n    sys.exit(2)\nif __name__ == '__main__':\n    main()", 2, "failed", 2),
+    ("sys.exit(0)", 0, "complete", 0),
+    ("sys.exit('bye')", 1, "failed", 1),
+    ("raise RuntimeError('boom')", 1, "failed", 1),
+    ("raise KeyboardInterrupt", 130, "interrupted", 130),
+    # a SystemExit caught, or one that ends a thread, is not the program's exit status
+    ("try:\n    sys.exit(5)\nexcept SystemExit:\n    pass", 0, "complete", None),
+    ("t = threading.Thread(target=sys.exit, args=(6,)); t.start(); t.join()", 0, "complete", None),
+], ids=["exit-3", "exit-in-main", "exit-0", "exit-message", "exception", "ctrl-c", "exit-caught",
+        "exit-in-thread"])
+def test_a_run_never_stopped_keeps_how_the_program_ended(tmp_path, end, rc, status, exit_status):
+    """start() without stop(): the run is closed at exit with the status and the exit status
+    the program ended with; sys.exit(1) was recorded as a complete run of unknown status."""
+    r = run_py("import cuptiprof, sys, threading\n"
+               "cuptiprof.profile('a.duckdb', source='none', quiet=True).start()\n"
+               "with cuptiprof.step(0): pass\n" + end + "\n", tmp_path)
+    code = 128 - r.returncode if r.returncode < 0 else r.returncode   # -2: ended by SIGINT
+    assert code == rc, r.stderr
+    assert "cuptiprof" not in r.stderr, r.stderr
+    out = tmp_path / "a.duckdb"
+    assert q(out, "SELECT status FROM runs") == [(status,)]
+    assert q(out, "SELECT exit_status, ended_early FROM processes") == [(exit_status, False)]
+    assert q(out, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
+
+
 def test_an_error_printed_before_start_does_not_mark_the_run_failed(tmp_path):
     """An interactive session keeps the last error it printed in sys.last_value: a run started
     after it and never stopped ends complete, not failed."""

@@ -187,6 +187,7 @@ class Session:
         self._devices_written = False
         self._start_ns = 0
         self._atexit: Callable | None = None
+        self._exit_status: int | None = None   # the process's, when the run ends at its exit
         self._with_depth = 0   # `with` blocks of this profile open now
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -195,8 +196,10 @@ class Session:
         it runs, or in a `with` of it, changes nothing; after stop() it is refused.
 
         Without `with`, call stop() yourself; a run still open when the program ends is closed
-        at exit as failed when an uncaught exception ended it, interrupted on Ctrl-C, and
-        complete otherwise, `sys.exit(1)` included (the exit status is not visible then)."""
+        at exit as failed when an uncaught exception or `sys.exit(N)` with N not 0 ended it
+        (processes.exit_status: 1, or N), interrupted on Ctrl-C (130), and complete otherwise.
+        A `raise SystemExit(N)` (or the `exit()` builtin) is not seen: the run is complete
+        then, its exit status unknown (NULL)."""
         global _active
         if self.active or self.passthrough:
             return self
@@ -254,6 +257,8 @@ class Session:
         if self._atexit is None:
             self._atexit = self._at_exit
             atexit.register(self._atexit)
+        if not self._launcher:   # `cuptiprof run` has the exit status from the process itself
+            _watch_exit(True)
         return self
 
     def _open_source(self) -> Any:
@@ -342,10 +347,12 @@ class Session:
             self._write_open_ranges()
             self._write_quality(prev_phase)
             end = time.time_ns()
-            self.writer.execute("UPDATE processes SET end_ns = ?, ended_early = FALSE "
-                                "WHERE run_id = ? AND pid = ?", [end, self.writer.run_id, self.pid])
+            self.writer.execute("UPDATE processes SET end_ns = ?, ended_early = FALSE, "
+                                "exit_status = coalesce(?, exit_status) WHERE run_id = ? AND pid = ?",
+                                [end, self._exit_status, self.writer.run_id, self.pid])
         finally:
             path = self.writer.close(status)
+            _watch_exit(False)
             if self._atexit is not None:
                 atexit.unregister(self._atexit)
                 self._atexit = None
@@ -359,8 +366,14 @@ class Session:
             exc = getattr(sys, "last_value", None)
             if exc is self._last_error_at_start:
                 exc = None
-            status = "complete" if exc is None else \
-                "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            if exc is not None:   # Python exits 1, or by SIGINT for a KeyboardInterrupt itself
+                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                self._exit_status = 130 if type(exc) is KeyboardInterrupt else 1
+            elif _exit_code:      # sys.exit(code) ended the program (_ExitWatch)
+                self._exit_status = _os_exit_status(_exit_code[0])
+                status = "complete" if self._exit_status == 0 else "failed"
+            else:
+                status = "complete"
             try:
                 self.stop(status)
             except Exception as exc:
@@ -895,6 +908,60 @@ def profile(path: str | os.PathLike, warmup: int = 0, steps: int | None = None,
     """
     return Session(path, warmup=warmup, steps=steps, kinds=kinds, step_range=step_range,
                    range_filter=range_filter, light=light, source=source, **options)
+
+
+# -- the exit status at exit -------------------------------------------------------------------
+# atexit runs after Python has taken the exit status out of the SystemExit that ends the
+# program: nothing in Python can read it then. While a profile runs, sys.exit is wrapped so that
+# the SystemExit it raises carries an _ExitWatch (a local of the wrapper's frame, which the
+# traceback keeps): freed with no Python frame on the stack, the exception reached the top and
+# is ending the program; a SystemExit caught, or ending a thread, is freed inside Python code.
+_exit_code: list = []     # [code] of the sys.exit that is ending the program
+_exit_prev: list = [sys.exit]   # what the wrapper calls: sys.exit as it was when wrapped
+
+
+class _ExitWatch:
+    __slots__ = ("code",)
+
+    def __init__(self, code: Any):
+        self.code = code
+
+    def __del__(self) -> None:
+        try:
+            sys._getframe(1)
+        except ValueError:   # no caller: Python's own handling of the SystemExit at the top
+            if threading.current_thread() is threading.main_thread():
+                _exit_code[:] = [self.code]
+        except Exception:
+            pass
+
+
+def _watched_exit(status: Any = None, /) -> None:
+    watch = _ExitWatch(status)  # noqa: F841 - lives as long as the traceback of what follows
+    _exit_prev[0](status)
+
+
+_watched_exit.__doc__ = getattr(sys.exit, "__doc__", None)
+
+
+def _watch_exit(on: bool) -> None:
+    if on:
+        _exit_code.clear()
+        if sys.exit is not _watched_exit:
+            _exit_prev[0] = sys.exit
+            sys.exit = _watched_exit
+    elif sys.exit is _watched_exit:   # one the program set since is its own: left alone
+        sys.exit = _exit_prev[0]
+
+
+def _os_exit_status(code: Any) -> int:
+    """The status the process exits with for sys.exit(code): 0 for None, the low 8 bits of an
+    integer, 1 for anything else (Python prints it)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1
 
 
 # -- helpers -----------------------------------------------------------------------------------
