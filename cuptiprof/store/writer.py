@@ -158,6 +158,13 @@ class Writer:
             # checkpoints at once instead of going through the log first and being written
             # again at close.
             self._con.execute("SET checkpoint_threshold='1MB'")
+            # Nothing reads the temporary file before close() renames it: DuckDB's syncs at
+            # every commit and checkpoint wait on the disk for nothing (~15 ms of a small
+            # import). close() syncs the finished file once, before the rename.
+            try:
+                self._con.execute("SET fsync_mode='NONE'")
+            except duckdb.Error:   # a DuckDB without the setting syncs as before
+                pass
         if reuse:
             version = file_schema_version(self._con)
             if version is None:
@@ -474,6 +481,7 @@ class Writer:
                 _open_paths.discard(self._key)
         if self.atomic:
             if status == "complete":
+                _sync(self.path)   # the data on disk before the name points at it
                 os.replace(self.path, self._target)
             else:
                 self.discard()
@@ -550,6 +558,14 @@ def _reraise_interrupt() -> None:
                               "to its file; the program was stopped as asked)")
             raise stop from None
         exc = exc.__context__
+
+
+def _sync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _insert(con, table: str, tbl: pa.Table) -> None:
