@@ -25,6 +25,22 @@ def _file(path, names, pid, label):
     return path
 
 
+def test_merge_syncs_its_output_once_before_the_rename(tmp_path, monkeypatch):
+    """The merged file is written without DuckDB's syncs and synced once, whole, before the
+    rename gives it its name."""
+    a = _file(tmp_path / "a.duckdb", ["gemm"], 11, "hostA")
+    b = _file(tmp_path / "b.duckdb", ["relu"], 22, "hostB")
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(
+        f"/proc/self/fd/{fd}"))), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda x, y: (events.append(("replace", str(x))),
+                                                     real_replace(x, y))[1])
+    out = merge_files([a, b], tmp_path / "all.duckdb")
+    assert [e[0] for e in events] == ["fsync", "replace"] and events[0][1] == events[1][1]
+    assert q(out, "SELECT count(*) FROM runs") == [(2,)]
+
+
 def test_merge_keeps_runs_and_remaps_strings(tmp_path):
     a = _file(tmp_path / "a.duckdb", ["gemm", "relu"], 11, "hostA")
     b = _file(tmp_path / "b.duckdb", ["relu", "softmax", "relu"], 22, "hostB")

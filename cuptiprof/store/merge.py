@@ -26,7 +26,8 @@ from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, StoreError
 from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.store import arrow
-from cuptiprof.store.files import check_core_tables, check_schema_version, first_row, require_duckdb
+from cuptiprof.store.files import (check_core_tables, check_schema_version, first_row,
+                                   require_duckdb, sync_file, write_unsynced)
 from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, table_columns
 from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
@@ -92,6 +93,7 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
     except duckdb.Error as exc:
         raise connect_error(tmp, exc, writing=True, target=given) from None
     try:
+        write_unsynced(con)
         con.execute("BEGIN")
         con.execute(schema_sql())
         con.execute("INSERT INTO meta VALUES ('created_by', ?), ('created_at', ?)",
@@ -108,6 +110,7 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
         result.runs = first_row(con.execute("SELECT count(*) FROM runs"))[0]
         con.execute("CHECKPOINT")
         con.close()
+        sync_file(tmp)
         os.replace(tmp, dest)
     except BaseException:
         try:

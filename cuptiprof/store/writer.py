@@ -32,7 +32,8 @@ from cuptiprof.store import arrow
 from cuptiprof.store.arrow import rows_as_lists, valid as _valid, values as _values
 from cuptiprof.store.demangle import demangle
 from cuptiprof.store.files import first_row
-from cuptiprof.store.files import check_schema_version, connect_error  # noqa: F401 (re-exported)
+from cuptiprof.store.files import (check_schema_version, connect_error,  # noqa: F401 (re-exported)
+                                   sync_file, write_unsynced)
 from cuptiprof.store.summary import BUSY_SQL, BusySummary, work_part
 from cuptiprof.store.schema import (
     INTERNED,
@@ -158,13 +159,7 @@ class Writer:
             # checkpoints at once instead of going through the log first and being written
             # again at close.
             self._con.execute("SET checkpoint_threshold='1MB'")
-            # Nothing reads the temporary file before close() renames it: DuckDB's syncs at
-            # every commit and checkpoint wait on the disk for nothing (~15 ms of a small
-            # import). close() syncs the finished file once, before the rename.
-            try:
-                self._con.execute("SET fsync_mode='NONE'")
-            except duckdb.Error:   # a DuckDB without the setting syncs as before
-                pass
+            write_unsynced(self._con)   # close() syncs it once, before the rename
         if reuse:
             version = file_schema_version(self._con)
             if version is None:
@@ -481,7 +476,7 @@ class Writer:
                 _open_paths.discard(self._key)
         if self.atomic:
             if status == "complete":
-                _sync(self.path)   # the data on disk before the name points at it
+                sync_file(self.path)
                 os.replace(self.path, self._target)
             else:
                 self.discard()
@@ -558,14 +553,6 @@ def _reraise_interrupt() -> None:
                               "to its file; the program was stopped as asked)")
             raise stop from None
         exc = exc.__context__
-
-
-def _sync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _insert(con, table: str, tbl: pa.Table) -> None:
