@@ -518,29 +518,26 @@ def test_the_last_step_ending_first_leaves_earlier_steps_recording(tmp_path, bey
         assert incomplete == []
 
 
-def _held_session(read, until):
-    """A Session whose `phase` is read through a property: thread X, having read "record",
-    sets `read` and waits for `until` (or, when the other side cannot get past X, 2 s) before
-    it acts on what it read."""
+def _held_session(read, until, attr="phase", when="record"):
+    """A Session whose `attr` is read through a property: thread X, having read `when` (any
+    value when None), sets `read` and waits for `until` (or, when the other side cannot get past
+    X, 2 s) before it acts on what it read."""
     import threading
 
     armed = [True]
 
-    class Held(Session):
-        @property
-        def phase(self):
-            v = self.__dict__["phase"]
-            if v == "record" and armed[0] and threading.current_thread().name == "X":
-                armed[0] = False
-                read.set()
-                until.wait(2)
-            return v
+    def get(self):
+        v = self.__dict__[attr]
+        if armed[0] and (when is None or v == when) and threading.current_thread().name == "X":
+            armed[0] = False
+            read.set()
+            until.wait(2)
+        return v
 
-        @phase.setter
-        def phase(self, v):
-            self.__dict__["phase"] = v
+    def put(self, v):
+        self.__dict__[attr] = v
 
-    return Held
+    return type("Held", (Session,), {attr: property(get, put)})
 
 
 def test_two_threads_beginning_steps_beyond_the_last_end_recording_once(tmp_path):
@@ -609,6 +606,76 @@ def test_a_step_beyond_the_last_begun_while_stop_runs_leaves_the_run_stopped(tmp
     assert sess.__dict__["phase"] == "stopped"
     with pytest.raises(UsageError, match="was stopped"):
         sess.start()
+
+
+def test_two_threads_beginning_steps_at_once_get_two_step_numbers(tmp_path):
+    """Two threads begin an unnumbered step at once: the first is held between reading the
+    count of steps and raising it until the second's step has begun. Each step must still get
+    its own number, and each kernel the step that launched it."""
+    import threading
+
+    f = FakeCupti()
+    p = tmp_path / "n.duckdb"
+    x_read, y_begun = threading.Event(), threading.Event()
+
+    def x():
+        with cuptiprof.range("step"):
+            f.launch_kernel("kx")
+
+    def y():
+        x_read.wait()
+        with cuptiprof.range("step"):
+            y_begun.set()
+            f.launch_kernel("ky")
+
+    with _held_session(x_read, y_begun, "steps_seen", None)(p, source=f, quiet=True):
+        threads = [threading.Thread(target=x, name="X"), threading.Thread(target=y, name="Y")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert q(p, "SELECT step FROM ranges WHERE kind = 'step' ORDER BY step") == [(0,), (1,)]
+    assert q(p, "SELECT name, step FROM kernels ORDER BY name") == [("kx", 0), ("ky", 1)]
+
+
+def test_a_step_beyond_the_last_begun_while_recording_starts_ends_it(tmp_path):
+    """warmup=1, steps=1: thread X begins the one recorded step and is held between reading
+    the phase ("warmup") and switching to recording while thread Y begins a step beyond the
+    last. Y's step must still end the recording (X's step incomplete, Y's kernel not counted),
+    not find it not yet started and leave it on for Y's work to land in X's step."""
+    import threading
+
+    f = FakeCupti()
+    p = tmp_path / "b.duckdb"
+    x_read, y_in = threading.Event(), threading.Event()
+    x_launched, y_launched = threading.Event(), threading.Event()
+
+    def x():
+        with cuptiprof.range("step"):
+            f.launch_kernel("kx")
+            x_launched.set()
+            y_launched.wait(5)
+
+    def y():
+        x_read.wait()
+        with cuptiprof.range("step"):
+            y_in.set()
+            x_launched.wait(5)
+            f.launch_kernel("ky")
+        y_launched.set()
+
+    with _held_session(x_read, y_in, when="warmup")(p, warmup=1, steps=1, source=f, quiet=True):
+        with cuptiprof.range("step"):   # the warm-up step
+            pass
+        threads = [threading.Thread(target=x, name="X"), threading.Thread(target=y, name="Y")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert q(p, "SELECT count(*) FROM kernels WHERE name = 'ky'") == [(0,)]
+    assert q(p, "SELECT subject, count(*) FROM data_quality WHERE check_name = 'step_incomplete' "
+                "GROUP BY ALL") == [("1", 1)]
+    assert f.enabled == set()
 
 
 def test_a_range_outside_steps_takes_the_step_still_open_on_another_thread(tmp_path):

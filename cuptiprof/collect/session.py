@@ -183,7 +183,8 @@ class Session:
         self._span_gens: deque = deque()
         self._incomplete: list[tuple] = []   # (step, exception name): steps an exception ended
         self._flush_lock = threading.RLock()
-        self._finish_lock = threading.Lock()   # the end of recording, done once (_finish_recording)
+        # phase changes and step numbering (_enter, _finish_recording, stop): one at a time
+        self._phase_lock = threading.Lock()
         self._devices_written = False
         self._start_ns = 0
         self._atexit: Callable | None = None
@@ -337,7 +338,7 @@ class Session:
         self.active = False
         if _active is self:
             _active = None
-        with self._finish_lock:   # a step beyond the last, begun meanwhile, ends recording no more
+        with self._phase_lock:   # a step beyond the last, begun meanwhile, ends recording no more
             prev_phase, self.phase = self.phase, "stopped"
         try:
             self.flush(final=True)
@@ -461,21 +462,28 @@ class Session:
         kind = "user"
         ordinal = None
         if is_step:
-            ordinal = self.steps_seen
-            self.steps_seen += 1
+            # Steps of two threads begun at once must get two numbers, and the switch to
+            # recording must be seen by a step beyond the last numbered after it (which ends
+            # it) and by stop(): numbered and switched in one section under the phase lock,
+            # which is held for these checks and CUPTI's enable, never for a flush
+            with self._phase_lock:
+                ordinal = self.steps_seen
+                self.steps_seen = ordinal + 1
+                if ordinal < self.warmup:
+                    kind = "warmup"
+                elif self.steps is None or ordinal < self.warmup + self.steps:
+                    kind = "step"
+                    if self.phase == "warmup":
+                        self.phase = "record"
+                        self._collect(True)
+                else:
+                    kind = None
+            if kind is None:   # its work must stay out, even while an earlier step still runs
+                self._finish_recording()
+                return None
             step = markers.step_number(attrs.get("step"))
             if step is None:
                 step = ordinal
-            if ordinal < self.warmup:
-                kind = "warmup"
-            elif self.steps is None or ordinal < self.warmup + self.steps:
-                kind = "step"
-                if self.phase == "warmup":
-                    self.phase = "record"
-                    self._collect(True)
-            else:   # its work must stay out, even while an earlier step still runs
-                self._finish_recording()
-                return None
         elif self.phase != "record":
             return None
         elif name == "warmup":
@@ -613,8 +621,8 @@ class Session:
     def _finish_recording(self) -> None:
         # A step beyond the last runs this without the flush lock (it must not wait for another
         # thread's flush), so two threads can get here at once: the check and what follows are
-        # done once, under a lock of their own.
-        with self._finish_lock:
+        # done once, under the phase lock.
+        with self._phase_lock:
             if self.phase != "record":
                 return
             self.phase = "done"
