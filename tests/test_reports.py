@@ -560,3 +560,46 @@ def test_cpu_ops_of_a_merged_file_count_calls_where_the_op_launched_work(tmp_pat
     assert mm["host_ms"] == pytest.approx(0.4) and mm["gpu_us_per_call"] == pytest.approx(100)
     assert (add["op_calls"], add["gpu_calls"]) == (3, 2)
     assert add["host_ms"] == pytest.approx(0.3) and add["gpu_us_per_call"] == pytest.approx(80 / 3)
+
+
+def _steps_run(path: Path, pid: int, label: str, rows: list[tuple], kernels: list[tuple]) -> Path:
+    """A run of `_range_rows` rows (steps and the program's ranges) and kernels (name,
+    range_id, step, start_us, duration_us)."""
+    t, us = 1_700_000_000_000_000_000, 1_000
+    with Writer(path, RunInfo(source="synthetic", label=label, host=label), pid=pid) as w:
+        w.append({"ranges": _range_rows(rows, t, us),
+                  "kernels": {"name": [k[0] for k in kernels], "range_id": [k[1] for k in kernels],
+                              "step": pa.array([k[2] for k in kernels], pa.int32()),
+                              "start_ns": [t + k[3] * us for k in kernels],
+                              "end_ns": [t + (k[3] + k[4]) * us for k in kernels]},
+                  "processes": {"pid": [pid], "host": [label]}})
+    return path
+
+
+def test_ranges_of_a_merged_file_divide_gpu_time_by_the_calls_where_it_ran(tmp_path):
+    """A full run merged with one that recorded no GPU work (a --light run): a range's calls
+    are those of both runs, but its GPU time per call divides by the calls of the run where it
+    launched work only (calls there that launched nothing included). A range without GPU work
+    anywhere keeps all its calls and 0 per call."""
+    from cuptiprof.store.merge import merge_files
+
+    full = _steps_run(tmp_path / "full.duckdb", 11, "hostA",
+                      [(1, None, 0, "step", "step", 0, 0, 1000), (2, 1, 1, "fwd", "user", 0, 10, 400),
+                       (3, 1, 1, "fwd", "user", 0, 500, 600), (4, 1, 1, "load", "user", 0, 700, 900),
+                       (5, None, 0, "step", "step", 1, 1000, 2000),
+                       (6, 5, 1, "fwd", "user", 1, 1010, 1400), (7, 5, 1, "load", "user", 1, 1700, 1900)],
+                      [("gemm", 2, 0, 20, 100), ("gemm", 6, 1, 1020, 200)])
+    light = _steps_run(tmp_path / "light.duckdb", 22, "hostB",
+                       [(1, None, 0, "step", "step", 0, 0, 1000), (2, 1, 1, "fwd", "user", 0, 10, 400),
+                        (3, 1, 1, "load", "user", 0, 500, 900),
+                        (4, None, 0, "step", "step", 1, 1000, 2000),
+                        (5, 4, 1, "fwd", "user", 1, 1010, 1400), (6, 4, 1, "load", "user", 1, 1500, 1900)],
+                       [])
+    with cuptiprof.open(merge_files([full, light], tmp_path / "all.duckdb")) as prof:
+        rel = prof.report("ranges")
+        got = {r[0]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
+    fwd, load = got["fwd"], got["load"]
+    assert (fwd["calls"], fwd["gpu_calls"]) == (5, 2)
+    assert fwd["host_ms"] == pytest.approx(0.39 + 0.1 + 0.39 + 0.39 + 0.39)
+    assert fwd["gpu_ms"] == pytest.approx(0.3) and fwd["gpu_us_per_call"] == pytest.approx(100)
+    assert (load["calls"], load["gpu_calls"], load["gpu_us_per_call"]) == (4, 0, 0)

@@ -1,19 +1,22 @@
 -- ranges: the program's own ranges (cuptiprof.range, NVTX, torch record_function / Kineto user annotations; not the Python frames of with_stack traces) and the GPU work launched inside them, in scope; work inside nested ranges counts for every enclosing one
 -- range: range name (a name nested inside itself counts once)
 -- depth: shallowest nesting depth it was seen at, counting only steps and the program's own ranges around it (0 = top level)
--- calls: times it was opened in scope (0 for a range around the steps in scope, opened outside them)
+-- calls: times it was opened in scope, in every process of every run in the file (0 for a range around the steps in scope, opened outside them)
 -- host_ms: summed host duration of those calls
 -- gpu_calls: kernels, memcpys and memsets launched inside it (nested ranges included)
 -- gpu_ms: summed GPU duration of that work (inclusive)
 -- self_gpu_ms: the part launched with this range as the innermost one of its kind
--- gpu_us_per_call: gpu_ms per call, in microseconds (NULL without calls in scope)
+-- gpu_us_per_call: gpu_ms per call, in microseconds, over the calls in the processes (of every run in the file) where the range has GPU work in scope, so that calls and GPU time come from the same processes: in a merged file a run recorded without GPU activity (cuptiprof run --light) or a process where it launched nothing does not dilute it, while calls that launched nothing in a process where it did count. 0 for a range without GPU work in scope; NULL when it has some but no call in scope there (a range around the steps, opened outside them)
 -- pct_gpu_time: gpu_ms as a share of the summed duration of all GPU work in scope (nested ranges make the column add up to more than 100)
 -- top_kernel: the kernel (readable name) with the most GPU time inside it
 WITH RECURSIVE leaf AS (               -- GPU work per innermost range open at its launch, and kernel
     SELECT run_id, pid, range_id, kind, name, count(*) AS n, sum(end_ns - start_ns) AS d
     FROM sel_activities WHERE kind <> 'sync' AND range_id IS NOT NULL
     GROUP BY ALL
-), around AS (SELECT * FROM sel_range_up), ranked AS (
+), around AS (SELECT * FROM sel_range_up),
+launched AS (   -- the processes where a range has GPU work in scope: its calls there
+    SELECT DISTINCT run_id, pid, name FROM around    -- are those gpu_us_per_call divides by
+), ranked AS (
     SELECT *, row_number() OVER (PARTITION BY run_id, pid, leaf_id ORDER BY lvl) = 1 AS innermost
     FROM around
 ), per AS (
@@ -34,10 +37,12 @@ walk(run_id, pid, range_id, name, anc, n) AS (   -- each own range up to the top
     SELECT name AS range, min(n) AS depth FROM (SELECT name, max(n) AS n FROM walk GROUP BY run_id, pid, range_id, name)
     GROUP BY name
 ), calls AS (
-    SELECT name AS range, count(*) AS calls, sum(end_ns - start_ns) AS host_d
-    FROM sel_ranges
-    WHERE own_range(kind, domain)
-    GROUP BY name
+    SELECT r.name AS range, count(*) AS calls, sum(r.end_ns - r.start_ns) AS host_d,
+           count(l.name) AS work_calls
+    FROM sel_ranges r
+    LEFT JOIN launched l ON l.run_id = r.run_id AND l.pid = r.pid AND l.name = r.name
+    WHERE own_range(r.kind, r.domain)
+    GROUP BY r.name
 ), tot AS (SELECT sum(end_ns - start_ns) AS t FROM sel_activities WHERE kind <> 'sync'),
 work AS (
     SELECT range, sum(n) AS n, sum(d) AS d, coalesce(sum(self_d), 0) AS self_d FROM per GROUP BY range
@@ -46,7 +51,8 @@ SELECT range, d.depth,
        coalesce(c.calls, 0) AS calls, coalesce(c.host_d, 0) / 1e6 AS host_ms,
        coalesce(w.n, 0) AS gpu_calls, coalesce(w.d, 0) / 1e6 AS gpu_ms,
        coalesce(w.self_d, 0) / 1e6 AS self_gpu_ms,
-       coalesce(w.d, 0) / 1e3 / nullif(c.calls, 0) AS gpu_us_per_call,
+       coalesce(w.d, 0) / 1e3
+           / nullif(CASE WHEN w.n IS NULL THEN c.calls ELSE c.work_calls END, 0) AS gpu_us_per_call,
        100.0 * coalesce(w.d, 0) / nullif((SELECT t FROM tot), 0) AS pct_gpu_time,
        t.top_kernel
 FROM calls c FULL OUTER JOIN work w USING (range)
