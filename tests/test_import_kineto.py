@@ -454,6 +454,33 @@ def test_links_beyond_64_bits_are_absent_and_counted(tmp_path, monkeypatch, nati
         assert con.execute("SELECT count(*) FROM ranges WHERE name = 'aten::mm'").fetchone() == (1,)
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_addresses_and_event_ids_beyond_64_bits_are_absent_and_counted(tmp_path, monkeypatch,
+                                                                      native):
+    """A [memory] instant's "Addr" and a sync's "wait_on_cuda_event_id" beyond 64 bits are
+    taken as absent and counted in data_quality, as the other free-form args are, by the
+    native scanner and the msgspec path alike."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    ev = modern()["traceEvents"]
+    ev += [{"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 10,
+            "tid": 10, "ts": 20 + k, "args": {"Device Type": 1, "Device Id": 0, "Addr": addr,
+                                              "Bytes": 64}}
+           for k, addr in enumerate((1 << 64, -(1 << 70), 4096))]
+    ev += [{"ph": "X", "cat": "cuda_sync", "name": "Event Sync", "pid": 0, "tid": 7, "ts": 160 + k,
+            "dur": 1, "args": {"device": 0, "stream": 7, "wait_on_cuda_event_id": e}}
+           for k, e in enumerate((1 << 64, 5))]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT subject, count FROM data_quality WHERE check_name = "
+                           "'out_of_range_args' ORDER BY 1").fetchall() == [
+            ("Addr", 2), ("wait_on_cuda_event_id", 1)]
+        assert con.execute("SELECT address FROM memory_events ORDER BY time_ns").fetchall() == [
+            (None,), (None,), (4096,)]
+        assert con.execute("SELECT cuda_event_id FROM syncs ORDER BY start_ns").fetchall() == [
+            (None,), (5,)]
+
+
 def test_bare_array_and_base_time(tmp_path):
     doc = modern(step_ts=0, base=1_700_000_000_000_000_000)
     out = tmp_path / "o.duckdb"

@@ -561,18 +561,17 @@ class KinetoFile:
         return out
 
     # columns of the current piece -----------------------------------------------------------
-    def _arg(self, rows: np.ndarray, field: str,
-             big_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def _arg(self, rows: np.ndarray, field: str) -> tuple[np.ndarray, np.ndarray]:
         """Values and validity of one args field for `rows` (an integer beyond int64 raises
-        OverflowError here, where it is read; with big_ok it is taken as absent, and so is a
-        link of LOOSE_ARGS, counted in data_quality)."""
+        OverflowError here, where it is read; in a field of LOOSE_ARGS it is taken as absent,
+        and counted in data_quality)."""
         I, a = self.piece.I, P.A[field]
         bits = I[rows, P.C_VALID]
-        if not big_ok and self.piece.overflow:
+        if self.piece.overflow:
             big = int(((bits >> (P.OVER + a)) & 1).sum())
             if big and field not in P.LOOSE_ARGS:
                 raise OverflowError(f"{field} beyond 64 bits")
-            if big:   # a link another writer or an edit put there: absent, and counted
+            if big:   # a value another writer or an edit put there: absent, and counted
                 self.big_args[field] = self.big_args.get(field, 0) + big
         return I[rows, P.C_ARG0 + a], ((bits >> a) & 1).astype(bool)
 
@@ -789,7 +788,7 @@ class KinetoFile:
         M.add(time_ns=self._ns(ts, rows), bytes=self._arg(rows, "mem_bytes")[0],
               tid=self._ids(rows, P.C_TIDK, P.C_TID))
         M.add_col("device_id", *self._arg(rows, "mem_dev_id"))
-        M.add_col("address", *self._arg(rows, "mem_addr", big_ok=True))
+        M.add_col("address", *self._arg(rows, "mem_addr"))
         if self.links:
             M.add_col("xstep", *self._arg(rows, "xstep"))
         if self.procs:
@@ -849,7 +848,7 @@ class KinetoFile:
         elif what in ("memcpy", "memset"):
             G.add_col("bytes", *self._arg(rows, "bytes"))
         else:   # a sync: the CUDA event it waited on (Kineto's event syncs say it)
-            G.add_col("cuda_event_id", *self._arg(rows, "event_id", big_ok=True))
+            G.add_col("cuda_event_id", *self._arg(rows, "event_id"))
         self.rows[_GPU_TABLE[what]] = self.rows.get(_GPU_TABLE[what], 0) + len(rows)
 
     # end of file ----------------------------------------------------------------------------
@@ -1262,8 +1261,8 @@ class KinetoFile:
             key = _ARG_KEYS[field]
             quality.append({"check_name": "out_of_range_args", "subject": key, "count": n,
                             "detail": f"{n} {key!r} args in {self.path.name} hold an integer "
-                            "beyond 64 bits (not a value any writer of this link uses): taken "
-                            "as absent"})
+                            "beyond 64 bits (not a value any writer of this field uses): "
+                            "taken as absent"})
         for cat, n in sorted(self.unknown.items()):
             quality.append({"check_name": "unknown_category", "subject": cat, "count": n,
                             "detail": f"{n} events of category {cat!r} in {self.path.name} were "
