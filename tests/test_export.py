@@ -1263,9 +1263,8 @@ def test_parquet_export_counts_every_dataset_it_writes(tmp_path):
         r.stderr
 
 
-def test_a_merged_file_of_several_runs_imports_back_as_those_runs(tmp_path):
-    """Each process of the export carries its run: imported back, the runs are apart again
-    (label, source, status, command, start), each with its own processes and rows."""
+def _merged_runs(tmp_path: Path) -> Path:
+    """A merge of two runs (one process each, a kernel each)."""
     t = 1_700_000_000_000_000_000
     srcs = []
     for k, (label, source, status) in enumerate((("eager", "cupti", "complete"),
@@ -1279,7 +1278,13 @@ def test_a_merged_file_of_several_runs_imports_back_as_those_runs(tmp_path):
                               "end_ns": [t + k * 1000 + 20]}})
         w.close(status)
         srcs.append(src)
-    src = merge_files(srcs, tmp_path / "merged.duckdb")
+    return merge_files(srcs, tmp_path / "merged.duckdb")
+
+
+def test_a_merged_file_of_several_runs_imports_back_as_those_runs(tmp_path):
+    """Each process of the export carries its run: imported back, the runs are apart again
+    (label, source, status, command, start), each with its own processes and rows."""
+    src = _merged_runs(tmp_path)
     back = chrome_round_trip(src, tmp_path / "m.json.gz", tmp_path / "back.duckdb")
     runs = "SELECT run_id, label, source, status, command, start_ns FROM runs ORDER BY run_id"
     con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
@@ -1288,6 +1293,37 @@ def test_a_merged_file_of_several_runs_imports_back_as_those_runs(tmp_path):
     assert con.execute(per_run).fetchall() == orig.execute(per_run).fetchall()
     assert con.execute("SELECT run_id, pid FROM processes ORDER BY 1").fetchall() == \
         [(1, 40), (2, 41)]
+
+
+def test_the_runs_of_a_merged_export_are_restored_before_the_rename(tmp_path, monkeypatch):
+    """The import restores the runs in its temporary file: the file renamed into place already
+    holds them all (a crash in between leaves no file, never one holding one run), and a
+    failed restore leaves neither the output nor its temporary file."""
+    import os
+
+    src = _merged_runs(tmp_path)
+    out = tmp_path / "m.json.gz"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    real, seen = os.replace, []
+
+    def replace(a, b):
+        if Path(b).suffix == ".duckdb":
+            with duckdb.connect(str(a), read_only=True) as con:
+                seen.append((Path(b).name, con.execute("SELECT count(*) FROM runs").fetchone()[0]))
+        return real(a, b)
+    monkeypatch.setattr(os, "replace", replace)
+    import_traces([out], tmp_path / "back.duckdb")
+    assert seen == [("back.duckdb", 2)]
+
+    from cuptiprof.interop import importing
+
+    def broken(path, files):
+        raise RuntimeError("restore failed")
+    monkeypatch.setattr(importing, "_restore_runs", broken)
+    with pytest.raises(RuntimeError, match="restore failed"):
+        import_traces([out], tmp_path / "again.duckdb")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("again", ".again"))) == []
 
 
 def test_an_export_of_nothing_is_refused(tmp_path):

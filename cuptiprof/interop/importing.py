@@ -167,16 +167,18 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
     finally:
         if gc_was:
             gc.enable()
-    path = w.close("complete", end_ns=hi if lo is not None else time.time_ns(), start_ns=lo)
-    if kind == "kineto":
-        _restore_runs(path, files)
+    # the runs of a merged file are restored in the temporary file: the file renamed into
+    # place holds all of them or is not there
+    path = w.close("complete", end_ns=hi if lo is not None else time.time_ns(), start_ns=lo,
+                   before_rename=(lambda tmp: _restore_runs(tmp, files)) if kind == "kineto"
+                   else None)
     return {"path": str(path), "source": kind, "files": files, "rows": counts}
 
 
 def _restore_runs(path: Path, files: list) -> None:
     """A Chrome export of a file of several runs (a merge) says each process's run: imported
     back, the processes go to those runs again (label, source, status, command, start), not
-    to one. One transaction: the file holds one run or all of them."""
+    to one. Run on the closed temporary file, before it is renamed into place."""
     import datetime as _dt
 
     import duckdb
@@ -214,5 +216,6 @@ def _restore_runs(path: Path, files: list) -> None:
         con.execute("UPDATE runs SET end_ns = coalesce((SELECT max(p.end_ns) FROM processes p "
                     "WHERE p.run_id = runs.run_id), end_ns)")
         con.execute("COMMIT")
+        con.execute("CHECKPOINT")   # no write-ahead log left beside the file that is renamed
     finally:
         con.close()

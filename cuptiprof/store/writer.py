@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import duckdb
 import numpy as np
@@ -450,9 +450,12 @@ class Writer:
 
     # -- closing ---------------------------------------------------------------------------
     def close(self, status: str = "complete", end_ns: int | None = None,
-              start_ns: int | None = None) -> Path:
+              start_ns: int | None = None,
+              before_rename: Callable[[Path], None] | None = None) -> Path:
         """Mark the run finished (and, given `start_ns`, correct its start), checkpoint and
-        release the file. Returns the final path."""
+        release the file. Returns the final path. `before_rename`: with atomic=True and a
+        complete run, called with the closed temporary file before it is renamed into place
+        (a last change the final file must hold); if it raises, the file is removed."""
         if self._closed:
             return self._final_path()
         try:   # one more try for what a Ctrl-C stopped
@@ -476,6 +479,12 @@ class Writer:
                 _open_paths.discard(self._key)
         if self.atomic:
             if status == "complete":
+                if before_rename is not None:
+                    try:
+                        before_rename(self.path)
+                    except BaseException:
+                        self.discard()
+                        raise
                 sync_file(self.path)
                 os.replace(self.path, self._target)
             else:
