@@ -509,6 +509,74 @@ def test_chrome_export_holds_every_row_unless_steps_are_chosen(tmp_path):
         assert export_chrome(prof, tmp_path / "s.json", force=True)["kernels"] == 1
 
 
+def _steps_in_enclosing_ranges(path: Path) -> Path:
+    """Steps 1-3 inside a "generate" range (thread 5), a data loader's range on thread 6 that
+    began before the first step and spans them all (its launch in step 2 takes that step by
+    the process's open step), a range opened in a warm-up (step 0, thread 7) that outlasts it,
+    another thread's warm-up overlapping step 2, and a range that ended before the steps."""
+    t = 1_700_000_000_000_000_000
+    us = lambda x: t + x * 1000  # noqa: E731
+    # range_id, parent, depth, name, kind, step, thread, start, end
+    rows = [(1, None, 0, "generate", "user", None, 5, us(0), us(1000)),
+            (2, 1, 1, "prefill", "user", None, 5, us(10), us(100)),
+            (3, None, 0, "loader", "user", None, 6, us(50), us(900)),
+            (4, None, 0, "step", "warmup", 0, 7, us(20), us(90)),
+            (5, 4, 1, "compile", "user", 0, 7, us(30), us(800)),
+            (6, None, 0, "step", "warmup", 0, 8, us(350), us(450))]
+    for k in (1, 2, 3):   # step k: [100k, 100k + 200), an op inside it
+        s = us(100 + 200 * (k - 1))
+        rows += [(5 + 2 * k, 1, 1, f"ProfilerStep#{k}", "step", k, 5, s, s + 150_000),
+                 (6 + 2 * k, 5 + 2 * k, 2, f"aten::op{k}", "op", k, 5, s + 10_000, s + 50_000)]
+    # a launch in each step's op, and the loader's launch during step 2
+    calls = [(5, 6 + 2 * k, k, us(100 + 200 * (k - 1)) + 20_000) for k in (1, 2, 3)]
+    calls += [(6, 3, 2, us(320))]
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    with Writer(path, RunInfo(source="synthetic"), pid=31) as w:
+        w.append({
+            "ranges": {"range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
+                       "depth": i32([r[2] for r in rows]), "name": [r[3] for r in rows],
+                       "kind": [r[4] for r in rows], "step": i32([r[5] for r in rows]),
+                       "thread_id": [r[6] for r in rows], "start_ns": [r[7] for r in rows],
+                       "end_ns": [r[8] for r in rows], "domain": ["cuptiprof"] * len(rows)},
+            "api_calls": {"thread_id": [c[0] for c in calls], "api_kind": ["runtime"] * 4,
+                          "name": ["cudaLaunchKernel"] * 4, "correlation_id": [1, 2, 3, 4],
+                          "start_ns": [c[3] for c in calls], "end_ns": [c[3] + 2_000 for c in calls],
+                          "step": i32([c[2] for c in calls]), "range_id": [c[1] for c in calls]},
+            "kernels": {"device_id": i32([0] * 4), "stream_id": i32([7] * 4),
+                        "name": ["k1", "k2", "k3", "load2"], "correlation_id": [1, 2, 3, 4],
+                        "step": i32([c[2] for c in calls]), "range_id": [c[1] for c in calls],
+                        "start_ns": [c[3] + 5_000 for c in calls],
+                        "end_ns": [c[3] + 9_000 for c in calls]}})
+    return path
+
+
+def test_an_export_of_some_steps_holds_the_ranges_around_them(tmp_path):
+    """--steps keeps every range that overlaps the steps' time, unclipped (an enclosing
+    "generate", a loader's range begun before them, one opened in a warm-up); steps and
+    warm-ups of other numbers and ranges that ended before stay out. Imported back, those
+    ranges are in no step, no step is added, and every launch keeps its step, the loader's
+    (in a range begun outside every step) included."""
+    src = _steps_in_enclosing_ranges(tmp_path / "s.duckdb")
+    out = tmp_path / "s.json"
+    with cuptiprof.open(src, "2") as prof:
+        export_chrome(prof, out)
+    names = sorted(e["name"] for e in load_trace(out)["traceEvents"]
+                   if e["ph"] == "X" and e["cat"] != "kernel" and e["cat"] != "cuda_runtime")
+    assert names == ["ProfilerStep#2", "aten::op2", "compile", "generate", "loader"]
+    back = tmp_path / "back.duckdb"
+    import_traces([out], back)
+    assert per_kernel(back, "step = 2") == per_kernel(src, "step = 2") == {
+        "k2": (1, 4_000), "load2": (1, 4_000)}
+    rows = ("SELECT name, kind, step, start_ns, end_ns FROM ranges WHERE name IN "
+            "('generate', 'loader', 'compile') ORDER BY name")
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    assert [r[:2] + (None,) + r[3:] for r in orig.execute(rows).fetchall()] == \
+        con.execute(rows).fetchall()
+    assert con.execute("SELECT list(step) FROM ranges WHERE kind IN ('step', 'warmup')"
+                       ).fetchall() == [([2],)]
+    assert con.execute("SELECT step, count(*) FROM api_calls GROUP BY ALL").fetchall() == [(2, 2)]
+
+
 def test_export_checks_both_outputs_before_writing_either(tmp_path):
     src = _with_rows_outside_steps(tmp_path / "o.duckdb")
     taken = tmp_path / "taken"

@@ -10,6 +10,9 @@ Several processes (a merged file) get pids of their own in the trace (GPU rows o
 process and device), their correlation ids moved apart, and a `cuptiprofProcesses` key that
 lets the importer take them apart again (Kineto readers ignore it).
 
+An export of some steps (--steps) holds their rows and every other range that overlaps them in
+time, unclipped (a range around the loop); steps and warm-ups of other numbers stay out.
+
 Steps are written as `ProfilerStep#N` ranges (torch.profiler's name, which the importer reads
 as steps), whatever the program called them. A warm-up step is not one: it keeps its name, with
 args `"cuptiprof kind": "warmup"` and `"cuptiprof step"` that the importer reads back. A range
@@ -75,6 +78,7 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     # A timeline shows all there is (warm-up, work between steps); --steps caps it.
     where = prof.step_filter if prof.step_range is not None else "TRUE"
     con = prof.con
+    wheres = {"ranges": _ranges_where(con, where) if prof.step_range is not None else where}
     procs = con.execute("SELECT DISTINCT run_id, pid FROM (SELECT run_id, pid FROM gpu_activities "
                         "UNION ALL SELECT run_id, pid FROM ranges UNION ALL "
                         "SELECT run_id, pid FROM api_calls UNION ALL SELECT run_id, pid FROM logs) "
@@ -83,7 +87,7 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     base_row = first_row(con.execute(
         f"SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM gpu_activities "
         f"WHERE {where} UNION ALL SELECT min(start_ns), max(coalesce(end_ns, start_ns)) "
-        f"FROM ranges WHERE {where} UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls "
+        f"FROM ranges WHERE {wheres['ranges']} UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls "
         f"WHERE {where} UNION ALL SELECT min(time_ns), max(time_ns) FROM logs WHERE {where})"
     ))
     base = (int(base_row[0]) // 1_000_000) * 1_000_000 if base_row[0] is not None else 0
@@ -98,7 +102,8 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
             meta = _metadata(con, procs, pids)
             sink.write("".join(SEP + msgspec.json.encode(e).decode() for e in meta).encode(), len(meta))
             for table in _EVENTS:
-                counts[table] = _write_table(con, table, where, base, last, pids, sink)
+                counts[table] = _write_table(con, table, wheres.get(table, where), base, last,
+                                             pids, sink)
             fh.write(b"\n]}\n")
         if not sink.events:   # a trace without events: nothing a viewer or `import` can read
             raise InputError(f"{prof.path}: nothing to export (no GPU activity, range, API call "
@@ -111,6 +116,27 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
             pass
         raise
     return {"events": sink.events, **counts}
+
+
+def _ranges_where(con, where: str) -> str:
+    """The ranges of an export of some steps: those of the steps, and every other range that
+    overlaps in time what the steps hold on the host (per process), unclipped: a range
+    enclosing them ("generate" around a decode loop, a range opened before the first step) is
+    part of what a timeline of those steps shows. Its step stays as recorded (none, or
+    another), so an import of the trace puts it in no exported step. Steps and warm-ups of
+    other numbers stay out: an import would take them for steps (or warm-ups) holding work."""
+    wins = con.execute(
+        "SELECT run_id, pid, min(start_ns), max(coalesce(end_ns, start_ns)) FROM ("
+        f"SELECT run_id, pid, start_ns, end_ns FROM range_rows WHERE {where} UNION ALL "
+        f"SELECT run_id, pid, start_ns, end_ns FROM api_call_rows WHERE {where}) "
+        "GROUP BY ALL").fetchall()
+    if not wins:
+        return where
+    rows = ", ".join(f"({_lit(r)}, {_lit(p)}, {int(lo)}, {int(hi)})" for r, p, lo, hi in wins)
+    return (f"(({where}) OR (kind NOT IN ('step', 'warmup') AND EXISTS (SELECT 1 FROM "
+            f"(VALUES {rows}) _w(w_run, w_pid, w_lo, w_hi) WHERE w_run IS NOT DISTINCT FROM "
+            "run_id AND w_pid IS NOT DISTINCT FROM pid AND start_ns < w_hi AND "
+            "(end_ns IS NULL OR end_ns > w_lo))))")
 
 
 @contextlib.contextmanager

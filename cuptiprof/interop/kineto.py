@@ -989,11 +989,14 @@ class KinetoFile:
         if by_ext is not None and len(c_start):
             # cuptiprof's export: each call's External id is its innermost range (as recorded),
             # which gives its range and step; not by time (a call stamped on another clock, or
-            # just before its range began, would fall outside the step it ran in)
+            # just before its range began, would fall outside the step it ran in). A range in
+            # no step (one that began outside every step, or before the steps of an export of
+            # some) gives none: its call takes the step open in its process by time, as the
+            # collector gives it.
             cr = by_ext(C.get("ext"), C.get("ext?", bool))
             hit = cr >= 0
             c_range[hit] = cr[hit]
-            c_step[hit] = r_step[cr[hit]]
+            c_step[hit] = np.where(r_step[cr[hit]] >= 0, r_step[cr[hit]], c_step[hit])
 
         L = self.logs
         n_l = len(L)
