@@ -904,6 +904,58 @@ def test_memory_events_survive_a_round_trip(tmp_path):
         orig.close()
 
 
+# columns Kineto has no key for, which the export writes as args of cuptiprof's own
+_NO_KINETO_KEY = {
+    "kernels": "SELECT pid, name, graph_id, graph_node_id FROM kernels ORDER BY ALL",
+    "memcpys": "SELECT pid, start_ns, is_async, graph_id, graph_node_id FROM memcpys ORDER BY ALL",
+    "memsets": "SELECT pid, start_ns, value, graph_id, graph_node_id FROM memsets ORDER BY ALL",
+    "api_calls": "SELECT pid, correlation_id, return_code FROM api_calls ORDER BY ALL",
+    "memory_events": "SELECT pid, time_ns, pool FROM memory_events ORDER BY ALL",
+    "processes": "SELECT pid, exit_status, ended_early FROM processes ORDER BY ALL"}
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+@pytest.mark.parametrize("procs", [1, 2])
+def test_columns_kineto_has_no_key_for_survive_a_round_trip(tmp_path, monkeypatch, native, procs):
+    """Graph ids, a copy's asynchrony, a memset's value, a call's return code, a pool
+    allocation and how each process ended come back from an export (one process: the trace's
+    own keys; several: each process's), NULL where they were NULL, by the native scanner and
+    the msgspec path alike."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    t = 1_700_000_000_000_000_000
+    i32, i64 = (lambda v: pa.array(v, pa.int32())), (lambda v: pa.array(v, pa.int64()))  # noqa: E731
+    src = tmp_path / "s.duckdb"
+    for i, pid in enumerate((11, 22)[:procs]):
+        ts = [t + i * 1_000_000 + k * 10_000 for k in range(3)]
+        gpu = {"device_id": i32([0] * 3), "stream_id": i32([7] * 3), "correlation_id": [1, 2, 3],
+               "start_ns": ts, "end_ns": [x + 5_000 for x in ts],
+               "graph_id": i64([None, 4 + i, 5]), "graph_node_id": i64([None, 1 << 40, 9])}
+        with Writer(src, RunInfo(source="synthetic"), mode="append" if i else "create", pid=pid) as w:
+            w.append({
+                "kernels": {**gpu, "name": ["k0", "k1", "k2"]},
+                "memcpys": {**gpu, "copy_kind": ["HtoD"] * 3, "bytes": [8] * 3,
+                            "is_async": pa.array([None, True, False], pa.bool_())},
+                "memsets": {**gpu, "bytes": [8] * 3, "value": i32([None, 0, 255 - i])},
+                "api_calls": {"thread_id": [5] * 3, "api_kind": ["runtime"] * 3,
+                              "name": ["cudaLaunchKernel"] * 3, "correlation_id": [1, 2, 3],
+                              "start_ns": [x - 2_000 for x in ts], "end_ns": [x - 1_000 for x in ts],
+                              "return_code": i32([None, 0, 700 + i])},
+                "memory_events": {"device_id": i32([0] * 3), "time_ns": ts, "operation": ["alloc"] * 3,
+                                  "bytes": [64] * 3, "memory_kind": ["device"] * 3,
+                                  "pool": pa.array([None, True, False], pa.bool_())}})
+    with duckdb.connect(str(src)) as con:   # how each ended: killed (137), and exit 0
+        con.execute("INSERT INTO processes (run_id, pid, exit_status, ended_early) SELECT DISTINCT "
+                    "run_id, pid, CASE pid WHEN 11 THEN 137 ELSE 0 END, pid = 11 FROM kernels")
+    back = chrome_round_trip(src, tmp_path / "s.json.gz", tmp_path / "back.duckdb")
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    for table, sql in _NO_KINETO_KEY.items():
+        want = orig.execute(sql).fetchall()
+        assert want and con.execute(sql).fetchall() == want, table
+    assert orig.execute("SELECT count(*) FROM memsets WHERE value = 0").fetchone() == (procs,)
+    assert con.execute("SELECT count(*) FROM data_quality WHERE check_name = 'out_of_range_args'"
+                       ).fetchone() == (0,)
+
+
 @pytest.fixture(scope="module")
 def fake_run(tmp_path_factory):
     """`cuptiprof run --warmup 1` with the fake CUPTI (whose launches are stamped just before

@@ -105,7 +105,20 @@ TAKEN = {
                                          "ts": 1, "dur": 2, "args": {"cuptiprof open": 1}},
                                         {"ph": "X", "cat": "cuda_sync", "name": "Event Sync",
                                          "ts": 3, "dur": 1, "args": {"cuda_sync_kind": "Event Sync",
-                                                                     "wait_on_cuda_event_id": 9}}),
+                                                                     "wait_on_cuda_event_id": 9}},
+                                        # what Kineto has no key for
+                                        {**KERNEL, "args": {**KERNEL["args"], "cuptiprof graph": 3,
+                                                            "cuptiprof graph node": 1 << 40}},
+                                        {"ph": "X", "cat": "gpu_memcpy", "ts": 4, "dur": 1,
+                                         "args": {"cuptiprof async": 1, "cuptiprof graph": None}},
+                                        {"ph": "X", "cat": "gpu_memset", "ts": 5, "dur": 1,
+                                         "args": {"cuptiprof value": 255}},
+                                        {"ph": "X", "cat": "cuda_runtime", "ts": 6, "dur": 1,
+                                         "args": {"cuptiprof return code": 700}},
+                                        {"ph": "i", "name": "[memory]", "ts": 7,
+                                         "args": {"cuptiprof pool": 0}},
+                                        {"ph": "X", "cat": "cuda_runtime", "ts": 8, "dur": 1,
+                                         "args": {"cuptiprof return code": None}}),
     "empty events are counted, not kept": doc({}, {}, {"unknown": 1}, {"ph": "X"}, {}),
     "empty array": doc(),
     "other top-level keys": doc(KERNEL, deviceProperties=[{"id": 0, "name": "V100", "numSms": 80}],
@@ -139,11 +152,15 @@ def test_strings_are_decoded_like_msgspec():
 def test_a_gpu_rows_recorded_range_is_read_into_its_column():
     got, ref, _, _ = both(TAKEN["cuptiprof's args on GPU rows"])
     a = P.A["xrange"]
-    assert got.I[:, P.C_ARG0 + a].tolist() == [12, 0, 0, 0]
-    assert ((got.I[:, P.C_VALID] >> a) & 1).tolist() == [1, 0, 0, 0]
+    assert got.I[:, P.C_ARG0 + a].tolist() == [12] + [0] * 9
+    assert ((got.I[:, P.C_VALID] >> a) & 1).tolist() == [1] + [0] * 9
     assert got.I[0, P.C_ARG0 + P.A["xdsmem"]] == 256
     assert got.I[2, P.C_ARG0 + P.A["xopen"]] == 1
     assert got.I[3, P.C_ARG0 + P.A["event_id"]] == 9
+    assert got.I[4, [P.C_ARG0 + P.A["xgraph"], P.C_ARG0 + P.A["xgnode"]]].tolist() == [3, 1 << 40]
+    x = P.A["xextra"]   # one column: a copy's asynchrony, a memset's value, a return code, a pool
+    assert got.I[5:, P.C_ARG0 + x].tolist() == [1, 255, 700, 0, 0]
+    assert ((got.I[5:, P.C_VALID] >> x) & 1).tolist() == [1, 1, 1, 1, 0]
 
 
 def test_numbers_are_rounded_like_msgspec():
@@ -204,6 +221,8 @@ DECLINED = {
     "grid of strings": b'{"traceEvents":[{"args":{"grid":["a",1,1]}}]}',
     "args a string": b'{"traceEvents":[{"args":"none"}]}',
     "labels an int": b'{"traceEvents":[{"args":{"labels":1}}]}',
+    "two values of one column": b'{"traceEvents":[{"args":{"cuptiprof async":1,"cuptiprof value":2}}]}',
+    "a graph as a string": b'{"traceEvents":[{"args":{"cuptiprof graph":"7"}}]}',
     "arg name a list": b'{"traceEvents":[{"args":{"name":[]}}]}',
     "event a list": b'{"traceEvents":[[1,2,3]]}',
     "events not a list": b'{"traceEvents":5}',

@@ -86,9 +86,15 @@ enum {
 enum {
     A_CORRELATION, A_DEVICE, A_CONTEXT, A_STREAM, A_BYTES, A_GRID0, A_GRID1, A_GRID2,
     A_BLOCK0, A_BLOCK1, A_BLOCK2, A_REGISTERS, A_SMEM, A_CBID, A_DEVTYPE, A_DEVID, A_MEMBYTES,
-    A_EXTID, A_XSTEP, A_XRANGE, A_XDSMEM, A_MEMADDR, A_XOPEN, A_EVENTID, NARGS
+    A_EXTID, A_XSTEP, A_XRANGE, A_XDSMEM, A_MEMADDR, A_XOPEN, A_EVENTID,
+    /* cuptiprof's own export, what Kineto has no key for: a GPU row's graph and graph node,
+     * and one column for the one value of a category (a copy's asynchrony, a memset's value,
+     * a call's return code, a pool allocation): an event says at most one of them */
+    A_XGRAPH, A_XGNODE, A_XEXTRA, NARGS
 };
 #define NI (C_ARG0 + NARGS)
+/* an argument's bit in a 32-bit `seen` mask and in the low half of C_VALID (pieces.OVER) */
+_Static_assert(NARGS <= 32, "more argument columns than bits for them");
 
 /* ---- interner: byte string -> id, with the Python str of each id in a list ---------------- */
 typedef struct {
@@ -1008,17 +1014,29 @@ static inline int arg_key(const char *k, Py_ssize_t n) {
         if (IS("External id")) return A_EXTID;
         break;
     case 13: if (IS("shared memory")) return A_SMEM; break;
-    case 14:   /* cuptiprof's own export: a warm-up's kind and step, a range still open */
+    case 14:   /* cuptiprof's own export: a warm-up's kind and step, a range still open, an
+                * allocation of a memory pool */
         if (IS("cuptiprof kind")) return AK_XKIND;
         if (IS("cuptiprof step")) return A_XSTEP;
         if (IS("cuptiprof open")) return A_XOPEN;
+        if (IS("cuptiprof pool")) return A_XEXTRA;
         break;
-    case 15:   /* cuptiprof's own export: the range of a GPU row without its call */
+    case 15:   /* cuptiprof's own export: the range of a GPU row without its call, a graph,
+                * a copy's asynchrony, a memset's value */
         if (IS("cuptiprof range")) return A_XRANGE;
+        if (IS("cuptiprof graph")) return A_XGRAPH;
+        if (IS("cuptiprof async")) return A_XEXTRA;
+        if (IS("cuptiprof value")) return A_XEXTRA;
         break;
     case 16: if (IS("cuptiprof domain")) return AK_XDOMAIN; break;
-    case 20: if (IS("registers per thread")) return A_REGISTERS; break;
-    case 21: if (IS("wait_on_cuda_event_id")) return A_EVENTID; break;   /* a sync's event */
+    case 20:
+        if (IS("registers per thread")) return A_REGISTERS;
+        if (IS("cuptiprof graph node")) return A_XGNODE;   /* cuptiprof's export */
+        break;
+    case 21:
+        if (IS("wait_on_cuda_event_id")) return A_EVENTID;   /* a sync's event */
+        if (IS("cuptiprof return code")) return A_XEXTRA;   /* cuptiprof's export: a call's */
+        break;
     case 22: if (IS("cuptiprof dynamic smem")) return A_XDSMEM; break;   /* cuptiprof's export */
     }
     return AK_OTHER;

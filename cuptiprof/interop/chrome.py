@@ -21,7 +21,10 @@ without an end. A GPU row whose launching call is not in the export (a run recor
 calls, a sync) says its step in `"cuptiprof step"` too, and its innermost range (by range_id,
 as the ranges' External ids) in `"cuptiprof range"`: the importer takes both from a row's
 launching call. A GPU row whose range is not its call's (a framework NVTX range the call's
-record does not name) says its range too.
+record does not name) says its range too. Columns Kineto has no key for are args of cuptiprof's
+own as well ("cuptiprof graph", "cuptiprof graph node", "cuptiprof async", "cuptiprof value",
+"cuptiprof return code", "cuptiprof pool"), and how each process ended is a top-level key
+(`cuptiprofProcess`, or per process in `cuptiprofProcesses`).
 
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would
@@ -447,10 +450,22 @@ _TID = "coalesce(thread_id, -1)"
 def _api_calls(source: str, base: int, pids: _Pids) -> str:
     cols = {**_times(base), "_pid": pids.cpu_sql()}
     args = _obj(("correlation", _val("correlation_id")), ("External id", _val("range_id")),
-                _optional("cbid", "cbid IS NOT NULL", "cbid"))
+                _optional("cbid", "cbid IS NOT NULL", "cbid"),
+                _optional("cuptiprof return code", "return_code IS NOT NULL", _val("return_code")))
     cat = _case("api_kind", {"driver": "cuda_driver"}, "cuda_runtime")
     event = _x(cat, _str("name"), _val("_pid"), _val(_TID), args)
     return _select(source, cols, event, _flow("s", _val("_pid"), _val(_TID)))
+
+
+# What Kineto has no key for, in args of cuptiprof's own that the importer reads back: the CUDA
+# graph a kernel, copy or memset was launched from, and a copy's asynchrony, a memset's value, a
+# pool allocation (0 or 1 for a boolean).
+_GRAPH = (_optional("cuptiprof graph", "graph_id IS NOT NULL", _val("graph_id")),
+          _optional("cuptiprof graph node", "graph_node_id IS NOT NULL", _val("graph_node_id")))
+
+
+def _flag(key: str, col: str) -> tuple:
+    return _optional(key, f"{col} IS NOT NULL", f"CASE WHEN {col} THEN '1' ELSE '0' END")
 
 
 def _gpu(source: str, base: int, pids: _Pids, cat: str, name: _Sql, extra: tuple,
@@ -486,7 +501,7 @@ def _kernels(source: str, base: int, pids: _Pids) -> str:
                 (("registers per thread", _val("registers")), ("shared memory", _val(smem)),
                  _optional("cuptiprof dynamic smem", "static_smem IS NOT NULL AND dynamic_smem "
                            "IS NOT NULL", _val("dynamic_smem")),
-                 dims("grid"), dims("block")))
+                 dims("grid"), dims("block"), *_GRAPH))
 
 
 _MEM = {"pageable": "Pageable", "pinned": "Pinned", "device": "Device", "array": "Array",
@@ -509,12 +524,15 @@ def _bandwidth() -> tuple:
 def _memcpys(source: str, base: int, pids: _Pids) -> str:
     name = (f"concat('Memcpy ', coalesce(copy_kind, 'None'), ' (', {_mem('src_kind')}, ' -> ', "
             f"{_mem('dst_kind')}, ')')")
-    return _gpu(source, base, pids, "gpu_memcpy", _str(name), _bandwidth())
+    return _gpu(source, base, pids, "gpu_memcpy", _str(name),
+                (*_bandwidth(), *_GRAPH, _flag("cuptiprof async", "is_async")))
 
 
 def _memsets(source: str, base: int, pids: _Pids) -> str:
     name = f"concat('Memset (', {_mem('memory_kind')}, ')')"
-    return _gpu(source, base, pids, "gpu_memset", _str(name), _bandwidth())
+    return _gpu(source, base, pids, "gpu_memset", _str(name),
+                (*_bandwidth(), *_GRAPH,
+                 _optional("cuptiprof value", "value IS NOT NULL", _val("value"))))
 
 
 _SYNC_NAME = {"event_synchronize": "Event Sync", "stream_synchronize": "Stream Sync",
@@ -535,7 +553,8 @@ def _memory_events(source: str, base: int, pids: _Pids) -> str:
     cols = {"_ts": _us(f"(time_ns - {base})"), "_pid": pids.cpu_sql()}
     args = _obj(("Device Type", 1), ("Device Id", _val("device_id")), ("Addr", _val("address")),
                 ("Bytes", _val("CASE WHEN operation = 'free' THEN -bytes ELSE bytes END")),
-                _optional("cuptiprof step", "step IS NOT NULL", _val("step")))
+                _optional("cuptiprof step", "step IS NOT NULL", _val("step")),
+                _flag("cuptiprof pool", "pool"))
     event = _obj(("ph", "i"), ("s", "t"), ("cat", "cpu_instant_event"), ("name", "[memory]"),
                  ("pid", _val("_pid")), ("tid", -1), ("ts", _Sql("_ts")), ("args", args))
     return _select(source, cols, event)
@@ -580,6 +599,12 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
                                  "source NOT IN ('kineto', 'nsys')))"))[0] if single else None
     if host:   # Kineto's key; the importer reads it back
         head["host_name"] = host
+    end = first_row(con.execute(
+        "SELECT exit_status, ended_early FROM processes WHERE run_id IS NOT DISTINCT FROM ? AND "
+        "pid IS NOT DISTINCT FROM ? AND (exit_status IS NOT NULL OR ended_early IS NOT NULL) "
+        "LIMIT 1", list(procs[0]))) if single and procs else None
+    if end:   # not Kineto's: how the process ended, which the importer reads back
+        head["cuptiprofProcess"] = {"exitStatus": end[0], "endedEarly": end[1]}
     return msgspec.json.encode(head)[:-1] + b', "traceEvents": [\n'
 
 
@@ -587,16 +612,18 @@ def _processes(con, pids: _Pids, procs: list[tuple]) -> list[dict]:
     """Per process: its pids in the trace, the amount its ids were moved by, and what the
     `processes` and `devices` tables know of it."""
     known = {(r[0], r[1]): r[2:] for r in con.execute(
-        "SELECT run_id, pid, host, rank, local_rank, world_size FROM processes").fetchall()}
+        "SELECT run_id, pid, host, rank, local_rank, world_size, exit_status, ended_early "
+        "FROM processes").fetchall()}
     runs = _runs(con)
     out = []
     for run_id, pid in procs:
         i = pids.index[(run_id, pid)]
-        host, rank, local_rank, world = known.get((run_id, pid), (None,) * 4)
+        host, rank, local_rank, world, status, early = known.get((run_id, pid), (None,) * 6)
         out.append({"pid": pids.cpu(run_id, pid), "gpuPids": pids.gpu(run_id, pid, 0) // 1000 * 1000,
                     "idShift": i * _ID_STRIDE, "originalPid": pid, "host": host, "rank": rank,
                     "localRank": local_rank, "worldSize": world,
-                    "devices": _device_props(con, (run_id, pid)), "run": runs.get(run_id)})
+                    "devices": _device_props(con, (run_id, pid)), "run": runs.get(run_id),
+                    "exitStatus": status, "endedEarly": early})
     return out
 
 

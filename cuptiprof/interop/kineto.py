@@ -75,6 +75,14 @@ class Args(msgspec.Struct, gc=False):
     xdsmem: Any = msgspec.field(default=None, name="cuptiprof dynamic smem")  # of "shared memory"
     xopen: Any = msgspec.field(default=None, name="cuptiprof open")   # a range without an end
     xdomain: Any = msgspec.field(default=msgspec.UNSET, name="cuptiprof domain")
+    # columns Kineto has no key for: a GPU row's CUDA graph and graph node, a copy's
+    # asynchrony (0 or 1), a memset's value, a call's return code, a pool allocation (0 or 1)
+    xgraph: Any = msgspec.field(default=None, name="cuptiprof graph")
+    xgnode: Any = msgspec.field(default=None, name="cuptiprof graph node")
+    xasync: Any = msgspec.field(default=None, name="cuptiprof async")
+    xvalue: Any = msgspec.field(default=None, name="cuptiprof value")
+    xret: Any = msgspec.field(default=None, name="cuptiprof return code")
+    xpool: Any = msgspec.field(default=None, name="cuptiprof pool")
     # a log record of cuptiprof's export (category LOG_CATEGORY); read where a str
     xlevel: Any = msgspec.field(default=None, name="level")
     xlogger: Any = msgspec.field(default=None, name="logger")
@@ -124,6 +132,13 @@ class RunEntry(msgspec.Struct):
     startNs: Union[int, None] = None
 
 
+class ProcEnd(msgspec.Struct):
+    """How a process ended (`processes.exit_status`, `ended_early`), which Kineto has no key
+    for: cuptiprof's export says it (`cuptiprofProcess`, or in `cuptiprofProcesses`)."""
+    exitStatus: Union[int, None] = None
+    endedEarly: Union[bool, None] = None
+
+
 class ProcEntry(msgspec.Struct):
     """One process of a trace cuptiprof exported from a file of several (`cuptiprofProcesses`,
     not a Kineto key): its pids in the trace, how far its ids were moved, what it was."""
@@ -137,6 +152,8 @@ class ProcEntry(msgspec.Struct):
     worldSize: Union[int, None] = None
     devices: Union[list[DevProp], None] = None
     run: Union[RunEntry, None] = None
+    exitStatus: Union[int, None] = None
+    endedEarly: Union[bool, None] = None
 
 
 class DistInfo(msgspec.Struct):
@@ -155,6 +172,7 @@ class Doc(msgspec.Struct):
     displayTimeUnit: Union[str, None] = None
     host_name: Union[str, None] = None
     cuptiprofProcesses: Union[list[ProcEntry], None] = None
+    cuptiprofProcess: Union[ProcEnd, None] = None   # cuptiprof's export of one process
     cuptiprofLinks: Union[str, None] = None    # cuptiprof's export: External ids are range ids
 
 
@@ -423,13 +441,14 @@ class KinetoFile:
         self.procs: list[ProcEntry] | None = None   # several processes: rows carry "proc"
         self.from_run: RunEntry | None = None   # in an export of several runs: its run
         self.local_rank: int | None = None
+        self.ended = ProcEnd()     # how the process ended, where cuptiprof's export says
         self.rank_known = False    # a rank of None is the answer (not: read the file name)
         # A trace cuptiprof exported (`cuptiprofLinks`): its External ids are range ids, and
         # calls and GPU rows are linked by them (as recorded), not by time; its ranges may say
         # their domain and a warm-up in args of cuptiprof's own.
         self.links = False
         self.cpu_ops = 0           # CPU ops made kernels (a trace without CUDA activity)
-        self.big_args: dict[str, int] = {}   # args field -> values beyond 64 bits taken as absent
+        self.big_args: dict[str, int] = {}   # args key -> values beyond 64 bits taken as absent
 
     @property
     def name_list(self) -> list:
@@ -516,6 +535,7 @@ class KinetoFile:
             part.big_args = self.big_args if i == 0 else {}
             part.host_pids = set() if e.originalPid is None else {e.originalPid}
             part.from_run = e.run
+            part.ended = ProcEnd(exitStatus=e.exitStatus, endedEarly=e.endedEarly)
             part.pid = None
             if e.originalPid is not None:
                 part._set_pid(e.originalPid)
@@ -536,6 +556,8 @@ class KinetoFile:
             self.base = doc.baseTimeNanoseconds
         if doc.host_name:
             self.host = doc.host_name
+        if doc.cuptiprofProcess is not None:
+            self.ended = doc.cuptiprofProcess
         if doc.cuptiprofLinks == "range_id" and self.events == 0:
             self.links = True
         if doc.cuptiprofProcesses and len(doc.cuptiprofProcesses) > 1 and self.events == 0:
@@ -561,10 +583,11 @@ class KinetoFile:
         return out
 
     # columns of the current piece -----------------------------------------------------------
-    def _arg(self, rows: np.ndarray, field: str) -> tuple[np.ndarray, np.ndarray]:
+    def _arg(self, rows: np.ndarray, field: str,
+             key: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Values and validity of one args field for `rows` (an integer beyond int64 raises
         OverflowError here, where it is read; in a field of LOOSE_ARGS it is taken as absent,
-        and counted in data_quality)."""
+        and counted in data_quality under its key in the trace: `key`, or the field's)."""
         I, a = self.piece.I, P.A[field]
         bits = I[rows, P.C_VALID]
         if self.piece.overflow:
@@ -572,7 +595,8 @@ class KinetoFile:
             if big and field not in P.LOOSE_ARGS:
                 raise OverflowError(f"{field} beyond 64 bits")
             if big:   # a value another writer or an edit put there: absent, and counted
-                self.big_args[field] = self.big_args.get(field, 0) + big
+                key = key or _ARG_KEYS[field]
+                self.big_args[key] = self.big_args.get(key, 0) + big
         return I[rows, P.C_ARG0 + a], ((bits >> a) & 1).astype(bool)
 
     def _ids(self, rows: np.ndarray, kcol: int, vcol: int) -> np.ndarray:
@@ -733,6 +757,7 @@ class KinetoFile:
         C.add_col("cbid", *self._arg(rows, "cbid"))
         if self.links:
             C.add_col("ext", *self._arg(rows, "ext_id"))
+            C.add_col("ret", *self._arg(rows, "xextra", "cuptiprof return code"))
 
     def _range(self, what: str, rows: np.ndarray) -> None:
         start, end = self._times(rows)
@@ -791,6 +816,7 @@ class KinetoFile:
         M.add_col("address", *self._arg(rows, "mem_addr"))
         if self.links:
             M.add_col("xstep", *self._arg(rows, "xstep"))
+            M.add_col("pool", *self._arg(rows, "xextra", "cuptiprof pool"))
         if self.procs:
             M.add(proc=self._proc_of(rows))
         self.rows["memory_events"] = self.rows.get("memory_events", 0) + len(rows)
@@ -837,6 +863,11 @@ class KinetoFile:
             G.add_col("ext", *self._arg(rows, "ext_id"))
             G.add_col("xstep", *self._arg(rows, "xstep"))
             G.add_col("xrange", *self._arg(rows, "xrange"))
+            if what != "sync":   # the CUDA graph a row was launched from
+                G.add_col("graph_id", *self._arg(rows, "xgraph"))
+                G.add_col("graph_node_id", *self._arg(rows, "xgnode"))
+            if what in _EXTRA:
+                G.add_col(_EXTRA[what][0], *self._arg(rows, "xextra", _EXTRA[what][1]))
         if what == "kernel":
             for k in ("grid", "block"):
                 for j, xyz in enumerate("xyz"):
@@ -875,6 +906,8 @@ class KinetoFile:
                             address=AC.array(get("address").astype(np.uint64), pa.uint64(),
                                              get("address?", bool) & (get("address") >= 0)),
                             step=_null_neg(mem_step[lo:hi], pa.int32()))
+                if self.links:
+                    cols["pool"] = _flag(get("pool"), get("pool?", bool))
                 out[table] = pa.table(cols)
                 continue
             ids = get("name", np.int32)
@@ -897,6 +930,13 @@ class KinetoFile:
                              (get("ext"), get("ext?", bool)) if self.links else None,
                              _step_arg(G, lo, hi) if self.links else None,
                              (get("xrange"), get("xrange?", bool)) if self.links else None))
+            if self.links and table != "syncs":
+                for k in ("graph_id", "graph_node_id"):
+                    cols[k] = arrow(k, pa.int64())
+                if table == "memcpys":
+                    cols["is_async"] = _flag(get("is_async"), get("is_async?", bool))
+                elif table == "memsets":
+                    cols["value"] = _int32(get("value"), get("value?", bool))
             if table == "kernels":  # a dictionary of kernel names only (they get demangled)
                 cols["name"] = _names(ids, names)
                 for k in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
@@ -1117,6 +1157,9 @@ class KinetoFile:
                     "start_ns": AC.array(c_start[sl], pa.int64()),
                     "end_ns": AC.array(c_end[sl], pa.int64()),
                     "step": _null_neg(c_step[sl], pa.int32()), "range_id": _opt(c_range[sl])}
+                if self.links:
+                    batch["api_calls"]["return_code"] = _int32(C.get("ret")[sl],
+                                                               C.get("ret?", bool)[sl])
             if lo < n_l:
                 sl = slice(lo, min(hi, n_l))
                 n = sl.stop - lo
@@ -1220,9 +1263,13 @@ class KinetoFile:
             "host": self.host, "rank": rank,
             "world_size": self.dist.world_size if self.dist else None, "command": str(self.path),
             "local_rank": self.local_rank,
-            "start_ns": min(lo) if lo else None, "end_ns": max(hi) if hi else None}],
+            "start_ns": min(lo) if lo else None, "end_ns": max(hi) if hi else None,
+            "exit_status": self.ended.exitStatus}],
             {"rank": pa.int32(), "world_size": pa.int32(), "local_rank": pa.int32(), "start_ns": pa.int64(),
-             "end_ns": pa.int64()})
+             "end_ns": pa.int64(), "exit_status": pa.int32()})
+        early = self.ended.endedEarly
+        batch["processes"]["ended_early"] = AC.array(np.array([bool(early)]), pa.bool_(),
+                                                     np.array([early is not None]))
         props = {p.id: p for p in self.devprops if p.id is not None}
         devs = sorted(d for d in self.devices_used if d is not None) or sorted(props)
         if devs:
@@ -1260,8 +1307,7 @@ class KinetoFile:
             quality.append({"check_name": "no_gpu", "subject": "gpu", "count": None,
                             "detail": f"no GPU activity in {self.path.name}: a trace recorded "
                             "without CUDA activity (ProfilerActivity.CUDA) and without CPU ops"})
-        for field, n in sorted(self.big_args.items()):
-            key = _ARG_KEYS[field]
+        for key, n in sorted(self.big_args.items()):
             quality.append({"check_name": "out_of_range_args", "subject": key, "count": n,
                             "detail": f"{n} {key!r} args in {self.path.name} hold an integer "
                             "beyond 64 bits (not a value any writer of this field uses): "
@@ -1300,6 +1346,8 @@ class KinetoFile:
 # args field -> its key in the trace ("External id")
 _ARG_KEYS = {f.name: f.encode_name for f in msgspec.structs.fields(Args)}
 _GPU_TABLE = {"kernel": "kernels", "memcpy": "memcpys", "memset": "memsets", "sync": "syncs"}
+# the column a GPU category keeps in args "xextra" of cuptiprof's export, and its key there
+_EXTRA = {"memcpy": ("is_async", "cuptiprof async"), "memset": ("value", "cuptiprof value")}
 _PH_X, _PH_I, _PH_M = 0, 1, 2  # ids in KinetoFile.small, interned first
 
 
@@ -1377,6 +1425,16 @@ def _smem(total: np.ndarray, ok: np.ndarray, dynamic: tuple | None) -> dict:
     d_ok = d_ok & ok & (d >= 0) & (d <= total)
     return {"static_smem": AC.array(np.where(d_ok, total - d, total), pa.int32(), ok),
             "dynamic_smem": AC.array(d, pa.int32(), d_ok)}
+
+
+def _flag(v: np.ndarray, ok: np.ndarray) -> pa.Array:
+    """0 / 1 args as a BOOLEAN column (NULL where absent or another number)."""
+    return AC.array(v == 1, pa.bool_(), ok & ((v == 0) | (v == 1)))
+
+
+def _int32(v: np.ndarray, ok: np.ndarray) -> pa.Array:
+    """Args as an INTEGER column (NULL where absent or beyond 32 bits)."""
+    return AC.array(v, pa.int32(), ok & (v >= -2**31) & (v < 2**31))
 
 
 def _opt(ix) -> pa.Array:

@@ -42,15 +42,21 @@ XDOMAIN_ABSENT = -2
 # Args fields (kineto.Args), grid and block spread over three columns each
 ARGS = ("correlation", "device", "context", "stream", "bytes", "grid0", "grid1", "grid2",
         "block0", "block1", "block2", "registers", "smem", "cbid", "mem_dev_type", "mem_dev_id",
-        "mem_bytes", "ext_id", "xstep", "xrange", "xdsmem", "mem_addr", "xopen", "event_id")
+        "mem_bytes", "ext_id", "xstep", "xrange", "xdsmem", "mem_addr", "xopen", "event_id",
+        "xgraph", "xgnode", "xextra")
 A = {k: i for i, k in enumerate(ARGS)}
+assert len(ARGS) <= 32   # a validity bit each below OVER (and the scanner's 32-bit masks)
 NI = C_ARG0 + len(ARGS)
 OVER = 32  # bit OVER + a: the msgspec path saw an integer beyond int64 in field a
 # pid / tid kinds
 ID_NONE, ID_INT, ID_STR, ID_BIG = 0, 1, 2, 3
-_SCALAR_ARGS = [a for a in ARGS if a[:4] not in ("grid", "bloc")]
+# "xextra": the one value of its category that Kineto has no key for, in cuptiprof's export
+# (kineto.Args fields of these names; an event that says two of them the scanner declines)
+EXTRA_ARGS = ("xasync", "xvalue", "xret", "xpool")
+_SCALAR_ARGS = [a for a in ARGS if a[:4] not in ("grid", "bloc") and a != "xextra"]
 # args whose value may be anything in other writers' traces (not validated, read where int)
-LOOSE_ARGS = {"ext_id", "xstep", "xrange", "xdsmem", "mem_addr", "xopen", "event_id"}
+LOOSE_ARGS = {"ext_id", "xstep", "xrange", "xdsmem", "mem_addr", "xopen", "event_id", "xgraph",
+              "xgnode", "xextra"}
 
 if _native is not None and getattr(_native, "NI", None) != NI:
     _native = None  # a stale build with another column layout: not used (tests fail on it)
@@ -319,9 +325,19 @@ def from_events(evs: list, names, small, doc) -> Piece:
 
         for k in _SCALAR_ARGS:
             values = list(map(attrgetter(k), a))
+            if values.count(None) == len(values):   # absent everywhere: the zeros stay
+                continue
             if k in LOOSE_ARGS:   # any JSON value: only an integer is one (as the scanner reads)
                 values = [v if type(v) is int else None for v in values]
             put(A[k], values)
+        extra = None
+        for k in EXTRA_ARGS:
+            values = list(map(attrgetter(k), a))
+            if values.count(None) < len(values):
+                extra = values if extra is None else [x if x is not None else v
+                                                      for x, v in zip(extra, values)]
+        if extra is not None:
+            put(A["xextra"], [v if type(v) is int else None for v in extra])
         for k in ("grid", "block"):
             for j, values in enumerate(_dims(list(map(attrgetter(k), a)))):
                 put(A[f"{k}{j}"], values)
