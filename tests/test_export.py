@@ -1081,6 +1081,40 @@ def test_ranges_inside_a_warm_up_keep_its_step(tmp_path):
             assert prof.report("quality").filter("check_name = 'outside_steps'").fetchall() == []
 
 
+def test_work_launched_in_a_warm_up_has_no_step_after_a_round_trip(tmp_path):
+    """A warm-up holds its ranges (its number their step) but not its work: a launch inside
+    it, or on another thread while it runs, has no step, as recorded, and does not come back
+    counted as a step's."""
+    t = 1_700_000_000_000_000_000
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "w.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=5) as w:
+        w.append({
+            "ranges": {"range_id": [1, 2, 3], "parent_id": pa.array([None, 1, None], pa.int64()),
+                       "depth": i32([0, 1, 0]), "name": ["step", "fwd", "step"],
+                       "kind": ["warmup", "user", "step"], "step": i32([0, 0, 1]),
+                       "thread_id": [5] * 3, "start_ns": [t, t + 10_000, t + 100_000],
+                       "end_ns": [t + 90_000, t + 80_000, t + 200_000]},
+            "api_calls": {"thread_id": [5, 6, 5], "api_kind": ["runtime"] * 3,
+                          "name": ["cudaLaunchKernel"] * 3, "correlation_id": [1, 2, 3],
+                          "start_ns": [t + 20_000, t + 30_000, t + 110_000],
+                          "end_ns": [t + 21_000, t + 31_000, t + 111_000],
+                          "step": i32([None, None, 1]), "range_id": pa.array([2, None, 3], pa.int64())},
+            "kernels": {"device_id": i32([0] * 3), "stream_id": i32([7] * 3),
+                        "name": ["warm", "side", "real"], "correlation_id": [1, 2, 3],
+                        "step": i32([None, None, 1]), "range_id": pa.array([2, None, 3], pa.int64()),
+                        "start_ns": [t + 40_000, t + 50_000, t + 120_000],
+                        "end_ns": [t + 45_000, t + 55_000, t + 130_000]}})
+    back = chrome_round_trip(src, tmp_path / "w.json", tmp_path / "back.duckdb")
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    for sql in ("SELECT name, step FROM kernels ORDER BY 1",
+                "SELECT correlation_id, step FROM api_calls ORDER BY 1",
+                "SELECT kind, step FROM ranges ORDER BY start_ns"):
+        assert con.execute(sql).fetchall() == orig.execute(sql).fetchall(), sql
+    assert con.execute("SELECT name, step FROM kernels ORDER BY 1").fetchall() == [
+        ("real", 1), ("side", None), ("warm", None)]
+
+
 def test_an_op_keeps_its_kind_whatever_its_name(tmp_path):
     """An op named as torch names its annotations ('Optimizer.step#SGD.step': a 2021 trace's
     operator that is no op) was recorded as an op, and is one again after a round trip."""

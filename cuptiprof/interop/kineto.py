@@ -1024,7 +1024,8 @@ class KinetoFile:
         at = (r_start[held], r_end[held], held_n[held])
         r_step = steps_at(r_start, *at, r_key, r_key[held])
         r_step[held] = held_n[held]
-        c_step = steps_at(c_start, *at, c_tid, r_key[held])
+        # a call takes a step, never a warm-up (whose work has no step, as recorded)
+        c_step = steps_at(c_start, s_start, s_end, s_n, c_tid, s_key)
         by_ext = self._by_ext(R) if self.links else None
         if by_ext is not None and len(c_start):
             # cuptiprof's export: each call's External id is its innermost range (as recorded),
@@ -1032,11 +1033,17 @@ class KinetoFile:
             # just before its range began, would fall outside the step it ran in). A range in
             # no step (one that began outside every step, or before the steps of an export of
             # some) gives none: its call takes the step open in its process by time, as the
-            # collector gives it.
+            # collector gives it. A range in a warm-up gives none either.
             cr = by_ext(C.get("ext"), C.get("ext?", bool))
             hit = cr >= 0
             c_range[hit] = cr[hit]
-            c_step[hit] = np.where(r_step[cr[hit]] >= 0, r_step[cr[hit]], c_step[hit])
+            rs = r_step[cr[hit]]
+            if warm.any():
+                hidx = np.flatnonzero(held)   # the warm-up or step each range began in
+                r_in = steps_at(r_start, *at[:2], np.arange(len(hidx)), r_key, r_key[held])
+                r_warm = np.where(r_in >= 0, warm[hidx[np.maximum(r_in, 0)]], False) | warm
+                rs = np.where(r_warm[cr[hit]], -2, rs)
+            c_step[hit] = np.where(rs >= 0, rs, np.where(rs == -1, c_step[hit], -1))
 
         L = self.logs
         n_l = len(L)
