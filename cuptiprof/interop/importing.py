@@ -17,7 +17,7 @@ from typing import Callable
 from cuptiprof.errors import InputError, UsageError
 from cuptiprof.outputs import check_output
 from cuptiprof.interop.kineto import import_kineto
-from cuptiprof.store.files import read_head
+from cuptiprof.store.files import read_head, write_unsynced
 from cuptiprof.store.writer import RunInfo, Writer
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -190,6 +190,7 @@ def _restore_runs(path: Path, files: list) -> None:
     if len(groups) < 2:
         return
     con = duckdb.connect(str(path))
+    write_unsynced(con)   # the temporary file: close() syncs it once, before the rename
     try:
         tables = [t for (t,) in con.execute(
             "SELECT table_name FROM duckdb_columns() WHERE database_name = current_database() "
