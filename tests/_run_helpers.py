@@ -58,6 +58,23 @@ def q(path: Path, sql: str) -> list:
         con.close()
 
 
+def syncs_and_renames(monkeypatch) -> list:
+    """Record os.fsync (the path synced) and os.replace (the path renamed) calls, in order."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(a, b):
+        events.append(("replace", str(a)))
+        real_replace(a, b)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
 def one_line_error(stderr: str) -> None:
     lines = [l for l in stderr.strip().splitlines() if l]
     assert len(lines) == 1, stderr

@@ -10,7 +10,7 @@ import sys
 import duckdb
 import pytest
 
-from _run_helpers import cli, one_line_error, q
+from _run_helpers import cli, one_line_error, q, syncs_and_renames
 from cuptiprof.errors import InputError, SchemaVersionError
 from cuptiprof.store.merge import merge_files
 from cuptiprof.store.writer import RunInfo, Writer
@@ -30,12 +30,7 @@ def test_merge_syncs_its_output_once_before_the_rename(tmp_path, monkeypatch):
     rename gives it its name."""
     a = _file(tmp_path / "a.duckdb", ["gemm"], 11, "hostA")
     b = _file(tmp_path / "b.duckdb", ["relu"], 22, "hostB")
-    events = []
-    real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(
-        f"/proc/self/fd/{fd}"))), real_fsync(fd))[1])
-    monkeypatch.setattr(os, "replace", lambda x, y: (events.append(("replace", str(x))),
-                                                     real_replace(x, y))[1])
+    events = syncs_and_renames(monkeypatch)
     out = merge_files([a, b], tmp_path / "all.duckdb")
     assert [e[0] for e in events] == ["fsync", "replace"] and events[0][1] == events[1][1]
     assert q(out, "SELECT count(*) FROM runs") == [(2,)]

@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
-from _run_helpers import q as rows
+from _run_helpers import q as rows, syncs_and_renames
 
 import cuptiprof
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
@@ -310,12 +310,7 @@ def test_atomic_writer_syncs_the_file_once_before_the_rename(tmp_path, monkeypat
     """A temporary file nobody reads is written without DuckDB's syncs at each commit; close()
     syncs it once, before the rename makes it the output. A file written in place keeps
     DuckDB's syncs."""
-    events = []
-    real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(
-        f"/proc/self/fd/{fd}"))), real_fsync(fd))[1])
-    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", str(a))),
-                                                     real_replace(a, b))[1])
+    events = syncs_and_renames(monkeypatch)
     path = tmp_path / "atomic.duckdb"
     w = Writer(path, RunInfo(source="kineto"), atomic=True)
     has_setting = w.query("SELECT count(*) FROM duckdb_settings() WHERE name = 'fsync_mode'")
