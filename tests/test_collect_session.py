@@ -719,3 +719,30 @@ def test_a_range_filter_that_raises_keeps_the_ranges_going(tmp_path, capsys):
            "on are recorded")
     assert q(p, "SELECT check_name, detail FROM data_quality") == [("range_filter_failed", why)]
     assert capsys.readouterr().err == f"cuptiprof: {why}\n"
+
+
+def test_the_last_step_begun_while_the_one_before_ends_keeps_recording(tmp_path):
+    """steps=2 on two threads: X begins the last step, and is held after its number was taken
+    but before its step was open, while step 0 ends on the main thread. Step 0's end must not
+    take every step for ended and stop collecting: X's step is still to run, and its kernel
+    was lost (the step recorded without GPU work)."""
+    import threading
+
+    f = FakeCupti()
+    p = tmp_path / "t.duckdb"
+    x_read, zero_ended = threading.Event(), threading.Event()
+
+    def x():
+        with cuptiprof.range("step"):
+            f.launch_kernel("k1")
+
+    with _held_session(x_read, zero_ended, "_step_of", None)(p, steps=2, source=f, quiet=True):
+        with cuptiprof.range("step"):
+            f.launch_kernel("k0")
+            t = threading.Thread(target=x, name="X")
+            t.start()
+            x_read.wait(5)
+        zero_ended.set()
+        t.join()
+    assert q(p, "SELECT name, step FROM kernels ORDER BY start_ns") == [("k0", 0), ("k1", 1)]
+    assert q(p, "SELECT count(*) FROM data_quality") == [(0,)]

@@ -461,11 +461,17 @@ class Session:
             is_step = False   # steps do not nest: one inside a step is a range of that step
         kind = "user"
         ordinal = None
+        parent = stack[-1] if stack else None
         if is_step:
+            given = markers.step_number(attrs.get("step"))
+            # `step` is a step's number, not one of its attributes
+            extra = markers.attrs_json({k: v for k, v in attrs.items() if k != "step"})
             # Steps of two threads begun at once must get two numbers, and the switch to
             # recording must be seen by a step beyond the last numbered after it (which ends
-            # it) and by stop(): numbered and switched in one section under the phase lock,
-            # which is held for these checks and CUPTI's enable, never for a flush
+            # it) and by stop(). A step is numbered, switched and opened in one section under
+            # the phase lock: a step of another thread that ends meanwhile, or a step beyond
+            # the last, sees it open, not every step begun and none still running. The lock is
+            # held for these checks and CUPTI's enable, never for a flush.
             with self._phase_lock:
                 ordinal = self.steps_seen
                 self.steps_seen = ordinal + 1
@@ -478,37 +484,41 @@ class Session:
                         self._collect(True)
                 else:
                     kind = None
+                if kind is not None:
+                    step = ordinal if given is None else given
+                    # a warm-up step claims no GPU work for a step (see below)
+                    warm = kind == "warmup" or (parent is not None and parent[11])
+                    rid = self.new_range_id()
+                    tok = [rid, parent[0] if parent else None, len(stack), name,
+                           threading.get_native_id(), 0, kind, step, extra, ordinal, False, warm]
+                    self._open[rid] = tok
+                    self._step_of[rid] = None if warm else step
             if kind is None:   # its work must stay out, even while an earlier step still runs
                 self._finish_recording()
                 return None
-            step = markers.step_number(attrs.get("step"))
-            if step is None:
-                step = ordinal
+            self._stack_var.set(stack + (tok,))
         elif self.phase != "record":
             return None
-        elif name == "warmup":
-            kind, step = "warmup", None
         else:
-            if self._filter is not None and not self._keeps(name):
+            if name == "warmup":
+                kind, step = "warmup", None
+            elif self._filter is not None and not self._keeps(name):
                 return None
-            step = None
-        parent = stack[-1] if stack else None
-        if not is_step and kind == "user":
-            step = parent[7] if parent else self._open_step()
-        # A warm-up step, and every range inside one, carries the warm-up's number in `ranges`
-        # but claims no GPU work for a step: what a range inside it launches (once another
-        # thread's step has turned collection on) has no step, not the warm-up's number.
-        warm = (is_step and kind == "warmup") or (parent is not None and parent[11])
-        rid = self.new_range_id()
-        # `step` is a step's number; of another range, an attribute like the rest
-        extra = {k: v for k, v in attrs.items() if k != "step" or not step_name}
-        tok = [rid, parent[0] if parent else None, len(stack), name,
-               threading.get_native_id(), 0, kind, step,
-               markers.attrs_json(extra),
-               ordinal, False, warm]
-        self._step_of[rid] = None if warm else step
-        self._open[rid] = tok
-        self._stack_var.set(stack + (tok,))
+            else:
+                step = parent[7] if parent else self._open_step()
+            # A warm-up step, and every range inside one, carries the warm-up's number in
+            # `ranges` but claims no GPU work for a step: what a range inside it launches (once
+            # another thread's step has turned collection on) has no step, not the warm-up's.
+            warm = parent is not None and parent[11]
+            rid = self.new_range_id()
+            if step_name:   # a step inside a step: its number is no attribute either
+                attrs = {k: v for k, v in attrs.items() if k != "step"}
+            tok = [rid, parent[0] if parent else None, len(stack), name,
+                   threading.get_native_id(), 0, kind, step, markers.attrs_json(attrs),
+                   None, False, warm]
+            self._step_of[rid] = None if warm else step
+            self._open[rid] = tok
+            self._stack_var.set(stack + (tok,))
         if self.collecting and kind != "warmup":
             pushed = self._cupti_stack()
             if self._unpop:
