@@ -100,6 +100,51 @@ def test_a_fork_inside_profile_leaves_the_parents_file_alone(tmp_path, source, c
     assert q(out, "SELECT status FROM runs") == [("complete",)]
 
 
+
+FORK_DURING_FLUSH = """
+    import cuptiprof, gc, os, signal, threading
+    from cuptiprof.collect.fake import FakeCupti
+    f = FakeCupti()
+    in_flush, release = threading.Event(), threading.Event()
+    def synchronize():   # the flush of a step a worker thread ended waits here
+        if threading.current_thread().name == "W":
+            in_flush.set()
+            release.wait()
+    f.synchronize = synchronize
+    def worker():
+        with cuptiprof.step(0):
+            f.launch_kernel("k0")
+    with cuptiprof.profile("f.duckdb", source=f, quiet=True, flush_every_s=0):
+        w = threading.Thread(target=worker, name="W")
+        w.start()
+        in_flush.wait()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)   # a child that hangs dies of SIGALRM
+            gc_on = gc.isenabled()
+        else:
+            _, status = os.waitpid(pid, 0)
+            release.set()
+            w.join()
+    if pid == 0:
+        print("child gc", gc_on, flush=True)
+        os._exit(0)
+    print("child status", status)
+"""
+
+
+def test_a_fork_while_another_thread_flushes(tmp_path):
+    """The main thread forks while a worker thread's step end flushes (the flush lock held, the
+    cyclic GC paused). The child inherited both: its `with` never ended (stop() waited for a
+    lock no thread of the child would release), and its GC stayed off for its whole life."""
+    r = run_py(FORK_DURING_FLUSH, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "child gc True" in r.stdout and "child status 0" in r.stdout, r.stdout + r.stderr
+    out = tmp_path / "f.duckdb"
+    assert q(out, "SELECT name, step FROM kernels") == [("k0", 0)]
+    assert q(out, "SELECT status FROM runs") == [("complete",)]
+
+
 UNDER_RUN = """
     import cuptiprof
     with cuptiprof.profile("inner.duckdb", steps=2):

@@ -107,6 +107,21 @@ def no_gc():
                 gc.enable()
 
 
+def _gc_after_fork() -> None:
+    """In a forked child: another thread of the parent inside no_gc() at the fork (a step's flush
+    on a worker thread, CUPTI's buffer callback) never leaves it here. The GC it paused would
+    stay off for the child's whole life, and its lock could be held."""
+    global _gc_lock, _gc_holders
+    _gc_lock = threading.Lock()
+    if _gc_holders:
+        _gc_holders = 0
+        if no_gc.was_enabled:  # type: ignore[attr-defined]
+            gc.enable()
+
+
+os.register_at_fork(after_in_child=_gc_after_fork)
+
+
 def _uuid_text(rec: Any) -> str | None:
     try:
         raw = bytes(rec.uuid.bytes)

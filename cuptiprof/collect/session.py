@@ -904,6 +904,10 @@ def detach_after_fork() -> None:
     _active = None
     keep_forever(s.writer, s.source, getattr(s, "_sink", None))
     s.writer, s.source, s.active, s.phase, s.collecting = None, NullSource(), False, "stopped", False
+    # Locks another thread of the parent held at the fork (a step's flush on a worker thread)
+    # stay held in the child, where no thread will release them: stop() of this session (the
+    # child leaving the parent's `with`) waited for ever
+    s._flush_lock, s._phase_lock, s._id_lock = threading.RLock(), threading.Lock(), threading.Lock()
     if markers._session is s:
         markers._set_session(None)
 
