@@ -746,3 +746,30 @@ def test_the_last_step_begun_while_the_one_before_ends_keeps_recording(tmp_path)
         t.join()
     assert q(p, "SELECT name, step FROM kernels ORDER BY start_ns") == [("k0", 0), ("k1", 1)]
     assert q(p, "SELECT count(*) FROM data_quality") == [(0,)]
+
+
+def test_a_range_ended_on_another_thread_during_a_flush_is_written(tmp_path):
+    """Thread X ends a range and is held after reading the list of closed ranges, while a step's
+    end on the main thread flushes (and takes that list). X's range went into the list the
+    flush had already written, and was never written at all."""
+    import threading
+
+    f = FakeCupti()
+    p = tmp_path / "c.duckdb"
+    x_read, flushed = threading.Event(), threading.Event()
+
+    def x():
+        with cuptiprof.range("io"):
+            pass
+
+    with _held_session(x_read, flushed, "_closed", None)(p, source=f, quiet=True,
+                                                          flush_every_s=0) as s:
+        t = threading.Thread(target=x, name="X")
+        t.start()
+        x_read.wait(5)
+        with cuptiprof.step(0):
+            f.launch_kernel("k0")
+        assert s.flushes == 1
+        flushed.set()
+        t.join()
+    assert q(p, "SELECT name FROM ranges ORDER BY start_ns") == [("io",), ("step",)]

@@ -748,9 +748,14 @@ class Session:
             src.pop()
 
     def _ranges_batch(self) -> dict | None:
-        closed, self._closed = self._closed, []
-        if not closed:
+        # Taken out of the list, which stays: a range another thread ends meanwhile may have
+        # read self._closed already and still be appending to it (a new list lost that range)
+        pending = self._closed
+        n = len(pending)
+        if not n:
             return None
+        closed = pending[:n]
+        del pending[:n]
         cols = [list(c) for c in zip(*closed)]
         self._inside_nvtx(cols)
         return {"range_id": cols[0], "parent_id": cols[1], "depth": cols[2], "name": cols[3],
