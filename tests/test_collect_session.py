@@ -773,3 +773,33 @@ def test_a_range_ended_on_another_thread_during_a_flush_is_written(tmp_path):
         flushed.set()
         t.join()
     assert q(p, "SELECT name FROM ranges ORDER BY start_ns") == [("io",), ("step",)]
+
+
+def test_a_record_kind_first_delivered_during_a_flush_stops_nothing(tmp_path, capsys):
+    """CUPTI's thread delivers the first record of a kind the collector does not read (NAME)
+    while a flush copies the counts of such kinds: the flush failed ("dictionary changed size
+    during iteration"), its rows were lost and no range was recorded after it."""
+    import threading
+    from types import SimpleNamespace
+
+    f = FakeCupti()
+    p = tmp_path / "k.duckdb"
+    with Session(p, source=f, quiet=True, flush_every_s=0) as s:
+        s._sink.add([SimpleNamespace(kind=int(K.NAME))])
+
+        class Delivering(dict):
+            def __setitem__(self, k, v):
+                super().__setitem__(k, v)
+                if len(self) == 1:   # CUPTI's thread, between two kinds of the copy
+                    t = threading.Thread(target=s._sink.add,
+                                         args=([SimpleNamespace(kind=int(K.GRAPH_TRACE))],))
+                    t.start()
+                    t.join()
+
+        s.resolver.other_kinds = Delivering()
+        for i in range(2):
+            with cuptiprof.step(i):
+                f.launch_kernel(f"k{i}")
+    assert capsys.readouterr().err == ""
+    assert q(p, "SELECT name, step FROM kernels ORDER BY step") == [("k0", 0), ("k1", 1)]
+    assert q(p, "SELECT step FROM ranges ORDER BY step") == [(0,), (1,)]

@@ -722,7 +722,8 @@ class Session:
                     self._gpu_failed(exc)
             rows = self._sink.drain() if hasattr(self, "_sink") else {}
             batches = self.resolver.resolve(rows, final=final) if rows else {}
-            for k, v in self._sink.other.items() if hasattr(self, "_sink") else ():
+            # a copy: CUPTI's thread may add a kind to it meanwhile (iterating it then raised)
+            for k, v in list(self._sink.other.items()) if hasattr(self, "_sink") else ():
                 self.resolver.other_kinds[k] = v
             ranges = self._ranges_batch()
             mr = batches.pop("ranges", None)
