@@ -145,6 +145,36 @@ def test_a_fork_while_another_thread_flushes(tmp_path):
     assert q(out, "SELECT status FROM runs") == [("complete",)]
 
 
+
+STOP_ON_A_DAEMON_THREAD = """
+    import cuptiprof, threading, time
+    prof = cuptiprof.profile("d.duckdb", source="none", quiet=True).start()
+    in_stop = threading.Event()
+    write_quality = prof._write_quality
+    def slow(phase):   # stop() on the daemon thread is still busy when the program ends
+        in_stop.set()
+        time.sleep(0.5)
+        write_quality(phase)
+    prof._write_quality = slow
+    with cuptiprof.step(0):
+        pass
+    threading.Thread(target=prof.stop, daemon=True).start()
+    in_stop.wait()
+"""
+
+
+def test_the_program_ending_while_a_daemon_thread_stops_the_profile(tmp_path):
+    """stop() on a daemon thread, under way when the main thread ends the program: the exit
+    handler found the profile stopped already and let the interpreter end, which froze that
+    thread before the file was closed (the run was left 'running')."""
+    r = run_py(STOP_ON_A_DAEMON_THREAD, tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "d.duckdb"
+    assert q(out, "SELECT status FROM runs") == [("complete",)]
+    assert q(out, "SELECT ended_early FROM processes") == [(False,)]
+    assert q(out, "SELECT step FROM ranges") == [(0,)]
+
+
 UNDER_RUN = """
     import cuptiprof
     with cuptiprof.profile("inner.duckdb", steps=2):

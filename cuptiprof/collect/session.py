@@ -360,25 +360,29 @@ class Session:
         return path
 
     def _at_exit(self) -> None:
-        if self.active:
-            # started without `with` and never stopped: an uncaught exception ended the program
-            # when Python left one in sys.last_value (printed, then atexit runs) since the start
-            # (an interactive session keeps the last one it printed)
-            exc = getattr(sys, "last_value", None)
-            if exc is self._last_error_at_start:
-                exc = None
-            if exc is not None:   # Python exits 1, or by SIGINT for a KeyboardInterrupt itself
-                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-                self._exit_status = 130 if type(exc) is KeyboardInterrupt else 1
-            elif _exit_code:      # sys.exit(code) ended the program (_ExitWatch)
-                self._exit_status = _os_exit_status(_exit_code[0])
-                status = "complete" if self._exit_status == 0 else "failed"
-            else:
-                status = "complete"
-            try:
-                self.stop(status)
-            except Exception as exc:
-                print(f"cuptiprof: could not finish {self.path}: {exc}", file=sys.stderr)
+        if not self.active:
+            # stop() may be under way on a daemon thread, which the interpreter's end would
+            # freeze before the file is closed: wait for it
+            with self._flush_lock:
+                return
+        # started without `with` and never stopped: an uncaught exception ended the program
+        # when Python left one in sys.last_value (printed, then atexit runs) since the start
+        # (an interactive session keeps the last one it printed)
+        exc = getattr(sys, "last_value", None)
+        if exc is self._last_error_at_start:
+            exc = None
+        if exc is not None:   # Python exits 1, or by SIGINT for a KeyboardInterrupt itself
+            status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            self._exit_status = 130 if type(exc) is KeyboardInterrupt else 1
+        elif _exit_code:      # sys.exit(code) ended the program (_ExitWatch)
+            self._exit_status = _os_exit_status(_exit_code[0])
+            status = "complete" if self._exit_status == 0 else "failed"
+        else:
+            status = "complete"
+        try:
+            self.stop(status)
+        except Exception as exc:
+            print(f"cuptiprof: could not finish {self.path}: {exc}", file=sys.stderr)
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         # `@cuptiprof.profile(...)` above a function: Python's "'Session' object is not
