@@ -803,3 +803,32 @@ def test_a_record_kind_first_delivered_during_a_flush_stops_nothing(tmp_path, ca
     assert capsys.readouterr().err == ""
     assert q(p, "SELECT name, step FROM kernels ORDER BY step") == [("k0", 0), ("k1", 1)]
     assert q(p, "SELECT step FROM ranges ORDER BY step") == [(0,), (1,)]
+
+
+def test_a_problem_noted_on_one_thread_while_another_flushes_is_kept(tmp_path, monkeypatch):
+    """Thread X notes a problem (a failed CUPTI call) while the main thread's flush is inside
+    its transaction: the file's one connection takes one transaction at a time, so X's row
+    was refused ("cannot start a transaction within a transaction") and lost without a word."""
+    import threading
+
+    from cuptiprof.store import writer as writer_mod
+
+    f = FakeCupti()
+    p = tmp_path / "n.duckdb"
+    insert, done = writer_mod._insert, []
+
+    def insert_then_note(con, table, tbl):
+        insert(con, table, tbl)
+        if not done and threading.current_thread() is threading.main_thread():
+            done.append(True)
+            t = threading.Thread(target=s._note_problem, args=("cupti_error", "noted by X"))
+            t.start()
+            t.join(5)
+
+    with Session(p, source=f, quiet=True, flush_every_s=0) as s:
+        monkeypatch.setattr(writer_mod, "_insert", insert_then_note)
+        with cuptiprof.step(0):
+            f.launch_kernel("k0")
+        assert done
+    assert q(p, "SELECT check_name, detail FROM data_quality") == [("cupti_error", "noted by X")]
+    assert q(p, "SELECT name, step FROM kernels") == [("k0", 0)]

@@ -182,6 +182,7 @@ class Session:
         self._spans: list[tuple] = []
         self._span_gens: deque = deque()
         self._incomplete: list[tuple] = []   # (step, exception name): steps an exception ended
+        self._notes: list[tuple] = []   # (check, detail) of data_quality rows not yet written
         self._flush_lock = threading.RLock()
         # phase changes and step numbering (_enter, _finish_recording, stop): one at a time
         self._phase_lock = threading.Lock()
@@ -345,6 +346,7 @@ class Session:
         except Exception as exc:  # the file must still close cleanly
             self._note_problem("cupti_error", f"final flush failed: {exc}")
         try:
+            self._write_notes()
             self._write_open_ranges()
             self._write_quality(prev_phase)
             end = time.time_ns()
@@ -435,10 +437,31 @@ class Session:
         self.collecting = False
 
     def _note_problem(self, check: str, detail: str) -> None:
-        try:
-            self.writer.add_quality(check, None, None, detail)
-        except Exception:
-            pass
+        """A data_quality row: written now, or by the flush another thread is in. The file's
+        one connection takes one transaction at a time: a row written beside another thread's
+        flush was refused, or aborted that flush (its rows lost, ranges no longer recorded)."""
+        self._notes.append((check, detail))
+        # never waits for the flush lock: this may run under the phase lock, which stop() takes
+        # inside the flush lock
+        if self._flush_lock.acquire(blocking=False):
+            try:
+                self._write_notes()
+            finally:
+                self._flush_lock.release()
+
+    def _write_notes(self) -> None:
+        """The rows _note_problem left; under the flush lock."""
+        notes = self._notes
+        n = len(notes)
+        if not n:
+            return
+        todo = notes[:n]
+        del notes[:n]
+        for check, detail in todo:
+            try:
+                self.writer.add_quality(check, None, None, detail)
+            except Exception:
+                pass
 
     # -- ranges (called by cuptiprof.range) ------------------------------------------------------
     def new_range_id(self) -> int:
@@ -740,6 +763,7 @@ class Session:
             self.flushes += 1
             self._last_flush = time.monotonic()
             self._prune()
+            self._write_notes()   # those noted on another thread meanwhile
 
     def _own_synchronize(self, src: Any) -> None:
         """Wait for the GPU; the sync record this makes is ours, so the resolver drops it."""
