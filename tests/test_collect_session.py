@@ -832,3 +832,27 @@ def test_a_problem_noted_on_one_thread_while_another_flushes_is_kept(tmp_path, m
         assert done
     assert q(p, "SELECT check_name, detail FROM data_quality") == [("cupti_error", "noted by X")]
     assert q(p, "SELECT name, step FROM kernels") == [("k0", 0)]
+
+
+def test_a_step_ending_while_a_flush_looks_up_steps_by_time(tmp_path):
+    """A flush looks up the step of an NVTX range of another domain by its start (step_at)
+    while another thread's step ends: the recent steps it walked through changed under it
+    ("deque mutated during iteration"), and the flush failed."""
+    import threading
+
+    f = FakeCupti()
+    with Session(tmp_path / "w.duckdb", source=f, quiet=True) as s:
+        for i in range(3):
+            with cuptiprof.step(i):
+                pass
+        first = s._windows[0]
+
+        class Start(int):   # the lookup compares it with each step's window
+            def __ge__(self, other):
+                if len(s._windows) == 3:   # another thread's step ends meanwhile
+                    t = threading.Thread(target=s._windows.append, args=((0, 0, 99),))
+                    t.start()
+                    t.join()
+                return int(self) >= other
+
+        assert s.step_at(Start(first[0])) == 0

@@ -694,7 +694,8 @@ class Session:
         return out
 
     def step_at(self, t_ns: int) -> int | None:
-        for s, e, step in reversed(self._windows):
+        # a copy: a step another thread ends meanwhile changes the deque (iterating it raised)
+        for s, e, step in reversed(tuple(self._windows)):
             if s <= t_ns <= e:
                 return step
         for tok in list(self._open.values()):
