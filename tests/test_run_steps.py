@@ -601,3 +601,33 @@ def test_a_range_in_a_step_beyond_the_last_is_no_range_of_an_earlier_one(tmp_pat
     if not mode:
         assert q(out, "SELECT step, count(*) FROM ranges WHERE name = 'aten::mm' GROUP BY 1 "
                       "ORDER BY 1") == [(0, 1), (1, 1)]
+
+
+def test_mixed_steps_row_goes_through_the_collector(monkeypatch):
+    """At the end of a run, the steps_mixed row is handed to the collector, which writes it
+    beside a flush another thread may be in; writing it on the file's one connection directly
+    could abort that flush's transaction."""
+    from cuptiprof.run import child
+
+    class Writer:
+        def add_quality(self, *a):
+            raise AssertionError("written beside the collector's flush")
+
+    class Collector:
+        writer = Writer()
+        notes: list = []
+
+        def _note_problem(self, check, detail):
+            self.notes.append((check, detail))
+
+        def stop(self, status):
+            self.status = status
+
+    col = Collector()
+    monkeypatch.setattr(child, "_collector", col)
+    monkeypatch.setattr(child, "_rec", None)
+    monkeypatch.setattr(child, "_mixed_steps", lambda: "3 steps came from --step-fn and 2 ...")
+    monkeypatch.setattr(child, "warn", lambda msg: None)
+    child._close_recording("complete")
+    assert col.notes == [("steps_mixed", "3 steps came from --step-fn and 2 ...")]
+    assert col.status == "complete"

@@ -689,8 +689,8 @@ def _close_recording(status: str) -> None:
     if mixed is not None:
         warn(mixed)
         try:
-            if _collector is not None:
-                _collector.writer.add_quality(MIXED_STEPS, None, None, mixed)
+            if _collector is not None:   # by the collector: a daemon thread may be flushing
+                _collector._note_problem(MIXED_STEPS, mixed)
             elif _rec is not None and _rec.mode != "time":
                 _rec._quality(MIXED_STEPS, None, mixed)
         except Exception:
