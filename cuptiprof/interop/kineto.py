@@ -44,7 +44,6 @@ PIECE_BYTES = 2 << 20
 # Rows of each table per transaction (two DuckDB row groups): the Arrow columns, the writer's
 # copies and DuckDB's uncommitted rows of a large trace exist for one part at a time.
 APPEND_ROWS = 2 * 122_880
-FIRST_PIECE = 2 << 20  # the first piece is small, so decoding starts while most is still gzip
 
 
 # -- the fields kept from each event ----------------------------------------------------------
@@ -283,7 +282,7 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, scan=None
     ev_start = -1       # position of the first event in buf
     bare = False        # the file is a bare JSON array of events
     before = 0          # events in pieces already decoded
-    want = min(piece_bytes, FIRST_PIECE)
+    want = piece_bytes
     for block in blocks:
         buf += block
         if ev_start < 0:
