@@ -907,18 +907,21 @@ def test_memory_events_survive_a_round_trip(tmp_path):
 # columns Kineto has no key for, which the export writes as args of cuptiprof's own
 _NO_KINETO_KEY = {
     "kernels": "SELECT pid, name, graph_id, graph_node_id FROM kernels ORDER BY ALL",
-    "memcpys": "SELECT pid, start_ns, is_async, graph_id, graph_node_id FROM memcpys ORDER BY ALL",
+    "memcpys": "SELECT pid, start_ns, is_async, graph_id, graph_node_id, src_device_id, "
+               "dst_device_id FROM memcpys ORDER BY ALL",
     "memsets": "SELECT pid, start_ns, value, graph_id, graph_node_id FROM memsets ORDER BY ALL",
     "api_calls": "SELECT pid, correlation_id, return_code FROM api_calls ORDER BY ALL",
-    "memory_events": "SELECT pid, time_ns, pool FROM memory_events ORDER BY ALL",
+    "memory_events": "SELECT pid, time_ns, pool, correlation_id, memory_kind FROM memory_events "
+                     "ORDER BY ALL",
     "processes": "SELECT pid, exit_status, ended_early FROM processes ORDER BY ALL"}
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
 @pytest.mark.parametrize("procs", [1, 2])
 def test_columns_kineto_has_no_key_for_survive_a_round_trip(tmp_path, monkeypatch, native, procs):
-    """Graph ids, a copy's asynchrony, a memset's value, a call's return code, a pool
-    allocation and how each process ended come back from an export (one process: the trace's
+    """Graph ids, a copy's asynchrony and a peer copy's devices, a memset's value, a call's
+    return code, an allocation's pool, correlation id and memory kind, and how each process
+    ended come back from an export (one process: the trace's
     own keys; several: each process's), NULL where they were NULL, by the native scanner and
     the msgspec path alike."""
     monkeypatch.setenv("CUPTIPROF_NATIVE", native)
@@ -933,16 +936,19 @@ def test_columns_kineto_has_no_key_for_survive_a_round_trip(tmp_path, monkeypatc
         with Writer(src, RunInfo(source="synthetic"), mode="append" if i else "create", pid=pid) as w:
             w.append({
                 "kernels": {**gpu, "name": ["k0", "k1", "k2"]},
-                "memcpys": {**gpu, "copy_kind": ["HtoD"] * 3, "bytes": [8] * 3,
-                            "is_async": pa.array([None, True, False], pa.bool_())},
+                "memcpys": {**gpu, "copy_kind": ["HtoD", "PtoP", "PtoP"], "bytes": [8] * 3,
+                            "is_async": pa.array([None, True, False], pa.bool_()),
+                            # a peer copy's devices (NULL for the others)
+                            "src_device_id": i32([None, 0, 1 + i]), "dst_device_id": i32([None, 1, 0])},
                 "memsets": {**gpu, "bytes": [8] * 3, "value": i32([None, 0, 255 - i])},
                 "api_calls": {"thread_id": [5] * 3, "api_kind": ["runtime"] * 3,
                               "name": ["cudaLaunchKernel"] * 3, "correlation_id": [1, 2, 3],
                               "start_ns": [x - 2_000 for x in ts], "end_ns": [x - 1_000 for x in ts],
                               "return_code": i32([None, 0, 700 + i])},
                 "memory_events": {"device_id": i32([0] * 3), "time_ns": ts, "operation": ["alloc"] * 3,
-                                  "bytes": [64] * 3, "memory_kind": ["device"] * 3,
-                                  "pool": pa.array([None, True, False], pa.bool_())}})
+                                  "bytes": [64] * 3, "memory_kind": ["device", "pinned", "managed"],
+                                  "pool": pa.array([None, True, False], pa.bool_()),
+                                  "correlation_id": i64([None, 2, 3])}})
     with duckdb.connect(str(src)) as con:   # how each ended: killed (137), and exit 0
         con.execute("INSERT INTO processes (run_id, pid, exit_status, ended_early) SELECT DISTINCT "
                     "run_id, pid, CASE pid WHEN 11 THEN 137 ELSE 0 END, pid = 11 FROM kernels")

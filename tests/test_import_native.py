@@ -119,6 +119,15 @@ TAKEN = {
                                          "args": {"cuptiprof pool": 0}},
                                         {"ph": "X", "cat": "cuda_runtime", "ts": 8, "dur": 1,
                                          "args": {"cuptiprof return code": None}}),
+    # keys of cuptiprof's export in the column of a key their category never says
+    "cuptiprof's args in shared columns": doc({"ph": "X", "cat": "gpu_memcpy", "ts": 1, "dur": 1,
+                                               "args": {"cuptiprof src device": 1,
+                                                        "cuptiprof dst device": 0}},
+                                              {"ph": "i", "name": "[memory]", "ts": 2,
+                                               "args": {"cuptiprof correlation": 1 << 40,
+                                                        "cuptiprof kind": "pinned"}},
+                                              {"ph": "X", "cat": "gpu_memcpy", "ts": 3, "dur": 1,
+                                               "args": {"cuptiprof src device": None}}),
     "empty events are counted, not kept": doc({}, {}, {"unknown": 1}, {"ph": "X"}, {}),
     "empty array": doc(),
     "other top-level keys": doc(KERNEL, deviceProperties=[{"id": 0, "name": "V100", "numSms": 80}],
@@ -161,6 +170,17 @@ def test_a_gpu_rows_recorded_range_is_read_into_its_column():
     x = P.A["xextra"]   # one column: a copy's asynchrony, a memset's value, a return code, a pool
     assert got.I[5:, P.C_ARG0 + x].tolist() == [1, 255, 700, 0, 0]
     assert ((got.I[5:, P.C_VALID] >> x) & 1).tolist() == [1, 1, 1, 1, 0]
+
+
+def test_keys_of_a_shared_column_are_read_into_it():
+    """A peer copy's devices and a [memory] instant's correlation id go to the columns of
+    keys their category never says (pieces.SHARED); a memory kind to C_XKIND."""
+    got, ref, _, small = both(TAKEN["cuptiprof's args in shared columns"])
+    cols = [P.C_ARG0 + P.A[k] for k in ("xdsmem", "xopen", "event_id")]
+    assert got.I[:, cols].tolist() == [[1, 0, 0], [0, 0, 1 << 40], [0, 0, 0]]
+    bits = [(got.I[:, P.C_VALID] >> P.A[k]) & 1 for k in ("xdsmem", "xopen", "event_id")]
+    assert np.array(bits).T.tolist() == [[1, 1, 0], [0, 0, 1], [0, 0, 0]]
+    assert small.strings[got.I[1, P.C_XKIND]] == "pinned"
 
 
 def test_numbers_are_rounded_like_msgspec():
@@ -223,6 +243,9 @@ DECLINED = {
     "labels an int": b'{"traceEvents":[{"args":{"labels":1}}]}',
     "two values of one column": b'{"traceEvents":[{"args":{"cuptiprof async":1,"cuptiprof value":2}}]}',
     "a graph as a string": b'{"traceEvents":[{"args":{"cuptiprof graph":"7"}}]}',
+    "two keys of a shared column": b'{"traceEvents":[{"args":{"cuptiprof open":1,'
+                                   b'"cuptiprof dst device":2}}]}',
+    "a correlation as a string": b'{"traceEvents":[{"args":{"cuptiprof correlation":"7"}}]}',
     "arg name a list": b'{"traceEvents":[{"args":{"name":[]}}]}',
     "event a list": b'{"traceEvents":[[1,2,3]]}',
     "events not a list": b'{"traceEvents":5}',

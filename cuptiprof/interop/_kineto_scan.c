@@ -92,6 +92,13 @@ enum {
      * a call's return code, a pool allocation): an event says at most one of them */
     A_XGRAPH, A_XGNODE, A_XEXTRA, NARGS
 };
+/* More of what Kineto has no key for shares the column of a key no event of its category
+ * says (no column more per event): a peer copy's source and destination devices those of a
+ * kernel's dynamic smem and a range still open, a [memory] instant's correlation id that of
+ * a sync's event (pieces.SHARED; an event that says both keys of a column is declined) */
+#define A_XSRCDEV A_XDSMEM
+#define A_XDSTDEV A_XOPEN
+#define A_XCORR A_EVENTID
 #define NI (C_ARG0 + NARGS)
 /* an argument's bit in a 32-bit `seen` mask and in the low half of C_VALID (pieces.OVER) */
 _Static_assert(NARGS <= 32, "more argument columns than bits for them");
@@ -1014,8 +1021,8 @@ static inline int arg_key(const char *k, Py_ssize_t n) {
         if (IS("External id")) return A_EXTID;
         break;
     case 13: if (IS("shared memory")) return A_SMEM; break;
-    case 14:   /* cuptiprof's own export: a warm-up's kind and step, a range still open, an
-                * allocation of a memory pool */
+    case 14:   /* cuptiprof's own export: a warm-up's kind (and a [memory] instant's memory
+                * kind) and step, a range still open, an allocation of a memory pool */
         if (IS("cuptiprof kind")) return AK_XKIND;
         if (IS("cuptiprof step")) return A_XSTEP;
         if (IS("cuptiprof open")) return A_XOPEN;
@@ -1032,10 +1039,13 @@ static inline int arg_key(const char *k, Py_ssize_t n) {
     case 20:
         if (IS("registers per thread")) return A_REGISTERS;
         if (IS("cuptiprof graph node")) return A_XGNODE;   /* cuptiprof's export */
+        if (IS("cuptiprof src device")) return A_XSRCDEV;  /* cuptiprof's export: a peer */
+        if (IS("cuptiprof dst device")) return A_XDSTDEV;  /* copy's devices */
         break;
     case 21:
         if (IS("wait_on_cuda_event_id")) return A_EVENTID;   /* a sync's event */
         if (IS("cuptiprof return code")) return A_XEXTRA;   /* cuptiprof's export: a call's */
+        if (IS("cuptiprof correlation")) return A_XCORR;    /* and a [memory] instant's */
         break;
     case 22: if (IS("cuptiprof dynamic smem")) return A_XDSMEM; break;   /* cuptiprof's export */
     }

@@ -23,8 +23,10 @@ as the ranges' External ids) in `"cuptiprof range"`: the importer takes both fro
 launching call. A GPU row whose range is not its call's (a framework NVTX range the call's
 record does not name) says its range too. Columns Kineto has no key for are args of cuptiprof's
 own as well ("cuptiprof graph", "cuptiprof graph node", "cuptiprof async", "cuptiprof value",
-"cuptiprof return code", "cuptiprof pool"), and how each process ended is a top-level key
-(`cuptiprofProcess`, or per process in `cuptiprofProcesses`).
+"cuptiprof return code", "cuptiprof pool", a peer copy's "cuptiprof src device" and
+"cuptiprof dst device", a [memory] instant's "cuptiprof correlation" and, other than 'device',
+its "cuptiprof kind"), and how each process ended is a top-level key (`cuptiprofProcess`, or
+per process in `cuptiprofProcesses`).
 
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would
@@ -245,8 +247,8 @@ def _lit(v) -> str:
 
 # Id columns each table writes: correlation ids tie calls to their GPU work (flows, and the
 # importer's links), External ids tie both to ranges; all are numbered per process.
-_IDS = {"ranges": ("range_id",), "api_calls": ("correlation_id", "range_id"), "memory_events": (),
-        "logs": ()}
+_IDS = {"ranges": ("range_id",), "api_calls": ("correlation_id", "range_id"),
+        "memory_events": ("correlation_id",), "logs": ()}
 _GPU_IDS = ("correlation_id", "op_id", "range_id")
 _ID_STRIDE = 1 << 32   # CUPTI correlation ids are 32-bit
 
@@ -524,8 +526,11 @@ def _bandwidth() -> tuple:
 def _memcpys(source: str, base: int, pids: _Pids) -> str:
     name = (f"concat('Memcpy ', coalesce(copy_kind, 'None'), ' (', {_mem('src_kind')}, ' -> ', "
             f"{_mem('dst_kind')}, ')')")
+    # a peer copy's source and destination devices (NULL for the other copies)
+    peer = tuple(_optional(f"cuptiprof {k} device", f"{k}_device_id IS NOT NULL",
+                           _val(f"{k}_device_id")) for k in ("src", "dst"))
     return _gpu(source, base, pids, "gpu_memcpy", _str(name),
-                (*_bandwidth(), *_GRAPH, _flag("cuptiprof async", "is_async")))
+                (*_bandwidth(), *_GRAPH, _flag("cuptiprof async", "is_async"), *peer))
 
 
 def _memsets(source: str, base: int, pids: _Pids) -> str:
@@ -554,7 +559,15 @@ def _memory_events(source: str, base: int, pids: _Pids) -> str:
     args = _obj(("Device Type", 1), ("Device Id", _val("device_id")), ("Addr", _val("address")),
                 ("Bytes", _val("CASE WHEN operation = 'free' THEN -bytes ELSE bytes END")),
                 _optional("cuptiprof step", "step IS NOT NULL", _val("step")),
-                _flag("cuptiprof pool", "pool"))
+                _flag("cuptiprof pool", "pool"),
+                # not Kineto's: the allocating call's correlation id (moved apart with the
+                # calls' in an export of several processes), and a memory kind other than
+                # 'device', which an import without it takes (a NULL one comes back 'device':
+                # the collector always names one)
+                _optional("cuptiprof correlation", "correlation_id IS NOT NULL",
+                          _val("correlation_id")),
+                _optional("cuptiprof kind", "memory_kind IS NOT NULL AND memory_kind <> 'device'",
+                          _str("memory_kind")))
     event = _obj(("ph", "i"), ("s", "t"), ("cat", "cpu_instant_event"), ("name", "[memory]"),
                  ("pid", _val("_pid")), ("tid", -1), ("ts", _Sql("_ts")), ("args", args))
     return _select(source, cols, event)

@@ -82,6 +82,11 @@ class Args(msgspec.Struct, gc=False):
     xvalue: Any = msgspec.field(default=None, name="cuptiprof value")
     xret: Any = msgspec.field(default=None, name="cuptiprof return code")
     xpool: Any = msgspec.field(default=None, name="cuptiprof pool")
+    # a peer copy's source and destination devices, a [memory] instant's correlation id (in
+    # columns of fields their category never says: pieces.SHARED)
+    xsrcdev: Any = msgspec.field(default=None, name="cuptiprof src device")
+    xdstdev: Any = msgspec.field(default=None, name="cuptiprof dst device")
+    xcorr: Any = msgspec.field(default=None, name="cuptiprof correlation")
     # a log record of cuptiprof's export (category LOG_CATEGORY); read where a str
     xlevel: Any = msgspec.field(default=None, name="level")
     xlogger: Any = msgspec.field(default=None, name="logger")
@@ -816,6 +821,8 @@ class KinetoFile:
         if self.links:
             M.add_col("xstep", *self._arg(rows, "xstep"))
             M.add_col("pool", *self._arg(rows, "xextra", "cuptiprof pool"))
+            M.add_col("correlation_id", *self._arg(rows, "event_id", "cuptiprof correlation"))
+            M.add(kind=self.piece.I[rows, P.C_XKIND])   # "cuptiprof kind": other than 'device'
         if self.procs:
             M.add(proc=self._proc_of(rows))
         self.rows["memory_events"] = self.rows.get("memory_events", 0) + len(rows)
@@ -867,6 +874,9 @@ class KinetoFile:
                 G.add_col("graph_node_id", *self._arg(rows, "xgnode"))
             if what in _EXTRA:
                 G.add_col(_EXTRA[what][0], *self._arg(rows, "xextra", _EXTRA[what][1]))
+            if what == "memcpy":   # a peer copy's devices (columns a copy's keys share)
+                G.add_col("src_device_id", *self._arg(rows, "xdsmem", "cuptiprof src device"))
+                G.add_col("dst_device_id", *self._arg(rows, "xopen", "cuptiprof dst device"))
         if what == "kernel":
             for k in ("grid", "block"):
                 for j, xyz in enumerate("xyz"):
@@ -907,6 +917,8 @@ class KinetoFile:
                             step=_null_neg(mem_step[lo:hi], pa.int32()))
                 if self.links:
                     cols["pool"] = _flag(get("pool"), get("pool?", bool))
+                    cols["correlation_id"] = arrow("correlation_id", pa.int64())
+                    cols["memory_kind"] = self._memory_kinds(get("kind"))
                 out[table] = pa.table(cols)
                 continue
             ids = get("name", np.int32)
@@ -934,6 +946,8 @@ class KinetoFile:
                     cols[k] = arrow(k, pa.int64())
                 if table == "memcpys":
                     cols["is_async"] = _flag(get("is_async"), get("is_async?", bool))
+                    for k in ("src_device_id", "dst_device_id"):
+                        cols[k] = _int32(get(k), get(k + "?", bool))
                 elif table == "memsets":
                     cols["value"] = _int32(get("value"), get("value?", bool))
             if table == "kernels":  # a dictionary of kernel names only (they get demangled)
@@ -960,6 +974,14 @@ class KinetoFile:
                                                  ev_ok & (ev >= 0) & (ev != 0xFFFFFFFF))
             out[table] = pa.table(cols)
         return out
+
+    def _memory_kinds(self, kind: np.ndarray) -> pa.DictionaryArray:
+        """The memory kind of [memory] instants of cuptiprof's export: "cuptiprof kind" (ids
+        in `small`), 'device' where it is absent (the export leaves 'device' out)."""
+        uniq, inv = np.unique(kind, return_inverse=True)
+        values = ["device" if u < 0 else self.small.strings[u] for u in uniq.tolist()]
+        codes = {v: i for i, v in enumerate(dict.fromkeys(values))}
+        return AC.dictionary(np.array([codes[v] for v in values], np.int32)[inv], list(codes))
 
     def _finish(self) -> FileSummary:
         if self.pid is None:

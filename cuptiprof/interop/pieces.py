@@ -50,10 +50,15 @@ NI = C_ARG0 + len(ARGS)
 OVER = 32  # bit OVER + a: the msgspec path saw an integer beyond int64 in field a
 # pid / tid kinds
 ID_NONE, ID_INT, ID_STR, ID_BIG = 0, 1, 2, 3
-# "xextra": the one value of its category that Kineto has no key for, in cuptiprof's export
-# (kineto.Args fields of these names; an event that says two of them the scanner declines)
-EXTRA_ARGS = ("xasync", "xvalue", "xret", "xpool")
-_SCALAR_ARGS = [a for a in ARGS if a[:4] not in ("grid", "bloc") and a != "xextra"]
+# Columns several args keys share (kineto.Args fields, the column's own first): "xextra", the
+# one value of its category that Kineto has no key for in cuptiprof's export; and columns of
+# keys no event of another category says, which that category's key of cuptiprof's export
+# reuses (no column more per event): a peer copy's source and destination devices, a
+# [memory] instant's correlation id. An event that says two keys of one column the scanner
+# declines; the msgspec path takes the first that is not null.
+SHARED = {"xextra": ("xasync", "xvalue", "xret", "xpool"), "xdsmem": ("xdsmem", "xsrcdev"),
+          "xopen": ("xopen", "xdstdev"), "event_id": ("event_id", "xcorr")}
+_SCALAR_ARGS = [a for a in ARGS if a[:4] not in ("grid", "bloc") and a not in SHARED]
 # args whose value may be anything in other writers' traces (not validated, read where int)
 LOOSE_ARGS = {"ext_id", "xstep", "xrange", "xdsmem", "mem_addr", "xopen", "event_id", "xgraph",
               "xgnode", "xextra"}
@@ -330,14 +335,15 @@ def from_events(evs: list, names, small, doc) -> Piece:
             if k in LOOSE_ARGS:   # any JSON value: only an integer is one (as the scanner reads)
                 values = [v if type(v) is int else None for v in values]
             put(A[k], values)
-        extra = None
-        for k in EXTRA_ARGS:
-            values = list(map(attrgetter(k), a))
-            if values.count(None) < len(values):
-                extra = values if extra is None else [x if x is not None else v
-                                                      for x, v in zip(extra, values)]
-        if extra is not None:
-            put(A["xextra"], [v if type(v) is int else None for v in extra])
+        for column, fields in SHARED.items():   # all loose: read where an integer
+            merged = None
+            for k in fields:
+                values = list(map(attrgetter(k), a))
+                if values.count(None) < len(values):
+                    merged = values if merged is None else [x if x is not None else v
+                                                            for x, v in zip(merged, values)]
+            if merged is not None:
+                put(A[column], [v if type(v) is int else None for v in merged])
         for k in ("grid", "block"):
             for j, values in enumerate(_dims(list(map(attrgetter(k), a)))):
                 put(A[f"{k}{j}"], values)
