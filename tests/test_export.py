@@ -913,7 +913,8 @@ _NO_KINETO_KEY = {
     "api_calls": "SELECT pid, correlation_id, return_code FROM api_calls ORDER BY ALL",
     "memory_events": "SELECT pid, time_ns, pool, correlation_id, memory_kind FROM memory_events "
                      "ORDER BY ALL",
-    "processes": "SELECT pid, exit_status, ended_early FROM processes ORDER BY ALL"}
+    "processes": "SELECT pid, exit_status, ended_early, command, start_ns, end_ns FROM processes "
+                 "ORDER BY ALL"}
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
@@ -949,15 +950,19 @@ def test_columns_kineto_has_no_key_for_survive_a_round_trip(tmp_path, monkeypatc
                                   "bytes": [64] * 3, "memory_kind": ["device", "pinned", "managed"],
                                   "pool": pa.array([None, True, False], pa.bool_()),
                                   "correlation_id": i64([None, 2, 3])}})
-    with duckdb.connect(str(src)) as con:   # how each ended: killed (137), and exit 0
-        con.execute("INSERT INTO processes (run_id, pid, exit_status, ended_early) SELECT DISTINCT "
-                    "run_id, pid, CASE pid WHEN 11 THEN 137 ELSE 0 END, pid = 11 FROM kernels")
+    with duckdb.connect(str(src)) as con:   # how each ended: killed (137, no end), and exit 0
+        con.execute("INSERT INTO processes (run_id, pid, exit_status, ended_early, command, start_ns, "
+                    "end_ns) SELECT DISTINCT run_id, pid, CASE pid WHEN 11 THEN 137 ELSE 0 END, "
+                    f"pid = 11, CASE pid WHEN 11 THEN 'python train.py --lr 0.1' END, {t} - pid, "
+                    f"CASE pid WHEN 22 THEN {t} + 9_000_000 END FROM kernels")
     back = chrome_round_trip(src, tmp_path / "s.json.gz", tmp_path / "back.duckdb")
     con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
     for table, sql in _NO_KINETO_KEY.items():
         want = orig.execute(sql).fetchall()
         assert want and con.execute(sql).fetchall() == want, table
     assert orig.execute("SELECT count(*) FROM memsets WHERE value = 0").fetchone() == (procs,)
+    if procs == 1:   # a process without an end: the run ends with its rows
+        assert con.execute("SELECT end_ns FROM runs").fetchone() == (t + 25_000,)
     assert con.execute("SELECT count(*) FROM data_quality WHERE check_name = 'out_of_range_args'"
                        ).fetchone() == (0,)
 

@@ -25,8 +25,9 @@ record does not name) says its range too. Columns Kineto has no key for are args
 own as well ("cuptiprof graph", "cuptiprof graph node", "cuptiprof async", "cuptiprof value",
 "cuptiprof return code", "cuptiprof pool", a peer copy's "cuptiprof src device" and
 "cuptiprof dst device", a [memory] instant's "cuptiprof correlation" and, other than 'device',
-its "cuptiprof kind"), and how each process ended is a top-level key (`cuptiprofProcess`, or
-per process in `cuptiprofProcesses`).
+its "cuptiprof kind"), and what the `processes` table says of each process (how it ended, its
+command line, start and end) is a top-level key (`cuptiprofProcess`, or per process in
+`cuptiprofProcesses`).
 
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would
@@ -612,12 +613,13 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
                                  "source NOT IN ('kineto', 'nsys')))"))[0] if single else None
     if host:   # Kineto's key; the importer reads it back
         head["host_name"] = host
-    end = first_row(con.execute(
-        "SELECT exit_status, ended_early FROM processes WHERE run_id IS NOT DISTINCT FROM ? AND "
-        "pid IS NOT DISTINCT FROM ? AND (exit_status IS NOT NULL OR ended_early IS NOT NULL) "
-        "LIMIT 1", list(procs[0]))) if single and procs else None
-    if end:   # not Kineto's: how the process ended, which the importer reads back
-        head["cuptiprofProcess"] = {"exitStatus": end[0], "endedEarly": end[1]}
+    proc = first_row(con.execute(
+        "SELECT exit_status, ended_early, command, start_ns, end_ns FROM processes WHERE run_id "
+        "IS NOT DISTINCT FROM ? AND pid IS NOT DISTINCT FROM ? LIMIT 1",
+        list(procs[0]))) if single and procs else None
+    if proc:   # not Kineto's: how the process ended, its command, start and end (the importer
+        # reads them back)
+        head["cuptiprofProcess"] = dict(zip(_PROC_KEYS, proc))
     return msgspec.json.encode(head)[:-1] + b', "traceEvents": [\n'
 
 
@@ -625,19 +627,24 @@ def _processes(con, pids: _Pids, procs: list[tuple]) -> list[dict]:
     """Per process: its pids in the trace, the amount its ids were moved by, and what the
     `processes` and `devices` tables know of it."""
     known = {(r[0], r[1]): r[2:] for r in con.execute(
-        "SELECT run_id, pid, host, rank, local_rank, world_size, exit_status, ended_early "
-        "FROM processes").fetchall()}
+        "SELECT run_id, pid, host, rank, local_rank, world_size, exit_status, ended_early, "
+        "command, start_ns, end_ns FROM processes").fetchall()}
     runs = _runs(con)
     out = []
     for run_id, pid in procs:
         i = pids.index[(run_id, pid)]
-        host, rank, local_rank, world, status, early = known.get((run_id, pid), (None,) * 6)
+        host, rank, local_rank, world, *proc = known.get((run_id, pid), (None,) * 9)
         out.append({"pid": pids.cpu(run_id, pid), "gpuPids": pids.gpu(run_id, pid, 0) // 1000 * 1000,
                     "idShift": i * _ID_STRIDE, "originalPid": pid, "host": host, "rank": rank,
                     "localRank": local_rank, "worldSize": world,
                     "devices": _device_props(con, (run_id, pid)), "run": runs.get(run_id),
-                    "exitStatus": status, "endedEarly": early})
+                    # a process without a row says nothing: the import's own
+                    **(dict(zip(_PROC_KEYS, proc)) if (run_id, pid) in known else {})})
     return out
+
+
+# processes columns Kineto has no key for (exit_status, ended_early, command, start_ns, end_ns)
+_PROC_KEYS = ("exitStatus", "endedEarly", "command", "startNs", "endNs")
 
 
 def _runs(con) -> dict[int, dict]:

@@ -140,16 +140,21 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
             else:
                 from cuptiprof.interop.nsys import import_nsys
                 files = import_nsys(w, paths, on_read)
-        # The Kineto importer gives each process its first and last time over every row; the
-        # rows are the fallback.
-        rows = w.query("SELECT min(start_ns), max(end_ns) FROM processes WHERE run_id = ? "
-                       "HAVING count(*) = count(start_ns)", [w.run_id]) if kind == "kineto" else []
-        lo, hi = rows[0] if rows else (None, None)
-        if lo is None:
-            lo, hi = w.query(
+        # The Kineto importer gives each process its first and last time over every row (or
+        # those cuptiprof's export recorded, which hold its rows); the rows are the fallback,
+        # also beside a process whose start or end is not known (a process of the export that
+        # ended before it could say so: its rows may end after every other's end).
+        rows = w.query("SELECT min(start_ns), max(end_ns), count(*) = count(start_ns) AND "
+                       "count(*) = count(end_ns) FROM processes WHERE run_id = ?",
+                       [w.run_id]) if kind == "kineto" else []
+        lo, hi, known = rows[0] if rows else (None, None, False)
+        if lo is None or hi is None or not known:
+            r_lo, r_hi = w.query(
                 "SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM "
                 "gpu_activities UNION ALL SELECT min(start_ns), max(end_ns) FROM ranges "
                 "UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls)")[0]
+            lo = min((x for x in (lo, r_lo) if x is not None), default=None)
+            hi = max((x for x in (hi, r_hi) if x is not None), default=None)
         counts = dict(w.rows_written)
     except BaseException as exc:
         if w is None:  # the output may still be opening: wait, then remove it

@@ -136,11 +136,21 @@ class RunEntry(msgspec.Struct):
     startNs: Union[int, None] = None
 
 
-class ProcEnd(msgspec.Struct):
-    """How a process ended (`processes.exit_status`, `ended_early`), which Kineto has no key
-    for: cuptiprof's export says it (`cuptiprofProcess`, or in `cuptiprofProcesses`)."""
+_Unset = msgspec.UnsetType
+
+
+class ProcInfo(msgspec.Struct):
+    """What the `processes` table says of a process that Kineto has no key for, which
+    cuptiprof's export says (`cuptiprofProcess`, or in `cuptiprofProcesses`): how it ended
+    (exit_status, ended_early), its command line and its start and end. Command, start and
+    end absent (an older export): the import's own (the trace's path, the first and last time
+    of its rows); null: NULL, as recorded (an end_ns NULL says the process ended before it
+    could say so)."""
     exitStatus: Union[int, None] = None
     endedEarly: Union[bool, None] = None
+    command: Union[str, None, _Unset] = msgspec.UNSET
+    startNs: Union[int, None, _Unset] = msgspec.UNSET
+    endNs: Union[int, None, _Unset] = msgspec.UNSET
 
 
 class ProcEntry(msgspec.Struct):
@@ -158,6 +168,9 @@ class ProcEntry(msgspec.Struct):
     run: Union[RunEntry, None] = None
     exitStatus: Union[int, None] = None
     endedEarly: Union[bool, None] = None
+    command: Union[str, None, _Unset] = msgspec.UNSET   # as in ProcInfo
+    startNs: Union[int, None, _Unset] = msgspec.UNSET
+    endNs: Union[int, None, _Unset] = msgspec.UNSET
 
 
 class DistInfo(msgspec.Struct):
@@ -176,7 +189,7 @@ class Doc(msgspec.Struct):
     displayTimeUnit: Union[str, None] = None
     host_name: Union[str, None] = None
     cuptiprofProcesses: Union[list[ProcEntry], None] = None
-    cuptiprofProcess: Union[ProcEnd, None] = None   # cuptiprof's export of one process
+    cuptiprofProcess: Union[ProcInfo, None] = None   # cuptiprof's export of one process
     cuptiprofLinks: Union[str, None] = None    # cuptiprof's export: External ids are range ids
 
 
@@ -445,7 +458,7 @@ class KinetoFile:
         self.procs: list[ProcEntry] | None = None   # several processes: rows carry "proc"
         self.from_run: RunEntry | None = None   # in an export of several runs: its run
         self.local_rank: int | None = None
-        self.ended = ProcEnd()     # how the process ended, where cuptiprof's export says
+        self.proc = ProcInfo()     # what cuptiprof's export says of the process
         self.rank_known = False    # a rank of None is the answer (not: read the file name)
         # A trace cuptiprof exported (`cuptiprofLinks`): its External ids are range ids, and
         # calls and GPU rows are linked by them (as recorded), not by time; its ranges may say
@@ -539,7 +552,8 @@ class KinetoFile:
             part.big_args = self.big_args if i == 0 else {}
             part.host_pids = set() if e.originalPid is None else {e.originalPid}
             part.from_run = e.run
-            part.ended = ProcEnd(exitStatus=e.exitStatus, endedEarly=e.endedEarly)
+            part.proc = ProcInfo(exitStatus=e.exitStatus, endedEarly=e.endedEarly,
+                                 command=e.command, startNs=e.startNs, endNs=e.endNs)
             part.pid = None
             if e.originalPid is not None:
                 part._set_pid(e.originalPid)
@@ -561,7 +575,7 @@ class KinetoFile:
         if doc.host_name:
             self.host = doc.host_name
         if doc.cuptiprofProcess is not None:
-            self.ended = doc.cuptiprofProcess
+            self.proc = doc.cuptiprofProcess
         if doc.cuptiprofLinks == "range_id" and self.events == 0:
             self.links = True
         if doc.cuptiprofProcesses and len(doc.cuptiprofProcesses) > 1 and self.events == 0:
@@ -1287,15 +1301,18 @@ class KinetoFile:
         rank = self.dist.rank if self.dist else None
         if rank is None and not self.rank_known:
             rank = ranks.from_name(self.path.name)
+        proc = self.proc
+        own = lambda v, mine: mine if v is msgspec.UNSET else v  # noqa: E731
         batch["processes"] = _rows(run_id, pid, [{
             "host": self.host, "rank": rank,
-            "world_size": self.dist.world_size if self.dist else None, "command": str(self.path),
-            "local_rank": self.local_rank,
-            "start_ns": min(lo) if lo else None, "end_ns": max(hi) if hi else None,
-            "exit_status": self.ended.exitStatus}],
+            "world_size": self.dist.world_size if self.dist else None,
+            "command": own(proc.command, str(self.path)), "local_rank": self.local_rank,
+            "start_ns": own(proc.startNs, min(lo) if lo else None),
+            "end_ns": own(proc.endNs, max(hi) if hi else None),
+            "exit_status": proc.exitStatus}],
             {"rank": pa.int32(), "world_size": pa.int32(), "local_rank": pa.int32(), "start_ns": pa.int64(),
              "end_ns": pa.int64(), "exit_status": pa.int32()})
-        early = self.ended.endedEarly
+        early = proc.endedEarly
         batch["processes"]["ended_early"] = AC.array(np.array([bool(early)]), pa.bool_(),
                                                      np.array([early is not None]))
         props = {p.id: p for p in self.devprops if p.id is not None}
