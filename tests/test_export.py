@@ -955,12 +955,29 @@ def test_columns_kineto_has_no_key_for_survive_a_round_trip(tmp_path, monkeypatc
                     "end_ns) SELECT DISTINCT run_id, pid, CASE pid WHEN 11 THEN 137 ELSE 0 END, "
                     f"pid = 11, CASE pid WHEN 11 THEN 'python train.py --lr 0.1' END, {t} - pid, "
                     f"CASE pid WHEN 22 THEN {t} + 9_000_000 END FROM kernels")
+        # what each file does not contain: of its process, of none (no pid, a launcher's), and
+        # a check the import computes again (no step ranges: it says so itself, once)
+        con.execute("INSERT INTO data_quality SELECT run_id, pid, c, s, n, v, d FROM (SELECT "
+                    "DISTINCT run_id, pid FROM kernels), (VALUES ('dropped_records', NULL, 12, NULL, "
+                    "'CUPTI dropped 12 activity records'), ('step_incomplete', '3', NULL, 5, 'step 3 "
+                    "ended by an exception'), ('missing_kind', 'step', 0, NULL, 'no steps'))"
+                    " _q(c, s, n, v, d)")
+        con.execute("INSERT INTO data_quality (run_id, pid, check_name, detail) SELECT DISTINCT "
+                    "run_id, p, 'process_exec', 'ran another program' FROM kernels, "
+                    "(VALUES (NULL), (99)) _p(p)")
     back = chrome_round_trip(src, tmp_path / "s.json.gz", tmp_path / "back.duckdb")
     con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
     for table, sql in _NO_KINETO_KEY.items():
         want = orig.execute(sql).fetchall()
         assert want and con.execute(sql).fetchall() == want, table
     assert orig.execute("SELECT count(*) FROM memsets WHERE value = 0").fetchone() == (procs,)
+    # data_quality: the file's rows in their run and process, and once what the import
+    # computes again
+    step = "check_name = 'missing_kind' AND subject = 'step'"
+    dq = f"SELECT run_id, pid, check_name, subject, count, value_ns, detail FROM data_quality WHERE NOT ({step})"
+    assert con.execute(dq + " ORDER BY ALL").fetchall() == orig.execute(dq + " ORDER BY ALL").fetchall()
+    assert con.execute(f"SELECT run_id, pid FROM data_quality WHERE {step} ORDER BY ALL").fetchall() \
+        == orig.execute(f"SELECT run_id, pid FROM data_quality WHERE {step} ORDER BY ALL").fetchall()
     if procs == 1:   # a process without an end: the run ends with its rows
         assert con.execute("SELECT end_ns FROM runs").fetchone() == (t + 25_000,)
     assert con.execute("SELECT count(*) FROM data_quality WHERE check_name = 'out_of_range_args'"
@@ -1460,6 +1477,67 @@ def test_a_merged_file_of_several_runs_imports_back_as_those_runs(tmp_path):
         [(1, 40), (2, 41)]
 
 
+def test_data_quality_rows_go_with_their_process_as_imported(tmp_path):
+    """Imported beside a trace of a process with the same pid, the export's process gets
+    another pid: its data_quality rows go with it; a row of another process keeps its pid."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "s.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=11) as w:
+        w.append({"api_calls": {"thread_id": [5], "api_kind": ["runtime"], "name": ["cudaMalloc"],
+                                "correlation_id": [1], "start_ns": [t], "end_ns": [t + 5]}})
+        w.add_quality("dropped_records", None, 3, "CUPTI dropped 3 activity records")
+        w.add_quality("process_exec", "99", None, "ran another program", pid=99)
+    out = tmp_path / "s.json"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaFree", "pid": 11, "tid": 11, "ts": 1,
+         "dur": 1, "args": {"correlation": 1}}]}))
+    back = tmp_path / "back.duckdb"
+    import_traces([other, out], back)
+    con = duckdb.connect(str(back), read_only=True)
+    moved = 11 + (1 << 22)
+    assert con.execute("SELECT pid FROM processes WHERE command = ?", [str(other)]).fetchall() == [(11,)]
+    assert con.execute("SELECT pid, check_name, count FROM data_quality WHERE check_name IN "
+                       "('dropped_records', 'process_exec') ORDER BY 2").fetchall() == \
+        [(moved, "dropped_records", 3), (99, "process_exec", None)]
+
+
+@pytest.mark.parametrize("label", [None, "mine"])
+@pytest.mark.parametrize("procs", [1, 2])
+def test_the_run_of_an_export_of_one_run_imports_back_as_that_run(tmp_path, procs, label):
+    """An export of one run (one process, or several) says what the run was: imported back,
+    the run has its label (unless the import was given one), source, status, command and
+    start again; how the file came about stays the import's (settings, host, versions)."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "eager.duckdb"
+    w = Writer(src, RunInfo(label="eager", source="cupti", command="python train.py --lr 0.1",
+                            start_ns=t, host="gpu-node-7", settings={"warmup": 1}), pid=40)
+    w.append({"kernels": {"device_id": pa.array([0] * procs, pa.int32()),
+                          "stream_id": pa.array([7] * procs, pa.int32()), "name": ["k"] * procs,
+                          "pid": pa.array([40, 41][:procs], pa.int32()),
+                          "correlation_id": [1] * procs, "start_ns": [t + 10] * procs,
+                          "end_ns": [t + 20] * procs}})
+    w.close("interrupted")
+    out = tmp_path / "e.json.gz"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    back = tmp_path / "back.duckdb"
+    import_traces([out], back, label=label)
+    runs = "SELECT run_id, label, source, status, command, start_ns FROM runs"
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    want = orig.execute(runs).fetchall()
+    assert con.execute(runs).fetchall() == [(1, label or "eager", *want[0][2:])]
+    assert con.execute("SELECT start_time FROM runs").fetchall() == \
+        orig.execute("SELECT start_time FROM runs").fetchall()
+    settings, host, version = con.execute("SELECT settings, host, cuptiprof_version FROM runs").fetchone()
+    assert json.loads(settings) == {"imported_from": [str(out)], "format": "kineto"}
+    assert host != "gpu-node-7" and version == cuptiprof.__version__
+    assert con.execute("SELECT run_id, pid FROM processes ORDER BY 2").fetchall() == \
+        [(1, 40), (1, 41)][:procs]
+
+
 def test_the_runs_of_a_merged_export_are_restored_before_the_rename(tmp_path, monkeypatch):
     """The import restores the runs in its temporary file: the file renamed into place already
     holds them all (a crash in between leaves no file, never one holding one run), and a
@@ -1483,7 +1561,7 @@ def test_the_runs_of_a_merged_export_are_restored_before_the_rename(tmp_path, mo
 
     from cuptiprof.interop import importing
 
-    def broken(path, files):
+    def broken(path, files, *rest):
         raise RuntimeError("restore failed")
     monkeypatch.setattr(importing, "_restore_runs", broken)
     with pytest.raises(RuntimeError, match="restore failed"):

@@ -607,19 +607,27 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
         head["distributedInfo"] = {"rank": dist[0], "world_size": dist[1],
                                    **({"local_rank": dist[2]} if dist[2] is not None else {})}
     # runs.host is the writer's: the recording host, but not an imported trace's (it is the
-    # host that imported it)
+    # host that imported it; an import that restored the run of cuptiprof's export keeps
+    # `imported_from` in its settings, not its source)
     host = first_row(con.execute("SELECT coalesce((SELECT any_value(host) FROM processes WHERE host IS NOT "
                                  "NULL), (SELECT any_value(host) FROM runs WHERE host IS NOT NULL AND "
-                                 "source NOT IN ('kineto', 'nsys')))"))[0] if single else None
+                                 "source NOT IN ('kineto', 'nsys') AND coalesce(settings, '') NOT LIKE "
+                                 "'%\"imported_from\"%'))"))[0] if single else None
     if host:   # Kineto's key; the importer reads it back
         head["host_name"] = host
     proc = first_row(con.execute(
         "SELECT exit_status, ended_early, command, start_ns, end_ns FROM processes WHERE run_id "
         "IS NOT DISTINCT FROM ? AND pid IS NOT DISTINCT FROM ? LIMIT 1",
         list(procs[0]))) if single and procs else None
-    if proc:   # not Kineto's: how the process ended, its command, start and end (the importer
-        # reads them back)
-        head["cuptiprofProcess"] = dict(zip(_PROC_KEYS, proc))
+    if single and procs:   # not Kineto's: its pid, how it ended, its command, start and end,
+        # and its run (the importer reads them back)
+        head["cuptiprofProcess"] = {"pid": procs[0][1], **dict(zip(_PROC_KEYS, proc or ()))}
+        run = _runs(con).get(procs[0][0])
+        if run:
+            head["cuptiprofRun"] = run
+    quality = _quality(con, procs)
+    if quality:   # not Kineto's: what the file does not contain, which an import adds back
+        head["cuptiprofDataQuality"] = quality
     return msgspec.json.encode(head)[:-1] + b', "traceEvents": [\n'
 
 
@@ -647,11 +655,25 @@ def _processes(con, pids: _Pids, procs: list[tuple]) -> list[dict]:
 _PROC_KEYS = ("exitStatus", "endedEarly", "command", "startNs", "endNs")
 
 
+def _quality(con, procs: list[tuple]) -> list[dict]:
+    """The data_quality rows of the runs exported, in the order written: what the file does
+    not contain (dropped records, steps an exception ended, ...) is not in a trace of it
+    either. An export of some steps carries them all (they are about the run)."""
+    runs = sorted({r for r, _ in procs if r is not None})
+    if not runs:
+        return []
+    keys = ("run", "pid", "check", "subject", "count", "valueNs", "detail")
+    return [dict(zip(keys, r)) for r in con.execute(
+        "SELECT run_id, pid, check_name, subject, count, value_ns, detail FROM data_quality "
+        f"WHERE run_id IN ({', '.join(map(_lit, runs))}) ORDER BY rowid").fetchall()]
+
+
 def _runs(con) -> dict[int, dict]:
     """What each run was (a merged file holds several): the importer makes them runs again."""
-    keys = ("id", "label", "source", "status", "command", "startNs")
+    keys = ("id", "label", "source", "status", "command", "startNs", "startTime")
     return {r[0]: dict(zip(keys, r)) for r in con.execute(
-        "SELECT run_id, label, source, status, command, start_ns FROM runs").fetchall()}
+        "SELECT run_id, label, source, status, command, start_ns, strftime(start_time AT TIME "
+        "ZONE 'UTC', '%Y-%m-%dT%H:%M:%S.%f+00:00') FROM runs").fetchall()}
 
 
 # devices columns Kineto's deviceProperties have no key for, under keys of cuptiprof's own

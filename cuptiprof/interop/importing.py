@@ -172,18 +172,30 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
     finally:
         if gc_was:
             gc.enable()
-    # the runs of a merged file are restored in the temporary file: the file renamed into
-    # place holds all of them or is not there
+    # the runs (and data_quality rows) of cuptiprof's export are restored in the temporary
+    # file: the file renamed into place holds all of them or is not there
     path = w.close("complete", end_ns=hi if lo is not None else time.time_ns(), start_ns=lo,
-                   before_rename=(lambda tmp: _restore_runs(tmp, files)) if kind == "kineto"
+                   before_rename=(lambda tmp: _restore_runs(tmp, files, label)) if kind == "kineto"
                    else None)
     return {"path": str(path), "source": kind, "files": files, "rows": counts}
 
 
-def _restore_runs(path: Path, files: list) -> None:
-    """A Chrome export of a file of several runs (a merge) says each process's run: imported
+def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
+    """What cuptiprof's Chrome export says of its runs and its data_quality rows, made rows of
+    the import again. Run on the closed temporary file, before it is renamed into place.
+
+    Runs: an export of a file of several runs (a merge) says each process's run: imported
     back, the processes go to those runs again (label, source, status, command, start), not
-    to one. Run on the closed temporary file, before it is renamed into place."""
+    to one. An export of one run (every file of the import says the same run) gives the
+    import's run its label (unless the import was given one), source, status, command and
+    start the same way. What says how the file came about is the import's own, as for every
+    import: settings (`imported_from`, `format`), host (the writer's) and versions.
+
+    data_quality: the exported file's rows (dropped records, steps an exception ended, ...)
+    are added beside the import's own, in their run and process (pid as imported). A row of a
+    check the import computed again from the rows the trace brought back (unclaimed_records,
+    empty_step, no_gpu, ...: the same check, process and subject, or a subject only one of
+    them names) is left out: the import's own row says it of the rows as imported."""
     import datetime as _dt
 
     import duckdb
@@ -192,7 +204,10 @@ def _restore_runs(path: Path, files: list) -> None:
     for f in files:
         if getattr(f, "run", None) is not None:
             groups.setdefault(f.run.id, (f.run, []))[1].append(f.pid)
-    if len(groups) < 2:
+    runs = [getattr(f, "run", None) for f in files]
+    one = len(groups) == 1 and all(r is not None and r == runs[0] for r in runs)
+    quality = [(f, q) for f in files for q in getattr(f, "quality", None) or ()]
+    if len(groups) < 2 and not one and not quality:
         return
     con = duckdb.connect(str(path))
     write_unsynced(con)   # the temporary file: close() syncs it once, before the rename
@@ -203,7 +218,10 @@ def _restore_runs(path: Path, files: list) -> None:
             "duckdb_tables() WHERE database_name = current_database()) "
             "GROUP BY 1 HAVING count(*) = 2").fetchall()]
         con.execute("BEGIN")
-        for new, (run, pids) in enumerate(groups.values(), start=1):
+        new_run: dict = {}   # exported run id -> the run it is now
+        for new, (run, pids) in enumerate(groups.values() if len(groups) > 1 or one else (),
+                                          start=1):
+            new_run[run.id] = new
             if new > 1:   # a copy of the imported run's row (versions, settings), then its rows
                 con.execute("INSERT INTO runs SELECT * REPLACE (? AS run_id) FROM runs "
                             "WHERE run_id = 1", [new])
@@ -214,14 +232,48 @@ def _restore_runs(path: Path, files: list) -> None:
                                 "list_contains(?, pid)", [new, pids])
             start = None if run.startNs is None else \
                 _dt.datetime.fromtimestamp(run.startNs / 1e9, _dt.timezone.utc)
-            con.execute("UPDATE runs SET label = ?, source = coalesce(?, source), status = "
-                        "coalesce(?, status), command = coalesce(?, command), start_ns = "
-                        "coalesce(?, start_ns), start_time = coalesce(?, start_time) "
-                        "WHERE run_id = ?", [run.label, run.source, run.status, run.command,
-                                             run.startNs, start, new])
-        con.execute("UPDATE runs SET end_ns = coalesce((SELECT max(p.end_ns) FROM processes p "
-                    "WHERE p.run_id = runs.run_id), end_ns)")
+            if run.startTime is not None:   # the wall-clock start recorded (an export of today)
+                try:
+                    start = _dt.datetime.fromisoformat(run.startTime)
+                except ValueError:
+                    pass
+            # several runs: each its own label; one: the label the import was given, if any
+            con.execute(f"UPDATE runs SET label = {'coalesce(?, label)' if one else '?'}, "
+                        "source = coalesce(?, source), status = coalesce(?, status), command = "
+                        "coalesce(?, command), start_ns = coalesce(?, start_ns), start_time = "
+                        "coalesce(?, start_time) WHERE run_id = ?",
+                        [(label or run.label) if one else run.label, run.source, run.status,
+                         run.command, run.startNs, start, new])
+        if len(groups) > 1:   # each run ends with its processes, where all of them say an end
+            con.execute("UPDATE runs SET end_ns = coalesce((SELECT CASE WHEN count(*) = "
+                        "count(p.end_ns) THEN max(p.end_ns) END FROM processes p WHERE "
+                        "p.run_id = runs.run_id), end_ns)")
+        if quality:
+            _add_quality(con, files, quality, new_run)
         con.execute("COMMIT")
         con.execute("CHECKPOINT")   # no write-ahead log left beside the file that is renamed
     finally:
         con.close()
+
+
+def _add_quality(con, files: list, quality: list, new_run: dict) -> None:
+    """The exported file's data_quality rows, in their run and process as imported, but for
+    those of a check the import computed again (see _restore_runs)."""
+    # (trace, exported run, exported pid) -> the pid imported
+    pid_of = {(f.path, f.run.id if f.run is not None else None, f.original_pid): f.pid
+              for f in files if f.original_pid is not None}
+    own: dict = {}
+    for run, pid, check, subject in con.execute(
+            "SELECT run_id, pid, check_name, subject FROM data_quality").fetchall():
+        own.setdefault((run, pid, check), set()).add(subject)
+    rows = []
+    for f, q in quality:
+        run = new_run.get(q.run, 1)
+        pid = pid_of.get((f.path, q.run, q.pid), q.pid)
+        subjects = own.get((run, pid, q.check))
+        if subjects is not None and (q.subject is None or None in subjects or q.subject in subjects):
+            continue   # computed again by the import
+        rows.append((run, pid, q.check, q.subject, q.count, q.valueNs, q.detail))
+    if rows:
+        con.executemany("INSERT INTO data_quality (run_id, pid, check_name, subject, count, "
+                        "value_ns, detail) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)

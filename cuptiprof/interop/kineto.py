@@ -127,13 +127,15 @@ class DevProp(msgspec.Struct):
 
 
 class RunEntry(msgspec.Struct):
-    """The run a process of cuptiprof's export belongs to (`cuptiprofProcesses[].run`)."""
+    """The run a process of cuptiprof's export belongs to (`cuptiprofProcesses[].run`, or
+    `cuptiprofRun` of an export of one process)."""
     id: int
     label: Union[str, None] = None
     source: Union[str, None] = None
     status: Union[str, None] = None
     command: Union[str, None] = None
     startNs: Union[int, None] = None
+    startTime: Union[str, None] = None   # runs.start_time, ISO 8601 with its offset
 
 
 _Unset = msgspec.UnsetType
@@ -151,6 +153,20 @@ class ProcInfo(msgspec.Struct):
     command: Union[str, None, _Unset] = msgspec.UNSET
     startNs: Union[int, None, _Unset] = msgspec.UNSET
     endNs: Union[int, None, _Unset] = msgspec.UNSET
+    pid: Union[int, None] = None   # its pid in the exported file (data_quality rows name it)
+
+
+class QualityEntry(msgspec.Struct):
+    """A data_quality row of the file cuptiprof exported (`cuptiprofDataQuality`, not a
+    Kineto key): its run and process there, and what it says. The import adds it back
+    (importing._restore_runs)."""
+    run: Union[int, None] = None
+    pid: Union[int, None] = None
+    check: Union[str, None] = None
+    subject: Union[str, None] = None
+    count: Union[int, None] = None
+    valueNs: Union[int, None] = None
+    detail: Union[str, None] = None
 
 
 class ProcEntry(msgspec.Struct):
@@ -190,6 +206,8 @@ class Doc(msgspec.Struct):
     host_name: Union[str, None] = None
     cuptiprofProcesses: Union[list[ProcEntry], None] = None
     cuptiprofProcess: Union[ProcInfo, None] = None   # cuptiprof's export of one process
+    cuptiprofRun: Union[RunEntry, None] = None   # and its run
+    cuptiprofDataQuality: Union[list[QualityEntry], None] = None   # the exported file's
     cuptiprofLinks: Union[str, None] = None    # cuptiprof's export: External ids are range ids
 
 
@@ -368,7 +386,11 @@ class FileSummary:
     rows: dict = field(default_factory=dict)
     unknown: dict = field(default_factory=dict)
     steps: int = 0
-    run: RunEntry | None = None   # the run it was exported from, in a file of several
+    run: RunEntry | None = None   # the run it was exported from (cuptiprof's export)
+    # cuptiprof's export: the exported file's data_quality rows (with the first process of a
+    # trace), and this process's pid there
+    quality: list = field(default_factory=list)
+    original_pid: int | None = None
 
 
 class _Cols:
@@ -456,7 +478,9 @@ class KinetoFile:
         self.piece: P.Piece | None = None
         self.rows: dict[str, int] = {}
         self.procs: list[ProcEntry] | None = None   # several processes: rows carry "proc"
-        self.from_run: RunEntry | None = None   # in an export of several runs: its run
+        self.from_run: RunEntry | None = None   # cuptiprof's export: the run exported
+        self.quality: list[QualityEntry] = []   # and the exported file's data_quality rows
+        self.original_pid: int | None = None    # the process's pid in the exported file
         self.local_rank: int | None = None
         self.proc = ProcInfo()     # what cuptiprof's export says of the process
         self.rank_known = False    # a rank of None is the answer (not: read the file name)
@@ -552,6 +576,8 @@ class KinetoFile:
             part.big_args = self.big_args if i == 0 else {}
             part.host_pids = set() if e.originalPid is None else {e.originalPid}
             part.from_run = e.run
+            part.quality = self.quality if i == 0 else []   # added back once
+            part.original_pid = e.originalPid
             part.proc = ProcInfo(exitStatus=e.exitStatus, endedEarly=e.endedEarly,
                                  command=e.command, startNs=e.startNs, endNs=e.endNs)
             part.pid = None
@@ -576,6 +602,10 @@ class KinetoFile:
             self.host = doc.host_name
         if doc.cuptiprofProcess is not None:
             self.proc = doc.cuptiprofProcess
+        if doc.cuptiprofRun is not None:
+            self.from_run = doc.cuptiprofRun
+        if doc.cuptiprofDataQuality:
+            self.quality = doc.cuptiprofDataQuality
         if doc.cuptiprofLinks == "range_id" and self.events == 0:
             self.links = True
         if doc.cuptiprofProcesses and len(doc.cuptiprofProcesses) > 1 and self.events == 0:
@@ -1223,9 +1253,12 @@ class KinetoFile:
             if large:
                 _release_freed_memory()  # the previous part's copies
             w.append(batch)
+        original = self.original_pid if self.original_pid is not None else self.proc.pid
+        if original is None and len(self.host_pids) == 1:
+            original = next(iter(self.host_pids))
         return FileSummary(str(self.path), pid, self.dist.rank if self.dist else None,
                            self.events, dict(self.rows), dict(self.unknown), len(s_n),
-                           self.from_run)
+                           self.from_run, list(self.quality), original)
 
     def _has_gpu_work(self) -> bool:
         """Any kernel, copy or memset read so far."""
