@@ -1561,7 +1561,7 @@ def test_the_runs_of_a_merged_export_are_restored_before_the_rename(tmp_path, mo
 
     from cuptiprof.interop import importing
 
-    def broken(path, files, *rest):
+    def broken(path, files):
         raise RuntimeError("restore failed")
     monkeypatch.setattr(importing, "_restore_runs", broken)
     with pytest.raises(RuntimeError, match="restore failed"):

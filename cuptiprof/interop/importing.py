@@ -14,9 +14,12 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
+import pyarrow as pa
+
 from cuptiprof.errors import InputError, UsageError
 from cuptiprof.outputs import check_output
 from cuptiprof.interop.kineto import import_kineto
+from cuptiprof.store import arrow
 from cuptiprof.store.files import read_head, write_unsynced
 from cuptiprof.store.writer import RunInfo, Writer
 
@@ -155,6 +158,11 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
                 "UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls)")[0]
             lo = min((x for x in (lo, r_lo) if x is not None), default=None)
             hi = max((x for x in (hi, r_hi) if x is not None), default=None)
+        # What cuptiprof's export says of its one run and its data_quality rows goes into the
+        # open writer (no second opening of the file); an export of several runs is taken
+        # apart after close (_restore_runs), as rows move to other runs
+        several = kind == "kineto" and len(_run_groups(files)) > 1
+        run = _restore_one_run(w, files, label) if kind == "kineto" and not several else None
         counts = dict(w.rows_written)
     except BaseException as exc:
         if w is None:  # the output may still be opening: wait, then remove it
@@ -172,42 +180,69 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
     finally:
         if gc_was:
             gc.enable()
-    # the runs (and data_quality rows) of cuptiprof's export are restored in the temporary
-    # file: the file renamed into place holds all of them or is not there
-    path = w.close("complete", end_ns=hi if lo is not None else time.time_ns(), start_ns=lo,
-                   before_rename=(lambda tmp: _restore_runs(tmp, files, label)) if kind == "kineto"
-                   else None)
+    # the runs of a merged file's export are restored in the temporary file: the file renamed
+    # into place holds all of them or is not there
+    path = w.close("complete", end_ns=hi if lo is not None else time.time_ns(),
+                   start_ns=run.startNs if run is not None and run.startNs is not None else lo,
+                   run_status=run.status if run is not None else None,
+                   before_rename=(lambda tmp: _restore_runs(tmp, files)) if several else None)
     return {"path": str(path), "source": kind, "files": files, "rows": counts}
 
 
-def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
-    """What cuptiprof's Chrome export says of its runs and its data_quality rows, made rows of
-    the import again. Run on the closed temporary file, before it is renamed into place.
-
-    Runs: an export of a file of several runs (a merge) says each process's run: imported
-    back, the processes go to those runs again (label, source, status, command, start), not
-    to one. An export of one run (every file of the import says the same run) gives the
-    import's run its label (unless the import was given one), source, status, command and
-    start the same way. What says how the file came about is the import's own, as for every
-    import: settings (`imported_from`, `format`), host (the writer's) and versions.
-
-    data_quality: the exported file's rows (dropped records, steps an exception ended, ...)
-    are added beside the import's own, in their run and process (pid as imported). A row of a
-    check the import computed again from the rows the trace brought back (unclaimed_records,
-    empty_step, no_gpu, ...: the same check, process and subject, or a subject only one of
-    them names) is left out: the import's own row says it of the rows as imported."""
-    import datetime as _dt
-
-    import duckdb
-
+def _run_groups(files: list) -> dict[int, tuple]:
+    """Exported run id -> (its RunEntry, the pids imported of it), of the files of cuptiprof's
+    export that say their run."""
     groups: dict[int, tuple] = {}
     for f in files:
         if getattr(f, "run", None) is not None:
             groups.setdefault(f.run.id, (f.run, []))[1].append(f.pid)
+    return groups
+
+
+def _restore_one_run(w: Writer, files: list, label: str | None):
+    """An export of one run (every file of the import says the same run): the import's run
+    takes its label (unless the import was given one), source, command and wall-clock start
+    here, and its status and start when the writer closes (returned: the RunEntry, else None).
+    What says how the file came about stays the import's, as for every import: settings
+    (`imported_from`, `format`), host (the writer's) and versions. Then the exported file's
+    data_quality rows (_quality_rows)."""
     runs = [getattr(f, "run", None) for f in files]
-    one = len(groups) == 1 and all(r is not None and r == runs[0] for r in runs)
-    quality = [(f, q) for f in files for q in getattr(f, "quality", None) or ()]
-    if len(groups) < 2 and not one and not quality:
+    run = runs[0] if runs and all(r is not None and r == runs[0] for r in runs) else None
+    if run is not None:
+        w.execute("UPDATE runs SET label = coalesce(?, label), source = coalesce(?, source), "
+                  "command = coalesce(?, command), start_time = coalesce(?, start_time) "
+                  "WHERE run_id = ?", [label or run.label, run.source, run.command,
+                                       _start_time(run), w.run_id])
+    own = w.query("SELECT run_id, pid, check_name, subject FROM data_quality")
+    rows = _quality_rows(files, {}, own, w.run_id)
+    if rows:   # (the writer gives them its run_id)
+        w.append({"data_quality": {k: arrow.array(list(v), t) for (k, t), v in zip(
+            _QUALITY_COLS.items(), zip(*rows)) if k != "run_id"}})
+    return run
+
+
+def _start_time(run):
+    """A RunEntry's wall-clock start: as recorded, else from its start on the record clock."""
+    import datetime as _dt
+
+    if run.startTime is not None:
+        try:
+            return _dt.datetime.fromisoformat(run.startTime)
+        except ValueError:
+            pass
+    return None if run.startNs is None else \
+        _dt.datetime.fromtimestamp(run.startNs / 1e9, _dt.timezone.utc)
+
+
+def _restore_runs(path: Path, files: list) -> None:
+    """An export of a file of several runs (a merge) says each process's run: imported back,
+    the processes go to those runs again (label, source, status, command, start), not to one,
+    and the exported file's data_quality rows go to their runs (_quality_rows). Run on the
+    closed temporary file, before it is renamed into place."""
+    import duckdb
+
+    groups = _run_groups(files)
+    if len(groups) < 2:
         return
     con = duckdb.connect(str(path))
     write_unsynced(con)   # the temporary file: close() syncs it once, before the rename
@@ -219,8 +254,7 @@ def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
             "GROUP BY 1 HAVING count(*) = 2").fetchall()]
         con.execute("BEGIN")
         new_run: dict = {}   # exported run id -> the run it is now
-        for new, (run, pids) in enumerate(groups.values() if len(groups) > 1 or one else (),
-                                          start=1):
+        for new, (run, pids) in enumerate(groups.values(), start=1):
             new_run[run.id] = new
             if new > 1:   # a copy of the imported run's row (versions, settings), then its rows
                 con.execute("INSERT INTO runs SELECT * REPLACE (? AS run_id) FROM runs "
@@ -230,50 +264,54 @@ def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
                 for t in tables:
                     con.execute(f"UPDATE {t} SET run_id = ? WHERE run_id = 1 AND "
                                 "list_contains(?, pid)", [new, pids])
-            start = None if run.startNs is None else \
-                _dt.datetime.fromtimestamp(run.startNs / 1e9, _dt.timezone.utc)
-            if run.startTime is not None:   # the wall-clock start recorded (an export of today)
-                try:
-                    start = _dt.datetime.fromisoformat(run.startTime)
-                except ValueError:
-                    pass
-            # several runs: each its own label; one: the label the import was given, if any
-            con.execute(f"UPDATE runs SET label = {'coalesce(?, label)' if one else '?'}, "
-                        "source = coalesce(?, source), status = coalesce(?, status), command = "
-                        "coalesce(?, command), start_ns = coalesce(?, start_ns), start_time = "
-                        "coalesce(?, start_time) WHERE run_id = ?",
-                        [(label or run.label) if one else run.label, run.source, run.status,
-                         run.command, run.startNs, start, new])
-        if len(groups) > 1:   # each run ends with its processes, where all of them say an end
-            con.execute("UPDATE runs SET end_ns = coalesce((SELECT CASE WHEN count(*) = "
-                        "count(p.end_ns) THEN max(p.end_ns) END FROM processes p WHERE "
-                        "p.run_id = runs.run_id), end_ns)")
-        if quality:
-            _add_quality(con, files, quality, new_run)
+            con.execute("UPDATE runs SET label = ?, source = coalesce(?, source), status = "
+                        "coalesce(?, status), command = coalesce(?, command), start_ns = "
+                        "coalesce(?, start_ns), start_time = coalesce(?, start_time) "
+                        "WHERE run_id = ?", [run.label, run.source, run.status, run.command,
+                                             run.startNs, _start_time(run), new])
+        # each run ends with its processes, where all of them say an end
+        con.execute("UPDATE runs SET end_ns = coalesce((SELECT CASE WHEN count(*) = "
+                    "count(p.end_ns) THEN max(p.end_ns) END FROM processes p WHERE "
+                    "p.run_id = runs.run_id), end_ns)")
+        rows = _quality_rows(files, new_run, con.execute(
+            "SELECT run_id, pid, check_name, subject FROM data_quality").fetchall(), 1)
+        if rows:
+            con.executemany(f"INSERT INTO data_quality ({', '.join(_QUALITY_COLS)}) VALUES "
+                            "(?, ?, ?, ?, ?, ?, ?)", rows)
         con.execute("COMMIT")
         con.execute("CHECKPOINT")   # no write-ahead log left beside the file that is renamed
     finally:
         con.close()
 
 
-def _add_quality(con, files: list, quality: list, new_run: dict) -> None:
-    """The exported file's data_quality rows, in their run and process as imported, but for
-    those of a check the import computed again (see _restore_runs)."""
+_QUALITY_COLS = {"run_id": pa.int32(), "pid": pa.int32(), "check_name": pa.string(),
+                 "subject": pa.string(), "count": pa.int64(), "value_ns": pa.int64(),
+                 "detail": pa.string()}
+
+
+def _quality_rows(files: list, new_run: dict, own: list, default_run: int) -> list[tuple]:
+    """The data_quality rows of the file cuptiprof exported, as rows of the import: in their
+    run (`new_run`: exported run id -> the run it is now; `default_run` else) and process (its
+    pid as imported; a row of no process of the trace keeps its pid), beside the import's own
+    (`own`: its rows' run_id, pid, check_name, subject). A row of a check the import computed
+    again from the rows the trace brought back (unclaimed_records, empty_step, no_gpu,
+    missing_kind of steps, ...: the same process and check, and the same subject, or one of
+    them names none) is left out: the import's own row says it of the rows as imported, and
+    a second round trip adds nothing. Rows of what the import cannot see again (dropped
+    records, steps an exception ended, a process that ended early, ...) are kept."""
     # (trace, exported run, exported pid) -> the pid imported
     pid_of = {(f.path, f.run.id if f.run is not None else None, f.original_pid): f.pid
-              for f in files if f.original_pid is not None}
-    own: dict = {}
-    for run, pid, check, subject in con.execute(
-            "SELECT run_id, pid, check_name, subject FROM data_quality").fetchall():
-        own.setdefault((run, pid, check), set()).add(subject)
+              for f in files if getattr(f, "original_pid", None) is not None}
+    subjects: dict = {}
+    for run, pid, check, subject in own:
+        subjects.setdefault((run, pid, check), set()).add(subject)
     rows = []
-    for f, q in quality:
-        run = new_run.get(q.run, 1)
-        pid = pid_of.get((f.path, q.run, q.pid), q.pid)
-        subjects = own.get((run, pid, q.check))
-        if subjects is not None and (q.subject is None or None in subjects or q.subject in subjects):
-            continue   # computed again by the import
-        rows.append((run, pid, q.check, q.subject, q.count, q.valueNs, q.detail))
-    if rows:
-        con.executemany("INSERT INTO data_quality (run_id, pid, check_name, subject, count, "
-                        "value_ns, detail) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    for f in files:
+        for q in getattr(f, "quality", None) or ():
+            run = new_run.get(q.run, default_run)
+            pid = pid_of.get((f.path, q.run, q.pid), q.pid)
+            again = subjects.get((run, pid, q.check))
+            if again is not None and (q.subject is None or None in again or q.subject in again):
+                continue   # computed again by the import
+            rows.append((run, pid, q.check, q.subject, q.count, q.valueNs, q.detail))
+    return rows

@@ -451,11 +451,14 @@ class Writer:
     # -- closing ---------------------------------------------------------------------------
     def close(self, status: str = "complete", end_ns: int | None = None,
               start_ns: int | None = None,
-              before_rename: Callable[[Path], None] | None = None) -> Path:
+              before_rename: Callable[[Path], None] | None = None,
+              run_status: str | None = None) -> Path:
         """Mark the run finished (and, given `start_ns`, correct its start), checkpoint and
         release the file. Returns the final path. `before_rename`: with atomic=True and a
         complete run, called with the closed temporary file before it is renamed into place
-        (a last change the final file must hold); if it raises, the file is removed."""
+        (a last change the final file must hold); if it raises, the file is removed.
+        `run_status`: what runs.status says where not `status` (an import of cuptiprof's
+        export: the status of the run exported); `status` still says how writing ended."""
         if self._closed:
             return self._final_path()
         try:   # one more try for what a Ctrl-C stopped
@@ -466,7 +469,8 @@ class Writer:
         try:
             self._con.execute("UPDATE runs SET status = ?, end_ns = ?, start_ns = coalesce(?, "
                               "start_ns) WHERE run_id = ?",
-                              [status, end_ns if end_ns is not None else time.time_ns(), start_ns,
+                              [run_status or status,
+                               end_ns if end_ns is not None else time.time_ns(), start_ns,
                                self.run_id])
             self._write_busy()
             self._con.execute("CHECKPOINT")
