@@ -133,7 +133,14 @@ TAKEN = {
     "other top-level keys": doc(KERNEL, deviceProperties=[{"id": 0, "name": "V100", "numSms": 80}],
                                 distributedInfo={"rank": 1, "world_size": 2},
                                 baseTimeNanoseconds=1700000000000000000, schemaVersion=1,
-                                traceName="t", host_name="h"),
+                                traceName="t", host_name="h",
+                                # cuptiprof's export: a process, its run, data_quality rows
+                                cuptiprofProcess={"pid": 5, "command": "python t.py",
+                                                  "startNs": 1, "endNs": None},
+                                cuptiprofRun={"id": 1, "label": "eager", "status": "complete",
+                                              "startTime": "2026-12-01T08:00:00.000000+00:00"},
+                                cuptiprofDataQuality=[{"run": 1, "pid": 5, "check": "dropped_records",
+                                                       "count": 3, "detail": "dropped"}]),
 }
 
 

@@ -27,7 +27,9 @@ own as well ("cuptiprof graph", "cuptiprof graph node", "cuptiprof async", "cupt
 "cuptiprof dst device", a [memory] instant's "cuptiprof correlation" and, other than 'device',
 its "cuptiprof kind"), and what the `processes` table says of each process (how it ended, its
 command line, start and end) is a top-level key (`cuptiprofProcess`, or per process in
-`cuptiprofProcesses`).
+`cuptiprofProcesses`), as are the run of an export of one process (`cuptiprofRun`; each
+process's in `cuptiprofProcesses`) and the data_quality rows of the runs exported
+(`cuptiprofDataQuality`), which an import adds back beside its own.
 
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would
