@@ -204,8 +204,9 @@ def _restore_one_run(w: Writer, files: list, label: str | None):
     takes its label (unless the import was given one), source, command and wall-clock start
     here, and its status and start when the writer closes (returned: the RunEntry, else None).
     What says how the file came about stays the import's, as for every import: settings
-    (`imported_from`, `format`), host (the writer's) and versions. Then the exported file's
-    data_quality rows (_quality_rows)."""
+    (`imported_from`, `format`: the trace files read), host (the writer's) and versions. The
+    command is the program profiled (runs.command), which the trace's file names are not:
+    they stay in `imported_from`. Then the exported file's data_quality rows (_quality_rows)."""
     runs = [getattr(f, "run", None) for f in files]
     run = runs[0] if runs and all(r is not None and r == runs[0] for r in runs) else None
     if run is not None:
@@ -213,6 +214,8 @@ def _restore_one_run(w: Writer, files: list, label: str | None):
                   "command = coalesce(?, command), start_time = coalesce(?, start_time) "
                   "WHERE run_id = ?", [label or run.label, run.source, run.command,
                                        _start_time(run), w.run_id])
+    if not any(getattr(f, "quality", None) for f in files):
+        return run
     own = w.query("SELECT run_id, pid, check_name, subject FROM data_quality")
     rows = _quality_rows(files, {}, own, w.run_id)
     if rows:   # (the writer gives them its run_id)
