@@ -387,6 +387,22 @@ def test_text_report_of_a_run_without_a_gpu_says_its_gpu_time_is_cpu_op_time(tmp
     assert capsys.readouterr().out.splitlines()[1] == ""
 
 
+def test_report_of_host_side_ranges_only_claims_no_cpu_op_times(tmp_path, capsys):
+    """profile() without a GPU records host-side ranges only (a 'cpu' device, no op rows): the
+    report does not say that the file holds CPU op times from torch.profiler."""
+    db = tmp_path / "ranges.duckdb"
+    with cuptiprof.profile(db, source="none"):
+        for i in range(2):
+            with cuptiprof.range("step", step=i):
+                pass
+    assert main(["report", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "CPU op times" not in out and "recorded without a GPU" not in out
+    with cuptiprof.open(db) as prof:
+        from cuptiprof.analyse.compare import cpu_time
+        assert cpu_time(prof).fetchall()[0][2] is None   # cpu_runs: no run holds CPU op rows
+
+
 def test_report_html_of_gpu_and_cpu_runs_names_the_cpu_ones(tmp_path, evil):
     merged = tmp_path / "m.duckdb"
     assert main(["merge", str(evil[1]), str(_cpu_run(tmp_path / "cpu.duckdb")), "-o", str(merged)]) == 0

@@ -33,7 +33,7 @@ INSERT INTO meta VALUES ('schema_version', '2');
 CREATE TABLE runs (
     run_id              INTEGER,   -- 1-based id of the run inside this file
     label               VARCHAR,   -- user label (defaults to the output file stem)
-    source              VARCHAR,   -- 'cupti' | 'cpu' (torch.profiler CPU ops) | 'light' (ranges only) | 'kineto' | 'nsys' | 'synthetic'
+    source              VARCHAR,   -- 'cupti' | 'cpu' (no GPU: torch.profiler CPU ops under cuptiprof run, host-side ranges only under profile()) | 'light' (ranges only) | 'kineto' | 'nsys' | 'synthetic'
     command             VARCHAR,   -- command line that was profiled (or the imported file names)
     host                VARCHAR,   -- host name of the writer
     start_time          TIMESTAMPTZ, -- wall-clock time the run started
@@ -79,7 +79,7 @@ CREATE TABLE devices (
     peak_memory_bw_gbps      DOUBLE,    -- peak DRAM bandwidth, GB/s (1e9 bytes/s)
     peak_host_link_gbps      DOUBLE,    -- peak PCIe (or C2C) bandwidth per direction, GB/s, where known
     peak_nvlink_gbps         DOUBLE,    -- peak NVLink bandwidth per direction, GB/s, where known
-    source                   VARCHAR    -- where the numbers came from: 'cupti' | 'cuda-bindings' | 'torch' | 'trace'
+    source                   VARCHAR    -- where the numbers came from: 'cupti' | 'cuda-bindings' | 'torch' | 'trace' | 'cpu' (the host CPU, device -1, of profile() without a GPU)
 );
 
 -- Interned strings. `demangled` is filled for C++ kernel names (NULL when the name is not mangled).
