@@ -24,22 +24,24 @@ SUMMARY_STEP_ROWS = 20
 def register(sub) -> None:
     p = sub.add_parser("report", help="print breakdowns of a cuptiprof file",
                        description="Print breakdowns of a cuptiprof file: a summary of several, "
-                       "or one with --by; --html writes them as one page with plots; --list "
-                       "documents every report and its columns.")
+                       "or one with --by; --html writes them as one page with plots; --list names "
+                       "every report and what it shows (with --format json, each column too).")
     p.add_argument("file", nargs="?", metavar="FILE", help=FILE_HELP)
     p.add_argument("--by", choices=sorted(BY), help="one breakdown (default: a summary of several; "
                    "with --html, the page is written and this breakdown printed as well)")
     p.add_argument("--top", type=top_rows, default=None,
-                   help="rows per breakdown (default: 15 for ops; a summary's steps: the first "
-                        "20 rows; the steps a summary leaves out are counted; overview, kinds and "
-                        "quality are shown whole)")
+                   help="rows per breakdown (default: 15 for ops, ranges, streams and outliers, "
+                        "every row for the others; a summary's steps: the first 20 rows, the rest "
+                        "counted); overview, kinds and quality are always shown whole")
     p.add_argument("--steps", metavar=STEPS_METAVAR, help=f"steps to include: {STEPS_FORMS}")
     p.add_argument("--format", choices=FORMATS, default="table",
                    help=f"{FORMAT_HELP}; csv is one table: the --by breakdown, without --by the "
                         "ops report")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report with plots "
                    "(nothing is printed, unless --by asks for a breakdown)")
-    p.add_argument("--list", action="store_true", help="list the reports with their documentation")
+    p.add_argument("--list", action="store_true",
+                   help="list the reports: name, --by value and what each shows (with --format "
+                        "json, what each column holds)")
     p.set_defaults(func=run)
 
 

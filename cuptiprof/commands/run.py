@@ -27,12 +27,15 @@ def register(sub) -> None:
                         "defined inside main()")
     p.add_argument("--kinds", nargs="+", metavar="KIND",
                    help="activity kinds to collect, space- or comma-separated: kernel memcpy memset sync "
-                        "api nvtx memory overhead (default: all)")
-    p.add_argument("--light", action="store_true", help="ranges and logs only, no CUPTI (the macro baseline)")
+                        "api nvtx memory overhead (default: all; overhead is CUPTI's own overhead "
+                        "records, not --overhead)")
+    p.add_argument("--light", action="store_true",
+                   help="ranges and logs only: no CUPTI, and no CPU ops without a GPU")
     p.add_argument("--log-level", default="INFO", metavar="LEVEL",
                    help="record Python logging records at or above LEVEL in the logs table (default INFO)")
     p.add_argument("--overhead", action="store_true",
-                   help="run CMD with and without profiling, interleaved, and report the difference")
+                   help="run CMD with and without profiling, interleaved, and print the difference "
+                        "(writes no file)")
     p.add_argument("--repeat", type=int, default=None, metavar="R",
                    help="runs of each kind for --overhead (default 3)")
     p.add_argument("--no-report", action="store_true", help="do not print the report at the end "
