@@ -306,6 +306,15 @@ def test_bad_arguments_one_line(run_file, args, word):
     assert digest(run_file) == before
 
 
+def test_sql_with_a_wrong_name_says_what_to_use(run_file):
+    """A misspelt table or column: the one line keeps DuckDB's suggestion (a line of its own in
+    DuckDB's message) and says where the names are documented."""
+    line = _one_clean_line(cli("sql", run_file, "SELECT * FROM kernel"))
+    assert 'Did you mean "kernels"' in line and "`cuptiprof schema`" in line
+    line = _one_clean_line(cli("sql", run_file, "SELECT demangle FROM kernels"))
+    assert '"demangled"' in line and "`cuptiprof schema`" in line
+
+
 @pytest.mark.parametrize("args,word,command", [
     (["report", "x.duckdb", "--by", "nonsense"], "invalid choice", "report"),
     (["diff", "a.duckdb", "b.duckdb"], "--fail-above", "diff"),

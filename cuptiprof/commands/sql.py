@@ -1,4 +1,6 @@
 """`cuptiprof sql FILE "SELECT ..."`: ad-hoc SQL over a file, through a read-only connection."""
+import re
+
 import duckdb
 
 from cuptiprof.analyse.profile import open_profile, refused_statement
@@ -58,5 +60,17 @@ def run(args) -> int:
             if "read-only" in msg or "disabled by configuration" in msg \
                     or "configuration has been locked" in msg:
                 raise read_only from None
-            raise UsageError(f"SQL error: {msg}") from None
+            raise UsageError(f"SQL error: {msg}{_hint(str(exc))}") from None
     return 0
+
+
+def _hint(error: str) -> str:
+    """What to do about a name the query got wrong: DuckDB's suggestion (on a line of its own,
+    which one line of error would drop) and where the names are documented."""
+    if not error.startswith(("Catalog Error", "Binder Error")):
+        return ""
+    lines = [ln.strip() for ln in error.splitlines()[1:]]
+    says = next((ln for ln in lines if ln.startswith(("Did you mean", "Candidate bindings"))), "")
+    where = "; `cuptiprof schema` documents every table and column, `cuptiprof sql --help` " \
+        "the sel_* views" if re.search(r"\b(Table|column)\b", error.splitlines()[0]) else ""
+    return (f" ({says})" if says else "") + where
