@@ -310,7 +310,7 @@ class Profile:
 
     def outliers(self, top: int | None = None):
         """Op instances in scope at least 3x (and 1 us) slower than their op's median, for ops
-        with 5 or more calls, slowest first: report('outliers')."""
+        with 5 or more calls, the most times their median first: report('outliers')."""
         return self.report("outliers", top)
 
     def data_quality(self):

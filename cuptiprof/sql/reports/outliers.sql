@@ -1,4 +1,4 @@
--- outliers: op instances at least 3x (and 1 us) slower than their op's median (ops with 5+ calls), slowest first
+-- outliers: op instances at least 3x (and 1 us) slower than their op's median (ops with 5+ calls), the most times their median first
 -- name: readable op name
 -- kind: 'kernel' | 'memcpy' | 'memset'
 -- step: step of the slow instance

@@ -2,7 +2,7 @@
 -- run_id: run inside the file
 -- pid: process
 -- device_id: CUDA device ordinal (NULL for rows whose device is unknown)
--- step: step index
+-- step: step index (NULL: work of a file without steps)
 -- host_ms: duration of the step range on the host (NULL when the file has no step ranges)
 -- gpu_window_ms: first start to last end of the GPU work launched in the step (0 for a step that launched none, in a process that records GPU work; NULL in one that records none)
 -- busy_ms: union of the step's GPU work intervals across streams (not the summed durations)
