@@ -514,7 +514,7 @@ def test_a_file_of_unlike_runs_is_flagged_and_one_of_ranks_is_not(tmp_path):
     assert note.startswith("note: A (mixed.duckdb) holds 2 runs of different sources or GPUs")
     r = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", str(mixed), str(h100),
                         "--fail-above", "5"], capture_output=True, text=True, timeout=120)
-    assert r.returncode in (0, 1) and "A (mixed.duckdb) holds 2 runs" in r.stdout, r.stdout + r.stderr
+    assert r.returncode in (0, 1) and "BASE (mixed.duckdb) holds 2 runs" in r.stdout, r.stdout + r.stderr
 
 
 def test_a_process_without_steps_in_a_merged_file_is_named_as_left_out(tmp_path, pair):
@@ -537,7 +537,7 @@ def test_a_process_without_steps_in_a_merged_file_is_named_as_left_out(tmp_path,
         assert not [n for n in cmp.legend() if "without steps" in n]
     r = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", str(a), str(merged),
                         "--fail-above", "5"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and "B (all.duckdb) holds 1 process without steps" in r.stdout, \
+    assert r.returncode == 0 and "NEW (all.duckdb) holds 1 process without steps" in r.stdout, \
         r.stdout + r.stderr
 
 
@@ -573,7 +573,7 @@ def test_files_of_different_sizes_are_noted(tmp_path, capsys):
         assert ("note: the files hold work of different numbers of processes or devices (A: 1, B: 2)"
                 in "\n".join(cmp.legend()))
     assert main(["diff", str(a), str(job), "--fail-above", "5"]) == 1
-    assert "different numbers of processes or devices (A: 1, B: 2)" in capsys.readouterr().out
+    assert "different numbers of processes or devices (BASE: 1, NEW: 2)" in capsys.readouterr().out
     with Comparison([a, b]) as cmp:   # alike: no note
         assert not any("different numbers" in line for line in cmp.legend())
 
@@ -635,7 +635,7 @@ def test_gpu_work_mostly_outside_the_steps_is_noted(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--format", "json"]) == 0
     assert note in json.loads(capsys.readouterr().out)["notes"]
     assert main(["diff", str(a), str(b), "--fail-above", "5"]) == 0
-    assert note + "\n" in capsys.readouterr().out
+    assert note.replace("note: B (", "note: NEW (") + "\n" in capsys.readouterr().out
     assert main(["diff", str(a), str(make_run(tmp_path / "c.duckdb", seed=4)), "--fail-above", "5"]) == 0
     assert "outside every step" not in capsys.readouterr().out
 

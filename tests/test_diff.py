@@ -214,7 +214,8 @@ def test_a_single_step_is_named_as_unknown_noise(tmp_path, capsys):
     assert main(["diff", str(a), str(b), "--fail-above", "5"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"cuptiprof diff: BASE {a} (1 step) -> NEW {b} (3 steps);")
-    assert ("note: A holds a single step: its step-to-step noise is unknown and counts as 0, so "
+    # the notes call the files BASE and NEW, as diff's output does (A and B are compare's names)
+    assert ("note: BASE holds a single step: its step-to-step noise is unknown and counts as 0, so "
             "diff's band is PCT alone") in out
     assert main(["diff", str(b), str(make_run(tmp_path / "c.duckdb", steps=3, seed=3)),
                  "--fail-above", "5"]) == 0

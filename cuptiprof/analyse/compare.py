@@ -117,12 +117,15 @@ class Comparison:
     """Files compared side by side. Methods return DuckDB relations or Arrow tables."""
 
     def __init__(self, paths: Sequence[str | os.PathLike], by: str = "op", *,
-                 require_steps: bool = False, work: Sequence[Work] = (), min_files: int = 2):
+                 require_steps: bool = False, work: Sequence[Work] = (), min_files: int = 2,
+                 names: Sequence[str] | None = None):
+        """`names`: what the notes call the files (default A, B, ...; diff says BASE and NEW)."""
         if by not in BY:
             raise UsageError(f"--by {by!r}: expected one of {', '.join(BY)}")
         if len(paths) < min_files:
             raise UsageError(f"need at least {min_files} files to compare, got {len(paths)}")
         self.paths = [Path(p) for p in paths]
+        self._names = list(names) if names else None
         for p in self.paths:
             require_duckdb(p)
         for i, a in enumerate(self.paths):
@@ -153,7 +156,8 @@ class Comparison:
                 row = None
             if not row or not str(row[0]).isdigit():
                 raise StoreError(f"{p}: a DuckDB file, but not a cuptiprof file (no schema version)")
-            self.runs.append(RunFile(i, letter(i), p, int(row[0])))
+            self.runs.append(RunFile(i, self._names[i] if self._names else letter(i), p,
+                                     int(row[0])))
         for r in self.runs:   # one newer than this cuptiprof: upgrading is the answer
             check_schema_version(r.path, r.schema_version)
             check_core_tables(self.con, r.path, f"f{r.index}")

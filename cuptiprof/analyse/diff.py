@@ -101,7 +101,7 @@ def diff(base: str | os.PathLike, new: str | os.PathLike, fail_above_pct: float,
     sigmas = in_range(float(sigmas), "sigmas", MAX_SIGMAS)
     from cuptiprof.analyse.compare import Comparison  # DuckDB and pyarrow: only when diffing
     from cuptiprof.store.files import first_row
-    with Comparison([base, new], by=by, require_steps=True) as cmp:
+    with Comparison([base, new], by=by, require_steps=True, names=("BASE", "NEW")) as cmp:
         cpu = [r for r in cmp.runs if r.cpu_ops]
         if len(cpu) == 1:   # e.g. a CI machine that lost its GPU: a gate over CPU op times means nothing
             gpu = cmp.runs[1 - cpu[0].index]
