@@ -34,7 +34,7 @@ CREATE TABLE runs (
     run_id              INTEGER,   -- 1-based id of the run inside this file
     label               VARCHAR,   -- user label (defaults to the output file stem)
     source              VARCHAR,   -- 'cupti' | 'cpu' (no GPU: torch.profiler CPU ops under cuptiprof run, host-side ranges only under profile()) | 'light' (ranges only) | 'kineto' | 'nsys' | 'synthetic'
-    command             VARCHAR,   -- command line that was profiled (or the imported file names)
+    command             VARCHAR,   -- command line that was profiled (for an import: `cuptiprof import` and the file names)
     host                VARCHAR,   -- host name of the writer
     start_time          TIMESTAMPTZ, -- wall-clock time the run started
     start_ns            BIGINT,    -- run start on the record clock
@@ -55,11 +55,11 @@ CREATE TABLE processes (
     rank        INTEGER,   -- global rank from the launcher (torchrun RANK, MPI, Slurm; cuptiprof.ranks), a trace's distributedInfo or file name; NULL when unknown
     local_rank  INTEGER,   -- rank on its host (LOCAL_RANK and MPI/Slurm equivalents) when set
     world_size  INTEGER,   -- ranks in the job (WORLD_SIZE and MPI/Slurm equivalents) when set
-    command     VARCHAR,   -- the command line the process was started with (python -m pkg x y, a spawned worker's own)
+    command     VARCHAR,   -- the command line the process was started with (python -m pkg x y, a spawned worker's own; for a Kineto import, the trace file)
     start_ns    BIGINT,                 -- process start on the record clock
     end_ns      BIGINT,    -- NULL when the process ended before it could say so
     exit_status INTEGER,   -- exit code; 128+signal for a signal; NULL when unknown
-    ended_early BOOLEAN    -- TRUE when the process stopped before its collector closed (kill, crash, os._exit)
+    ended_early BOOLEAN    -- TRUE when the process stopped before its collector closed (kill, crash, os._exit); NULL for an imported trace
 );
 
 CREATE TABLE devices (
