@@ -28,7 +28,7 @@ _KEY_HELP = {"op": "exact op name (kernel name, 'Memcpy HtoD', 'Memset')",
 
 
 def register(sub) -> None:
-    p = sub.add_parser("compare", help="compare runs side by side (per op, family or range; kinds; devices)",
+    p = sub.add_parser("compare", help="compare runs side by side (per op, family, range or region; kinds; devices)",
                        description="Compare cuptiprof files side by side. The first file is the "
                        "baseline for ratios (x) and rank changes (drank). Times are per step: the "
                        "median over each file's recorded steps, with the median absolute deviation.")

@@ -40,7 +40,8 @@ def register(sub) -> None:
                    help="runs of each kind for --overhead (default 3)")
     p.add_argument("--no-report", action="store_true", help="do not print the report at the end "
                    "(only the line naming the file written)")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+                   help="the command to profile, with its arguments, after --")
     p.set_defaults(func=run)
 
 
