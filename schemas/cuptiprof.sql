@@ -155,7 +155,7 @@ CREATE TABLE memcpys (
     bytes           BIGINT,             -- bytes copied
     src_device_id   INTEGER,   -- peer copies only
     dst_device_id   INTEGER,   -- peer copies only
-    is_async        BOOLEAN,            -- TRUE for an asynchronous API call
+    is_async        BOOLEAN,            -- TRUE for an asynchronous API call (NULL where unknown: imports)
     graph_id        BIGINT,             -- CUDA graph id when launched from a graph (NULL otherwise)
     graph_node_id   BIGINT              -- CUDA graph node id when launched from a graph
 );
@@ -174,7 +174,7 @@ CREATE TABLE memsets (
     range_id        BIGINT,             -- innermost range (ranges.range_id) open on the launching thread
     op_id           BIGINT,             -- framework op (ranges with kind 'op') that launched it, where known
     bytes           BIGINT,             -- bytes set
-    value           INTEGER,   -- byte value written
+    value           INTEGER,   -- byte value written (NULL where unknown: Kineto imports)
     memory_kind     VARCHAR,   -- same values as memcpys.src_kind
     graph_id        BIGINT,             -- CUDA graph id when launched from a graph (NULL otherwise)
     graph_node_id   BIGINT              -- CUDA graph node id when launched from a graph
@@ -208,7 +208,7 @@ CREATE TABLE api_call_rows (
     correlation_id  BIGINT,             -- CUPTI correlation id of the launching API call
     start_ns        BIGINT,             -- start, nanoseconds on the record clock
     end_ns          BIGINT,             -- end, nanoseconds on the record clock
-    return_code     INTEGER,   -- CUresult / cudaError_t, 0 = success
+    return_code     INTEGER,   -- CUresult / cudaError_t, 0 = success (NULL where unknown: Kineto imports)
     step            INTEGER,            -- step the call belongs to (NULL when none)
     range_id        BIGINT              -- innermost range open on the calling thread
 );
