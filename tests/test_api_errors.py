@@ -296,7 +296,7 @@ def test_profile_sql_refuses_statements_beyond_queries(tmp_path, query, kind):
         with pytest.raises(UsageError) as err:
             prof.sql(query.replace("{d}", str(out)))
         msg = str(err.value)
-        assert f"a {kind} statement is refused" in msg and "write_parquet" in msg, msg
+        assert f"); {kind} is refused" in msg and "write_parquet" in msg, msg
         assert prof.sql("SELECT count(*) FROM ranges").fetchall() == [(3,)]
     assert list(out.iterdir()) == []
 

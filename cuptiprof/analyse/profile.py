@@ -265,7 +265,7 @@ class Profile:
         kind = refused_statement(query)
         if kind is not None:
             raise UsageError(f"{self.path}: Profile.sql() runs read-only queries only (SELECT, "
-                             f"EXPLAIN, PRAGMA, CALL); a {kind} statement is refused and nothing "
+                             f"EXPLAIN, PRAGMA, CALL); {kind} is refused and nothing "
                              "ran. To save a result, call .write_parquet(path) or .to_csv(path) "
                              "on the relation of a query")
         con = self._ready()
