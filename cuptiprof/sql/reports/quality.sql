@@ -1,7 +1,7 @@
 -- quality: what the data does not contain (dropped records, unclaimed rows, missing kinds, empty steps, ...) and the program's ranges that ran outside every recorded step
 -- run_id: run inside the file
 -- pid: process
--- check_name: what was checked ('outside_steps', and 'process_ended_early' for a process whose writer died: computed here, not stored)
+-- check_name: what was checked: a data_quality check_name (`cuptiprof schema` lists them), or one computed here and not stored: 'outside_steps', and 'process_ended_early' for a process whose writer died
 -- subject: activity kind, step, category or range name concerned
 -- count: records concerned
 -- value_ms: a duration where that makes sense (e.g. CUPTI's own overhead; the host time of ranges outside steps)
