@@ -14,7 +14,8 @@ def register(sub) -> None:
                     "are recorded through torch.profiler instead.",
         usage="cuptiprof run [options] -- CMD [ARGS...]")
     p.add_argument("-o", "--output", metavar="OUT.duckdb",
-                   help="output file (default: cuptiprof-DATE-TIME.duckdb, never overwritten)")
+                   help="output file, which must not exist (default: a new cuptiprof-DATE-TIME.duckdb "
+                        "in the current folder)")
     p.add_argument("--warmup", type=int, default=0, metavar="K", help="steps to skip before recording (default 0)")
     p.add_argument("--steps", type=int, default=None, metavar="N",
                    help="how many steps to record after the warm-up, then collection stops "
