@@ -375,6 +375,16 @@ def test_kinds_without_a_gpu_says_it_has_no_effect(tmp_path):
         in r.stderr
 
 
+def test_no_gpu_and_no_torch_op_does_not_claim_cpu_op_times(tmp_path):
+    """Without a GPU, a program that runs no torch op records none: the notice says so instead of
+    pointing at CPU op times that the report does not hold."""
+    p = script(tmp_path, "import cuptiprof\nwith cuptiprof.range('step', step=0): pass\n")
+    r = cli(["run", "-o", "n.duckdb", "--", PY, p], tmp_path, CUDA_VISIBLE_DEVICES="")
+    assert r.returncode == 0, r.stderr
+    assert "no GPU activity was captured (no CUDA GPU found), and no CPU op" in r.stderr
+    assert "CPU op times" not in r.stderr, r.stderr[-800:]
+
+
 def test_sighup_is_forwarded_and_the_file_written(tmp_path):
     """A hung-up terminal or ssh session (SIGHUP) ends the program as SIGTERM does: the launcher
     passes it on and writes OUT (no OUT.parts left behind), and the program writes the step it

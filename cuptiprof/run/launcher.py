@@ -619,20 +619,26 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
                 "SELECT count(DISTINCT step) FILTER (WHERE kind = 'step'), "
                 "count(*) FILTER (WHERE kind = 'warmup') FROM ranges"))
             early = first_row(prof.con.execute("SELECT count(*) FROM processes WHERE ended_early"))[0]
+            ops = first_row(prof.con.execute("SELECT EXISTS (SELECT 1 FROM kernel_rows)"))[0]
             named = [] if steps or not o.step_range else [
                 n for (n,) in prof.con.execute(   # the program's own ranges, most called first
                     "SELECT name FROM ranges WHERE kind = 'user' GROUP BY name "
                     "ORDER BY count(*) DESC, name LIMIT 5").fetchall()]
     except CuptiprofError as exc:
         print(f"cuptiprof: warning: cannot print the report: {exc}", file=sys.stderr)
-        steps = early = warm = None
+        steps = early = warm = ops = None
         named = []
     sys.stdout.flush()
     if not res.profiled:
         print(f"cuptiprof: notice: {_none_profiled()}", file=sys.stderr)
     elif res.no_gpu:
-        print("cuptiprof: notice: no GPU activity was captured (no CUDA GPU found); the report "
-              "shows CPU op times from torch.profiler (device -1)", file=sys.stderr)
+        if ops is False:   # a program that ran no torch op: no CPU op times to show either
+            print("cuptiprof: notice: no GPU activity was captured (no CUDA GPU found), and no "
+                  "CPU op: without a GPU, run records the torch ops a program runs "
+                  "(torch.profiler)", file=sys.stderr)
+        else:
+            print("cuptiprof: notice: no GPU activity was captured (no CUDA GPU found); the "
+                  "report shows CPU op times from torch.profiler (device -1)", file=sys.stderr)
         if o.kinds:
             print(f"cuptiprof: notice: --kinds {' '.join(o.kinds)} chooses CUPTI activity kinds; "
                   "without a GPU it has no effect", file=sys.stderr)
