@@ -15,7 +15,7 @@ def register(sub) -> None:
                        description="Export a cuptiprof file: --chrome writes a Kineto-style "
                        "Chrome trace (.json or .json.gz) that Perfetto UI and chrome://tracing "
                        "open; --parquet writes one Parquet dataset per table, hive-partitioned "
-                       "by host and pid.")
+                       "by host and pid (runs: one file).")
     p.add_argument("file", metavar="FILE", help=FILE_HELP)
     p.add_argument("--chrome", metavar="OUT.json[.gz]", help="write a Chrome trace")
     p.add_argument("--parquet", metavar="DIR", help="write Parquet datasets under DIR")
