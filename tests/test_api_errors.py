@@ -163,7 +163,7 @@ def test_open_takes_python_step_forms(tmp_path, steps, scope):
     ((1, 2, 3), "steps=(1, 2, 3): expected an int N"),
     (("a", 2), "steps=('a', 2): expected an int N"),
     (7, "no recorded step in steps=7; its steps are 0 to 2 (cuptiprof.open("),
-    ("0-2", "steps='0-2': expected A:B, A:, :B or N (step indices, inclusive); steps 0 to 2 are 0:2"),
+    ("0-2", "steps='0-2': expected A:B, A:, :B or N (step numbers, inclusive); steps 0 to 2 are 0:2"),
     ("0 2", "steps='0 2': expected A:B"),   # two numbers, no colon: not step 0 alone
 ])
 def test_open_refuses_bad_steps_in_python_words(tmp_path, steps, says):

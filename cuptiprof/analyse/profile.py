@@ -52,10 +52,10 @@ def parse_steps(spec: str | None, label: str | None = None) -> tuple[int | None,
     label = label or f"--steps {spec!r}"
     m = re.fullmatch(r"\s*(-?\d+)?\s*(:)?\s*(-?\d+)?\s*", str(spec))
     if not m or (m.group(1) is None and m.group(3) is None):
-        raise UsageError(f"{label}: expected A:B, A:, :B or N (step indices, inclusive)")
+        raise UsageError(f"{label}: expected A:B, A:, :B or N (step numbers, inclusive)")
     if m.group(2) is None and m.group(1) is not None and m.group(3) is not None:
         # '5-7' or '5 7' is two numbers without the colon: not step 5 alone
-        raise UsageError(f"{label}: expected A:B, A:, :B or N (step indices, inclusive); steps "
+        raise UsageError(f"{label}: expected A:B, A:, :B or N (step numbers, inclusive); steps "
                          f"{m.group(1)} to {m.group(3).lstrip('-')} are "
                          f"{m.group(1)}:{m.group(3).lstrip('-')}")
     lo = int(m.group(1)) if m.group(1) is not None else None
