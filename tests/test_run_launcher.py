@@ -383,6 +383,9 @@ def test_no_gpu_and_no_torch_op_does_not_claim_cpu_op_times(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "no GPU activity was captured (no CUDA GPU found), and no CPU op" in r.stderr
     assert "CPU op times" not in r.stderr, r.stderr[-800:]
+    # nor does its data_quality row say that kernels holds CPU ops
+    (detail,) = q(tmp_path / "n.duckdb", "SELECT detail FROM data_quality WHERE check_name = 'no_gpu'")
+    assert "and no CPU op" in detail[0] and "kernels holds" not in detail[0], detail
 
 
 def test_sighup_is_forwarded_and_the_file_written(tmp_path):

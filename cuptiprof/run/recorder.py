@@ -35,6 +35,9 @@ log = logging.getLogger("cuptiprof")
 
 # runs.source by mode: the CPU fallback's torch.profiler ops, ranges alone, CUPTI records
 _SOURCE = {"cpu": "cpu", "light": "light"}
+# The no_gpu detail of a process without a GPU in which torch.profiler never ran (no torch op).
+NO_OPS = ("no GPU activity was captured (no CUDA GPU found), and no CPU op: torch.profiler "
+          "records the ops of a process that runs torch, and this one ran none")
 
 class _Open:
     __slots__ = ("range_id", "parent_id", "depth", "name", "kind", "step", "thread", "start", "attrs",
@@ -463,6 +466,9 @@ class Recorder:
                 if self.mode != "logs":
                     self.writer.execute("UPDATE processes SET end_ns = ?, ended_early = FALSE WHERE pid = ?",
                                         [end, self.pid])
+                if self.mode == "cpu" and not profiled:   # torch.profiler never ran: no CPU op
+                    self.writer.execute("UPDATE data_quality SET detail = ? WHERE check_name = "
+                                        "'no_gpu' AND pid = ?", [NO_OPS, self.pid])
                 self.writer.close(status, end_ns=end)
         except Exception as exc:
             print(f"cuptiprof: could not finish {self.part_path('.duckdb')}: {exc}", file=sys.stderr)
