@@ -429,3 +429,19 @@ def test_report_html_with_a_format_and_nothing_to_print_is_refused(run_file, tmp
                                 "or leave out --format")
     r = cli("report", run_file, "--html", page, "--format", "table")   # the default, said aloud
     assert r.returncode == 0 and page.exists(), r.stderr
+
+
+def test_report_by_takes_a_reports_name_too(tmp_path, capsys):
+    """`--by devices` (the name --list shows) prints what `--by device` prints, as
+    Profile.report() takes either; anything else is still refused with the choices."""
+    from cuptiprof.cli import main
+    db = write_synthetic(tmp_path / "s.duckdb", steps=2, kernels_per_step=10)
+    assert main(["report", str(db), "--by", "device"]) == 0
+    want = capsys.readouterr().out
+    assert main(["report", str(db), "--by", "devices"]) == 0
+    assert capsys.readouterr().out == want and want.startswith("devices:")
+    assert main(["report", str(db), "--by", "step_spread"]) == 0
+    assert capsys.readouterr().out.startswith("step_spread:")
+    with pytest.raises(SystemExit):
+        main(["report", str(db), "--by", "gpus"])
+    assert "invalid choice: 'gpus'" in capsys.readouterr().err

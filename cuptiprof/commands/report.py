@@ -21,14 +21,21 @@ OPTIONAL = ("ranges", "quality")
 SUMMARY_STEP_ROWS = 20
 
 
+def _by_value(text: str) -> str:
+    """A report's name ('devices', 'step_spread') as its --by value ('device', 'spread'), as
+    Profile.report() takes either."""
+    return next((k for k, v in BY.items() if v == text), text)
+
+
 def register(sub) -> None:
     p = sub.add_parser("report", help="print breakdowns of a cuptiprof file",
                        description="Print breakdowns of a cuptiprof file: a summary of several, "
                        "or one with --by; --html writes them as one page with plots; --list names "
                        "every report and what it shows (with --format json, each column too).")
     p.add_argument("file", nargs="?", metavar="FILE", help=FILE_HELP)
-    p.add_argument("--by", choices=sorted(BY), help="one breakdown (default: a summary of several; "
-                   "with --html, the page is written and this breakdown printed as well)")
+    p.add_argument("--by", choices=sorted(BY), type=_by_value,
+                   help="one breakdown (default: a summary of several; with --html, the page is "
+                   "written and this breakdown printed as well); a report's name (--list) works too")
     p.add_argument("--top", type=top_rows, default=None,
                    help="rows per breakdown (default: 15 for ops, ranges, streams and outliers, "
                         "every row for the others; a summary's steps: the first 20 rows, the rest "
