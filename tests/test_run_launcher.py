@@ -24,6 +24,27 @@ def test_exit_status_and_file(tmp_path):
     assert q(out, "SELECT exit_status FROM processes") == [(3,)]
 
 
+def test_a_program_that_fails_before_recording_anything_gets_one_notice(tmp_path):
+    """A missing script or a bad argument: the program's own error is what the user needs to
+    see, not five empty tables and a hint to mark steps."""
+    r = cli(["run", "-o", "out.duckdb", "--", PY, "missing.py"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    err = r.stderr.splitlines()
+    assert "can't open file" in err[0]
+    assert err[1:] == ["cuptiprof: notice: the command exited with status 2 before anything was "
+                       "recorded; no report", "cuptiprof: wrote out.duckdb"]
+    assert q(tmp_path / "out.duckdb", "SELECT status FROM runs") == [("failed",)]
+    # one that fails after recording keeps its report
+    p = script(tmp_path, """
+        import cuptiprof, sys
+        with cuptiprof.range("step", step=0):
+            pass
+        sys.exit(4)
+    """)
+    r = cli(["run", "-o", "two.duckdb", "--", PY, p], tmp_path)
+    assert r.returncode == 4 and "steps: per step" in r.stderr, r.stderr
+
+
 def test_success_prints_report_and_path(tmp_path):
     p = script(tmp_path, """
         import cuptiprof

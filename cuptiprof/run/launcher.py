@@ -613,6 +613,15 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
     sys.stdout.flush()
     try:   # on stderr: the program's stdout (a result file, a pipe) stays its own
         with open_profile(res.output) as prof:
+            if res.exit_code != 0 and res.profiled and not first_row(prof.con.execute(
+                    "SELECT EXISTS (SELECT 1 FROM ranges) OR EXISTS (SELECT 1 FROM "
+                    "gpu_activities)"))[0]:
+                # the program failed before it did anything (a missing script, a bad argument):
+                # empty tables and hints about marking steps would hide its own error
+                print(f"cuptiprof: notice: the command exited with status {res.exit_code} before "
+                      "anything was recorded; no report", file=sys.stderr)
+                print(f"cuptiprof: wrote {res.output}", file=sys.stderr)
+                return
             print("", file=sys.stderr, flush=True)
             print_reports(prof, list(SUMMARY), out=sys.stderr)
             steps, warm = first_row(prof.con.execute(
