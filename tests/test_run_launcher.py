@@ -45,6 +45,25 @@ def test_a_program_that_fails_before_recording_anything_gets_one_notice(tmp_path
     assert r.returncode == 4 and "steps: per step" in r.stderr, r.stderr
 
 
+def test_part_files_are_written_without_syncs(tmp_path):
+    """A part file is merged into the output when the run ends, and what a killed process
+    committed is in the file system's cache either way: its commits do not wait on the disk.
+    The merged output is synced once, before its rename."""
+    p = script(tmp_path, """
+        import cuptiprof
+        from cuptiprof.run import child
+        with cuptiprof.range("step", step=0):
+            pass
+        w = child._rec.writer
+        print("setting", w.synced, w.query("SELECT current_setting('fsync_mode')")[0][0])
+    """)
+    r = cli(["run", "--light", "--no-report", "-o", "out.duckdb", "--", PY, p], tmp_path,
+            CUPTIPROF_FLUSH_EVERY_S="0")
+    assert r.returncode == 0, r.stderr
+    assert "setting False NONE" in r.stdout, r.stdout
+    assert q(tmp_path / "out.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
+
+
 def test_success_prints_report_and_path(tmp_path):
     p = script(tmp_path, """
         import cuptiprof

@@ -323,6 +323,9 @@ def test_atomic_writer_syncs_the_file_once_before_the_rename(tmp_path, monkeypat
     if has_setting == [(1,)]:
         with Writer(tmp_path / "inplace.duckdb", RunInfo(source="test")) as w:
             assert w.query("SELECT current_setting('fsync_mode')") == [("STANDARD",)]
+        with Writer(tmp_path / "part.duckdb", RunInfo(source="test"), synced=False) as w:
+            assert w.query("SELECT current_setting('fsync_mode')") == [("NONE",)]
+    assert [e[0] for e in events] == ["fsync", "replace"]   # neither in-place file syncs at close
 
 
 def test_atomic_failure_leaves_nothing_behind(tmp_path):

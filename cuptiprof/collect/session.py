@@ -231,7 +231,8 @@ class Session:
         self._start_ns = time.time_ns()
         self._last_error_at_start = getattr(sys, "last_value", None)
         run.start_ns = run.start_ns or self._start_ns
-        self.writer = Writer(self.path, run, mode=self.mode, pid=self.pid)
+        self.writer = Writer(self.path, run, mode=self.mode, pid=self.pid,
+                             synced=not self._launcher)   # a part file of `cuptiprof run`
         try:
             self.source = self._open_source()
             self._sink = Sink(_kind_enum(self.source))

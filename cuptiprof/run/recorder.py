@@ -368,7 +368,7 @@ class Recorder:
                        settings={"warmup": self.s.warmup, "steps": self.s.steps, "mode": self.mode,
                                  "step_range": self.s.step_range, "step_fn": self.s.step_fn})
         self.writer = Writer(self.part_path(".logs.duckdb" if self.mode == "logs" else ".duckdb"),
-                             info, mode="create")
+                             info, mode="create", synced=False)
         try:   # one thread: the writer must not compete with the profiled program for cores
             self.writer.execute("SET threads = 1")
         except Exception:

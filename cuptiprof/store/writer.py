@@ -78,10 +78,15 @@ class Writer:
     """
 
     def __init__(self, path: str | os.PathLike, run: RunInfo | None = None, *,
-                 mode: str = "create", atomic: bool = False, pid: int | None = None):
+                 mode: str = "create", atomic: bool = False, pid: int | None = None,
+                 synced: bool = True):
         self.path = Path(path)
         self.run = run or RunInfo()
         self.atomic = atomic
+        # synced=False: a part file of `cuptiprof run`, merged into the output when the run
+        # ends; what a killed process committed is in the file system's cache either way, so
+        # syncing each commit to the disk only slows the program's step ends
+        self.synced = synced
         self.pid = os.getpid() if pid is None else pid
         self._strings: dict[str, int] = {}
         self._max_sid = 0
@@ -160,6 +165,8 @@ class Writer:
             # again at close.
             self._con.execute("SET checkpoint_threshold='1MB'")
             write_unsynced(self._con)   # close() syncs it once, before the rename
+        elif not self.synced:
+            write_unsynced(self._con)
         if reuse:
             version = file_schema_version(self._con)
             if version is None:
