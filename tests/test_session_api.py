@@ -146,6 +146,50 @@ def test_a_fork_while_another_thread_flushes(tmp_path):
 
 
 
+FORK_DURING_STOP = """
+    import cuptiprof, os, signal, sys, threading
+    with cuptiprof.profile("s.duckdb", source={source!r}, quiet=True) as prof:
+        with cuptiprof.step(0):
+            pass
+        in_stop, release = threading.Event(), threading.Event()
+        write_quality = prof._write_quality
+        def slow(phase):   # stop() on the worker thread waits here, the flush lock held
+            if threading.current_thread().name == "W":
+                in_stop.set()
+                release.wait()
+            write_quality(phase)
+        prof._write_quality = slow
+        w = threading.Thread(target=prof.stop, name="W")
+        w.start()
+        in_stop.wait()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)   # a child that hangs dies of SIGALRM
+        else:
+            _, status = os.waitpid(pid, 0)
+            release.set()
+            w.join()
+    if pid == 0:
+        print("child left", flush=True)
+        sys.exit(0)   # the exit handler runs in the child too
+    print("child status", status)
+"""
+
+
+@pytest.mark.parametrize("source", ["none", "fake"])
+def test_a_fork_while_another_thread_stops_the_profile(tmp_path, source):
+    """The main thread forks while a worker thread's stop() is under way (the profile no longer
+    the active one, the flush lock held). The child's `with` never ended: its copy of the
+    session was not detached, and stop() waited for a lock no thread of the child releases."""
+    r = run_py(FORK_DURING_STOP.format(source=source), tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "child left" in r.stdout and "child status 0" in r.stdout, r.stdout + r.stderr
+    out = tmp_path / "s.duckdb"
+    assert q(out, "SELECT status FROM runs") == [("complete",)]
+    assert q(out, "SELECT ended_early FROM processes") == [(False,)]
+    assert q(out, "SELECT step FROM ranges") == [(0,)]
+
+
 STOP_ON_A_DAEMON_THREAD = """
     import cuptiprof, threading, time
     prof = cuptiprof.profile("d.duckdb", source="none", quiet=True).start()

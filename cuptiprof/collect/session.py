@@ -46,6 +46,9 @@ RANGE_COLS = ("range_id", "parent_id", "depth", "name", "domain", "thread_id", "
               "end_ns", "kind", "step", "attrs")
 
 _active: "Session | None" = None
+# The session a stop() is under way in: no longer _active, its locks still held by the thread
+# that stops it (a fork then leaves the child's copies held: detach_after_fork takes it too)
+_stopping: "Session | None" = None
 
 
 def current() -> "Session | None":
@@ -329,16 +332,22 @@ class Session:
 
     def stop(self, status: str = "complete") -> Path:
         """Last forced flush, data-quality rows, close the file. Safe to call twice."""
-        with self._flush_lock:   # a flush another thread's step began ends first
-            return self._stop(status)
+        global _stopping
+        try:
+            with self._flush_lock:   # a flush another thread's step began ends first
+                return self._stop(status)
+        finally:   # once the lock is released: a fork before this still detaches the session
+            if _stopping is self:
+                _stopping = None
 
     def _stop(self, status: str) -> Path:
-        global _active
+        global _active, _stopping
         if not self.active:
             return self.writer.path if self.writer else self.path
         markers._set_session(None)
         self.active = False
         if _active is self:
+            _stopping = self   # before _active is cleared: a fork in between finds one of them
             _active = None
         with self._phase_lock:   # a step beyond the last, begun meanwhile, ends recording no more
             prev_phase, self.phase = self.phase, "stopped"
@@ -933,16 +942,20 @@ def detach_after_fork() -> None:
     CUPTI's state did not survive the fork. Closing them here would run their destructors on
     threads that are gone (SIGSEGV), writing would reach the parent's file: they are kept,
     never used, and the child's ranges are not recorded by this session."""
-    global _active
-    s = _active
-    if s is None:
-        return
-    _active = None
+    global _active, _stopping
+    # the active session, and one another thread of the parent was stopping at the fork (no
+    # longer active, its locks held)
+    for s in {id(x): x for x in (_active, _stopping) if x is not None}.values():
+        _detach(s)
+    _active = _stopping = None
+
+
+def _detach(s: "Session") -> None:
     keep_forever(s.writer, s.source, getattr(s, "_sink", None))
     s.writer, s.source, s.active, s.phase, s.collecting = None, NullSource(), False, "stopped", False
-    # Locks another thread of the parent held at the fork (a step's flush on a worker thread)
-    # stay held in the child, where no thread will release them: stop() of this session (the
-    # child leaving the parent's `with`) waited for ever
+    # Locks another thread of the parent held at the fork (a step's flush, or stop(), on a worker
+    # thread) stay held in the child, where no thread will release them: stop() of this session
+    # (the child leaving the parent's `with`) and its exit handler waited for ever
     s._flush_lock, s._phase_lock, s._id_lock = threading.RLock(), threading.Lock(), threading.Lock()
     if markers._session is s:
         markers._set_session(None)
