@@ -240,6 +240,45 @@ def test_second_writer_in_this_process_is_refused(tmp_path):
     Writer(path, mode="append").close()  # released on close
 
 
+FORK_WHILE_OPENING = """
+import os, signal, threading
+from cuptiprof.store import writer
+inside, release = threading.Event(), threading.Event()
+class Paused(set):   # a writer opened on thread W waits here, the open-paths lock held
+    def add(self, key):
+        if threading.current_thread().name == "W":
+            inside.set()
+            release.wait()
+        super().add(key)
+writer._open_paths = Paused()
+w = threading.Thread(target=lambda: writer.Writer("parent.duckdb").close(), name="W")
+w.start()
+inside.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)   # a child that hangs dies of SIGALRM
+    writer.Writer("child.duckdb").close()
+    print("child wrote", flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+release.set()
+w.join()
+print("child status", status)
+"""
+
+
+def test_a_writer_opened_in_a_child_forked_while_another_thread_opens_one(tmp_path):
+    """The fork came while another thread registered the file it opens: the child's copy of
+    the lock on the open paths stayed held, and a writer opened in the child waited for ever."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", FORK_WHILE_OPENING], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "child wrote" in r.stdout and "child status 0" in r.stdout, r.stdout + r.stderr
+    assert rows(tmp_path / "child.duckdb", "SELECT status FROM runs") == [("complete",)]
+    assert rows(tmp_path / "parent.duckdb", "SELECT status FROM runs") == [("complete",)]
+
+
 def test_sigkill_mid_run_keeps_every_committed_batch(tmp_path):
     path = tmp_path / "killed.duckdb"
     proc = _start(path, "run")

@@ -51,6 +51,17 @@ _open_paths: set[str] = set()
 _open_lock = threading.Lock()
 
 
+def _open_lock_after_fork() -> None:
+    """In a forked child: a fork while another thread of the parent registered or released a
+    path leaves the child's copy of the lock held, with no thread to release it; a writer
+    opened in the child then waited for ever."""
+    global _open_lock
+    _open_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_open_lock_after_fork)
+
+
 @dataclass
 class RunInfo:
     """What the `runs` row says about this run."""
