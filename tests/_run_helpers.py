@@ -94,6 +94,7 @@ def no_leftover_session(monkeypatch):
     markers.reload_env()
     yield
     assert session_mod.current() is None, "a test left a session active"
+    assert session_mod._stopping is None, "a stop() left its session marked as stopping"
     assert markers._session is None
 
 
