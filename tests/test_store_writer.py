@@ -376,6 +376,24 @@ def test_atomic_failure_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_atomic_writer_whose_sync_fails_leaves_nothing_behind(tmp_path, monkeypatch):
+    """The sync before the rename fails (EIO, a full disk): the error reaches the caller and
+    neither the temporary file nor an output is left; an existing output is kept."""
+    path = write_synthetic(tmp_path / "x.duckdb", steps=1, kernels_per_step=20)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    old = rows(path, "SELECT count(*) FROM kernel_rows")
+
+    def fsync(fd):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(os, "fsync", fsync)
+    w = Writer(path, atomic=True, mode="overwrite")
+    w.append({"kernels": kernels(3, ["k"])})
+    with pytest.raises(OSError):
+        w.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert rows(path, "SELECT count(*) FROM kernel_rows") == old != [(3,)]   # the old file
+
+
 def test_atomic_overwrite_keeps_the_old_file_until_the_end(tmp_path):
     path = write_synthetic(tmp_path / "x.duckdb", steps=1, kernels_per_step=20)
     w = Writer(path, atomic=True, mode="overwrite")

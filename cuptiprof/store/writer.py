@@ -501,14 +501,14 @@ class Writer:
                 _open_paths.discard(self._key)
         if self.atomic:
             if status == "complete":
-                if before_rename is not None:
-                    try:
+                try:   # a failure here (the sync's EIO too) leaves no temporary file
+                    if before_rename is not None:
                         before_rename(self.path)
-                    except BaseException:
-                        self.discard()
-                        raise
-                sync_file(self.path)
-                os.replace(self.path, self._target)
+                    sync_file(self.path)
+                    os.replace(self.path, self._target)
+                except BaseException:
+                    self.discard()
+                    raise
             else:
                 self.discard()
             self.path = self._target
