@@ -1143,6 +1143,47 @@ def test_work_launched_in_a_warm_up_has_no_step_after_a_round_trip(tmp_path):
         ("real", 1), ("side", None), ("warm", None)]
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_warm_up_beside_another_threads_step_keeps_each_launchs_step(tmp_path, monkeypatch,
+                                                                       native):
+    """Thread 7 warms up while thread 5 runs steps 1 and 2. What thread 7 launches inside its
+    warm-up has no step (its own warm-up comes first, as the collector gives it), whether in a
+    range or not; what it launches after the warm-up ended, in a range begun inside it, takes
+    the step open then (the range gives none). A round trip keeps each as recorded."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    t = 1_700_000_000_000_000_000
+    us = lambda x: t + x * 1000  # noqa: E731
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "w.duckdb"
+    # calls: thread, start, range_id, step as the collector records it
+    calls = [(7, 60, None, None), (7, 70, 2, None), (7, 150, 2, 1), (5, 100, 3, 1),
+             (7, 300, 2, 2)]
+    with Writer(src, RunInfo(source="synthetic"), pid=5) as w:
+        w.append({
+            "ranges": {"range_id": [1, 2, 3, 4], "parent_id": pa.array([None, 1, None, None], pa.int64()),
+                       "depth": i32([0, 1, 0, 0]), "name": ["step", "compile", "step", "step"],
+                       "kind": ["warmup", "user", "step", "step"], "step": i32([0, 0, 1, 2]),
+                       "thread_id": [7, 7, 5, 5], "start_ns": [us(0), us(30), us(50), us(250)],
+                       "end_ns": [us(90), us(800), us(250), us(450)]},
+            "api_calls": {"thread_id": [c[0] for c in calls], "api_kind": ["runtime"] * 5,
+                          "name": ["cudaLaunchKernel"] * 5, "correlation_id": [1, 2, 3, 4, 5],
+                          "start_ns": [us(c[1]) for c in calls],
+                          "end_ns": [us(c[1]) + 1_000 for c in calls],
+                          "step": i32([c[3] for c in calls]),
+                          "range_id": pa.array([c[2] for c in calls], pa.int64())},
+            "kernels": {"device_id": i32([0] * 5), "stream_id": i32([7] * 5),
+                        "name": ["bare", "warm", "late", "main", "later"],
+                        "correlation_id": [1, 2, 3, 4, 5], "step": i32([c[3] for c in calls]),
+                        "range_id": pa.array([c[2] for c in calls], pa.int64()),
+                        "start_ns": [us(c[1]) + 5_000 for c in calls],
+                        "end_ns": [us(c[1]) + 9_000 for c in calls]}})
+    back = chrome_round_trip(src, tmp_path / "w.json", tmp_path / "back.duckdb")
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    for sql in ("SELECT name, step FROM kernels ORDER BY 1",
+                "SELECT correlation_id, step FROM api_calls ORDER BY 1"):
+        assert con.execute(sql).fetchall() == orig.execute(sql).fetchall(), sql
+
+
 def test_an_op_keeps_its_kind_whatever_its_name(tmp_path):
     """An op named as torch names its annotations ('Optimizer.step#SGD.step': a 2021 trace's
     operator that is no op) was recorded as an op, and is one again after a round trip."""

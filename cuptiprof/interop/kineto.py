@@ -1089,8 +1089,17 @@ class KinetoFile:
         at = (r_start[held], r_end[held], held_n[held])
         r_step = steps_at(r_start, *at, r_key, r_key[held])
         r_step[held] = held_n[held]
-        # a call takes a step, never a warm-up (whose work has no step, as recorded)
+        # a call takes a step, never a warm-up (whose work has no step, as recorded): as the
+        # collector gives it, its own thread's step or warm-up first (in a warm-up: none), else
+        # the latest-started step of any thread that holds it
         c_step = steps_at(c_start, s_start, s_end, s_n, c_tid, s_key)
+        if warm.any() and len(c_start):
+            w_key = r_key[warm]
+            c_w = steps_at(c_start, r_start[warm], r_end[warm], np.arange(len(w_key)), c_tid,
+                           w_key)
+            in_own = c_w >= 0
+            in_own[in_own] = w_key[c_w[in_own]] == c_tid[in_own]
+            c_step[in_own] = -1
         by_ext = self._by_ext(R) if self.links else None
         if by_ext is not None and len(c_start):
             # cuptiprof's export: each call's External id is its innermost range (as recorded),
@@ -1098,7 +1107,8 @@ class KinetoFile:
             # just before its range began, would fall outside the step it ran in). A range in
             # no step (one that began outside every step, or before the steps of an export of
             # some) gives none: its call takes the step open in its process by time, as the
-            # collector gives it. A range in a warm-up gives none either.
+            # collector gives it. A range begun in a warm-up gives none either (by time too: in
+            # the warm-up none, after it the step then open).
             cr = by_ext(C.get("ext"), C.get("ext?", bool))
             hit = cr >= 0
             c_range[hit] = cr[hit]
@@ -1107,8 +1117,8 @@ class KinetoFile:
                 hidx = np.flatnonzero(held)   # the warm-up or step each range began in
                 r_in = steps_at(r_start, *at[:2], np.arange(len(hidx)), r_key, r_key[held])
                 r_warm = np.where(r_in >= 0, warm[hidx[np.maximum(r_in, 0)]], False) | warm
-                rs = np.where(r_warm[cr[hit]], -2, rs)
-            c_step[hit] = np.where(rs >= 0, rs, np.where(rs == -1, c_step[hit], -1))
+                rs = np.where(r_warm[cr[hit]], -1, rs)
+            c_step[hit] = np.where(rs >= 0, rs, c_step[hit])
 
         L = self.logs
         n_l = len(L)
