@@ -856,3 +856,41 @@ def test_a_step_ending_while_a_flush_looks_up_steps_by_time(tmp_path):
                 return int(self) >= other
 
         assert s.step_at(Start(first[0])) == 0
+
+
+@pytest.mark.parametrize("still_open", [False, True])
+def test_a_range_ended_on_another_thread_while_stop_finishes_is_written(tmp_path, still_open):
+    """Thread X is ending its range (held after reading the list of closed ranges) as stop()
+    begins, and adds it after stop()'s last flush, as stop() writes the ranges still open (one
+    of the main thread's here, or none): X's range is written, ended, not lost (a new list of
+    the open ranges put in place of the closed ones dropped it, and without open ranges
+    nothing wrote it)."""
+    import threading
+
+    f = FakeCupti()
+    p = tmp_path / "c.duckdb"
+    x_read, go = threading.Event(), threading.Event()
+    Held = _held_session(x_read, go, "_closed", None)
+
+    class Late(Held):
+        def flush(self, final=False):
+            super().flush(final)
+            if final:   # X adds its range now, after the last flush
+                go.set()
+                t.join(5)
+
+    def x():
+        with cuptiprof.range("io"):
+            pass
+
+    s = Late(p, source=f, quiet=True)
+    s.start()
+    if still_open:
+        cuptiprof.range("outer").__enter__()
+    t = threading.Thread(target=x, name="X")
+    t.start()
+    assert x_read.wait(5)
+    s.stop()
+    assert not t.is_alive()
+    want = [("io", False)] + ([("outer", True)] if still_open else [])
+    assert q(p, "SELECT name, end_ns IS NULL FROM ranges ORDER BY name") == want

@@ -844,13 +844,19 @@ class Session:
                     self._start_of.pop(rid, None)
 
     def _write_open_ranges(self) -> None:
-        for t in self._open.values():   # a step still open at stop: its numbers are partial
+        # a copy: another thread may open or end a range meanwhile (iterating it then raised)
+        still_open = list(self._open.values())
+        for t in still_open:   # a step still open at stop: its numbers are partial
             if t[9] is not None and t[6] == "step":
                 self._incomplete.append((t[7], "stop() before the step's end"))
-        rows = [tuple(t[:5]) + (t[5], None) + tuple(t[6:9]) for t in self._open.values()]
-        if rows:
-            self._closed = rows
-            self.writer.append({"ranges": _typed_ranges(self._ranges_batch())})
+        # with the ranges another thread ended since the last flush (added to the list, which
+        # stays: that thread may have read it already)
+        ended = {c[0] for c in list(self._closed)}   # ended since the copy: written ended
+        self._closed.extend(tuple(t[:5]) + (t[5], None) + tuple(t[6:9]) for t in still_open
+                            if t[0] not in ended)
+        batch = self._ranges_batch()
+        if batch:
+            self.writer.append({"ranges": _typed_ranges(batch)})
 
     def _write_quality(self, phase: str) -> None:
         from cuptiprof.collect import device_info
