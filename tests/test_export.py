@@ -577,6 +577,47 @@ def test_an_export_of_some_steps_holds_the_ranges_around_them(tmp_path):
     assert con.execute("SELECT step, count(*) FROM api_calls GROUP BY ALL").fetchall() == [(2, 2)]
 
 
+def test_an_export_of_some_steps_leaves_out_ranges_of_other_steps(tmp_path):
+    """Thread 5 runs step 1 while thread 6 runs step 2. An export of step 2 holds the range
+    around both steps (begun before them), not the ranges of step 1 that thread 5 opened while
+    step 2 ran: imported back, they would fall in step 2 by time. No range is in step 2 that
+    was not recorded there."""
+    t = 1_700_000_000_000_000_000
+    us = lambda x: t + x * 1000  # noqa: E731
+    # range_id, parent, depth, name, kind, step, thread, start, end
+    rows = [(1, None, 0, "serve", "user", None, 5, us(0), us(1000)),
+            (2, 1, 1, "step", "step", 1, 5, us(10), us(300)),
+            (3, 2, 2, "fwd1", "user", 1, 5, us(150), us(250)),
+            (4, None, 0, "step", "step", 2, 6, us(100), us(400)),
+            (5, 4, 1, "fwd2", "user", 2, 6, us(120), us(200))]
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "s.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=31) as w:
+        w.append({
+            "ranges": {"range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
+                       "depth": i32([r[2] for r in rows]), "name": [r[3] for r in rows],
+                       "kind": [r[4] for r in rows], "step": i32([r[5] for r in rows]),
+                       "thread_id": [r[6] for r in rows], "start_ns": [r[7] for r in rows],
+                       "end_ns": [r[8] for r in rows], "domain": ["cuptiprof"] * len(rows)},
+            "api_calls": {"thread_id": [5, 6], "api_kind": ["runtime"] * 2,
+                          "name": ["cudaLaunchKernel"] * 2, "correlation_id": [1, 2],
+                          "start_ns": [us(160), us(130)], "end_ns": [us(161), us(131)],
+                          "step": i32([1, 2]), "range_id": [3, 5]},
+            "kernels": {"device_id": i32([0] * 2), "stream_id": i32([7] * 2),
+                        "name": ["k1", "k2"], "correlation_id": [1, 2], "step": i32([1, 2]),
+                        "range_id": [3, 5], "start_ns": [us(170), us(140)],
+                        "end_ns": [us(175), us(145)]}})
+    out = tmp_path / "s.json"
+    with cuptiprof.open(src, "2") as prof:
+        export_chrome(prof, out)
+    back = tmp_path / "back.duckdb"
+    import_traces([out], back)
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT name, step FROM ranges ORDER BY start_ns").fetchall() == [
+        ("serve", None), ("ProfilerStep#2", 2), ("fwd2", 2)]
+    assert con.execute("SELECT name, step FROM kernels").fetchall() == [("k2", 2)]
+
+
 def test_export_checks_both_outputs_before_writing_either(tmp_path):
     src = _with_rows_outside_steps(tmp_path / "o.duckdb")
     taken = tmp_path / "taken"

@@ -11,7 +11,8 @@ process and device), their correlation ids moved apart, and a `cuptiprofProcesse
 lets the importer take them apart again (Kineto readers ignore it).
 
 An export of some steps (--steps) holds their rows and every other range that overlaps them in
-time, unclipped (a range around the loop); steps and warm-ups of other numbers stay out.
+time, unclipped (a range around the loop); steps and warm-ups of other numbers stay out, and
+so do ranges of theirs that began during those steps (another thread's steps).
 
 Steps are written as `ProfilerStep#N` ranges (torch.profiler's name, which the importer reads
 as steps), whatever the program called them. A warm-up step is not one: it keeps its name, with
@@ -132,7 +133,10 @@ def _ranges_where(con, where: str) -> str:
     enclosing them ("generate" around a decode loop, a range opened before the first step) is
     part of what a timeline of those steps shows. Its step stays as recorded (none, or
     another), so an import of the trace puts it in no exported step. Steps and warm-ups of
-    other numbers stay out: an import would take them for steps (or warm-ups) holding work."""
+    other numbers stay out: an import would take them for steps (or warm-ups) holding work;
+    so does a range of another step (or warm-up) that began inside that time (another
+    thread's step running beside them): an import, by time, would put it in an exported
+    step."""
     wins = con.execute(
         "SELECT run_id, pid, min(start_ns), max(coalesce(end_ns, start_ns)) FROM ("
         f"SELECT run_id, pid, start_ns, end_ns FROM range_rows WHERE {where} UNION ALL "
@@ -144,7 +148,7 @@ def _ranges_where(con, where: str) -> str:
     return (f"(({where}) OR (kind NOT IN ('step', 'warmup') AND EXISTS (SELECT 1 FROM "
             f"(VALUES {rows}) _w(w_run, w_pid, w_lo, w_hi) WHERE w_run IS NOT DISTINCT FROM "
             "run_id AND w_pid IS NOT DISTINCT FROM pid AND start_ns < w_hi AND "
-            "(end_ns IS NULL OR end_ns > w_lo))))")
+            "(end_ns IS NULL OR end_ns > w_lo) AND (step IS NULL OR start_ns < w_lo))))")
 
 
 @contextlib.contextmanager
