@@ -394,6 +394,22 @@ def test_atomic_writer_whose_sync_fails_leaves_nothing_behind(tmp_path, monkeypa
     assert rows(path, "SELECT count(*) FROM kernel_rows") == old != [(3,)]   # the old file
 
 
+def test_atomic_writer_whose_close_fails_leaves_nothing_behind(tmp_path, monkeypatch):
+    """The last statements of close() fail (a full disk at the checkpoint): the error reaches
+    the caller and the temporary file goes; an existing output is kept."""
+    path = write_synthetic(tmp_path / "x.duckdb", steps=1, kernels_per_step=20)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    w = Writer(path, atomic=True, mode="overwrite")
+    w.append({"kernels": kernels(3, ["k"])})
+
+    def fail():
+        raise duckdb.IOException("No space left on device")
+    monkeypatch.setattr(w, "_write_busy", fail)
+    with pytest.raises(duckdb.IOException):
+        w.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 def test_atomic_overwrite_keeps_the_old_file_until_the_end(tmp_path):
     path = write_synthetic(tmp_path / "x.duckdb", steps=1, kernels_per_step=20)
     w = Writer(path, atomic=True, mode="overwrite")

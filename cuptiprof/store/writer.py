@@ -484,6 +484,7 @@ class Writer:
         except Exception:
             pass
         self._closed = True
+        done = False
         try:
             self._con.execute("UPDATE runs SET status = ?, end_ns = ?, start_ns = coalesce(?, "
                               "start_ns) WHERE run_id = ?",
@@ -492,6 +493,7 @@ class Writer:
                                self.run_id])
             self._write_busy()
             self._con.execute("CHECKPOINT")
+            done = True
         except Exception:
             _reraise_interrupt()
             raise
@@ -499,6 +501,8 @@ class Writer:
             self._con.close()
             with _open_lock:
                 _open_paths.discard(self._key)
+            if not done and self.atomic:   # no output: the temporary file goes too
+                self.discard()
         if self.atomic:
             if status == "complete":
                 try:   # a failure here (the sync's EIO too) leaves no temporary file
