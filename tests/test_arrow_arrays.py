@@ -131,7 +131,8 @@ def test_rows_as_lists_matches_table_take():
     b = pa.chunked_array([pa.array([1, 2, 3, 4, 5], pa.int64())])
     c = pa.nulls(5, pa.int32())
     d = pa.array([-3, 0, None, 2**40, 1], pa.int64())
-    tbl = pa.table({"a": a, "b": b, "c": c, "d": d})
+    e = pa.array([0.5, None, 2.0, 3.25, -1.0])   # not integers: taken as they are
+    tbl = pa.table({"a": a, "b": b, "c": c, "d": d, "e": e})
     rows = np.array([4, 1, 3, 0, 2, 2])
     want = [tbl.take(pa.array(rows)).column(k).to_pylist() for k in tbl.column_names]
     assert arrow.rows_as_lists(tbl, rows) == want

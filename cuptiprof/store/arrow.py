@@ -142,14 +142,17 @@ def valid(a: pa.Array) -> np.ndarray:
 
 
 def rows_as_lists(tbl: pa.Table, rows: np.ndarray) -> list[list]:
-    """The given rows of a table of integer columns, one Python list per column (None for
-    NULL), by numpy: Table.take's compute kernels cost ~5 ms of CPU each the first time a
-    process calls them, a fixed cost on every import and merge."""
+    """The given rows of a table, one Python list per column (None for NULL). Integer columns
+    (the writer's) are read with numpy: Table.take's compute kernels cost ~5 ms of CPU each the
+    first time a process calls them, a fixed cost on every import and merge."""
     out = []
     for col in tbl.columns:
         a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
         if a.null_count == len(a):
             out.append([None] * len(rows))
+            continue
+        if not pa.types.is_integer(a.type):   # any other type: Arrow's take (not on a hot path)
+            out.append(a.take(array(np.asarray(rows, np.int64))).to_pylist())
             continue
         picked = values(a)[rows].tolist()
         if a.null_count:
