@@ -1527,22 +1527,25 @@ def test_parquet_export_counts_every_dataset_it_writes(tmp_path):
         r.stderr
 
 
-def _merged_runs(tmp_path: Path) -> Path:
-    """A merge of two runs (one process each, a kernel each)."""
+def _merged_runs(tmp_path: Path, tag: str = "", dropped: int | None = None) -> Path:
+    """A merge of two runs (one process each, a kernel each); `tag` ends their labels and
+    kernel names, `dropped` is a dropped_records row of the second run."""
     t = 1_700_000_000_000_000_000
     srcs = []
     for k, (label, source, status) in enumerate((("eager", "cupti", "complete"),
                                                  ("compiled", "cpu", "interrupted"))):
-        src = tmp_path / f"{label}.duckdb"
-        w = Writer(src, RunInfo(label=label, source=source, command=f"python {label}.py",
+        src = tmp_path / f"{label}{tag}.duckdb"
+        w = Writer(src, RunInfo(label=label + tag, source=source, command=f"python {label}.py",
                                 start_ns=t + k * 1000), pid=40 + k)
         w.append({"kernels": {"device_id": pa.array([0], pa.int32()),
-                              "stream_id": pa.array([7], pa.int32()), "name": [f"k{k}"],
+                              "stream_id": pa.array([7], pa.int32()), "name": [f"k{k}{tag}"],
                               "correlation_id": [1], "start_ns": [t + k * 1000 + 10],
                               "end_ns": [t + k * 1000 + 20]}})
+        if k and dropped is not None:
+            w.add_quality("dropped_records", None, dropped, "CUPTI dropped activity records")
         w.close(status)
         srcs.append(src)
-    return merge_files(srcs, tmp_path / "merged.duckdb")
+    return merge_files(srcs, tmp_path / f"merged{tag}.duckdb")
 
 
 def test_a_merged_file_of_several_runs_imports_back_as_those_runs(tmp_path):
@@ -1557,6 +1560,50 @@ def test_a_merged_file_of_several_runs_imports_back_as_those_runs(tmp_path):
     assert con.execute(per_run).fetchall() == orig.execute(per_run).fetchall()
     assert con.execute("SELECT run_id, pid FROM processes ORDER BY 1").fetchall() == \
         [(1, 40), (2, 41)]
+
+
+def test_two_merged_exports_imported_together_keep_each_files_runs(tmp_path):
+    """Run 1 of one merged file's export and run 1 of another's are different runs: imported
+    together, each file's runs come back apart (in the order given), with their own processes,
+    rows and data_quality rows, not mixed by their exported run ids."""
+    outs = []
+    for tag, dropped in (("-a", 3), ("-b", 5)):
+        src = _merged_runs(tmp_path, tag, dropped)
+        outs.append(tmp_path / f"m{tag}.json.gz")
+        with cuptiprof.open(src) as prof:
+            export_chrome(prof, outs[-1])
+    back = tmp_path / "back.duckdb"
+    import_traces(outs, back)
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT run_id, label FROM runs ORDER BY 1").fetchall() == [
+        (1, "eager-a"), (2, "compiled-a"), (3, "eager-b"), (4, "compiled-b")]
+    assert con.execute("SELECT run_id, name FROM kernels ORDER BY 1").fetchall() == [
+        (1, "k0-a"), (2, "k1-a"), (3, "k0-b"), (4, "k1-b")]
+    assert con.execute("SELECT run_id, count(*) FROM processes GROUP BY 1 ORDER BY 1"
+                       ).fetchall() == [(1, 1), (2, 1), (3, 1), (4, 1)]
+    assert con.execute("SELECT run_id, count FROM data_quality WHERE check_name = "
+                       "'dropped_records' ORDER BY 1").fetchall() == [(2, 3), (4, 5)]
+
+
+def test_exports_of_one_run_each_imported_together_stay_one_run(tmp_path):
+    """Traces of one job exported one per file (each says its own run) import as the job's one
+    run, as torch.profiler's one file per rank does: only a file of several runs is taken apart."""
+    outs = []
+    for k in range(2):
+        src = tmp_path / f"rank{k}.duckdb"
+        with Writer(src, RunInfo(label=f"rank{k}", source="cupti"), pid=40 + k) as w:
+            w.append({"kernels": {"device_id": pa.array([0], pa.int32()),
+                                  "stream_id": pa.array([7], pa.int32()), "name": [f"k{k}"],
+                                  "correlation_id": [1], "start_ns": [10 + k], "end_ns": [20]}})
+        outs.append(tmp_path / f"rank{k}.json")
+        with cuptiprof.open(src) as prof:
+            export_chrome(prof, outs[-1])
+    back = tmp_path / "back.duckdb"
+    import_traces(outs, back, label="job")
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT run_id, label FROM runs").fetchall() == [(1, "job")]
+    assert con.execute("SELECT run_id, pid FROM processes ORDER BY 2").fetchall() == \
+        [(1, 40), (1, 41)]
 
 
 def test_data_quality_rows_go_with_their_process_as_imported(tmp_path):

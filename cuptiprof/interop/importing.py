@@ -161,7 +161,7 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
         # What cuptiprof's export says of its one run and its data_quality rows goes into the
         # open writer (no second opening of the file); an export of several runs is taken
         # apart after close (_restore_runs), as rows move to other runs
-        several = kind == "kineto" and len(_run_groups(files)) > 1
+        several = kind == "kineto" and _several_runs(files)
         run = _restore_one_run(w, files, label) if kind == "kineto" and not several else None
         counts = dict(w.rows_written)
     except BaseException as exc:
@@ -189,14 +189,25 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
     return {"path": str(path), "source": kind, "files": files, "rows": counts}
 
 
-def _run_groups(files: list) -> dict[int, tuple]:
-    """Exported run id -> (its RunEntry, the pids imported of it), of the files of cuptiprof's
-    export that say their run."""
-    groups: dict[int, tuple] = {}
+def _run_groups(files: list) -> dict[tuple, tuple]:
+    """(trace file, exported run id) -> (its RunEntry, the pids imported of it), of the files of
+    cuptiprof's export that say their run. Keyed by file too: run 1 of one merged file's export
+    and run 1 of another's are different runs."""
+    groups: dict[tuple, tuple] = {}
     for f in files:
         if getattr(f, "run", None) is not None:
-            groups.setdefault(f.run.id, (f.run, []))[1].append(f.pid)
+            groups.setdefault((f.path, f.run.id), (f.run, []))[1].append(f.pid)
     return groups
+
+
+def _several_runs(files: list) -> bool:
+    """Whether a trace of the import is the export of a file of several runs (a merge): then
+    every exported run becomes a run of its own (_restore_runs). Exports of one run each (one
+    per rank of a job) stay the import's one run."""
+    runs: dict = {}
+    for path, run_id in _run_groups(files):
+        runs.setdefault(path, set()).add(run_id)
+    return any(len(ids) > 1 for ids in runs.values())
 
 
 def _restore_one_run(w: Writer, files: list, label: str | None):
@@ -240,7 +251,8 @@ def _start_time(run):
 def _restore_runs(path: Path, files: list) -> None:
     """An export of a file of several runs (a merge) says each process's run: imported back,
     the processes go to those runs again (label, source, status, command, start), not to one,
-    and the exported file's data_quality rows go to their runs (_quality_rows). Run on the
+    and the exported file's data_quality rows go to their runs (_quality_rows). Each trace's
+    runs are its own (two merged exports imported together give the runs of both). Run on the
     closed temporary file, before it is renamed into place."""
     import duckdb
 
@@ -256,9 +268,9 @@ def _restore_runs(path: Path, files: list) -> None:
             "duckdb_tables() WHERE database_name = current_database()) "
             "GROUP BY 1 HAVING count(*) = 2").fetchall()]
         con.execute("BEGIN")
-        new_run: dict = {}   # exported run id -> the run it is now
-        for new, (run, pids) in enumerate(groups.values(), start=1):
-            new_run[run.id] = new
+        new_run: dict = {}   # (trace, exported run id) -> the run it is now
+        for new, (key, (run, pids)) in enumerate(groups.items(), start=1):
+            new_run[key] = new
             if new > 1:   # a copy of the imported run's row (versions, settings), then its rows
                 con.execute("INSERT INTO runs SELECT * REPLACE (? AS run_id) FROM runs "
                             "WHERE run_id = 1", [new])
@@ -294,13 +306,13 @@ _QUALITY_COLS = {"run_id": pa.int32(), "pid": pa.int32(), "check_name": pa.strin
 
 def _quality_rows(files: list, new_run: dict, own: list, default_run: int) -> list[tuple]:
     """The data_quality rows of the file cuptiprof exported, as rows of the import: in their
-    run (`new_run`: exported run id -> the run it is now; `default_run` else) and process (its
-    pid as imported; a row of no process of the trace keeps its pid), beside the import's own
-    (`own`: its rows' run_id, pid, check_name, subject). A row of a check the import computed
-    again from the rows the trace brought back (unclaimed_records, empty_step, no_gpu,
-    missing_kind of steps, ...: the same process and check, and the same subject, or one of
-    them names none) is left out: the import's own row says it of the rows as imported, and
-    a second round trip adds nothing. Rows of what the import cannot see again (dropped
+    run (`new_run`: (trace, exported run id) -> the run it is now; `default_run` else) and
+    process (its pid as imported; a row of no process of the trace keeps its pid), beside the
+    import's own (`own`: its rows' run_id, pid, check_name, subject). A row of a check the
+    import computed again from the rows the trace brought back (unclaimed_records, empty_step,
+    no_gpu, missing_kind of steps, ...: the same process and check, and the same subject, or
+    one of them names none) is left out: the import's own row says it of the rows as imported,
+    and a second round trip adds nothing. Rows of what the import cannot see again (dropped
     records, steps an exception ended, a process that ended early, ...) are kept."""
     # (trace, exported run, exported pid) -> the pid imported
     pid_of = {(f.path, f.run.id if f.run is not None else None, f.original_pid): f.pid
@@ -311,7 +323,7 @@ def _quality_rows(files: list, new_run: dict, own: list, default_run: int) -> li
     rows = []
     for f in files:
         for q in getattr(f, "quality", None) or ():
-            run = new_run.get(q.run, default_run)
+            run = new_run.get((f.path, q.run), default_run)
             pid = pid_of.get((f.path, q.run, q.pid), q.pid)
             again = subjects.get((run, pid, q.check))
             if again is not None and (q.subject is None or None in again or q.subject in again):
