@@ -1606,6 +1606,21 @@ def test_exports_of_one_run_each_imported_together_stay_one_run(tmp_path):
         [(1, 40), (1, 41)]
 
 
+def test_a_label_given_to_the_import_of_several_runs_numbers_them(tmp_path):
+    """`import --label L` of a merged file's export names its runs L/1..N (one label for all
+    would leave them impossible to tell apart); without --label they keep their own."""
+    src = _merged_runs(tmp_path)
+    out = tmp_path / "m.json.gz"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    back = tmp_path / "back.duckdb"
+    r = run_cli("import", out, "-o", back, "--label", "mine", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT run_id, label, source FROM runs ORDER BY 1").fetchall() == \
+        [(1, "mine/1", "cupti"), (2, "mine/2", "cpu")]
+
+
 def test_data_quality_rows_go_with_their_process_as_imported(tmp_path):
     """Imported beside a trace of a process with the same pid, the export's process gets
     another pid: its data_quality rows go with it; a row of another process keeps its pid."""
@@ -1690,7 +1705,7 @@ def test_the_runs_of_a_merged_export_are_restored_before_the_rename(tmp_path, mo
 
     from cuptiprof.interop import importing
 
-    def broken(path, files):
+    def broken(path, files, label=None):
         raise RuntimeError("restore failed")
     monkeypatch.setattr(importing, "_restore_runs", broken)
     with pytest.raises(RuntimeError, match="restore failed"):

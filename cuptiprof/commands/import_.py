@@ -15,7 +15,10 @@ def register(sub) -> None:
                    help="torch.profiler trace files (one per rank) or Nsight Systems SQLite exports")
     p.add_argument("-o", "--output", required=True, metavar="OUT.duckdb",
                    help="the cuptiprof file to write (must not exist, unless --force)")
-    p.add_argument("--label", help="run label (default: the output file's name without .duckdb)")
+    p.add_argument("--label", help="run label (default: the output file's name without .duckdb; "
+                   "a cuptiprof export's own). A cuptiprof export of a merged file of several "
+                   "runs comes back as those runs, each file's apart; --label names them "
+                   "LABEL/1..N, in the order given")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     p.set_defaults(func=run)

@@ -185,7 +185,8 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
     path = w.close("complete", end_ns=hi if lo is not None else time.time_ns(),
                    start_ns=run.startNs if run is not None and run.startNs is not None else lo,
                    run_status=run.status if run is not None else None,
-                   before_rename=(lambda tmp: _restore_runs(tmp, files)) if several else None)
+                   before_rename=(lambda tmp: _restore_runs(tmp, files, label))
+                   if several else None)
     return {"path": str(path), "source": kind, "files": files, "rows": counts}
 
 
@@ -248,12 +249,14 @@ def _start_time(run):
         _dt.datetime.fromtimestamp(run.startNs / 1e9, _dt.timezone.utc)
 
 
-def _restore_runs(path: Path, files: list) -> None:
+def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
     """An export of a file of several runs (a merge) says each process's run: imported back,
     the processes go to those runs again (label, source, status, command, start), not to one,
     and the exported file's data_quality rows go to their runs (_quality_rows). Each trace's
-    runs are its own (two merged exports imported together give the runs of both). Run on the
-    closed temporary file, before it is renamed into place."""
+    runs are its own (two merged exports imported together give the runs of both). A label
+    given to the import names the runs LABEL/1..N, in the order of the traces and their runs
+    (one label for all would leave them impossible to tell apart). Run on the closed temporary
+    file, before it is renamed into place."""
     import duckdb
 
     groups = _run_groups(files)
@@ -282,7 +285,8 @@ def _restore_runs(path: Path, files: list) -> None:
             con.execute("UPDATE runs SET label = ?, source = coalesce(?, source), status = "
                         "coalesce(?, status), command = coalesce(?, command), start_ns = "
                         "coalesce(?, start_ns), start_time = coalesce(?, start_time) "
-                        "WHERE run_id = ?", [run.label, run.source, run.status, run.command,
+                        "WHERE run_id = ?", [f"{label}/{new}" if label else run.label,
+                                             run.source, run.status, run.command,
                                              run.startNs, _start_time(run), new])
         # each run ends with its processes, where all of them say an end
         con.execute("UPDATE runs SET end_ns = coalesce((SELECT CASE WHEN count(*) = "
