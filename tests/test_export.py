@@ -1748,3 +1748,35 @@ def test_start_times_survive_a_round_trip_of_clocks_far_apart(tmp_path, monkeypa
     with duckdb.connect(str(src), read_only=True) as a, \
             duckdb.connect(str(tmp_path / "back.duckdb"), read_only=True) as b:
         assert b.execute(sql).fetchall() == a.execute(sql).fetchall()
+
+
+def test_an_export_of_one_process_without_host_events_keeps_its_pid(tmp_path):
+    """A process of GPU rows only exports no host event to take its pid from, and a tool that
+    keeps a trace's events but not its metadata ones leaves no process label either: the pid
+    its export records (`cuptiprofProcess.pid`) comes back, not the trace's place in the
+    import, and is claimed like any other (one a trace before it used moves up)."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "gpu.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=4242) as w:
+        w.append({"kernels": {"device_id": pa.array([0], pa.int32()),
+                              "stream_id": pa.array([7], pa.int32()), "name": ["k"],
+                              "correlation_id": [1], "start_ns": [t + 10], "end_ns": [t + 20]}})
+    out = tmp_path / "gpu.json"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    doc = json.loads(out.read_text())
+    assert doc["cuptiprofProcess"]["pid"] == 4242
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e["ph"] != "M"]
+    assert [e["pid"] for e in doc["traceEvents"]] == [0]   # the kernel, on its device's pid
+    out.write_text(json.dumps(doc))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaFree", "pid": 4242, "tid": 1, "ts": 1,
+         "dur": 1, "args": {"correlation": 1}}]}))
+    for inputs, want in (([out], [4242]), ([other, out], [4242, 4242 + (1 << 22)])):
+        back = tmp_path / f"back{len(inputs)}.duckdb"
+        import_traces(inputs, back)
+        with duckdb.connect(str(back), read_only=True) as con:
+            pids = con.execute("SELECT pid FROM processes ORDER BY 1").fetchall()
+            assert [p for (p,) in pids] == want
+            assert con.execute("SELECT pid FROM kernels").fetchall() == [(want[-1],)]

@@ -1028,8 +1028,8 @@ class KinetoFile:
         return AC.dictionary(np.array([codes[v] for v in values], np.int32)[inv], list(codes))
 
     def _finish(self) -> FileSummary:
-        if self.pid is None:
-            self._set_pid(self.index)  # a trace without host events: number it by file
+        if self.pid is None:   # a trace without host events: cuptiprof's export says its pid
+            self._set_pid(self.proc.pid if self.proc.pid is not None else self.index)
         pid = self.pid
         base = self.base
         w = self.w() if callable(self.w) else self.w
