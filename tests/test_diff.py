@@ -105,6 +105,16 @@ def test_usage_errors_exit_2(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err == (f"cuptiprof: error: {opt} {val!r}: too large (at most {most}: a larger value "
                        "lets no slowdown fail the gate)\n")
+    # infinity written as such is a number, only not a usable one: said so, the bound named
+    for opt, val, most in (("--sigmas", "inf", "10"), ("--sigmas", "Infinity", "10"),
+                           ("--fail-above", "inf%", "1000"), ("--min-ms", "+infms", "3600000")):
+        args = ["--fail-above", "5"] if opt != "--fail-above" else []
+        assert main(["diff", str(a), str(b), *args, opt, val]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"cuptiprof: error: {opt} {val!r}: infinite (at most {most}: a larger value "
+                       "lets no slowdown fail the gate)\n")
+    assert main(["diff", str(a), str(b), "--fail-above=-inf"]) == 2
+    assert capsys.readouterr().err == "cuptiprof: error: --fail-above '-inf': must not be negative\n"
     for opt, val in (("--sigmas", "10"), ("--fail-above", "1000"), ("--min-ms", "3600000")):
         args = ["--fail-above", "5"] if opt != "--fail-above" else []
         assert main(["diff", str(a), str(b), *args, opt, val]) == 0   # the bounds themselves
@@ -112,6 +122,8 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     for kw in ({"sigmas": 1e308}, {"sigmas": float("nan")}, {"min_ms": -1.0}, {"fail_above_pct": 2e3}):
         with pytest.raises(UsageError, match=next(iter(kw))):   # the Python API checks them too
             diff(a, b, **{"fail_above_pct": 5, **kw})
+    with pytest.raises(UsageError, match="sigmas 'inf': infinite"):
+        diff(a, b, 5, sigmas=float("inf"))
     assert main(["diff", str(a), str(a), "--fail-above", "5"]) == 2
     assert "same file" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:  # --fail-above is required (argparse, one line)
@@ -133,7 +145,7 @@ def test_usage_errors_exit_2(tmp_path, capsys):
 
 
 def test_parse_number():
-    assert parse_number("5", "--x") == 5.0 and parse_number("2.5%", "--x", allow_pct=True) == 2.5
+    assert parse_number("5", "--x") == 5.0 and parse_number("2.5%", "--x", unit="%") == 2.5
     with pytest.raises(UsageError):
         parse_number("5%", "--x")
     with pytest.raises(UsageError):

@@ -47,23 +47,24 @@ MAX_MIN_MS = 3_600_000.0   # --min-ms: an hour per step
 MAX_SIGMAS = 10.0          # --sigmas: 3 is usual; a wider band passes any regression as noise
 
 
-def parse_number(text, option: str, *, allow_pct: bool = False, unit: str | None = None,
+def parse_number(text, option: str, *, unit: str | None = None,
                  most: float = math.inf) -> float:
-    """'5', '5.0', '5%' (allow_pct), '5ms' (unit='ms') -> 5.0, from 0 to `most`; anything else
-    is a usage error naming the option."""
+    """'5', '5.0', '5%' (unit='%'), '5ms' (unit='ms') -> 5.0, from 0 to `most`; anything else
+    is a usage error naming the option and what is wrong."""
     s = str(text).strip()
-    unit = "%" if allow_pct else unit
     if unit and s.endswith(unit):   # the unit the option is in, written out: --fail-above 5%
         s = s[:-len(unit)].strip()
-    if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", s):
+    # 'inf' is a number, only not a usable one: in_range says it is infinite
+    if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]?inf(inity)?", s, re.I):
         raise UsageError(f"{option} {text!r}: not a number (expected e.g. {option} 5"
                          f"{f' or 5{unit}' if unit else ''})")
     return in_range(float(s), option, most, shown=text)
 
 
 def in_range(v: float, option: str, most: float = math.inf, shown=None) -> float:
-    """v when it lies from 0 to `most`; else a usage error saying so. '1e400' overflows to
-    infinity, and a huge or NaN setting would turn the gate off without a word."""
+    """v when it lies from 0 to `most`; else a usage error saying what is wrong: not a number,
+    negative, infinite ('inf') or too large ('1e400', which overflows to infinity, and any
+    value above `most`): a huge or NaN setting would turn the gate off without a word."""
     what = f"{option} {str(v if shown is None else shown)!r}"
     if math.isnan(v):
         raise UsageError(f"{what}: not a number (expected e.g. {option} 5)")
@@ -71,7 +72,10 @@ def in_range(v: float, option: str, most: float = math.inf, shown=None) -> float
         raise UsageError(f"{what}: must not be negative")
     if v > most or math.isinf(v):
         bound = f"at most {most:.12g}" if math.isfinite(most) else "expected a finite number"
-        raise UsageError(f"{what}: too large ({bound}: a larger value lets no slowdown fail the gate)")
+        # digits written out and still infinite: a finite number beyond a float's range
+        large = math.isfinite(v) or (shown is not None and any(c.isdigit() for c in str(shown)))
+        raise UsageError(f"{what}: {'too large' if large else 'infinite'} ({bound}: a larger "
+                         "value lets no slowdown fail the gate)")
     return v
 
 

@@ -45,7 +45,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    pct = parse_number(args.fail_above, "--fail-above", allow_pct=True, most=MAX_PCT)
+    pct = parse_number(args.fail_above, "--fail-above", unit="%", most=MAX_PCT)
     _hint_fraction(args.fail_above, pct)
     min_ms = parse_number(args.min_ms, "--min-ms", unit="ms", most=MAX_MIN_MS)
     sigmas = parse_number(args.sigmas, "--sigmas", most=MAX_SIGMAS)
