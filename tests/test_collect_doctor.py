@@ -26,6 +26,7 @@ def test_doctor_without_gpu_says_what_and_how():
     problem = [l for l in lines if l.startswith("problem")]
     assert problem and all(" -> " in l for l in problem)  # each problem says how to fix it
     assert r.stderr.strip().count("\n") == 0 and "would NOT work" in r.stderr
+    assert "`cuptiprof run` records a torch program's CPU op times" in r.stderr
 
 
 def test_doctor_exit_status_rules(monkeypatch, capsys):
@@ -56,3 +57,22 @@ def test_doctor_notes_another_python_on_path(tmp_path, monkeypatch, capsys):
     # the interpreter cuptiprof runs in is not a note
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
     assert doctor._path_pythons() == []
+
+
+@pytest.mark.parametrize("failing, cpu_ops", [
+    ([("CUDA driver", False, "libcuda.so.1 cannot be loaded", "f", 3)], True),
+    ([("CUDA driver", True, "CUDA 12.4", "", 3), ("GPU", False, "no CUDA device visible", "f", 3)],
+     True),
+    ([("CUDA driver", True, "CUDA 12.4", "", 3), ("GPU", True, "1 visible", "", 3),
+      ("CUPTI subscriber", False, "held by another profiler", "f", 3)], False),
+    ([("CUDA driver", False, "", "f", 3), ("duckdb", False, "not installed", "f", 1)], False),
+])
+def test_doctor_says_run_records_cpu_ops_without_a_gpu(monkeypatch, capsys, failing, cpu_ops):
+    """No CUDA GPU found: the last line says `cuptiprof run` records a torch program's CPU op
+    times; CUPTI held by another profiler (a GPU is there) and a missing package do not."""
+    monkeypatch.setattr(doctor, "checks", lambda: [("python", True, "", "", 1)] + failing)
+    doctor.run(None)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "profile() still records host-side ranges" in err
+    assert ("`cuptiprof run` records a torch program's CPU op times instead (no CUDA GPU "
+            "found)" in err) is cpu_ops, err

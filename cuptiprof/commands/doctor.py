@@ -125,19 +125,30 @@ def _subscriber_check() -> tuple[str, bool, str, str, int]:
         return ("CUPTI subscriber", False, str(exc), "see docs/cupti-python.md", 3)
 
 
+# The checks that fail when no CUDA GPU is found: `cuptiprof run` then records CPU op times
+_NO_GPU = ("CUDA driver", "GPU")
+
+
 def run(args) -> int:
     failed: set[int] = set()
+    no_gpu = False
     for what, ok, detail, fix, code in checks():
         line = f"{'ok     ' if ok else 'problem' if code else 'note   '}  {what:<17} {detail}"
         if not ok:
             line += f"  -> {fix}"
             if code:
                 failed.add(code)
+            no_gpu = no_gpu or what in _NO_GPU
         print(line)
     status = 1 if 1 in failed else (3 if failed else 0)
     if status:
+        # without a GPU, run falls back to torch.profiler's CPU ops; with CUPTI held by another
+        # profiler (a GPU is there) the line stays as it is. Exit 1: a package is missing, so
+        # run would not start at all.
+        cpu = (", and `cuptiprof run` records a torch program's CPU op times instead (no CUDA "
+               "GPU found)") if no_gpu and status == 3 else ""
         print("cuptiprof doctor: GPU profiling would NOT work here (exit "
-              f"{status}); profile() still records host-side ranges", file=sys.stderr)
+              f"{status}); profile() still records host-side ranges{cpu}", file=sys.stderr)
     else:
         print("cuptiprof doctor: GPU profiling would work here")
     return status
