@@ -509,6 +509,17 @@ def test_chrome_export_holds_every_row_unless_steps_are_chosen(tmp_path):
         assert export_chrome(prof, tmp_path / "s.json", force=True)["kernels"] == 1
 
 
+def _range_rows(rows) -> dict:
+    """A ranges batch from (range_id, parent_id, depth, name, kind, step, thread_id, start_ns,
+    end_ns) tuples, in cuptiprof's domain."""
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    return {"range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
+            "depth": i32([r[2] for r in rows]), "name": [r[3] for r in rows],
+            "kind": [r[4] for r in rows], "step": i32([r[5] for r in rows]),
+            "thread_id": [r[6] for r in rows], "start_ns": [r[7] for r in rows],
+            "end_ns": [r[8] for r in rows], "domain": ["cuptiprof"] * len(rows)}
+
+
 def _steps_in_enclosing_ranges(path: Path) -> Path:
     """Steps 1-3 inside a "generate" range (thread 5), a data loader's range on thread 6 that
     began before the first step and spans them all (its launch in step 2 takes that step by
@@ -533,11 +544,7 @@ def _steps_in_enclosing_ranges(path: Path) -> Path:
     i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
     with Writer(path, RunInfo(source="synthetic"), pid=31) as w:
         w.append({
-            "ranges": {"range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
-                       "depth": i32([r[2] for r in rows]), "name": [r[3] for r in rows],
-                       "kind": [r[4] for r in rows], "step": i32([r[5] for r in rows]),
-                       "thread_id": [r[6] for r in rows], "start_ns": [r[7] for r in rows],
-                       "end_ns": [r[8] for r in rows], "domain": ["cuptiprof"] * len(rows)},
+            "ranges": _range_rows(rows),
             "api_calls": {"thread_id": [c[0] for c in calls], "api_kind": ["runtime"] * 4,
                           "name": ["cudaLaunchKernel"] * 4, "correlation_id": [1, 2, 3, 4],
                           "start_ns": [c[3] for c in calls], "end_ns": [c[3] + 2_000 for c in calls],
@@ -594,11 +601,7 @@ def test_an_export_of_some_steps_leaves_out_ranges_of_other_steps(tmp_path):
     src = tmp_path / "s.duckdb"
     with Writer(src, RunInfo(source="synthetic"), pid=31) as w:
         w.append({
-            "ranges": {"range_id": [r[0] for r in rows], "parent_id": pa.array([r[1] for r in rows], pa.int64()),
-                       "depth": i32([r[2] for r in rows]), "name": [r[3] for r in rows],
-                       "kind": [r[4] for r in rows], "step": i32([r[5] for r in rows]),
-                       "thread_id": [r[6] for r in rows], "start_ns": [r[7] for r in rows],
-                       "end_ns": [r[8] for r in rows], "domain": ["cuptiprof"] * len(rows)},
+            "ranges": _range_rows(rows),
             "api_calls": {"thread_id": [5, 6], "api_kind": ["runtime"] * 2,
                           "name": ["cudaLaunchKernel"] * 2, "correlation_id": [1, 2],
                           "start_ns": [us(160), us(130)], "end_ns": [us(161), us(131)],
