@@ -894,3 +894,28 @@ def test_a_range_ended_on_another_thread_while_stop_finishes_is_written(tmp_path
     assert not t.is_alive()
     want = [("io", False)] + ([("outer", True)] if still_open else [])
     assert q(p, "SELECT name, end_ns IS NULL FROM ranges ORDER BY name") == want
+
+
+def test_a_problem_noted_on_another_thread_while_stop_finishes_is_written(tmp_path):
+    """Thread X notes a problem while stop() holds the flush lock, after stop() wrote the notes
+    queued until then: X only queues its note (it never waits for that lock), and the note was
+    lost. It is written before the file closes; a note after the close is not taken."""
+    import threading
+
+    f = FakeCupti()
+    p = tmp_path / "q.duckdb"
+
+    class Late(Session):
+        def _write_quality(self, phase):
+            t = threading.Thread(target=self._note_problem, args=("cupti_error", "noted by X"))
+            t.start()
+            t.join(5)
+            super()._write_quality(phase)
+
+    s = Late(p, source=f, quiet=True).start()
+    with cuptiprof.step(0):
+        f.launch_kernel("k0")
+    s.stop()
+    assert q(p, "SELECT check_name, detail FROM data_quality") == [("cupti_error", "noted by X")]
+    s._note_problem("cupti_error", "after the close")
+    assert s._notes == []

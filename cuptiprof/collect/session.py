@@ -186,6 +186,10 @@ class Session:
         self._span_gens: deque = deque()
         self._incomplete: list[tuple] = []   # (step, exception name): steps an exception ended
         self._notes: list[tuple] = []   # (check, detail) of data_quality rows not yet written
+        # set by stop() right before its last write of the notes: a note after that could never
+        # be written (set, and checked with the append, under _notes_lock)
+        self._notes_closed = False
+        self._notes_lock = threading.Lock()
         self._flush_lock = threading.RLock()
         # phase changes and step numbering (_enter, _finish_recording, stop): one at a time
         self._phase_lock = threading.Lock()
@@ -356,7 +360,6 @@ class Session:
         except Exception as exc:  # the file must still close cleanly
             self._note_problem("cupti_error", f"final flush failed: {exc}")
         try:
-            self._write_notes()
             self._write_open_ranges()
             self._write_quality(prev_phase)
             end = time.time_ns()
@@ -364,6 +367,12 @@ class Session:
                                 "exit_status = coalesce(?, exit_status) WHERE run_id = ? AND pid = ?",
                                 [end, self._exit_status, self.writer.run_id, self.pid])
         finally:
+            # Another thread's note while stop() holds the flush lock is only queued (it never
+            # waits for that lock): the notes queued until now are written here, right before
+            # the file closes; none can be queued after this (it went unwritten)
+            with self._notes_lock:
+                self._notes_closed = True
+            self._write_notes()
             path = self.writer.close(status)
             _watch_exit(False)
             if self._atexit is not None:
@@ -447,10 +456,14 @@ class Session:
         self.collecting = False
 
     def _note_problem(self, check: str, detail: str) -> None:
-        """A data_quality row: written now, or by the flush another thread is in. The file's
-        one connection takes one transaction at a time: a row written beside another thread's
-        flush was refused, or aborted that flush (its rows lost, ranges no longer recorded)."""
-        self._notes.append((check, detail))
+        """A data_quality row: written now, or by the flush (or stop()) another thread is in,
+        before the file closes; none after it closes. The file's one connection takes one
+        transaction at a time: a row written beside another thread's flush was refused, or
+        aborted that flush (its rows lost, ranges no longer recorded)."""
+        with self._notes_lock:   # never held while taking another lock
+            if self._notes_closed:   # the file is closing or closed: nothing can write it
+                return
+            self._notes.append((check, detail))
         # never waits for the flush lock: this may run under the phase lock, which stop() takes
         # inside the flush lock
         if self._flush_lock.acquire(blocking=False):
@@ -963,6 +976,7 @@ def _detach(s: "Session") -> None:
     # thread) stay held in the child, where no thread will release them: stop() of this session
     # (the child leaving the parent's `with`) and its exit handler waited for ever
     s._flush_lock, s._phase_lock, s._id_lock = threading.RLock(), threading.Lock(), threading.Lock()
+    s._notes_lock, s._notes_closed = threading.Lock(), True   # its notes can go nowhere
     if markers._session is s:
         markers._set_session(None)
 
