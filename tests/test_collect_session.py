@@ -919,3 +919,28 @@ def test_a_problem_noted_on_another_thread_while_stop_finishes_is_written(tmp_pa
     assert q(p, "SELECT check_name, detail FROM data_quality") == [("cupti_error", "noted by X")]
     s._note_problem("cupti_error", "after the close")
     assert s._notes == []
+
+
+def test_a_step_begun_on_another_thread_is_found_by_time_only_from_its_start(tmp_path):
+    """Thread X begins a step and is held once the step is open (in the open ranges), while the
+    main thread looks up the step at a time long before it (step_at: what a flush does for an
+    NVTX range of another domain): X's step was open with a start of 0 then, and was the step
+    of every time before it."""
+    import threading
+
+    f = FakeCupti()
+    x_read, looked = threading.Event(), threading.Event()
+
+    def x():
+        with cuptiprof.step(0):
+            pass
+
+    with _held_session(x_read, looked, "_step_of", None)(tmp_path / "a.duckdb", source=f,
+                                                         quiet=True) as s:
+        t = threading.Thread(target=x, name="X")
+        t.start()
+        assert x_read.wait(5) and s._open
+        before, now = s.step_at(1), s.step_at(time.time_ns())
+        looked.set()
+        t.join()
+    assert (before, now) == (None, 0)

@@ -539,8 +539,12 @@ class Session:
                     # a warm-up step claims no GPU work for a step (see below)
                     warm = kind == "warmup" or (parent is not None and parent[11])
                     rid = self.new_range_id()
+                    # the start is set before the step is in _open: another thread's flush
+                    # looking up a step by time (step_at) took a start of 0 for "began at any
+                    # time", and gave this step to NVTX ranges from long before it
+                    now = self._start_of[rid] = time.time_ns()
                     tok = [rid, parent[0] if parent else None, len(stack), name,
-                           threading.get_native_id(), 0, kind, step, extra, ordinal, False, warm]
+                           threading.get_native_id(), now, kind, step, extra, ordinal, False, warm]
                     self._open[rid] = tok
                     self._step_of[rid] = None if warm else step
             if kind is None:   # its work must stay out, even while an earlier step still runs
@@ -563,8 +567,9 @@ class Session:
             rid = self.new_range_id()
             if step_name:   # a step inside a step: its number is no attribute either
                 attrs = {k: v for k, v in attrs.items() if k != "step"}
+            now = self._start_of[rid] = time.time_ns()   # before it is in _open, as a step's
             tok = [rid, parent[0] if parent else None, len(stack), name,
-                   threading.get_native_id(), 0, kind, step, markers.attrs_json(attrs),
+                   threading.get_native_id(), now, kind, step, markers.attrs_json(attrs),
                    None, False, warm]
             self._step_of[rid] = None if warm else step
             self._open[rid] = tok
@@ -576,7 +581,6 @@ class Session:
             self.source.push(rid)
             pushed.append(rid)
             tok[10] = True
-        tok[5] = self._start_of[rid] = time.time_ns()
         return tok
 
     def _keeps(self, name: str) -> bool:
