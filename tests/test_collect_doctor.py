@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from cuptiprof.collect import cupti_source
 from cuptiprof.commands import doctor
+from cuptiprof.run.launcher import libcuda_gpu_count
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.skipif(cupti_source.gpu_count() > 0, reason="this machine has a GPU")
+@pytest.mark.skipif(libcuda_gpu_count() > 0, reason="this machine has a GPU")
 def test_doctor_without_gpu_says_what_and_how():
     r = subprocess.run([sys.executable, "-m", "cuptiprof", "doctor"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
@@ -76,3 +76,67 @@ def test_doctor_says_run_records_cpu_ops_without_a_gpu(monkeypatch, capsys, fail
     assert err.count("\n") == 1 and "profile() still records host-side ranges" in err
     assert ("`cuptiprof run` records a torch program's CPU op times instead (no CUDA GPU "
             "found)" in err) is cpu_ops, err
+
+
+def _libcuda(monkeypatch, gpus, version=12040):
+    """libcuda.so.1 answered by a stand-in seeing `gpus` devices; other libraries load as ever."""
+    import ctypes
+
+    real = ctypes.CDLL
+
+    class Libcuda:
+        def cuInit(self, flags):
+            return 0
+
+        def cuDeviceGetCount(self, n):
+            n._obj.value = gpus
+            return 0
+
+        def cuDriverGetVersion(self, v):
+            v._obj.value = version
+            return 0
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name, *a, **k: Libcuda() if name == "libcuda.so.1"
+                        else real(name, *a, **k))
+    monkeypatch.delenv("CUPTIPROF_FAKE_CUPTI", raising=False)
+    monkeypatch.setattr(doctor, "_path_pythons", lambda: [])
+    monkeypatch.setattr(doctor, "_subscriber_check", lambda: ("CUPTI subscriber", True, "", "", 3))
+
+
+def test_doctor_finds_the_gpus_run_uses_without_cuda_bindings(monkeypatch):
+    """cuda-bindings missing on a machine with a driver and two GPUs: doctor said the driver
+    could not be loaded (and, with it, no GPU) while `cuptiprof run` profiled the GPU it found
+    through libcuda. The driver and GPU lines now say what the run will do, and a note says
+    what the missing package costs."""
+    from cuptiprof.run import launcher
+
+    _libcuda(monkeypatch, 2)
+    for m in ("cuda.bindings", "cuda.bindings.driver"):
+        monkeypatch.setitem(sys.modules, m, None)   # its import fails, as when not installed
+    got = {what: (ok, detail, code) for what, ok, detail, _, code in doctor.checks()}
+    assert launcher.gpu_present()
+    assert got["CUDA driver"] == (True, "CUDA 12.4", 3)
+    assert got["GPU"] == (True, "2 visible", 3)
+    ok, detail, code = got["cuda-bindings"]
+    assert (ok, code) == (False, 0) and detail.startswith("not installed: the driver and GPUs")
+
+
+def test_doctor_counts_gpus_as_run_does_whatever_cuda_bindings_says(monkeypatch):
+    """libcuda, which `cuptiprof run` asks, sees no device while cuda-bindings says one: the GPU
+    line fails as the run falls back to CPU ops (it followed cuda-bindings), with no note."""
+    from types import ModuleType, SimpleNamespace
+
+    from cuptiprof.run import launcher
+
+    _libcuda(monkeypatch, 0)
+    bindings = ModuleType("cuda.bindings")
+    bindings.driver = SimpleNamespace(cuInit=lambda flags: (0,),
+                                      cuDeviceGetCount=lambda: (0, 1),
+                                      cuDriverGetVersion=lambda: (0, 12040))
+    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", bindings.driver)
+    got = {what: (ok, detail) for what, ok, detail, _, _ in doctor.checks()}
+    assert not launcher.gpu_present()
+    assert got["CUDA driver"] == (True, "CUDA 12.4")
+    assert got["GPU"] == (False, "no CUDA device visible")
+    assert "cuda-bindings" not in got

@@ -10,9 +10,21 @@ def driver_version() -> str | None:
         from cuda.bindings import driver
 
         err, v = driver.cuDriverGetVersion()
-        return f"{v // 1000}.{(v % 1000) // 10}" if int(err) == 0 else None
+        if int(err) == 0:
+            return f"{v // 1000}.{(v % 1000) // 10}"
     except Exception:
-        return None
+        pass
+    # without cuda-bindings (an optional package) the driver is still there: asked directly, as
+    # `cuptiprof run` asks it for GPUs (doctor said "libcuda.so.1 cannot be loaded" otherwise)
+    try:
+        import ctypes
+
+        v = ctypes.c_int(0)
+        if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
+            return f"{v.value // 1000}.{(v.value % 1000) // 10}"
+    except (OSError, AttributeError):
+        pass
+    return None
 
 
 def cupti_version() -> str | None:

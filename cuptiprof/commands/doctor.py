@@ -35,7 +35,8 @@ def _version(dist: str) -> str | None:
 def checks() -> list[tuple[str, bool, str, str, int]]:
     """(what, ok, detail, how to fix, exit status when not ok)."""
     from cuptiprof._version import __version__
-    from cuptiprof.collect import cupti_source, device_info, nvtx_setup
+    from cuptiprof.collect import device_info, nvtx_setup
+    from cuptiprof.run.launcher import libcuda_gpu_count
 
     out: list[tuple[str, bool, str, str, int]] = []
     py_ok = sys.version_info >= (3, 10)
@@ -49,13 +50,22 @@ def checks() -> list[tuple[str, bool, str, str, int]]:
     out.extend(_path_pythons())
 
     drv = device_info.driver_version()
-    n = cupti_source.gpu_count()
+    # counted as `cuptiprof run` counts them (libcuda itself), so that this line says what the
+    # run will do: through cuda-bindings it said none whenever that package was missing
+    n = libcuda_gpu_count()
     out.append(("CUDA driver", drv is not None,
                 f"CUDA {drv}" if drv else "libcuda.so.1 cannot be loaded",
                 "install the NVIDIA driver (nvidia-smi must work) or run on a GPU machine", 3))
     if drv is not None:
         out.append(("GPU", n > 0, f"{n} visible" if n else "no CUDA device visible",
                     "check nvidia-smi and CUDA_VISIBLE_DEVICES", 3))
+        missing = _cuda_bindings_missing()
+        if missing:
+            out.append(("cuda-bindings", False, f"{missing}: the driver and GPUs above were asked "
+                        "of libcuda directly, as `cuptiprof run` does; without it the devices "
+                        "table lacks the driver's attributes and a program that does not use "
+                        "torch is not synchronized before each flush",
+                        "pip install 'cuptiprof[gpu]'", 0))
 
     bindings = _version("cupti-python")
     out.append(("cupti-python", bindings is not None, bindings or "not installed",
@@ -79,6 +89,18 @@ def checks() -> list[tuple[str, bool, str, str, int]]:
     if drv is not None and n > 0 and bindings:
         out.append(_subscriber_check())
     return out
+
+
+def _cuda_bindings_missing() -> str | None:
+    """Why cuda.bindings cannot be used ('not installed', or its import error), or None."""
+    try:
+        from cuda.bindings import driver  # noqa: F401
+    except ImportError as exc:
+        return "not installed" if getattr(exc, "name", None) in ("cuda", "cuda.bindings", None) \
+            else f"cannot be imported ({exc})"
+    except Exception as exc:
+        return f"cannot be imported ({exc})"
+    return None
 
 
 _LIBS = ("numpy", "pyarrow", "duckdb")
