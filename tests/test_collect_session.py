@@ -885,13 +885,18 @@ def test_a_range_ended_on_another_thread_while_stop_finishes_is_written(tmp_path
 
     s = Late(p, source=f, quiet=True)
     s.start()
+    outer = cuptiprof.range("outer")
     if still_open:
-        cuptiprof.range("outer").__enter__()
-    t = threading.Thread(target=x, name="X")
-    t.start()
-    assert x_read.wait(5)
-    s.stop()
-    assert not t.is_alive()
+        outer.__enter__()
+    try:
+        t = threading.Thread(target=x, name="X")
+        t.start()
+        assert x_read.wait(5)
+        s.stop()
+        assert not t.is_alive()
+    finally:   # the range the stop found open leaves this thread's ranges as they were
+        if still_open:
+            outer.__exit__(None, None, None)
     want = [("io", False)] + ([("outer", True)] if still_open else [])
     assert q(p, "SELECT name, end_ns IS NULL FROM ranges ORDER BY name") == want
 
