@@ -1651,6 +1651,66 @@ def test_data_quality_rows_go_with_their_process_as_imported(tmp_path):
         [(moved, "dropped_records", 3), (99, "process_exec", None)]
 
 
+def test_exports_of_some_steps_of_one_run_imported_together_add_its_quality_rows_once(tmp_path):
+    """Each export of some steps carries all of its run's data_quality rows: two exports of one
+    file imported together give them once (with the first trace's process), not once a trace."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "s.duckdb"
+    with Writer(src, RunInfo(label="eager", source="cupti"), pid=40) as w:
+        w.append({"ranges": {"thread_id": [1, 1], "kind": ["step", "step"],
+                             "name": ["ProfilerStep#1", "ProfilerStep#2"],
+                             "step": pa.array([1, 2], pa.int32()), "depth": pa.array([0, 0], pa.int32()),
+                             "start_ns": [t, t + 100], "end_ns": [t + 90, t + 190]}})
+        w.append({"kernels": {"device_id": pa.array([0, 0], pa.int32()),
+                              "stream_id": pa.array([7, 7], pa.int32()), "name": ["k1", "k2"],
+                              "correlation_id": [1, 2], "step": pa.array([1, 2], pa.int32()),
+                              "start_ns": [t + 10, t + 110], "end_ns": [t + 20, t + 120]}})
+        w.add_quality("dropped_records", None, 3, "CUPTI dropped 3 activity records")
+    outs = []
+    for step in (1, 2):
+        outs.append(tmp_path / f"s{step}.json")
+        with cuptiprof.open(src, step) as prof:
+            export_chrome(prof, outs[-1])
+    back = tmp_path / "back.duckdb"
+    import_traces(outs, back)
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT run_id, pid FROM processes ORDER BY 2").fetchall() == \
+        [(1, 40), (1, 40 + (1 << 22))]
+    assert con.execute("SELECT run_id, pid, count FROM data_quality WHERE check_name = "
+                       "'dropped_records'").fetchall() == [(1, 40, 3)]
+
+
+def test_exports_of_each_process_of_one_run_add_its_quality_rows_once(tmp_path):
+    """The export of each process of a run carries every row of the run: imported together,
+    each row is there once, with its process as imported (moved, beside a trace that took its
+    pid first), whichever trace brought it. A row the exported file held twice stays twice."""
+    run = {"id": 1, "label": "job", "source": "cupti", "startNs": 1_700_000_000_000_000_000}
+    quality = [{"run": 1, "pid": 40, "check": "dropped_records", "count": 3, "detail": "dropped 3"},
+               {"run": 1, "pid": 41, "check": "process_ended_early", "detail": "killed"},
+               {"run": 1, "pid": 41, "check": "process_ended_early", "detail": "killed"}]
+    paths = [tmp_path / "plain.json"]
+    paths[0].write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaFree", "pid": 41, "tid": 41, "ts": 1,
+         "dur": 1, "args": {"correlation": 1}}]}))
+    for pid in (40, 41):
+        paths.append(tmp_path / f"p{pid}.json")
+        paths[-1].write_text(json.dumps({
+            "cuptiprofLinks": "range_id", "cuptiprofProcess": {"pid": pid}, "cuptiprofRun": run,
+            "cuptiprofDataQuality": quality, "traceEvents": [
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaMalloc", "pid": pid, "tid": pid,
+                 "ts": 1, "dur": 1, "args": {"correlation": 1}}]}))
+    back = tmp_path / "back.duckdb"
+    import_traces(paths, back)
+    con = duckdb.connect(str(back), read_only=True)
+    moved = 41 + (1 << 22)
+    assert con.execute("SELECT pid, command FROM processes ORDER BY 1").fetchall() == [
+        (40, str(paths[1])), (41, str(paths[0])), (moved, str(paths[2]))]
+    assert con.execute("SELECT pid, check_name, count FROM data_quality WHERE check_name IN "
+                       "('dropped_records', 'process_ended_early') ORDER BY 1").fetchall() == \
+        [(40, "dropped_records", 3), (moved, "process_ended_early", None),
+         (moved, "process_ended_early", None)]
+
+
 @pytest.mark.parametrize("label", [None, "mine"])
 @pytest.mark.parametrize("procs", [1, 2])
 def test_the_run_of_an_export_of_one_run_imports_back_as_that_run(tmp_path, procs, label):

@@ -14,6 +14,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
+import msgspec
 import pyarrow as pa
 
 from cuptiprof.errors import InputError, UsageError
@@ -317,18 +318,44 @@ def _quality_rows(files: list, new_run: dict, own: list, default_run: int) -> li
     no_gpu, missing_kind of steps, ...: the same process and check, and the same subject, or
     one of them names none) is left out: the import's own row says it of the rows as imported,
     and a second round trip adds nothing. Rows of what the import cannot see again (dropped
-    records, steps an exception ended, a process that ended early, ...) are kept."""
-    # (trace, exported run, exported pid) -> the pid imported
-    pid_of = {(f.path, f.run.id if f.run is not None else None, f.original_pid): f.pid
-              for f in files if getattr(f, "original_pid", None) is not None}
+    records, steps an exception ended, a process that ended early, ...) are kept.
+
+    Each trace exported of a run carries all of that run's rows (an export of some steps, the
+    export of each of its processes): a row of one exported run and process that an earlier
+    trace of the import brought already, the same in every column, is that row again, and is
+    added once (with the first trace's pid of the process). Rows repeated in one trace stay,
+    as the exported file held them."""
+    runs = {(f.path, f.run.id): f.run for f in files if getattr(f, "run", None) is not None}
+
+    def exported(path, run_id) -> tuple:
+        """What a trace says of one of its runs: the same in every trace exported of it."""
+        r = runs.get((path, run_id))
+        return (path, run_id) if r is None else msgspec.structs.astuple(r)
+
+    # (trace, exported run, exported pid) -> the pid imported; and, for a trace that does not
+    # hold the process, (run as imported, exported run, exported pid) -> the pid another
+    # trace of the import gave it
+    pid_of, pid_in_run = {}, {}
+    for f in files:
+        if getattr(f, "original_pid", None) is None:
+            continue
+        run_id = f.run.id if f.run is not None else None
+        pid_of[(f.path, run_id, f.original_pid)] = f.pid
+        pid_in_run.setdefault((new_run.get((f.path, run_id), default_run),
+                               exported(f.path, run_id), f.original_pid), f.pid)
     subjects: dict = {}
     for run, pid, check, subject in own:
         subjects.setdefault((run, pid, check), set()).add(subject)
     rows = []
+    first: dict = {}   # a row as exported -> the trace that brought it first
     for f in files:
         for q in getattr(f, "quality", None) or ():
             run = new_run.get((f.path, q.run), default_run)
-            pid = pid_of.get((f.path, q.run, q.pid), q.pid)
+            key = (run, exported(f.path, q.run), q.pid, q.check, q.subject, q.count, q.valueNs,
+                   q.detail)
+            if first.setdefault(key, f.path) != f.path:
+                continue   # brought by an earlier trace of the same run
+            pid = pid_of.get((f.path, q.run, q.pid), pid_in_run.get(key[:3], q.pid))
             again = subjects.get((run, pid, q.check))
             if again is not None and (q.subject is None or None in again or q.subject in again):
                 continue   # computed again by the import
