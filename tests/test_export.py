@@ -1609,6 +1609,38 @@ def test_exports_of_one_run_each_imported_together_stay_one_run(tmp_path):
         [(1, 40), (1, 41)]
 
 
+@pytest.mark.parametrize("label", [None, "mine"])
+@pytest.mark.parametrize("plain_first", [True, False])
+def test_a_plain_trace_beside_a_merged_export_is_a_run_of_its_own(tmp_path, plain_first, label):
+    """torch.profiler's own trace imported with a merged file's export: its process is a run of
+    its own, labelled as its import alone would be (the output's name, or --label's L/k), in
+    the place of the trace among the files; the export's runs keep theirs."""
+    src = _merged_runs(tmp_path, dropped=3)
+    out = tmp_path / "m.json"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaFree", "pid": 11, "tid": 11, "ts": 5,
+         "dur": 1, "args": {"correlation": 1}}]}))
+    back = tmp_path / "back.duckdb"
+    import_traces([plain, out] if plain_first else [out, plain], back, label=label)
+    con = duckdb.connect(str(back), read_only=True)
+    runs = [("back", "kineto"), ("eager", "cupti"), ("compiled", "cpu")]
+    if not plain_first:
+        runs = runs[1:] + runs[:1]
+    if label:
+        runs = [(f"{label}/{k}", source) for k, (_, source) in enumerate(runs, start=1)]
+    assert con.execute("SELECT label, source FROM runs ORDER BY run_id").fetchall() == runs
+    mine = 1 if plain_first else 3
+    assert con.execute("SELECT run_id, pid FROM processes WHERE pid = 11").fetchall() == [(mine, 11)]
+    assert con.execute("SELECT start_ns, end_ns, command LIKE 'cuptiprof import %' FROM runs "
+                       "WHERE run_id = ?", [mine]).fetchall() == [(5000, 6000, True)]
+    assert con.execute("SELECT DISTINCT run_id FROM api_calls WHERE pid = 11").fetchall() == [(mine,)]
+    assert con.execute("SELECT r.source, count FROM data_quality JOIN runs r USING (run_id) "
+                       "WHERE check_name = 'dropped_records'").fetchall() == [("cpu", 3)]
+
+
 def test_a_label_given_to_the_import_of_several_runs_numbers_them(tmp_path):
     """`import --label L` of a merged file's export names its runs L/1..N (one label for all
     would leave them impossible to tell apart); without --label they keep their own."""

@@ -17,8 +17,8 @@ def register(sub) -> None:
                    help="the cuptiprof file to write (must not exist, unless --force)")
     p.add_argument("--label", help="run label (default: the output file's name without .duckdb; "
                    "a cuptiprof export's own). A cuptiprof export of a merged file of several "
-                   "runs comes back as those runs, each file's apart; --label names them "
-                   "LABEL/1..N, in the order given")
+                   "runs comes back as those runs, each file's apart (torch.profiler's traces beside it: "
+                   "one more run); --label names them LABEL/1..N, in the order given")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     p.set_defaults(func=run)

@@ -191,14 +191,18 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
     return {"path": str(path), "source": kind, "files": files, "rows": counts}
 
 
-def _run_groups(files: list) -> dict[tuple, tuple]:
+def _run_groups(files: list, plain: bool = False) -> dict[tuple | None, tuple]:
     """(trace file, exported run id) -> (its RunEntry, the pids imported of it), of the files of
-    cuptiprof's export that say their run. Keyed by file too: run 1 of one merged file's export
-    and run 1 of another's are different runs."""
-    groups: dict[tuple, tuple] = {}
+    cuptiprof's export that say their run, in the order of the files. Keyed by file too: run 1
+    of one merged file's export and run 1 of another's are different runs. With `plain`, the
+    files that say no run (torch.profiler's own traces) are one more, under None, in the place
+    of the first of them: (None, their pids)."""
+    groups: dict[tuple | None, tuple] = {}
     for f in files:
         if getattr(f, "run", None) is not None:
             groups.setdefault((f.path, f.run.id), (f.run, []))[1].append(f.pid)
+        elif plain:
+            groups.setdefault(None, (None, []))[1].append(f.pid)
     return groups
 
 
@@ -207,7 +211,7 @@ def _several_runs(files: list) -> bool:
     every exported run becomes a run of its own (_restore_runs). Exports of one run each (one
     per rank of a job) stay the import's one run."""
     runs: dict = {}
-    for path, run_id in _run_groups(files):
+    for path, run_id in _run_groups(files):   # (no plain group: not asked for)
         runs.setdefault(path, set()).add(run_id)
     return any(len(ids) > 1 for ids in runs.values())
 
@@ -254,13 +258,15 @@ def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
     """An export of a file of several runs (a merge) says each process's run: imported back,
     the processes go to those runs again (label, source, status, command, start), not to one,
     and the exported file's data_quality rows go to their runs (_quality_rows). Each trace's
-    runs are its own (two merged exports imported together give the runs of both). A label
-    given to the import names the runs LABEL/1..N, in the order of the traces and their runs
-    (one label for all would leave them impossible to tell apart). Run on the closed temporary
-    file, before it is renamed into place."""
+    runs are its own (two merged exports imported together give the runs of both). The
+    processes of torch.profiler's own traces imported beside it (no run said) are a run of
+    their own, as their import alone would be (the import's label, source, command, start),
+    in the place of the first of them. A label given to the import names the runs LABEL/1..N,
+    in the order of the traces and their runs (one label for all would leave them impossible
+    to tell apart). Run on the closed temporary file, before it is renamed into place."""
     import duckdb
 
-    groups = _run_groups(files)
+    groups = _run_groups(files, plain=True)
     if len(groups) < 2:
         return
     con = duckdb.connect(str(path))
@@ -283,6 +289,14 @@ def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
                 for t in tables:
                     con.execute(f"UPDATE {t} SET run_id = ? WHERE run_id = 1 AND "
                                 "list_contains(?, pid)", [new, pids])
+        # (run 1's row is the import's own until every copy is made)
+        for new, (key, (run, pids)) in enumerate(groups.items(), start=1):
+            if run is None:   # torch.profiler's traces: the import's run, begun with them
+                con.execute("UPDATE runs SET label = coalesce(?, label), start_ns = coalesce(("
+                            "SELECT min(p.start_ns) FROM processes p WHERE p.run_id = "
+                            "runs.run_id), start_ns) WHERE run_id = ?",
+                            [f"{label}/{new}" if label else None, new])
+                continue
             con.execute("UPDATE runs SET label = ?, source = coalesce(?, source), status = "
                         "coalesce(?, status), command = coalesce(?, command), start_ns = "
                         "coalesce(?, start_ns), start_time = coalesce(?, start_time) "
