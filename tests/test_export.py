@@ -1777,6 +1777,63 @@ def test_the_run_of_an_export_of_one_run_imports_back_as_that_run(tmp_path, proc
         [(1, 40), (1, 41)][:procs]
 
 
+def _own_keys_trace(path: Path, **keys) -> Path:
+    """A trace as cuptiprof's export of one process writes it, with its own keys as given."""
+    keys = {"cuptiprofRun": {"id": 1, "label": "job", "startNs": 1_700_000_000_000_000_000,
+                             "startTime": "2023-11-14T22:13:20.000000+00:00"},
+            "cuptiprofProcess": {"pid": 40}, **keys}
+    path.write_text(json.dumps({"cuptiprofLinks": "range_id", **keys, "traceEvents": [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMalloc", "pid": 40, "tid": 40, "ts": 1,
+         "dur": 1, "args": {"correlation": 1}}]}))
+    return path
+
+
+_RUN = {"id": 1, "label": "job"}
+
+
+@pytest.mark.parametrize("keys, says", [
+    # a wall-clock start without its UTC offset names no known time; one not ISO 8601 none
+    ({"cuptiprofRun": {**_RUN, "startTime": "2026-12-01T08:00:00"}},
+     "cuptiprofRun.startTime '2026-12-01T08:00:00' has no UTC offset"),
+    ({"cuptiprofProcesses": [{"pid": 40, "gpuPids": 1000, "run": {**_RUN, "startTime": "1 Dec"}},
+                             {"pid": 41, "gpuPids": 2000, "run": _RUN}]},
+     "cuptiprofProcesses[0].run.startTime '1 Dec' is not an ISO 8601 time"),
+    # a data_quality entry that does not say its check
+    ({"cuptiprofDataQuality": [{"run": 1, "pid": 40, "check": "dropped_records", "count": 1},
+                               {"run": 1, "pid": 40, "count": 3, "detail": "dropped"}]},
+     'cuptiprofDataQuality[1] has no "check"'),
+    # integers beyond the columns they go to
+    ({"cuptiprofProcess": {"pid": 40, "endNs": 2**63}},
+     "cuptiprofProcess.endNs is 9223372036854775808, out of range (a signed 64-bit integer)"),
+    ({"cuptiprofRun": {**_RUN, "startNs": 2**64}},
+     "cuptiprofRun.startNs is 18446744073709551616, out of range"),
+    ({"cuptiprofDataQuality": [{"run": 1, "pid": 40, "check": "c", "valueNs": -2**63 - 1}]},
+     "cuptiprofDataQuality[0].valueNs is -9223372036854775809, out of range"),
+    ({"cuptiprofProcess": {"pid": 40, "exitStatus": 2**31}},
+     "cuptiprofProcess.exitStatus is 2147483648, out of range (a signed 32-bit integer)"),
+    ({"cuptiprofProcess": {"pid": 40, "startNs": 10**60}},
+     "cuptiprofProcess.startNs is a 200-bit number, out of range"),
+])
+def test_damaged_own_keys_are_refused_in_one_line(tmp_path, keys, says):
+    """cuptiprof's own keys hand-edited or damaged: one line naming the file and the key, exit
+    2, no output (nor its temporary file); not a Python error's name, not a guess at the time."""
+    src = _own_keys_trace(tmp_path / "t.json", **keys)
+    r = run_cli("import", src, "-o", tmp_path / "back.duckdb", "--no-progress")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and f"{src}: {says}" in r.stderr, r.stderr
+    assert "Error" not in r.stderr.replace("cuptiprof: error:", "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+def test_a_start_time_with_any_utc_offset_is_that_time(tmp_path):
+    """A run's wall-clock start is taken with the offset it says, whatever the offset."""
+    src = _own_keys_trace(tmp_path / "t.json", cuptiprofRun={
+        **_RUN, "startTime": "2026-12-01T10:00:00+02:00"})
+    import_traces([src], tmp_path / "back.duckdb")
+    con = duckdb.connect(str(tmp_path / "back.duckdb"), read_only=True)
+    assert con.execute("SELECT epoch(start_time) FROM runs").fetchall() == [(1796112000.0,)]
+
+
 def test_the_runs_of_a_merged_export_are_restored_before_the_rename(tmp_path, monkeypatch):
     """The import restores the runs in its temporary file: the file renamed into place already
     holds them all (a crash in between leaves no file, never one holding one run), and a

@@ -19,6 +19,7 @@ one part at a time.
 from __future__ import annotations
 
 import copy
+import datetime as _dt
 import json
 import re
 from dataclasses import dataclass, field
@@ -187,6 +188,12 @@ class ProcEntry(msgspec.Struct):
     command: Union[str, None, _Unset] = msgspec.UNSET   # as in ProcInfo
     startNs: Union[int, None, _Unset] = msgspec.UNSET
     endNs: Union[int, None, _Unset] = msgspec.UNSET
+
+
+# the integers of cuptiprof's own keys that go to 32-bit columns (pid, exit_status, rank, ...);
+# every other one goes to a 64-bit column (start_ns, end_ns, count, value_ns) or is a key
+_INT32_KEYS = {ProcInfo: {"exitStatus", "pid"}, QualityEntry: {"pid"},
+               ProcEntry: {"exitStatus", "originalPid", "rank", "localRank", "worldSize"}}
 
 
 class DistInfo(msgspec.Struct):
@@ -600,6 +607,7 @@ class KinetoFile:
             self.base = doc.baseTimeNanoseconds
         if doc.host_name:
             self.host = doc.host_name
+        self._check_own_keys(doc)
         if doc.cuptiprofProcess is not None:
             self.proc = doc.cuptiprofProcess
         if doc.cuptiprofRun is not None:
@@ -614,6 +622,48 @@ class KinetoFile:
             gpu = sorted((e.gpuPids, i) for i, e in enumerate(self.procs))
             self._cpu_pids, self._cpu_idx = (np.array(x, np.int64) for x in zip(*cpu))
             self._gpu_pids, self._gpu_idx = (np.array(x, np.int64) for x in zip(*gpu))
+
+    def _check_own_keys(self, doc: Doc) -> None:
+        """cuptiprof's own keys as its export writes them, or a one-line refusal naming the
+        key (a hand-edited or damaged trace): integers that fit the columns they go to, a
+        run's startTime in ISO 8601 with its UTC offset (without one, the time it names is
+        not known), a data_quality entry that names its check."""
+        keyed: list[tuple[str, Any]] = []
+        if doc.cuptiprofRun is not None:
+            keyed.append(("cuptiprofRun", doc.cuptiprofRun))
+        if doc.cuptiprofProcess is not None:
+            keyed.append(("cuptiprofProcess", doc.cuptiprofProcess))
+        for i, e in enumerate(doc.cuptiprofProcesses or ()):
+            keyed.append((f"cuptiprofProcesses[{i}]", e))
+            if e.run is not None:
+                keyed.append((f"cuptiprofProcesses[{i}].run", e.run))
+        for i, q in enumerate(doc.cuptiprofDataQuality or ()):
+            keyed.append((f"cuptiprofDataQuality[{i}]", q))
+            if q.check is None:
+                raise InputError(f"{self.path}: {keyed[-1][0]} has no \"check\" (the name of "
+                                 "the data_quality check it records); the trace is damaged")
+        for key, entry in keyed:
+            small = _INT32_KEYS.get(type(entry), ())
+            for name in entry.__struct_fields__:
+                v = getattr(entry, name)
+                if type(v) is not int:   # (not a bool: endedEarly)
+                    continue
+                bits = 32 if name in small else 64
+                if not -(1 << bits - 1) <= v < (1 << bits - 1):
+                    shown = str(v) if v.bit_length() < 128 else f"a {v.bit_length()}-bit number"
+                    raise InputError(f"{self.path}: {key}.{name} is {shown}, out of range (a "
+                                     f"signed {bits}-bit integer); the trace is damaged")
+            when = getattr(entry, "startTime", None)
+            if when is not None:
+                try:
+                    offset = _dt.datetime.fromisoformat(when).utcoffset()
+                except ValueError:
+                    raise InputError(f"{self.path}: {key}.startTime {when[:40]!r} is not an ISO "
+                                     "8601 time; the trace is damaged") from None
+                if offset is None:
+                    raise InputError(f"{self.path}: {key}.startTime {when[:40]!r} has no UTC "
+                                     "offset, so the time it names is not known; add it as "
+                                     "cuptiprof's export writes it (+00:00)")
 
     def _proc_of(self, rows: np.ndarray) -> np.ndarray:
         """Index in self.procs of each row's process (by its pid in the trace: the CPU pid, or
