@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import contextvars
 import fnmatch
+import math
 import os
 import socket
 import sys
@@ -539,12 +540,8 @@ class Session:
                     # a warm-up step claims no GPU work for a step (see below)
                     warm = kind == "warmup" or (parent is not None and parent[11])
                     rid = self.new_range_id()
-                    # the start is set before the step is in _open: another thread's flush
-                    # looking up a step by time (step_at) took a start of 0 for "began at any
-                    # time", and gave this step to NVTX ranges from long before it
-                    now = self._start_of[rid] = time.time_ns()
                     tok = [rid, parent[0] if parent else None, len(stack), name,
-                           threading.get_native_id(), now, kind, step, extra, ordinal, False, warm]
+                           threading.get_native_id(), 0, kind, step, extra, ordinal, False, warm]
                     self._open[rid] = tok
                     self._step_of[rid] = None if warm else step
             if kind is None:   # its work must stay out, even while an earlier step still runs
@@ -567,9 +564,8 @@ class Session:
             rid = self.new_range_id()
             if step_name:   # a step inside a step: its number is no attribute either
                 attrs = {k: v for k, v in attrs.items() if k != "step"}
-            now = self._start_of[rid] = time.time_ns()   # before it is in _open, as a step's
             tok = [rid, parent[0] if parent else None, len(stack), name,
-                   threading.get_native_id(), now, kind, step, markers.attrs_json(attrs),
+                   threading.get_native_id(), 0, kind, step, markers.attrs_json(attrs),
                    None, False, warm]
             self._step_of[rid] = None if warm else step
             self._open[rid] = tok
@@ -581,6 +577,7 @@ class Session:
             self.source.push(rid)
             pushed.append(rid)
             tok[10] = True
+        tok[5] = self._start_of[rid] = time.time_ns()
         return tok
 
     def _keeps(self, name: str) -> bool:
@@ -601,7 +598,8 @@ class Session:
         too): the step of a range opened outside every step of its own thread, the one the
         work launched in it gets."""
         steps = [t for t in list(self._open.values()) if t[6] == "step"]
-        return max(steps, key=lambda t: t[5])[7] if steps else None
+        # a start of 0 is a step being begun now (its start is set last): the latest
+        return max(steps, key=lambda t: t[5] or math.inf)[7] if steps else None
 
     def _cupti_stack(self) -> list:
         st = getattr(self._pushed, "ids", None)
@@ -717,7 +715,8 @@ class Session:
         for t in self._closed:
             out.setdefault(t[4], []).append((t[5], t[6], t[0], t[2]))
         for tok in list(self._open.values()):
-            out.setdefault(tok[4], []).append((tok[5], None, tok[0], tok[2]))
+            if tok[5]:   # (0: being begun now, its start not yet set)
+                out.setdefault(tok[4], []).append((tok[5], None, tok[0], tok[2]))
         return out
 
     def step_at(self, t_ns: int) -> int | None:
@@ -726,7 +725,9 @@ class Session:
             if s <= t_ns <= e:
                 return step
         for tok in list(self._open.values()):
-            if tok[6] == "step" and tok[5] <= t_ns:
+            # start 0: a step just begun on another thread, its start not yet set (it is set
+            # after CUPTI's push, so that the range holds no collector work)
+            if tok[6] == "step" and 0 < tok[5] <= t_ns:
                 return tok[7]
         return None
 
