@@ -39,8 +39,8 @@ from cuptiprof.interop.textsource import read_blocks
 from cuptiprof.work_ops import intervals_work
 
 # Text decoded at once. Small pieces keep the decoder just behind the gunzip thread, and a
-# piece's text and its per-event columns stay in cache: 2 MB was faster than 4, 8 or 16 MB
-# on every shared trace and on a 188 MB one, with a lower peak (BENCHMARKS.md, Import).
+# piece's text and its per-event columns stay in cache: faster than 16 MB pieces on every
+# shared trace, with a lower peak (bench/import_knobs.py; BENCHMARKS.md, Import).
 PIECE_BYTES = 2 << 20
 # Rows of each table per transaction (two DuckDB row groups): the Arrow columns, the writer's
 # copies and DuckDB's uncommitted rows of a large trace exist for one part at a time.

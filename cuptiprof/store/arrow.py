@@ -143,8 +143,9 @@ def valid(a: pa.Array) -> np.ndarray:
 
 def rows_as_lists(tbl: pa.Table, rows: np.ndarray) -> list[list]:
     """The given rows of a table, one Python list per column (None for NULL). Integer columns
-    (the writer's) are read with numpy: Table.take's compute kernels cost ~5 ms of CPU each the
-    first time a process calls them, a fixed cost on every import and merge."""
+    (the writer's) are read with numpy, which every import and merge has loaded already:
+    Table.take's compute kernels are loaded on a process's first call (0.3-0.5 ms of CPU with
+    libarrow's pages in memory, bench/import_knobs.py; more when they are not)."""
     out = []
     for col in tbl.columns:
         a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col

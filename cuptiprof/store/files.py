@@ -33,7 +33,8 @@ def read_head(path: Path, expected: str = "a cuptiprof file") -> bytes:
 
 def write_unsynced(con) -> None:
     """For a temporary file nobody reads before it is renamed into place: DuckDB's syncs at
-    every commit and checkpoint only wait on the disk (~15 ms of a small import). The caller
+    every commit and checkpoint only wait on the disk (rank0 of the shared traces: 7 ms of a
+    156 ms import on a quiet disk, more on a busy one; bench/import_knobs.py). The caller
     syncs the finished file once (sync_file) before the rename. A DuckDB without the setting
     syncs as before."""
     import duckdb

@@ -396,7 +396,7 @@ class Writer:
                 new_strings.append((sid, v, demangle(v) if kernel else None))
             ids[i] = sid
         sid = np.array([-1 if x is None else x for x in ids], np.int32)
-        # numpy, not pc.take: its kernels cost ~5 ms the first time a process calls them
+        # numpy, not pc.take (whose kernels load on a process's first call: see rows_as_lists)
         ix = enc.indices
         at = _values(ix)
         if ix.null_count:   # a NULL slot's index is whatever the buffer holds
