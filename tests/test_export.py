@@ -1609,6 +1609,14 @@ def test_exports_of_one_run_each_imported_together_stay_one_run(tmp_path):
         [(1, 40), (1, 41)]
 
 
+def _plain_trace(path: Path, pid: int, tid: int | None = None, ts: int = 1) -> Path:
+    """torch.profiler's own trace (none of cuptiprof's keys): one cudaFree of process `pid`."""
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaFree", "pid": pid,
+         "tid": pid if tid is None else tid, "ts": ts, "dur": 1, "args": {"correlation": 1}}]}))
+    return path
+
+
 @pytest.mark.parametrize("label", [None, "mine"])
 @pytest.mark.parametrize("plain_first", [True, False])
 def test_a_plain_trace_beside_a_merged_export_is_a_run_of_its_own(tmp_path, plain_first, label):
@@ -1619,10 +1627,7 @@ def test_a_plain_trace_beside_a_merged_export_is_a_run_of_its_own(tmp_path, plai
     out = tmp_path / "m.json"
     with cuptiprof.open(src) as prof:
         export_chrome(prof, out)
-    plain = tmp_path / "plain.json"
-    plain.write_text(json.dumps({"traceEvents": [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaFree", "pid": 11, "tid": 11, "ts": 5,
-         "dur": 1, "args": {"correlation": 1}}]}))
+    plain = _plain_trace(tmp_path / "plain.json", 11, ts=5)
     back = tmp_path / "back.duckdb"
     import_traces([plain, out] if plain_first else [out, plain], back, label=label)
     con = duckdb.connect(str(back), read_only=True)
@@ -1669,10 +1674,7 @@ def test_data_quality_rows_go_with_their_process_as_imported(tmp_path):
     out = tmp_path / "s.json"
     with cuptiprof.open(src) as prof:
         export_chrome(prof, out)
-    other = tmp_path / "other.json"
-    other.write_text(json.dumps({"traceEvents": [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaFree", "pid": 11, "tid": 11, "ts": 1,
-         "dur": 1, "args": {"correlation": 1}}]}))
+    other = _plain_trace(tmp_path / "other.json", 11)
     back = tmp_path / "back.duckdb"
     import_traces([other, out], back)
     con = duckdb.connect(str(back), read_only=True)
@@ -1720,10 +1722,7 @@ def test_exports_of_each_process_of_one_run_add_its_quality_rows_once(tmp_path):
     quality = [{"run": 1, "pid": 40, "check": "dropped_records", "count": 3, "detail": "dropped 3"},
                {"run": 1, "pid": 41, "check": "process_ended_early", "detail": "killed"},
                {"run": 1, "pid": 41, "check": "process_ended_early", "detail": "killed"}]
-    paths = [tmp_path / "plain.json"]
-    paths[0].write_text(json.dumps({"traceEvents": [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaFree", "pid": 41, "tid": 41, "ts": 1,
-         "dur": 1, "args": {"correlation": 1}}]}))
+    paths = [_plain_trace(tmp_path / "plain.json", 41)]
     for pid in (40, 41):
         paths.append(tmp_path / f"p{pid}.json")
         paths[-1].write_text(json.dumps({
@@ -1921,10 +1920,7 @@ def test_an_export_of_one_process_without_host_events_keeps_its_pid(tmp_path):
     doc["traceEvents"] = [e for e in doc["traceEvents"] if e["ph"] != "M"]
     assert [e["pid"] for e in doc["traceEvents"]] == [0]   # the kernel, on its device's pid
     out.write_text(json.dumps(doc))
-    other = tmp_path / "other.json"
-    other.write_text(json.dumps({"traceEvents": [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaFree", "pid": 4242, "tid": 1, "ts": 1,
-         "dur": 1, "args": {"correlation": 1}}]}))
+    other = _plain_trace(tmp_path / "other.json", 4242, tid=1)
     for inputs, want in (([out], [4242]), ([other, out], [4242, 4242 + (1 << 22)])):
         back = tmp_path / f"back{len(inputs)}.duckdb"
         import_traces(inputs, back)
