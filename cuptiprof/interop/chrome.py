@@ -625,12 +625,12 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
                                  "'%\"imported_from\"%'))"))[0] if single else None
     if host:   # Kineto's key; the importer reads it back
         head["host_name"] = host
-    proc = first_row(con.execute(
-        "SELECT exit_status, ended_early, command, start_ns, end_ns FROM processes WHERE run_id "
-        "IS NOT DISTINCT FROM ? AND pid IS NOT DISTINCT FROM ? LIMIT 1",
-        list(procs[0]))) if single and procs else None
     if single and procs:   # not Kineto's: its pid, how it ended, its command, start and end,
         # and its run (the importer reads them back)
+        proc = first_row(con.execute(
+            "SELECT exit_status, ended_early, command, start_ns, end_ns FROM processes WHERE "
+            "run_id IS NOT DISTINCT FROM ? AND pid IS NOT DISTINCT FROM ? LIMIT 1",
+            list(procs[0])))
         head["cuptiprofProcess"] = {"pid": procs[0][1], **dict(zip(_PROC_KEYS, proc or ()))}
         run = _runs(con).get(procs[0][0])
         if run:
