@@ -242,14 +242,12 @@ def _restore_one_run(w: Writer, files: list, label: str | None):
 
 
 def _start_time(run):
-    """A RunEntry's wall-clock start: as recorded, else from its start on the record clock."""
+    """A RunEntry's wall-clock start: as recorded (the Kineto reader refused one that is not
+    ISO 8601 with its offset), else from its start on the record clock."""
     import datetime as _dt
 
     if run.startTime is not None:
-        try:
-            return _dt.datetime.fromisoformat(run.startTime)
-        except ValueError:
-            pass
+        return _dt.datetime.fromisoformat(run.startTime)
     return None if run.startNs is None else \
         _dt.datetime.fromtimestamp(run.startNs / 1e9, _dt.timezone.utc)
 
