@@ -155,7 +155,7 @@ def work_part(t: pa.Table, groups: tuple[list[tuple], np.ndarray] | None = None)
                     else pa.nulls(t.num_rows, pa.int32())) for c in GROUP_KEYS}
         g = pa.table(cols)
         codes, k = distinct_rows(g)
-        keys = list(zip(*rows_as_lists(g.select(list(GROUP_KEYS)), _one_row_each(codes, k))))
+        keys = list(zip(*rows_as_lists(g, _one_row_each(codes, k))))
     else:
         keys, codes = groups
     keep = e >= s
