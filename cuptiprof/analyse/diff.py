@@ -122,11 +122,11 @@ def diff(base: str | os.PathLike, new: str | os.PathLike, fail_above_pct: float,
             # a CI pool with mixed GPUs: the gate would fail or pass on the hardware, not the change
             notes.append(f"note: BASE ran on {old.devices} and NEW on {new_.devices}: a gate compares "
                          "runs on the same GPU (`cuptiprof compare --by family` compares GPUs)")
-        for r, name in ((old, "BASE"), (new_, "NEW")):
+        for r in cmp.runs:
             status = first_row(cmp.con.execute(f"SELECT string_agg(DISTINCT status, ', ' ORDER BY status) FROM "
                                                f"f{r.index}.runs WHERE status <> 'complete'"))[0]
             if status:   # the program crashed or was killed: it may have stopped before the slow part
-                notes.append(f"note: {name} ({r.path.name}) is a run that did not complete ({status}); "
+                notes.append(f"note: {r.letter} ({r.path.name}) is a run that did not complete ({status}); "
                              f"only its {r.steps} complete step{'s' if r.steps != 1 else ''} are compared")
     regs = [r for r in items.to_pylist() if r["status"] == "regression"]
     return DiffResult(Path(base), Path(new), float(fail_above_pct), float(min_ms), float(sigmas), by,
