@@ -11,11 +11,11 @@ import pytest
 
 import cuptiprof
 from cuptiprof import markers
-from cuptiprof.collect import cupti_source
 from cuptiprof.collect.fake import FakeCupti
 from cuptiprof.collect.resolve import SELF_ID
 from cuptiprof.collect.session import Session
 from cuptiprof.errors import UsageError
+from cuptiprof.run.launcher import libcuda_gpu_count
 from _run_helpers import no_leftover_session, q  # noqa: F401 - the fixture is used by name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,7 +194,7 @@ def test_no_driver_through_the_adapter(tmp_path, capsys):
     assert q(p, "SELECT device_id, kind FROM devices") == [(-1, "cpu")]
 
 
-@pytest.mark.skipif(cupti_source.gpu_count() > 0, reason="this machine has a GPU")
+@pytest.mark.skipif(libcuda_gpu_count() > 0, reason="this machine has a GPU")
 def test_no_gpu_default_source_writes_a_valid_file(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("CUPTIPROF_FAKE_CUPTI", raising=False)
     p = tmp_path / "cpu.duckdb"

@@ -87,21 +87,6 @@ def gpu_visible(environ=os.environ, gpus_dir: Path = Path("/proc/driver/nvidia/g
     return True
 
 
-def gpu_count() -> int:
-    """Visible CUDA devices through cuda.bindings (0 when the driver or bindings are missing).
-    Initialises CUDA: for `doctor` and tests, never in a profiled process (gpu_visible)."""
-    try:
-        from cuda.bindings import driver
-
-        (err,) = driver.cuInit(0)[:1]
-        if int(err) != 0:
-            return 0
-        err, n = driver.cuDeviceGetCount()
-        return int(n) if int(err) == 0 else 0
-    except Exception:
-        return 0
-
-
 def device_synchronize() -> None:
     """Wait for all GPU work of this process: torch when it has initialised CUDA, else the driver.
     Only devices the process already has a context on: synchronizing another would create one
