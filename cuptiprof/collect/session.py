@@ -475,13 +475,7 @@ class Session:
 
     def _write_notes(self) -> None:
         """The rows _note_problem left; under the flush lock."""
-        notes = self._notes
-        n = len(notes)
-        if not n:
-            return
-        todo = notes[:n]
-        del notes[:n]
-        for check, detail in todo:
+        for check, detail in _take_all(self._notes):
             try:
                 self.writer.add_quality(check, None, None, detail)
             except Exception:
@@ -806,14 +800,9 @@ class Session:
             src.pop()
 
     def _ranges_batch(self) -> dict | None:
-        # Taken out of the list, which stays: a range another thread ends meanwhile may have
-        # read self._closed already and still be appending to it (a new list lost that range)
-        pending = self._closed
-        n = len(pending)
-        if not n:
+        closed = _take_all(self._closed)
+        if not closed:
             return None
-        closed = pending[:n]
-        del pending[:n]
         cols = [list(c) for c in zip(*closed)]
         self._inside_nvtx(cols)
         return {"range_id": cols[0], "parent_id": cols[1], "depth": cols[2], "name": cols[3],
@@ -1061,6 +1050,15 @@ def _os_exit_status(code: Any) -> int:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+def _take_all(pending: list) -> list:
+    """What `pending` holds, taken out of it. The list itself stays: another thread may have
+    read it already and still be appending to it (a new list in its place lost that item)."""
+    n = len(pending)
+    taken = pending[:n]
+    del pending[:n]
+    return taken
+
+
 _RANGES_OFF = "CUPTIPROF_DISABLE is set, so cuptiprof.range does nothing"
 WRITE_MODES = ("create", "overwrite", "append")
 
