@@ -127,7 +127,10 @@ def attrs_json(attrs: dict) -> str | None:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(_finite(value), default=str, sort_keys=True, allow_nan=False)
+    try:
+        return json.dumps(value, default=str, sort_keys=True, allow_nan=False)
+    except ValueError:   # a NaN or infinite float in it: walked only then (ranges' hot path)
+        return json.dumps(_finite(value), default=str, sort_keys=True, allow_nan=False)
 
 
 def _finite(value: Any) -> Any:
