@@ -1812,6 +1812,21 @@ _RUN = {"id": 1, "label": "job"}
      "cuptiprofProcess.exitStatus is 2147483648, out of range (a signed 32-bit integer)"),
     ({"cuptiprofProcess": {"pid": 40, "startNs": 10**60}},
      "cuptiprofProcess.startNs is a 200-bit number, out of range"),
+    ({"distributedInfo": {"rank": 0, "local_rank": 2**40}},
+     "distributedInfo.local_rank is 1099511627776, out of range (a signed 32-bit integer)"),
+    # valid JSON, a value of the wrong type: the key named, not "invalid JSON"
+    ({"cuptiprofProcess": {"pid": "x"}},
+     "cuptiprofProcess.pid: expected `int | null`, got `str`; the trace's cuptiprof metadata "
+     "is damaged"),
+    ({"cuptiprofProcesses": [{"pid": 40, "gpuPids": 1000, "run": {"id": "one"}},
+                             {"pid": 41, "gpuPids": 2000}]},
+     "cuptiprofProcesses[0].run.id: expected `int`, got `str`; the trace's cuptiprof metadata"),
+    ({"cuptiprofDataQuality": [{"check": "c", "count": [1]}]},
+     "cuptiprofDataQuality[0].count: expected `int | null`, got `array`; the trace's cuptiprof"),
+    ({"distributedInfo": {"rank": 0, "local_rank": "0"}},
+     "distributedInfo.local_rank: expected `int | null`, got `str`; the trace's cuptiprof"),
+    ({"distributedInfo": {"rank": "zero"}},   # Kineto's key: its metadata, not cuptiprof's
+     "distributedInfo.rank: expected `int | null`, got `str`; the trace's metadata is damaged"),
 ])
 def test_damaged_own_keys_are_refused_in_one_line(tmp_path, keys, says):
     """cuptiprof's own keys hand-edited or damaged: one line naming the file and the key, exit

@@ -32,9 +32,10 @@ command line, start and end) is a top-level key (`cuptiprofProcess`, or per proc
 process's in `cuptiprofProcesses`; its wall-clock `startTime` in ISO 8601 with its UTC offset)
 and the data_quality rows of the runs exported (`cuptiprofDataQuality`), which an import adds
 back beside its own. The import refuses these keys hand-edited or damaged in one line naming
-the key: a `startTime` without its offset (the time it names is not known) or not ISO 8601, a
-data_quality entry without its `check`, an integer beyond the column it goes to (64 bits for
-times, counts and values, 32 for pids, ranks and exit statuses).
+the key: a value of the wrong type, a `startTime` without its offset (the time it names is
+not known) or not ISO 8601, a data_quality entry without its `check`, an integer beyond the
+column it goes to (64 bits for times, counts and values, 32 for pids, ranks (distributedInfo's
+too) and exit statuses).
 
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would

@@ -190,17 +190,19 @@ class ProcEntry(msgspec.Struct):
     endNs: Union[int, None, _Unset] = msgspec.UNSET
 
 
-# the integers of cuptiprof's own keys that go to 32-bit columns (pid, exit_status, rank, ...);
-# every other one goes to a 64-bit column (start_ns, end_ns, count, value_ns) or is a key
-_INT32_KEYS = {ProcInfo: {"exitStatus", "pid"}, QualityEntry: {"pid"},
-               ProcEntry: {"exitStatus", "originalPid", "rank", "localRank", "worldSize"}}
-
-
 class DistInfo(msgspec.Struct):
     rank: Union[int, None] = None
     world_size: Union[int, None] = None
     backend: Union[str, None] = None
     local_rank: Union[int, None] = None   # cuptiprof's export
+
+
+# the integers of cuptiprof's own keys (and distributedInfo's) that go to 32-bit columns (pid,
+# exit_status, rank, ...); every other one goes to a 64-bit column (start_ns, end_ns, count,
+# value_ns) or is a key
+_INT32_KEYS = {ProcInfo: {"exitStatus", "pid"}, QualityEntry: {"pid"},
+               ProcEntry: {"exitStatus", "originalPid", "rank", "localRank", "worldSize"},
+               DistInfo: {"rank", "world_size", "local_rank"}}
 
 
 class Doc(msgspec.Struct):
@@ -519,6 +521,14 @@ class KinetoFile:
             return InputError(f"{self.path}: event #{exc.index}: {detail}")
         if msg == "the file is empty":
             return InputError(f"{self.path}: the file is empty; expected a torch.profiler trace")
+        m = re.fullmatch(r"(.+) - at `\$\.([^`]+)`", msg, re.S)
+        if m and exc.offset is None:   # valid JSON; a top-level key of the wrong type or shape
+            what, key = m.group(1), m.group(2)
+            own = key.startswith("cuptiprof") or key.startswith("distributedInfo.local_rank")
+            fix = "export it again, or delete" if own else "delete"
+            return InputError(f"{self.path}: {key}: {what[:1].lower()}{what[1:]}; the trace's "
+                              f"{'cuptiprof ' if own else ''}metadata is damaged ({fix} the key "
+                              "to import the events without it)")
         where = f" near byte {exc.offset:,} of the uncompressed text" if exc.offset is not None else ""
         return InputError(f"{self.path}: invalid JSON{where}: {msg}")
 
@@ -629,6 +639,8 @@ class KinetoFile:
         run's startTime in ISO 8601 with its UTC offset (without one, the time it names is
         not known), a data_quality entry that names its check."""
         keyed: list[tuple[str, Any]] = []
+        if doc.distributedInfo is not None:   # Kineto's, with cuptiprof's local_rank
+            keyed.append(("distributedInfo", doc.distributedInfo))
         if doc.cuptiprofRun is not None:
             keyed.append(("cuptiprofRun", doc.cuptiprofRun))
         if doc.cuptiprofProcess is not None:
