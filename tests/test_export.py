@@ -921,6 +921,23 @@ def test_an_imported_trace_without_a_host_is_not_given_the_importing_host(tmp_pa
 
 
 
+def test_a_recorded_run_keeps_its_host_whatever_text_its_settings_hold(tmp_path):
+    """The host of a recorded run (runs.host, no process row naming one) is exported as
+    host_name; what leaves it out is the `imported_from` key of an import's settings, not that
+    text in a setting's value (a step function of that name)."""
+    src = tmp_path / "r.duckdb"
+    t = 1_700_000_000_000_000_000
+    with Writer(src, RunInfo(source="synthetic", host="node-7",
+                             settings={"warmup": 0, "step_fn": "imported_from"}), pid=31) as w:
+        w.append({"kernels": {"device_id": pa.array([0], pa.int32()),
+                              "stream_id": pa.array([7], pa.int32()), "name": ["k"],
+                              "correlation_id": [1], "start_ns": [t], "end_ns": [t + 10]}})
+    out = tmp_path / "r.json"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    assert load_trace(out)["host_name"] == "node-7"
+
+
 def test_memory_events_survive_a_round_trip(tmp_path):
     """Allocations and frees are written as torch.profiler's `[memory]` instants, which the
     importer reads back: each process's, with its device, bytes, address, step and time to the

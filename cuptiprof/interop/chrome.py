@@ -619,11 +619,13 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
                                    **({"local_rank": dist[2]} if dist[2] is not None else {})}
     # runs.host is the writer's: the recording host, but not an imported trace's (it is the
     # host that imported it; an import that restored the run of cuptiprof's export keeps
-    # `imported_from` in its settings, not its source)
+    # `imported_from` in its settings, not its source: the key, not the text anywhere in them,
+    # such as a recorded step function's name)
     host = first_row(con.execute("SELECT coalesce((SELECT any_value(host) FROM processes WHERE host IS NOT "
                                  "NULL), (SELECT any_value(host) FROM runs WHERE host IS NOT NULL AND "
-                                 "source NOT IN ('kineto', 'nsys') AND coalesce(settings, '') NOT LIKE "
-                                 "'%\"imported_from\"%'))"))[0] if single else None
+                                 "source NOT IN ('kineto', 'nsys') AND (CASE WHEN json_valid(settings) "
+                                 "THEN json_extract(settings, '$.imported_from') END) IS NULL))"
+                                 ))[0] if single else None
     if host:   # Kineto's key; the importer reads it back
         head["host_name"] = host
     if single and procs:   # not Kineto's: its pid, how it ended, its command, start and end,
