@@ -1210,8 +1210,14 @@ def test_a_warm_up_beside_another_threads_step_keeps_each_launchs_step(tmp_path,
     """Thread 7 warms up while thread 5 runs steps 1 and 2. What thread 7 launches inside its
     warm-up has no step (its own warm-up comes first, as the collector gives it), whether in a
     range or not; what it launches after the warm-up ended, in a range begun inside it, takes
-    the step open then (the range gives none). A round trip keeps each as recorded."""
+    the step open then (the range gives none). A round trip keeps each as recorded, looking up
+    the step or warm-up each range began in once."""
+    from cuptiprof.interop import kineto
+
     monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    looked_up, steps_at = [], kineto.steps_at
+    monkeypatch.setattr(kineto, "steps_at", lambda times, *a, **k: looked_up.append(len(times))
+                        or steps_at(times, *a, **k))
     t = 1_700_000_000_000_000_000
     us = lambda x: t + x * 1000  # noqa: E731
     i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
@@ -1243,6 +1249,7 @@ def test_a_warm_up_beside_another_threads_step_keeps_each_launchs_step(tmp_path,
     for sql in ("SELECT name, step FROM kernels ORDER BY 1",
                 "SELECT correlation_id, step FROM api_calls ORDER BY 1"):
         assert con.execute(sql).fetchall() == orig.execute(sql).fetchall(), sql
+    assert looked_up.count(4) == 1   # over the 4 ranges' starts (the 5 calls' are apart)
 
 
 def test_an_op_keeps_its_kind_whatever_its_name(tmp_path):

@@ -1149,7 +1149,10 @@ class KinetoFile:
         held = is_step | warm
         held_n = np.where(warm, _step_arg(R), r_stepn) if warm.any() else r_stepn
         at = (r_start[held], r_end[held], held_n[held])
-        r_step = steps_at(r_start, *at, r_key, r_key[held])
+        # the warm-up or step each range began in (its index among them): its step, and below
+        # whether it began in a warm-up
+        r_in = steps_at(r_start, *at[:2], np.arange(len(at[0])), r_key, r_key[held])
+        r_step = np.where(r_in >= 0, at[2][np.maximum(r_in, 0)], -1) if len(at[0]) else r_in
         r_step[held] = held_n[held]
         # a call takes a step, never a warm-up (whose work has no step, as recorded): as the
         # collector gives it, its own thread's step or warm-up first (in a warm-up: none), else
@@ -1176,8 +1179,7 @@ class KinetoFile:
             c_range[hit] = cr[hit]
             rs = r_step[cr[hit]]
             if warm.any():
-                hidx = np.flatnonzero(held)   # the warm-up or step each range began in
-                r_in = steps_at(r_start, *at[:2], np.arange(len(hidx)), r_key, r_key[held])
+                hidx = np.flatnonzero(held)
                 r_warm = np.where(r_in >= 0, warm[hidx[np.maximum(r_in, 0)]], False) | warm
                 rs = np.where(r_warm[cr[hit]], -1, rs)
             c_step[hit] = np.where(rs >= 0, rs, c_step[hit])
