@@ -427,6 +427,36 @@ def test_memory_instants_keep_their_address_and_take_their_step(tmp_path, monkey
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
+def test_kinetos_graph_ids_are_read_and_zero_is_none(tmp_path, monkeypatch, native):
+    """Kineto built with CUDA 12 on writes each kernel's, copy's and memset's "graph id" and
+    "graph node id", 0 for work launched from no graph (as CUPTI says it): imported as the
+    graph ids, NULL where 0 or absent, as the collector stores them. Earlier exports of
+    cuptiprof's said them as "cuptiprof graph" and "cuptiprof graph node": read too."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+
+    def gpu(cat, name, ts, corr, **graph):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 1,
+                "args": {"device": 0, "stream": 7, "correlation": corr, "bytes": 8, **graph}}
+    ev = [gpu("kernel", "in_graph", 10, 1, **{"graph id": 3, "graph node id": 1 << 40}),
+          gpu("kernel", "eager", 20, 2, **{"graph id": 0, "graph node id": 0}),
+          gpu("kernel", "old_kineto", 30, 3),
+          gpu("kernel", "old_export", 40, 4, **{"cuptiprof graph": 5, "cuptiprof graph node": 6}),
+          gpu("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 50, 5,
+              **{"graph id": 3, "graph node id": 7}),
+          gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 60, 6,
+              **{"graph id": 0, "graph node id": 0}),
+          gpu("gpu_memset", "Memset (Device)", 70, 7, **{"graph id": 3, "graph node id": 8})]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "g.json", trace(ev))], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute(" UNION ALL ".join(
+        f"SELECT correlation_id, graph_id, graph_node_id FROM {t}"
+        for t in ("kernels", "memcpys", "memsets")) + " ORDER BY 1").fetchall() == [
+        (1, 3, 1 << 40), (2, None, None), (3, None, None), (4, 5, 6), (5, 3, 7),
+        (6, None, None), (7, 3, 8)]
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
 def test_links_beyond_64_bits_are_absent_and_counted(tmp_path, monkeypatch, native):
     """An edited export whose "External id", "cuptiprof step" or "cuptiprof range" holds an
     integer beyond 64 bits: that link is taken as absent and counted in data_quality, the rest

@@ -128,6 +128,13 @@ TAKEN = {
                                                         "cuptiprof kind": "pinned"}},
                                               {"ph": "X", "cat": "gpu_memcpy", "ts": 3, "dur": 1,
                                                "args": {"cuptiprof src device": None}}),
+    # Kineto's graph ids (CUDA 12 on), in the columns of cuptiprof's earlier keys
+    "Kineto's graph ids": doc({**KERNEL, "args": {**KERNEL["args"], "graph id": 3,
+                                                  "graph node id": 1 << 40}},
+                              {"ph": "X", "cat": "gpu_memcpy", "ts": 4, "dur": 1,
+                               "args": {"graph id": 0, "graph node id": 0}},
+                              {"ph": "X", "cat": "gpu_memset", "ts": 5, "dur": 1,
+                               "args": {"graph id": None, "graph node id": 9}}),
     "empty events are counted, not kept": doc({}, {}, {"unknown": 1}, {"ph": "X"}, {}),
     "empty array": doc(),
     "other top-level keys": doc(KERNEL, deviceProperties=[{"id": 0, "name": "V100", "numSms": 80}],
@@ -250,6 +257,7 @@ DECLINED = {
     "labels an int": b'{"traceEvents":[{"args":{"labels":1}}]}',
     "two values of one column": b'{"traceEvents":[{"args":{"cuptiprof async":1,"cuptiprof value":2}}]}',
     "a graph as a string": b'{"traceEvents":[{"args":{"cuptiprof graph":"7"}}]}',
+    "a graph under both keys": b'{"traceEvents":[{"args":{"graph id":7,"cuptiprof graph":7}}]}',
     "two keys of a shared column": b'{"traceEvents":[{"args":{"cuptiprof open":1,'
                                    b'"cuptiprof dst device":2}}]}',
     "a correlation as a string": b'{"traceEvents":[{"args":{"cuptiprof correlation":"7"}}]}',

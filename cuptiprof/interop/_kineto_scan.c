@@ -87,9 +87,10 @@ enum {
     A_CORRELATION, A_DEVICE, A_CONTEXT, A_STREAM, A_BYTES, A_GRID0, A_GRID1, A_GRID2,
     A_BLOCK0, A_BLOCK1, A_BLOCK2, A_REGISTERS, A_SMEM, A_CBID, A_DEVTYPE, A_DEVID, A_MEMBYTES,
     A_EXTID, A_XSTEP, A_XRANGE, A_XDSMEM, A_MEMADDR, A_XOPEN, A_EVENTID,
-    /* cuptiprof's own export, what Kineto has no key for: a GPU row's graph and graph node,
-     * and one column for the one value of a category (a copy's asynchrony, a memset's value,
-     * a call's return code, a pool allocation): an event says at most one of them */
+    /* a GPU row's graph and graph node (Kineto's keys, or those of cuptiprof's earlier
+     * exports: an event that says both is declined), and, what Kineto has no key for in
+     * cuptiprof's export, one column for the one value of a category (a copy's asynchrony, a
+     * memset's value, a call's return code, a pool allocation): an event says one of them */
     A_XGRAPH, A_XGNODE, A_XEXTRA, NARGS
 };
 /* More of what Kineto has no key for shares the column of a key no event of its category
@@ -1014,13 +1015,17 @@ static inline int arg_key(const char *k, Py_ssize_t n) {
         if (IS("logger")) return AK_XLOGGER;
         break;
     case 7: if (IS("context")) return A_CONTEXT; break;
+    case 8: if (IS("graph id")) return A_XGRAPH; break;   /* Kineto's (CUDA 12 on) */
     case 9: if (IS("Device Id")) return A_DEVID; break;
     case 11:
         if (IS("correlation")) return A_CORRELATION;
         if (IS("Device Type")) return A_DEVTYPE;
         if (IS("External id")) return A_EXTID;
         break;
-    case 13: if (IS("shared memory")) return A_SMEM; break;
+    case 13:
+        if (IS("shared memory")) return A_SMEM;
+        if (IS("graph node id")) return A_XGNODE;   /* Kineto's (CUDA 12 on) */
+        break;
     case 14:   /* cuptiprof's own export: a warm-up's kind (and a [memory] instant's memory
                 * kind) and step, a range still open, an allocation of a memory pool */
         if (IS("cuptiprof kind")) return AK_XKIND;

@@ -22,11 +22,12 @@ without an end. A GPU row whose launching call is not in the export (a run recor
 calls, a sync) says its step in `"cuptiprof step"` too, and its innermost range (by range_id,
 as the ranges' External ids) in `"cuptiprof range"`: the importer takes both from a row's
 launching call. A GPU row whose range is not its call's (a framework NVTX range the call's
-record does not name) says its range too. Columns Kineto has no key for are args of cuptiprof's
-own as well ("cuptiprof graph", "cuptiprof graph node", "cuptiprof async", "cuptiprof value",
-"cuptiprof return code", "cuptiprof pool", a peer copy's "cuptiprof src device" and
-"cuptiprof dst device", a [memory] instant's "cuptiprof correlation" and, other than 'device',
-its "cuptiprof kind"), and what the `processes` table says of each process (how it ended, its
+record does not name) says its range too. A GPU row's CUDA graph and graph node are Kineto's
+"graph id" and "graph node id" (the importer reads cuptiprof's earlier "cuptiprof graph" and
+"cuptiprof graph node" too). Columns Kineto has no key for are args of cuptiprof's own as
+well ("cuptiprof async", "cuptiprof value", "cuptiprof return code", "cuptiprof pool", a peer
+copy's "cuptiprof src device" and "cuptiprof dst device", a [memory] instant's "cuptiprof
+correlation" and, other than 'device', its "cuptiprof kind"), and what the `processes` table says of each process (how it ended, its
 command line, start and end) is a top-level key (`cuptiprofProcess`, or per process in
 `cuptiprofProcesses`), as are the run of an export of one process (`cuptiprofRun`; each
 process's in `cuptiprofProcesses`; its wall-clock `startTime` in ISO 8601 with its UTC offset)
@@ -471,11 +472,12 @@ def _api_calls(source: str, base: int, pids: _Pids) -> str:
     return _select(source, cols, event, _flow("s", _val("_pid"), _val(_TID)))
 
 
-# What Kineto has no key for, in args of cuptiprof's own that the importer reads back: the CUDA
-# graph a kernel, copy or memset was launched from, and a copy's asynchrony, a memset's value, a
-# pool allocation (0 or 1 for a boolean).
-_GRAPH = (_optional("cuptiprof graph", "graph_id IS NOT NULL", _val("graph_id")),
-          _optional("cuptiprof graph node", "graph_node_id IS NOT NULL", _val("graph_node_id")))
+# The CUDA graph a kernel, copy or memset was launched from, under Kineto's keys (written by
+# Kineto built with CUDA 12 on; left out where none, which Kineto says as 0); and, what Kineto
+# has no key for, in args of cuptiprof's own that the importer reads back: a copy's
+# asynchrony, a memset's value, a pool allocation (0 or 1 for a boolean).
+_GRAPH = (_optional("graph id", "graph_id IS NOT NULL", _val("graph_id")),
+          _optional("graph node id", "graph_node_id IS NOT NULL", _val("graph_node_id")))
 
 
 def _flag(key: str, col: str) -> tuple:

@@ -75,10 +75,14 @@ class Args(msgspec.Struct, gc=False):
     xdsmem: Any = msgspec.field(default=None, name="cuptiprof dynamic smem")  # of "shared memory"
     xopen: Any = msgspec.field(default=None, name="cuptiprof open")   # a range without an end
     xdomain: Any = msgspec.field(default=msgspec.UNSET, name="cuptiprof domain")
-    # columns Kineto has no key for: a GPU row's CUDA graph and graph node, a copy's
-    # asynchrony (0 or 1), a memset's value, a call's return code, a pool allocation (0 or 1)
+    # a GPU row's CUDA graph and graph node: Kineto's keys (0: none, as CUPTI says it), and
+    # those of cuptiprof's export before it wrote Kineto's (pieces.SHARED)
+    kgraph: Any = msgspec.field(default=None, name="graph id")
+    kgnode: Any = msgspec.field(default=None, name="graph node id")
     xgraph: Any = msgspec.field(default=None, name="cuptiprof graph")
     xgnode: Any = msgspec.field(default=None, name="cuptiprof graph node")
+    # columns Kineto has no key for: a copy's asynchrony (0 or 1), a memset's value, a call's
+    # return code, a pool allocation (0 or 1)
     xasync: Any = msgspec.field(default=None, name="cuptiprof async")
     xvalue: Any = msgspec.field(default=None, name="cuptiprof value")
     xret: Any = msgspec.field(default=None, name="cuptiprof return code")
@@ -975,14 +979,15 @@ class KinetoFile:
             G.add_col("ext", *self._arg(rows, "ext_id"))
             G.add_col("xstep", *self._arg(rows, "xstep"))
             G.add_col("xrange", *self._arg(rows, "xrange"))
-            if what != "sync":   # the CUDA graph a row was launched from
-                G.add_col("graph_id", *self._arg(rows, "xgraph"))
-                G.add_col("graph_node_id", *self._arg(rows, "xgnode"))
             if what in _EXTRA:
                 G.add_col(_EXTRA[what][0], *self._arg(rows, "xextra", _EXTRA[what][1]))
             if what == "memcpy":   # a peer copy's devices (columns a copy's keys share)
                 G.add_col("src_device_id", *self._arg(rows, "xdsmem", "cuptiprof src device"))
                 G.add_col("dst_device_id", *self._arg(rows, "xopen", "cuptiprof dst device"))
+        if what != "sync":   # the CUDA graph a row was launched from; 0: none (Kineto's)
+            for k, a in (("graph_id", "xgraph"), ("graph_node_id", "xgnode")):
+                v, ok = self._arg(rows, a, _ARG_KEYS["k" + a[1:]])
+                G.add_col(k, v, ok & (v != 0))
         if what == "kernel":
             for k in ("grid", "block"):
                 for j, xyz in enumerate("xyz"):
@@ -1047,9 +1052,10 @@ class KinetoFile:
                              (get("ext"), get("ext?", bool)) if self.links else None,
                              _step_arg(G, lo, hi) if self.links else None,
                              (get("xrange"), get("xrange?", bool)) if self.links else None))
-            if self.links and table != "syncs":
+            if table != "syncs":
                 for k in ("graph_id", "graph_node_id"):
                     cols[k] = arrow(k, pa.int64())
+            if self.links and table != "syncs":
                 if table == "memcpys":
                     cols["is_async"] = _flag(get("is_async"), get("is_async?", bool))
                     for k in ("src_device_id", "dst_device_id"):
@@ -1361,7 +1367,7 @@ class KinetoFile:
         G.add_col("device_id", np.full(n, -1, np.int64), yes)
         G.add_col("stream_id", r_key[work].astype(np.int64), yes)
         for k in ("context_id", "correlation_id", "grid_x", "grid_y", "grid_z", "block_x",
-                  "block_y", "block_z", "registers", "smem"):
+                  "block_y", "block_z", "registers", "smem", "graph_id", "graph_node_id"):
             G.add_col(k, zero, no)
         self.devices_used.add(-1)
         self.cpu_ops = n
