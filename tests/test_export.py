@@ -981,7 +981,7 @@ _NO_KINETO_KEY = {
 @pytest.mark.parametrize("native", ["1", "0"])
 @pytest.mark.parametrize("procs", [1, 2])
 def test_columns_kineto_has_no_key_for_survive_a_round_trip(tmp_path, monkeypatch, native, procs):
-    """Graph ids (under Kineto's keys), a copy's asynchrony and a peer copy's devices, a
+    """Graph ids and a peer copy's devices (under Kineto's keys), a copy's asynchrony, a
     memset's value, a call's
     return code, an allocation's pool, correlation id and memory kind, and how each process
     ended come back from an export (one process: the trace's
@@ -1028,11 +1028,13 @@ def test_columns_kineto_has_no_key_for_survive_a_round_trip(tmp_path, monkeypatc
                     "run_id, p, 'process_exec', 'ran another program' FROM kernels, "
                     "(VALUES (NULL), (99)) _p(p)")
     back = chrome_round_trip(src, tmp_path / "s.json.gz", tmp_path / "back.duckdb")
-    # the graph ids under Kineto's keys, which tools that read Kineto's traces know
-    graph = {(e["cat"], k) for e in load_trace(tmp_path / "s.json.gz")["traceEvents"]
-             for k in e.get("args", {}) if "graph" in k}
-    assert graph == {(c, k) for c in ("kernel", "gpu_memcpy", "gpu_memset")
-                     for k in ("graph id", "graph node id")}
+    # the graph ids and a peer copy's devices under Kineto's keys, which tools that read
+    # Kineto's traces know
+    keys = {(e["cat"], k) for e in load_trace(tmp_path / "s.json.gz")["traceEvents"]
+            for k in e.get("args", {}) if "graph" in k or k.endswith("Device")}
+    assert keys == {(c, k) for c in ("kernel", "gpu_memcpy", "gpu_memset")
+                    for k in ("graph id", "graph node id")} | \
+        {("gpu_memcpy", "fromDevice"), ("gpu_memcpy", "toDevice")}
     con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
     for table, sql in _NO_KINETO_KEY.items():
         want = orig.execute(sql).fetchall()

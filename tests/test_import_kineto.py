@@ -457,6 +457,30 @@ def test_kinetos_graph_ids_are_read_and_zero_is_none(tmp_path, monkeypatch, nati
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
+def test_a_peer_copys_devices_are_read_from_kinetos_keys(tmp_path, monkeypatch, native):
+    """Kineto writes a peer copy (CUPTI's MEMCPY2) with "fromDevice", "inDevice" and
+    "toDevice", and no "device": imported as its source and destination devices, on the
+    device of its GPU pid. cuptiprof's earlier exports said them as "cuptiprof src device" and
+    "cuptiprof dst device": read too. Other copies have none."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+
+    def copy(ts, corr, **args):
+        return {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy PtoP (Device -> Device)",
+                "pid": 1, "tid": 7, "ts": ts, "dur": 1,
+                "args": {"stream": 7, "correlation": corr, "bytes": 8, **args}}
+    ev = [copy(10, 1, fromDevice=2, inDevice=1, toDevice=3, fromContext=5, inContext=4,
+               toContext=6),
+          copy(20, 2, **{"device": 1, "cuptiprof src device": 0, "cuptiprof dst device": 1}),
+          copy(30, 3, device=1)]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "p.json", trace(ev))], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT correlation_id, device_id, src_device_id, dst_device_id FROM "
+                       "memcpys ORDER BY 1").fetchall() == [
+        (1, 1, 2, 3), (2, 1, 0, 1), (3, 1, None, None)]
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
 def test_links_beyond_64_bits_are_absent_and_counted(tmp_path, monkeypatch, native):
     """An edited export whose "External id", "cuptiprof step" or "cuptiprof range" holds an
     integer beyond 64 bits: that link is taken as absent and counted in data_quality, the rest

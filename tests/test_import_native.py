@@ -129,12 +129,15 @@ TAKEN = {
                                               {"ph": "X", "cat": "gpu_memcpy", "ts": 3, "dur": 1,
                                                "args": {"cuptiprof src device": None}}),
     # Kineto's graph ids (CUDA 12 on), in the columns of cuptiprof's earlier keys
-    "Kineto's graph ids": doc({**KERNEL, "args": {**KERNEL["args"], "graph id": 3,
+    "Kineto's graph ids and peer devices": doc({**KERNEL, "args": {**KERNEL["args"], "graph id": 3,
                                                   "graph node id": 1 << 40}},
                               {"ph": "X", "cat": "gpu_memcpy", "ts": 4, "dur": 1,
                                "args": {"graph id": 0, "graph node id": 0}},
                               {"ph": "X", "cat": "gpu_memset", "ts": 5, "dur": 1,
-                               "args": {"graph id": None, "graph node id": 9}}),
+                               "args": {"graph id": None, "graph node id": 9}},
+                              # and a peer copy's devices
+                              {"ph": "X", "cat": "gpu_memcpy", "ts": 6, "dur": 1,
+                               "args": {"fromDevice": 1, "inDevice": 0, "toDevice": 2}}),
     "empty events are counted, not kept": doc({}, {}, {"unknown": 1}, {"ph": "X"}, {}),
     "empty array": doc(),
     "other top-level keys": doc(KERNEL, deviceProperties=[{"id": 0, "name": "V100", "numSms": 80}],
@@ -258,6 +261,8 @@ DECLINED = {
     "two values of one column": b'{"traceEvents":[{"args":{"cuptiprof async":1,"cuptiprof value":2}}]}',
     "a graph as a string": b'{"traceEvents":[{"args":{"cuptiprof graph":"7"}}]}',
     "a graph under both keys": b'{"traceEvents":[{"args":{"graph id":7,"cuptiprof graph":7}}]}',
+    "a peer device under both keys": b'{"traceEvents":[{"args":{"toDevice":1,'
+                                     b'"cuptiprof dst device":1}}]}',
     "two keys of a shared column": b'{"traceEvents":[{"args":{"cuptiprof open":1,'
                                    b'"cuptiprof dst device":2}}]}',
     "a correlation as a string": b'{"traceEvents":[{"args":{"cuptiprof correlation":"7"}}]}',

@@ -93,10 +93,11 @@ enum {
      * memset's value, a call's return code, a pool allocation): an event says one of them */
     A_XGRAPH, A_XGNODE, A_XEXTRA, NARGS
 };
-/* More of what Kineto has no key for shares the column of a key no event of its category
- * says (no column more per event): a peer copy's source and destination devices those of a
- * kernel's dynamic smem and a range still open, a [memory] instant's correlation id that of
- * a sync's event (pieces.SHARED; an event that says both keys of a column is declined) */
+/* More shares the column of a key no event of its category says (no column more per event):
+ * a peer copy's source and destination devices (Kineto's fromDevice and toDevice, or
+ * cuptiprof's earlier keys) those of a kernel's dynamic smem and a range still open, a
+ * [memory] instant's correlation id that of a sync's event (pieces.SHARED; an event that
+ * says two keys of a column is declined) */
 #define A_XSRCDEV A_XDSMEM
 #define A_XDSTDEV A_XOPEN
 #define A_XCORR A_EVENTID
@@ -1015,8 +1016,12 @@ static inline int arg_key(const char *k, Py_ssize_t n) {
         if (IS("logger")) return AK_XLOGGER;
         break;
     case 7: if (IS("context")) return A_CONTEXT; break;
-    case 8: if (IS("graph id")) return A_XGRAPH; break;   /* Kineto's (CUDA 12 on) */
+    case 8:
+        if (IS("graph id")) return A_XGRAPH;   /* Kineto's (CUDA 12 on) */
+        if (IS("toDevice")) return A_XDSTDEV;  /* Kineto's: a peer copy's devices */
+        break;
     case 9: if (IS("Device Id")) return A_DEVID; break;
+    case 10: if (IS("fromDevice")) return A_XSRCDEV; break;
     case 11:
         if (IS("correlation")) return A_CORRELATION;
         if (IS("Device Type")) return A_DEVTYPE;

@@ -23,11 +23,12 @@ calls, a sync) says its step in `"cuptiprof step"` too, and its innermost range 
 as the ranges' External ids) in `"cuptiprof range"`: the importer takes both from a row's
 launching call. A GPU row whose range is not its call's (a framework NVTX range the call's
 record does not name) says its range too. A GPU row's CUDA graph and graph node are Kineto's
-"graph id" and "graph node id" (the importer reads cuptiprof's earlier "cuptiprof graph" and
-"cuptiprof graph node" too). Columns Kineto has no key for are args of cuptiprof's own as
-well ("cuptiprof async", "cuptiprof value", "cuptiprof return code", "cuptiprof pool", a peer
-copy's "cuptiprof src device" and "cuptiprof dst device", a [memory] instant's "cuptiprof
-correlation" and, other than 'device', its "cuptiprof kind"), and what the `processes` table says of each process (how it ended, its
+"graph id" and "graph node id", a peer copy's devices Kineto's "fromDevice" and "toDevice"
+(the importer reads cuptiprof's earlier keys for them too: "cuptiprof graph", "cuptiprof graph
+node", "cuptiprof src device", "cuptiprof dst device"). Columns Kineto has no key for are
+args of cuptiprof's own as well ("cuptiprof async", "cuptiprof value", "cuptiprof return
+code", "cuptiprof pool", a [memory] instant's "cuptiprof correlation" and, other than
+'device', its "cuptiprof kind"), and what the `processes` table says of each process (how it ended, its
 command line, start and end) is a top-level key (`cuptiprofProcess`, or per process in
 `cuptiprofProcesses`), as are the run of an export of one process (`cuptiprofRun`; each
 process's in `cuptiprofProcesses`; its wall-clock `startTime` in ISO 8601 with its UTC offset)
@@ -540,9 +541,10 @@ def _bandwidth() -> tuple:
 def _memcpys(source: str, base: int, pids: _Pids) -> str:
     name = (f"concat('Memcpy ', coalesce(copy_kind, 'None'), ' (', {_mem('src_kind')}, ' -> ', "
             f"{_mem('dst_kind')}, ')')")
-    # a peer copy's source and destination devices (NULL for the other copies)
-    peer = tuple(_optional(f"cuptiprof {k} device", f"{k}_device_id IS NOT NULL",
-                           _val(f"{k}_device_id")) for k in ("src", "dst"))
+    # a peer copy's source and destination devices (NULL for the other copies), under
+    # Kineto's keys
+    peer = tuple(_optional(key, f"{k}_device_id IS NOT NULL", _val(f"{k}_device_id"))
+                 for key, k in (("fromDevice", "src"), ("toDevice", "dst")))
     return _gpu(source, base, pids, "gpu_memcpy", _str(name),
                 (*_bandwidth(), *_GRAPH, _flag("cuptiprof async", "is_async"), *peer))
 

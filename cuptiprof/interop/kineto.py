@@ -87,8 +87,11 @@ class Args(msgspec.Struct, gc=False):
     xvalue: Any = msgspec.field(default=None, name="cuptiprof value")
     xret: Any = msgspec.field(default=None, name="cuptiprof return code")
     xpool: Any = msgspec.field(default=None, name="cuptiprof pool")
-    # a peer copy's source and destination devices, a [memory] instant's correlation id (in
-    # columns of fields their category never says: pieces.SHARED)
+    # a peer copy's source and destination devices (Kineto's keys, or those of cuptiprof's
+    # earlier exports), a [memory] instant's correlation id (in columns of fields their
+    # category never says: pieces.SHARED)
+    ksrcdev: Any = msgspec.field(default=None, name="fromDevice")
+    kdstdev: Any = msgspec.field(default=None, name="toDevice")
     xsrcdev: Any = msgspec.field(default=None, name="cuptiprof src device")
     xdstdev: Any = msgspec.field(default=None, name="cuptiprof dst device")
     xcorr: Any = msgspec.field(default=None, name="cuptiprof correlation")
@@ -981,9 +984,9 @@ class KinetoFile:
             G.add_col("xrange", *self._arg(rows, "xrange"))
             if what in _EXTRA:
                 G.add_col(_EXTRA[what][0], *self._arg(rows, "xextra", _EXTRA[what][1]))
-            if what == "memcpy":   # a peer copy's devices (columns a copy's keys share)
-                G.add_col("src_device_id", *self._arg(rows, "xdsmem", "cuptiprof src device"))
-                G.add_col("dst_device_id", *self._arg(rows, "xopen", "cuptiprof dst device"))
+        if what == "memcpy":   # a peer copy's devices (columns a copy's keys share)
+            G.add_col("src_device_id", *self._arg(rows, "xdsmem", "fromDevice"))
+            G.add_col("dst_device_id", *self._arg(rows, "xopen", "toDevice"))
         if what != "sync":   # the CUDA graph a row was launched from; 0: none (Kineto's)
             for k, a in (("graph_id", "xgraph"), ("graph_node_id", "xgnode")):
                 v, ok = self._arg(rows, a, _ARG_KEYS["k" + a[1:]])
@@ -1055,11 +1058,12 @@ class KinetoFile:
             if table != "syncs":
                 for k in ("graph_id", "graph_node_id"):
                     cols[k] = arrow(k, pa.int64())
+            if table == "memcpys":
+                for k in ("src_device_id", "dst_device_id"):
+                    cols[k] = _int32(get(k), get(k + "?", bool))
             if self.links and table != "syncs":
                 if table == "memcpys":
                     cols["is_async"] = _flag(get("is_async"), get("is_async?", bool))
-                    for k in ("src_device_id", "dst_device_id"):
-                        cols[k] = _int32(get(k), get(k + "?", bool))
                 elif table == "memsets":
                     cols["value"] = _int32(get("value"), get("value?", bool))
             if table == "kernels":  # a dictionary of kernel names only (they get demangled)

@@ -54,11 +54,13 @@ ID_NONE, ID_INT, ID_STR, ID_BIG = 0, 1, 2, 3
 # one value of its category that Kineto has no key for in cuptiprof's export; and columns of
 # keys no event of another category says, which that category's key of cuptiprof's export
 # reuses (no column more per event): a peer copy's source and destination devices, a
-# [memory] instant's correlation id. A GPU row's graph and graph node are Kineto's keys or
-# those of cuptiprof's export before it wrote Kineto's. An event that says two keys of one
-# column the scanner declines; the msgspec path takes the first that is not null.
-SHARED = {"xextra": ("xasync", "xvalue", "xret", "xpool"), "xdsmem": ("xdsmem", "xsrcdev"),
-          "xopen": ("xopen", "xdstdev"), "event_id": ("event_id", "xcorr"),
+# [memory] instant's correlation id. A GPU row's graph and graph node, and a peer copy's
+# devices, are Kineto's keys or those of cuptiprof's export before it wrote Kineto's. An
+# event that says two keys of one column the scanner declines; the msgspec path takes the
+# first that is not null.
+SHARED = {"xextra": ("xasync", "xvalue", "xret", "xpool"),
+          "xdsmem": ("xdsmem", "xsrcdev", "ksrcdev"), "xopen": ("xopen", "xdstdev", "kdstdev"),
+          "event_id": ("event_id", "xcorr"),
           "xgraph": ("xgraph", "kgraph"), "xgnode": ("xgnode", "kgnode")}
 _SCALAR_ARGS = [a for a in ARGS if a[:4] not in ("grid", "bloc") and a not in SHARED]
 # args whose value may be anything in other writers' traces (not validated, read where int)
