@@ -576,7 +576,7 @@ def run_cli(*args, cwd=None):
 
 @pytest.mark.parametrize("case", ["truncated_gzip", "invalid_json", "not_a_trace", "missing_dur",
                                   "wrong_type", "empty", "garbage_gzip", "no_events",
-                                  "bare_empty_array", "tar_gz"])
+                                  "bare_empty_array", "tar_gz", "events_not_a_list"])
 def test_bad_input_is_one_line_exit_2_no_output(tmp_path, case):
     good = json.dumps(modern(), indent=1)
     if case == "truncated_gzip":
@@ -603,6 +603,9 @@ def test_bad_input_is_one_line_exit_2_no_output(tmp_path, case):
     elif case == "empty":
         src = write(tmp_path / "t.json", None, text="")
         want = "empty"
+    elif case == "events_not_a_list":   # valid JSON: not "invalid JSON"
+        src = write(tmp_path / "t.json", {"traceEvents": 5})
+        want = '"traceEvents" is not a list of events (expected `array | null`, got `int`)'
     elif case in ("no_events", "bare_empty_array"):   # a profiler schedule that never ran
         src = write(tmp_path / "t.json", trace([]) if case == "no_events" else [])
         want = "a trace without events"

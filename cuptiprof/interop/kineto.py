@@ -531,6 +531,10 @@ class KinetoFile:
         m = re.fullmatch(r"(.+) - at `\$\.([^`]+)`", msg, re.S)
         if m and exc.offset is None:   # valid JSON; a top-level key of the wrong type or shape
             what, key = m.group(1), m.group(2)
+            if key == "traceEvents":
+                return InputError(f"{self.path}: \"traceEvents\" is not a list of events "
+                                  f"({what[:1].lower()}{what[1:]}); expected a torch.profiler / "
+                                  "Kineto Chrome trace")
             own = key.startswith("cuptiprof") or key.startswith("distributedInfo.local_rank")
             fix = "export it again, or delete" if own else "delete"
             return InputError(f"{self.path}: {key}: {what[:1].lower()}{what[1:]}; the trace's "
