@@ -951,3 +951,105 @@ def test_a_step_begun_on_another_thread_is_found_by_time_only_from_its_start(tmp
         t.join()
     assert (before, now) == (None, None)
 
+
+
+_STEP_ENDED_BY_GC = """
+import gc, sys, threading, cuptiprof
+from cuptiprof.collect.fake import FakeCupti
+from cuptiprof.collect.session import Session
+
+armed = []
+
+class S(Session):
+    # a garbage collection that runs while step 1 is being numbered, under the phase lock
+    @property
+    def phase(self):
+        if armed:
+            armed.clear()
+            gc.collect()
+        return self.__dict__["phase"]
+
+    @phase.setter
+    def phase(self, v):
+        self.__dict__["phase"] = v
+
+def held():   # holds step 0 open across yield; dropped unfinished, in a reference cycle
+    with cuptiprof.step(0):
+        f.launch_kernel("k0")
+        yield
+
+f = FakeCupti()
+with S(sys.argv[1], steps=2, source=f, quiet=True):
+    g = held()
+    worker = threading.Thread(target=next, args=(g,))   # a worker began it
+    worker.start()
+    worker.join()
+    cycle = [g]
+    cycle.append(cycle)
+    del g, cycle
+    armed.append(1)
+    with cuptiprof.step(1):
+        f.launch_kernel("k1")
+"""
+
+
+def test_a_step_a_collected_generator_ends_while_the_next_begins(tmp_path):
+    """A generator a worker thread began holds step 0 across `yield`; dropped unfinished, it is
+    closed by a garbage collection that runs while step 1 (the last) is being numbered: step 0's end re-entered the
+    phase lock on that same thread and the program hung. It must run on, and step 1 (not yet
+    open when step 0 ended) keep its GPU work."""
+    p = tmp_path / "gc.duckdb"
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
+    env.pop("CUPTIPROF_DISABLE", None)
+    try:
+        r = subprocess.run([sys.executable, "-c", _STEP_ENDED_BY_GC, str(p)], env=env,
+                           capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the program hung when a finalizer ended a step as the next one began")
+    assert r.returncode == 0, r.stderr
+    assert q(p, "SELECT name, step FROM kernels ORDER BY start_ns") == [("k0", 0), ("k1", 1)]
+    # step 0 was cut short by the generator's close(); step 1 is whole
+    assert q(p, "SELECT subject, detail LIKE '%GeneratorExit%' FROM data_quality "
+                "WHERE check_name = 'step_incomplete'") == [("0", True)]
+    assert q(p, "SELECT status FROM runs") == [("complete",)]
+
+
+def test_the_last_step_begun_as_another_thread_ends_its_step_keeps_its_work(tmp_path):
+    """steps=2: thread X numbers step 1 (the last) and is held before it is open while the main
+    thread ends step 0. Every step had begun and none was seen open, so the main thread ended
+    the recording: X's step then ran with collection off, its kernel lost and the step said to
+    be cut short by a step beyond the last. The end of recording must be decided with X's step
+    counted, and X's own end end it."""
+    import threading
+
+    f = FakeCupti()
+    p = tmp_path / "last.duckdb"
+    x_read, flushed, decided = threading.Event(), threading.Event(), threading.Event()
+
+    class Held(_held_session(x_read, flushed)):
+        def flush(self, final=False):
+            super().flush(final)
+            if threading.current_thread() is threading.main_thread():
+                flushed.set()   # the main thread found the recording over: let X go on
+
+        def _finish_recording(self, *args, **kwargs):
+            super()._finish_recording(*args, **kwargs)
+            if threading.current_thread() is threading.main_thread():
+                decided.set()
+
+    def x():
+        with cuptiprof.step(1):
+            decided.wait(5)   # launch once the main thread has ended the recording, or not
+            f.launch_kernel("k1")
+
+    with Held(p, steps=2, source=f, quiet=True):
+        t = threading.Thread(target=x, name="X")
+        with cuptiprof.step(0):
+            f.launch_kernel("k0")
+            t.start()
+            assert x_read.wait(5)
+        t.join(10)
+        assert not t.is_alive()
+    assert q(p, "SELECT name, step FROM kernels ORDER BY start_ns") == [("k0", 0), ("k1", 1)]
+    assert q(p, "SELECT count(*) FROM data_quality WHERE check_name = 'step_incomplete'") == [(0,)]
+    assert f.enabled == set()

@@ -192,8 +192,11 @@ class Session:
         self._notes_closed = False
         self._notes_lock = threading.Lock()
         self._flush_lock = threading.RLock()
-        # phase changes and step numbering (_enter, _finish_recording, stop): one at a time
-        self._phase_lock = threading.Lock()
+        # phase changes and step numbering (_enter, _finish_recording, stop): one at a time.
+        # Re-entrant: code run on the same thread inside it (a finalizer of a generator holding
+        # a step across `yield`, a signal handler) may end or begin a step, which takes it again
+        self._phase_lock = threading.RLock()
+        self._beginning = 0   # steps numbered under the phase lock, not yet open (or refused)
         self._devices_written = False
         self._start_ns = 0
         self._atexit: Callable | None = None
@@ -517,27 +520,36 @@ class Session:
             # the phase lock: a step of another thread that ends meanwhile, or a step beyond
             # the last, sees it open, not every step begun and none still running. The lock is
             # held for these checks and CUPTI's enable, never for a flush.
-            with self._phase_lock:
+            # No collection meanwhile: a finalizer it ran here could end a step, whose flush
+            # waits for the flush lock that another thread's flush holds while it waits for this.
+            with self._phase_lock, no_gc():
                 ordinal = self.steps_seen
                 self.steps_seen = ordinal + 1
-                if ordinal < self.warmup:
-                    kind = "warmup"
-                elif self.steps is None or ordinal < self.warmup + self.steps:
-                    kind = "step"
-                    if self.phase == "warmup":
-                        self.phase = "record"
-                        self._collect(True)
-                else:
-                    kind = None
-                if kind is not None:
-                    step = ordinal if given is None else given
-                    # a warm-up step claims no GPU work for a step (see below)
-                    warm = kind == "warmup" or (parent is not None and parent[11])
-                    rid = self.new_range_id()
-                    tok = [rid, parent[0] if parent else None, len(stack), name,
-                           threading.get_native_id(), 0, kind, step, extra, ordinal, False, warm]
-                    self._open[rid] = tok
-                    self._step_of[rid] = None if warm else step
+                # until it is open, this step counts as running for _recording_over, which code
+                # this thread runs in between (a step ended by a finalizer) may call
+                self._beginning += 1
+                try:
+                    if ordinal < self.warmup:
+                        kind = "warmup"
+                    elif self.steps is None or ordinal < self.warmup + self.steps:
+                        kind = "step"
+                        if self.phase == "warmup":
+                            self.phase = "record"
+                            self._collect(True)
+                    else:
+                        kind = None
+                    if kind is not None:
+                        step = ordinal if given is None else given
+                        # a warm-up step claims no GPU work for a step (see below)
+                        warm = kind == "warmup" or (parent is not None and parent[11])
+                        rid = self.new_range_id()
+                        tok = [rid, parent[0] if parent else None, len(stack), name,
+                               threading.get_native_id(), 0, kind, step, extra, ordinal, False,
+                               warm]
+                        self._open[rid] = tok
+                        self._step_of[rid] = None if warm else step
+                finally:
+                    self._beginning -= 1
             if kind is None:   # its work must stay out, even while an earlier step still runs
                 self._finish_recording()
                 return None
@@ -661,7 +673,7 @@ class Session:
                 return
             if self._recording_over():
                 self.flush()
-                self._finish_recording()
+                self._finish_recording(if_over=True)
             elif self.steps_recorded % self.flush_every == 0 and \
                     time.monotonic() - self._last_flush >= self.flush_every_s:
                 self.flush()
@@ -670,16 +682,19 @@ class Session:
         """Every step asked for has begun and none of them is still open. The last one to begin
         may end first (threads): collection stays on until the others end (or a step beyond
         the last begins), or their GPU work after that point was lost without a word."""
-        if self.steps is None or self.steps_seen < self.warmup + self.steps:
+        if self.steps is None or self.steps_seen < self.warmup + self.steps or self._beginning:
             return False
         return not any(t[6] == "step" for t in list(self._open.values()))
 
-    def _finish_recording(self) -> None:
+    def _finish_recording(self, if_over: bool = False) -> None:
+        """End the recording; if_over: only when _recording_over() still holds under the phase
+        lock (the last step, numbered by another thread as this one's step ended, may be
+        opening: it was not seen open, and lost its GPU work as a step cut short)."""
         # A step beyond the last runs this without the flush lock (it must not wait for another
         # thread's flush), so two threads can get here at once: the check and what follows are
         # done once, under the phase lock.
-        with self._phase_lock:
-            if self.phase != "record":
+        with self._phase_lock, no_gc():
+            if self.phase != "record" or (if_over and not self._recording_over()):
                 return
             self.phase = "done"
             self._collect(False)
@@ -969,7 +984,7 @@ def _detach(s: "Session") -> None:
     # Locks another thread of the parent held at the fork (a step's flush, or stop(), on a worker
     # thread) stay held in the child, where no thread will release them: stop() of this session
     # (the child leaving the parent's `with`) and its exit handler waited for ever
-    s._flush_lock, s._phase_lock, s._id_lock = threading.RLock(), threading.Lock(), threading.Lock()
+    s._flush_lock, s._phase_lock, s._id_lock = threading.RLock(), threading.RLock(), threading.Lock()
     s._notes_lock, s._notes_closed = threading.Lock(), True   # its notes can go nowhere
     if markers._session is s:
         markers._set_session(None)
