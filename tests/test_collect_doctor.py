@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cuptiprof.commands import doctor
-from cuptiprof.run.launcher import libcuda_gpu_count
+from cuptiprof.collect.libcuda import gpu_count as libcuda_gpu_count
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,3 +140,38 @@ def test_doctor_counts_gpus_as_run_does_whatever_cuda_bindings_says(monkeypatch)
     assert got["CUDA driver"] == (True, "CUDA 12.4")
     assert got["GPU"] == (False, "no CUDA device visible")
     assert "cuda-bindings" not in got
+
+
+def test_run_doctor_and_the_runs_row_ask_the_driver_through_one_module(monkeypatch):
+    """`cuptiprof run` (whether to collect), doctor (its driver and GPU lines) and the runs row
+    (cuda_driver_version) ask libcuda through cuptiprof.collect.libcuda: a driver it sees (or
+    not) is seen (or not) by all three."""
+    from cuptiprof.collect import device_info, libcuda
+    from cuptiprof.run import launcher
+
+    monkeypatch.delenv("CUPTIPROF_FAKE_CUPTI", raising=False)
+    monkeypatch.setattr(doctor, "_path_pythons", lambda: [])
+    monkeypatch.setattr(doctor, "_subscriber_check", lambda: ("CUPTI subscriber", True, "", "", 3))
+
+    class Driver:
+        def cuInit(self, flags):
+            return 0
+
+        def cuDeviceGetCount(self, n):
+            n._obj.value = 3
+            return 0
+
+        def cuDriverGetVersion(self, v):
+            v._obj.value = 12080
+            return 0
+
+    monkeypatch.setattr(libcuda, "_load", Driver)
+    got = {what: (ok, detail) for what, ok, detail, _, _ in doctor.checks()}
+    assert launcher.gpu_present() and libcuda.gpu_count() == 3
+    assert device_info.driver_version() == "12.8"
+    assert got["CUDA driver"] == (True, "CUDA 12.8") and got["GPU"] == (True, "3 visible")
+
+    monkeypatch.setattr(libcuda, "_load", lambda: None)   # no driver installed
+    got = {what: (ok, detail) for what, ok, detail, _, _ in doctor.checks()}
+    assert not launcher.gpu_present() and device_info.driver_version() is None
+    assert got["CUDA driver"] == (False, "libcuda.so.1 cannot be loaded") and "GPU" not in got

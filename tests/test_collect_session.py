@@ -15,7 +15,7 @@ from cuptiprof.collect.fake import FakeCupti
 from cuptiprof.collect.resolve import SELF_ID
 from cuptiprof.collect.session import Session
 from cuptiprof.errors import UsageError
-from cuptiprof.run.launcher import libcuda_gpu_count
+from cuptiprof.collect.libcuda import gpu_count as libcuda_gpu_count
 from _run_helpers import no_leftover_session, q  # noqa: F401 - the fixture is used by name
 
 ROOT = Path(__file__).resolve().parents[1]

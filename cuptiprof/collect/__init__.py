@@ -6,4 +6,5 @@
     session       Session / profile(): sampling, flushing, writing through the Writer
     nvtx_setup    NVTX_INJECTION64_PATH so that other NVTX domains arrive as MARKER records
     fake          a fake cupti module delivering real cupti-python record objects
+    libcuda       the driver's GPU count and version through ctypes (no cuda-bindings needed)
 """

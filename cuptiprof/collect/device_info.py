@@ -5,26 +5,11 @@ import sys
 
 
 def driver_version() -> str | None:
-    """CUDA driver API version as 'major.minor', or None without a driver."""
-    try:
-        from cuda.bindings import driver
+    """CUDA driver API version as 'major.minor', or None without a driver (libcuda asked
+    directly: cuda-bindings is optional, and `cuptiprof run` asks the driver the same way)."""
+    from cuptiprof.collect import libcuda
 
-        err, v = driver.cuDriverGetVersion()
-        if int(err) == 0:
-            return f"{v // 1000}.{(v % 1000) // 10}"
-    except Exception:
-        pass
-    # without cuda-bindings (an optional package) the driver is still there: asked directly, as
-    # `cuptiprof run` asks it for GPUs (doctor said "libcuda.so.1 cannot be loaded" otherwise)
-    try:
-        import ctypes
-
-        v = ctypes.c_int(0)
-        if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
-            return f"{v.value // 1000}.{(v.value % 1000) // 10}"
-    except (OSError, AttributeError):
-        pass
-    return None
+    return libcuda.driver_version()
 
 
 def cupti_version() -> str | None:

@@ -35,8 +35,7 @@ def _version(dist: str) -> str | None:
 def checks() -> list[tuple[str, bool, str, str, int]]:
     """(what, ok, detail, how to fix, exit status when not ok)."""
     from cuptiprof._version import __version__
-    from cuptiprof.collect import device_info, nvtx_setup
-    from cuptiprof.run.launcher import libcuda_gpu_count
+    from cuptiprof.collect import device_info, libcuda, nvtx_setup
 
     out: list[tuple[str, bool, str, str, int]] = []
     py_ok = sys.version_info >= (3, 10)
@@ -49,10 +48,10 @@ def checks() -> list[tuple[str, bool, str, str, int]]:
     out.append(("torch", True, torch or "not installed (only needed for torch programs)", "", 1))
     out.extend(_path_pythons())
 
-    drv = device_info.driver_version()
+    drv = libcuda.driver_version()
     # counted as `cuptiprof run` counts them (libcuda itself), so that this line says what the
     # run will do: through cuda-bindings it said none whenever that package was missing
-    n = libcuda_gpu_count()
+    n = libcuda.gpu_count()
     out.append(("CUDA driver", drv is not None,
                 f"CUDA {drv}" if drv else "libcuda.so.1 cannot be loaded",
                 "install the NVIDIA driver (nvidia-smi must work) or run on a GPU machine", 3))

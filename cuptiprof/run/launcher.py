@@ -11,7 +11,6 @@ status (128+N when signal N ended it).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime as _dt
 import importlib.util
 import json
@@ -178,22 +177,9 @@ def gpu_present() -> bool:
     the launcher, so that no child initialises CUDA before it forks."""
     if os.environ.get(S.FAKE_CUPTI, "") not in ("", "0"):
         return True
-    return libcuda_gpu_count() > 0
+    from cuptiprof.collect import libcuda
 
-
-def libcuda_gpu_count() -> int:
-    """CUDA devices the driver can see, asked of libcuda itself (no Python package needed): 0
-    without a driver or device. What `cuptiprof run` decides by (gpu_present) and what doctor
-    reports: doctor counted through cuda-bindings, which the run does not need, and said there
-    was no GPU where the run used one."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-        if cuda.cuInit(0) != 0:
-            return 0
-        n = ctypes.c_int(0)
-        return max(n.value, 0) if cuda.cuDeviceGetCount(ctypes.byref(n)) == 0 else 0
-    except (OSError, AttributeError):
-        return 0
+    return libcuda.gpu_count() > 0
 
 
 def nvtx_injection_path() -> str | None:
