@@ -603,3 +603,25 @@ def test_ranges_of_a_merged_file_divide_gpu_time_by_the_calls_where_it_ran(tmp_p
     assert fwd["host_ms"] == pytest.approx(0.39 + 0.1 + 0.39 + 0.39 + 0.39)
     assert fwd["gpu_ms"] == pytest.approx(0.3) and fwd["gpu_us_per_call"] == pytest.approx(100)
     assert (load["calls"], load["gpu_calls"], load["gpu_us_per_call"]) == (4, 0, 0)
+
+
+def test_a_report_and_the_programs_own_query_can_be_read_interleaved(golden_run):
+    """A result of prof.sql() still being read (to_arrow_reader) made every report fail with
+    "connection has an open result", and a temp view of the program's own named like a table
+    changed what the reports said: reports run on a connection of their own."""
+    with cuptiprof.open(golden_run) as prof:
+        ops = prof.ops().fetchall()
+        n = prof.sql("SELECT count(*) FROM kernels").fetchall()[0][0]
+        reader = prof.sql("SELECT start_ns FROM kernels").to_arrow_reader(16)
+        got = reader.read_next_batch().num_rows
+        assert prof.ops().fetchall() == ops           # a report while the program reads
+        assert got + sum(b.num_rows for b in reader) == n
+        report = prof.report("ops").to_arrow_reader(4)
+        first = report.read_next_batch()
+        assert prof.sql("SELECT count(*) FROM kernels").fetchall() == [(n,)]   # and the reverse
+        assert first.num_rows + sum(b.num_rows for b in report) == len(ops)
+        db = prof.sql("SELECT current_database()").fetchall()[0][0]
+        prof.con.execute(f'CREATE TEMP VIEW memcpys AS SELECT * FROM "{db}".main.memcpys LIMIT 0')
+        assert prof.sql("SELECT count(*) FROM memcpys").fetchall() == [(0,)]
+        assert any(r[0].startswith("Memcpy") for r in ops)
+        assert prof.ops().fetchall() == ops

@@ -143,21 +143,28 @@ class Profile:
         except duckdb.Error as exc:
             raise connect_error(self.path, exc, writing=False) from None
         try:
+            # Reports (and the checks of set_steps) run on a connection of their own: a result
+            # the program is still reading from sql() (to_arrow_reader) made every report fail
+            # ("connection has an open result"), and a temp view of its own named like a table
+            # (CREATE TEMP VIEW kernels ...) changed what the reports said.
+            self._rep = self.con.cursor()
             self._check_and_scope(steps)
         except BaseException:
             # Nothing may keep the file open after a failed open: DuckDB would refuse the next
             # profile() or open() of it in this process with other settings.
+            if hasattr(self, "_rep"):
+                self._rep.close()
             self.con.close()
             raise
 
     def _check_and_scope(self, steps) -> None:
         try:
-            version = file_schema_version(self.con)
+            version = file_schema_version(self._rep)
         except duckdb.Error as exc:
             raise StoreError(f"{self.path}: corrupt DuckDB file ({str(exc).splitlines()[0][:160]})") from None
         if version is None:
             try:  # a cut-off copy still lists its tables but cannot read them
-                self.con.execute("SELECT * FROM meta").fetchall()
+                self._rep.execute("SELECT * FROM meta").fetchall()
                 why = "a DuckDB file, but not a cuptiprof file (no schema version)"
             except duckdb.CatalogException:
                 why = "a DuckDB file, but not a cuptiprof file (no schema version)"
@@ -165,20 +172,20 @@ class Profile:
                 why = f"truncated or corrupt ({str(exc).splitlines()[0][:160]})"
             raise StoreError(f"{self.path}: {why}")
         check_schema_version(self.path, version)
-        check_core_tables(self.con, self.path)
+        check_core_tables(self._rep, self.path)
         self.schema_version = version
-        self.stored_busy = has_stored_busy(self.con)
+        self.stored_busy = has_stored_busy(self._rep)
         self.set_steps(steps)
 
     def _step_span(self) -> str:
         """The recorded steps, first to last, for a --steps that selects none of them."""
-        lo, hi = first_row(self.con.execute(
+        lo, hi = first_row(self._rep.execute(
             "SELECT min(step), max(step) FROM (SELECT step FROM gpu_activities WHERE step IS NOT "
             "NULL UNION ALL SELECT step FROM ranges WHERE kind = 'step')"))
         return f"its only step is {lo}" if lo == hi else f"its steps are {lo} to {hi}"
 
     def _stepless_processes(self) -> list[tuple[int, int]]:
-        return stepless_processes(self.con, use_busy=self.stored_busy)
+        return stepless_processes(self._rep, use_busy=self.stored_busy)
 
     # -- scope -------------------------------------------------------------------------------
     def set_steps(self, steps) -> None:
@@ -190,7 +197,7 @@ class Profile:
         label = f"{self._option} {steps!r}" if self._option else f"steps={steps!r}"
         rng = steps_range(steps, label)
         kernel_where = None   # the filter over kernel_rows (keyed by lane), where it differs
-        has_steps = first_row(self.con.execute(
+        has_steps = first_row(self._rep.execute(
             "SELECT EXISTS (SELECT 1 FROM gpu_activities WHERE step IS NOT NULL) "
             "OR EXISTS (SELECT 1 FROM ranges WHERE kind = 'step')"))[0]
         if rng is None:
@@ -215,7 +222,7 @@ class Profile:
             scope = f"steps {'' if lo is None else lo}:{'' if hi is None else hi}"
             # first_row: a result left unfinished by fetchone() made every later query of this
             # connection fail (DuckDB 2), once the refusal below was raised
-            found = first_row(self.con.execute(
+            found = first_row(self._rep.execute(
                 f"SELECT EXISTS (SELECT 1 FROM gpu_activities WHERE {where}) OR EXISTS "
                 f"(SELECT 1 FROM ranges WHERE kind = 'step' AND {where})"))[0]
             if not found and not has_steps:   # pointing at the steps it has would not help
@@ -231,15 +238,19 @@ class Profile:
         self.scope = scope
         self.step_range = rng    # (first, last) with None for an open end; None: the default
         self.step_filter = where
-        for macro in catalog.macros():
-            self.con.execute(macro)
+        # temp views and macros belong to one connection: made on both (the program's needs
+        # the plain names, for sql() over the scope)
+        for con in (self._rep, self.con):
+            for macro in catalog.macros():
+                con.execute(macro)
         self._scope_tag += 1
         for name, sql in catalog.scope_views(where, self.stored_busy, kernel_where).items():
             # reports read this scope's own views, which later scopes leave alone; the plain
             # names (for sql()) follow the current scope
             pinned, sql = f"{name}_{self._scope_tag}", catalog.pin_scope(sql, self._scope_tag)
-            self.con.execute(f"CREATE TEMP VIEW {pinned} AS {sql}")
-            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {pinned}")
+            for con in (self._rep, self.con):
+                con.execute(f"CREATE TEMP VIEW {pinned} AS {sql}")
+                con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {pinned}")
 
     # -- queries -----------------------------------------------------------------------------
     def _ready(self):
@@ -279,7 +290,7 @@ class Profile:
         top: the first N rows only (None: every row)."""
         top = whole_number("top", top, 1, none_ok=True)
         name = catalog.BY.get(name, name) if isinstance(name, str) else name
-        rel = self._ready().sql(catalog.pin_scope(catalog.report_sql(name), self._scope_tag))
+        rel = self._rep.sql(catalog.pin_scope(catalog.report_sql(name), self._scope_tag))
         return rel.limit(top) if top else rel
 
     def ops(self, top: int | None = None):
@@ -316,17 +327,18 @@ class Profile:
     def data_quality(self):
         """Every row of the data_quality table (what the file does not contain), whatever the
         scope. report('quality') adds the program's ranges that ran outside every step."""
-        return self._ready().sql("SELECT * FROM data_quality ORDER BY run_id, pid, check_name, subject")
+        return self._rep.sql("SELECT * FROM data_quality ORDER BY run_id, pid, check_name, subject")
 
     def runs(self):
         """Every row of the runs table (label, source, status, command, versions, settings)."""
-        return self._ready().sql("SELECT * FROM runs ORDER BY run_id")
+        return self._rep.sql("SELECT * FROM runs ORDER BY run_id")
 
     def close(self) -> None:
         """Close the file (relations made from it can no longer be read); `with` does it too.
         A method called after it says so in one line."""
+        self._rep.close()
         self.con.close()
-        self.con = _Closed(self.path)
+        self.con = self._rep = _Closed(self.path)
 
     def __enter__(self) -> "Profile":
         return self
