@@ -65,3 +65,27 @@ def test_overhead_with_no_report_is_refused(tmp_path):
     assert r.stderr.strip().splitlines() == [
         "cuptiprof: error: --overhead prints its measurement and no report, so --no-report changes "
         "nothing; leave it out"]
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_a_helper_that_records_nothing_adds_only_its_processes_row(tmp_path, path):
+    """A helper process that reaches no step and records nothing (`python -c pass`) is listed
+    in processes and adds no other row: with the CUPTI collector its part file was made as it
+    started, giving it a device and a steps_short row saying 0 of the 2 steps were recorded."""
+    p = script(tmp_path, f"""
+        import subprocess, cuptiprof
+        subprocess.run([{PY!r}, "-c", "pass"], check=True)
+        for i in range(2):
+            with cuptiprof.step(i):
+                pass
+    """)
+    r = cli(["run", "-o", "h.duckdb", "--steps", "2", "--no-report", "--", PY, str(p)], tmp_path,
+            **PATHS[path])
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "h.duckdb"
+    procs = dict(q(out, "SELECT command, pid FROM processes"))
+    helper = procs.pop(shlex.join([PY, "-c", "pass"]))
+    assert list(procs) == [shlex.join([PY, str(p)])]
+    for table in ("devices", "data_quality", "ranges", "kernels"):
+        assert q(out, f"SELECT count(*) FROM {table} WHERE pid = {helper}") == [(0,)], table
+    assert q(out, "SELECT step FROM ranges WHERE kind = 'step' ORDER BY step") == [(0,), (1,)]

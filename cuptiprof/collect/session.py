@@ -242,8 +242,9 @@ class Session:
         self._start_ns = time.time_ns()
         self._last_error_at_start = getattr(sys, "last_value", None)
         run.start_ns = run.start_ns or self._start_ns
-        self.writer = Writer(self.path, run, mode=self.mode, pid=self.pid,
-                             synced=not self._launcher)   # a part file of `cuptiprof run`
+        self._run = run
+        if not self._launcher:   # the file is made now: a mode='create' over a file fails here
+            self.writer = Writer(self.path, run, mode=self.mode, pid=self.pid)
         try:
             self.source = self._open_source()
             self._sink = Sink(_kind_enum(self.source))
@@ -255,9 +256,11 @@ class Session:
                     self.source.open(self._sink.add)
                 except CollectorProblem as exc:
                     self._fallback(exc)
-            self._write_start()
+            if self.writer is not None:
+                self._write_start()
         except BaseException:
-            self.writer.close("failed")
+            if self.writer is not None:
+                self.writer.close("failed")
             raise
         self.active = True
         _active = self
@@ -314,6 +317,19 @@ class Session:
             print(f"cuptiprof: no GPU activity captured: {exc}; recording host-side ranges "
                   f"only into {self.path}", file=sys.stderr)
 
+    def _file(self) -> Any:
+        """The Writer; in a process `cuptiprof run` records (its part file), made once there is
+        something to write: the first step's flush, a range, a data_quality row, GPU work. A
+        process that reaches no step and records nothing (a helper script, a compile worker)
+        leaves no part file, as the Recorder does without a GPU. Under the flush lock."""
+        if self.writer is None:
+            from cuptiprof.store.writer import Writer
+
+            self.writer = Writer(self.path, self._run, mode=self.mode, pid=self.pid,
+                                 synced=False)
+            self._write_start()
+        return self.writer
+
     def _write_start(self) -> None:
         from cuptiprof.collect import device_info
 
@@ -367,9 +383,11 @@ class Session:
             self._write_open_ranges()
             self._write_quality(prev_phase)
             end = time.time_ns()
-            self.writer.execute("UPDATE processes SET end_ns = ?, ended_early = FALSE, "
-                                "exit_status = coalesce(?, exit_status) WHERE run_id = ? AND pid = ?",
-                                [end, self._exit_status, self.writer.run_id, self.pid])
+            if self.writer is not None:
+                self.writer.execute(
+                    "UPDATE processes SET end_ns = ?, ended_early = FALSE, exit_status = "
+                    "coalesce(?, exit_status) WHERE run_id = ? AND pid = ?",
+                    [end, self._exit_status, self.writer.run_id, self.pid])
         finally:
             # Another thread's note while stop() holds the flush lock is only queued (it never
             # waits for that lock): the notes queued until now are written here, right before
@@ -377,7 +395,8 @@ class Session:
             with self._notes_lock:
                 self._notes_closed = True
             self._write_notes()
-            path = self.writer.close(status)
+            # a part file never made (nothing recorded) stays unmade
+            path = self.writer.close(status) if self.writer is not None else self.path
             _watch_exit(False)
             if self._atexit is not None:
                 atexit.unregister(self._atexit)
@@ -480,7 +499,7 @@ class Session:
         """The rows _note_problem left; under the flush lock."""
         for check, detail in _take_all(self._notes):
             try:
-                self.writer.add_quality(check, None, None, detail)
+                self._file().add_quality(check, None, None, detail)
             except Exception:
                 pass
 
@@ -795,9 +814,12 @@ class Session:
             if ranges or mr:
                 batches["ranges"] = _typed_ranges({
                     c: (ranges[c] if ranges else []) + (mr[c] if mr else []) for c in RANGE_COLS})
-            self._devices(batches)
+            if self.writer is None and not any(map(_n_rows, batches.values())):
+                batches = {}   # nothing recorded (its own synchronize): no part file for it
+            if batches or self.writer is not None:   # nor for its devices alone
+                self._devices(batches)
             if batches:
-                self.writer.append(batches)
+                self._file().append(batches)
             self.flushes += 1
             self._last_flush = time.monotonic()
             self._prune()
@@ -878,12 +900,12 @@ class Session:
                             if t[0] not in ended)
         batch = self._ranges_batch()
         if batch:
-            self.writer.append({"ranges": _typed_ranges(batch)})
+            self._file().append({"ranges": _typed_ranges(batch)})
 
     def _write_quality(self, phase: str) -> None:
         from cuptiprof.collect import device_info
 
-        w, r, src = self.writer, self.resolver, self.source
+        r, src = self.resolver, self.source
         batch: dict[str, list] = {"check_name": [], "subject": [], "count": [], "value_ns": [],
                                   "detail": []}
 
@@ -895,10 +917,6 @@ class Session:
             add(self.problem.check, None, None, f"No GPU activity was captured: {self.problem}")
         elif not src.gpu and self._source_arg == "none":
             add("no_gpu", None, None, "No GPU activity was captured: profiling ran host-side only")
-        if not self._devices_written:
-            rows = device_info.cuda_devices() if src.name == "cupti" else []
-            if rows:
-                w.append({"devices": _rows_to_cols(rows)})
         if self.dropped_total:
             add("dropped_records", None, self.dropped_total,
                 f"CUPTI dropped {self.dropped_total} activity records (buffers full); totals "
@@ -935,7 +953,9 @@ class Session:
         if markers._disabled:
             add("ranges_disabled", None, None, f"{_RANGES_OFF}: no step or range of the program "
                 "was recorded")
-        if self.steps is not None and self.steps_recorded < self.steps and phase != "idle":
+        if self._launcher and not self.steps_seen:
+            pass   # a process of `cuptiprof run` that marked no step (a helper): not short of any
+        elif self.steps is not None and self.steps_recorded < self.steps and phase != "idle":
             add("steps_short", None, self.steps_recorded,
                 f"{self.steps} steps were asked for after {self.warmup} warm-up steps; "
                 f"{self.steps_recorded} were recorded")
@@ -944,8 +964,14 @@ class Session:
             add("steps_short", None, 0,
                 f"{self.steps_seen} steps were marked, all within the {self.warmup} warm-up "
                 "steps: no step and no GPU work were recorded")
+        if self.writer is None and not batch["check_name"]:
+            return   # nothing recorded: no part file
+        if not self._devices_written:
+            rows = device_info.cuda_devices() if src.name == "cupti" else []
+            if rows:
+                self._file().append({"devices": _rows_to_cols(rows)})
         if batch["check_name"]:
-            w.append({"data_quality": {
+            self._file().append({"data_quality": {
                 "check_name": batch["check_name"], "subject": batch["subject"],
                 "count": arrow.array(batch["count"], pa.int64()),
                 "value_ns": arrow.array(batch["value_ns"], pa.int64()), "detail": batch["detail"]}})
@@ -1167,6 +1193,13 @@ _RANGE_TYPES = {"range_id": pa.int64(), "parent_id": pa.int64(), "depth": pa.int
 
 def _typed_ranges(cols: dict) -> dict:
     return {c: arrow.array(cols[c], _RANGE_TYPES[c]) for c in RANGE_COLS}
+
+
+def _n_rows(batch: Any) -> int:
+    """Rows of one table of a batch: an Arrow table, or a dict of columns."""
+    if isinstance(batch, dict):
+        return len(next(iter(batch.values()), ()))
+    return batch.num_rows
 
 
 def _rows_to_cols(rows: list[dict]) -> dict[str, list]:

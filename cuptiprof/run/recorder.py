@@ -8,7 +8,8 @@ composite op of torch's dispatcher and self time at least half its duration, jud
 name for the whole process)
 become `kernels` rows on device -1 (stream = thread), every op a `ranges` row of kind 'op'.
 The part file is created lazily on the first flush, so processes that never record anything
-(compile workers, helper scripts) cost no DuckDB file.
+(compile workers, helper scripts) cost no DuckDB file (the collector's Session makes its part
+file the same way).
 """
 from __future__ import annotations
 
