@@ -203,6 +203,14 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     closes its own entry. On a generator function the range covers the whole iteration (first
     next() to exhaustion or close(), the consumer's time between items included); on an
     `async def` function the whole await, on an async generator likewise.
+
+    A range open across a `yield` (that decorator, or a `with` around a `yield` inside a
+    generator) stays open in the consumer while the generator waits: ranges and steps the
+    consumer opens meanwhile nest inside it (a step then becomes a range of it when it is a
+    step itself), and GPU work the consumer launches outside them counts for it. A consumer that
+    stops early (break, close(), or the generator dropped and collected) ends it there: the
+    decorator's range ends normally, a step of a `with` inside the generator is marked
+    incomplete (GeneratorExit ended it).
     """
 
     __slots__ = ("name", "attrs")

@@ -298,3 +298,40 @@ def test_nan_and_infinite_attributes_are_stored_as_strict_json_under_run(tmp_pat
     assert r.returncode == 0, r.stderr
     (a,), = q(tmp_path / "r.duckdb", "SELECT attrs FROM ranges WHERE name = 'odd'")
     assert _strict(a) == NONFINITE_STORED
+
+
+def test_a_range_held_across_yield_holds_what_the_consumer_does_meanwhile(tmp_path):
+    """What help(cuptiprof.range) and the README say of a range open across a `yield`: the
+    consumer's steps and ranges nest in it, its GPU work outside them counts for it, and an
+    early stop ends a `with`-held step as incomplete where the decorator's range ends normally."""
+    f = FakeCupti()
+
+    @cuptiprof.range("load")
+    def batches():
+        yield from range(3)
+
+    def held():
+        with cuptiprof.step(9):
+            yield
+
+    p = tmp_path / "y.duckdb"
+    with Session(p, source=f, quiet=True):
+        for i in batches():
+            f.launch_kernel(f"k_between{i}")
+            with cuptiprof.step(i):
+                f.launch_kernel(f"k_step{i}")
+            if i == 1:
+                break
+        g = held()
+        next(g)
+        with cuptiprof.range("consumer"):
+            f.launch_kernel("k_consumer")
+        g.close()
+    assert kernels_by_range(p) == {"k_between0": "load", "k_step0": "step", "k_between1": "load",
+                                   "k_step1": "step", "k_consumer": "consumer"}
+    assert q(p, "SELECT r.name, r.kind, p.name FROM ranges r LEFT JOIN ranges p "
+                "ON r.parent_id = p.range_id ORDER BY r.start_ns") == [
+        ("load", "user", None), ("step", "step", "load"), ("step", "step", "load"),
+        ("step", "step", None), ("consumer", "user", "step")]
+    assert q(p, "SELECT subject, detail LIKE '%GeneratorExit%' FROM data_quality "
+                "WHERE check_name = 'step_incomplete'") == [("9", True)]
