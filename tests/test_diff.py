@@ -306,6 +306,18 @@ def test_regression_exit_survives_a_reader_that_went_away(tmp_path):
         assert p.returncode == code, (fmt, p.stderr)
         assert "Traceback" not in p.stderr and "Exception" not in p.stderr
         assert ("regression(s)" in p.stderr) == bool(code)
+    # `2>&1 | head -1`: stderr goes to the same closed pipe (the --fail-above hint and the
+    # regression count are written there): the verdict still holds, and nothing is printed
+    for fmt, threshold in (("table", "5"), ("csv", "5"), ("table", "0.5")):
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            p = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", str(a), str(b),
+                                "--fail-above", threshold, "--format", fmt],
+                               stdout=w, stderr=w, env=env, timeout=120)
+        finally:
+            os.close(w)
+        assert p.returncode == 1, (fmt, threshold)
 
 
 def _quantized_run(path, softmax_us):

@@ -57,19 +57,32 @@ def run(args) -> int:
     except BrokenPipeError:
         # `cuptiprof diff ... | head`: the reader went away, but the verdict stands; exit 0 here
         # would pass a CI gate (under pipefail) that found regressions
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _to_devnull(sys.stdout)
         reader_gone = True
     if res.failed and (reader_gone or args.format in ("table", "markdown")):
-        print(f"cuptiprof diff: {len(res.regressions)} regression(s)", file=sys.stderr)
+        _note(f"cuptiprof diff: {len(res.regressions)} regression(s)")
     return 1 if res.failed else 0
+
+
+def _to_devnull(stream) -> None:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
+def _note(line: str) -> None:
+    """A line on stderr that may find its reader gone too (`cuptiprof diff ... 2>&1 | head -1`):
+    the BrokenPipeError would reach the CLI's handler, which exits 0, and pass the gate."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        _to_devnull(sys.stderr)
 
 
 def _hint_fraction(text: str, pct: float) -> None:
     """--fail-above 0.05 is 0.05%, though often meant as 5%: the meaning stays, and a line in
     the CI log says how 5% is written."""
     if 0 < pct < 1 and not str(text).strip().endswith("%"):
-        print(f"cuptiprof diff: note: --fail-above {text} is {text}% (a percentage, not a "
-              f"fraction); for {pct * 100:g}% write --fail-above {pct * 100:g}", file=sys.stderr)
+        _note(f"cuptiprof diff: note: --fail-above {text} is {text}% (a percentage, not a "
+              f"fraction); for {pct * 100:g}% write --fail-above {pct * 100:g}")
 
 
 def _write(res, args, out) -> None:
@@ -87,7 +100,7 @@ def _write(res, args, out) -> None:
     if args.format == "csv":
         render(rows, "csv", out=out)
         for n in res.notes:   # the rows are data; what qualifies them goes beside, on stderr
-            print(f"cuptiprof diff: {n}", file=sys.stderr)
+            _note(f"cuptiprof diff: {n}")
         return
     head = (f"cuptiprof diff: BASE {res.base} ({_steps(res.steps[0])}) -> NEW {res.new} ({_steps(res.steps[1])}); "
             f"fail above {res.fail_above_pct:g}% + {res.sigmas:g} robust sigmas of step noise"
