@@ -183,6 +183,21 @@ def test_sql_query_and_schema(run_file):
     assert r.returncode == 0 and "x;y" in r.stdout, r.stderr
 
 
+def test_sql_columns_of_the_same_name_all_show_under_duckdbs_names(run_file):
+    """JSON keeps one value per key: `SELECT 1 AS a, 2 AS a` lost a column there. Every format
+    names them as DuckDB's own COPY does (a, a_1; a name already taken gets another suffix)."""
+    q = "SELECT 1 AS a, 2 AS a, 3 AS a_1, 4 AS A"
+    names = ["a", "a_1", "a_1_1", "A_2"]
+    r = cli("sql", run_file, q, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [dict(zip(names, (1, 2, 3, 4)))]
+    r = cli("sql", run_file, q, "--format", "csv")
+    assert r.stdout.splitlines() == [",".join(names), "1,2,3,4"]
+    assert cli("sql", run_file, q).stdout.split()[:4] == names
+    assert cli("sql", run_file, q, "--format", "markdown").stdout.startswith(
+        "| " + " | ".join(names) + " |")
+
+
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 def test_both_entry_points_report(run_file, entry):
     r = cli("report", run_file, "--by", "device", "--format", "csv", entry=entry)

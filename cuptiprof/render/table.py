@@ -38,9 +38,29 @@ def clean(text: str) -> str:
 
 def rows_of(rel) -> tuple[list[str], list[tuple]]:
     if hasattr(rel, "columns") and hasattr(rel, "fetchall"):
-        return list(rel.columns), rel.fetchall()
-    tbl = rel  # pyarrow.Table
-    return list(tbl.column_names), [tuple(r.values()) for r in tbl.to_pylist()]
+        return unique_names(rel.columns), rel.fetchall()
+    tbl = rel  # pyarrow.Table: by column, as to_pylist()'s dicts keep one of two equal names
+    rows = list(zip(*(c.to_pylist() for c in tbl.columns))) if tbl.num_columns else [()] * tbl.num_rows
+    return unique_names(tbl.column_names), rows
+
+
+def unique_names(names: Iterable[str]) -> list[str]:
+    """Column names made unique as DuckDB makes them (`SELECT 1 AS a, 2 AS a` -> a, a_1; its
+    COPY to CSV or JSON writes the same): a JSON object keeps one value per key, and a CSV or
+    table header that repeats a name leaves its reader to guess which column is which."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        low = name.lower()   # DuckDB's names are case-insensitive: a and A collide
+        if low in seen:
+            new = f"{name}_{seen[low]}"
+            while new.lower() in seen:
+                seen[low] += 1
+                new = f"{name}_{seen[low]}"
+            name, low = new, new.lower()
+        seen[low] = seen.get(low, 0) + 1
+        out.append(name)
+    return out
 
 
 def fmt_value(v: Any) -> str:
