@@ -69,6 +69,25 @@ def test_compare_html_has_rank_shift_and_escapes_names(evil, tmp_path):
     assert "B: absent" in text or "A: absent" in text
 
 
+def test_compare_html_names_a_file_without_steps_whole_not_step_0(tmp_path):
+    """compare counts a file without steps as one step, 0 inside; the text says "the whole file
+    counts as one step" and the report's HTML labels that bar "all": so does compare's."""
+    from cuptiprof.store.writer import RunInfo, Writer
+    a = make_run(tmp_path / "a.duckdb")
+    p = tmp_path / "nosteps.duckdb"
+    with Writer(p, RunInfo(source="synthetic")) as w:
+        w.append({"kernels": {"start_ns": [0, 1000], "end_ns": [500, 1800], "name": [ADD, ADD]}})
+    out = tmp_path / "c.html"
+    with Comparison([a, p]) as cmp:
+        write_compare(cmp, out)
+    steps = out.read_text().split("<h2>Steps per file</h2>")[1].split("<h2>")[0]
+    a_part, b_part = steps.split("<p>B: ")
+    labels = lambda part: re.findall(r'text-anchor="middle">([^<]*)</text>', part)
+    assert labels(a_part) == ["1", "2", "3", "4", "5"]
+    assert labels(b_part) == ["all"] and "<title>all | kernel" in b_part
+    assert "the bar is the whole file" in b_part
+
+
 def test_cli_writes_html(evil, tmp_path, capsys):
     out = tmp_path / "cli.html"
     assert main(["report", str(evil[0]), "--html", str(out)]) == 0

@@ -716,10 +716,14 @@ def write_compare(cmp, out: str | os.PathLike, top: int = 15) -> Path:
     body.append("<h2>Steps per file</h2>")
     steps = _dicts(cmp.steps())
     for r in cmp.runs:
-        cols = [(str(s["step"]), {"kernel": s["kernel_ms"], "memcpy": s["memcpy_ms"], "memset": s["memset_ms"],
-                                  "sync": s["sync_ms"], "idle": s["idle_ms"]})
+        # a file without steps is one step 0 to the comparison: its bar is the whole file, "all"
+        # as in the report's HTML, not a step 0 that the file never recorded
+        cols = [(str(s["step"]) if r.has_steps else "all",
+                 {"kernel": s["kernel_ms"], "memcpy": s["memcpy_ms"], "memset": s["memset_ms"],
+                  "sync": s["sync_ms"], "idle": s["idle_ms"]})
                 for s in steps if s["run"] == r.index]
-        body.append(f"<p>{esc(r.letter)}: {esc(r.label)}</p>" + stacked_columns(cols, height=180))
+        whole = "" if r.has_steps else " (no steps recorded: the bar is the whole file)"
+        body.append(f"<p>{esc(r.letter)}: {esc(r.label)}{whole}</p>" + stacked_columns(cols, height=180))
     body.append("<h2>Ops side by side</h2>" + table(cmp.side_by_side(top)))
     body.append("<h2>Devices</h2>" + table(cmp.devices_side_by_side()))
     body.append("<h2>Copy bandwidth against peak</h2><p class=\"note\">Peaks marked 'estimate' come from "
