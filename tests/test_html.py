@@ -88,6 +88,26 @@ def test_compare_html_names_a_file_without_steps_whole_not_step_0(tmp_path):
     assert "the bar is the whole file" in b_part
 
 
+def test_hover_text_shows_values_as_meant_and_names_escaped_once(evil, tmp_path):
+    """A cell's tooltip is its whole value, a float without its binary noise and a NaN as empty
+    (not "nan"); a name in it is escaped once (shown as written); a kind without a detail
+    reads "kernel: ...", not "kernel : ..."."""
+    import html as html_mod
+    import pyarrow as pa
+    from cuptiprof.render.html import table
+    name = 'k<T & "q"> \'x\''
+    cell = table(pa.table({"name": [name], "ms": [0.1 + 0.2], "x": [float("nan")]}))
+    titles = [html_mod.unescape(t) for t in re.findall(r' title="([^"]*)"', cell)]
+    assert titles == [name, "0.3", ""]
+    out = tmp_path / "r.html"
+    with cuptiprof.open(evil[0]) as prof:
+        write_report(prof, out, top=10)
+    tips = [html_mod.unescape(t) for t in re.findall(r"<title>(.*?)</title>", out.read_text())]
+    assert any(t.startswith("kernel: ") for t in tips) and not any(" : " in t for t in tips)
+    assert any(t.startswith(EVIL_KERNEL + " (kernel, ") for t in tips)   # timeline boxes
+    assert any(t.startswith(EVIL_KERNEL + ": ") and " ms, " in t for t in tips)   # the ops bars
+
+
 def test_cli_writes_html(evil, tmp_path, capsys):
     out = tmp_path / "cli.html"
     assert main(["report", str(evil[0]), "--html", str(out)]) == 0

@@ -455,12 +455,21 @@ def table(rel_or_tbl, max_rows: int = 200, wrap: bool = False) -> str:
         out.append("<tr>")
         for v, text in zip(r, shown):
             cls = ' class="n"' if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
-            out.append(f'<td{cls} title="{esc(v)}">{esc(text)}</td>')
+            out.append(f'<td{cls} title="{esc(_full(v))}">{esc(text)}</td>')
         out.append("</tr>")
     out.append("</tbody></table>")
     if len(rows) > max_rows:
         out.append(f'<p class="note">{len(rows) - max_rows} more rows not shown</p>')
     return "".join(out)
+
+
+def _full(v) -> str:
+    """A cell's whole value, for its tooltip: a float to 10 significant digits (a nanosecond of
+    seconds in ms), so that the binary noise of sums and differences does not show
+    (0.000129000000000007 ms), a NaN as the empty cell it is."""
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.10g}"
+    return "" if v is None else str(v)
 
 
 def _page(title: str, body: Sequence[str]) -> str:
@@ -609,7 +618,7 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
         body.append(_steps_by_range(profile, cut, what, sorted(per_step)))
     body.append("<h2>Kinds</h2>")
     body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["total_ms"],
-                        f'{k["kind"]} {k["detail"] or ""}: {fmt_value(k["total_ms"])} ms, {k["count"]} calls')
+                        f'{k["kind"]} {k["detail"] or ""}'.strip() + f': {fmt_value(k["total_ms"])} ms, {k["count"]} calls')
                        for k in kinds], cls="plot kinds"))
     body.append(table(profile.kinds()))
     if host_only:   # nothing to draw: said once, not as one empty timeline per step
