@@ -32,6 +32,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                 "tagged by step, in one DuckDB file.")
     p.add_argument("--version", action="version", version=f"cuptiprof {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    p.set_defaults(_commands=sub.choices)
     for name in COMMANDS if only is None else (only,):
         try:
             mod = importlib.import_module(f"cuptiprof.commands.{name.replace('import', 'import_')}")
@@ -68,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = _glue_negative_steps(sys.argv[1:] if argv is None else list(argv))
     # `cuptiprof import ...`: only that command's parser (help and mistakes get them all)
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:   # `report FILE --bogus`: the subcommand's help lists the options it has
+        command = args._commands.get(getattr(args, "command", None) or "", parser)
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2

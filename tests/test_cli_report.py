@@ -337,6 +337,11 @@ def test_sql_with_a_wrong_name_says_what_to_use(run_file):
     (["import", "t.json"], "-o/--output", "import"),
     (["merge", "a.duckdb"], "-o/--output", "merge"),
     (["--bogus"], "unrecognized arguments", ""),
+    # an option the subcommand does not have: its own help lists what it has
+    (["report", "x.duckdb", "--bogus"], "unrecognized arguments: --bogus", "report"),
+    (["sql", "x.duckdb", "SELECT 1", "--bogus"], "unrecognized arguments: --bogus", "sql"),
+    (["diff", "a.duckdb", "b.duckdb", "--fail-above", "5", "--bogus", "1"],
+     "unrecognized arguments: --bogus 1", "diff"),
 ])
 def test_argument_mistakes_begin_like_every_other_error(tmp_path, args, word, command):
     """A mistake the argument parser finds reads as any other error does: one line begun
