@@ -201,9 +201,20 @@ def test_file_without_steps_reports_every_row(tmp_path):
         w.append({"kernels": {"start_ns": [0, 10], "end_ns": [5, 30], "name": ["a", "b"],
                               "device_id": [0, 0]}})
     with cuptiprof.open(path) as prof:
-        assert prof.scope == "all rows (no steps recorded)"
+        assert prof.scope == "all rows, no steps recorded"
         assert {r[0] for r in prof.ops().fetchall()} == {"a", "b"}
         assert prof.report("devices").fetchall()[0][10] == pytest.approx(25 / 1e6)
+
+
+def test_report_header_of_a_file_without_steps_reads_without_nested_parentheses(tmp_path, capsys):
+    from cuptiprof.cli import main
+    path = tmp_path / "nosteps.duckdb"
+    with Writer(path) as w:
+        w.append({"kernels": {"start_ns": [0, 10], "end_ns": [5, 30], "name": ["a", "b"],
+                              "device_id": [0, 0]}})
+    assert main(["report", str(path)]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head == f"cuptiprof report: {path}  (scope: all rows, no steps recorded)"
 
 
 def test_python_api_returns_relations(golden_run):

@@ -202,7 +202,7 @@ class Profile:
             "OR EXISTS (SELECT 1 FROM ranges WHERE kind = 'step')"))[0]
         if rng is None:
             where = "step IS NOT NULL" if has_steps else "TRUE"
-            scope = "all recorded steps" if has_steps else "all rows (no steps recorded)"
+            scope = "all recorded steps" if has_steps else "all rows, no steps recorded"
             stepless = self._stepless_processes() if has_steps else []
             if stepless:   # e.g. a run without steps merged with runs that have them
                 procs = " OR ".join(f"(run_id = {int(r)} AND pid = {int(p)})" for r, p in stepless)
