@@ -198,6 +198,19 @@ def test_sql_columns_of_the_same_name_all_show_under_duckdbs_names(run_file):
         "| " + " | ".join(names) + " |")
 
 
+def test_sql_json_writes_nan_and_infinity_as_null(run_file):
+    """json writes NaN and Infinity, which no JSON parser other than Python's takes: --format
+    json is read by jq, JavaScript, DuckDB's read_json."""
+    def strict(text):
+        def refuse(name):
+            raise ValueError(f"not JSON: {name}")
+        return json.loads(text, parse_constant=refuse)
+    r = cli("sql", run_file, "SELECT 'nan'::DOUBLE AS x, 'inf'::DOUBLE AS y, "
+            "[1.5, -'inf'::DOUBLE] AS l, {'z': 'nan'::DOUBLE} AS s", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert strict(r.stdout) == [{"x": None, "y": None, "l": [1.5, None], "s": {"z": None}}]
+
+
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 def test_both_entry_points_report(run_file, entry):
     r = cli("report", run_file, "--by", "device", "--format", "csv", entry=entry)

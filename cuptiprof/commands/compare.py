@@ -4,7 +4,6 @@ File A is the baseline: ratios (x) and rank changes (drank) are against it.
 """
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING
 
@@ -12,7 +11,7 @@ from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY
 from cuptiprof.commands import FILES_HELP, FORMAT_HELP, top_rows
 from cuptiprof.errors import UsageError
-from cuptiprof.render.table import FORMATS, _json_default, render, rows_of
+from cuptiprof.render.table import FORMATS, render, rows_of, write_json
 
 if TYPE_CHECKING:  # loaded in run(): reading commands do not load pyarrow
     from cuptiprof.analyse.compare import Comparison
@@ -96,8 +95,7 @@ def print_comparison(cmp: Comparison, fmt: str = "table", top: int = 15, out=Non
                 keys = set(cmp.top_keys(top))
                 recs = [r for r in recs if r["key"] in keys]
             doc[name] = recs
-        json.dump(doc, out, default=_json_default, indent=1)
-        out.write("\n")
+        write_json(doc, out)
         return
     if fmt in ("table", "markdown"):
         prefix = "- " if fmt == "markdown" else "  "

@@ -7,14 +7,13 @@ tell a regression from a misuse.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 from cuptiprof.analyse.families import BY
 from cuptiprof.commands import FORMAT_HELP
 from cuptiprof.analyse.diff import MAX_MIN_MS, MAX_PCT, MAX_SIGMAS, NOISE_RULE, diff, parse_number
-from cuptiprof.render.table import FORMATS, _json_default, render
+from cuptiprof.render.table import FORMATS, render, write_json
 
 _SHOW = ("item_type", "item", "base_ms", "new_ms", "delta_ms", "delta_pct", "allowed_ms", "status")
 
@@ -87,12 +86,11 @@ def _hint_fraction(text: str, pct: float) -> None:
 
 def _write(res, args, out) -> None:
     if args.format == "json":
-        json.dump({"base": str(res.base), "new": str(res.new), "fail_above_pct": res.fail_above_pct,
-                   "min_ms": res.min_ms, "sigmas": res.sigmas, "by": res.by, "rule": NOISE_RULE,
-                   "steps": {"base": res.steps[0], "new": res.steps[1]},
-                   "regressed": res.failed, "regressions": res.regressions, "notes": res.notes,
-                   "items": res.items.to_pylist()}, out, default=_json_default, indent=1)
-        out.write("\n")
+        write_json({"base": str(res.base), "new": str(res.new), "fail_above_pct": res.fail_above_pct,
+                    "min_ms": res.min_ms, "sigmas": res.sigmas, "by": res.by, "rule": NOISE_RULE,
+                    "steps": {"base": res.steps[0], "new": res.steps[1]},
+                    "regressed": res.failed, "regressions": res.regressions, "notes": res.notes,
+                    "items": res.items.to_pylist()}, out)
         return
     rows = res.items if args.all else res.items.filter(
         [s == "regression" for s in res.items.column("status").to_pylist()])

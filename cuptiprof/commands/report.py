@@ -100,10 +100,8 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
         for name in names:
             cols, rows = rows_of(prof.report(name, _top(name, top)))
             doc[name] = [dict(zip(cols, r)) for r in rows]
-        from cuptiprof.render.table import _json_default
-        json.dump({"file": str(prof.path), "scope": prof.scope, "reports": doc}, out,
-                  default=_json_default, indent=1)
-        out.write("\n")
+        from cuptiprof.render.table import write_json
+        write_json({"file": str(prof.path), "scope": prof.scope, "reports": doc}, out)
         return
     if fmt in ("table", "markdown") and len(names) > 1:
         out.write(f"cuptiprof report: {prof.path}  (scope: {prof.scope})\n")

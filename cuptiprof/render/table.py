@@ -104,8 +104,7 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
             (wq if any(isinstance(v, str) and "\r" in v for v in cells) else w).writerow(cells)
         return
     if fmt == "json":
-        json.dump([dict(zip(cols, r)) for r in rows], out, default=_json_default, indent=1)
-        out.write("\n")
+        write_json([dict(zip(cols, r)) for r in rows], out)
         return
     if fmt == "markdown":
         if title:
@@ -207,12 +206,27 @@ def _is_tty(out) -> bool:
         return False
 
 
+def write_json(doc, out) -> None:
+    """JSON that every reader parses: a NaN or an infinity (a ratio to 0, a query's
+    'nan'::DOUBLE), which json writes as the NaN and Infinity no JSON parser takes, is null."""
+    json.dump(_finite(doc), out, default=_json_default, indent=1, allow_nan=False)
+    out.write("\n")
+
+
+def _finite(v):
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
 def _json_default(v):
-    if isinstance(v, float) and math.isnan(v):
-        return None
     if hasattr(v, "isoformat"):
         return v.isoformat()
     from decimal import Decimal
     if isinstance(v, Decimal):
-        return float(v)
+        return float(v) if v.is_finite() else None
     return str(v)
