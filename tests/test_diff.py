@@ -308,16 +308,19 @@ def test_regression_exit_survives_a_reader_that_went_away(tmp_path):
         assert ("regression(s)" in p.stderr) == bool(code)
     # `2>&1 | head -1`: stderr goes to the same closed pipe (the --fail-above hint and the
     # regression count are written there): the verdict still holds, and nothing is printed
-    for fmt, threshold in (("table", "5"), ("csv", "5"), ("table", "0.5")):
+    # ... and a misuse (the same file twice) stays exit 2, not 1 (a regression) for want of a
+    # reader of its error line
+    for fmt, threshold, files, code in (("table", "5", (a, b), 1), ("csv", "5", (a, b), 1),
+                                        ("table", "0.5", (a, b), 1), ("table", "5", (a, a), 2)):
         r, w = os.pipe()
         os.close(r)
         try:
-            p = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", str(a), str(b),
+            p = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", *map(str, files),
                                 "--fail-above", threshold, "--format", fmt],
                                stdout=w, stderr=w, env=env, timeout=120)
         finally:
             os.close(w)
-        assert p.returncode == 1, (fmt, threshold)
+        assert p.returncode == code, (fmt, threshold, files)
 
 
 def _quantized_run(path, softmax_us):
