@@ -195,7 +195,7 @@ def test_sql_columns_of_the_same_name_all_show_under_duckdbs_names(run_file):
     assert r.stdout.splitlines() == [",".join(names), "1,2,3,4"]
     assert cli("sql", run_file, q).stdout.split()[:4] == names
     assert cli("sql", run_file, q, "--format", "markdown").stdout.startswith(
-        "| " + " | ".join(names) + " |")
+        "| " + " | ".join(n.replace("_", "\\_") for n in names) + " |")
 
 
 def test_sql_json_writes_nan_and_infinity_as_null(run_file):
@@ -209,6 +209,18 @@ def test_sql_json_writes_nan_and_infinity_as_null(run_file):
             "[1.5, -'inf'::DOUBLE] AS l, {'z': 'nan'::DOUBLE} AS s", "--format", "json")
     assert r.returncode == 0, r.stderr
     assert strict(r.stdout) == [{"x": None, "y": None, "l": [1.5, None], "s": {"z": None}}]
+
+
+def test_sql_column_names_are_shown_as_text_in_tables_and_markdown(run_file):
+    """A query names its columns: in a terminal table a name's control characters are dropped
+    (as a cell's are), in Markdown its `|` is escaped, or the header has a column too many."""
+    q = 'SELECT 1 AS "a|b", 2 AS "x\x1b[31m\nred"'
+    r = cli("sql", run_file, q, "--format", "markdown")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[:2] == ["| a\\|b | x\\[31m red |", "|---|---|"]
+    r = cli("sql", run_file, q)
+    assert r.returncode == 0 and "\x1b" not in r.stdout, r.stderr
+    assert r.stdout.splitlines()[0].split("  ") == ["a|b", "x[31m red"]
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))

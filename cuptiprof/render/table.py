@@ -109,7 +109,7 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
     if fmt == "markdown":
         if title:
             out.write(f"### {clean(title)}\n\n")
-        out.write("| " + " | ".join(cols) + " |\n")
+        out.write("| " + " | ".join(md_escape(clean(c)) for c in cols) + " |\n")
         out.write("|" + "|".join("---" for _ in cols) + "|\n")
         for r in rows:
             out.write("| " + " | ".join(md_escape(fmt_value(v)) for v in r) + " |\n")
@@ -119,6 +119,7 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
         raise ValueError(f"unknown format {fmt!r}")
     if quiet:
         cols, rows = _quiet(cols, rows)
+    cols = [clean(c) for c in cols]   # a query's column names are text like any cell's
     texts = [[fmt_value(v) for v in r] for r in rows]
     cells = cut_cells(rows, texts, max_width)
     if _is_tty(out):
