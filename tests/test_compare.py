@@ -560,6 +560,25 @@ def test_markdown_shows_names_as_written(tmp_path, capsys):
         assert "<float>" not in page and "<em>" not in page and "<del>" not in page and "<s>" not in page
 
 
+def test_markdown_shows_labels_and_paths_as_written(tmp_path, capsys):
+    """The lines above the Markdown tables (compare's legend, diff's heading) hold a file's
+    path and label: they read as written too, not as an image tag or emphasis."""
+    markdown_it = pytest.importorskip("markdown_it")
+    label = "<img src=x>*lab*"
+    a = make_run(tmp_path / "a.duckdb")
+    b = make_run(tmp_path / "x_<b>y_.duckdb", label=label, seed=2)
+    md = markdown_it.MarkdownIt("commonmark").enable("table")
+    for argv, shown in ((["compare", str(a), str(b), "--format", "markdown"], (label, f"{b}")),
+                        (["diff", str(a), str(b), "--fail-above", "5", "--format", "markdown"],
+                         (f"{b}",))):
+        main(argv)
+        page = md.render(capsys.readouterr().out)
+        text = html_mod.unescape(re.sub(r"<[^>]+>", "", page))
+        for s in shown:
+            assert s in text, (argv[0], s)
+        assert "<img" not in page and "<b>" not in page and "<em>" not in page, argv[0]
+
+
 def test_files_of_different_sizes_are_noted(tmp_path, capsys):
     """One rank against a whole job reads as N times slower: times per step are summed over
     processes and devices, and the legend says that the files differ in size."""

@@ -11,7 +11,7 @@ from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY
 from cuptiprof.commands import FILES_HELP, FORMAT_HELP, top_rows
 from cuptiprof.errors import UsageError
-from cuptiprof.render.table import FORMATS, render, rows_of, write_json
+from cuptiprof.render.table import FORMATS, md_escape, render, rows_of, write_json
 
 if TYPE_CHECKING:  # loaded in run(): reading commands do not load pyarrow
     from cuptiprof.analyse.compare import Comparison
@@ -100,8 +100,8 @@ def print_comparison(cmp: Comparison, fmt: str = "table", top: int = 15, out=Non
     if fmt in ("table", "markdown"):
         prefix = "- " if fmt == "markdown" else "  "
         out.write(f"cuptiprof compare (by {cmp.by}: {_KEY_HELP[cmp.by]})\n")
-        for line in cmp.legend():
-            out.write(prefix + line + "\n")
+        for line in cmp.legend():   # paths and labels are the user's text, as names are
+            out.write(prefix + (md_escape(line) if fmt == "markdown" else line) + "\n")
         out.write("\n")
     if fmt == "csv":   # the file holds the table alone: what would be lost from it goes to stderr
         for line in cmp.legend():

@@ -13,7 +13,7 @@ import sys
 from cuptiprof.analyse.families import BY
 from cuptiprof.commands import FORMAT_HELP
 from cuptiprof.analyse.diff import MAX_MIN_MS, MAX_PCT, MAX_SIGMAS, NOISE_RULE, diff, parse_number
-from cuptiprof.render.table import FORMATS, render, write_json
+from cuptiprof.render.table import FORMATS, md_escape, render, write_json
 
 _SHOW = ("item_type", "item", "base_ms", "new_ms", "delta_ms", "delta_pct", "allowed_ms", "status")
 
@@ -103,7 +103,11 @@ def _write(res, args, out) -> None:
     head = (f"cuptiprof diff: BASE {res.base} ({_steps(res.steps[0])}) -> NEW {res.new} ({_steps(res.steps[1])}); "
             f"fail above {res.fail_above_pct:g}% + {res.sigmas:g} robust sigmas of step noise"
             + (f", ignoring < {res.min_ms:g} ms" if res.min_ms else ""))
-    out.write(head + "\n" + "".join(f"{n}\n" for n in res.notes) + "\n")
+    if args.format == "markdown":   # the paths are the user's text: shown as written
+        head, notes = md_escape(head), [md_escape(n) for n in res.notes]
+    else:
+        notes = res.notes
+    out.write(head + "\n" + "".join(f"{n}\n" for n in notes) + "\n")
     if res.failed or args.all:
         title = "regressions" if not args.all else "all items"
         render(rows, args.format, out=out, title=f"{title} (ms per step, median over steps)")
