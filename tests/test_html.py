@@ -322,6 +322,16 @@ def test_timeline_processes_of_one_job_share_the_clock():
     assert "own first op" in svg
 
 
+def test_timeline_tooltip_of_an_op_under_a_microsecond_gives_its_time():
+    from cuptiprof.render.html import timeline
+    rows = [{"run_id": 1, "pid": 10, "device_id": 0, "stream_id": 7, "kind": k, "name": n,
+             "start_ns": t, "end_ns": t + d}
+            for k, n, t, d in (("kernel", "k", 0, 12_345), ("memset", "Memset", 20_000, 40),
+                               ("kernel", "k2", 30_000, 600))]
+    tips = re.findall(r"<title>(.*?)</title>", timeline(rows))
+    assert tips == ["k (kernel, 12.3 us)", "Memset (memset, 0.04 us)", "k2 (kernel, 0.6 us)"]
+
+
 def _step_timelines(tmp_path, devices: int, kernels: int) -> tuple[str, dict]:
     """The report page of a one-step trace of `kernels` kernels on each of `devices` devices,
     and its two timelines, each checked to keep every lane and the whole step."""

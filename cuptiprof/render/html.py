@@ -313,10 +313,10 @@ def timeline(rows: Sequence[dict], width: int = TIMELINE_W, processes: Sequence[
             busy = (r.get("busy_ns") or 0) / 1e3
             # the idle time between the merged ops shows as a paler box
             fill += f' fill-opacity="{max(0.3, min(1.0, busy / dur if dur else 1.0)):.2f}"'
-            tip = (f'{n} ops less than a pixel apart, {busy:.1f} us busy in {dur:.1f} us; '
+            tip = (f'{n} ops less than a pixel apart, {_us(busy)} us busy in {_us(dur)} us; '
                    f'longest: {esc(r["name"])} ({esc(what)})')
         else:
-            tip = f'{esc(r["name"])} ({esc(what)}, {dur:.1f} us)'
+            tip = f'{esc(r["name"])} ({esc(what)}, {_us(dur)} us)'
         out.append(f'<rect x="{x:.2f}" y="{ys[lane]}" width="{w:.2f}" height="{lane_h}" '
                    f'{fill}><title>{tip}</title></rect>')
     out.append(f'<text x="{label_w}" y="{h - 6}">0</text>'
@@ -340,6 +340,12 @@ def timeline(rows: Sequence[dict], width: int = TIMELINE_W, processes: Sequence[
         svg += ('<p class="note">Processes far apart in time (separate traces or runs in one file) '
                 "are each drawn from their own first op in this step, on one scale.</p>")
     return svg
+
+
+def _us(us: float) -> str:
+    """A duration in microseconds for a tooltip: a tenth of a microsecond from 1 us, else two
+    significant digits (a 40 ns memset read "0.0 us")."""
+    return f"{us:.1f}" if us >= 1 or us == 0 else f"{us:.2g}"
 
 
 KEY_COLORS = ("#4c78a8", "#e45756", "#54a24b", "#f58518", "#72b7b2", "#b279a2", "#ff9da6",
