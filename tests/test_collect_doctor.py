@@ -29,6 +29,23 @@ def test_doctor_without_gpu_says_what_and_how():
     assert "`cuptiprof run` records a torch program's CPU op times" in r.stderr
 
 
+@pytest.mark.skipif(libcuda_gpu_count() > 0, reason="this machine has a GPU")
+def test_doctor_verdict_survives_a_reader_that_went_away():
+    """`cuptiprof doctor | head -1` in a setup script under pipefail: the closed pipe must not
+    turn "GPU profiling would NOT work" (exit 3) into exit 0."""
+    import os
+    for both in (False, True):   # stdout alone, and `2>&1 | head -1`
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            p = subprocess.run([sys.executable, "-m", "cuptiprof", "doctor"], cwd=ROOT, stdout=w,
+                               stderr=w if both else subprocess.PIPE, timeout=120)
+        finally:
+            os.close(w)
+        assert p.returncode in (1, 3), both
+        assert not p.stderr or b"Traceback" not in p.stderr
+
+
 def test_doctor_exit_status_rules(monkeypatch, capsys):
     monkeypatch.setattr(doctor, "checks", lambda: [("a", True, "", "", 1)])
     assert doctor.run(None) == 0

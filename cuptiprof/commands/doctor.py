@@ -160,7 +160,7 @@ def run(args) -> int:
             if code:
                 failed.add(code)
             no_gpu = no_gpu or what in _NO_GPU
-        print(line)
+        _say(line, sys.stdout)
     status = 1 if 1 in failed else (3 if failed else 0)
     if status:
         # without a GPU, run falls back to torch.profiler's CPU ops; with CUPTI held by another
@@ -168,8 +168,17 @@ def run(args) -> int:
         # run would not start at all.
         cpu = (", and `cuptiprof run` records a torch program's CPU op times instead (no CUDA "
                "GPU found)") if no_gpu and status == 3 else ""
-        print("cuptiprof doctor: GPU profiling would NOT work here (exit "
-              f"{status}); profile() still records host-side ranges{cpu}", file=sys.stderr)
+        _say("cuptiprof doctor: GPU profiling would NOT work here (exit "
+             f"{status}); profile() still records host-side ranges{cpu}", sys.stderr)
     else:
-        print("cuptiprof doctor: GPU profiling would work here")
+        _say("cuptiprof doctor: GPU profiling would work here", sys.stdout)
     return status
+
+
+def _say(line: str, stream) -> None:
+    """A line whose reader may be gone (`cuptiprof doctor | head -1`): the checks go on and the
+    exit status stays the verdict; a BrokenPipeError reached the CLI's handler, exit 0."""
+    try:
+        print(line, file=stream, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
