@@ -636,3 +636,24 @@ def test_a_report_and_the_programs_own_query_can_be_read_interleaved(golden_run)
         assert prof.sql("SELECT count(*) FROM memcpys").fetchall() == [(0,)]
         assert any(r[0].startswith("Memcpy") for r in ops)
         assert prof.ops().fetchall() == ops
+
+
+def test_a_warm_up_of_one_rank_leaves_the_same_step_of_another_rank_in_scope(tmp_path):
+    """One run, two ranks: rank 0 warms up in step 0, rank 1 records step 0. Only rank 0's
+    warm-up range is out of scope; rank 1's range of step 0 is a call like any other."""
+    from cuptiprof.store.merge import merge_files
+
+    r0 = _steps_run(tmp_path / "r0.duckdb", 11, "rank0",
+                    [(1, None, 0, "step", "warmup", 0, 0, 900), (2, 1, 1, "unet", "user", 0, 10, 890),
+                     (3, None, 0, "step", "step", 1, 1000, 1100), (4, 3, 1, "unet", "user", 1, 1010, 1090)],
+                    [("gemm", 4, 1, 1020, 10)])
+    r1 = _steps_run(tmp_path / "r1.duckdb", 22, "rank1",
+                    [(1, None, 0, "step", "step", 0, 0, 200), (2, 1, 1, "unet", "user", 0, 10, 110),
+                     (3, None, 0, "step", "step", 1, 1000, 1100), (4, 3, 1, "unet", "user", 1, 1010, 1050)],
+                    [("gemm", 2, 0, 20, 30), ("gemm", 4, 1, 1020, 20)])
+    with cuptiprof.open(merge_files([r0, r1], tmp_path / "all.duckdb", one_run=True)) as prof:
+        rel = prof.report("ranges")
+        (unet,) = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+    assert (unet["calls"], unet["gpu_calls"]) == (3, 3)
+    assert unet["host_ms"] == pytest.approx(0.08 + 0.1 + 0.04)
+    assert unet["gpu_us_per_call"] == pytest.approx(20)
