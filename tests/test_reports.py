@@ -657,3 +657,58 @@ def test_a_warm_up_of_one_rank_leaves_the_same_step_of_another_rank_in_scope(tmp
     assert (unet["calls"], unet["gpu_calls"]) == (3, 3)
     assert unet["host_ms"] == pytest.approx(0.08 + 0.1 + 0.04)
     assert unet["gpu_us_per_call"] == pytest.approx(20)
+
+
+def _two_ranks_file(tmp_path: Path) -> Path:
+    """One run of two ranks (pids 11 and 22), both on their device 0, steps 1 to 4 of 1 ms each.
+    Rank 11: one kernel per step of 100, 300 and 200 us in steps 1 to 3, step 2 ended early by an
+    exception, step 4 without GPU work. Rank 22: 40 us in step 1, 60 us in step 3, steps 2 and 4
+    without GPU work."""
+    import duckdb
+
+    from cuptiprof.store.merge import merge_files
+
+    t, us = 1_700_000_000_000_000_000, 1_000
+    parts = []
+    for pid, work in ((11, {1: 100, 2: 300, 3: 200}), (22, {1: 40, 3: 60})):
+        path = tmp_path / f"rank{pid}.duckdb"
+        steps = [(s, None, 0, "step", "step", s, s * 1000, s * 1000 + 1000) for s in (1, 2, 3, 4)]
+        with Writer(path, RunInfo(source="synthetic", label="ranks"), pid=pid) as w:
+            w.append({"ranges": _range_rows(steps, t, us),
+                      "kernels": {"name": [f"k{pid}"] * len(work),
+                                  "device_id": pa.array([0] * len(work), pa.int32()),
+                                  "stream_id": pa.array([7] * len(work), pa.int32()),
+                                  "step": pa.array(list(work), pa.int32()),
+                                  "start_ns": [t + (s * 1000 + 10) * us for s in work],
+                                  "end_ns": [t + (s * 1000 + 10 + d) * us for s, d in work.items()]}})
+        parts.append(path)
+    merged = merge_files(parts, tmp_path / "ranks.duckdb", one_run=True)
+    with duckdb.connect(str(merged)) as con:
+        con.execute("INSERT INTO data_quality (run_id, pid, check_name, subject, detail) VALUES "
+                    "(1, 11, 'step_incomplete', '2', 'step 2 was ended early by KeyboardInterrupt')")
+    return merged
+
+
+def test_steps_report_of_two_ranks_keeps_each_ranks_steps_cut_steps_and_medians_apart(tmp_path):
+    """Ranks of one run share step numbers and device ordinals: every per-step number (the
+    step's row, a step without GPU work as 0, a step cut short, the median it is measured
+    against) is the rank's own."""
+    path = _two_ranks_file(tmp_path)
+    got = [(r["pid"], r["device_id"], r["step"], r["complete"], r["kernels"], round(r["busy_ms"], 6),
+            round(r["gpu_window_ms"], 6), round(r["host_ms"], 6), round(r["busy_vs_median_pct"], 6))
+           for r in _steps_rows(path)]
+    assert got == [
+        # rank 11: the median of its complete steps 1, 3 and 4 (0) is 0.1 ms
+        (11, 0, 1, True, 1, 0.1, 0.1, 1.0, 0.0), (11, 0, 2, False, 1, 0.3, 0.3, 1.0, 200.0),
+        (11, 0, 3, True, 1, 0.2, 0.2, 1.0, 100.0), (11, 0, 4, True, 0, 0.0, 0.0, 1.0, -100.0),
+        # rank 22: its step 2 is complete (rank 11's was cut) and without work; median 0.02 ms
+        (22, 0, 1, True, 1, 0.04, 0.04, 1.0, 100.0), (22, 0, 2, True, 0, 0.0, 0.0, 1.0, -100.0),
+        (22, 0, 3, True, 1, 0.06, 0.06, 1.0, 200.0), (22, 0, 4, True, 0, 0.0, 0.0, 1.0, -100.0)]
+    with cuptiprof.open(path) as prof:
+        rel = prof.report("step_spread")
+        spread = {r[1]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
+    assert sorted(spread) == [11, 22]
+    assert (spread[11]["steps"], spread[11]["incomplete"]) == (3, 1)
+    assert (spread[22]["steps"], spread[22]["incomplete"]) == (4, 0)
+    assert spread[11]["busy_median_ms"] == pytest.approx(0.1) and spread[11]["busy_max_ms"] == pytest.approx(0.2)
+    assert spread[22]["busy_median_ms"] == pytest.approx(0.02) and spread[22]["busy_max_ms"] == pytest.approx(0.06)
