@@ -410,3 +410,26 @@ def test_a_fail_above_below_one_without_a_percent_sign_gets_a_hint(tmp_path, cap
                             f"not a fraction); for {float(value) * 100:g}% write --fail-above "
                             f"{float(value) * 100:g}")
     assert code in (0, 1)
+
+
+def test_the_gate_fails_beyond_the_threshold_not_at_it(tmp_path):
+    """Without noise (every step the same) an op exactly PCT slower, or exactly --min-ms
+    slower, is judged by the documented rule: `new - base > base * PCT / 100` passes at the
+    threshold itself, `new - base >= MIN_MS` fails at MIN_MS; exactly PCT faster is 'same'."""
+    def run(name, softmax_us):
+        ops = dict(BASE_OPS)
+        ops[SOFTMAX] = (softmax_us, 2, "aten::softmax")
+        return make_run(tmp_path / name, ops=ops, copies=(), seed=1)
+
+    a, slower, faster = run("a.duckdb", 250.0), run("s.duckdb", 312.5), run("f.duckdb", 200.0)
+    at = next(r for r in diff(a, slower, 25).items.to_pylist() if r["item"] == SOFTMAX)
+    assert (at["base_ms"], at["new_ms"], at["noise_ms"]) == (0.5, 0.625, 0.0)
+    assert (at["delta_ms"], at["delta_pct"], at["allowed_ms"]) == (0.125, 25.0, 0.125)
+    assert at["status"] == "slower"
+    assert statuses(diff(a, slower, 24.9))[("op", SOFTMAX)] == "regression"
+    # --min-ms: a slowdown of exactly MIN_MS per step counts; a larger MIN_MS passes it
+    assert statuses(diff(a, slower, 10, min_ms=0.125))[("op", SOFTMAX)] == "regression"
+    assert statuses(diff(a, slower, 10, min_ms=0.126))[("op", SOFTMAX)] == "slower"
+    # faster: beyond the allowance only (0.1 ms is 20% of 0.5 ms)
+    assert statuses(diff(a, faster, 20))[("op", SOFTMAX)] == "same"
+    assert statuses(diff(a, faster, 19.9))[("op", SOFTMAX)] == "faster"
