@@ -920,3 +920,29 @@ def test_the_outside_steps_note_reads_each_files_rows_in_few_passes(tmp_path, mo
         passes = sum(q.count(f"{db}.gpu_activities") for q in built)
         assert 1 <= passes <= 5, [q[:80] for q in built]
     assert outside[:2] == (1, 5 * 14 + 1) and 0.6 < outside[2] < 0.7
+
+
+def test_ranks_of_one_run_pool_by_step_with_busy_time_stored_or_folded(tmp_path, monkeypatch):
+    """Two ranks of one run on their device 0 (the same ordinal in each process): a step's busy
+    time is each rank's own union of work, summed (the other rank's work bridging a gap between
+    two kernels of one rank does not fill that gap), whether read from step_busy or folded from
+    the rows; rank 11's step 2, cut short, leaves step 2 out for both; step 4, without GPU work
+    in either rank, is a step of 0."""
+    import shutil
+
+    import cuptiprof.analyse.compare as cm
+    from test_reports import _two_ranks_file
+
+    a = _two_ranks_file(tmp_path)
+    b = Path(shutil.copy(a, tmp_path / "again.duckdb"))
+
+    def steps():
+        with Comparison([a, b]) as c:
+            assert [r.steps for r in c.runs] == [3, 3]
+            return [(r["step"], round(r["busy_ms"], 6), round(r["window_ms"], 6), round(r["kernel_ms"], 6))
+                    for r in rows(c.steps()) if r["run"] == 0]
+
+    want = [(1, 0.14, 0.14, 0.14), (3, 0.26, 0.35, 0.26), (4, 0.0, 0.0, 0.0)]
+    assert steps() == want
+    monkeypatch.setattr(cm, "has_stored_busy", lambda con, db="": False)
+    assert steps() == want

@@ -662,15 +662,17 @@ def test_a_warm_up_of_one_rank_leaves_the_same_step_of_another_rank_in_scope(tmp
 def _two_ranks_file(tmp_path: Path) -> Path:
     """One run of two ranks (pids 11 and 22), both on their device 0, steps 1 to 4 of 1 ms each.
     Rank 11: one kernel per step of 100, 300 and 200 us in steps 1 to 3, step 2 ended early by an
-    exception, step 4 without GPU work. Rank 22: 40 us in step 1, 60 us in step 3, steps 2 and 4
-    without GPU work."""
+    exception, step 4 without GPU work. Rank 22: 40 us in step 1; in step 3 two kernels of 30 us
+    90 us apart, while rank 11's kernel runs across the gap; steps 2 and 4 without GPU work."""
     import duckdb
 
     from cuptiprof.store.merge import merge_files
 
     t, us = 1_700_000_000_000_000_000, 1_000
     parts = []
-    for pid, work in ((11, {1: 100, 2: 300, 3: 200}), (22, {1: 40, 3: 60})):
+    # (step, start in the step, duration), us
+    for pid, work in ((11, [(1, 10, 100), (2, 10, 300), (3, 10, 200)]),
+                      (22, [(1, 10, 40), (3, 10, 30), (3, 130, 30)])):
         path = tmp_path / f"rank{pid}.duckdb"
         steps = [(s, None, 0, "step", "step", s, s * 1000, s * 1000 + 1000) for s in (1, 2, 3, 4)]
         with Writer(path, RunInfo(source="synthetic", label="ranks"), pid=pid) as w:
@@ -678,9 +680,9 @@ def _two_ranks_file(tmp_path: Path) -> Path:
                       "kernels": {"name": [f"k{pid}"] * len(work),
                                   "device_id": pa.array([0] * len(work), pa.int32()),
                                   "stream_id": pa.array([7] * len(work), pa.int32()),
-                                  "step": pa.array(list(work), pa.int32()),
-                                  "start_ns": [t + (s * 1000 + 10) * us for s in work],
-                                  "end_ns": [t + (s * 1000 + 10 + d) * us for s, d in work.items()]}})
+                                  "step": pa.array([s for s, _, _ in work], pa.int32()),
+                                  "start_ns": [t + (s * 1000 + a) * us for s, a, _ in work],
+                                  "end_ns": [t + (s * 1000 + a + d) * us for s, a, d in work]}})
         parts.append(path)
     merged = merge_files(parts, tmp_path / "ranks.duckdb", one_run=True)
     with duckdb.connect(str(merged)) as con:
@@ -703,7 +705,7 @@ def test_steps_report_of_two_ranks_keeps_each_ranks_steps_cut_steps_and_medians_
         (11, 0, 3, True, 1, 0.2, 0.2, 1.0, 100.0), (11, 0, 4, True, 0, 0.0, 0.0, 1.0, -100.0),
         # rank 22: its step 2 is complete (rank 11's was cut) and without work; median 0.02 ms
         (22, 0, 1, True, 1, 0.04, 0.04, 1.0, 100.0), (22, 0, 2, True, 0, 0.0, 0.0, 1.0, -100.0),
-        (22, 0, 3, True, 1, 0.06, 0.06, 1.0, 200.0), (22, 0, 4, True, 0, 0.0, 0.0, 1.0, -100.0)]
+        (22, 0, 3, True, 2, 0.06, 0.15, 1.0, 200.0), (22, 0, 4, True, 0, 0.0, 0.0, 1.0, -100.0)]
     with cuptiprof.open(path) as prof:
         rel = prof.report("step_spread")
         spread = {r[1]: dict(zip(rel.columns, r)) for r in rel.fetchall()}

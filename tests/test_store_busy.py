@@ -452,3 +452,28 @@ def test_cuptiprof_native_0_takes_the_numpy_path(monkeypatch):
     batches = random_batches(rng, "nearly", 3)
     assert run_summary(batches)[:2] == expected_finish(batches)
     assert spy.calls == 0
+
+
+def test_a_row_that_ends_before_it_starts_is_in_no_window_stored_or_folded(tmp_path, monkeypatch):
+    """A damaged row (end before start) is no work: the steps report's GPU window and busy time
+    are those of the other rows, whether read from step_busy or folded from the rows."""
+    import cuptiprof.analyse.profile as profile
+
+    t, us = 1_700_000_000_000_000_000, 1_000
+    path = tmp_path / "a.duckdb"
+    with Writer(path, RunInfo(source="synthetic"), pid=5) as w:
+        w.append({"kernels": {"device_id": pa.array([0, 0, 0], pa.int32()),
+                              "stream_id": pa.array([7, 7, 7], pa.int32()), "name": ["a", "b", "bad"],
+                              "step": pa.array([1, 1, 1], pa.int32()),
+                              "start_ns": [t + 100 * us, t + 300 * us, t],
+                              "end_ns": [t + 200 * us, t + 400 * us, t - 50 * us]}})
+
+    def window_busy():
+        with cuptiprof.open(path) as prof:
+            rel = prof.steps()
+            (row,) = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+            return prof.stored_busy, round(row["gpu_window_ms"], 6), round(row["busy_ms"], 6)
+
+    assert window_busy() == (True, 0.3, 0.2)
+    monkeypatch.setattr(profile, "has_stored_busy", lambda con, db="": False)
+    assert window_busy() == (False, 0.3, 0.2)
