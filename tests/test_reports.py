@@ -427,10 +427,16 @@ def _steps_rows(path: Path, **kw) -> list[dict]:
 
 
 def test_steps_report_of_a_file_without_steps_has_busy_window_and_sync(tmp_path):
-    (row,) = _steps_rows(_stepless_file(tmp_path / "n.duckdb"))
+    path = _stepless_file(tmp_path / "n.duckdb")
+    (row,) = _steps_rows(path)
     assert row["step"] is None and row["kernels"] == 2
     assert row["gpu_window_ms"] == pytest.approx(0.3) and row["busy_ms"] == pytest.approx(0.3)
     assert row["idle_ms"] == pytest.approx(0) and row["sync_ms"] == pytest.approx(0.3)
+    # no step to spread over: the whole file is not a step of its own, and nothing is measured
+    # against a median step
+    assert row["busy_vs_median_pct"] is None
+    with cuptiprof.open(path) as prof:
+        assert prof.report("step_spread").fetchall() == []
 
 
 def test_a_run_without_steps_merged_with_stepped_runs_keeps_its_work(tmp_path):
