@@ -720,3 +720,23 @@ def test_steps_report_of_two_ranks_keeps_each_ranks_steps_cut_steps_and_medians_
     assert (spread[22]["steps"], spread[22]["incomplete"]) == (4, 0)
     assert spread[11]["busy_median_ms"] == pytest.approx(0.1) and spread[11]["busy_max_ms"] == pytest.approx(0.2)
     assert spread[22]["busy_median_ms"] == pytest.approx(0.02) and spread[22]["busy_max_ms"] == pytest.approx(0.06)
+
+
+def test_a_process_whose_gpu_work_is_only_copies_has_its_steps_without_copies_as_steps_of_0(tmp_path):
+    """A process that launched no kernel, only copies (a data-loading rank), records GPU work: a
+    step of it without a copy is a step of 0 in `steps` and step_spread, as for any other."""
+    t, us = 1_700_000_000_000_000_000, 1_000
+    path = tmp_path / "copies.duckdb"
+    steps = [(s, None, 0, "step", "step", s, s * 1000, s * 1000 + 1000) for s in (1, 2, 3)]
+    with Writer(path, RunInfo(source="synthetic"), pid=3) as w:
+        w.append({"ranges": _range_rows(steps, t, us),
+                  "memcpys": {"device_id": pa.array([0, 0], pa.int32()), "stream_id": pa.array([21, 21], pa.int32()),
+                              "copy_kind": ["HtoD", "HtoD"], "bytes": [1 << 20, 1 << 20],
+                              "step": pa.array([1, 3], pa.int32()),
+                              "start_ns": [t + 1010 * us, t + 3010 * us], "end_ns": [t + 1110 * us, t + 3060 * us]}})
+    got = [(r["step"], r["device_id"], round(r["busy_ms"], 6), round(r["memcpy_ms"], 6)) for r in _steps_rows(path)]
+    assert got == [(1, 0, 0.1, 0.1), (2, 0, 0.0, 0.0), (3, 0, 0.05, 0.05)]
+    with cuptiprof.open(path) as prof:
+        rel = prof.report("step_spread")
+        (spread,) = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+    assert spread["steps"] == 3 and spread["busy_median_ms"] == pytest.approx(0.05)
