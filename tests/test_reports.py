@@ -186,6 +186,17 @@ def test_step_scope_filters_every_report(golden_run):
     assert 0 < total_3 < total_all / 2
 
 
+@pytest.mark.parametrize("steps, want", [
+    ("2:3", {2, 3}), ("2:", {2, 3}), (":2", {1, 2}), ("2", {2}), (range(1, 3), {1, 2}),
+    (range(3, 4), {3}), ((2, None), {2, 3}), ((None, 1), {1}), ((1, 3), {1, 2, 3}), (3, {3})])
+def test_step_scope_is_inclusive_at_both_ends_in_every_spelling(golden_run, steps, want):
+    """--steps A:B and Python's steps= take both ends; range(A, B) stops before B, as in Python."""
+    with cuptiprof.open(golden_run, steps=steps) as prof:
+        assert {r[3] for r in prof.steps().fetchall()} == want
+        assert {r[0] for r in prof.report("step_ranges").fetchall()} == want
+        assert {s for (s,) in prof.sql("SELECT DISTINCT step FROM sel_work").fetchall()} == want
+
+
 def test_rows_without_a_step_are_out_of_scope_but_counted(golden_run):
     with cuptiprof.open(golden_run) as prof:
         n_null = prof.sql("SELECT count(*) FROM memcpys WHERE step IS NULL").fetchall()[0][0]
