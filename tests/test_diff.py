@@ -433,3 +433,21 @@ def test_the_gate_fails_beyond_the_threshold_not_at_it(tmp_path):
     # faster: beyond the allowance only (0.1 ms is 20% of 0.5 ms)
     assert statuses(diff(a, faster, 20))[("op", SOFTMAX)] == "same"
     assert statuses(diff(a, faster, 19.9))[("op", SOFTMAX)] == "faster"
+
+
+def test_the_noise_band_adds_both_files_step_to_step_noise(tmp_path):
+    """BASE's softmax takes 8 to 12 us per step (MAD 1 us), NEW's 16 to 24 us (MAD 2 us): the
+    band is 3 x 1.4826 x sqrt(1^2 + 2^2) us wide, on top of PCT, and a 10 us slowdown inside it
+    is 'slower'; with --sigmas 0 (no band) it fails."""
+    a = _quantized_run(tmp_path / "a.duckdb", [8, 9, 10, 11, 12])
+    b = _quantized_run(tmp_path / "b.duckdb", [16, 18, 20, 22, 24])
+    res = diff(a, b, 5)
+    row = next(r for r in res.items.to_pylist() if r["item"] == SOFTMAX)
+    assert (row["base_ms"], row["new_ms"]) == (0.01, 0.02)
+    assert row["noise_ms"] == pytest.approx(3 * 1.4826 * (0.001 ** 2 + 0.002 ** 2) ** 0.5)
+    assert row["allowed_ms"] == pytest.approx(0.01 * 0.05 + row["noise_ms"])
+    assert row["status"] == "slower" and not res.failed
+    # the step's GPU window (the 500 us GEMM, then the softmax) varies as the softmax does
+    window = next(r for r in res.items.to_pylist() if r["item"] == "gpu window")
+    assert window["noise_ms"] == pytest.approx(row["noise_ms"]) and window["status"] == "slower"
+    assert statuses(diff(a, b, 5, sigmas=0))[("op", SOFTMAX)] == "regression"
