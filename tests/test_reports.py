@@ -751,3 +751,32 @@ def test_a_process_whose_gpu_work_is_only_copies_has_its_steps_without_copies_as
         rel = prof.report("step_spread")
         (spread,) = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
     assert spread["steps"] == 3 and spread["busy_median_ms"] == pytest.approx(0.05)
+
+
+def test_devices_and_streams_of_two_ranks_are_each_ranks_own(tmp_path):
+    """Both ranks ran on their device 0, stream 7: one row each, with its own busy time."""
+    with cuptiprof.open(_two_ranks_file(tmp_path)) as prof:
+        rel = prof.streams()
+        streams = [(r["pid"], r["device_id"], r["stream_id"], r["kernels"], round(r["gpu_ms"], 6),
+                    round(r["pct_device_busy"], 6)) for r in (dict(zip(rel.columns, x)) for x in rel.fetchall())]
+        rel = prof.devices()
+        devices = [(r["pid"], r["device_id"], r["kernels"], round(r["gpu_ms"], 6), round(r["busy_ms"], 6),
+                    r["streams"]) for r in (dict(zip(rel.columns, x)) for x in rel.fetchall())]
+    assert streams == [(11, 0, 7, 3, 0.6, 100.0), (22, 0, 7, 3, 0.1, 100.0)]
+    assert devices == [(11, 0, 3, 0.6, 0.6, 1), (22, 0, 3, 0.1, 0.1, 1)]
+
+
+def test_step_ranges_of_two_ranks_name_each_ranks_own_range(tmp_path):
+    """Range ids are per process: rank 0's range 2 ('encode') and rank 1's range 2 ('decode')
+    are two ranges, and each rank's kernels count under its own."""
+    from cuptiprof.store.merge import merge_files
+
+    r0 = _steps_run(tmp_path / "r0.duckdb", 11, "rank0",
+                    [(1, None, 0, "step", "step", 0, 0, 1000), (2, 1, 1, "encode", "user", 0, 10, 400)],
+                    [("gemm", 2, 0, 20, 30)])
+    r1 = _steps_run(tmp_path / "r1.duckdb", 22, "rank1",
+                    [(1, None, 0, "step", "step", 0, 0, 1000), (2, 1, 1, "decode", "user", 0, 10, 400)],
+                    [("gemm", 2, 0, 20, 10), ("gemm", 2, 0, 40, 10)])
+    with cuptiprof.open(merge_files([r0, r1], tmp_path / "all.duckdb", one_run=True)) as prof:
+        got = [(r[0], r[1], r[2], round(r[3], 6), round(r[4], 6)) for r in prof.report("step_ranges").fetchall()]
+    assert got == [(0, "encode", 1, 0.03, 60.0), (0, "decode", 2, 0.02, 40.0)]
