@@ -127,6 +127,33 @@ def test_outliers_find_the_spikes(golden_run):
         assert r["x_median"] >= 3 and r["step"] in (1, 2, 3) and r["calls"] >= 5
 
 
+def test_an_outlier_is_at_least_3x_its_ops_median_among_5_calls(tmp_path):
+    """The bounds are inclusive: 5 calls are enough, and a call of exactly 3x the median (and
+    1 us over it) is an outlier; 4 calls, or a call under 3x, are not."""
+    t, us = 1_700_000_000_000_000_000, 1_000
+    path = tmp_path / "o.duckdb"
+    # name -> durations (us), one after the other in step 1
+    calls = {"five": [10, 10, 10, 10, 30], "four": [10, 10, 10, 40], "under": [10, 10, 10, 10, 29.9],
+             "tiny": [0.4, 0.4, 0.4, 0.4, 1.3]}
+    names, starts, ends = [], [], []
+    at = 10
+    for name, durs in calls.items():
+        for d in durs:
+            names.append(name)
+            starts.append(t + int(at * us))
+            ends.append(t + int((at + d) * us))
+            at += d + 5
+    with Writer(path, RunInfo(source="synthetic"), pid=1) as w:
+        w.append({"ranges": _range_rows([(1, None, 0, "step", "step", 1, 0, 1000)], t, us),
+                  "kernels": {"name": names, "step": pa.array([1] * len(names), pa.int32()),
+                              "start_ns": starts, "end_ns": ends}})
+    with cuptiprof.open(path) as prof:
+        rel = prof.outliers()
+        got = [(r["name"], r["dur_us"], r["median_us"], r["x_median"], r["calls"])
+               for r in (dict(zip(rel.columns, x)) for x in rel.fetchall())]
+    assert got == [("five", 30.0, 10.0, 3.0, 5)]
+
+
 def test_kinds_split_and_exposed_copy(golden_run):
     with cuptiprof.open(golden_run) as prof:
         rel = prof.kinds()
