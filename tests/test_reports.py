@@ -721,6 +721,8 @@ def _two_ranks_file(tmp_path: Path) -> Path:
         steps = [(s, None, 0, "step", "step", s, s * 1000, s * 1000 + 1000) for s in (1, 2, 3, 4)]
         with Writer(path, RunInfo(source="synthetic", label="ranks"), pid=pid) as w:
             w.append({"ranges": _range_rows(steps, t, us),
+                      "devices": {"device_id": pa.array([0], pa.int32()), "kind": ["gpu"],
+                                  "name": [f"GPU of rank {pid}"], "source": ["synthetic"]},
                       "kernels": {"name": [f"k{pid}"] * len(work),
                                   "device_id": pa.array([0] * len(work), pa.int32()),
                                   "stream_id": pa.array([7] * len(work), pa.int32()),
@@ -781,16 +783,17 @@ def test_a_process_whose_gpu_work_is_only_copies_has_its_steps_without_copies_as
 
 
 def test_devices_and_streams_of_two_ranks_are_each_ranks_own(tmp_path):
-    """Both ranks ran on their device 0, stream 7: one row each, with its own busy time."""
+    """Both ranks ran on their device 0, stream 7: one row each, with its own device, work and
+    busy time."""
     with cuptiprof.open(_two_ranks_file(tmp_path)) as prof:
         rel = prof.streams()
         streams = [(r["pid"], r["device_id"], r["stream_id"], r["kernels"], round(r["gpu_ms"], 6),
                     round(r["pct_device_busy"], 6)) for r in (dict(zip(rel.columns, x)) for x in rel.fetchall())]
         rel = prof.devices()
-        devices = [(r["pid"], r["device_id"], r["kernels"], round(r["gpu_ms"], 6), round(r["busy_ms"], 6),
-                    r["streams"]) for r in (dict(zip(rel.columns, x)) for x in rel.fetchall())]
+        devices = [(r["pid"], r["device_id"], r["name"], r["kernels"], round(r["gpu_ms"], 6),
+                    round(r["busy_ms"], 6), r["streams"]) for r in (dict(zip(rel.columns, x)) for x in rel.fetchall())]
     assert streams == [(11, 0, 7, 3, 0.6, 100.0), (22, 0, 7, 3, 0.1, 100.0)]
-    assert devices == [(11, 0, 3, 0.6, 0.6, 1), (22, 0, 3, 0.1, 0.1, 1)]
+    assert devices == [(11, 0, "GPU of rank 11", 3, 0.6, 0.6, 1), (22, 0, "GPU of rank 22", 3, 0.1, 0.1, 1)]
 
 
 def test_step_ranges_of_two_ranks_name_each_ranks_own_range(tmp_path):
