@@ -946,3 +946,31 @@ def test_ranks_of_one_run_pool_by_step_with_busy_time_stored_or_folded(tmp_path,
     assert steps() == want
     monkeypatch.setattr(cm, "has_stored_busy", lambda con, db="": False)
     assert steps() == want
+
+
+def test_compare_counts_busy_and_idle_time_of_work_on_an_unknown_device_as_the_steps_report_does(tmp_path):
+    """Imported rows sometimes carry no device: their busy time is a part of the step's busy
+    time and only their gaps are idle, in compare and diff as in `report --by step`."""
+    import shutil
+
+    import cuptiprof
+    from test_reports import write_fixture
+
+    a = write_fixture(tmp_path / "golden.duckdb")
+    b = Path(shutil.copy(a, tmp_path / "again.duckdb"))
+    with cuptiprof.open(a) as prof:
+        report = rows(prof.steps())
+    assert any(r["device_id"] is None for r in report)
+    want = {}
+    for r in report:
+        w = want.setdefault(r["step"], [0.0, 0.0, 0.0])
+        w[0] += r["gpu_window_ms"]
+        w[1] += r["busy_ms"]
+        w[2] += r["idle_ms"]
+    with Comparison([a, b]) as c:
+        got = {r["step"]: [r["window_ms"], r["busy_ms"], r["idle_ms"]] for r in rows(c.steps()) if r["run"] == 0}
+        idle = next(r for r in rows(c.kinds()) if r["run"] == 0 and r["kind"] == "idle")
+    assert got.keys() == want.keys()
+    for step, w in want.items():
+        assert got[step] == pytest.approx(w, abs=1e-9), step
+    assert idle["ms"] == pytest.approx(sorted(w[2] for w in want.values())[1], abs=1e-9)

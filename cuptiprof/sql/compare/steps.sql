@@ -20,15 +20,17 @@ WITH dev AS (
 ), busy AS (
     SELECT run, run_id, pid, device_id, step, busy_ns FROM cmp_busy
 ), per AS (
-    SELECT run, step,
+    SELECT d.run, d.step,
            coalesce(sum(window_ns), 0) / 1e6 AS window_ms,
            coalesce(sum(busy_ns), 0) / 1e6 AS busy_ms,
            coalesce(sum(window_ns - coalesce(busy_ns, 0)), 0) / 1e6 AS idle_ms,
            sum(kernel_ns + memcpy_ns + memset_ns) / 1e6 AS gpu_ms,
            sum(kernel_ns) / 1e6 AS kernel_ms, sum(memcpy_ns) / 1e6 AS memcpy_ms,
            sum(memset_ns) / 1e6 AS memset_ms, sum(sync_ns) / 1e6 AS sync_ms
-    FROM dev LEFT JOIN busy USING (run, run_id, pid, device_id, step)
-    GROUP BY run, step
+    -- work whose device is unknown (NULL) has its busy time too: not a USING join
+    FROM dev d LEFT JOIN busy b ON b.run = d.run AND b.run_id = d.run_id AND b.pid = d.pid
+                                AND b.device_id IS NOT DISTINCT FROM d.device_id AND b.step = d.step
+    GROUP BY d.run, d.step
 )
 -- a step without GPU work (cmp_stepset holds it) is a step of 0
 SELECT run, step, coalesce(window_ms, 0) AS window_ms, coalesce(busy_ms, 0) AS busy_ms,
