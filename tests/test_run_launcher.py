@@ -517,3 +517,59 @@ def test_a_minus_value_of_a_command_given_without_the_separator_is_the_programs(
             tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "['--steps', '-2:1']"
+
+
+@pytest.mark.parametrize("at_call", [1, 2])   # 1: before the command starts; 2: just after
+def test_sigterm_while_the_command_starts_reaches_it(tmp_path, at_call):
+    """A SIGTERM (a scheduler cancelling the job) that reaches the launcher while it starts the
+    command must not kill the launcher alone, leaving the command running unprofiled: it is
+    passed on once the command exists, and OUT is written."""
+    import subprocess
+    import time
+
+    ready, pidf = tmp_path / "ready", tmp_path / "child.pid"
+    p = script(tmp_path, "import time; time.sleep(60)\n")
+    driver = script(tmp_path, f"""
+        import pathlib, sys, time
+        from cuptiprof.run import launcher
+        real, calls = launcher.save_record, []
+
+        def save_record(parts, record):   # where the test sends SIGTERM: inside the window
+            real(parts, record)
+            calls.append(1)
+            if "child_pid" in record:
+                pathlib.Path({str(pidf)!r}).write_text(str(record["child_pid"]))
+            if len(calls) == {at_call}:
+                pathlib.Path({str(ready)!r}).write_text("x")
+                time.sleep(1.5)
+        launcher.save_record = save_record
+        from cuptiprof.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """, name="driver.py")
+    proc = subprocess.Popen([PY, str(driver), "run", "-o", "t.duckdb", "--no-report", "--", PY,
+                             str(p)], cwd=tmp_path, env=__import__("_run_helpers").env(),
+                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "err").open("w"))
+    child = None
+    try:
+        wait_for(ready, proc)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)   # not communicate(): a child left running would hold its pipes
+        err = (tmp_path / "err").read_text()
+        deadline = time.monotonic() + 10
+        while not pidf.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        child = int(pidf.read_text())
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        with pytest.raises(ProcessLookupError):   # ended and reaped, not left running
+            os.kill(child, 0)
+        out = tmp_path / "t.duckdb"
+        assert not (tmp_path / "t.duckdb.parts").exists()
+        assert q(out, "SELECT status FROM runs") == [("interrupted",)]
+        assert q(out, "SELECT pid, exit_status FROM processes") == [(child, 128 + signal.SIGTERM)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if child is not None:
+            with __import__("contextlib").suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)

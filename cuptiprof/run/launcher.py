@@ -225,16 +225,27 @@ def stand_aside(cmd: list[str], outer: Path, inner: str | None) -> int:
 def launch(cmd: list[str], o: LaunchOptions) -> LaunchResult:
     validate(cmd, o)
     out = output_path(o.output)
-    parts = reserve(out)
+    # From here until the command has ended, SIGTERM and the like are passed on to it: one that
+    # came while it was being started would otherwise kill the launcher alone, leaving the
+    # command running unprofiled and OUT.parts unmerged.
+    fwd = _Forwarding().__enter__()
     try:
-        return _run(cmd, o, out, parts)
+        parts = reserve(out)
+    except BaseException:
+        fwd.__exit__()
+        raise
+    try:
+        return _run(cmd, o, out, parts, fwd)
     except BaseException:
         if parts.is_dir() and not any(p.suffix == ".duckdb" for p in parts.iterdir()):
             shutil.rmtree(parts, ignore_errors=True)
         raise
+    finally:
+        fwd.__exit__()
 
 
-def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path) -> LaunchResult:
+def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
+         fwd: _Forwarding | None = None) -> LaunchResult:
     mode = o.mode or ("light" if o.light else "profile")
     gpu = mode == "profile" and gpu_present()
     st = S.ChildSettings(mode=mode, warmup=o.warmup, steps=o.steps, kinds=o.kinds,
@@ -252,9 +263,13 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path) -> LaunchResu
         child = subprocess.Popen(cmd, env=env, stdout=quiet, stderr=quiet)
     except OSError as exc:
         raise InputError(f"{cmd[0]}: cannot run ({exc.strerror})") from None
+    if fwd is not None:
+        fwd.started(child)
     record["child_pid"] = child.pid
     save_record(parts, record)
-    rc = _wait_forwarding(child)
+    rc = _wait_forwarding(child, fwd)
+    if fwd is not None:
+        fwd.__exit__()   # the command has ended: the merge below has its own handlers
     wall = time.perf_counter() - t0
     code = 128 - rc if rc < 0 else rc
     if mode == "time":
@@ -340,33 +355,69 @@ def _signals_wait(out: Path):
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def _wait_forwarding(child: subprocess.Popen) -> int:
-    """Wait for the child, passing SIGINT, SIGTERM and SIGHUP on. A Ctrl-C typed in the terminal already
-    reaches the child (same process group), so SIGINT is passed on only when not from there."""
-    def interactive() -> bool:
-        try:
-            return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
-        except OSError:
-            return False
+def _interactive() -> bool:
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
 
-    def forward(signum, frame):
-        if signum == signal.SIGINT and interactive():
-            return
+
+class _Forwarding:
+    """SIGINT, SIGTERM and SIGHUP handlers that pass the signal on to the command. Installed
+    before the command starts: a signal that comes before it exists is kept and passed on by
+    started(). A Ctrl-C typed in the terminal already reaches a running child (same process
+    group), so SIGINT is passed on only when not from there."""
+
+    def __init__(self):
+        self.child: subprocess.Popen | None = None
+        self.pending: list[int] = []
+        self.old: dict = {}
+
+    def __enter__(self) -> _Forwarding:
+        if threading.current_thread() is threading.main_thread():
+            self.old = {s: signal.signal(s, self._on) for s in FORWARDED}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        old, self.old = self.old, {}
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    def _on(self, signum, frame):
+        if self.child is None:
+            self.pending.append(signum)
+        elif not (signum == signal.SIGINT and _interactive()):
+            self._send(signum)
+
+    def started(self, child: subprocess.Popen) -> None:
+        self.child = child
+        # the command did not exist when these came, so not even a typed Ctrl-C reached it
+        pending, self.pending = self.pending, []
+        for s in pending:
+            self._send(s)
+
+    def _send(self, signum: int) -> None:
         try:
-            child.send_signal(signum)
+            self.child.send_signal(signum)
         except ProcessLookupError:
             pass
 
-    old = {s: signal.signal(s, forward) for s in FORWARDED}
+
+def _wait_forwarding(child: subprocess.Popen, fwd: _Forwarding | None = None) -> int:
+    """Wait for the child, passing SIGINT, SIGTERM and SIGHUP on (see _Forwarding)."""
+    own = fwd is None
+    if own:
+        fwd = _Forwarding().__enter__()
     try:
+        fwd.started(child)
         while True:
             try:
                 return child.wait()
             except KeyboardInterrupt:   # pragma: no cover - the handler above replaces it
                 continue
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        if own:
+            fwd.__exit__()
 
 
 # What the launcher knows of its run, kept in OUT.parts/run.json from the start: `cuptiprof
