@@ -631,3 +631,55 @@ def test_mixed_steps_row_goes_through_the_collector(monkeypatch):
     child._close_recording("complete")
     assert col.notes == [("steps_mixed", "3 steps came from --step-fn and 2 ...")]
     assert col.status == "complete"
+
+
+def test_closing_while_another_thread_cycles_the_cpu_profiler_stops_each_profiler(tmp_path,
+                                                                                   monkeypatch):
+    """The process ending (close) while a step ends on another thread, which hands torch.profiler's
+    ops over by stopping it and starting a new one: close waits for that, then stops the new
+    one; it used to finish first and leave a profiler started after it, never stopped."""
+    import threading
+    import types
+
+    from cuptiprof.run.recorder import Recorder
+    from cuptiprof.run.settings import ChildSettings
+
+    started, stopped = [], []
+    release, stopping = threading.Event(), threading.Event()
+
+    class Prof:   # torch.profiler.profile, counting starts and stops
+        def __init__(self, **kw):
+            self.profiler = object()
+
+        def start(self):
+            started.append(self)
+
+        def stop(self):
+            stopped.append(self)
+            if len(stopped) == 1:   # the step's end cycling it: held here
+                stopping.set()
+                release.wait(10)
+
+    tp = types.ModuleType("torch.profiler")
+    tp.profile, tp.ProfilerActivity = Prof, types.SimpleNamespace(CPU="cpu")
+    torch = types.ModuleType("torch")
+    torch.profiler = tp
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.profiler", tp)
+    monkeypatch.setenv("CUPTIPROF_OPS_EVERY_S", "0")
+    rec = Recorder(ChildSettings(), str(tmp_path), "cpu")
+    monkeypatch.setattr(rec, "_write_ops", lambda prof: None)
+
+    def step():
+        rec.end(rec.begin("step", is_step=True))
+    stepper = threading.Thread(target=step)
+    stepper.start()
+    assert stopping.wait(10)
+    closer = threading.Thread(target=rec.close)
+    closer.start()
+    closer.join(0.5)   # it must wait for the cycle (it used to be done by now)
+    release.set()
+    stepper.join(10)
+    closer.join(10)
+    assert not stepper.is_alive() and not closer.is_alive()
+    assert len(started) == 2 and stopped == started   # each stopped, once

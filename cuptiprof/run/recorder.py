@@ -241,7 +241,9 @@ class Recorder:
             self._start_profiler()
 
     def _start_profiler(self) -> None:
-        if self.mode != "cpu" or self.prof is not None or self.done or "torch" not in sys.modules:
+        # closed: close() ran inside a cycle (from a signal handler on this thread)
+        if self.mode != "cpu" or self.prof is not None or self.done or self.closed \
+                or "torch" not in sys.modules:
             return
         try:
             from torch.profiler import ProfilerActivity, profile
@@ -447,15 +449,17 @@ class Recorder:
                 except OSError:
                     pass
             return
-        # Ranges still open (a crash inside a step) are written without an end.
-        profiled = self.prof is not None   # torch.profiler ran: a step without ops is empty
-        self._stop_profiler()
-        if profiled and self.op_steps:
-            for s in sorted({w[0] for w in self.windows if w[0] is not None} - self.op_steps):
-                self._quality("empty_step", str(s), f"step {s} recorded no op (nothing ran in "
-                              "it, or torch.profiler did not capture it)")
-        self.closed = True
+        # Under the lock: a step ending on another thread cycles torch.profiler (stop, start a
+        # new one) under it; stopped here halfway through, the new one would never be stopped.
         with self.lock:
+            profiled = self.prof is not None   # torch.profiler ran: a step without ops is empty
+            self._stop_profiler()
+            if profiled and self.op_steps:
+                for s in sorted({w[0] for w in self.windows if w[0] is not None} - self.op_steps):
+                    self._quality("empty_step", str(s), f"step {s} recorded no op (nothing ran "
+                                  "in it, or torch.profiler did not capture it)")
+            self.closed = True
+            # Ranges still open (a crash inside a step) are written without an end.
             for st in self._stack():
                 if st.kind != "beyond":
                     self.ranges.append((st.range_id, st.parent_id, st.depth, st.name, st.thread,
