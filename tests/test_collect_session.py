@@ -1053,3 +1053,52 @@ def test_the_last_step_begun_as_another_thread_ends_its_step_keeps_its_work(tmp_
     assert q(p, "SELECT name, step FROM kernels ORDER BY start_ns") == [("k0", 0), ("k1", 1)]
     assert q(p, "SELECT count(*) FROM data_quality WHERE check_name = 'step_incomplete'") == [(0,)]
     assert f.enabled == set()
+
+
+def test_steps_ended_at_once_on_two_threads_are_both_counted(tmp_path):
+    """Two threads ending a step at the same moment: each is counted (the count says whether
+    the steps asked for were recorded). Thread A is held between reading the count and writing
+    it back; thread B's step ends meanwhile."""
+    import dis
+    import threading
+
+    at = next(i.offset for i in dis.get_instructions(Session._exit)
+              if i.opname == "STORE_ATTR" and i.argval == "steps_recorded")
+    paused, go = threading.Event(), threading.Event()
+
+    def tracer(frame, event, arg):
+        if frame.f_code is not Session._exit.__code__:
+            return None
+        frame.f_trace_opcodes = True
+
+        def op(frame, event, arg):
+            if event == "opcode" and frame.f_lasti == at and not paused.is_set():
+                paused.set()
+                go.wait(10)
+            return op
+        return op
+
+    def a():
+        sys.settrace(tracer)
+        try:
+            with cuptiprof.range("step", step=0):
+                pass
+        finally:
+            sys.settrace(None)
+
+    def b():
+        with cuptiprof.range("step", step=1):
+            pass
+    f = FakeCupti()
+    with Session(tmp_path / "t.duckdb", source=f, quiet=True) as s:
+        ta = threading.Thread(target=a)
+        ta.start()
+        assert paused.wait(10)
+        tb = threading.Thread(target=b)
+        tb.start()
+        tb.join(0.5)   # it waits for A now; it used to count its step and go
+        go.set()
+        ta.join(10)
+        tb.join(10)
+        assert not ta.is_alive() and not tb.is_alive()
+        assert s.steps_recorded == 2

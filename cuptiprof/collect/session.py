@@ -661,10 +661,12 @@ class Session:
             if threading.get_native_id() == tok[4]:
                 pushed = self._cupti_stack()
                 if pushed and pushed[-1] != tok[0]:
-                    self._unordered_exits += 1
+                    with self._phase_lock:   # see steps_recorded below
+                        self._unordered_exits += 1
                 self._cupti_unwind(pushed)
             else:
-                self._moved_exits += 1
+                with self._phase_lock:
+                    self._moved_exits += 1
         stack = self._stack()
         if stack and stack[-1] is tok:
             self._stack_var.set(stack[:-1])
@@ -680,7 +682,11 @@ class Session:
                     self._incomplete.append((tok[7], exc_type.__name__))
                 self._windows.append((tok[5], end, tok[7]))
                 self.recorded_steps.append(tok[7])
-                self.steps_recorded += 1
+                # Steps of two threads may end at once: `+=` is a read and a write, one count
+                # was lost. The phase lock counts steps as they begin too; it is re-entrant, and
+                # held here for no other lock (the flush lock is taken after it, never inside).
+                with self._phase_lock:
+                    self.steps_recorded += 1
                 self._after_step()
 
     def _after_step(self) -> None:
