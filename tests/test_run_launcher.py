@@ -573,3 +573,40 @@ def test_sigterm_while_the_command_starts_reaches_it(tmp_path, at_call):
         if child is not None:
             with __import__("contextlib").suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
+
+
+def test_a_run_whose_launcher_was_killed_reports_the_exit_status_as_unknown(tmp_path):
+    """The launcher killed (SIGKILL) before it kept the program's exit status: the file merged
+    from the parts leaves processes.exit_status NULL, and its report says in so many words that
+    the status is unknown, not a blank that reads like success."""
+    import subprocess
+
+    p = script(tmp_path, """
+        import cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+    """)
+    driver = script(tmp_path, """
+        import os, signal, sys
+        from cuptiprof.run import launcher
+
+        def wait_then_die(child, fwd=None):   # the program ended; its status never kept
+            child.wait()
+            os.kill(os.getpid(), signal.SIGKILL)
+        launcher._wait_forwarding = wait_then_die
+        from cuptiprof.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """, name="driver.py")
+    r = subprocess.run([PY, str(driver), "run", "-o", "k.duckdb", "--no-report", "--", PY,
+                        str(p)], cwd=tmp_path, env=__import__("_run_helpers").env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    parts = tmp_path / "k.duckdb.parts"
+    m = cli(["merge", *sorted(x.name for x in parts.glob("*.duckdb")), "-o", "../k.duckdb"], parts)
+    assert m.returncode == 0, m.stderr
+    out = tmp_path / "k.duckdb"
+    assert q(out, "SELECT count(*), count(exit_status) FROM processes") == [(1, 0)]
+    rep = cli(["report", "k.duckdb"], tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    line = next(ln for ln in rep.stdout.splitlines() if "run_recovered" in ln)
+    assert "exit status is unknown" in line, rep.stdout

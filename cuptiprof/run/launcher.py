@@ -473,11 +473,13 @@ def recover(parts: Path, sources: list[Path], out: str) -> Path:
     notes = []
     if "status" not in record:
         record.update(status="interrupted", exit_code=None)
+        # What is unknown first: reports cut a long detail short, and a NULL
+        # processes.exit_status alone reads as nothing wrong.
         notes.append((None, "run_recovered", parts.name, None,
-                      f"the cuptiprof run writing {Path(out).name} was killed before its "
-                      f"program ended; this file was merged afterwards from {parts.name}: each "
-                      "process holds the steps it had flushed; the program's exit status is "
-                      "unknown"))
+                      f"exit status is unknown: the cuptiprof run writing {Path(out).name} was "
+                      f"killed before it learnt how its program ended; this file was merged "
+                      f"afterwards from {parts.name}: each process holds the steps it had "
+                      "flushed"))
     return finish(Path(out), parts, record, sources=sources, notes=notes, wait=False)
 
 
