@@ -74,10 +74,6 @@ def esc(value) -> str:
     return html.escape("" if value is None else clean(str(value)), quote=True)
 
 
-def _num(v, nd: int = 3) -> str:
-    return esc(fmt_value(v)) if not isinstance(v, float) else esc(fmt_value(round(v, 6)))
-
-
 LABEL_CHAR_W = 6.5   # pixels: the widest character of an 11px label (a digit is about 6)
 _STEP_LABEL = re.compile(r"-?\d+\*?")   # a step's column label: its number, starred if cut short
 
