@@ -1558,7 +1558,7 @@ def test_parquet_export_counts_every_dataset_it_writes(tmp_path):
     assert r.returncode == 0, r.stderr
     written = [p for p in (tmp_path / "pq").iterdir() if p.is_dir()]
     assert len(written) >= 10
-    assert f"wrote {len(written)} Parquet datasets (" in r.stderr and " with rows; " in r.stderr, \
+    assert f"cuptiprof: wrote {len(written)} Parquet datasets (" in r.stderr and " with rows; " in r.stderr, \
         r.stderr
 
 
@@ -1975,3 +1975,19 @@ def test_an_export_of_one_process_without_host_events_keeps_its_pid(tmp_path):
             pids = con.execute("SELECT pid FROM processes ORDER BY 1").fetchall()
             assert [p for (p,) in pids] == want
             assert con.execute("SELECT pid FROM kernels").fetchall() == [(want[-1],)]
+
+
+def test_export_and_import_status_lines_are_prefixed_on_stderr(tmp_path):
+    """Like report, compare and merge: each line export and import print about what they did
+    starts `cuptiprof:` and goes to stderr, so stdout stays free for data."""
+    src = _with_rows_outside_steps(tmp_path / "o.duckdb")
+    r = run_cli("export", src, "--chrome", tmp_path / "t.json.gz", "--parquet", tmp_path / "pq")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert r.stdout == "" and len(lines) == 2, (r.stdout, r.stderr)
+    assert lines[0].startswith("cuptiprof: wrote ") and " trace events (" in lines[0], lines
+    assert lines[1].startswith("cuptiprof: wrote ") and " Parquet datasets (" in lines[1], lines
+    r = run_cli("import", tmp_path / "t.json.gz", "-o", tmp_path / "back.duckdb", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and r.stderr.startswith("cuptiprof: imported 1 file(s) ("), r.stderr
+    assert len(r.stderr.splitlines()) == 1, r.stderr

@@ -49,14 +49,15 @@ def run(args) -> int:
             except OSError as exc:  # e.g. a full disk mid-write: name the file the user asked for
                 raise write_failed(args.chrome, exc) from None
             scope = prof.scope if args.steps else "every row"
-            print(f"wrote {c['events']:,} trace events ({c.get('kernels', 0):,} kernels, scope: "
-                  f"{scope}) -> {args.chrome}", file=sys.stderr)
+            print(f"cuptiprof: wrote {c['events']:,} trace events ({c.get('kernels', 0):,} "
+                  f"kernels, scope: {scope}) -> {args.chrome}", file=sys.stderr)
         if args.parquet:
             from cuptiprof.interop.parquet import export_parquet
             try:
                 c = export_parquet(prof, args.parquet, force=args.force)
             except OSError as exc:   # named by the directory asked for, not the temporary one
                 raise write_failed(args.parquet, exc) from None
-            print(f"wrote {len(c)} Parquet datasets ({sum(1 for v in c.values() if v)} with "
-                  f"rows; {c.get('kernels', 0):,} kernel rows) -> {args.parquet}", file=sys.stderr)
+            print(f"cuptiprof: wrote {len(c)} Parquet datasets ({sum(1 for v in c.values() if v)} "
+                  f"with rows; {c.get('kernels', 0):,} kernel rows) -> {args.parquet}",
+                  file=sys.stderr)
     return 0

@@ -43,6 +43,6 @@ def run(args) -> int:
     plural = lambda n: f"{n:,} step" + ("" if n == 1 else "s")  # noqa: E731
     steps = (f"{plural(counts[0])} in each of the {len(counts)} {'processes' if procs else 'files'}"
              if len(counts) > 1 and len(set(counts)) == 1 else plural(sum(counts)))
-    print(f"imported {n_files} file(s) ({res['source']}{procs}): {', '.join(parts)}, "
+    print(f"cuptiprof: imported {n_files} file(s) ({res['source']}{procs}): {', '.join(parts)}, "
           f"{steps} -> {res['path']}", file=sys.stderr)
     return 0
