@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from cuptiprof.render.table import render
 from cuptiprof.synthetic import write_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,6 +210,20 @@ def test_sql_json_writes_nan_and_infinity_as_null(run_file):
             "[1.5, -'inf'::DOUBLE] AS l, {'z': 'nan'::DOUBLE} AS s", "--format", "json")
     assert r.returncode == 0, r.stderr
     assert strict(r.stdout) == [{"x": None, "y": None, "l": [1.5, None], "s": {"z": None}}]
+
+
+def test_csv_writes_nan_and_infinity_as_an_empty_field_like_null(run_file):
+    """CSV has no NULL: an empty field is one, as the table shows it and JSON writes null. A
+    NaN or an infinity (a ratio to 0 in compare or diff) is written the same, not as `nan`."""
+    r = cli("sql", run_file, "SELECT 'nan'::DOUBLE AS x, 'inf'::DOUBLE AS y, -'inf'::DOUBLE AS z, "
+            "NULL::DOUBLE AS n, 1.5 AS f", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["x,y,z,n,f", ",,,,1.5"]
+    import pyarrow as pa   # compare and diff render Arrow tables
+    buf = io.StringIO()
+    render(pa.table({"key": list("abcd"), "ratio": [float("nan"), -float("inf"), None, 2.0]}),
+           "csv", out=buf)
+    assert buf.getvalue().splitlines() == ["key,ratio", "a,", "b,", "c,", "d,2.0"]
 
 
 def test_sql_column_names_are_shown_as_text_in_tables_and_markdown(run_file):

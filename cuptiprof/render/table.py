@@ -100,7 +100,10 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
         wq = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
         w.writerow(cols)
         for r in rows:
-            cells = ["" if v is None else v for v in r]
+            # CSV has no NULL: an empty field is one, and a NaN or an infinity is written so
+            # too (JSON writes null), not as the `nan` a reader takes for text
+            cells = ["" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
+                     for v in r]
             (wq if any(isinstance(v, str) and "\r" in v for v in cells) else w).writerow(cells)
         return
     if fmt == "json":
