@@ -226,6 +226,50 @@ def test_csv_writes_nan_and_infinity_as_an_empty_field_like_null(run_file):
     assert buf.getvalue().splitlines() == ["key,ratio", "a,", "b,", "c,", "d,2.0"]
 
 
+def test_sql_shows_blobs_intervals_and_nested_values_as_duckdb_prints_them(run_file):
+    """Python's reprs are no way to show a query's values: `b'ab'`, `3 days, 0:00:00`, an
+    interval of a month as 30 days, `[datetime.date(2024, 1, 2)]`. Each shows as DuckDB's own
+    text, in every format; JSON keeps the lists and structs that hold neither a BLOB nor an
+    INTERVAL as JSON arrays and objects."""
+    q = (r"SELECT 'ab'::BLOB AS b, '\xFF'::BLOB AS b, INTERVAL 3 DAY AS i, INTERVAL 1 MONTH AS m, "
+         r"['a'::BLOB] AS lb, [DATE '2024-01-02'] AS ld")
+    want = ["ab", "\\xFF", "3 days", "1 month", "[a]", "[2024-01-02]"]
+    names = ["b", "b_1", "i", "m", "lb", "ld"]
+    r = cli("sql", run_file, q, "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    assert list(csv.reader(io.StringIO(r.stdout))) == [names, want]
+    r = cli("sql", run_file, q, "--format", "markdown")
+    assert r.stdout.splitlines()[2] == "| " + " | ".join(
+        ["ab", "\\\\xFF", "3 days", "1 month", "\\[a\\]", "\\[2024-01-02\\]"]) + " |", r.stdout
+    r = cli("sql", run_file, q)
+    assert r.stdout.splitlines()[2].split("  ") == want, r.stdout
+    r = cli("sql", run_file, q + ", {'d': INTERVAL 2 DAY} AS s, [1, 2] AS l", "--format", "json")
+    got = want[:5] + [["2024-01-02"], "{'d': 2 days}", [1, 2]]
+    assert json.loads(r.stdout) == [dict(zip(names + ["s", "l"], got))]
+
+
+def test_sql_json_of_every_kind_of_value_is_json(run_file):
+    """Dates, times, decimals, UUIDs, 128-bit integers, lists, structs and maps: valid JSON
+    that a strict parser reads, with the values the query returned."""
+    def strict(text):
+        def refuse(name):
+            raise ValueError(f"not JSON: {name}")
+        return json.loads(text, parse_constant=refuse)
+    q = ("SELECT DATE '2024-01-02' AS d, TIMESTAMP '2024-01-02 03:04:05.5' AS ts, "
+         "TIMESTAMPTZ '2024-01-02 03:04:05+00' AS tz, TIME '03:04:05' AS t, "
+         "1.25::DECIMAL(10, 2) AS dec, '12345678-1234-5678-1234-567812345678'::UUID AS u, "
+         "170141183460469231731687303715884105727::HUGEINT AS h, [1, NULL] AS l, "
+         "{'x': 1, 'y': 'a'} AS s, MAP {'k': [1]} AS m, MAP {1: 'a'} AS mi, '0101'::BIT AS bits")
+    r = cli("sql", run_file, q, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    got = strict(r.stdout)
+    assert got == [{"d": "2024-01-02", "ts": "2024-01-02T03:04:05.500000", "tz": got[0]["tz"],
+                    "t": "03:04:05", "dec": 1.25, "u": "12345678-1234-5678-1234-567812345678",
+                    "h": 2**127 - 1, "l": [1, None], "s": {"x": 1, "y": "a"},
+                    "m": {"k": [1]}, "mi": {"1": "a"}, "bits": "0101"}]
+    assert got[0]["tz"].startswith("2024-01-02")
+
+
 def test_sql_column_names_are_shown_as_text_in_tables_and_markdown(run_file):
     """A query names its columns: in a terminal table a name's control characters are dropped
     (as a cell's are), in Markdown its `|` is escaped, or the header has a column too many."""

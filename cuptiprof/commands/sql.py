@@ -6,7 +6,7 @@ import duckdb
 from cuptiprof.analyse.profile import open_profile, refused_statement
 from cuptiprof.commands import FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR
 from cuptiprof.errors import UsageError
-from cuptiprof.render.table import FORMATS, render
+from cuptiprof.render.table import FORMATS, render, unique_names
 
 
 def register(sub) -> None:
@@ -54,7 +54,7 @@ def run(args) -> int:
             rel = prof.con.sql(args.query)
             if rel is None:
                 raise UsageError("the statement returned no rows to show (only queries are allowed)")
-            render(rel, args.format, quiet=False)
+            render(as_duckdb_text(rel, args.format), args.format, quiet=False)
         except duckdb.Error as exc:
             msg = str(exc).splitlines()[0]
             if "read-only" in msg or "disabled by configuration" in msg \
@@ -62,6 +62,32 @@ def run(args) -> int:
                 raise read_only from None
             raise UsageError(f"SQL error: {msg}{_hint(str(exc))}") from None
     return 0
+
+
+# Values Python would show by its repr (b'ab', 3 days, 0:00:00), or change: an interval of a
+# month comes back as 30 days.
+_AS_TEXT = {"blob", "interval"}
+_NESTED = {"list", "array", "struct", "map", "union"}
+
+
+def _holds(typ, ids: set) -> bool:
+    if typ.id in ids:
+        return True
+    return typ.id in _NESTED and any(hasattr(c, "id") and _holds(c, ids) for _, c in typ.children)
+
+
+def as_duckdb_text(rel, fmt: str):
+    """rel with the columns Python cannot show cast to VARCHAR, so they read as DuckDB prints
+    them: BLOBs (`ab`, `\\xFF`) and INTERVALs (`1 month`) anywhere in a value, and in the text
+    formats lists, structs and maps too (`[2024-01-02]`, not a list of datetime.date reprs);
+    JSON keeps those as arrays and objects."""
+    text = [_holds(t, _AS_TEXT) or (fmt != "json" and t.id in _NESTED) for t in rel.types]
+    if not any(text):
+        return rel
+    # by position, named as they will be shown: a query's columns can share a name
+    names = ['"' + n.replace('"', '""') + '"' for n in unique_names(rel.columns)]
+    return rel.project(", ".join(f"CAST(#{i} AS VARCHAR) AS {n}" if t else f"#{i} AS {n}"
+                                 for i, (n, t) in enumerate(zip(names, text), 1)))
 
 
 def _hint(error: str) -> str:
