@@ -71,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args, extra = parser.parse_known_args(argv)
     if extra:   # `report FILE --bogus`: the subcommand's help lists the options it has
-        command = args._commands.get(getattr(args, "command", None) or "", parser)
+        name = getattr(args, "command", None) or ""
+        # `--bogus report FILE`: given to cuptiprof itself, whose help lists what it takes
+        before = argv[:argv.index(name)] if name in argv else argv
+        command = parser if any(a in before for a in extra) else args._commands.get(name, parser)
         command.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -421,6 +421,9 @@ def test_sql_with_a_wrong_name_says_what_to_use(run_file):
     (["import", "t.json"], "-o/--output", "import"),
     (["merge", "a.duckdb"], "-o/--output", "merge"),
     (["--bogus"], "unrecognized arguments", ""),
+    # given before the subcommand, it went to cuptiprof itself: its help lists what that takes
+    (["--bogus", "report", "x.duckdb"], "unrecognized arguments: --bogus", ""),
+    (["--bogus", "sql", "x.duckdb", "SELECT 1", "--bogus"], "unrecognized arguments: --bogus", ""),
     # an option the subcommand does not have: its own help lists what it has
     (["report", "x.duckdb", "--bogus"], "unrecognized arguments: --bogus", "report"),
     (["sql", "x.duckdb", "SELECT 1", "--bogus"], "unrecognized arguments: --bogus", "sql"),
