@@ -130,24 +130,24 @@ def _dumps(value: Any) -> str:
     try:
         return json.dumps(value, default=str, sort_keys=True, allow_nan=False)
     except ValueError:   # a NaN or infinite float in it: walked only then (ranges' hot path)
-        return json.dumps(_finite(value), default=str, sort_keys=True, allow_nan=False)
+        return json.dumps(finite(value), default=str, sort_keys=True, allow_nan=False)
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
     """`value` with every NaN or infinite float in it (in dicts, lists and tuples) as None."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value
 
 
 def _storable(value: Any) -> Any:
     try:
         _dumps(value)
-        return _finite(value)
+        return finite(value)
     except Exception:
         pass
     for text in (str, repr):

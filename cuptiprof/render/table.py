@@ -14,6 +14,8 @@ import re
 import sys
 from typing import Any, Iterable, Sequence
 
+from cuptiprof.markers import finite
+
 FORMATS = ("table", "csv", "json", "markdown")
 _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 # Columns hidden from terminal tables when they hold a single value (single-run, single-GPU files).
@@ -213,18 +215,8 @@ def _is_tty(out) -> bool:
 def write_json(doc, out) -> None:
     """JSON that every reader parses: a NaN or an infinity (a ratio to 0, a query's
     'nan'::DOUBLE), which json writes as the NaN and Infinity no JSON parser takes, is null."""
-    json.dump(_finite(doc), out, default=_json_default, indent=1, allow_nan=False)
+    json.dump(finite(doc), out, default=_json_default, indent=1, allow_nan=False)
     out.write("\n")
-
-
-def _finite(v):
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    return v
 
 
 def _json_default(v):
