@@ -23,6 +23,8 @@ import hostile_corpus as H
 from _run_helpers import q, wait_for
 from conftest import report_tally
 
+from cuptiprof.synthetic import write_synthetic
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 KERNELS_PER_RANGE = 2          # fake CUPTI: two kernels and one copy per pushed range
@@ -613,6 +615,22 @@ def test_a_light_run_commits_its_steps_at_most_as_often_as_asked(tmp_path, every
     got = q(tmp_path / "l.duckdb", "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'")
     assert got == [(kept or None,)]
     assert q(tmp_path / "l.duckdb", "SELECT ended_early FROM processes") == [(True,)]
+
+
+@pytest.mark.parametrize("other_part", [False, True])
+def test_a_missing_part_file_is_refused_not_merged_as_an_unreadable_part(tmp_path, other_part):
+    """`cuptiprof merge OUT.parts/*.duckdb` where the glob matched nothing passes the pattern
+    itself: one line naming it (and that the folder holds no part), no output file."""
+    parts = tmp_path / "r.duckdb.parts"
+    parts.mkdir()
+    (parts / "run.json").write_text("{}")
+    if other_part:
+        write_synthetic(parts / "1.duckdb", steps=1, kernels_per_step=4)
+    r = cli(["merge", "r.duckdb.parts/*.duckdb", "-o", "r.duckdb"], tmp_path)
+    assert r.returncode == 2
+    line = one_line(r.stderr, "r.duckdb.parts/*.duckdb: no such file")
+    assert ("holds no part file" in line) is not other_part
+    assert not (tmp_path / "r.duckdb").exists()
 
 
 def test_a_killed_run_merged_from_its_parts_is_the_run_the_launcher_would_write(tmp_path, tally):

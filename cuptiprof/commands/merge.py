@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from cuptiprof.commands import FILES_HELP
-from cuptiprof.errors import UsageError
+from cuptiprof.errors import InputError, UsageError
 
 
 def register(sub) -> None:
@@ -66,6 +66,11 @@ def _run_parts(files: list[str]) -> Path | None:
 def _recover(parts: Path, files: list[str], output: str) -> int:
     from cuptiprof.run.launcher import recover
 
+    for f in files:   # `PARTS/*.duckdb` that matched nothing reaches us as that very name
+        if not Path(f).exists():
+            why = "" if any(parts.glob("*.duckdb")) else (
+                f" ({parts.name} holds no part file: no process of that run wrote anything)")
+            raise InputError(f"{f}: no such file{why}")
     out = recover(parts, [Path(f) for f in files], output)
     print(f"cuptiprof: wrote {out}, the run of the {len(files)} part files in {parts}; that "
           "folder can be removed", file=sys.stderr)
