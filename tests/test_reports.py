@@ -810,3 +810,29 @@ def test_step_ranges_of_two_ranks_name_each_ranks_own_range(tmp_path):
     with cuptiprof.open(merge_files([r0, r1], tmp_path / "all.duckdb", one_run=True)) as prof:
         got = [(r[0], r[1], r[2], round(r[3], 6), round(r[4], 6)) for r in prof.report("step_ranges").fetchall()]
     assert got == [(0, "encode", 1, 0.03, 60.0), (0, "decode", 2, 0.02, 40.0)]
+
+
+def test_cpu_ops_count_an_op_called_straight_from_an_op_of_its_name_as_one_call(tmp_path):
+    """torch's dispatch often runs aten::linear inside aten::linear (an op and its overload):
+    one call, as torch's profiler counts it, with its host time counted once; an op of that name
+    under another op is a call of its own."""
+    t, us = 1_700_000_000_000_000_000, 1_000
+    path = tmp_path / "ops.duckdb"
+    rows = [(1, None, 0, "step", "step", 0, 0, 1000),
+            (2, 1, 1, "aten::linear", "op", 0, 10, 110), (3, 2, 2, "aten::linear", "op", 0, 20, 100),
+            (4, 1, 1, "aten::matmul", "op", 0, 200, 300), (5, 4, 2, "aten::linear", "op", 0, 210, 250)]
+    with Writer(path, RunInfo(source="synthetic", label="ops", host="h"), pid=5) as w:
+        w.append({"ranges": _range_rows(rows, t, us),
+                  "kernels": {"name": ["gemm", "gemm", "gemv"], "op_id": [3, 5, 4],
+                              "step": pa.array([0, 0, 0], pa.int32()),
+                              "start_ns": [t + s * us for s in (30, 220, 260)],
+                              "end_ns": [t + e * us for e in (50, 230, 265)]},
+                  "processes": {"pid": [5], "host": ["h"]}})
+    with cuptiprof.open(path) as prof:
+        rel = prof.report("cpu_ops")
+        got = {r[0]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
+    linear = got["aten::linear"]
+    assert (linear["op_calls"], linear["gpu_calls"]) == (2, 2)
+    assert linear["host_ms"] == pytest.approx(0.1 + 0.04)
+    assert linear["gpu_us_per_call"] == pytest.approx((20 + 10) / 2)
+    assert (got["aten::matmul"]["op_calls"], got["aten::matmul"]["gpu_calls"]) == (1, 1)
