@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import re
 import sys
 
 from cuptiprof._version import __version__
 from cuptiprof.errors import CuptiprofError, storage_error
+from cuptiprof.outputs import say, silence
 
 # Order shown in --help.
 COMMANDS = ("run", "report", "sql", "schema", "import", "export", "merge", "compare", "diff",
@@ -82,33 +82,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except CuptiprofError as exc:
-        _say(f"cuptiprof: error: {exc}")
+        say(f"cuptiprof: error: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
-        _say("cuptiprof: interrupted")
+        say("cuptiprof: interrupted")
         return 130
     except BrokenPipeError:
         # `cuptiprof report ... | head`: the reader went away; not an error.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        silence(sys.stdout)
         return 0
     except OSError as exc:
-        _say(f"cuptiprof: error: {exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": "))
+        say(f"cuptiprof: error: {exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": "))
         return 1
     except Exception as exc:
         duckdb = sys.modules.get("duckdb")
         if duckdb is None or not isinstance(exc, duckdb.Error):
             raise
         # DuckDB finds a full disk or a corrupt block only when a statement gets there.
-        _say(f"cuptiprof: error: {storage_error(exc, getattr(args, 'file', None))}")
+        say(f"cuptiprof: error: {storage_error(exc, getattr(args, 'file', None))}")
         return 2 if "orrupt" in str(exc) else 1
 
-
-def _say(line: str) -> None:
-    """The error line, on a stderr whose reader may be gone (`cuptiprof diff ... 2>&1 | head`):
-    the exit status still tells a usage error (2) from a failure (1); an uncaught
-    BrokenPipeError here ended every such error with 1."""
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())

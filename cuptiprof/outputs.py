@@ -6,6 +6,7 @@ end, so that a crash or Ctrl-C leaves no partial output.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -79,3 +80,20 @@ def check_output(out: str | os.PathLike, *, inputs: Iterable = (), force: bool =
         if why:
             raise InputError(f"{out}: {why}")
     return out
+
+
+def silence(stream) -> None:
+    """Point `stream` at /dev/null: its reader has gone (`cuptiprof ... | head`), and a write
+    or Python's flush at exit would raise again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
+def say(line: str, stream=None) -> None:
+    """Print a line (on stderr by default) whose reader may be gone (`cuptiprof diff ... 2>&1 |
+    head -1`): the line is dropped and the exit status stays the command's verdict; an uncaught
+    BrokenPipeError reached the CLI's handler, which exits 0, and passed a CI gate."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        print(line, file=stream, flush=True)
+    except BrokenPipeError:
+        silence(stream)

@@ -185,10 +185,10 @@ def test_run_doctor_and_the_runs_row_ask_the_driver_through_one_module(monkeypat
     monkeypatch.setattr(libcuda, "_load", Driver)
     got = {what: (ok, detail) for what, ok, detail, _, _ in doctor.checks()}
     assert launcher.gpu_present() and libcuda.gpu_count() == 3
-    assert device_info.driver_version() == "12.8"
+    assert libcuda.driver_version() == "12.8"
     assert got["CUDA driver"] == (True, "CUDA 12.8") and got["GPU"] == (True, "3 visible")
 
     monkeypatch.setattr(libcuda, "_load", lambda: None)   # no driver installed
     got = {what: (ok, detail) for what, ok, detail, _, _ in doctor.checks()}
-    assert not launcher.gpu_present() and device_info.driver_version() is None
+    assert not launcher.gpu_present() and libcuda.driver_version() is None
     assert got["CUDA driver"] == (False, "libcuda.so.1 cannot be loaded") and "GPU" not in got

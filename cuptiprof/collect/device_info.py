@@ -4,14 +4,6 @@ from __future__ import annotations
 import sys
 
 
-def driver_version() -> str | None:
-    """CUDA driver API version as 'major.minor', or None without a driver (libcuda asked
-    directly: cuda-bindings is optional, and `cuptiprof run` asks the driver the same way)."""
-    from cuptiprof.collect import libcuda
-
-    return libcuda.driver_version()
-
-
 def cupti_version() -> str | None:
     """'libcupti <package version> (<path>)' for the runs row."""
     from importlib import metadata

@@ -331,14 +331,14 @@ class Session:
         return self.writer
 
     def _write_start(self) -> None:
-        from cuptiprof.collect import device_info
+        from cuptiprof.collect import device_info, libcuda
 
         src = self.source
         source_name = {"cupti": "cupti", "fake": "synthetic"}.get(src.name, "cpu")
         self.writer.execute(
             "UPDATE runs SET source = ?, cuda_driver_version = ?, cupti_version = ?, "
             "torch_version = coalesce(torch_version, ?) WHERE run_id = ?",
-            [source_name, device_info.driver_version() if src.name == "cupti" else None,
+            [source_name, libcuda.driver_version() if src.name == "cupti" else None,
              device_info.cupti_version() if src.name == "cupti" else
              ("fake cupti" if src.name == "fake" else None),
              device_info.torch_version(), self.writer.run_id])

@@ -7,12 +7,12 @@ tell a regression from a misuse.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 from cuptiprof.analyse.families import BY
 from cuptiprof.commands import FORMAT_HELP
 from cuptiprof.analyse.diff import MAX_MIN_MS, MAX_PCT, MAX_SIGMAS, NOISE_RULE, diff, parse_number
+from cuptiprof.outputs import say, silence
 from cuptiprof.render.table import FORMATS, md_escape, render, write_json
 
 _SHOW = ("item_type", "item", "base_ms", "new_ms", "delta_ms", "delta_pct", "allowed_ms", "status")
@@ -56,31 +56,18 @@ def run(args) -> int:
     except BrokenPipeError:
         # `cuptiprof diff ... | head`: the reader went away, but the verdict stands; exit 0 here
         # would pass a CI gate (under pipefail) that found regressions
-        _to_devnull(sys.stdout)
+        silence(sys.stdout)
         reader_gone = True
     if res.failed and (reader_gone or args.format in ("table", "markdown")):
-        _note(f"cuptiprof diff: {len(res.regressions)} regression(s)")
+        say(f"cuptiprof diff: {len(res.regressions)} regression(s)")
     return 1 if res.failed else 0
-
-
-def _to_devnull(stream) -> None:
-    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-
-
-def _note(line: str) -> None:
-    """A line on stderr that may find its reader gone too (`cuptiprof diff ... 2>&1 | head -1`):
-    the BrokenPipeError would reach the CLI's handler, which exits 0, and pass the gate."""
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except BrokenPipeError:
-        _to_devnull(sys.stderr)
 
 
 def _hint_fraction(text: str, pct: float) -> None:
     """--fail-above 0.05 is 0.05%, though often meant as 5%: the meaning stays, and a line in
     the CI log says how 5% is written."""
     if 0 < pct < 1 and not str(text).strip().endswith("%"):
-        _note(f"cuptiprof diff: note: --fail-above {text} is {text}% (a percentage, not a "
+        say(f"cuptiprof diff: note: --fail-above {text} is {text}% (a percentage, not a "
               f"fraction); for {pct * 100:g}% write --fail-above {pct * 100:g}")
 
 
@@ -98,7 +85,7 @@ def _write(res, args, out) -> None:
     if args.format == "csv":
         render(rows, "csv", out=out)
         for n in res.notes:   # the rows are data; what qualifies them goes beside, on stderr
-            _note(f"cuptiprof diff: {n}")
+            say(f"cuptiprof diff: {n}")
         return
     head = (f"cuptiprof diff: BASE {res.base} ({_steps(res.steps[0])}) -> NEW {res.new} ({_steps(res.steps[1])}); "
             f"fail above {res.fail_above_pct:g}% + {res.sigmas:g} robust sigmas of step noise"

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from importlib import metadata
 
+from cuptiprof.outputs import say
+
 
 def register(sub) -> None:
     p = sub.add_parser("doctor", help="check that this machine can profile a GPU (driver, "
@@ -160,7 +162,7 @@ def run(args) -> int:
             if code:
                 failed.add(code)
             no_gpu = no_gpu or what in _NO_GPU
-        _say(line, sys.stdout)
+        say(line, sys.stdout)
     status = 1 if 1 in failed else (3 if failed else 0)
     if status:
         # without a GPU, run falls back to torch.profiler's CPU ops; with CUPTI held by another
@@ -168,17 +170,9 @@ def run(args) -> int:
         # run would not start at all.
         cpu = (", and `cuptiprof run` records a torch program's CPU op times instead (no CUDA "
                "GPU found)") if no_gpu and status == 3 else ""
-        _say("cuptiprof doctor: GPU profiling would NOT work here (exit "
-             f"{status}); profile() still records host-side ranges{cpu}", sys.stderr)
+        say("cuptiprof doctor: GPU profiling would NOT work here (exit "
+             f"{status}); profile() still records host-side ranges{cpu}")
     else:
-        _say("cuptiprof doctor: GPU profiling would work here", sys.stdout)
+        say("cuptiprof doctor: GPU profiling would work here", sys.stdout)
     return status
 
-
-def _say(line: str, stream) -> None:
-    """A line whose reader may be gone (`cuptiprof doctor | head -1`): the checks go on and the
-    exit status stays the verdict; a BrokenPipeError reached the CLI's handler, exit 0."""
-    try:
-        print(line, file=stream, flush=True)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
