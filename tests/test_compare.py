@@ -213,6 +213,23 @@ def test_throughput_against_peak_from_user_flops(pair):
         assert s["gbps"] == pytest.approx(2 * 0.01 / 0.4e-3, rel=0.05)
 
 
+def test_copy_throughput_against_the_peak_of_its_direction(pair):
+    """--bytes on a copy key sets it against the peak that bounds that direction (the host link
+    for HtoD), as the bandwidth table does, not against DRAM; a kernel's stays against DRAM."""
+    with Comparison(pair, work=work_list([], ["Memcpy HtoD=0.008388608", "*softmax*=0.01"])) as c:
+        t = {(r["run"], r["key"]): r for r in rows(c.throughput())}
+        bw = {r["run"]: r for r in rows(c.bandwidth())}
+    h = t[(0, "Memcpy HtoD")]
+    assert h["memory_peak_of"] == "host link" == bw[0]["peak_of"]
+    # one 8 MiB copy of 450 us per step: 18.6 GB/s, 29.6% of the file's 63 GB/s host link
+    assert h["gbps"] == pytest.approx(8 * 2**20 / 450e3, rel=0.03)
+    assert h["pct_memory_peak"] == pytest.approx(100 * h["gbps"] / 63.0, rel=1e-6)
+    assert h["pct_memory_peak"] == pytest.approx(bw[0]["pct_peak"], rel=0.03)
+    s = t[(0, SOFTMAX)]
+    assert s["memory_peak_of"] == "device memory"
+    assert s["pct_memory_peak"] == pytest.approx(100 * s["gbps"] / 3352.0, rel=1e-6)
+
+
 def test_work_that_matches_no_key_is_noted(pair, capsys):
     """A mistyped --flops/--bytes NAME says so, instead of only leaving the throughput table
     without its row; a NAME that matches keeps quiet."""

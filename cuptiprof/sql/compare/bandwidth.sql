@@ -20,8 +20,7 @@ WITH c AS (
 ), agg AS (
     SELECT c.run, c.direction, count(*) AS copies, avg(c.bytes) AS mean_bytes, sum(c.d) / 1e6 AS total_ms,
            sum(c.bytes) / nullif(sum(c.d), 0) AS achieved_gbps,
-           CASE WHEN c.direction IN ('HtoD', 'DtoH', 'HtoA', 'AtoH', 'HtoH') THEN 'host link'
-                WHEN c.direction = 'PtoP' THEN 'nvlink' ELSE 'device memory' END AS peak_of,
+           copy_peak_of(c.direction) AS peak_of,
            max(d.hbm) AS hbm, max(d.link) AS link, max(d.nvl) AS nvl,
            any_value(d.hbm_src) AS hbm_src, any_value(d.link_src) AS link_src, any_value(d.nvl_src) AS nvl_src
     FROM c LEFT JOIN dev d ON d.run = c.run AND d.device_id = c.device_id

@@ -11,24 +11,30 @@
 -- pct_fp32_peak: tflops against the device's FP32 peak (estimate)
 -- gb_per_call: bytes moved per call given by the user, GB
 -- gbps: achieved memory throughput, GB/s (estimate)
--- pct_memory_peak: gbps against the device's peak DRAM bandwidth
+-- memory_peak_of: the peak gbps is set against: 'device memory' (DRAM), or for a copy key ('Memcpy HtoD', ...) what bounds its direction: 'host link' | 'nvlink' | 'device memory'
+-- pct_memory_peak: gbps against that peak
 -- peak_source: where the peaks came from ('file' | 'estimate' | 'file+estimate')
 WITH w AS (SELECT * FROM cmp_work),
 m AS (
-    SELECT o.run, o.key, o.key_type, w.pattern, o.calls_per_step, o.ms, w.gflop AS gflop_per_call,
+    SELECT o.run, o.key, o.key_type, o.kind, w.pattern, o.calls_per_step, o.ms, w.gflop AS gflop_per_call,
            w.gbytes AS gb_per_call
     FROM compare_ops o JOIN w ON o.key = w.pattern OR o.key GLOB w.pattern
 ), dev AS (
     SELECT run, max(peak_tensor_tflops) AS tensor, max(peak_fp32_tflops) AS fp32,
-           max(peak_memory_bw_gbps) AS hbm, any_value(peaks_from) AS src
+           max(peak_memory_bw_gbps) AS hbm, max(peak_host_link_gbps) AS link,
+           max(peak_nvlink_gbps) AS nvl, any_value(peaks_from) AS src
     FROM cmp_devices WHERE kind = 'gpu' GROUP BY run
 ), t AS (
     SELECT m.*, m.calls_per_step * m.gflop_per_call / nullif(m.ms, 0) AS tflops,
-           1000.0 * m.calls_per_step * m.gb_per_call / nullif(m.ms, 0) AS gbps, d.tensor, d.fp32, d.hbm, d.src
+           1000.0 * m.calls_per_step * m.gb_per_call / nullif(m.ms, 0) AS gbps, d.tensor, d.fp32, d.hbm,
+           d.link, d.nvl, d.src,
+           copy_peak_of(CASE WHEN m.kind = 'memcpy' AND m.key_type = 'name' THEN substr(m.key, 8) END) AS memory_peak_of
     FROM m LEFT JOIN dev d USING (run)
 )
 SELECT run, key, key_type, pattern, calls_per_step, ms, gflop_per_call, tflops,
        100.0 * tflops / nullif(tensor, 0) AS pct_tensor_peak, 100.0 * tflops / nullif(fp32, 0) AS pct_fp32_peak,
-       gb_per_call, gbps, 100.0 * gbps / nullif(hbm, 0) AS pct_memory_peak, src AS peak_source
+       gb_per_call, gbps, CASE WHEN gb_per_call IS NOT NULL THEN memory_peak_of END AS memory_peak_of,
+       100.0 * gbps / nullif(CASE memory_peak_of WHEN 'host link' THEN link WHEN 'nvlink' THEN nvl ELSE hbm END, 0)
+           AS pct_memory_peak, src AS peak_source
 FROM t
 ORDER BY key, run
