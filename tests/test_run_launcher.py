@@ -575,16 +575,21 @@ def test_sigterm_while_the_command_starts_reaches_it(tmp_path, at_call):
                 os.kill(child, signal.SIGKILL)
 
 
-def test_a_run_whose_launcher_was_killed_reports_the_exit_status_as_unknown(tmp_path):
-    """The launcher killed (SIGKILL) before it kept the program's exit status: the file merged
-    from the parts leaves processes.exit_status NULL, and its report says in so many words that
-    the status is unknown, not a blank that reads like success."""
+@pytest.mark.parametrize("ending, status, code", [
+    ("", "complete", 0), ("sys.exit(3)", "failed", 3), ("exit(5)", "failed", 5),
+    ("raise ValueError('x')", "failed", 1)])
+def test_a_run_whose_launcher_was_killed_after_its_program_ended_keeps_its_exit_status(
+        tmp_path, ending, status, code):
+    """The launcher killed (SIGKILL) after the program ended, before it kept the program's exit
+    status: the file merged from the parts takes the status the program's own process recorded
+    as it ended, and says where it came from."""
     import subprocess
 
-    p = script(tmp_path, """
-        import cuptiprof
+    p = script(tmp_path, f"""
+        import cuptiprof, sys
         with cuptiprof.range("step", step=0):
             pass
+        {ending}
     """)
     driver = script(tmp_path, """
         import os, signal, sys
@@ -605,7 +610,52 @@ def test_a_run_whose_launcher_was_killed_reports_the_exit_status_as_unknown(tmp_
     m = cli(["merge", *sorted(x.name for x in parts.glob("*.duckdb")), "-o", "../k.duckdb"], parts)
     assert m.returncode == 0, m.stderr
     out = tmp_path / "k.duckdb"
-    assert q(out, "SELECT count(*), count(exit_status) FROM processes") == [(1, 0)]
+    assert q(out, "SELECT status FROM runs") == [(status,)]
+    assert q(out, "SELECT exit_status, ended_early FROM processes") == [(code, False)]
+    rep = cli(["report", "k.duckdb"], tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    line = next(ln for ln in rep.stdout.splitlines() if "run_recovered" in ln)
+    assert f"exit status {code}, as the program's own process recorded" in line, rep.stdout
+
+
+def test_a_run_whose_launcher_was_killed_mid_run_reports_the_exit_status_as_unknown(tmp_path):
+    """The launcher and its program killed (SIGKILL) while the program runs: nothing says how
+    the program ended (another process of the run that ended well says nothing of it), so the
+    merged file leaves processes.exit_status NULL, and its report says in so many words that
+    the status is unknown, not a blank that reads like success."""
+    import subprocess
+    import time
+
+    from cuptiprof.run.launcher import _unfinished_alive
+
+    p = script(tmp_path, """
+        import pathlib, subprocess, sys, time, cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        pathlib.Path("ready").touch()
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([PY, "-m", "cuptiprof", "run", "-o", "k.duckdb", "--no-report", "--",
+                             PY, str(p)], cwd=tmp_path, env=__import__("_run_helpers").env(),
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_for(tmp_path / "ready", proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    parts = tmp_path / "k.duckdb.parts"
+    deadline = time.monotonic() + 30
+    while _unfinished_alive(parts) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    ends = [json.loads(e.read_text()) for e in parts.glob("*.end.json")]
+    assert [e["exit_status"] for e in ends] == [0]   # the helper's, not the program's
+    m = cli(["merge", *sorted(x.name for x in parts.glob("*.duckdb")), "-o", "../k.duckdb"], parts)
+    assert m.returncode == 0, m.stderr
+    out = tmp_path / "k.duckdb"
+    assert q(out, "SELECT status FROM runs") == [("interrupted",)]
+    assert q(out, "SELECT count(*), count(exit_status) FROM processes") == [(2, 0)]
     rep = cli(["report", "k.duckdb"], tmp_path)
     assert rep.returncode == 0, rep.stderr
     line = next(ln for ln in rep.stdout.splitlines() if "run_recovered" in ln)

@@ -67,8 +67,9 @@ def activate() -> None:
         _when_imported("torch", _patch_torch_nvtx)
         _when_imported("nvtx", _patch_nvtx_package)
     _when_imported("cuptiprof.markers", _patch_markers)
-    atexit.register(_at_exit)
+    atexit.register(_at_exit, True)
     _chain_excepthook()
+    _note_exit_status()
     _install_sigterm()
     os.register_at_fork(after_in_child=_after_fork)
     _install_exec()
@@ -678,13 +679,58 @@ def _install_logging(level: str) -> None:
 
 
 # -- the end -------------------------------------------------------------------------------------
-def _at_exit() -> None:
-    _close_recording(_status)
+def _at_exit(ending: bool = False) -> None:
+    """`ending`: the interpreter's exit or a signal ends the process right after, so its exit
+    status is known here (not so in a multiprocessing worker's finalizers, before its os._exit)."""
+    _close_recording(_status, _exit_status() if ending else None)
     if _ctrl_c:
         _exit_as_sigint()
 
 
-def _close_recording(status: str) -> None:
+_exit_arg = None      # what the main thread last gave sys.exit(), exit() or quit()
+_end_signal = 0       # the signal this process is ending by (SIGTERM, SIGHUP)
+
+
+def _exit_status() -> int:
+    """The status this process's parent will see, kept in its end marker: a `cuptiprof merge`
+    of the parts of a run whose launcher was killed takes the command's from there. A
+    SystemExit raised directly (not through sys.exit/exit) is not seen, nor one the program
+    caught and went on from."""
+    if _end_signal:
+        return 128 + _end_signal
+    # set by Python for the exception that ends the program, whichever excepthook prints it
+    last = getattr(sys, "last_type", None)
+    if _ctrl_c or isinstance(last, type) and issubclass(last, KeyboardInterrupt):
+        return 128 + signal.SIGINT
+    if _status == "failed" or last is not None:
+        return 1
+    arg = _exit_arg
+    return 0 if arg is None else arg & 0xFF if isinstance(arg, int) else 1
+
+
+def _note_exit_status() -> None:
+    """Python ends with the status sys.exit() is given, and atexit handlers never learn it:
+    note it on the way (exit() and quit() raise SystemExit themselves)."""
+    def noting(fn, at: int):   # at: the status's place among the arguments
+        if getattr(fn, "__cuptiprof_exit__", False):
+            return fn
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kw):
+            global _exit_arg
+            if threading.current_thread() is threading.main_thread():   # elsewhere: the thread ends
+                _exit_arg = args[at] if len(args) > at else kw.get("code")
+            return fn(*args, **kw)
+        wrapper.__cuptiprof_exit__ = True
+        return wrapper
+
+    sys.exit = noting(sys.exit, 0)
+    quitter = getattr(sys.modules.get("_sitebuiltins"), "Quitter", None)   # None under python -S
+    if quitter is not None:
+        quitter.__call__ = noting(quitter.__call__, 1)
+
+
+def _close_recording(status: str, exit_status: int | None = None) -> None:
     mixed = _mixed_steps()
     if mixed is not None:
         warn(mixed)
@@ -701,7 +747,7 @@ def _close_recording(status: str) -> None:
         except Exception as exc:
             warn(f"the collector could not finish: {exc}")
     if _rec is not None:
-        _rec.close(status)
+        _rec.close(status, exit_status)
 
 
 def _exit_as_sigint() -> None:
@@ -758,16 +804,16 @@ def _install_sigterm() -> None:
     retries = [0]
 
     def on_term(signum, frame):
-        global _status
+        global _status, _end_signal
         if _inside_recording(frame) and retries[0] < 250:
             # Landed inside the collector or a writer (maybe within a DuckDB statement, with
             # its locks held): stopping here would re-enter them and hang. Ask again shortly.
             retries[0] += 1
             threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
             return
-        _status = "interrupted"
+        _status, _end_signal = "interrupted", signum
         if retries[0] < 250:
-            _at_exit()
+            _at_exit(True)
         # else: never got out (5 s): die with what was committed rather than risk a hang
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)   # die of the signal, as the program would have
@@ -783,9 +829,10 @@ def holds_process() -> bool:
 
 
 def _after_fork() -> None:
-    global _collector, _marked, _seen_base
+    global _collector, _marked, _seen_base, _exit_arg
     if _rec is None:
         return
+    _exit_arg = None   # the parent's, not how this process ends
     _rec.forget_after_fork()
     if _collector is not None:
         # CUPTI's state does not survive fork: the child's steps and ranges are recorded

@@ -471,7 +471,17 @@ def recover(parts: Path, sources: list[Path], out: str) -> Path:
         record = {"label": parts.name[:-len(".parts")].rsplit(".duckdb", 1)[0],
                   "source": None, "command": None}
     notes = []
-    if "status" not in record:
+    end = None if "status" in record else _root_end(parts, record.get("child_pid"))
+    if end is not None:   # the command's own process kept how it ended
+        code = end["exit_status"]
+        record.update(status="complete" if code == 0 else "interrupted"
+                      if end.get("status") == "interrupted" else "failed", exit_code=code)
+        notes.append((None, "run_recovered", parts.name, None,
+                      f"exit status {code}, as the program's own process recorded it when it "
+                      f"ended: the cuptiprof run writing {Path(out).name} was killed before it "
+                      f"kept it; this file was merged afterwards from {parts.name}: each "
+                      "process holds the steps it had flushed"))
+    elif "status" not in record:
         record.update(status="interrupted", exit_code=None)
         # What is unknown first: reports cut a long detail short, and a NULL
         # processes.exit_status alone reads as nothing wrong.
@@ -481,6 +491,36 @@ def recover(parts: Path, sources: list[Path], out: str) -> Path:
                       f"afterwards from {parts.name}: each process holds the steps it had "
                       "flushed"))
     return finish(Path(out), parts, record, sources=sources, notes=notes, wait=False)
+
+
+def _root_end(parts: Path, child_pid: int | None) -> dict | None:
+    """The end marker of the command's own process (the launcher's child) where it says with
+    which status that process exited: the marker of its last program image, written as it
+    ended. None where nothing says so (killed, exec'd a program that is not Python, or a
+    cuptiprof that kept no exit status)."""
+    try:
+        launcher_pid = int((parts / "launcher.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    images = []
+    for m in parts.glob("*.start.json"):
+        try:
+            d = json.loads(m.read_text())
+            if d["pid"] == child_pid:
+                images.append((int(d.get("image") or 0), d["host"], d.get("ppid"), m))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    # the launcher's child on the launcher's host (a process elsewhere may have its pid)
+    hosts = {host for image, host, ppid, _ in images if image == 0 and ppid == launcher_pid}
+    last = max(((image, m) for image, host, _, m in images if host in hosts), default=None)
+    if len(hosts) != 1 or last is None:
+        return None
+    try:
+        end = json.loads(last[1].with_name(_marker_key(last[1].name) + ".end.json").read_text())
+    except (OSError, ValueError):
+        return None
+    code = end.get("exit_status") if isinstance(end, dict) else None
+    return end if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = None,

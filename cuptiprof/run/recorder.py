@@ -428,14 +428,16 @@ class Recorder:
                              "message": pa_col(cols[4], "string"), "step": pa_col(cols[5], "int32")}
         self.writer.append(batch)
 
-    def close(self, status: str = "complete") -> None:
+    def close(self, status: str = "complete", exit_status: int | None = None) -> None:
+        """`exit_status`: the status the process ends with, where it ends now and it is known."""
         if self.closed:
             return
         try:
             self._close(status)
         finally:
             try:   # the end marker: this process did not end early
-                self.part_path(".end.json").write_text(json.dumps({"pid": self.pid, "status": status}))
+                self.part_path(".end.json").write_text(json.dumps(
+                    {"pid": self.pid, "status": status, "exit_status": exit_status}))
             except OSError:
                 pass
 
