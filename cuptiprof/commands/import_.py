@@ -10,7 +10,9 @@ def register(sub) -> None:
         "import", help="import torch.profiler traces (.json/.json.gz) or Nsight Systems exports",
         description="Import torch.profiler / Kineto Chrome traces (.json, .json.gz; one file per "
         "rank of one job) or Nsight Systems SQLite exports (nsys export --type sqlite) into one "
-        "cuptiprof file. The output appears only when every input was read.")
+        "cuptiprof file. The output appears only when every input was read. cuptiprof's "
+        "exports of some steps of one process (export --steps) imported together are that "
+        "one process again; two that hold the same step are refused.")
     p.add_argument("traces", nargs="+", metavar="TRACE",
                    help="torch.profiler trace files (one per rank) or Nsight Systems SQLite exports")
     p.add_argument("-o", "--output", required=True, metavar="OUT.duckdb",
@@ -34,11 +36,12 @@ def run(args) -> int:
         ("api_call_rows", "API calls"), ("range_rows", "ranges"))]
     if rows.get("logs"):   # a cuptiprof export's log records
         parts.append(f"{rows['logs']:,} log records")
-    # one summary per process: a trace file holds one, an nsys export none or several
+    # one summary per process: a trace file holds one, an nsys export none or several, and
+    # cuptiprof's exports of some steps of one process are that one process
     counts = [getattr(f, "steps", 0) for f in res["files"]]
     n_files = len(args.traces)   # import_traces refuses a file given twice
     one_each = len(counts) == n_files == len({getattr(f, "path", None) for f in res["files"]})
-    procs = "" if one_each else f", {len(counts):,} processes"
+    procs = "" if one_each else f", {len(counts):,} process{'' if len(counts) == 1 else 'es'}"
     # one process per rank: each has the job's steps, so a sum would count every step N times
     plural = lambda n: f"{n:,} step" + ("" if n == 1 else "s")  # noqa: E731
     steps = (f"{plural(counts[0])} in each of the {len(counts)} {'processes' if procs else 'files'}"

@@ -18,10 +18,12 @@ one part at a time.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as _dt
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Union
@@ -35,7 +37,7 @@ from cuptiprof.errors import InputError
 from cuptiprof.store import arrow as AC
 from cuptiprof.interop import pieces as P
 from cuptiprof.interop.nesting import nest, steps_at
-from cuptiprof.interop.textsource import read_blocks
+from cuptiprof.interop.textsource import _blocks, read_blocks
 from cuptiprof.work_ops import intervals_work
 
 # Text decoded at once. Small pieces keep the decoder just behind the gunzip thread, and a
@@ -438,6 +440,25 @@ class _Cols:
             out.parts[k] = [self.get(k)[keep]]
         return out
 
+    def put(self, k: str, values: np.ndarray) -> None:
+        """Replace column `k`."""
+        self.parts[k] = [values]
+
+    def keys(self) -> set:
+        """The columns, less "proc" (which process of the trace a row is: read by _split)."""
+        return set(self.parts) - {"proc"}
+
+    def extend(self, other: "_Cols") -> None:
+        """Append `other`'s rows (the same columns, unless either holds no row); "proc" goes."""
+        if not len(other):
+            return
+        if not len(self):
+            self.parts = {k: list(v) for k, v in other.parts.items() if k != "proc"}
+            return
+        if self.keys() != other.keys():
+            raise RuntimeError("kineto import: rows of two traces with other columns")
+        self.parts = {k: self.parts[k] + other.parts[k] for k in self.keys()}
+
     def arrow(self, k, typ) -> pa.Array:
         """A nullable column as one Arrow array."""
         return AC.array(self.get(k), typ, self.get(k + "?", bool))
@@ -548,6 +569,12 @@ class KinetoFile:
         return P.scan(text, self.names, self.small, _DECODER.decode)
 
     def run(self) -> list[FileSummary]:
+        """Read the file and write each process it holds."""
+        return [part._finish() for part in self.parts()]
+
+    def parts(self) -> Iterator["KinetoFile"]:
+        """Read the file; then the processes it holds, read and not yet written (_finish), one
+        at a time: itself, or for cuptiprof's export of several processes one per process."""
         seen_events, n_events = False, 0
         poll = getattr(self.w, "poll", None)  # an output still opening: fail early if it failed
         try:
@@ -576,8 +603,9 @@ class KinetoFile:
                              "nothing to import (was the profiler's schedule ever active?)")
         if self.procs and all(len(c.get("proc")) == len(c) for c in (self.ranges, self.calls,
                                                                      self.logs, *self.gpu.values())):
-            return [part._finish() for part in self._split()]
-        return [self._finish()]
+            yield from self._split()
+        else:
+            yield self
 
     def _split(self) -> Iterator["KinetoFile"]:
         """One KinetoFile per process of a trace cuptiprof exported from a file of several: each
@@ -612,6 +640,101 @@ class KinetoFile:
             if e.originalPid is not None:
                 part._set_pid(e.originalPid)
             yield part
+
+    # one process exported in several traces (export --steps) ------------------------------
+    def identity(self) -> tuple | None:
+        """The process of cuptiprof's export this is (_process_key): the same in each trace
+        exported of that process of that run; None for a trace of anything else."""
+        if not self.links or self.from_run is None:
+            return None
+        pid = self.original_pid if self.original_pid is not None else self.proc.pid
+        if pid is None:
+            return None
+        return _process_key(self.from_run, pid, self.host,
+                            self.dist.rank if self.dist is not None else None, self.proc)
+
+    def _holds(self) -> tuple[set, np.ndarray, bool]:
+        """What the rows read hold: the numbers of their steps and warm-ups, the correlation
+        ids of their API calls and GPU rows, and whether there is any row at all."""
+        R = self.ranges
+        nums: set = set()
+        if len(R):
+            names = self.name_list
+            host = R.get("code", np.int8) != 3
+            for n in np.unique(R.get("name", np.int32)[host]).tolist():
+                m = _STEP_RE.match(names[n]) if n >= 0 and type(names[n]) is str else None
+                if m:
+                    nums.add(int(m.group(1)))
+            warm = self.small.find("warmup")
+            if self.links and warm >= 0 and "xkind" in R.parts:
+                v, ok = R.get("xstep"), R.get("xstep?", bool)
+                nums.update(np.unique(v[ok & (R.get("xkind") == warm)]).tolist())
+        corr = [self.calls.get("corr")[self.calls.get("corr?", bool)]]
+        corr += [G.get("correlation_id")[G.get("correlation_id?", bool)]
+                 for t, G in self.gpu.items() if t != "memory_events"]
+        rows = any(len(c) for c in (R, self.calls, self.logs, *self.gpu.values()))
+        return nums, np.unique(np.concatenate(corr)), rows
+
+    def _absorb(self, other: "KinetoFile") -> None:
+        """Take in the rows read of `other`, another trace's export of this process (of other
+        steps): their times moved to this trace's base, their names and strings to this
+        file's ids; a range both exports hold (one around the steps of both, by its External
+        id, which is its range_id as recorded; one without, by every field) once, ending
+        where the later export ends it (a range still open ends at each export's last time).
+        What is said of the rows is summed (GPU rows, unknown categories, ...)."""
+        shift = other.base - self.base
+        names = P.ids(self.names, list(other.names.strings))
+        small = P.ids(self.small, list(other.small.strings))
+        G = other.gpu
+        for cols, times, named, strings in (
+                (other.ranges, ("start", "end"), ("name",), ("xdomain", "xkind")),
+                (other.calls, ("start", "end"), ("name",), ()),
+                *((G[t], ("start_ns", "end_ns"), ("name",), ()) for t in G if t != "memory_events"),
+                (G["memory_events"], ("time_ns",), (), ("kind",)),
+                (other.logs, ("time",), ("message",), ("level", "logger"))):
+            if not len(cols):
+                continue
+            for k in times:
+                cols.put(k, cols.get(k) + shift)
+            for ks, table in ((named, names), (strings, small)):
+                for k in ks:
+                    if k in cols.parts:
+                        cols.put(k, _remap(cols.get(k), table))
+        R, Q = self.ranges, other.ranges
+        if len(R) and len(Q):
+            keep = np.ones(len(Q), bool)
+            ok, q_ok = R.get("ext?", bool), Q.get("ext?", bool)
+            at = np.flatnonzero(ok)
+            known, first = np.unique(R.get("ext")[at], return_index=True)
+            if len(known):
+                q_ext = Q.get("ext")
+                pos = np.minimum(np.searchsorted(known, q_ext), len(known) - 1)
+                hit = q_ok & (known[pos] == q_ext)
+                np.maximum.at(R.get("end"), at[first[pos[hit]]], Q.get("end")[hit])
+                keep &= ~hit
+            fields = ("code", "key", "start", "end", "name", "dev", "stream")
+            mine = Counter(zip(*(R.get(k)[~ok].tolist() for k in fields)))
+            if mine and not q_ok.all():
+                for i, row in zip(np.flatnonzero(~q_ok).tolist(),
+                                  zip(*(Q.get(k)[~q_ok].tolist() for k in fields))):
+                    if mine[row] > 0:
+                        mine[row] -= 1
+                        keep[i] = False
+            if not keep.all():
+                other.ranges = Q.subset(keep)
+        for mine_, theirs in ((self.ranges, other.ranges), (self.calls, other.calls),
+                              (self.logs, other.logs), *((self.gpu[t], G[t]) for t in G)):
+            mine_.extend(theirs)
+        self.events += other.events
+        self.rows, self.unknown, self.big_args = (
+            {k: a.get(k, 0) + b.get(k, 0) for k in {**a, **b}}
+            for a, b in ((self.rows, other.rows), (self.unknown, other.unknown),
+                         (self.big_args, other.big_args)))
+        self.devices_used = self.devices_used | other.devices_used
+        have = {d.id for d in self.devprops}
+        self.devprops = self.devprops + [d for d in other.devprops if d.id not in have]
+        self.host_pids = self.host_pids | other.host_pids
+        self.quality = self.quality or other.quality   # each export carries the run's all
 
     def _meta(self, doc: Doc) -> None:
         if doc.deviceProperties:
@@ -1615,16 +1738,179 @@ def _null_neg(v, typ) -> pa.Array:
 
 
 def import_kineto(w, paths: list[Path], on_read=None) -> list[FileSummary]:
-    """Read each trace file into the writer `w` (one process per file). `w` may also be a
-    callable returning the writer, called when the first file has been read (so opening the
-    output can overlap the parse)."""
+    """Read each trace file into the writer `w` (one process per file; a trace of cuptiprof's
+    export of several processes, one per process). `w` may also be a callable returning the
+    writer, called when the first file has been read (so opening the output can overlap the
+    parse).
+
+    Several traces of cuptiprof's export of the same process of the same run (exports of some
+    of its steps, `export --steps`: the same `cuptiprofRun`, and the same pid, host, rank,
+    command, start, end and exit of the process, _process_key) are that one process again:
+    imported as one process, under the pid the first of them takes, every row of each, and a
+    range that several hold (one around the steps of both) once. Its range ids are numbered
+    over all of them, and its steps, launch links and data_quality rows are those of an
+    import of one export of all their steps, less what an export of some steps leaves out
+    (a range that lies between the steps of two exports, in none of them). Such traces are
+    held, read and not written, until the last trace of the import that says that process
+    in its head (_said_processes) is read. Where two of them hold the same step (two exports
+    whose steps overlap, or an export of every row beside another) or the same API call or
+    GPU row, the import is refused in one line: imported together, those rows would count
+    twice, as one process or as two. Traces of anything else (other processes, other runs,
+    torch.profiler's own traces, whatever their pids) stay processes of their own."""
+    paths = [Path(p) for p in paths]
     used: set[int] = set()
-    out = []
+    # the processes each trace's head says (only several traces can share one), and the last
+    # trace that says each process that more than one says
+    said = [_said_processes(p) for p in paths] if len(paths) > 1 else []
+    last: dict = {}
+    for i, keys in enumerate(said):
+        for k in keys:
+            last.setdefault(k, []).append(i)
+    shared = {k: v[-1] for k, v in last.items() if len(v) > 1}
+    held: dict = {}    # process -> [(place, part)]: read, not yet written
+    done: list = []    # (place, FileSummary): in the order of the traces and their processes
     for i, p in enumerate(paths):
-        try:
-            out.extend(KinetoFile(w, Path(p), i, used, on_read).run())
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError, pa.ArrowException) as exc:
-            # a shape of trace this importer does not handle: name the file, no traceback
-            raise InputError(f"{p}: cannot import this trace ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
-    return out
+        with _named(p):
+            for j, part in enumerate(KinetoFile(w, p, i, used, on_read).parts()):
+                key = part.identity()
+                if key in shared and (key in held or shared[key] > i):
+                    if part.pid is None:   # its pid now, as a trace not held takes its own
+                        part._set_pid(part.proc.pid if part.proc.pid is not None else i)
+                    held.setdefault(key, []).append(((i, j), part))
+                else:
+                    done.append(((i, j), part._finish()))
+        for key in [k for k in held if shared[k] <= i]:
+            group = held.pop(key)
+            parts = [m for _, m in group]
+            with _named(parts[0].path):
+                if _alike(parts):
+                    done.append((group[0][0], _merge_parts(parts, used)._finish()))
+                else:   # (not as cuptiprof's export writes them) apart, as any other traces
+                    done.extend((place, m._finish()) for place, m in group)
+    return [s for _, s in sorted(done, key=lambda d: d[0])]
+
+
+@contextlib.contextmanager
+def _named(path: Path):
+    """A shape of trace this importer does not handle: one line naming the file, no
+    traceback."""
+    try:
+        yield
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot import this trace ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
+
+
+def _process_key(run: RunEntry, pid: int, host, rank, proc) -> tuple:
+    """What tells a process of cuptiprof's export from every other: its run as exported (every
+    field: its id alone is a number each file gives its own runs), its pid in the exported
+    file, and its host, rank, command, start, end and how it ended. (`proc`: a ProcInfo or
+    ProcEntry.)"""
+    return (msgspec.structs.astuple(run), pid, host, rank, proc.exitStatus, proc.endedEarly,
+            proc.command, proc.startNs, proc.endNs)
+
+
+_HEAD_BYTES = 8 << 20   # text read, at most, for the keys before "traceEvents"
+
+
+def _said_processes(path: Path) -> set:
+    """The processes a trace of cuptiprof's export says it holds (their _process_key), from its
+    head: the keys the export writes before "traceEvents" (the events are not read). Empty for
+    a trace of another writer, one whose head says no process, or one that cannot be read here
+    (reading it is left to KinetoFile, which names what is wrong)."""
+    buf = bytearray()
+    blocks = _blocks(path, None)
+    try:
+        for block in blocks:
+            buf += block
+            if buf.lstrip()[:1] != b"{":
+                return set()
+            m = _ARRAY_START.search(buf)
+            if m is not None:
+                break
+            if len(buf) > _HEAD_BYTES:
+                return set()
+        else:
+            return set()
+        doc = _DECODER.decode(bytes(buf[:m.start()]) + b'"traceEvents": []}')
+    except (OSError, InputError, msgspec.DecodeError, RecursionError):
+        return set()
+    finally:
+        blocks.close()
+    if doc.cuptiprofLinks != "range_id":
+        return set()
+    if doc.cuptiprofProcesses and len(doc.cuptiprofProcesses) > 1:
+        return {_process_key(e.run, e.originalPid, e.host, e.rank, e)
+                for e in doc.cuptiprofProcesses if e.run is not None and e.originalPid is not None}
+    proc = doc.cuptiprofProcess
+    if doc.cuptiprofRun is None or proc is None or proc.pid is None:
+        return set()
+    rank = doc.distributedInfo.rank if doc.distributedInfo is not None else None
+    return {_process_key(doc.cuptiprofRun, proc.pid, doc.host_name or None, rank, proc)}
+
+
+def _merge_parts(parts: list[KinetoFile], used: set[int]) -> KinetoFile:
+    """Several traces' exports of one process (import_kineto) as one: the first, holding the
+    rows of all, with the pid the first of them took (the others' go back to `used`).
+    Refused (InputError) where two hold the same step or the same API call or GPU row."""
+    held = [(m, *m._holds()) for m in parts]
+    for j, (b, b_steps, b_corr, b_rows) in enumerate(held):
+        for a, a_steps, a_corr, a_rows in held[:j]:
+            if not (a_rows and b_rows):
+                continue   # (a process the trace names without a row of it)
+            both = a_steps & b_steps
+            if both:
+                why = f"both hold step{'s' if len(both) > 1 else ''} {_numbers(both)}"
+            elif not (a_steps and b_steps):
+                why = (f"{(b if a_steps else a).path.name} holds rows in no step (an export of "
+                       "every row)")
+            elif len(np.intersect1d(a_corr, b_corr)):
+                why = "both hold the same API calls or GPU rows (their correlation ids)"
+            else:
+                continue
+            run = a.from_run
+            run = repr(run.label) if run.label else run.id
+            pid = a.original_pid if a.original_pid is not None else a.proc.pid
+            raise InputError(
+                f"{b.path}: an export of the same process as {a.path} (pid {pid} of run {run}), "
+                f"and {why}: imported together, those rows would count twice; import exports "
+                "of steps that do not overlap (cuptiprof export --steps A:B), or import these "
+                "into separate files")
+    first = parts[0]
+    pid = next((m.pid for m in parts if m.pid is not None), None)
+    for m in parts:
+        if m.pid is not None and m.pid != pid:
+            used.discard(m.pid)
+    first.pid = pid
+    for m in parts[1:]:
+        first._absorb(m)
+    return first
+
+
+def _alike(parts: list[KinetoFile]) -> bool:
+    """Whether the rows read of each part have the same columns, table by table (as every
+    trace of cuptiprof's export gives them), so that one part can take in the others'."""
+    def tables(m: KinetoFile) -> list:
+        return [m.ranges, m.calls, m.logs, *(m.gpu[t] for t in sorted(m.gpu))]
+    for cols in zip(*map(tables, parts)):
+        if len({frozenset(c.keys()) for c in cols if len(c)}) > 1:
+            return False
+    return True
+
+
+def _numbers(nums: set) -> str:
+    """Step numbers as 'N', 'A:B' (consecutive) or the first few."""
+    v = sorted(nums)
+    if len(v) == 1:
+        return str(v[0])
+    if v[-1] - v[0] == len(v) - 1:
+        return f"{v[0]}:{v[-1]}"
+    return ", ".join(map(str, v[:5])) + (" ..." if len(v) > 5 else "")
+
+
+def _remap(v: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Interned ids as those of another interner (`table`: id -> its id there); a negative one
+    (none, absent) stays."""
+    if not len(v) or not len(table):
+        return v
+    return np.where(v >= 0, table[np.maximum(v, 0)], v).astype(v.dtype)
