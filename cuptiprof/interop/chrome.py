@@ -12,7 +12,10 @@ lets the importer take them apart again (Kineto readers ignore it).
 
 An export of some steps (--steps) holds their rows and every other range that overlaps them in
 time, unclipped (a range around the loop); steps and warm-ups of other numbers stay out, and
-so do ranges of theirs that began during those steps (another thread's steps).
+so do ranges of theirs that began during those steps (another thread's steps). Exports of other
+steps of the same process, imported together, are that one process again: what `cuptiprofRun`
+and `cuptiprofProcess` (or `cuptiprofProcesses`) say tells them apart from other processes, and
+the External ids (range ids as recorded) a range that several hold (kineto.import_kineto).
 
 Steps are written as `ProfilerStep#N` ranges (torch.profiler's name, which the importer reads
 as steps), whatever the program called them. A warm-up step is not one: it keeps its name, with

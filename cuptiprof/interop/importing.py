@@ -102,7 +102,9 @@ class _Opening:
 
 def import_traces(paths, out, *, label: str | None = None, overwrite: bool = False,
                   progress: bool | None = False) -> dict:
-    """Import traces of one job (one file per rank/process) into `out` as one run.
+    """Import traces of one job (one file per rank/process) into `out` as one run. cuptiprof's
+    exports of some steps of one process are that one process (kineto.import_kineto); two
+    that hold the same step are refused.
 
     >>> import_traces(["rank0.json.gz", "rank1.json.gz"], "job.duckdb")   # doctest: +SKIP
     """
