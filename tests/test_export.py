@@ -21,6 +21,7 @@ from cuptiprof.interop.importing import import_traces
 from cuptiprof.interop.parquet import export_parquet
 from cuptiprof.store.merge import merge_files
 from cuptiprof.store.writer import RunInfo, Writer
+from cuptiprof.synthetic import synthetic_batches, write_synthetic
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 TB0 = SHARED / "kineto-tbplugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
@@ -520,11 +521,13 @@ def _range_rows(rows) -> dict:
             "end_ns": [r[8] for r in rows], "domain": ["cuptiprof"] * len(rows)}
 
 
-def _steps_in_enclosing_ranges(path: Path) -> Path:
+def _steps_in_enclosing_ranges(path: Path, more: bool = False) -> Path:
     """Steps 1-3 inside a "generate" range (thread 5), a data loader's range on thread 6 that
     began before the first step and spans them all (its launch in step 2 takes that step by
     the process's open step), a range opened in a warm-up (step 0, thread 7) that outlasts it,
-    another thread's warm-up overlapping step 2, and a range that ended before the steps."""
+    another thread's warm-up overlapping step 2, and a range that ended before the steps.
+    `more`: also a range never closed (thread 9, from the start), and in each step a log
+    record and an allocation (step 2's of pinned memory)."""
     t = 1_700_000_000_000_000_000
     us = lambda x: t + x * 1000  # noqa: E731
     # range_id, parent, depth, name, kind, step, thread, start, end
@@ -542,7 +545,19 @@ def _steps_in_enclosing_ranges(path: Path) -> Path:
     calls = [(5, 6 + 2 * k, k, us(100 + 200 * (k - 1)) + 20_000) for k in (1, 2, 3)]
     calls += [(6, 3, 2, us(320))]
     i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    if more:
+        rows.append((20, None, 0, "serve", "user", None, 9, us(0), None))
     with Writer(path, RunInfo(source="synthetic"), pid=31) as w:
+        if more:
+            w.append({
+                "logs": {"thread_id": [5] * 3, "time_ns": [us(130 + 200 * k) for k in range(3)],
+                         "level": ["INFO"] * 3, "logger": ["train"] * 3,
+                         "message": [f"step {k}" for k in (1, 2, 3)], "step": i32([1, 2, 3])},
+                "memory_events": {"device_id": i32([0] * 3),
+                                  "time_ns": [us(140 + 200 * k) for k in range(3)],
+                                  "operation": ["alloc"] * 3, "bytes": [4096] * 3,
+                                  "memory_kind": ["device", "pinned", "device"],
+                                  "step": i32([1, 2, 3])}})
         w.append({
             "ranges": _range_rows(rows),
             "api_calls": {"thread_id": [c[0] for c in calls], "api_kind": ["runtime"] * 4,
@@ -1744,6 +1759,179 @@ def test_exports_of_some_steps_of_one_run_imported_together_add_its_quality_rows
     assert con.execute("SELECT run_id, pid FROM processes ORDER BY 2").fetchall() == [(1, 40)]
     assert con.execute("SELECT run_id, pid, count FROM data_quality WHERE check_name = "
                        "'dropped_records'").fetchall() == [(1, 40, 3)]
+
+
+# -- exports of some steps of one process, imported together ----------------------------------
+
+def _export_steps(src: Path, steps: list[str], d: Path) -> list[Path]:
+    """One Chrome export of `src` per entry of `steps` ('A:B'), in `d`."""
+    outs = []
+    for s in steps:
+        outs.append(d / f"{src.stem}-{s.replace(':', '_')}.json.gz")
+        with cuptiprof.open(src, s) as prof:
+            export_chrome(prof, outs[-1])
+    return outs
+
+
+def _golden(path: Path) -> Path:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_reports import write_fixture
+    return write_fixture(path)
+
+
+def test_exports_of_some_steps_of_one_process_import_as_that_one_process(tmp_path):
+    """`export --steps 1` and `--steps 2:3` of the golden run, imported together, are its one
+    process again (its pid, steps 1 to 3), not two: per kernel, per step and per op they are
+    what the import of one export of steps 1 to 3 gives, and what the run recorded."""
+    src = _golden(tmp_path / "golden.duckdb")
+    parts = _export_steps(src, ["1", "2:3"], tmp_path)
+    union, = _export_steps(src, ["1:3"], tmp_path)
+    both, one = tmp_path / "both.duckdb", tmp_path / "one.duckdb"
+    r = run_cli("import", *parts, "-o", both, "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "(kineto, 1 process): " in r.stderr and ", 3 steps -> " in r.stderr, r.stderr
+    import_traces([union], one)
+    con = duckdb.connect(str(both), read_only=True)
+    assert con.execute("SELECT pid FROM processes").fetchall() == [(4242,)]
+    assert con.execute("SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'"
+                       ).fetchall() == [([1, 2, 3],)]
+    con.close()
+    assert per_kernel(both) == per_kernel(one) == per_kernel(src, "step BETWEEN 1 AND 3")
+    assert kernel_times(both) == kernel_times(one)
+    with cuptiprof.open(both) as a, cuptiprof.open(one) as b:
+        for report in ("steps", "ops", "ranges", "step_ranges", "kinds", "devices", "streams"):
+            assert a.report(report).fetchall() == b.report(report).fetchall(), report
+
+
+def _ids_and_links(path: Path) -> dict:
+    """Each table's rows with their range ids as the range they name (name, start, thread),
+    after checking that range ids are 1..N in each process and every id names a range of the
+    row's own process."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM (SELECT pid FROM ranges GROUP BY pid HAVING "
+                           "count(DISTINCT range_id) <> count(*) OR min(range_id) <> 1 OR "
+                           "max(range_id) <> count(*))").fetchone() == (0,)
+        name = ("(SELECT concat_ws(' ', r.name, r.start_ns, r.thread_id) FROM ranges r WHERE "
+                "r.pid = t.pid AND r.range_id = t.{c})")
+        for table, col in (("ranges", "parent_id"), ("api_calls", "range_id"),
+                           ("kernels", "range_id"), ("kernels", "op_id")):
+            assert con.execute(f"SELECT count(*) FROM {table} t WHERE {col} IS NOT NULL AND "
+                               f"{name.format(c=col)} IS NULL").fetchone() == (0,), (table, col)
+        sql = {"ranges": "name, kind, step, depth, thread_id, start_ns, end_ns, domain, "
+                         + name.format(c="parent_id"),
+               "api_calls": "correlation_id, thread_id, start_ns, end_ns, step, "
+                            + name.format(c="range_id"),
+               "kernels": "correlation_id, name, start_ns, end_ns, step, "
+                          f"{name.format(c='range_id')}, {name.format(c='op_id')}",
+               "logs": "thread_id, time_ns, level, logger, message, step",
+               "memory_events": "time_ns, operation, bytes, memory_kind, step"}
+        return {t: con.execute(f"SELECT pid, {cols} FROM {t} t ORDER BY ALL").fetchall()
+                for t, cols in sql.items()}
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+@pytest.mark.parametrize("order", ["as exported", "reversed"])
+def test_exports_of_some_steps_keep_ids_and_links_of_one_process(tmp_path, monkeypatch, order,
+                                                                 native):
+    """Steps 1 to 3 inside a "generate" range, a loader's range around all of them, a range
+    opened in a warm-up, and one never closed (on a thread of its own), with log records and
+    allocations in each step: exported as `--steps 1` and `--steps 2:3` and imported together
+    (in either order), each range both exports hold is there once (the one never closed
+    without an end), range ids are unique in the process and every call, kernel and range
+    names a range of it, and each row's step, range and op are those of an import of one
+    export of steps 1 to 3."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    src = _steps_in_enclosing_ranges(tmp_path / "s.duckdb", more=True)
+    parts = _export_steps(src, ["1", "2:3"], tmp_path)
+    union, = _export_steps(src, ["1:3"], tmp_path)
+    both, one = tmp_path / "both.duckdb", tmp_path / "one.duckdb"
+    import_traces(parts if order == "as exported" else parts[::-1], both)
+    import_traces([union], one)
+    got = _ids_and_links(both)
+    assert got == _ids_and_links(one)
+    assert [r[1] for r in got["ranges"] if r[2] != "step"] == \
+        ["aten::op1", "aten::op2", "aten::op3", "compile", "generate", "loader", "serve"]
+    assert [r[1:3] + r[7:8] for r in got["ranges"] if r[1] == "serve"] == [("serve", "user", None)]
+    assert {r[0] for t in got.values() for r in t} == {31}
+    assert [r[-1] for r in got["logs"]] == [1, 2, 3] and len(got["memory_events"]) == 3
+    assert per_kernel(both) == per_kernel(src, "step BETWEEN 1 AND 3")
+    drop = lambda rows, cols: [tuple(v for c, v in zip(cols, r) if c not in ("top_op", "top_op_ms"))  # noqa: E731
+                               for r in rows]
+    with cuptiprof.open(both) as a, cuptiprof.open(one) as b:
+        for report in ("steps", "ops", "step_ranges"):
+            ra, rb = a.report(report), b.report(report)
+            assert drop(ra.fetchall(), ra.columns) == drop(rb.fetchall(), rb.columns), report
+
+
+def test_exports_of_one_process_that_hold_the_same_step_are_refused(tmp_path):
+    """Two exports of one process that both hold a step (steps 1:2 and 2:3; an export of every
+    row beside one of some steps; one trace copied under another name) would count its rows
+    twice, as one process or as two: the import is refused in one line, exit 2, naming both
+    traces and the step, and leaves no output."""
+    src = _golden(tmp_path / "golden.duckdb")
+    a, b = _export_steps(src, ["1:2", "2:3"], tmp_path)
+    every = tmp_path / "every.json.gz"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, every)
+    copy = tmp_path / "copy.json.gz"
+    copy.write_bytes(a.read_bytes())
+    for inputs, says in (([a, b], "both hold step 2"), ([b, every], "both hold steps 2:3"),
+                         ([a, copy], "both hold steps 1:2")):
+        out = tmp_path / "x.duckdb"
+        r = run_cli("import", *inputs, "-o", out, "--no-progress")
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert f"{inputs[1]}: an export of the same process as {inputs[0]} (pid 4242 of run " \
+               f"'golden'), and {says}: " in r.stderr, r.stderr
+        assert "would count twice" in r.stderr and not out.exists()
+
+
+def test_only_exports_of_one_process_of_one_run_import_as_one(tmp_path):
+    """Exports of some steps of a run of two processes import as those two processes (not
+    four); beside them, torch.profiler's own trace of a process with the same pid, and an
+    export of another run's process with that pid, stay processes of their own."""
+    src = tmp_path / "two.duckdb"
+    with Writer(src, RunInfo(label="job", source="synthetic", start_ns=1_700_000_000_000_000_000),
+                pid=100) as w:
+        for pid, seed in ((100, 1), (200, 2)):
+            for batch in synthetic_batches(steps=4, kernels_per_step=20, seed=seed, pid=pid):
+                w.append(batch)
+    other = write_synthetic(tmp_path / "other.duckdb", steps=3, kernels_per_step=10, seed=5,
+                            pid=100)
+    plain = _plain_trace(tmp_path / "plain.json", 100)
+    inputs = [*_export_steps(src, ["1:2"], tmp_path), plain,
+              *_export_steps(other, ["2:3"], tmp_path), *_export_steps(src, ["3:4"], tmp_path)]
+    back = tmp_path / "back.duckdb"
+    import_traces(inputs, back)
+    con = duckdb.connect(str(back), read_only=True)
+    steps = ("SELECT p.pid, p.command, (SELECT list(step ORDER BY step) FROM ranges r WHERE "
+             "r.pid = p.pid AND kind = 'step') FROM processes p ORDER BY 1")
+    assert con.execute(steps).fetchall() == [
+        (100, "python synthetic.py", [1, 2, 3, 4]), (200, "python synthetic.py", [1, 2, 3, 4]),
+        (100 + (1 << 22), str(plain), None), (100 + (2 << 22), "python synthetic.py", [2, 3])]
+    per_pid = "SELECT pid, name, count(*), sum(end_ns - start_ns) FROM kernels {} GROUP BY ALL ORDER BY ALL"
+    with duckdb.connect(str(src), read_only=True) as orig:
+        assert con.execute(per_pid.format("WHERE pid IN (100, 200)")).fetchall() == \
+            orig.execute(per_pid.format("WHERE step BETWEEN 1 AND 4")).fetchall()
+
+
+def test_exports_of_some_steps_of_a_merged_file_import_as_its_runs_and_processes(tmp_path):
+    """A merge of two runs exported as `--steps 1:2` and `--steps 3:4` imports as those two
+    runs, each with its one process and steps 1 to 4 (not each trace's runs apart)."""
+    runs = [write_synthetic(tmp_path / f"{name}.duckdb", steps=4, kernels_per_step=10, seed=k,
+                            pid=100 + k) for k, name in enumerate(("eager", "compiled"))]
+    src = merge_files(runs, tmp_path / "m.duckdb")
+    back = tmp_path / "back.duckdb"
+    import_traces(_export_steps(src, ["1:2", "3:4"], tmp_path), back)
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT run_id, label FROM runs ORDER BY 1").fetchall() == [
+        (1, "eager"), (2, "compiled")]
+    assert con.execute("SELECT p.run_id, p.pid, (SELECT list(step ORDER BY step) FROM ranges r "
+                       "WHERE r.pid = p.pid AND kind = 'step') FROM processes p ORDER BY 1"
+                       ).fetchall() == [(1, 100, [1, 2, 3, 4]), (2, 101, [1, 2, 3, 4])]
+    assert per_kernel(back) == per_kernel(src, "step BETWEEN 1 AND 4")
 
 
 def test_exports_of_each_process_of_one_run_add_its_quality_rows_once(tmp_path):
