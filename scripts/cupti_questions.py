@@ -233,9 +233,9 @@ def versions() -> dict:
             v[d] = metadata.version(d)
         except metadata.PackageNotFoundError:
             v[d] = None
-    from cuptiprof.collect import device_info
+    from cuptiprof.collect import libcuda
 
-    v["driver_api"] = device_info.driver_version()
+    v["driver_api"] = libcuda.driver_version()
     return v
 
 

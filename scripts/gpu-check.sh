@@ -160,8 +160,8 @@ try:
     v["libcupti"] = pathfinder.load_nvidia_dynamic_lib("cupti").abs_path
 except Exception as e: v["libcupti"] = f"not found: {e}"
 try:
-    from cuptiprof.collect import device_info
-    v["driver_api"] = device_info.driver_version()
+    from cuptiprof.collect import device_info, libcuda
+    v["driver_api"] = libcuda.driver_version()
     v["cupti_version_row"] = device_info.cupti_version()
 except Exception as e: v["cuptiprof_error"] = str(e)
 try:

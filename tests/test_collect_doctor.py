@@ -192,3 +192,38 @@ def test_run_doctor_and_the_runs_row_ask_the_driver_through_one_module(monkeypat
     got = {what: (ok, detail) for what, ok, detail, _, _ in doctor.checks()}
     assert not launcher.gpu_present() and libcuda.driver_version() is None
     assert got["CUDA driver"] == (False, "libcuda.so.1 cannot be loaded") and "GPU" not in got
+
+
+def test_gpu_check_version_probes_ask_the_driver_through_libcuda(monkeypatch, tmp_path):
+    """The GPU check's versions (scripts/gpu-check.sh's versions stage, versions.json, and
+    scripts/cupti_questions.py's) report the driver as the runs row does, through libcuda:
+    a helper they named was removed once and the driver line went missing from both."""
+    import importlib.util
+    import json
+    import os
+
+    from cuptiprof.collect import libcuda
+
+    root = ROOT
+    spec = importlib.util.spec_from_file_location(
+        "cupti_questions_probe", root / "scripts" / "cupti_questions.py")
+    questions = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(questions)
+
+    class Driver:
+        def cuDriverGetVersion(self, v):
+            v._obj.value = 13000
+            return 0
+
+    monkeypatch.setattr(libcuda, "_load", Driver)
+    assert questions.versions()["driver_api"] == "13.0"
+
+    out = tmp_path / "out"
+    env = dict(os.environ, DRY_RUN="1", STAGES="versions", OUT=str(out), PY=sys.executable,
+               GPU_CHECK_WORK=str(tmp_path / "work"))
+    r = subprocess.run(["bash", str(root / "scripts" / "gpu-check.sh")], env=env, cwd=root,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    got = json.loads((out / "versions.json").read_text())
+    assert "cuptiprof_error" not in got, got
+    assert "driver_api" in got and "cupti_version_row" in got
