@@ -93,3 +93,34 @@ def test_readme_in_code_example_runs_as_pasted(tmp_path):
     assert r.returncode == 0, r.stderr
     ops, steps = map(int, r.stdout.split())
     assert ops > 0 and steps == 5   # warmup=2, steps=5 of the 7 the loop runs
+
+
+def test_every_cuptiprof_command_the_docs_show_parses():
+    """Each `cuptiprof CMD ...` line of README.md and docs/ (sh blocks and inline code) names
+    options, choices and arguments that CMD accepts, as a user would paste it."""
+    import shlex
+    from pathlib import Path
+
+    from cuptiprof.cli import COMMANDS, build_parser
+    root = Path(__file__).resolve().parents[1]
+    cmd = re.compile(rf"(?:^|\s)(?:python -m )?cuptiprof ((?:{'|'.join(COMMANDS)})\b.*)")
+    shown = []
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = doc.read_text()
+        lines = [l for b in re.findall(r"```sh\n(.*?)```", text, re.S) for l in b.splitlines()]
+        lines += re.findall(r"`((?:python -m )?cuptiprof [^`]*)`", " ".join(text.split()))
+        for line in lines:
+            m = cmd.search(line)
+            if m:
+                argv = shlex.split(m.group(1).split(" #")[0].split(" > ")[0])
+                if len(argv) > 1:   # not a mention of the command alone
+                    shown.append((doc.name, argv))
+    assert len(shown) >= 20
+    parser = build_parser()
+    bad = []
+    for doc, argv in shown:
+        try:
+            parser.parse_args(argv)
+        except SystemExit:
+            bad.append((doc, argv))
+    assert not bad, f"commands in the docs that cuptiprof refuses: {bad}"
