@@ -548,6 +548,36 @@ def test_cpu_ops_of_concurrent_steps_stay_with_their_thread(tmp_path):
     assert got == [(1, "aten::tanh", True), (2, "aten::sigmoid", True)]
 
 
+def test_a_cpu_op_outside_its_threads_steps_takes_the_latest_begun_step(tmp_path):
+    """Without a GPU, an op on a thread with no step of its own takes the latest-started step
+    open when it began (the rule of the schema's `step`, as the collector follows it), not the
+    one that happens to end last."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import threading, torch, cuptiprof
+        x = torch.ones(32, 32)
+        inner_began, op_done = threading.Event(), threading.Event()
+        def pool():                      # a thread with no step of its own
+            inner_began.wait()
+            torch.tanh(x)                # steps 0 and 1 are open: 1 began last
+            op_done.set()
+        def inner():
+            with cuptiprof.range("step", step=1):
+                inner_began.set()
+                op_done.wait()
+                torch.sigmoid(x)
+        with cuptiprof.range("step", step=0):   # begins first, ends last
+            torch.mm(x, x)
+            ts = [threading.Thread(target=f) for f in (pool, inner)]
+            [t.start() for t in ts]
+            [t.join() for t in ts]
+    """)
+    r = cli(["run", "-o", "l.duckdb", "--no-report", "--", PY, p], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = dict(q(tmp_path / "l.duckdb", "SELECT name, step FROM kernels"))
+    assert got == {"aten::mm": 0, "aten::tanh": 1, "aten::sigmoid": 1}
+
+
 def test_a_range_outside_steps_takes_the_step_still_open_on_another_thread_under_run(tmp_path):
     """As in profile(): a range opened outside its own thread's steps while another thread's
     step still ran got no step once any step had ended."""

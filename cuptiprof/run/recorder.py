@@ -304,11 +304,14 @@ class Recorder:
         # Step of each op: the recorded step window that holds its start (host windows). A window
         # of the op's own thread wins, so that steps threads run at once keep their own ops; an op
         # on a thread with no step of its own (a pool the step hands work to) goes by time only.
+        # Of several windows that hold it, the latest begun wins, as in the collector (windows
+        # are listed as steps end: one begun later may have ended first).
+        windows = sorted(self.windows, key=lambda w: w[1])
         step = np.full(n, -1, np.int64)
-        for s, ws, we, _ in self.windows:
+        for s, ws, we, _ in windows:
             if s is not None:
                 step[(start >= ws) & (start < we)] = s
-        for s, ws, we, th in self.windows:   # None: a warm-up step, whose ops are not kept
+        for s, ws, we, th in windows:   # None: a warm-up step, whose ops are not kept
             step[(tids == th) & (start >= ws) & (start < we)] = -1 if s is None else s
         if self.windows or self.seen:   # steps were marked: keep what ran inside recorded ones
             keep = step >= 0
