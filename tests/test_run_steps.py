@@ -576,6 +576,34 @@ def test_a_cpu_op_outside_its_threads_steps_takes_the_latest_begun_step(tmp_path
     assert r.returncode == 0, r.stderr
     got = dict(q(tmp_path / "l.duckdb", "SELECT name, step FROM kernels"))
     assert got == {"aten::mm": 0, "aten::tanh": 1, "aten::sigmoid": 1}
+    # steps of different threads overlap, each thread's own stay nested: nothing interleaved
+    assert q(tmp_path / "l.duckdb", "SELECT list(check_name) FROM data_quality") == [(["no_gpu"],)]
+
+
+def test_cpu_ops_of_interleaved_asyncio_steps_are_said_in_data_quality(tmp_path):
+    """Without a GPU, steps of asyncio tasks that interleave on one thread cannot tell their CPU
+    ops apart (they go to the step begun last, as GPU work does under CUPTI): data_quality says
+    so with `ranges_interleaved`, as the collector does."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import asyncio, torch, cuptiprof
+        x = torch.ones(32, 32)
+        async def request(r):
+            for i in range(2):
+                with cuptiprof.range("step", step=10 * r + i):
+                    torch.mm(x, x)
+                    await asyncio.sleep(0.01)
+                    torch.tanh(x)
+        async def main():
+            await asyncio.gather(request(1), request(2))
+        asyncio.run(main())
+    """)
+    r = cli(["run", "-o", "a.duckdb", "--no-report", "--", PY, p], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "a.duckdb"
+    assert q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'") == [([10, 11, 20, 21],)]
+    (n, detail), = q(out, "SELECT count, detail FROM data_quality WHERE check_name = 'ranges_interleaved'")
+    assert n >= 1 and "asyncio" in detail and "begun last" in detail
 
 
 def test_a_range_outside_steps_takes_the_step_still_open_on_another_thread_under_run(tmp_path):

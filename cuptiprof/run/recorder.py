@@ -81,6 +81,9 @@ class Recorder:
         self.spans: list[tuple] = []           # (thread, start, end, range_id, depth) of ended
                                                # ranges: the CPU ops inside them are nested there
         self._open_steps: dict = {}            # range id -> (start, step) of recorded steps open
+        self._open_on: dict = {}               # thread -> its ranges open (every task's), CPU ops
+        self._interleaved = 0                  # ranges ended while one begun later on their
+                                               # thread (another task's) was still open
         self.writer = None
         self.prof = None
         self.closed = False
@@ -160,6 +163,9 @@ class Recorder:
                   thread=threading.get_native_id(), start=now, attrs=attrs, is_step=is_step,
                   gen=self.gen)
         self._stack_var.set(stack + (o,))
+        if self.mode == "cpu":
+            with self.lock:
+                self._open_on.setdefault(o.thread, []).append(o)
         return o
 
     def _beyond(self, stack: tuple, now: int) -> _Open:
@@ -185,9 +191,18 @@ class Recorder:
         o.closed = True
         now = time.time_ns()
         stack = self._stack()
+        inside = ()
         if o in stack:  # close anything left open inside it too
-            self._stack_var.set(stack[:max(i for i, t in enumerate(stack) if t is o)])
+            at = max(i for i, t in enumerate(stack) if t is o)
+            self._stack_var.set(stack[:at])
+            inside = stack[at + 1:]
         with self.lock:
+            if self.mode == "cpu" and o.kind != "beyond":
+                gone = {id(o), *map(id, inside)}
+                mine = [t for t in self._open_on.get(o.thread, ()) if id(t) not in gone and not t.closed]
+                self._open_on[o.thread] = mine
+                if any(t.start > o.start for t in mine):   # another task's, begun after it
+                    self._interleaved += 1
             if o.kind == "beyond":   # its thread's CPU ops count for no step, as a warm-up's
                 if self.mode == "cpu":
                     self.windows.append((None, o.start, now, o.thread))
@@ -399,10 +414,10 @@ class Recorder:
             self._quality("missing_kind", "gpu",
                           "light mode: ranges and logs only, no GPU activity was collected")
 
-    def _quality(self, check: str, subject, detail: str) -> None:
+    def _quality(self, check: str, subject, detail: str, count: int | None = None) -> None:
         try:
             self._ensure_writer()
-            self.writer.add_quality(check, subject, None, detail)
+            self.writer.add_quality(check, subject, count, detail)
         except Exception:
             pass
 
@@ -463,6 +478,12 @@ class Recorder:
                 for s in sorted({w[0] for w in self.windows if w[0] is not None} - self.op_steps):
                     self._quality("empty_step", str(s), f"step {s} recorded no op (nothing ran "
                                   "in it, or torch.profiler did not capture it)")
+            if profiled and self._interleaved:
+                self._quality("ranges_interleaved", None, f"{self._interleaved} ranges ended while "
+                              "a range begun after them on their thread was still open (asyncio "
+                              "tasks, or ranges entered and left by hand): CPU ops that ran while "
+                              "both were open are credited to the step begun last",
+                              count=self._interleaved)
             self.closed = True
             # Ranges still open (a crash inside a step) are written without an end.
             for st in self._stack():
@@ -494,6 +515,7 @@ class Recorder:
         self.prof = None
         self.ranges, self.logs = [], []
         self.seen, self.recorded, self.done, self._open_steps = 0, 0, False, {}
+        self._open_on, self._interleaved = {}, 0
         self.step_times, self.windows, self.spans, self.op_steps = [], [], [], set()
         self._stack_var = contextvars.ContextVar("cuptiprof_open", default=())
         self.lock = threading.RLock()
