@@ -836,3 +836,15 @@ def test_cpu_ops_count_an_op_called_straight_from_an_op_of_its_name_as_one_call(
     assert linear["host_ms"] == pytest.approx(0.1 + 0.04)
     assert linear["gpu_us_per_call"] == pytest.approx((20 + 10) / 2)
     assert (got["aten::matmul"]["op_calls"], got["aten::matmul"]["gpu_calls"]) == (1, 1)
+
+
+@pytest.mark.parametrize("report", [*REPORTS, "cpu_ops"])
+def test_counts_are_64_bit_integers(golden_run, report):
+    """Counts and sums of integers come out as BIGINT, not DuckDB's 128-bit HUGEINT (which
+    Arrow, and so pandas, receive as decimal128)."""
+    with cuptiprof.open(golden_run) as prof:
+        rel = prof.report(report)
+        wide = [(c, str(t)) for c, t in zip(rel.columns, rel.types)
+                if str(t) == "HUGEINT" or str(t).startswith("DECIMAL")]
+        assert wide == []
+        assert not any(str(f.type).startswith("decimal") for f in rel.to_arrow_table().schema)

@@ -32,7 +32,7 @@ calls AS (
     GROUP BY o.name
 )
 SELECT p.op, c.op_calls, c.host_d / 1e6 AS host_ms,
-       sum(p.n) AS gpu_calls, sum(p.d) / 1e6 AS gpu_ms,
+       sum(p.n)::BIGINT AS gpu_calls, sum(p.d) / 1e6 AS gpu_ms,
        sum(p.d) / 1e3 / c.op_calls AS gpu_us_per_call,
        count(DISTINCT p.kname) FILTER (WHERE p.kind = 'kernel') AS kernels,
        arg_max(p.kname, p.d) FILTER (WHERE p.kind = 'kernel') AS top_kernel,

@@ -76,7 +76,7 @@ SELECT a.kind, a.detail, n AS count, t / 1e6 AS total_ms,
        CASE WHEN a.kind <> 'sync'
             THEN 100.0 * t / nullif(sum(t) FILTER (WHERE a.kind <> 'sync') OVER (), 0) END AS pct_gpu_time,
        CASE WHEN a.kind IN ('memcpy', 'memset') THEN (t - coalesce(h.hidden_ns, 0)) / 1e6 END AS exposed_ms,
-       bytes, bytes / nullif(t, 0) AS gbps
+       bytes::BIGINT AS bytes, bytes / nullif(t, 0) AS gbps
 FROM a LEFT JOIN hidden h ON h.kind = a.kind AND h.detail IS NOT DISTINCT FROM a.detail
 WHERE a.n > 0
 ORDER BY CASE a.kind WHEN 'kernel' THEN 0 WHEN 'memcpy' THEN 1 WHEN 'memset' THEN 2 ELSE 3 END, total_ms DESC

@@ -49,7 +49,7 @@ work AS (
 )
 SELECT range, d.depth,
        coalesce(c.calls, 0) AS calls, coalesce(c.host_d, 0) / 1e6 AS host_ms,
-       coalesce(w.n, 0) AS gpu_calls, coalesce(w.d, 0) / 1e6 AS gpu_ms,
+       coalesce(w.n, 0)::BIGINT AS gpu_calls, coalesce(w.d, 0) / 1e6 AS gpu_ms,
        coalesce(w.self_d, 0) / 1e6 AS self_gpu_ms,
        coalesce(w.d, 0) / 1e3
            / nullif(CASE WHEN w.n IS NULL THEN c.calls ELSE c.work_calls END, 0) AS gpu_us_per_call,

@@ -51,7 +51,7 @@ WITH optot AS (
            coalesce(p.busy_ns, z.zero) / 1e6 AS busy_ms,
            coalesce(p.ge - p.gs - p.busy_ns, z.zero) / 1e6 AS idle_ms,
            100.0 * (p.ge - p.gs - p.busy_ns) / nullif(p.ge - p.gs, 0) AS idle_pct,
-           coalesce(p.kernels, 0) AS kernels,
+           coalesce(p.kernels, 0)::BIGINT AS kernels,
            coalesce(p.kernel_ns, 0) / 1e6 AS kernel_ms, coalesce(p.memcpy_ns, 0) / 1e6 AS memcpy_ms,
            coalesce(p.memset_ns, 0) / 1e6 AS memset_ms, coalesce(p.sync_ns, 0) / 1e6 AS sync_ms,
            coalesce(p.top.name, s.demangled, s.value) AS top_op, p.top_ns / 1e6 AS top_op_ms
