@@ -446,3 +446,26 @@ def test_a_launch_in_a_range_begun_outside_every_step_takes_the_step_at_its_time
     con, _ = run(body)
     assert q(con, "SELECT step FROM ranges WHERE name = 'prefetch'") == [(None,)]
     assert q(con, _CALL_VS_ROW) == [("worker_k", 0, 0, "prefetch", "prefetch")]
+
+
+def test_peer_copies_keep_their_devices_and_count_as_memcpys(run):
+    """MEMCPY2 (peer-to-peer) records are memcpys rows with their source and destination
+    devices; the ones left out or unclaimed are counted under 'memcpy' with the others."""
+    def body(f):
+        f.memcpy_peer(4096, 1, 0)          # before every step: unclaimed
+        f.memcpy(64, "HtoD")               # unclaimed too
+        with cuptiprof.range("step", step=1):
+            f.memcpy_peer(1 << 20, 0, 1)
+            corr = f.api_call("cudaMemcpyPeerAsync_v4000")
+            f._emit("memcpy_p2p", kind=int(f.ActivityKind.MEMCPY2), start=0, end=0,
+                    device_id=0, context_id=1, stream_id=7, correlation_id=corr, copy_kind=10,
+                    bytes=8, src_device_id=0, dst_device_id=1)
+            _untimed(f, "memcpy", 0, 0, "cudaMemcpyAsync_v3020", copy_kind=1, bytes=8)
+    con, _ = run(body)
+    assert q(con, "SELECT copy_kind, bytes, device_id, src_device_id, dst_device_id, step "
+                  "FROM memcpys ORDER BY start_ns") == [
+        ("PtoP", 4096, 1, 1, 0, None), ("HtoD", 64, 0, None, None, None),
+        ("PtoP", 1 << 20, 0, 0, 1, 1)]
+    assert q(con, "SELECT check_name, subject, count FROM data_quality "
+                  "WHERE check_name IN ('unclaimed_records', 'untimed_records') ORDER BY 1") == [
+        ("unclaimed_records", "memcpy", 2), ("untimed_records", "memcpy", 2)]

@@ -10,6 +10,7 @@ Simulation methods (not part of cupti) play the application and the GPU:
     fake = FakeCupti()
     corr = fake.launch_kernel("_Z4gemmPf", duration_ns=5000)   # API record + extcorr + kernel
     fake.memcpy(1 << 20, "HtoD"); fake.stream_synchronize()
+    fake.memcpy_peer(1 << 20, 0, 1)                            # MEMCPY2 record, GPU 0 -> GPU 1
     fake.graph_launch(["k1", "k2"])                           # kernels share the launch's corr id
     fake.nvtx_push("attn", domain="torch"); fake.nvtx_pop()   # MARKER records (other domains)
     fake.dropped = 5                                           # reported, then reset, like CUPTI
@@ -60,6 +61,7 @@ CLASSES = {
                             ("ActivityKernel10", "activity_kernel10_dtype")),
     "memcpy": _record_class(("ActivityMemcpy7", "activity_memcpy7_dtype"),
                             ("ActivityMemcpy6", "activity_memcpy6_dtype")),
+    "memcpy_p2p": _record_class(("ActivityMemcpyPtoP4", "activity_memcpy_pto_p4_dtype")),
     "memset": _record_class(("ActivityMemset5", "activity_memset5_dtype"),
                             ("ActivityMemset4", "activity_memset4_dtype")),
     "sync": _record_class(("ActivitySynchronization2", "activity_synchronization2_dtype")),
@@ -342,6 +344,21 @@ class FakeCupti:
                            correlation_id=corr, copy_kind=_COPY[direction],
                            src_kind=_MEM[src], dst_kind=_MEM[dst], bytes=nbytes,
                            flags_=1 if is_async else 0)
+        return corr
+
+    def memcpy_peer(self, nbytes: int, src_device: int, dst_device: int, *, stream: int = 7,
+                    duration_ns: int = 3000) -> int:
+        """A copy between two GPUs: a MEMCPY2 (peer-to-peer) record, run by the source device."""
+        with self._lock:
+            corr = self.api_call("cudaMemcpyPeerAsync_v4000")
+            if self._on("MEMCPY2"):
+                s, e = self._gpu_slot(stream, duration_ns)
+                self._emit("memcpy_p2p", kind=int(ActivityKind.MEMCPY2), start=s, end=e,
+                           device_id=src_device, context_id=src_device + 1, stream_id=stream,
+                           correlation_id=corr, copy_kind=_COPY["PtoP"], src_kind=_MEM["device"],
+                           dst_kind=_MEM["device"], bytes=nbytes, flags_=1,
+                           src_device_id=src_device, src_context_id=src_device + 1,
+                           dst_device_id=dst_device, dst_context_id=dst_device + 1)
         return corr
 
     def memset(self, nbytes: int, value: int = 0, *, stream: int = 7, device: int = 0) -> int:

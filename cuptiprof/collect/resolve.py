@@ -362,10 +362,14 @@ class Resolver:
                     self._count_untimed(table, step[untimed], step_ok[untimed])
                     keep &= ~untimed
             if keep.all():
-                out.update(self._build(table, c, rid, rid_ok, step, step_ok))
+                built = self._build(table, c, rid, rid_ok, step, step_ok)
             elif keep.any():
-                out.update(self._build(table, c.take(keep), rid[keep], rid_ok[keep], step[keep],
-                                       step_ok[keep]))
+                built = self._build(table, c.take(keep), rid[keep], rid_ok[keep], step[keep],
+                                    step_ok[keep])
+            else:
+                continue
+            for key, batch in built.items():   # memcpy and memcpy_p2p both fill memcpys
+                out[key] = _concat(out[key], batch) if key in out else batch
         api = rows.get("api")
         if api and self.write_api:
             out["api_calls"] = self._api_batch(cols("api", api))
@@ -621,6 +625,20 @@ def _untimed(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Rows CUPTI could not time: CUPTI_TIMESTAMP_UNKNOWN (0) when it lacked device memory for
     them, or an incomplete record of a forced flush (an end before its start)."""
     return (start == 0) | (end == 0) | (end < start)
+
+
+def _concat(a: dict[str, pa.Array], b: dict[str, pa.Array]) -> dict[str, pa.Array]:
+    """Two batches of one table, a's rows then b's; a column only one of them has is NULL in
+    the other's rows (memcpys of MEMCPY records have graph ids, those of MEMCPY2 records have
+    their source and destination devices)."""
+    na, nb = len(next(iter(a.values()))), len(next(iter(b.values())))
+    out = {}
+    for k in list(a) + [k for k in b if k not in a]:
+        x, y = a.get(k), b.get(k)
+        typ = (x if x is not None else y).type
+        out[k] = pa.concat_arrays([x if x is not None else pa.nulls(na, typ),
+                                   y if y is not None else pa.nulls(nb, typ)])
+    return out
 
 
 def _i64(v: np.ndarray) -> pa.Array:
