@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import duckdb
+import numpy as np
 from cupti import cupti
 
 import cuptiprof
@@ -137,3 +138,36 @@ def test_an_unreadable_record_loses_only_itself_and_is_counted(tmp_path):
     dq = con.execute("SELECT check_name, subject, count, detail FROM data_quality").fetchall()
     assert [r[:3] for r in dq] == [("decode_error", "kernel", 1)]
     assert "could not be read" in dq[0][3]
+
+
+def test_device_uuid_is_written_in_nvidia_smis_form_and_a_zero_uuid_is_none():
+    keep = []
+    k = cupti.ActivityKind
+    uuid = bytes(range(0xA0, 0xB0))
+    recs = [FakeCupti.build("device", {"kind": int(k.DEVICE), "id": 0, "name": "GPU",
+                                       "uuid": np.void(uuid)}, keep),
+            FakeCupti.build("device", {"kind": int(k.DEVICE), "id": 1, "name": "GPU"}, keep)]
+    for raw in ("1", "0"):
+        sink = decode.Sink(k)
+        sink._raw = raw == "1"
+        sink.add(recs)
+        rows = sink.drain()
+        assert decode.columns("device", rows["device"])["id"] == (0, 1)
+        assert rows["device_uuid"] == ["GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf", None]
+
+
+def test_every_unreadable_record_of_a_buffer_is_counted():
+    keep = []
+    k = cupti.ActivityKind
+    good = [FakeCupti.build("kernel", {"kind": int(k.CONCURRENT_KERNEL), "start": i + 1,
+                                       "end": i + 2, "correlation_id": i, "name": f"k{i}"}, keep)
+            for i in range(3)]
+    bad = [_Unreadable(FakeCupti.build("kernel", {"kind": int(k.CONCURRENT_KERNEL), "start": 9,
+                                                  "end": 10, "name": "x"}, keep))
+           for _ in range(2)]
+    sink = decode.Sink(k)
+    sink.add([good[0], bad[0], good[1], bad[1], good[2]])
+    rows = sink.drain()
+    assert decode.columns("kernel", rows["kernel"])["name"] == ("k0", "k1", "k2")
+    assert rows["decode_error"] == {"kernel": 2}
+    assert sink.drain()["decode_error"] == {}
