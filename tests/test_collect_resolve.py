@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import duckdb
 import pytest
@@ -469,3 +470,194 @@ def test_peer_copies_keep_their_devices_and_count_as_memcpys(run):
     assert q(con, "SELECT check_name, subject, count FROM data_quality "
                   "WHERE check_name IN ('unclaimed_records', 'untimed_records') ORDER BY 1") == [
         ("unclaimed_records", "memcpy", 2), ("untimed_records", "memcpy", 2)]
+
+
+def _enum(e):
+    return [m for m in e if m.name != "FORCE_INT"]
+
+
+def test_copy_memory_and_sync_kinds_are_named_as_cuptis_enums(run):
+    """Each ActivityMemcpyKind / ActivityMemoryKind / ActivitySynchronizationType value gets its
+    own name (HTOD -> 'HtoD', PINNED -> 'pinned'); a value CUPTI may add later is 'unknown'."""
+    from cupti import cupti
+    copy = _enum(cupti.ActivityMemcpyKind) + [11]
+    mem = _enum(cupti.ActivityMemoryKind) + [8]
+    sync = _enum(cupti.ActivitySynchronizationType) + [5]
+    K = FakeCupti.ActivityKind
+
+    def copy_name(m):
+        return "unknown" if not hasattr(m, "name") or m.name == "UNKNOWN" else (
+            m.name[0] + "to" + m.name[3])
+
+    def mem_name(m):
+        return m.name.lower() if hasattr(m, "name") else "unknown"
+
+    def body(f):
+        with cuptiprof.range("step", step=0):
+            t = time.time_ns()
+            for i, ck in enumerate(copy):
+                f._emit("memcpy", kind=int(K.MEMCPY), start=t + i, end=t + i + 1, device_id=0,
+                        context_id=1, stream_id=7, correlation_id=f.api_call("cudaMemcpy_v3020"),
+                        copy_kind=int(ck), src_kind=int(mem[i % len(mem)]),
+                        dst_kind=int(mem[(i + 3) % len(mem)]), bytes=i + 1)
+            for i, mk in enumerate(mem):
+                f._emit("memset", kind=int(K.MEMSET), start=t + i, end=t + i + 1, device_id=0,
+                        context_id=1, stream_id=7, correlation_id=f.api_call("cudaMemset_v3020"),
+                        bytes=i + 1, memory_kind=int(mk))
+                f._emit("memory", kind=int(K.MEMORY2), memory_operation_type=1,
+                        memory_kind=int(mk), correlation_id=f.api_call("cudaMalloc_v3020"),
+                        address=0x1000 * (i + 1), bytes=i + 1, timestamp=t + i, device_id=0)
+            for i, st in enumerate(sync):
+                f._emit("sync", kind=int(K.SYNCHRONIZATION), type=int(st), start=t + i,
+                        end=t + i + 1, context_id=1, stream_id=7, cuda_event_id=i,
+                        correlation_id=f.api_call("cudaStreamSynchronize_v3020"))
+    con, _ = run(body)
+    assert q(con, "SELECT copy_kind, src_kind, dst_kind FROM memcpys ORDER BY bytes") == [
+        (copy_name(ck), mem_name(mem[i % len(mem)]), mem_name(mem[(i + 3) % len(mem)]))
+        for i, ck in enumerate(copy)]
+    assert q(con, "SELECT copy_kind FROM memcpys ORDER BY bytes")[1:3] == [("HtoD",), ("DtoH",)]
+    assert q(con, "SELECT memory_kind FROM memsets ORDER BY bytes") == [
+        (mem_name(m),) for m in mem]
+    assert q(con, "SELECT memory_kind FROM memory_events ORDER BY bytes") == [
+        (mem_name(m),) for m in mem]
+    assert q(con, "SELECT sync_type FROM syncs ORDER BY cuda_event_id") == [
+        (m.name.lower() if hasattr(m, "name") else "unknown",) for m in sync]
+
+
+def test_not_applicable_ids_are_null_and_memory_pools_of_either_type_are_pools(run):
+    """CUPTI's 0xFFFFFFFF ('not applicable') stream and event ids are NULL, other ids kept; a
+    memory operation in a local or an imported pool is a pool operation."""
+    K = FakeCupti.ActivityKind
+
+    def body(f):
+        with cuptiprof.range("step", step=0):
+            t = time.time_ns()
+            for i, (stream, event, kind) in enumerate([(0xFFFFFFFF, 0xFFFFFFFF, 4),
+                                                       (7, 12, 2), (0, 0xFFFFFFFE, 1)]):
+                f._emit("sync", kind=int(K.SYNCHRONIZATION), type=kind, start=t + i,
+                        end=t + i + 10, context_id=1, stream_id=stream, cuda_event_id=event,
+                        correlation_id=f.api_call("cudaStreamSynchronize_v3020"))
+            f._emit("kernel", kind=int(K.CONCURRENT_KERNEL), start=t, end=t + 5, device_id=0,
+                    context_id=1, stream_id=0xFFFFFFFF, name="k",
+                    correlation_id=f.api_call("cudaLaunchKernel_v7000"))
+            for i, (op, pool) in enumerate([(1, 0), (1, 1), (2, 2), (2, 0)]):
+                f._emit("memory", kind=int(K.MEMORY2), memory_operation_type=op, memory_kind=3,
+                        correlation_id=f.api_call("cudaMalloc_v3020"), address=0x1000,
+                        bytes=64 * (i + 1), timestamp=t + i, device_id=0,
+                        **{"memory_pool_config.memory_pool_type": pool})
+    con, _ = run(body)
+    assert q(con, "SELECT sync_type, stream_id, cuda_event_id FROM syncs ORDER BY start_ns") == [
+        ("context_synchronize", None, None), ("stream_wait_event", 7, 12),
+        ("event_synchronize", 0, 0xFFFFFFFE)]
+    assert q(con, "SELECT stream_id FROM kernels") == [(None,)]
+    assert q(con, "SELECT operation, pool FROM memory_events ORDER BY bytes") == [
+        ("alloc", False), ("alloc", True), ("free", True), ("free", False)]
+
+
+def test_driver_api_launches_are_joined_and_named_like_runtime_ones(run):
+    """A kernel launched through the driver API (cuLaunchKernel, as Triton does): its call is a
+    'driver' api_calls row under its own name, and a launch in no range takes the step open
+    at that call's start, as a runtime launch does."""
+    def body(f):
+        with cuptiprof.range("step", step=4):
+            f.launch_kernel("in_range", corr=f.api_call("cuLaunchKernel", driver=True))
+            f.launch_kernel("runtime_k")
+
+            def worker():
+                f.launch_kernel("no_range", corr=f.api_call("cuLaunchKernel", driver=True))
+            _in_thread(worker)
+    con, _ = run(body)
+    assert q(con, "SELECT k.name, k.step, r.name, a.api_kind, a.name, a.step FROM kernels k "
+                  "JOIN api_calls a USING (correlation_id) LEFT JOIN ranges r "
+                  "ON r.range_id = k.range_id ORDER BY k.start_ns") == [
+        ("in_range", 4, "step", "driver", "cuLaunchKernel", 4),
+        ("runtime_k", 4, "step", "runtime", "cudaLaunchKernel", 4),
+        ("no_range", 4, None, "driver", "cuLaunchKernel", 4)]
+    assert q(con, "SELECT count(*) FROM data_quality WHERE check_name = 'unclaimed_records'"
+             ) == [(0,)]
+
+
+def test_work_outside_a_graph_has_null_graph_ids(run):
+    def body(f):
+        with cuptiprof.range("step", step=0):
+            f.launch_kernel("plain")
+            f.graph_launch(["g_a", "g_b"], graph_id=9)
+            f.memcpy(64)
+            f.memset(64)
+    con, _ = run(body)
+    assert q(con, "SELECT name, graph_id, graph_node_id FROM kernels ORDER BY start_ns") == [
+        ("plain", None, None), ("g_a", 9, 100), ("g_b", 9, 101)]
+    assert q(con, "SELECT graph_id, graph_node_id FROM memcpys") == [(None, None)]
+    assert q(con, "SELECT graph_id, graph_node_id FROM memsets") == [(None, None)]
+
+
+def test_a_record_that_ends_as_it_starts_is_timed(run):
+    """start == end is a valid (zero-length) time, not CUPTI's 'unknown': the row is written."""
+    def body(f):
+        with cuptiprof.range("step", step=0):
+            t = time.time_ns()
+            _untimed(f, "memset", t, t, "cudaMemsetAsync_v3020", bytes=4)
+            _untimed(f, "kernel", t + 10, t + 10, name="empty_kernel")
+    con, _ = run(body)
+    assert q(con, "SELECT end_ns - start_ns, step FROM memsets") == [(0, 0)]
+    assert q(con, "SELECT name, end_ns - start_ns FROM kernels") == [("empty_kernel", 0)]
+    assert q(con, "SELECT count(*) FROM data_quality WHERE check_name = 'untimed_records'"
+             ) == [(0,)]
+
+
+def test_kernel_launch_configuration_is_written_field_by_field(run):
+    def body(f):
+        with cuptiprof.range("step", step=0):
+            t = time.time_ns()
+            f._emit("kernel", kind=int(f.ActivityKind.CONCURRENT_KERNEL), start=t, end=t + 9,
+                    device_id=0, context_id=1, stream_id=7, name="conf",
+                    correlation_id=f.api_call("cudaLaunchKernel_v7000"), grid_x=2, grid_y=3,
+                    grid_z=5, block_x=7, block_y=11, block_z=13, registers_per_thread=17,
+                    static_shared_memory=19, dynamic_shared_memory=23)
+    con, _ = run(body)
+    assert q(con, "SELECT grid_x, grid_y, grid_z, block_x, block_y, block_z, registers, "
+                  "static_smem, dynamic_smem FROM kernels") == [(2, 3, 5, 7, 11, 13, 17, 19, 23)]
+
+
+def test_external_ids_another_tool_pushes_are_not_ranges(run):
+    """Another tool's external correlation ids (Kineto pushes CUSTOM0/CUSTOM1) on the same
+    calls leave the join to cuptiprof's own (CUSTOM2) ids."""
+    kinds = FakeCupti.ExternalCorrelationKind
+
+    def body(f):
+        with cuptiprof.range("step", step=2):
+            with cuptiprof.range("attn"):
+                f.activity_push_external_correlation_id(int(kinds.CUSTOM0), 424242)
+                f.activity_push_external_correlation_id(int(kinds.CUSTOM1), 7)
+                f.launch_kernel("k")
+                f.activity_pop_external_correlation_id(int(kinds.CUSTOM1))
+                f.activity_pop_external_correlation_id(int(kinds.CUSTOM0))
+    con, _ = run(body)
+    assert q(con, "SELECT k.step, r.name FROM kernels k JOIN ranges r USING (range_id)") == [
+        (2, "attn")]
+    assert q(con, "SELECT a.step, r.name FROM api_calls a JOIN ranges r USING (range_id)") == [
+        (2, "attn")]
+
+
+def test_a_gpu_record_delivered_a_flush_after_its_call_keeps_its_range_and_step(run):
+    """CUPTI may hand a GPU record over in the flush after the one holding the API and
+    external-correlation records of its launching call: the row still gets that call's range,
+    or, launched in no range, the step open at the call."""
+    calls = {}
+
+    def body(f):
+        with cuptiprof.range("step", step=0):
+            with cuptiprof.range("attn"):
+                calls["ranged"] = f.api_call("cudaLaunchKernel_v7000")
+            _in_thread(lambda: calls.update(bare=f.api_call("cudaLaunchKernel_v7000")))
+        with cuptiprof.range("step", step=1):   # the kernels come with this step's records
+            f.launch_kernel("ranged", corr=calls["ranged"])
+            f.launch_kernel("bare", corr=calls["bare"])
+            f.launch_kernel("own")
+    con, f = run(body, flush_every_s=0)
+    assert [c for c in f.calls if c[0] == "flush"][:2] == [("flush", 0), ("flush", 0)]
+    assert q(con, "SELECT k.name, k.step, r.name FROM kernels k LEFT JOIN ranges r "
+                  "USING (range_id) ORDER BY k.start_ns") == [
+        ("ranged", 0, "attn"), ("bare", 0, None), ("own", 1, "step")]
+    assert q(con, "SELECT count(*) FROM data_quality WHERE check_name = 'unclaimed_records'"
+             ) == [(0,)]

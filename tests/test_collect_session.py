@@ -254,9 +254,9 @@ def test_devices_row_from_device_records(tmp_path):
     with Session(p, source=f, quiet=True):
         with cuptiprof.step(0):
             f.launch_kernel("k")
-    assert q(p, "SELECT device_id, name, sm_count, core_clock_mhz, peak_memory_bw_gbps, source "
-                "FROM devices ORDER BY device_id") == [
-        (0, "Fake GPU", 132, 1980.0, 4800.0, "cupti"), (1, "Fake GPU", 132, 1980.0, 4800.0, "cupti")]
+    assert q(p, "SELECT device_id, name, sm_count, core_clock_mhz, peak_memory_bw_gbps, source, "
+                "compute_capability, memory_bytes, l2_bytes FROM devices ORDER BY device_id") == [
+        (d, "Fake GPU", 132, 1980.0, 4800.0, "cupti", "9.0", 141 << 30, 60 << 20) for d in (0, 1)]
 
 
 def test_range_filter_and_light(tmp_path):
