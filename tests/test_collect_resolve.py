@@ -661,3 +661,18 @@ def test_a_gpu_record_delivered_a_flush_after_its_call_keeps_its_range_and_step(
         ("ranged", 0, "attn"), ("bare", 0, None), ("own", 1, "step")]
     assert q(con, "SELECT count(*) FROM data_quality WHERE check_name = 'unclaimed_records'"
              ) == [(0,)]
+
+
+def test_foreign_step_ranges_take_their_number_from_the_payload(run):
+    """A step range of another domain pushed with an int64 payload is the step of that number
+    (the payload is kept in its attrs)."""
+    def body(f):
+        for i, payload in enumerate((40, 41, 45)):
+            f.nvtx_push("denoise", payload=payload)
+            f.launch_kernel(f"k{i}")
+            f.nvtx_pop()
+    con, _ = run(body, step_range="denoise")
+    assert q(con, "SELECT name, step FROM kernels ORDER BY start_ns") == [
+        ("k0", 40), ("k1", 41), ("k2", 45)]
+    assert q(con, "SELECT step, attrs FROM ranges WHERE kind = 'step' ORDER BY start_ns") == [
+        (40, '{"payload": 40}'), (41, '{"payload": 41}'), (45, '{"payload": 45}')]
