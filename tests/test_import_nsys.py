@@ -380,3 +380,20 @@ def test_a_syncs_cuda_event_is_kept_and_cuptis_none_is_null(tmp_path):
                            ).fetchall() == [("event_synchronize", 7, 5),
                                             ("stream_wait_event", 7, 0xFFFFFFFE),
                                             ("context_synchronize", None, None)]
+
+
+def test_nvtx_domains_are_per_process(tmp_path):
+    """A domain id names the domain its own process created: two processes of one export that
+    both number their first domain 1 keep their own names; the default domain has none."""
+    src = nsys_export(tmp_path / "dom.sqlite")
+    a, b = 4242 << 24 | 7, 5151 << 24 | 9
+    with sqlite3.connect(src) as db:
+        db.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, NULL, ?)", [
+            (10, None, 75, "MPI", a, 1), (20, None, 75, "NCCL", b, 1),
+            (100, 200, 59, "send", a, 1), (150, 250, 59, "allreduce", b, 1),
+            (300, 400, 59, "plain", a, 0), (300, 400, 60, "plain", b, 0)])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT pid, name, domain FROM ranges ORDER BY start_ns, pid").fetchall() == [
+        (4242, "send", "MPI"), (5151, "allreduce", "NCCL"), (4242, "plain", None), (5151, "plain", None)]

@@ -270,16 +270,19 @@ class NsysFile:
         text = "coalesce(e.text, s.value)" if "textId" in have else "e.text"
         join = "LEFT JOIN StringIds s ON s.id = e.textId" if "textId" in have else ""
         dom = "e.domainId" if "domainId" in have else "NULL"
+        # domain ids are numbered per process (as Nsight Systems' own reports join them): a
+        # domain is its process's, keyed by (pid, domain id); no domainId column, no domains
         domains = {}
-        for d, t in self.db.execute(f"SELECT {dom}, e.text FROM NVTX_EVENTS e WHERE eventType = ?",
-                                    [NVTX_DOMAIN_CREATE]):
-            domains[d] = t
+        if "domainId" in have:
+            for g, d, t in self.db.execute("SELECT globalTid, domainId, text FROM NVTX_EVENTS "
+                                           "WHERE eventType = ?", [NVTX_DOMAIN_CREATE]):
+                domains[(_pid(g), d)] = t
         q = (f"SELECT e.start, e.\"end\", e.globalTid, {text}, {dom}, e.eventType FROM NVTX_EVENTS e {join} "
              f"WHERE e.eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))}) AND e.\"end\" IS NOT NULL")
         for row in self.db.execute(q):
             for k, v in zip(("start", "end", "gtid", "text"), row):
                 out[k].append(v)
-            out["domain"].append(domains.get(row[4]))
+            out["domain"].append(domains.get((_pid(row[2]), row[4])))
             out["type"].append(row[5])
         return out
 
