@@ -397,3 +397,264 @@ def test_nvtx_domains_are_per_process(tmp_path):
     con = duckdb.connect(str(out), read_only=True)
     assert con.execute("SELECT pid, name, domain FROM ranges ORDER BY start_ns, pid").fetchall() == [
         (4242, "send", "MPI"), (5151, "allreduce", "NCCL"), (4242, "plain", None), (5151, "plain", None)]
+
+
+def add_table(path: Path, table: str, cols: str, rows) -> None:
+    """Create `table` (cols: its column list, as SQL) in an export and insert `rows`."""
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE {table} ({cols})")
+        if rows:
+            db.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+
+
+# the ENUM_* tables of schema 3.x exports, as nsys writes them (2.x has none)
+COPY_ENUM = ["UNKNOWN", "HTOD", "DTOH", "HTOA", "ATOH", "ATOA", "ATOD", "DTOA", "DTOD", "HTOH",
+             "PTOP", "UVM_HTOD", "UVM_DTOH", "UVM_DTOD"]
+MEM_ENUM = ["PAGEABLE", "PINNED", "DEVICE", "ARRAY", "MANAGED", "DEVICE_STATIC", "MANAGED_STATIC",
+            "UNKNOWN"]
+SYNC_ENUM = ["UNKNOWN", "EVENT_SYNCHRONIZE", "STREAM_WAIT_EVENT", "STREAM_SYNCHRONIZE",
+             "CONTEXT_SYNCHRONIZE"]
+
+
+def add_enums(path: Path) -> None:
+    for table, prefix, names in (("ENUM_CUDA_MEMCPY_OPER", "CUDA_MEMCPY_KIND_", COPY_ENUM),
+                                 ("ENUM_CUDA_MEM_KIND", "CUDA_MEMOPR_MEMORY_KIND_", MEM_ENUM),
+                                 ("ENUM_CUPTI_SYNC_TYPE", "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_",
+                                  SYNC_ENUM)):
+        add_table(path, table, "id INTEGER, name TEXT, label TEXT",
+                  [(i, prefix + n, n.title()) for i, n in enumerate(names)])
+
+
+GPU_COLS = ("start INTEGER, \"end\" INTEGER, deviceId INTEGER, contextId INTEGER, streamId INTEGER, "
+            "correlationId INTEGER, globalPid INTEGER")
+
+
+@pytest.mark.parametrize("enums", [True, False], ids=["schema3-enums", "schema2-no-enums"])
+@pytest.mark.parametrize("memkind", ["memKind", "memoryKind"])
+def test_memcpy_and_memset_fields(tmp_path, enums, memkind):
+    """Every copyKind, srcKind/dstKind and memset memory kind reads as nsys names it, from the
+    ENUM_* tables (3.x) or without them (2.x, the same numbers); bytes, peer devices, value and
+    graph node land in their own columns; the memset's kind column has either name."""
+    src = nsys_export(tmp_path / "m.sqlite")
+    g = 4242 << 24
+    # copyKind, srcKind, dstKind, srcDeviceId, dstDeviceId
+    copies = [(1, 0, 2, None, None), (2, 2, 1, None, None), (8, 2, 2, None, None), (10, 2, 2, 0, 1),
+              (11, 4, 2, None, None), (12, 2, 4, None, None), (13, 4, 4, None, None),
+              (9, 1, 0, None, None), (3, 1, 3, None, None), (4, 3, 1, None, None),
+              (5, 3, 3, None, None), (6, 3, 2, None, None), (7, 2, 3, None, None),
+              (0, 7, 5, None, None), (1, 6, 5, None, None)]
+    add_table(src, "CUPTI_ACTIVITY_KIND_MEMCPY",
+              GPU_COLS + ", bytes INTEGER, copyKind INTEGER, srcKind INTEGER, dstKind INTEGER, "
+              "srcDeviceId INTEGER, dstDeviceId INTEGER, graphNodeId INTEGER",
+              [(100 * i, 100 * i + 50, 0, 1, 7, 10 + i, g, 1000 + i, *c, 500 + i if i == 2 else None)
+               for i, c in enumerate(copies)])
+    add_table(src, "CUPTI_ACTIVITY_KIND_MEMSET",
+              GPU_COLS + f", value INTEGER, bytes INTEGER, graphNodeId INTEGER, {memkind} INTEGER",
+              [(5000, 5040, 0, 1, 9, 90, g, 255, 4096, 77, 2), (5100, 5140, 0, 1, 9, 91, g, 0, 64, None, 4),
+               (5200, 5240, 0, 1, 9, 92, g, 7, 128, None, 1)])
+    if enums:
+        add_enums(src)
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("""SELECT copy_kind, src_kind, dst_kind, src_device_id, dst_device_id, bytes,
+        graph_node_id, stream_id, context_id FROM memcpys ORDER BY start_ns""").fetchall() == [
+        ("HtoD", "pageable", "device", None, None, 1000, None, 7, 1),
+        ("DtoH", "device", "pinned", None, None, 1001, None, 7, 1),
+        ("DtoD", "device", "device", None, None, 1002, 502, 7, 1),
+        ("PtoP", "device", "device", 0, 1, 1003, None, 7, 1),
+        # nsys's unified-memory kinds are the plain directions
+        ("HtoD", "managed", "device", None, None, 1004, None, 7, 1),
+        ("DtoH", "device", "managed", None, None, 1005, None, 7, 1),
+        ("DtoD", "managed", "managed", None, None, 1006, None, 7, 1),
+        ("HtoH", "pinned", "pageable", None, None, 1007, None, 7, 1),
+        ("HtoA", "pinned", "array", None, None, 1008, None, 7, 1),
+        ("AtoH", "array", "pinned", None, None, 1009, None, 7, 1),
+        ("AtoA", "array", "array", None, None, 1010, None, 7, 1),
+        ("AtoD", "array", "device", None, None, 1011, None, 7, 1),
+        ("DtoA", "device", "array", None, None, 1012, None, 7, 1),
+        ("unknown", "unknown", "device_static", None, None, 1013, None, 7, 1),
+        ("HtoD", "managed_static", "device_static", None, None, 1014, None, 7, 1)]
+    assert con.execute("SELECT value, bytes, memory_kind, graph_node_id, stream_id FROM memsets "
+                       "ORDER BY start_ns").fetchall() == [
+        (255, 4096, "device", 77, 9), (0, 64, "managed", None, 9), (7, 128, "pinned", None, 9)]
+
+
+def test_kernel_launch_configuration(tmp_path):
+    """Grid, block, registers, static and dynamic shared memory and graph node of each kernel,
+    each from its own column, the name the mangled one (the store demangles it)."""
+    src = nsys_export(tmp_path / "k.sqlite", launches=_launches(2))
+    g = 4242 << 24
+    with sqlite3.connect(src) as db:
+        db.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+        db.execute("INSERT INTO StringIds VALUES (300, '_Z6kernelPfi'), (301, 'kernel(float*, int)')")
+    add_table(src, "CUPTI_ACTIVITY_KIND_KERNEL",
+              GPU_COLS + ", demangledName INTEGER, shortName INTEGER, mangledName INTEGER, "
+              "registersPerThread INTEGER, gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, "
+              "blockY INTEGER, blockZ INTEGER, staticSharedMemory INTEGER, dynamicSharedMemory INTEGER, "
+              "graphNodeId INTEGER",
+              [(1020, 1060, 0, 1, 7, 1, g, 301, 2, 300, 40, 120, 3, 2, 256, 4, 1, 1024, 8192, None),
+               (1120, 1160, 0, 1, 7, 2, g, 2, 2, None, 16, 1, 1, 1, 32, 1, 1, 0, 0, 99)])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("""SELECT name, demangled, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+        registers, static_smem, dynamic_smem, graph_node_id FROM kernels ORDER BY start_ns""").fetchall() == [
+        ("_Z6kernelPfi", "kernel(float*, int)", 120, 3, 2, 256, 4, 1, 40, 1024, 8192, None),
+        # no mangled name (a C kernel): the demangled one
+        ("saxpy_kernel", "saxpy_kernel", 1, 1, 1, 32, 1, 1, 16, 0, 0, 99)]
+
+
+@pytest.mark.parametrize("enums", [True, False], ids=["schema3-enums", "schema2-no-enums"])
+def test_every_sync_type(tmp_path, enums):
+    """Each syncType reads as CUPTI names it, with the ENUM table (3.x) or without (2.x)."""
+    src = nsys_export(tmp_path / "s.sqlite")
+    add_table(src, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", GPU_COLS + ", syncType INTEGER, eventId INTEGER",
+              [(100 * t, 100 * t + 50, 0, 1, 7, 10 + t, 4242 << 24, t, 0xFFFFFFFF) for t in range(5)])
+    if enums:
+        add_enums(src)
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT sync_type FROM syncs ORDER BY start_ns").fetchall() == [
+            ("unknown",), ("event_synchronize",), ("stream_wait_event",), ("stream_synchronize",),
+            ("context_synchronize",)]
+
+
+def test_cloverleaf_devices_lanes_and_syncs(clover):
+    """The device is TARGET_INFO_GPU's row whose id is the activity's deviceId (not its
+    cuDevice: on this node they differ), in the units of the devices table; each GPU row keeps
+    its own device, context and stream."""
+    assert clover.execute("""SELECT device_id, name, uuid, compute_capability, sm_count, core_clock_mhz,
+        memory_bytes, l2_bytes, peak_memory_bw_gbps FROM devices""").fetchall() == [
+        (0, "NVIDIA A100-SXM4-80GB", "cf6b97c0-bf53-a39e-febd-9532190b5766", "8.0", 108, 1410.0,
+         84990623744, 41943040, 2039.04)]
+    for t in ("kernels", "memcpys"):
+        assert clover.execute(f"SELECT DISTINCT device_id, context_id, stream_id FROM {t}").fetchall() \
+            == [(0, 1, 7)], t
+    # its event syncs are on no stream (streamId 0xFFFFFFFF, CUPTI's "invalid"): NULL
+    assert clover.execute("SELECT DISTINCT device_id, context_id, stream_id FROM syncs").fetchall() \
+        == [(0, 1, None)]
+    assert clover.execute("SELECT sync_type, count(*) FROM syncs GROUP BY 1").fetchall() == \
+        [("event_synchronize", 1312)]
+    assert clover.execute("""SELECT copy_kind, src_kind, dst_kind, count(*), sum(bytes) FROM memcpys
+        GROUP BY ALL ORDER BY 1""").fetchall() == [("DtoH", "device", "pageable", 25, 51200),
+                                                    ("HtoD", "pageable", "device", 254, 225065752)]
+    # the thread of each runtime call (the main thread: its id is the pid's)
+    assert clover.execute("SELECT thread_id, api_kind, return_code, count(*) FROM api_calls "
+                          "GROUP BY ALL").fetchall() == [(1701896, "runtime", 0, 3048)]
+
+
+def test_steps_from_nvtx_ranges_reach_calls_and_gpu_rows(tmp_path):
+    """Ranges named 'step N' (any case, with ' ', '_', '#', ':' or '=' or nothing before N) or
+    'ProfilerStep#N' are steps; a call's step is the one it started in, and its kernel, memcpy
+    and sync take the call's step and innermost range through the correlation id."""
+    src = nsys_export(tmp_path / "st.sqlite", launches=[
+        (7, 1000, 1010, 1020, 1060),
+        (7, 1140, 1160, 1170, 1210),   # started in 'step 3', ended in 'Step#4'
+        (7, 1200, 1210, 1220, 1260),   # inside 'fwd'
+        (7, 1300, 1310, 1320, 1360),
+        (7, 1400, 1410, 1420, 1460),
+    ], ranges=[(7, 900, 1150, 59, "step 3"), (7, 1150, 1380, 59, "Step#4"),
+               (7, 1190, 1250, 59, "fwd"), (7, 1390, 1500, 59, "ProfilerStep#5")])
+    g = 4242 << 24
+    add_table(src, "CUPTI_ACTIVITY_KIND_MEMCPY", GPU_COLS + ", bytes INTEGER, copyKind INTEGER",
+              [(1230, 1240, 0, 1, 7, 3, g, 64, 1), (1600, 1640, 0, 1, 7, 99, g, 64, 2)])
+    add_table(src, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", GPU_COLS + ", syncType INTEGER, eventId INTEGER",
+              [(1145, 1170, 0, 1, 7, 2, g, 3, None)])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("""SELECT r.name, r.kind, r.step, r.depth, p.name, r.thread_id FROM ranges r
+        LEFT JOIN ranges p ON p.pid = r.pid AND p.range_id = r.parent_id
+        ORDER BY r.start_ns""").fetchall() == [
+        ("step 3", "step", 3, 0, None, 7), ("Step#4", "step", 4, 0, None, 7),
+        ("fwd", "user", 4, 1, "Step#4", 7), ("ProfilerStep#5", "step", 5, 0, None, 7)]
+    by_range = """SELECT x.start_ns, x.step, r.name FROM {} x LEFT JOIN ranges r
+        ON r.pid = x.pid AND r.range_id = x.range_id ORDER BY 1"""
+    assert con.execute(by_range.format("api_calls")).fetchall() == [
+        (1000, 3, "step 3"), (1140, 3, "step 3"), (1200, 4, "fwd"), (1300, 4, "Step#4"),
+        (1400, 5, "ProfilerStep#5")]
+    assert con.execute(by_range.format("kernels")).fetchall() == [
+        (1020, 3, "step 3"), (1170, 3, "step 3"), (1220, 4, "fwd"), (1320, 4, "Step#4"),
+        (1420, 5, "ProfilerStep#5")]
+    # a memcpy with no launching call in the export has neither
+    assert con.execute(by_range.format("memcpys")).fetchall() == [(1230, 4, "fwd"), (1600, None, None)]
+    assert con.execute(by_range.format("syncs")).fetchall() == [(1145, 3, "step 3")]
+    assert con.execute("SELECT count(*) FROM data_quality").fetchone() == (0,)
+
+
+def test_driver_calls_thread_ids_and_return_codes(tmp_path):
+    """Driver API calls (CUPTI_ACTIVITY_KIND_DRIVER) are calls of kind 'driver' that launch
+    their kernels too; a thread id is the low 24 bits of globalTid, whatever its size; a call's
+    returnValue is its return code."""
+    tid = 0x9ABCDE
+    src = nsys_export(tmp_path / "d.sqlite", launches=[(tid, 1000, 1010, 1020, 1060)])
+    g = 4242 << 24
+    with sqlite3.connect(src) as db:
+        db.execute("INSERT INTO StringIds VALUES (310, 'cuLaunchKernel'), (311, 'cudaMalloc')")
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (900, 950, ?, 40, 311, 2)", [g | 0x10001])
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1250, 1300, 0, 1, 7, 50, ?, 2)", [g])
+    add_table(src, "CUPTI_ACTIVITY_KIND_DRIVER", "start INTEGER, \"end\" INTEGER, globalTid INTEGER, "
+              "correlationId INTEGER, nameId INTEGER, returnValue INTEGER",
+              [(1200, 1230, g | 0x1234, 50, 310, 0)])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("""SELECT name, api_kind, thread_id, return_code, pid FROM api_calls
+        ORDER BY start_ns""").fetchall() == [("cudaMalloc", "runtime", 0x10001, 2, 4242),
+                                             ("cudaLaunchKernel", "runtime", tid, 0, 4242),
+                                             ("cuLaunchKernel", "driver", 0x1234, 0, 4242)]
+    assert con.execute("""SELECT k.start_ns, c.name FROM kernels k JOIN api_calls c
+        ON c.pid = k.pid AND c.correlation_id = k.correlation_id ORDER BY 1""").fetchall() == [
+        (1020, "cudaLaunchKernel"), (1250, "cuLaunchKernel")]
+
+
+def test_an_export_with_copies_but_no_kernels(tmp_path):
+    """Memcpys without kernels are GPU work all the same: the file is said to lack steps only;
+    memsets alone are not kernels or memcpys."""
+    g = 4242 << 24
+    cp = nsys_export(tmp_path / "cp.sqlite")
+    add_table(cp, "CUPTI_ACTIVITY_KIND_MEMCPY", GPU_COLS + ", bytes INTEGER, copyKind INTEGER",
+              [(100, 200, 0, 1, 7, 1, g, 64, 1)])
+    ms = nsys_export(tmp_path / "ms.sqlite")
+    add_table(ms, "CUPTI_ACTIVITY_KIND_MEMSET", GPU_COLS + ", value INTEGER, bytes INTEGER",
+              [(100, 200, 0, 1, 7, 1, g, 0, 64)])
+    for src, want in ((cp, "step"), (ms, "kernel")):
+        out = tmp_path / (src.stem + ".duckdb")
+        import_traces([src], out)
+        with duckdb.connect(str(out), read_only=True) as con:
+            assert con.execute("SELECT check_name, subject, pid FROM data_quality").fetchall() == \
+                [("missing_kind", want, 4242)], src.name
+
+
+def test_an_unclosed_range_is_left_out(tmp_path):
+    """A range still open when the capture ended (no end) is not a range of the import."""
+    src = nsys_export(tmp_path / "u.sqlite", launches=_launches(2), ranges=[(7, 990, 1050, 59, "a")])
+    with sqlite3.connect(src) as db:
+        db.execute("INSERT INTO NVTX_EVENTS VALUES (1080, NULL, 59, 'open', ?, NULL, NULL)", [4242 << 24 | 7])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT name FROM ranges").fetchall() == [("a",)]
+    assert con.execute("""SELECT r.name FROM kernels k LEFT JOIN ranges r
+        ON r.pid = k.pid AND r.range_id = k.range_id ORDER BY k.start_ns""").fetchall() == [("a",), (None,)]
+
+
+def test_a_push_pop_range_inside_a_start_end_range_keeps_its_calls(tmp_path):
+    """A call in a push/pop range opened inside a start/end range is that push/pop range's (its
+    innermost on the thread), not the start/end range's, which keeps the calls made in it
+    outside that push/pop range; the push/pop range's parent is the push/pop range around."""
+    src = nsys_export(tmp_path / "pp.sqlite", launches=[
+        (7, 960, 965, 970, 980),       # inside 'inner', itself inside 'upload'
+        (7, 1000, 1005, 1010, 1020),   # inside 'upload' only
+    ], ranges=[(7, 0, 5000, 59, "outer"), (7, 920, 1100, 60, "upload"), (7, 950, 990, 59, "inner")])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("""SELECT r.name, p.name FROM ranges r LEFT JOIN ranges p
+        ON p.pid = r.pid AND p.range_id = r.parent_id ORDER BY r.start_ns""").fetchall() == [
+        ("outer", None), ("upload", "outer"), ("inner", "outer")]
+    assert con.execute("""SELECT k.start_ns, r.name FROM kernels k LEFT JOIN ranges r
+        ON r.pid = k.pid AND r.range_id = k.range_id ORDER BY 1""").fetchall() == [
+        (970, "inner"), (1010, "upload")]
