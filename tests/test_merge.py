@@ -158,3 +158,54 @@ def test_merge_into_one_of_its_inputs_is_refused(tmp_path):
     a = _file(tmp_path / "a.duckdb", ["x"], 1, "a")
     with pytest.raises(InputError):
         merge_files([a], a, overwrite=True)
+
+
+def _program(path, pid, tag, t0):
+    """One program image of process `pid`: a step range (id 1) holding a user range (id 2), each
+    with its own kernel, a memcpy and an API call in the inner range, an op (id 3) that launched
+    the inner kernel; range ids from 1, as every program numbers them."""
+    with Writer(path, RunInfo(source="synthetic"), pid=pid) as w:
+        w.append({
+            "ranges": {"range_id": [1, 2, 3], "parent_id": [None, 1, 2], "depth": [0, 1, 2],
+                       "name": ["step", f"inner_{tag}", f"aten::{tag}"],
+                       "kind": ["step", "user", "op"], "step": [0, 0, 0],
+                       "thread_id": [7, 7, 7], "start_ns": [t0, t0 + 10, t0 + 20],
+                       "end_ns": [t0 + 100, t0 + 90, t0 + 30]},
+            "kernels": {"start_ns": [t0 + 5, t0 + 40], "end_ns": [t0 + 8, t0 + 50],
+                        "name": [f"k_step_{tag}", f"k_inner_{tag}"], "step": [0, 0],
+                        "range_id": [1, 2], "op_id": [0, 3]},
+            "memcpys": {"start_ns": [t0 + 60], "end_ns": [t0 + 70], "copy_kind": ["HtoD"],
+                        "bytes": [64], "step": [0], "range_id": [2], "op_id": [3]},
+            "api_calls": {"start_ns": [t0 + 21], "end_ns": [t0 + 22], "name": ["cudaLaunchKernel"],
+                          "step": [0], "range_id": [2]},
+            "processes": {"pid": [pid]}})
+    return path
+
+
+def test_one_run_of_a_process_that_exec_d_keeps_each_programs_ranges_apart(tmp_path):
+    """A process that exec'd wrote one part per program, each numbering its ranges from 1: in
+    the run they are one process, so the later program's range ids go on after the earlier
+    one's, and its kernels, copies and calls still name their own ranges and ops."""
+    a = _program(tmp_path / "h-5.duckdb", 5, "a", 1_000)
+    b = _program(tmp_path / "h-5.exec1.duckdb", 5, "b", 2_000)
+    out = merge_files([a, b], tmp_path / "one.duckdb", one_run=True)
+    assert q(out, "SELECT range_id, parent_id, name FROM ranges ORDER BY range_id") == [
+        (1, None, "step"), (2, 1, "inner_a"), (3, 2, "aten::a"),
+        (4, None, "step"), (5, 4, "inner_b"), (6, 5, "aten::b")]
+    assert q(out, "SELECT k.name, r.name, o.name FROM kernels k "
+                  "JOIN ranges r ON r.run_id = k.run_id AND r.pid = k.pid AND r.range_id = k.range_id "
+                  "LEFT JOIN ranges o ON o.run_id = k.run_id AND o.pid = k.pid AND o.range_id = k.op_id "
+                  "ORDER BY k.start_ns") == [
+        ("k_step_a", "step", None), ("k_inner_a", "inner_a", "aten::a"),
+        ("k_step_b", "step", None), ("k_inner_b", "inner_b", "aten::b")]
+    for table in ("memcpys", "api_calls"):
+        assert q(out, f"SELECT r.name FROM {table} x JOIN ranges r ON r.run_id = x.run_id "
+                      "AND r.pid = x.pid AND r.range_id = x.range_id ORDER BY x.start_ns") == [
+            ("inner_a",), ("inner_b",)], table
+    assert q(out, "SELECT o.name FROM memcpys x JOIN ranges o ON o.run_id = x.run_id "
+                  "AND o.pid = x.pid AND o.range_id = x.op_id ORDER BY x.start_ns") == [
+        ("aten::a",), ("aten::b",)]
+    # runs kept apart are not renumbered: each is its own (run, pid)
+    out2 = merge_files([a, _program(tmp_path / "c.duckdb", 5, "c", 3_000)], tmp_path / "two.duckdb")
+    assert q(out2, "SELECT run_id, range_id, name FROM ranges WHERE kind = 'user' ORDER BY ALL") == [
+        (1, 2, "inner_a"), (2, 2, "inner_c")]

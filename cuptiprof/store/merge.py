@@ -36,6 +36,8 @@ from cuptiprof.store.writer import RunInfo, _as_table, connect_error
 RUN_IDENTITY = ("source", "host", "command", "start_ns", "end_ns")
 # Worst first: the merged status of one run made of several parts.
 _STATUS_ORDER = ("failed", "interrupted", "running", "complete")
+# Columns that hold a range id of the row's own (run, pid) (0 or NULL: none).
+_RANGE_REFS = ("range_id", "parent_id", "op_id")
 
 
 @dataclass
@@ -276,6 +278,15 @@ class _Merger:
                     f"      (SELECT 1 FROM main.lanes d WHERE {same}))", [base])
         con.execute(f"CREATE OR REPLACE TEMP TABLE lmap AS SELECT s.lane_id AS old, "
                     f"d.lane_id AS new FROM slanes s JOIN main.lanes d ON {same}")
+        # Range ids are unique per (run, pid): a process that exec'd brings a part per program,
+        # each numbering its ranges from 1. Those of a later part go on after the ones merged
+        # so far (and so do the range and op ids of its other rows).
+        con.execute("CREATE OR REPLACE TEMP TABLE roff (run_id INTEGER, pid INTEGER, off BIGINT)")
+        if "range_rows" in src_tables:
+            con.execute("INSERT INTO roff SELECT d.run_id, d.pid, max(d.range_id) FROM main.range_rows d "
+                        "WHERE d.run_id IN (SELECT new FROM runmap) GROUP BY d.run_id, d.pid "
+                        "HAVING max(d.range_id) > 0")
+        shift = bool(first_row(con.execute("SELECT count(*) FROM roff"))[0])
         for t in self.tables:
             if t not in src_tables:
                 continue
@@ -292,10 +303,19 @@ class _Merger:
                     sel.append(f"(SELECT sm.new FROM smap sm WHERE sm.old = x.{c})")
                 elif c == "config_id" and c in have and has_configs:
                     sel.append("(SELECT cm.new FROM cmap cm WHERE cm.old = x.config_id)")
+                elif shift and c in _RANGE_REFS and c in have:
+                    sel.append(f"CASE WHEN x.{c} IS NULL OR x.{c} = 0 THEN x.{c} "
+                               f"ELSE x.{c} + coalesce(ro.off, 0) END")
                 else:
                     sel.append(f"x.{c}" if c in have else "NULL")
             join = ("JOIN lmap lm ON lm.old = x.lane_id" if "lane_id" in cols
                     else "JOIN runmap rm ON rm.old = x.run_id")
+            if shift and have & set(_RANGE_REFS):
+                if "lane_id" in cols:
+                    join += (" JOIN main.lanes dl ON dl.lane_id = lm.new LEFT JOIN roff ro "
+                             "ON ro.run_id = dl.run_id AND ro.pid = dl.pid")
+                else:
+                    join += " LEFT JOIN roff ro ON ro.run_id = rm.new AND ro.pid = x.pid"
             con.execute(f"INSERT INTO {t} ({', '.join(cols)}) SELECT {', '.join(sel)} "
                         f"FROM src.{t} x {join}")
             n = first_row(con.execute(f"SELECT count(*) FROM src.{t}"))[0]
