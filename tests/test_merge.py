@@ -8,12 +8,14 @@ import subprocess
 import sys
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 from _run_helpers import cli, one_line_error, q, syncs_and_renames
 from cuptiprof.errors import InputError, SchemaVersionError
 from cuptiprof.store.merge import merge_files
 from cuptiprof.store.writer import RunInfo, Writer
+from cuptiprof.synthetic import synthetic_batches
 
 
 def _file(path, names, pid, label):
@@ -209,3 +211,145 @@ def test_one_run_of_a_process_that_exec_d_keeps_each_programs_ranges_apart(tmp_p
     out2 = merge_files([a, _program(tmp_path / "c.duckdb", 5, "c", 3_000)], tmp_path / "two.duckdb")
     assert q(out2, "SELECT run_id, range_id, name FROM ranges WHERE kind = 'user' ORDER BY ALL") == [
         (1, 2, "inner_a"), (2, 2, "inner_c")]
+
+
+# What a file of one run holds, table by table, as reports read it (string and config ids
+# resolved; name_id is the file's own numbering).
+VIEWS = {"runs": "run_id", "processes": "run_id", "devices": "run_id",
+         "kernels": "run_id, name_id", "api_calls": "run_id", "ranges": "run_id",
+         "memcpys": "run_id", "memsets": "run_id", "syncs": "run_id", "logs": "run_id",
+         "memory_events": "run_id", "data_quality": "run_id", "step_busy": "run_id"}
+
+
+def _full(path, pid, seed, host):
+    """A run with rows in every table, its runs row filled in."""
+    info = RunInfo(source="synthetic", label=f"rank{seed}", host=host, command=f"train.py --seed {seed}",
+                   settings={"seed": seed}, cuda_driver_version=f"13.{seed}",
+                   cupti_version=f"cupti {seed}", torch_version=f"2.{seed}")
+    with Writer(path, info, pid=pid) as w:
+        for batch in synthetic_batches(steps=2, kernels_per_step=40, n_names=12, seed=seed, pid=pid):
+            w.append(batch)
+        w.append({"logs": {"pid": [pid], "thread_id": [7], "time_ns": [123 + seed],
+                           "level": ["WARNING"], "logger": ["train"], "message": [f"m{seed}"],
+                           "step": [1]},
+                  "memory_events": {"pid": [pid], "device_id": [0], "time_ns": [456 + seed],
+                                    "operation": ["alloc"], "bytes": [4096 * seed],
+                                    "address": pa.array([1 << 40], pa.uint64()),
+                                    "memory_kind": ["device"], "pool": [True],
+                                    "correlation_id": [9], "step": [1]},
+                  "ranges": {"range_id": [10_000], "name": [f"tagged{seed}"], "kind": ["user"],
+                             "depth": [0], "thread_id": [7], "start_ns": [5], "end_ns": [6],
+                             "attrs": [f'{{"lr": 0.{seed}}}'], "domain": ["cuptiprof"]}})
+        w.add_quality("dropped_records", "kernel", 3 + seed, f"{3 + seed} kernels dropped",
+                      value_ns=77)
+    return path
+
+
+def _rows(path, view, drop, where="TRUE"):
+    return sorted(q(path, f"SELECT * EXCLUDE ({drop}) FROM {view} WHERE {where}"), key=repr)
+
+
+def test_a_merge_keeps_every_column_of_every_table(tmp_path):
+    """Each run of a merge reads as its input did, in every table and column (names and
+    demangled names through their new ids, the runs row whole, stored busy time); a one-run
+    merge holds the rows of both inputs."""
+    a = _full(tmp_path / "a.duckdb", 11, 1, "hostA")
+    b = _full(tmp_path / "b.duckdb", 22, 2, "hostB")
+    out = merge_files([a, b], tmp_path / "all.duckdb")
+    for view, drop in VIEWS.items():
+        for run, src in ((1, a), (2, b)):
+            want = _rows(src, view, drop)
+            assert want and _rows(out, view, drop, f"run_id = {run}") == want, (view, run)
+    assert q(out, "SELECT bool_or(demangled <> name) FROM kernels") == [(True,)]
+    one = merge_files([a, b], tmp_path / "one.duckdb", one_run=True)
+    for view, drop in VIEWS.items():
+        if view in ("runs", "processes", "data_quality", "step_busy"):
+            continue
+        assert _rows(one, view, drop) == sorted(_rows(a, view, drop) + _rows(b, view, drop),
+                                                key=repr), view
+
+
+def _part(path, pid, *, status="complete", start=None, end=None, driver=None, proc=None,
+          quality=()):
+    """A part file of one process; its runs row set to `status`, `start`..`end`, `driver`."""
+    with Writer(path, RunInfo(source="synthetic", label="part"), pid=pid) as w:
+        w.append({"kernels": {"start_ns": [pid * 1000], "end_ns": [pid * 1000 + 5], "name": ["k"],
+                              "step": [0]},
+                  "processes": dict({"pid": [pid], "host": [f"h{pid}"]}, **(proc or {}))})
+        for check, count, detail in quality:
+            w.add_quality(check, None, count, detail)
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE runs SET status = ?, start_ns = coalesce(?, start_ns), "
+                "end_ns = coalesce(?, end_ns), cuda_driver_version = ?", [status, start, end, driver])
+    con.close()
+    return path
+
+
+def test_one_run_takes_the_worst_status_the_whole_span_and_what_the_launcher_knew(tmp_path):
+    """The run of several parts: failed over interrupted over complete, from the first start to
+    the last end; label, command, host and source as the launcher gave them (the source of the
+    parts where it gave none), driver and versions from the first part that has them."""
+    p1 = _part(tmp_path / "h-1.duckdb", 1, start=100, end=500)
+    p2 = _part(tmp_path / "h-2.duckdb", 2, status="interrupted", start=50, end=400, driver="13.0")
+    p3 = _part(tmp_path / "h-3.duckdb", 3, status="failed", start=200, end=900, driver="12.4")
+    info = RunInfo(label="job", source=None, command="python train.py", host="node7")
+    cols = "label, source, command, host, status, start_ns, end_ns, cuda_driver_version"
+    out = merge_files([p1, p2, p3], tmp_path / "a.duckdb", one_run=True, run_info=info)
+    assert q(out, f"SELECT run_id, {cols} FROM runs") == [
+        (1, "job", "synthetic", "python train.py", "node7", "failed", 50, 900, "13.0")]
+    out = merge_files([p1, p2], tmp_path / "b.duckdb", one_run=True,
+                      run_info=RunInfo(label="job", source="cpu", command="x", host="node7"))
+    assert q(out, "SELECT source, status, start_ns, end_ns FROM runs") == [
+        ("cpu", "interrupted", 50, 500)]
+    # a part that closed interrupted (Ctrl-C) did not end early
+    assert q(out, "SELECT pid, ended_early FROM processes WHERE ended_early") == []
+    assert q(out, "SELECT count(*) FROM data_quality WHERE check_name = 'process_ended_early'") == [(0,)]
+    # what the caller says wins over the parts
+    out = merge_files([p1, p3], tmp_path / "c.duckdb", one_run=True, run_info=info,
+                      status="complete", end_ns=1234)
+    assert q(out, "SELECT status, start_ns, end_ns FROM runs") == [("complete", 100, 1234)]
+
+
+def test_one_run_makes_one_process_of_the_parts_of_a_process_that_exec_d(tmp_path):
+    """The parts of one pid (one per program it ran) are one process: the first program's row,
+    to the last end, ended early when any program did; a note each part made alike is kept
+    once, counts are kept from every part and notes of other processes stay theirs."""
+    same = [("no_gpu", None, "no GPU: CPU ops only")]
+    a = _part(tmp_path / "h-5.duckdb", 5, quality=same + [("dropped_records", 3, "3 dropped")],
+              proc={"command": ["python a.py"], "start_ns": [10], "end_ns": [100],
+                    "ended_early": [False]})
+    b = _part(tmp_path / "h-5.exec1.duckdb", 5, quality=same + [("dropped_records", 4, "4 dropped")],
+              proc={"command": ["python b.py"], "start_ns": [20], "end_ns": [200],
+                    "ended_early": [True]})
+    c = _part(tmp_path / "h-6.duckdb", 6, quality=same, proc={"ended_early": [False]})
+    out = merge_files([b, a, c], tmp_path / "one.duckdb", one_run=True)
+    assert q(out, "SELECT pid, command, start_ns, end_ns, ended_early FROM processes ORDER BY pid") == [
+        (5, "python a.py", 10, 200, True), (6, None, None, None, False)]
+    assert q(out, "SELECT pid, check_name, count FROM data_quality ORDER BY ALL") == [
+        (5, "dropped_records", 3), (5, "dropped_records", 4), (5, "no_gpu", None), (6, "no_gpu", None)]
+
+
+def test_one_run_fills_in_processes_and_notes_from_the_launcher(tmp_path):
+    """The launcher's processes rows fill in what a part left NULL (a part's own value stays)
+    and add the processes that wrote no part; its notes belong to the run; an unreadable part
+    is left out with a note; a part that died is named by its pid even without a processes
+    row."""
+    p1 = _part(tmp_path / "h-1.duckdb", 1)
+    dead = tmp_path / "h-7.duckdb"
+    _part(dead, 7, status="running")
+    con = duckdb.connect(str(dead))
+    con.execute("DELETE FROM processes")
+    con.close()
+    bad = tmp_path / "h-8.duckdb"
+    bad.write_text("not a database" * 100)
+    procs = pa.table({"pid": pa.array([1, 9], pa.int32()), "host": ["launcher", "launcher"],
+                      "rank": pa.array([3, 4], pa.int32()), "exit_status": pa.array([0, 1], pa.int32())})
+    notes = pa.table({"pid": pa.array([1], pa.int32()), "check_name": ["process_exec"],
+                      "subject": ["1"], "count": pa.array([1], pa.int64()), "detail": ["exec"]})
+    out = merge_files([p1, dead, bad], tmp_path / "one.duckdb", one_run=True,
+                      extra={"processes": procs, "data_quality": notes})
+    assert q(out, "SELECT run_id, pid, host, rank, exit_status FROM processes ORDER BY pid") == [
+        (1, 1, "h1", 3, 0), (1, 9, "launcher", 4, 1)]
+    assert q(out, "SELECT run_id, pid, check_name, subject FROM data_quality ORDER BY ALL") == [
+        (1, 1, "process_exec", "1"), (1, 7, "process_ended_early", "7"),
+        (1, None, "unreadable_part", "h-8.duckdb")]
