@@ -660,3 +660,51 @@ def test_a_run_whose_launcher_was_killed_mid_run_reports_the_exit_status_as_unkn
     assert rep.returncode == 0, rep.stderr
     line = next(ln for ln in rep.stdout.splitlines() if "run_recovered" in ln)
     assert "exit status is unknown" in line, rep.stdout
+
+
+def _markers(parts, host, pid, image, *, ended=True, **doc):
+    key = f"{host}-{pid}" + (f".exec{image}" if image else "")
+    (parts / f"{key}.start.json").write_text(json.dumps(dict(doc, pid=pid, host=host, image=image)))
+    if ended:
+        (parts / f"{key}.end.json").write_text(json.dumps({"exit_status": 0}))
+
+
+def test_finish_writes_the_run_the_markers_and_the_record_describe(tmp_path):
+    """The launcher's merge: the runs row from its record; a process per pid with its first
+    program's command, start and rank, the command's exit status on the command's own process;
+    a process that left no end marker (and no part), or whose exec'd program left none, ended
+    early, said in data_quality; a process that exec'd twice (once in vain) replaced its
+    program once."""
+    from cuptiprof.run.launcher import finish
+    from cuptiprof.store.writer import RunInfo, Writer
+
+    parts = tmp_path / "r.duckdb.parts"
+    parts.mkdir()
+    _markers(parts, "h", 100, 0, command="python main.py", start_ns=10, rank=0)
+    _markers(parts, "h", 100, 1, command="python main.py", start_ns=20, rank=0, exec_failed=True)
+    _markers(parts, "h", 100, 2, command="python other.py", start_ns=30, rank=0)
+    _markers(parts, "h", 101, 0, ended=False, command="python worker.py", start_ns=15, rank=1)
+    _markers(parts, "h", 102, 0, command="python w2.py", start_ns=16, rank=2)   # its exec'd
+    _markers(parts, "h", 102, 1, ended=False, command="python w3.py", start_ns=17, rank=2)  # killed
+    with Writer(parts / "h-100.duckdb", RunInfo(source="cpu"), pid=100) as w:
+        w.append({"kernels": {"start_ns": [40], "end_ns": [50], "name": ["k"]},
+                  "processes": {"pid": [100]}})
+    record = {"label": "job", "source": "cpu", "command": "python main.py", "start_ns": 5,
+              "settings": {"warmup": 2}, "child_pid": 100, "status": "failed", "exit_code": 3}
+    out = finish(tmp_path / "r.duckdb", parts, record, wait=False)
+    assert q(out, "SELECT label, source, command, start_ns, status, settings::JSON->>'warmup' "
+                  "FROM runs") == [("job", "cpu", "python main.py", 5, "failed", "2")]
+    assert q(out, "SELECT pid, host, rank, command, start_ns, exit_status, ended_early "
+                  "FROM processes ORDER BY pid") == [
+        (100, "h", 0, "python main.py", 10, 3, False),
+        (101, "h", 1, "python worker.py", 15, None, True),
+        (102, "h", 2, "python w2.py", 16, None, True)]
+    assert q(out, "SELECT pid, check_name, count FROM data_quality ORDER BY ALL") == [
+        (100, "process_exec", 1), (101, "process_ended_early", None),
+        (102, "process_ended_early", None), (102, "process_exec", 1)]
+    # a command that is not Python (no marker of its own); a record without the command line
+    record = dict(record, command=None, child_pid=200, status="complete", exit_code=0)
+    out = finish(tmp_path / "s.duckdb", parts, record, sources=[], wait=False)
+    assert q(out, "SELECT command FROM runs") == [("python main.py",)]
+    assert q(out, "SELECT pid, exit_status FROM processes ORDER BY pid") == [
+        (100, None), (101, None), (102, None), (200, 0)]
