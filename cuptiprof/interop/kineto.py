@@ -37,7 +37,7 @@ from cuptiprof.errors import InputError
 from cuptiprof.store import arrow as AC
 from cuptiprof.interop import pieces as P
 from cuptiprof.interop.nesting import nest, steps_at
-from cuptiprof.interop.textsource import _blocks, read_blocks
+from cuptiprof.interop.textsource import blocks as text_blocks, read_blocks
 from cuptiprof.work_ops import intervals_work
 
 # Text decoded at once. Small pieces keep the decoder just behind the gunzip thread, and a
@@ -1819,7 +1819,7 @@ def _said_processes(path: Path) -> set:
     a trace of another writer, one whose head says no process, or one that cannot be read here
     (reading it is left to KinetoFile, which names what is wrong)."""
     buf = bytearray()
-    blocks = _blocks(path, None)
+    blocks = text_blocks(path)
     try:
         for block in blocks:
             buf += block

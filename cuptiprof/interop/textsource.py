@@ -32,7 +32,9 @@ def is_gzip(path: Path) -> bool:
         return fh.read(2) == b"\x1f\x8b"
 
 
-def _blocks(path: Path, on_read: Callable[[int], None] | None) -> Iterator[bytes]:
+def blocks(path: Path, on_read: Callable[[int], None] | None = None) -> Iterator[bytes]:
+    """Uncompressed blocks of `path`, read on the calling thread (read_blocks: on a thread of
+    its own, ahead of the reader)."""
     gz = is_gzip(path)
     with open(path, "rb") as fh:
         if not gz:
@@ -78,7 +80,7 @@ def read_blocks(path: str | os.PathLike, on_read: Callable[[int], None] | None =
 
     def work():
         try:
-            for b in _blocks(path, on_read):
+            for b in blocks(path, on_read):
                 while not stop.is_set():
                     try:
                         q.put(b, timeout=0.1)
