@@ -591,6 +591,18 @@ def test_work_outside_a_graph_has_null_graph_ids(run):
     assert q(con, "SELECT graph_id, graph_node_id FROM memsets") == [(None, None)]
 
 
+def test_peer_copies_captured_in_a_graph_keep_their_graph_ids(run):
+    """A MEMCPY2 record of a graph node says its graph and node as a kernel's does; a peer
+    copy outside any graph (ids 0) has NULL ones."""
+    def body(f):
+        with cuptiprof.range("step", step=0):
+            f.memcpy_peer(1 << 20, 0, 1, graph_id=5, graph_node_id=42)
+            f.memcpy_peer(4096, 1, 0)
+    con, _ = run(body)
+    assert q(con, "SELECT bytes, graph_id, graph_node_id FROM memcpys ORDER BY start_ns") == [
+        (1 << 20, 5, 42), (4096, None, None)]
+
+
 def test_a_record_that_ends_as_it_starts_is_timed(run):
     """start == end is a valid (zero-length) time, not CUPTI's 'unknown': the row is written."""
     def body(f):

@@ -48,7 +48,8 @@ RECORDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         "src_kind", "dst_kind", "bytes", "flags_", "graph_id", "graph_node_id")),
     "memcpy_p2p": (("MEMCPY2",), (
         "start", "end", "device_id", "context_id", "stream_id", "correlation_id", "copy_kind",
-        "src_kind", "dst_kind", "bytes", "flags_", "src_device_id", "dst_device_id")),
+        "src_kind", "dst_kind", "bytes", "flags_", "src_device_id", "dst_device_id", "graph_id",
+        "graph_node_id")),
     "memset": (("MEMSET",), (
         "start", "end", "device_id", "context_id", "stream_id", "correlation_id", "bytes",
         "value", "memory_kind", "graph_id", "graph_node_id")),

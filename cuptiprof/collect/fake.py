@@ -347,8 +347,9 @@ class FakeCupti:
         return corr
 
     def memcpy_peer(self, nbytes: int, src_device: int, dst_device: int, *, stream: int = 7,
-                    duration_ns: int = 3000) -> int:
-        """A copy between two GPUs: a MEMCPY2 (peer-to-peer) record, run by the source device."""
+                    duration_ns: int = 3000, graph_id: int = 0, graph_node_id: int = 0) -> int:
+        """A copy between two GPUs: a MEMCPY2 (peer-to-peer) record, run by the source device
+        (a node of graph `graph_id` when that is not 0)."""
         with self._lock:
             corr = self.api_call("cudaMemcpyPeerAsync_v4000")
             if self._on("MEMCPY2"):
@@ -358,7 +359,8 @@ class FakeCupti:
                            correlation_id=corr, copy_kind=_COPY["PtoP"], src_kind=_MEM["device"],
                            dst_kind=_MEM["device"], bytes=nbytes, flags_=1,
                            src_device_id=src_device, src_context_id=src_device + 1,
-                           dst_device_id=dst_device, dst_context_id=dst_device + 1)
+                           dst_device_id=dst_device, dst_context_id=dst_device + 1,
+                           graph_id=graph_id, graph_node_id=graph_node_id)
         return corr
 
     def memset(self, nbytes: int, value: int = 0, *, stream: int = 7, device: int = 0) -> int:

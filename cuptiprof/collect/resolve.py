@@ -543,10 +543,9 @@ class Resolver:
                        src_kind=_named(c["src_kind"], _MEMORY_KIND),
                        dst_kind=_named(c["dst_kind"], _MEMORY_KIND),
                        bytes=_i64(c["bytes"]),
-                       is_async=arrow.array((c["flags_"].astype(np.int64) & 1) != 0, pa.bool_()))
-            if table == "memcpy":
-                out.update(graph_id=_graph(c["graph_id"]), graph_node_id=_graph(c["graph_node_id"]))
-            else:
+                       is_async=arrow.array((c["flags_"].astype(np.int64) & 1) != 0, pa.bool_()),
+                       graph_id=_graph(c["graph_id"]), graph_node_id=_graph(c["graph_node_id"]))
+            if table == "memcpy_p2p":
                 out.update(src_device_id=_i32(c["src_device_id"]),
                            dst_device_id=_i32(c["dst_device_id"]))
             key = "memcpys"
