@@ -1565,6 +1565,33 @@ def test_a_cuptiprof_step_arg_beyond_32_bits_is_taken_as_absent(tmp_path, step):
     assert con.execute("SELECT kind, step FROM ranges WHERE name = 'step'").fetchall() == [("warmup", want)]
 
 
+def test_an_export_of_one_process_names_its_own_host_and_rank(tmp_path):
+    """A file of two processes of which one recorded nothing (a rank that failed before its
+    first step, say): the export is of the other, and says its host, rank and devices, not the
+    first ones the file holds."""
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "p.duckdb"
+    for i, (pid, host, gpu) in enumerate(((100, "node-a", "A100"), (200, "node-b", "H200"))):
+        with Writer(src, RunInfo(source="synthetic"), mode="append" if i else "create", pid=pid) as w:
+            batch = {"processes": {"host": [host], "rank": i32([i]), "local_rank": i32([i]),
+                                   "world_size": i32([2])},
+                     "devices": {"device_id": i32([0]), "kind": ["gpu"], "name": [gpu]}}
+            if i:
+                batch["kernels"] = {"device_id": i32([0]), "stream_id": i32([7]), "name": ["k"],
+                                    "correlation_id": [1], "start_ns": [T0], "end_ns": [T0 + 5]}
+            w.append(batch)
+    out = tmp_path / "p.json"
+    back = chrome_round_trip(src, out, tmp_path / "back.duckdb")
+    doc = load_trace(out)
+    assert (doc["host_name"], doc["distributedInfo"]["rank"]) == ("node-b", 1)
+    assert [d["name"] for d in doc["deviceProperties"]] == ["H200"]
+    assert {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]   # named with its host
+            if e.get("name") == "process_name"}[200] == "pid 200 (node-b)"
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT pid, host, rank, local_rank FROM processes").fetchall() == [(200, "node-b", 1, 1)]
+    assert con.execute("SELECT name FROM devices").fetchall() == [("H200",)]
+
+
 def test_parquet_export_counts_every_dataset_it_writes(tmp_path):
     """The line after a Parquet export counts the datasets in DIR, empty ones included (each is
     a directory a reader finds), and says how many hold rows."""

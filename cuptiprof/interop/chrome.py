@@ -613,14 +613,20 @@ _EVENTS = {"ranges": _ranges, "api_calls": _api_calls, "kernels": _kernels, "mem
 
 def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
     single = pids.single
+    # One process's trace says what the file knows of that process, not of another one it holds
+    # (a rank that recorded nothing, beside it in a merge): its devices (any the file has where
+    # none is its own), rank and host.
+    own = "run_id IS NOT DISTINCT FROM ? AND pid IS NOT DISTINCT FROM ?" if procs else "TRUE"
+    own_args = list(procs[0]) if procs else []
+    devices = (_device_props(con, procs[0]) if single and procs else []) or _device_props(con)
     head = {"schemaVersion": 1, "baseTimeNanoseconds": base, "displayTimeUnit": "ms",
-            "deviceProperties": _device_props(con),
+            "deviceProperties": devices,
             # not Kineto's: the External ids are range ids (see LINKS), which the importer links by
             "cuptiprofLinks": LINKS}
     if not single:   # not Kineto's: what the importer needs to take the processes apart again
         head["cuptiprofProcesses"] = _processes(con, pids, procs)
-    dist = first_row(con.execute("SELECT rank, world_size, local_rank FROM processes WHERE rank IS NOT NULL "
-                                 "OR local_rank IS NOT NULL LIMIT 1")) if single else None
+    dist = first_row(con.execute("SELECT rank, world_size, local_rank FROM processes WHERE (rank IS NOT NULL "
+                                 f"OR local_rank IS NOT NULL) AND {own} LIMIT 1", own_args)) if single else None
     if dist:   # local_rank: not Kineto's; the importer reads it back
         head["distributedInfo"] = {"rank": dist[0], "world_size": dist[1],
                                    **({"local_rank": dist[2]} if dist[2] is not None else {})}
@@ -629,10 +635,11 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
     # `imported_from` in its settings, not its source: the key, not the text anywhere in them,
     # such as a recorded step function's name)
     host = first_row(con.execute("SELECT coalesce((SELECT any_value(host) FROM processes WHERE host IS NOT "
-                                 "NULL), (SELECT any_value(host) FROM runs WHERE host IS NOT NULL AND "
+                                 f"NULL AND {own}), (SELECT any_value(host) FROM runs WHERE host IS NOT NULL AND "
                                  "source NOT IN ('kineto', 'nsys') AND (CASE WHEN json_valid(settings) "
-                                 "THEN json_extract(settings, '$.imported_from') END) IS NULL))"
-                                 ))[0] if single else None
+                                 "THEN json_extract(settings, '$.imported_from') END) IS NULL AND "
+                                 f"{'run_id IS NOT DISTINCT FROM ?' if procs else 'TRUE'}))",
+                                 own_args + own_args[:1]))[0] if single else None
     if host:   # Kineto's key; the importer reads it back
         head["host_name"] = host
     if single and procs:   # not Kineto's: its pid, how it ended, its command, start and end,
