@@ -602,8 +602,10 @@ def test_an_export_of_some_steps_holds_the_ranges_around_them(tmp_path):
 def test_an_export_of_some_steps_leaves_out_ranges_of_other_steps(tmp_path):
     """Thread 5 runs step 1 while thread 6 runs step 2. An export of step 2 holds the range
     around both steps (begun before them), not the ranges of step 1 that thread 5 opened while
-    step 2 ran: imported back, they would fall in step 2 by time. No range is in step 2 that
-    was not recorded there."""
+    step 2 ran (one at the very ns step 2 began too): imported back, they would fall in step 2
+    by time. Nor does it hold another thread's warm-up running into step 2 (an import would
+    take it for a warm-up beside it) or a range begun the ns step 2 ended. No range is in
+    step 2 that was not recorded there."""
     t = 1_700_000_000_000_000_000
     us = lambda x: t + x * 1000  # noqa: E731
     # range_id, parent, depth, name, kind, step, thread, start, end
@@ -611,7 +613,10 @@ def test_an_export_of_some_steps_leaves_out_ranges_of_other_steps(tmp_path):
             (2, 1, 1, "step", "step", 1, 5, us(10), us(300)),
             (3, 2, 2, "fwd1", "user", 1, 5, us(150), us(250)),
             (4, None, 0, "step", "step", 2, 6, us(100), us(400)),
-            (5, 4, 1, "fwd2", "user", 2, 6, us(120), us(200))]
+            (5, 4, 1, "fwd2", "user", 2, 6, us(120), us(200)),
+            (6, 2, 2, "bwd1", "user", 1, 5, us(100), us(140)),
+            (7, None, 0, "step", "warmup", 0, 7, us(50), us(150)),
+            (8, None, 0, "after", "user", None, 8, us(400), us(500))]
     i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
     src = tmp_path / "s.duckdb"
     with Writer(src, RunInfo(source="synthetic"), pid=31) as w:
@@ -695,6 +700,34 @@ def test_every_flow_arrow_has_both_ends_once(tmp_path, chrome_steps):
         s = [e["id"] for e in ev if e["ph"] == "s"]
         f = [e["id"] for e in ev if e["ph"] == "f"]
         assert len(s) == len(set(s)) and sorted(s) == sorted(f) and s
+
+
+def test_an_export_of_some_steps_draws_no_arrow_to_a_row_left_out(tmp_path):
+    """A call of step 1 whose GPU row the file puts in step 2: an export of step 2 holds the
+    row without an arrow's end (its call is not there) and says its step and range; one of step 1
+    holds the call without one."""
+    t = 1_700_000_000_000_000_000
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "s.duckdb"
+    rows = [(1, None, 0, "step", "step", 1, 5, t, t + 1_000), (2, None, 0, "step", "step", 2, 5, t + 1_000, t + 2_000)]
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({"ranges": _range_rows(rows),
+                  "api_calls": {"thread_id": [5, 5], "api_kind": ["runtime"] * 2,
+                                "name": ["cudaLaunchKernel"] * 2, "correlation_id": [1, 2],
+                                "start_ns": [t + 900, t + 1_100], "end_ns": [t + 950, t + 1_150],
+                                "step": i32([1, 2]), "range_id": [1, 2]},
+                  "kernels": {"device_id": i32([0, 0]), "stream_id": i32([7, 7]), "name": ["late", "k2"],
+                              "correlation_id": [1, 2], "step": i32([2, 2]), "range_id": [1, 2],
+                              "start_ns": [t + 1_200, t + 1_300], "end_ns": [t + 1_250, t + 1_350]}})
+    for steps, want in (("2", {"late": {"cuptiprof step": 2, "cuptiprof range": 1}, "k2": {}}), ("1", {})):
+        out = tmp_path / f"s{steps}.json"
+        with cuptiprof.open(src, steps) as prof:
+            export_chrome(prof, out)
+        ev = load_trace(out)["traceEvents"]
+        assert {e["id"] for e in ev if e["ph"] == "s"} == {e["id"] for e in ev if e["ph"] == "f"} == \
+            ({2} if want else set())
+        assert {e["name"]: {k: v for k, v in e["args"].items() if k.startswith("cuptiprof")}
+                for e in ev if e.get("cat") == "kernel"} == want
 
 
 def test_steps_of_a_recorded_run_survive_a_round_trip(tmp_path):
