@@ -67,6 +67,7 @@ def test_chrome_trace_is_valid_kineto_json(tb0, chrome_steps):
     doc = json.loads(gzip.decompress(out.read_bytes()))
     ev = doc["traceEvents"]
     assert counts["events"] == len(ev)
+    assert (doc["schemaVersion"], doc["displayTimeUnit"]) == (1, "ms")   # as Kineto writes them
     cats = {e.get("cat") for e in ev if e["ph"] == "X"}
     assert {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cpu_op", "user_annotation"} <= cats
     for e in ev:
@@ -249,6 +250,11 @@ def test_odd_names_and_nulls_survive(odd_trace):
     ev = doc["traceEvents"]
     assert counts["events"] == len(ev)
     assert all(e["tid"] is not None for e in ev)   # no thread or stream: track -1, never null
+    # every pid has its process named, the GPU rows of no device's (pid -1) too, and the
+    # track of a context-wide sync (no stream) is named so
+    assert {e["pid"] for e in ev if e["name"] == "process_name"} == {e["pid"] for e in ev}
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    assert tracks[(1, -1)] == "no stream" and tracks[(1, 7)] == "stream 7"
     x = [e for e in ev if e["ph"] == "X"]
     names = lambda *cats: Counter(e["name"] for e in x if e["cat"] in cats)  # noqa: E731
     assert names("kernel") == names("cuda_runtime", "cuda_driver") == Counter(ODD)
@@ -303,6 +309,50 @@ def test_a_partial_grid_exports_to_a_trace_that_imports_back(tmp_path):
     con = duckdb.connect(str(back), read_only=True)
     assert con.execute("SELECT name, grid_x, grid_y, grid_z FROM kernels ORDER BY name").fetchall() == \
         [("partial", None, None, None), ("whole", 4, 2, 1)]
+
+
+def test_copies_keep_their_memory_kinds_and_one_of_no_duration_has_no_bandwidth(tmp_path):
+    """A copy's name says its memory kinds as Kineto does ('Memcpy HtoD (Pinned -> Device)'),
+    which the importer reads back; a copy that took no time has bandwidth 0.0 (not a division
+    by zero, which would leave the key without a value)."""
+    kinds = ["pageable", "pinned", "device", "array", "managed"]
+    n = len(kinds)
+    src, out, back = tmp_path / "c.duckdb", tmp_path / "c.json", tmp_path / "back.duckdb"
+    with Writer(src, RunInfo(source="test")) as w:
+        w.append({"memcpys": {"start_ns": [T0 + 1_000 * i for i in range(n)],
+                              "end_ns": [T0 + 1_000 * i + (500 if i else 0) for i in range(n)],
+                              "device_id": pa.array([0] * n, pa.int32()),
+                              "stream_id": pa.array([7] * n, pa.int32()), "copy_kind": ["HtoD"] * n,
+                              "src_kind": kinds, "dst_kind": kinds[::-1],
+                              "bytes": pa.array([1_000] * n, pa.int64())}})
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    copies = sorted((e for e in load_trace(out)["traceEvents"] if e.get("cat") == "gpu_memcpy"),
+                    key=lambda e: e["ts"])
+    assert [e["args"]["memory bandwidth (GB/s)"] for e in copies] == [0.0] + [2.0] * (n - 1)
+    assert copies[1]["name"] == "Memcpy HtoD (Pinned -> Array)"
+    import_traces([out], back)
+    q = "SELECT start_ns, src_kind, dst_kind FROM memcpys ORDER BY 1"
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    assert con.execute(q).fetchall() == orig.execute(q).fetchall()
+
+
+def test_a_log_record_without_a_time_is_left_out(tmp_path):
+    """A log record of no time has no place on a timeline: the trace holds the others and stays
+    valid JSON."""
+    src, out = tmp_path / "l.duckdb", tmp_path / "l.json"
+    with Writer(src, RunInfo(source="test"), pid=3) as w:
+        w.append({"kernels": {"start_ns": [T0], "end_ns": [T0 + 10], "name": ["k"],
+                              "device_id": pa.array([0], pa.int32()), "stream_id": pa.array([7], pa.int32())}})
+    with duckdb.connect(str(src)) as con:
+        con.executemany("INSERT INTO logs (run_id, pid, thread_id, time_ns, level, logger, message) "
+                        "SELECT min(run_id), 3, 1, ?, 'INFO', 'x', ? FROM runs",
+                        [(T0 + 5, "timed"), (None, "untimed")])
+    with cuptiprof.open(src) as prof:
+        counts = export_chrome(prof, out)
+    ev = load_trace(out)["traceEvents"]
+    assert [e["name"] for e in ev if e.get("cat") == "cuptiprof_log"] == ["timed"]
+    assert counts["events"] == len(ev)
 
 
 def test_flows_match_rows_with_a_correlation_id(odd, odd_trace):
@@ -945,6 +995,9 @@ def test_round_trip_of_a_run_without_a_gpu_keeps_its_cpu_ops_in_their_steps(tmp_
         ("aten::addmm", -1, 0, "aten::addmm", "aten::addmm"), ("aten::relu", -1, 1, "aten::relu", "aten::relu")]
     assert con.execute("SELECT device_id, kind, name FROM devices").fetchall() == [(-1, "cpu", "AMD EPYC")]
     assert con.execute("SELECT check_name FROM data_quality ORDER BY 1").fetchall() == [("no_gpu",)]
+    # the ops' process in a viewer is no GPU's
+    meta = {e["name"]: e["args"] for e in load_trace(out)["traceEvents"] if e["ph"] == "M" and e["pid"] == -1}
+    assert meta["process_name"] == {"name": "CPU ops (no GPU)"} and meta["process_labels"] == {"labels": "CPU ops"}
 
 
 def test_an_imported_trace_without_a_host_is_not_given_the_importing_host(tmp_path):
@@ -1006,6 +1059,11 @@ def test_memory_events_survive_a_round_trip(tmp_path):
                                       "step": pa.array([3, None], pa.int32())}})
         out, back = tmp_path / f"mem{len(pids)}.json.gz", tmp_path / f"back{len(pids)}.duckdb"
         chrome_round_trip(src, out, back)
+        # on the process's track of no thread (none is recorded); device memory, Kineto's
+        # only kind, is said by no arg of cuptiprof's own
+        mem_ev = [e for e in load_trace(out)["traceEvents"] if e["name"] == "[memory]"]
+        assert {e["tid"] for e in mem_ev} == {-1}
+        assert not any("cuptiprof kind" in e["args"] for e in mem_ev)
         con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
         want = orig.execute(mem).fetchall()
         assert len(want) == 2 * len(pids) and con.execute(mem).fetchall() == want
