@@ -508,6 +508,7 @@ def test_parquet_with_steps_holds_only_those_steps(tmp_path):
         "hive_partitioning = true) ORDER BY 1").fetchall()
     assert read("kernels") == read("memcpys") == read("ranges") == [(1,)]
     assert counts["kernels"] == per_kernel_count(src, "step = 1") and counts["devices"] > 0
+    assert counts["runs"] == 1   # every run (a run has no step)
 
 
 def per_kernel_count(path: Path, where: str) -> int:
@@ -1656,6 +1657,21 @@ def test_a_cuptiprof_step_arg_beyond_32_bits_is_taken_as_absent(tmp_path, step):
     assert con.execute("SELECT kind, step FROM ranges WHERE name = 'step'").fetchall() == [("warmup", want)]
 
 
+def test_parquet_rows_go_to_their_own_runs_host(tmp_path):
+    """Two runs of one pid on two hosts, in one file: each row is in its own run's host's
+    partition, once (a process is its run and pid)."""
+    src = tmp_path / "two.duckdb"
+    for i, host in enumerate(("h1", "h2")):
+        with Writer(src, RunInfo(source="synthetic"), mode="append" if i else "create", pid=42) as w:
+            w.append({"kernels": {"device_id": pa.array([0], pa.int32()), "stream_id": pa.array([7], pa.int32()),
+                                  "name": [f"k{i}"], "start_ns": [T0 + i], "end_ns": [T0 + 10 + i]},
+                      "processes": {"host": [host]}})
+    with cuptiprof.open(src) as prof:
+        export_parquet(prof, tmp_path / "pq")
+    assert duckdb.sql(f"SELECT host, pid, name FROM read_parquet('{tmp_path}/pq/kernels/**/*.parquet', "
+                      "hive_partitioning = true) ORDER BY ALL").fetchall() == [("h1", 42, "k0"), ("h2", 42, "k1")]
+
+
 def test_an_export_of_one_process_names_its_own_host_and_rank(tmp_path):
     """A file of two processes of which one recorded nothing (a rank that failed before its
     first step, say): the export is of the other, and says its host, rank and devices, not the
@@ -1681,6 +1697,17 @@ def test_an_export_of_one_process_names_its_own_host_and_rank(tmp_path):
     con = duckdb.connect(str(back), read_only=True)
     assert con.execute("SELECT pid, host, rank, local_rank FROM processes").fetchall() == [(200, "node-b", 1, 1)]
     assert con.execute("SELECT name FROM devices").fetchall() == [("H200",)]
+
+
+def test_parquet_force_replaces_no_file_named_as_a_dataset(tmp_path):
+    """--force replaces an earlier export's dataset directories, not a file of the same name."""
+    src = _with_rows_outside_steps(tmp_path / "o.duckdb")
+    out = tmp_path / "pq"
+    out.mkdir()
+    (out / "kernels").write_text("mine")
+    r = run_cli("export", src, "--parquet", out, "--force")
+    assert r.returncode == 2 and "holds kernels" in r.stderr, r.stderr
+    assert (out / "kernels").read_text() == "mine"
 
 
 def test_parquet_export_counts_every_dataset_it_writes(tmp_path):
