@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -2320,6 +2321,11 @@ def test_export_and_import_status_lines_are_prefixed_on_stderr(tmp_path):
     assert r.stdout == "" and len(lines) == 2, (r.stdout, r.stderr)
     assert lines[0].startswith("cuptiprof: wrote ") and " trace events (" in lines[0], lines
     assert lines[1].startswith("cuptiprof: wrote ") and " Parquet datasets (" in lines[1], lines
+    # what was written: every row (no --steps), and how many datasets hold rows (no memset)
+    assert "(2 kernels, scope: every row) -> " in lines[0], lines
+    datasets, with_rows = map(int, re.search(r"wrote (\d+) Parquet datasets \((\d+) with rows; "
+                                             r"2 kernel rows\)", lines[1]).groups())
+    assert 0 < with_rows < datasets, lines
     r = run_cli("import", tmp_path / "t.json.gz", "-o", tmp_path / "back.duckdb", "--no-progress")
     assert r.returncode == 0, r.stderr
     assert r.stdout == "" and r.stderr.startswith("cuptiprof: imported 1 file(s) ("), r.stderr
