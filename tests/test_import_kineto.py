@@ -456,6 +456,32 @@ def test_kinetos_graph_ids_are_read_and_zero_is_none(tmp_path, monkeypatch, nati
         (6, None, None), (7, 3, 8)]
 
 
+def test_copy_and_memset_kinds_are_read_from_their_names(tmp_path):
+    """Kineto names a copy "Memcpy <kind> (<source> -> <destination>)" and a memset "Memset
+    (<memory>)", with CUPTI's memory kinds as its words: "Device Static" and "Managed Static"
+    (a __device__ or __managed__ variable, cudaMemcpyToSymbol's) are two words. Each kind is
+    read, source and destination in their order; a word no kind has is 'unknown'."""
+    def gpu(cat, name, ts):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 1,
+                "args": {"device": 0, "stream": 7, "correlation": ts, "bytes": 8}}
+    ev = [gpu("gpu_memcpy", "Memcpy HtoD (Pageable -> Device Static)", 1),
+          gpu("gpu_memcpy", "Memcpy DtoH (Managed Static -> Pinned)", 2),
+          gpu("gpu_memcpy", "Memcpy DtoD (Device -> Array)", 3),
+          gpu("gpu_memcpy", "Memcpy Sideways (Somewhere -> Device)", 4),
+          gpu("gpu_memset", "Memset (Device Static)", 5),
+          gpu("gpu_memset", "Memset (Managed)", 6),
+          gpu("gpu_memset", "Memset (Unknown)", 7)]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "k.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT copy_kind, src_kind, dst_kind FROM memcpys "
+                           "ORDER BY start_ns").fetchall() == [
+            ("HtoD", "pageable", "device_static"), ("DtoH", "managed_static", "pinned"),
+            ("DtoD", "device", "array"), ("unknown", "unknown", "device")]
+        assert con.execute("SELECT memory_kind FROM memsets ORDER BY start_ns").fetchall() == [
+            ("device_static",), ("managed",), ("unknown",)]
+
+
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_a_peer_copys_devices_are_read_from_kinetos_keys(tmp_path, monkeypatch, native):
     """Kineto writes a peer copy (CUPTI's MEMCPY2) with "fromDevice", "inDevice" and

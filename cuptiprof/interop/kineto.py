@@ -250,8 +250,10 @@ RANGE_KIND = {"op": "op", "user": "user", "python": "user", "gpu_user": "user"}
 RANGE_DOMAIN = {"op": "cpu_op", "user": "user_annotation", "python": "python_function",
                 "gpu_user": "gpu_user_annotation"}
 _STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
+# CUPTI's memory kinds as Kineto words them ("Device Static": a __device__ variable's memory)
 _MEMKIND = {"pageable": "pageable", "pinned": "pinned", "device": "device", "array": "array",
-            "managed": "managed", "host": "pageable"}
+            "managed": "managed", "host": "pageable", "device static": "device_static",
+            "managed static": "managed_static"}
 _COPYKINDS = {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA"}
 _SYNC = {"event sync": "event_synchronize", "stream sync": "stream_synchronize",
          "context sync": "context_synchronize", "stream wait event": "stream_wait_event"}
@@ -264,7 +266,7 @@ def _memcpy_kind(name: str | None) -> tuple[str, str, str]:
     parts = name.split()
     kind = parts[1] if len(parts) > 1 and parts[1] in _COPYKINDS else "unknown"
     src = dst = "unknown"
-    m = re.search(r"\((\w+)\s*->\s*(\w+)\)", name)
+    m = re.search(r"\(\s*(\w+(?: \w+)*)\s*->\s*(\w+(?: \w+)*)\s*\)", name)
     if m:
         src = _MEMKIND.get(m.group(1).lower(), "unknown")
         dst = _MEMKIND.get(m.group(2).lower(), "unknown")
@@ -272,7 +274,7 @@ def _memcpy_kind(name: str | None) -> tuple[str, str, str]:
 
 
 def _memset_kind(name: str | None) -> str:
-    m = re.search(r"\((\w+)\)", name or "")
+    m = re.search(r"\(\s*(\w+(?: \w+)*)\s*\)", name or "")
     return _MEMKIND.get(m.group(1).lower(), "unknown") if m else "unknown"
 
 
