@@ -460,7 +460,8 @@ def test_copy_and_memset_kinds_are_read_from_their_names(tmp_path):
     """Kineto names a copy "Memcpy <kind> (<source> -> <destination>)" and a memset "Memset
     (<memory>)", with CUPTI's memory kinds as its words: "Device Static" and "Managed Static"
     (a __device__ or __managed__ variable, cudaMemcpyToSymbol's) are two words. Each kind is
-    read, source and destination in their order; a word no kind has is 'unknown'."""
+    read, source and destination in their order; a word no kind has is 'unknown' (Kineto's
+    "<unknown>" copy kind too)."""
     def gpu(cat, name, ts):
         return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 1,
                 "args": {"device": 0, "stream": 7, "correlation": ts, "bytes": 8}}
@@ -468,6 +469,7 @@ def test_copy_and_memset_kinds_are_read_from_their_names(tmp_path):
           gpu("gpu_memcpy", "Memcpy DtoH (Managed Static -> Pinned)", 2),
           gpu("gpu_memcpy", "Memcpy DtoD (Device -> Array)", 3),
           gpu("gpu_memcpy", "Memcpy Sideways (Somewhere -> Device)", 4),
+          gpu("gpu_memcpy", "Memcpy <unknown> (Host -> Device)", 8),   # "Host": pageable
           gpu("gpu_memset", "Memset (Device Static)", 5),
           gpu("gpu_memset", "Memset (Managed)", 6),
           gpu("gpu_memset", "Memset (Unknown)", 7)]
@@ -477,7 +479,8 @@ def test_copy_and_memset_kinds_are_read_from_their_names(tmp_path):
         assert con.execute("SELECT copy_kind, src_kind, dst_kind FROM memcpys "
                            "ORDER BY start_ns").fetchall() == [
             ("HtoD", "pageable", "device_static"), ("DtoH", "managed_static", "pinned"),
-            ("DtoD", "device", "array"), ("unknown", "unknown", "device")]
+            ("DtoD", "device", "array"), ("unknown", "unknown", "device"),
+            ("unknown", "pageable", "device")]
         assert con.execute("SELECT memory_kind FROM memsets ORDER BY start_ns").fetchall() == [
             ("device_static",), ("managed",), ("unknown",)]
 
@@ -559,6 +562,26 @@ def test_addresses_and_event_ids_beyond_64_bits_are_absent_and_counted(tmp_path,
             (None,), (None,), (4096,)]
         assert con.execute("SELECT cuda_event_id FROM syncs ORDER BY start_ns").fetchall() == [
             (None,), (5,)]
+
+
+def test_nanosecond_timestamps_are_read_as_nanoseconds(tmp_path):
+    """A trace whose times are nanoseconds since the epoch (beyond 1e17 as microseconds would
+    be: the year 5000) is read in nanoseconds, "ts" and "dur" alike, whatever events without
+    a time (metadata at ts 0) come first."""
+    t0 = 1_700_000_000_000_000_000   # a double holds it exactly, and the times below
+    ev = [{"ph": "M", "name": "process_name", "pid": 10, "tid": 0, "ts": 0,
+           "args": {"name": "python"}},
+          {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 10, "tid": 10,
+           "ts": t0, "dur": 1 << 20},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 10,
+           "ts": t0 + 4096, "dur": 2048, "args": {"correlation": 5}},
+          {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": t0 + 8192,
+           "dur": 1024, "args": {"device": 0, "stream": 7, "correlation": 5}}]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "ns.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert one(con, "SELECT start_ns, end_ns, step FROM kernels") == (t0 + 8192, t0 + 9216, 3)
+        assert one(con, "SELECT start_ns, end_ns FROM ranges") == (t0, t0 + (1 << 20))
 
 
 def test_bare_array_and_base_time(tmp_path):
