@@ -292,6 +292,32 @@ def test_a_context_sync_has_no_stream(tmp_path):
     with duckdb.connect(str(tmp_path / "back.duckdb"), read_only=True) as con:
         assert con.execute(sync).fetchall() == want
 
+def test_a_trace_of_many_pieces_counts_and_names_events_over_the_whole_file(tmp_path,
+                                                                           monkeypatch):
+    """A trace read in many pieces: the complete events of an unknown category are counted
+    over all of them (an instant of it is no such event), and a bad event is named by its
+    place in the file, not in its piece."""
+    from cuptiprof.interop import kineto
+    monkeypatch.setattr(kineto, "PIECE_BYTES", 16 << 10)
+    monkeypatch.setattr("cuptiprof.interop.textsource.BLOCK", 16 << 10)
+    ev = modern()["traceEvents"][:7]
+    ev += [{"ph": "X", "cat": "mystery_cat", "name": f"x{i}", "pid": 10, "tid": 10, "ts": i,
+            "dur": 1} for i in range(2000)]
+    ev += [{"ph": "i", "s": "t", "cat": "mystery_cat", "name": "mark", "pid": 10, "tid": 10,
+            "ts": 5}]
+    src = write(tmp_path / "t.json", trace(ev))
+    assert src.stat().st_size > 10 * (16 << 10)
+    import_traces([src], tmp_path / "o.duckdb")
+    with duckdb.connect(str(tmp_path / "o.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT subject, count FROM data_quality WHERE check_name = "
+                           "'unknown_category'").fetchall() == [("mystery_cat", 2000)]
+    ev.append({"ph": "X", "cat": "kernel", "name": "late", "pid": 0, "tid": 7, "ts": 9,
+               "args": {"device": 0, "stream": 7, "correlation": 1}})
+    with pytest.raises(InputError, match=f"event #{len(ev) - 1} \\(kernel 'late'\\): no "
+                                         "duration"):
+        import_traces([write(tmp_path / "bad.json", trace(ev))], tmp_path / "bad.duckdb")
+
+
 def test_a_step_without_gpu_work_is_an_empty_step(tmp_path):
     doc = modern()
     doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4",
