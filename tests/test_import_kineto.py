@@ -318,6 +318,53 @@ def test_a_trace_of_many_pieces_counts_and_names_events_over_the_whole_file(tmp_
         import_traces([write(tmp_path / "bad.json", trace(ev))], tmp_path / "bad.duckdb")
 
 
+def test_each_category_becomes_its_kind_and_domain(tmp_path):
+    """Host categories: cpu_op an op, user_annotation and python_function user ranges of their
+    own domains, ProfilerStep#N a step; cuda_runtime and cuda_driver calls of their API kind.
+    GPU-side annotations nest per device and stream, and Kineto's GPU-side mirror of a
+    ProfilerStep is no second step."""
+    def host(cat, name, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 10, "tid": 10, "ts": ts, "dur": dur,
+                "args": args}
+
+    def gpu(cat, name, ts, dur, dev, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": dev, "tid": 7, "ts": ts, "dur": dur,
+                "args": {"device": dev, "stream": 7, **args}}
+    ev = [host("user_annotation", "ProfilerStep#1", 0, 100),
+          host("python_function", "train.py(10): step", 1, 90),
+          host("user_annotation", "fwd", 2, 80),
+          host("cpu_op", "aten::mm", 3, 70),
+          host("cuda_runtime", "cudaLaunchKernel", 4, 1, correlation=1),
+          host("cuda_driver", "cuLaunchKernel", 6, 1, correlation=2),
+          gpu("gpu_user_annotation", "ProfilerStep#1", 100, 60, 0),
+          gpu("gpu_user_annotation", "fwd", 110, 40, 0),
+          gpu("gpu_user_annotation", "fwd", 115, 5, 1),
+          gpu("kernel", "k0", 120, 10, 0, correlation=1),
+          gpu("kernel", "k1", 116, 2, 1, correlation=2)]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "c.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT name, kind, domain, depth FROM ranges "
+                           "ORDER BY start_ns").fetchall() == [
+            ("ProfilerStep#1", "step", "user_annotation", 0),
+            ("train.py(10): step", "user", "python_function", 1),
+            ("fwd", "user", "user_annotation", 2),
+            ("aten::mm", "op", "cpu_op", 3),
+            ("ProfilerStep#1", "user", "gpu_user_annotation", 0),
+            ("fwd", "user", "gpu_user_annotation", 1),
+            ("fwd", "user", "gpu_user_annotation", 0)]
+        assert con.execute("SELECT DISTINCT step FROM ranges WHERE domain <> "
+                           "'gpu_user_annotation'").fetchall() == [(1,)]
+        assert con.execute("SELECT name, api_kind, step FROM api_calls "
+                           "ORDER BY start_ns").fetchall() == [
+            ("cudaLaunchKernel", "runtime", 1), ("cuLaunchKernel", "driver", 1)]
+        assert con.execute("SELECT k.name, r.name FROM kernels k JOIN ranges r "
+                           "ON r.range_id = k.op_id ORDER BY 1").fetchall() == [
+            ("k0", "aten::mm"), ("k1", "aten::mm")]
+        assert one(con, "SELECT count(*) FROM data_quality WHERE check_name IN "
+                        "('unknown_category', 'empty_step')") == (0,)
+
+
 def test_a_step_without_gpu_work_is_an_empty_step(tmp_path):
     doc = modern()
     doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4",
