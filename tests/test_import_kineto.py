@@ -473,6 +473,22 @@ def test_2021_dialect_string_tids_and_capital_categories(tmp_path):
     assert one(con, "SELECT operation, bytes, device_id FROM memory_events") == ("alloc", 512, 0)
 
 
+def test_only_gpu_memory_instants_are_memory_events(tmp_path):
+    """torch writes a [memory] instant for host allocations too ("Device Type" 0, the CPU):
+    memory_events holds the GPU's ("Device Type" 1, CUDA), of the device each says."""
+    def mem(ts, dev_type, dev, nbytes):
+        return {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 25,
+                "tid": 25, "ts": ts, "args": {"Device Type": dev_type, "Device Id": dev,
+                                              "Addr": 4096 * ts, "Bytes": nbytes}}
+    ev = [mem(1, 0, -1, 100), mem(2, 1, 0, 512), mem(3, 1, 1, -512), mem(4, 0, -1, -100)]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "m.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT time_ns, device_id, operation, bytes, address FROM "
+                           "memory_events ORDER BY time_ns").fetchall() == [
+            (2000, 0, "alloc", 512, 8192), (3000, 1, "free", 512, 12288)]
+
+
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_memory_instants_keep_their_address_and_take_their_step(tmp_path, monkeypatch, native):
     """torch's [memory] instants: each takes the step open on its thread at its time (as the
