@@ -550,10 +550,10 @@ def test_copy_and_memset_kinds_are_read_from_their_names(tmp_path):
     (<memory>)", with CUPTI's memory kinds as its words: "Device Static" and "Managed Static"
     (a __device__ or __managed__ variable, cudaMemcpyToSymbol's) are two words. Each kind is
     read, source and destination in their order; a word no kind has is 'unknown' (Kineto's
-    "<unknown>" copy kind too)."""
+    "<unknown>" copy kind too). Their bytes are args "bytes"."""
     def gpu(cat, name, ts):
         return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 1,
-                "args": {"device": 0, "stream": 7, "correlation": ts, "bytes": 8}}
+                "args": {"device": 0, "stream": 7, "correlation": ts, "bytes": 8 * ts}}
     ev = [gpu("gpu_memcpy", "Memcpy HtoD (Pageable -> Device Static)", 1),
           gpu("gpu_memcpy", "Memcpy DtoH (Managed Static -> Pinned)", 2),
           gpu("gpu_memcpy", "Memcpy DtoD (Device -> Array)", 3),
@@ -570,8 +570,11 @@ def test_copy_and_memset_kinds_are_read_from_their_names(tmp_path):
             ("HtoD", "pageable", "device_static"), ("DtoH", "managed_static", "pinned"),
             ("DtoD", "device", "array"), ("unknown", "unknown", "device"),
             ("unknown", "pageable", "device")]
-        assert con.execute("SELECT memory_kind FROM memsets ORDER BY start_ns").fetchall() == [
-            ("device_static",), ("managed",), ("unknown",)]
+        assert con.execute("SELECT memory_kind, bytes FROM memsets "
+                           "ORDER BY start_ns").fetchall() == [
+            ("device_static", 40), ("managed", 48), ("unknown", 56)]
+        assert con.execute("SELECT bytes FROM memcpys ORDER BY start_ns").fetchall() == [
+            (8,), (16,), (24,), (32,), (64,)]
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
