@@ -365,6 +365,25 @@ def test_each_category_becomes_its_kind_and_domain(tmp_path):
                         "('unknown_category', 'empty_step')") == (0,)
 
 
+def test_sync_types_and_their_cuda_events(tmp_path):
+    """Kineto's cuda_sync names are its sync types; the event a sync waited on is its
+    "wait_on_cuda_event_id", NULL where CUPTI said none (0xFFFFFFFF)."""
+    def sync(name, ts, **args):
+        return {"ph": "X", "cat": "cuda_sync", "name": name, "pid": 0, "tid": 7, "ts": ts,
+                "dur": 1, "args": {"device": 0, "stream": 7, "correlation": ts, **args}}
+    ev = [sync("Event Sync", 1, wait_on_cuda_event_id=5),
+          sync("Event Sync", 2, wait_on_cuda_event_id=0xFFFFFFFF),
+          sync("Stream Wait Event", 3, wait_on_cuda_event_id=6),
+          sync("Stream Sync", 4), sync("Context Sync", 5), sync("Some Sync", 6)]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "s.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT sync_type, cuda_event_id FROM syncs "
+                           "ORDER BY start_ns").fetchall() == [
+            ("event_synchronize", 5), ("event_synchronize", None), ("stream_wait_event", 6),
+            ("stream_synchronize", None), ("context_synchronize", None), ("unknown", None)]
+
+
 def test_a_step_without_gpu_work_is_an_empty_step(tmp_path):
     doc = modern()
     doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4",
