@@ -494,18 +494,21 @@ def test_2021_dialect_string_tids_and_capital_categories(tmp_path):
 
 def test_only_gpu_memory_instants_are_memory_events(tmp_path):
     """torch writes a [memory] instant for host allocations too ("Device Type" 0, the CPU):
-    memory_events holds the GPU's ("Device Type" 1, CUDA), of the device each says."""
-    def mem(ts, dev_type, dev, nbytes):
+    memory_events holds the GPU's ("Device Type" 1, CUDA), of the device each says (an
+    "Addr" below 0 is no address: NULL)."""
+    def mem(ts, dev_type, dev, nbytes, addr=None):
         return {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 25,
                 "tid": 25, "ts": ts, "args": {"Device Type": dev_type, "Device Id": dev,
-                                              "Addr": 4096 * ts, "Bytes": nbytes}}
-    ev = [mem(1, 0, -1, 100), mem(2, 1, 0, 512), mem(3, 1, 1, -512), mem(4, 0, -1, -100)]
+                                              "Addr": addr or 4096 * ts, "Bytes": nbytes}}
+    ev = [mem(1, 0, -1, 100), mem(2, 1, 0, 512), mem(3, 1, 1, -512), mem(4, 0, -1, -100),
+          mem(5, 1, 0, 64, addr=-8)]
     out = tmp_path / "o.duckdb"
     import_traces([write(tmp_path / "m.json", trace(ev))], out)
     with duckdb.connect(str(out), read_only=True) as con:
         assert con.execute("SELECT time_ns, device_id, operation, bytes, address FROM "
                            "memory_events ORDER BY time_ns").fetchall() == [
-            (2000, 0, "alloc", 512, 8192), (3000, 1, "free", 512, 12288)]
+            (2000, 0, "alloc", 512, 8192), (3000, 1, "free", 512, 12288),
+            (5000, 0, "alloc", 64, None)]
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
