@@ -384,6 +384,57 @@ def test_sync_types_and_their_cuda_events(tmp_path):
             ("stream_synchronize", None), ("context_synchronize", None), ("unknown", None)]
 
 
+def test_a_call_takes_the_step_and_range_open_where_it_starts(tmp_path):
+    """Steps hold [start, end): a call that starts where a step starts is in it, one that
+    starts where a step ends is not (in the next, or in none), one that starts in a step and
+    ends after it is in it; its GPU work takes that step, and counts as unclaimed where there
+    is none. Ranges that start together nest the longer outside, and a call that starts with
+    them is inside both."""
+    def host(cat, name, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 10, "tid": 10, "ts": ts, "dur": dur,
+                "args": args}
+    ev = [host("user_annotation", f"ProfilerStep#{n}", ts, 100)
+          for n, ts in ((1, 0), (2, 100), (3, 300))]
+    ev += [host("cpu_op", "aten::linear", 10, 40), host("cpu_op", "aten::addmm", 10, 20)]
+    for corr, ts in ((1, 0), (2, 10), (3, 99), (4, 100), (5, 200), (6, 400)):
+        ev += [host("cuda_runtime", "cudaLaunchKernel", ts, 5, correlation=corr),
+               {"ph": "X", "cat": "kernel", "name": f"k{corr}", "pid": 0, "tid": 7,
+                "ts": 1000 + corr, "dur": 1, "args": {"device": 0, "stream": 7,
+                                                      "correlation": corr}}]
+    ev.append({"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 7,
+               "ts": 2000, "dur": 1, "args": {"device": 0, "stream": 7, "correlation": 6,
+                                              "bytes": 4}})
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "s.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT c.correlation_id, c.step, k.step FROM api_calls c JOIN "
+                           "kernels k USING (correlation_id) ORDER BY 1").fetchall() == [
+            (1, 1, 1), (2, 1, 1), (3, 1, 1), (4, 2, 2), (5, None, None), (6, None, None)]
+        assert con.execute("SELECT subject, count FROM data_quality WHERE check_name = "
+                           "'unclaimed_records' ORDER BY 1").fetchall() == [
+            ("kernel", 2), ("memset", 1)]
+        assert one(con, "SELECT r.name, p.name FROM ranges r JOIN ranges p "
+                        "ON p.range_id = r.parent_id WHERE r.name = 'aten::addmm'") == \
+            ("aten::addmm", "aten::linear")
+        assert one(con, "SELECT r.name FROM kernels k JOIN ranges r ON r.range_id = k.op_id "
+                        "WHERE k.correlation_id = 2") == ("aten::addmm",)
+        assert one(con, "SELECT r.name FROM api_calls c JOIN ranges r ON r.range_id = "
+                        "c.range_id WHERE c.correlation_id = 2") == ("aten::addmm",)
+
+
+def test_a_trace_without_steps_says_so_once(tmp_path):
+    """Without ProfilerStep#N ranges no row has a step: data_quality says that once, not that
+    every GPU row was launched outside every step."""
+    doc = modern()
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if "ProfilerStep" not in e["name"]]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", doc)], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT check_name, subject FROM data_quality WHERE check_name <> "
+                           "'unknown_category'").fetchall() == [("missing_kind", "step")]
+        assert one(con, "SELECT step, op_id IS NOT NULL FROM kernels") == (None, True)
+
+
 def test_a_step_without_gpu_work_is_an_empty_step(tmp_path):
     doc = modern()
     doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4",
