@@ -439,11 +439,23 @@ def test_a_step_without_gpu_work_is_an_empty_step(tmp_path):
     doc = modern()
     doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4",
                                "pid": 10, "tid": 10, "ts": 200.0, "dur": 50.0})
+    # a call in step 4 that launched nothing (no GPU row has its correlation id)
+    doc["traceEvents"].append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize",
+                               "pid": 10, "tid": 10, "ts": 210.0, "dur": 5.0,
+                               "args": {"correlation": 99}})
     out = tmp_path / "o.duckdb"
     import_traces([write(tmp_path / "t.json", doc)], out)
     con = duckdb.connect(str(out), read_only=True)
     assert con.execute("SELECT subject FROM data_quality WHERE check_name = 'empty_step'").fetchall() \
         == [("4",)]   # step 3 launched the gemm
+    # no GPU row linked to any call (the calls were not recorded): which step had GPU work is
+    # not known, and no step is called empty
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "cuda_runtime"]
+    import_traces([write(tmp_path / "n.json", doc)], tmp_path / "n.duckdb")
+    with duckdb.connect(str(tmp_path / "n.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT check_name, subject, count FROM data_quality WHERE "
+                           "check_name <> 'unknown_category' ORDER BY 1").fetchall() == [
+            ("unclaimed_records", "kernel", 1), ("unclaimed_records", "memcpy", 1)]
 
 
 def test_a_trace_without_cuda_activity_says_it_has_no_gpu_work(tmp_path):
