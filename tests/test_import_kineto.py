@@ -435,6 +435,36 @@ def test_a_trace_without_steps_says_so_once(tmp_path):
         assert one(con, "SELECT step, op_id IS NOT NULL FROM kernels") == (None, True)
 
 
+def test_the_process_spans_its_rows_and_says_what_it_merged(tmp_path):
+    """A trace's process starts at its first row and ends at the end of its last, GPU rows
+    included; host events of two processes in one trace are imported as one, and data_quality
+    says so; a trace without GPU rows lists the devices its deviceProperties name."""
+    doc = modern()
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", doc)], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert one(con, "SELECT start_ns, end_ns FROM processes") == (0, 162_000)
+        assert one(con, "SELECT count(*) FROM data_quality WHERE check_name = "
+                        "'processes_merged'") == (0,)
+    doc["traceEvents"][1]["pid"] = 11   # aten::mm from another process
+    import_traces([write(tmp_path / "m.json", doc)], tmp_path / "m.duckdb")
+    with duckdb.connect(str(tmp_path / "m.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT subject, count FROM data_quality WHERE check_name = "
+                           "'processes_merged'").fetchall() == [("2", 2)]
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"]
+    import_traces([write(tmp_path / "h.json", doc)], tmp_path / "h.duckdb")
+    with duckdb.connect(str(tmp_path / "h.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT device_id, kind, name FROM devices").fetchall() == [
+            (0, "gpu", "Test GPU")]
+
+
+def test_a_negative_duration_is_refused(tmp_path):
+    doc = modern()
+    doc["traceEvents"][4]["dur"] = -0.5
+    with pytest.raises(InputError, match=r"event #4 \(kernel 'gemm'\): negative duration \(-0.5\)"):
+        import_traces([write(tmp_path / "t.json", doc)], tmp_path / "o.duckdb")
+
+
 def test_a_step_without_gpu_work_is_an_empty_step(tmp_path):
     doc = modern()
     doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4",
