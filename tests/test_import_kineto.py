@@ -506,6 +506,33 @@ def test_a_trace_without_cuda_activity_says_it_has_no_gpu_work(tmp_path):
         assert g.execute("SELECT count(*) FROM data_quality WHERE check_name = 'no_gpu'").fetchone() == (0,)
 
 
+def test_a_cpu_only_traces_kernels_are_its_ops_and_labels_that_do_the_work(tmp_path):
+    """Without CUDA activity, ops and record_function labels that do the work become kernels
+    on device -1 (their thread the stream) with the step they ran in and their own range (a
+    label is no op: its kernel's op is the op around it, here none); steps and Python frames
+    do not."""
+    def host(cat, name, ts, dur, tid=10):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 10, "tid": tid, "ts": ts,
+                "dur": dur}
+    ev = [host("user_annotation", "ProfilerStep#1", 0, 100),
+          host("user_annotation", "load_batch", 5, 10),
+          host("python_function", "train.py(3): f", 20, 10),
+          host("cpu_op", "aten::mm", 40, 20),
+          host("cpu_op", "aten::add", 50, 5, tid=11)]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "cpu.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT k.name, k.device_id, k.stream_id, k.start_ns, k.end_ns, "
+                           "k.step, r.name, o.name FROM kernels k LEFT JOIN ranges r "
+                           "ON r.range_id = k.range_id LEFT JOIN ranges o "
+                           "ON o.range_id = k.op_id ORDER BY k.start_ns").fetchall() == [
+            ("load_batch", -1, 10, 5000, 15000, 1, "load_batch", None),
+            ("aten::mm", -1, 10, 40000, 60000, 1, "aten::mm", "aten::mm"),
+            ("aten::add", -1, 11, 50000, 55000, 1, "aten::add", "aten::add")]
+        assert one(con, "SELECT count(*) FROM data_quality WHERE check_name = "
+                        "'unclaimed_records'") == (0,)
+
+
 def test_a_cpu_only_trace_compares_with_a_run_without_a_gpu(tmp_path):
     """A trace torch.profiler recorded with ProfilerActivity.CPU only and a `cuptiprof run` of the
     same work without a GPU: the same ops do the work on both sides, so they compare op for op."""

@@ -1179,7 +1179,7 @@ class KinetoFile:
             dev = get("device_id")
             cpu = (dev < 0) & get("device_id?", bool)
             cols.update(link(np.where(corr_ok, corr, -1),
-                             (cpu, stream, get("start_ns") + base, get("end_ns") + base)
+                             (cpu, stream, get("start_ns") + base, get("end_ns") + base, ids)
                              if table == "kernels" and cpu.any() else None,
                              (get("ext"), get("ext?", bool)) if self.links else None,
                              _step_arg(G, lo, hi) if self.links else None,
@@ -1365,19 +1365,24 @@ class KinetoFile:
             if cpu is not None:
                 # A run without a GPU records each CPU op that does the work as a kernel on
                 # device -1 (stream = thread) over the op's own interval; no call launched it,
-                # so it takes the step and links of the cpu_op with that thread and interval.
+                # so it takes the step and links of the range with that thread, interval and
+                # name: a cpu_op, or a record_function label (a user range: its op is the
+                # innermost op around it, if any).
                 if ops_at is None:
-                    o = np.flatnonzero(r_code == 0)
+                    o = np.flatnonzero((r_code <= 1) & ~held)
                     o = o[np.argsort(depth[o], kind="stable")]
                     ops_at = {}
-                    for i, k, a, b in zip(o.tolist(), r_key[o].tolist(), r_start[o].tolist(),
-                                          r_end[o].tolist()):
-                        ops_at.setdefault((k, a, b), i)   # of equal intervals, the outermost
-                mask, thread, start, end = cpu
+                    for i, k, a, b, nm in zip(o.tolist(), r_key[o].tolist(), r_start[o].tolist(),
+                                              r_end[o].tolist(), r_name[o].tolist()):
+                        ops_at.setdefault((k, a, b, nm), i)   # of equal ones, the outermost
+                mask, thread, start, end, kname = cpu
+                up = None
                 for j in np.flatnonzero(mask & ~found).tolist():
-                    i = ops_at.get((int(thread[j]), int(start[j]), int(end[j])), -1)
+                    i = ops_at.get((int(thread[j]), int(start[j]), int(end[j]), int(kname[j])), -1)
                     if i >= 0:
-                        step[j], rng[j], op[j] = r_step[i], i, i
+                        if r_code[i] != 0 and up is None:
+                            up = _nearest(parent, depth, r_code == 0)
+                        step[j], rng[j], op[j] = r_step[i], i, i if r_code[i] == 0 else up[i]
             if ext is not None and by_ext is not None:
                 # cuptiprof's export: a GPU row's External id is its op as recorded (none: none)
                 v, ok = ext
