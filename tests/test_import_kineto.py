@@ -465,6 +465,51 @@ def test_a_negative_duration_is_refused(tmp_path):
         import_traces([write(tmp_path / "t.json", doc)], tmp_path / "o.duckdb")
 
 
+def test_a_kernels_launch_configuration_and_duration(tmp_path):
+    """grid, block, registers and shared memory from args; "dur" microseconds rounded to the
+    nearest nanosecond (1.001 us is 1000.9999... as a double: 1001 ns)."""
+    doc = modern()
+    k = doc["traceEvents"][4]
+    k["dur"] = 1.001
+    k["args"].update({"grid": [2, 3, 4], "block": [128, 2, 1], "registers per thread": 32,
+                      "shared memory": 1024})
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", doc)], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert one(con, "SELECT end_ns - start_ns, grid_x, grid_y, grid_z, block_x, block_y, "
+                        "block_z, registers, static_smem, dynamic_smem FROM kernels") == (
+            1001, 2, 3, 4, 128, 2, 1, 32, 1024, None)
+
+
+def test_the_process_takes_the_pid_of_its_host_events(tmp_path):
+    """The pid of the first host event (a call's too), or of the process that
+    process_labels names "CPU"; traces of one pid imported together each get their own."""
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 42,
+              "tid": 42, "ts": 1, "dur": 1, "args": {"correlation": 1}}
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 5, "dur": 1,
+              "args": {"device": 0, "stream": 7, "correlation": 1}}
+    labels = {"ph": "M", "name": "process_labels", "pid": 77, "tid": 0, "args": {"labels": "CPU"}}
+    gpu_labels = {"ph": "M", "name": "process_labels", "pid": 0, "tid": 0,
+                  "args": {"labels": "GPU 0"}}
+    for name, ev, pid in (("calls", [kernel, launch], 42),
+                          ("labels", [gpu_labels, kernel, labels], 77)):
+        import_traces([write(tmp_path / f"{name}.json", trace(ev))], tmp_path / f"{name}.duckdb")
+        with duckdb.connect(str(tmp_path / f"{name}.duckdb"), read_only=True) as con:
+            assert con.execute("SELECT pid FROM processes").fetchall() == [(pid,)], name
+    paths = [write(tmp_path / f"r{i}.json", modern()) for i in range(3)]
+    import_traces(paths, tmp_path / "three.duckdb")
+    with duckdb.connect(str(tmp_path / "three.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT pid FROM processes ORDER BY 1").fetchall() == [
+            (10,), (10 + (1 << 22),), (10 + (2 << 22),)]
+
+
+def test_a_gpu_row_without_args_is_refused(tmp_path):
+    doc = modern()
+    del doc["traceEvents"][4]["args"]
+    with pytest.raises(InputError, match=r"event #4 \(kernel 'gemm'\): no \"args\""):
+        import_traces([write(tmp_path / "t.json", doc)], tmp_path / "o.duckdb")
+
+
 def test_a_step_without_gpu_work_is_an_empty_step(tmp_path):
     doc = modern()
     doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4",
