@@ -503,6 +503,30 @@ def test_the_process_takes_the_pid_of_its_host_events(tmp_path):
             (10,), (10 + (1 << 22),), (10 + (2 << 22),)]
 
 
+def test_rank_from_distributed_info_else_from_the_file_name(tmp_path):
+    doc = modern()
+    import_traces([write(tmp_path / "rank3.json", doc)], tmp_path / "n.duckdb")
+    doc["distributedInfo"] = {"rank": 5, "world_size": 8, "backend": "nccl"}
+    import_traces([write(tmp_path / "rank4.json", doc)], tmp_path / "d.duckdb")
+    for out, want in (("n", (3, None)), ("d", (5, 8))):
+        with duckdb.connect(str(tmp_path / f"{out}.duckdb"), read_only=True) as con:
+            assert one(con, "SELECT rank, world_size FROM processes") == want
+
+
+def test_memory_instants_take_their_step_on_the_traces_base_time(tmp_path):
+    """baseTimeNanoseconds moves every time, a [memory] instant's too: it takes the step it
+    happened in."""
+    base = 1_700_000_000_000_000_000
+    doc = modern(base=base)
+    doc["traceEvents"].append({"ph": "i", "s": "t", "cat": "cpu_instant_event",
+                               "name": "[memory]", "pid": 10, "tid": 10, "ts": 20,
+                               "args": {"Device Type": 1, "Device Id": 0, "Bytes": 64}})
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", doc)], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert one(con, "SELECT time_ns, step FROM memory_events") == (base + 20_000, 3)
+
+
 def test_a_gpu_row_without_args_is_refused(tmp_path):
     doc = modern()
     del doc["traceEvents"][4]["args"]
