@@ -515,8 +515,8 @@ def test_rank_from_distributed_info_else_from_the_file_name(tmp_path):
 
 def test_memory_instants_take_their_step_on_the_traces_base_time(tmp_path):
     """baseTimeNanoseconds moves every time, a [memory] instant's too: it takes the step it
-    happened in."""
-    base = 1_700_000_000_000_000_000
+    happened in (to the nanosecond of the base)."""
+    base = 1_700_000_000_000_000_123
     doc = modern(base=base)
     doc["traceEvents"].append({"ph": "i", "s": "t", "cat": "cpu_instant_event",
                                "name": "[memory]", "pid": 10, "tid": 10, "ts": 20,
