@@ -168,6 +168,12 @@ def test_hta_ns_resolution_annotations(tmp_path_factory):
     assert one(con, "SELECT name FROM kernels WHERE correlation_id = 164926")[0].startswith(
         "void at::native::(anonymous namespace)::multi_tensor_apply_kernel")
     assert gpu_annotation_of("memcpys", 135139) == ("DistributedDataParallel.forward",)
+    # a GPU-side annotation is in the step of the host annotation it mirrors, the step of
+    # the kernels it holds (the GPU runs a step's backward while the host is in the next)
+    assert con.execute("""SELECT r.name, r.step, k.step, count(*) FROM kernels k JOIN ranges r
+        ON r.domain = 'gpu_user_annotation' AND r.thread_id = k.stream_id
+        AND k.start_ns >= r.start_ns AND k.end_ns <= r.end_ns
+        WHERE r.step IS DISTINCT FROM k.step GROUP BY ALL""").fetchall() == []
     assert one(con, "SELECT copy_kind, src_kind, dst_kind FROM memcpys WHERE correlation_id = 135139") \
         == ("DtoD", "device", "device")
 
@@ -322,7 +328,8 @@ def test_each_category_becomes_its_kind_and_domain(tmp_path):
     """Host categories: cpu_op an op, user_annotation and python_function user ranges of their
     own domains, ProfilerStep#N a step; cuda_runtime and cuda_driver calls of their API kind.
     GPU-side annotations nest per device and stream, and Kineto's GPU-side mirror of a
-    ProfilerStep is no second step."""
+    ProfilerStep is no second step. A GPU-side annotation takes the step of the host
+    annotation it mirrors (by External id), not the one the host is in when the GPU runs it."""
     def host(cat, name, ts, dur, **args):
         return {"ph": "X", "cat": cat, "name": name, "pid": 10, "tid": 10, "ts": ts, "dur": dur,
                 "args": args}
@@ -330,15 +337,16 @@ def test_each_category_becomes_its_kind_and_domain(tmp_path):
     def gpu(cat, name, ts, dur, dev, **args):
         return {"ph": "X", "cat": cat, "name": name, "pid": dev, "tid": 7, "ts": ts, "dur": dur,
                 "args": {"device": dev, "stream": 7, **args}}
-    ev = [host("user_annotation", "ProfilerStep#1", 0, 100),
+    ev = [host("user_annotation", "ProfilerStep#1", 0, 100, **{"External id": 1}),
+          host("user_annotation", "ProfilerStep#2", 100, 100, **{"External id": 8}),
           host("python_function", "train.py(10): step", 1, 90),
-          host("user_annotation", "fwd", 2, 80),
+          host("user_annotation", "fwd", 2, 80, **{"External id": 2}),
           host("cpu_op", "aten::mm", 3, 70),
           host("cuda_runtime", "cudaLaunchKernel", 4, 1, correlation=1),
           host("cuda_driver", "cuLaunchKernel", 6, 1, correlation=2),
-          gpu("gpu_user_annotation", "ProfilerStep#1", 100, 60, 0),
-          gpu("gpu_user_annotation", "fwd", 110, 40, 0),
-          gpu("gpu_user_annotation", "fwd", 115, 5, 1),
+          gpu("gpu_user_annotation", "ProfilerStep#1", 100, 60, 0, **{"External id": 1}),
+          gpu("gpu_user_annotation", "fwd", 110, 40, 0, **{"External id": 2}),
+          gpu("gpu_user_annotation", "fwd", 115, 5, 1, **{"External id": 2}),
           gpu("kernel", "k0", 120, 10, 0, correlation=1),
           gpu("kernel", "k1", 116, 2, 1, correlation=2)]
     out = tmp_path / "o.duckdb"
@@ -350,19 +358,21 @@ def test_each_category_becomes_its_kind_and_domain(tmp_path):
             ("train.py(10): step", "user", "python_function", 1),
             ("fwd", "user", "user_annotation", 2),
             ("aten::mm", "op", "cpu_op", 3),
+            ("ProfilerStep#2", "step", "user_annotation", 0),
             ("ProfilerStep#1", "user", "gpu_user_annotation", 0),
             ("fwd", "user", "gpu_user_annotation", 1),
             ("fwd", "user", "gpu_user_annotation", 0)]
-        assert con.execute("SELECT DISTINCT step FROM ranges WHERE domain <> "
-                           "'gpu_user_annotation'").fetchall() == [(1,)]
+        assert con.execute("SELECT DISTINCT step FROM ranges WHERE name <> "
+                           "'ProfilerStep#2'").fetchall() == [(1,)]
         assert con.execute("SELECT name, api_kind, step FROM api_calls "
                            "ORDER BY start_ns").fetchall() == [
             ("cudaLaunchKernel", "runtime", 1), ("cuLaunchKernel", "driver", 1)]
         assert con.execute("SELECT k.name, r.name FROM kernels k JOIN ranges r "
                            "ON r.range_id = k.op_id ORDER BY 1").fetchall() == [
             ("k0", "aten::mm"), ("k1", "aten::mm")]
-        assert one(con, "SELECT count(*) FROM data_quality WHERE check_name IN "
-                        "('unknown_category', 'empty_step')") == (0,)
+        assert con.execute("SELECT check_name, subject FROM data_quality WHERE check_name IN "
+                           "('unknown_category', 'empty_step')").fetchall() == [
+            ("empty_step", "2")]
 
 
 def test_sync_types_and_their_cuda_events(tmp_path):

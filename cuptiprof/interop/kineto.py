@@ -528,6 +528,9 @@ class KinetoFile:
         # their domain and a warm-up in args of cuptiprof's own.
         self.links = False
         self.cpu_ops = 0           # CPU ops made kernels (a trace without CUDA activity)
+        # Kineto's user annotations by External id (range index, id, GPU-side): a GPU-side
+        # annotation says the id of the host annotation it mirrors
+        self.annots = _Cols()
         self.big_args: dict[str, int] = {}   # args key -> values beyond 64 bits taken as absent
 
     @property
@@ -1007,6 +1010,12 @@ class KinetoFile:
 
     def _range(self, what: str, rows: np.ndarray) -> None:
         start, end = self._times(rows)
+        if what in ("user", "gpu_user") and not self.links:
+            v, ok = self._arg(rows, "ext_id")
+            if ok.any():
+                at = np.flatnonzero(ok)
+                self.annots.add(at=len(self.ranges) + at, ext=v[at],
+                                gpu=np.full(len(at), what == "gpu_user"))
         names = self.piece.I[rows, P.C_NAME].astype(np.int32)
         code = {"op": 0, "user": 1, "python": 2, "gpu_user": 3}[what]
         if what == "gpu_user":
@@ -1293,6 +1302,17 @@ class KinetoFile:
         r_in = steps_at(r_start, *at[:2], np.arange(len(at[0])), r_key, r_key[held])
         r_step = np.where(r_in >= 0, at[2][np.maximum(r_in, 0)], -1) if len(at[0]) else r_in
         r_step[held] = held_n[held]
+        # A GPU-side annotation runs when the GPU gets to its work, often in a later step of
+        # the host's: it takes the step of the host annotation it mirrors (its External id).
+        A = self.annots
+        if len(A) and len(r_step):
+            a_at, a_ext, a_gpu = A.get("at"), A.get("ext"), A.get("gpu", bool)
+            h_ext, first = np.unique(a_ext[~a_gpu], return_index=True)
+            if len(h_ext):
+                g_at, g_ext = a_at[a_gpu], a_ext[a_gpu]
+                pos = np.minimum(np.searchsorted(h_ext, g_ext), len(h_ext) - 1)
+                hit = h_ext[pos] == g_ext
+                r_step[g_at[hit]] = r_step[a_at[~a_gpu][first[pos[hit]]]]
         # a call takes a step, never a warm-up (whose work has no step, as recorded): as the
         # collector gives it, its own thread's step or warm-up first (in a warm-up: none), else
         # the latest-started step of any thread that holds it
