@@ -349,6 +349,8 @@ def test_each_category_becomes_its_kind_and_domain(tmp_path):
           gpu("gpu_user_annotation", "fwd", 115, 5, 1, **{"External id": 2}),
           gpu("kernel", "k0", 120, 10, 0, correlation=1),
           gpu("kernel", "k1", 116, 2, 1, correlation=2)]
+    # categories Kineto writes that hold nothing cuptiprof stores: not unknown either
+    ev += [host(cat, "x", 1, 1) for cat in ("Trace", "overhead", "cuda_profiler_range")]
     out = tmp_path / "o.duckdb"
     import_traces([write(tmp_path / "c.json", trace(ev))], out)
     with duckdb.connect(str(out), read_only=True) as con:
@@ -683,6 +685,9 @@ def test_2021_dialect_string_tids_and_capital_categories(tmp_path):
         ("Tesla V100-DGXS-32GB", "7.0", 80, 34084028416)
     assert one(con, "SELECT kind, domain FROM ranges WHERE name = 'Optimizer.step#SGD.step'") == \
         ("user", "user_annotation")
+    # the step is an Operator too, and stays one (no record_function label)
+    assert one(con, "SELECT kind, domain FROM ranges WHERE name = 'ProfilerStep#5'") == \
+        ("step", "cpu_op")
     import cuptiprof
     with cuptiprof.open(out) as prof:
         assert [r[:2] for r in prof.report("ranges").fetchall()] == [("Optimizer.step#SGD.step", 1)]
