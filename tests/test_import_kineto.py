@@ -463,11 +463,38 @@ def test_the_process_spans_its_rows_and_says_what_it_merged(tmp_path):
     with duckdb.connect(str(tmp_path / "m.duckdb"), read_only=True) as con:
         assert con.execute("SELECT subject, count FROM data_quality WHERE check_name = "
                            "'processes_merged'").fetchall() == [("2", 2)]
+    # devices: those the GPU rows ran on (named where deviceProperties says them)
+    doc["deviceProperties"].append({"id": 1, "name": "Idle GPU"})
+    doc["traceEvents"][6]["args"]["device"] = 2
+    import_traces([write(tmp_path / "d.json", doc)], tmp_path / "d.duckdb")
+    with duckdb.connect(str(tmp_path / "d.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT device_id, name FROM devices ORDER BY 1").fetchall() == [
+            (0, "Test GPU"), (2, None)]
     doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"]
     import_traces([write(tmp_path / "h.json", doc)], tmp_path / "h.duckdb")
     with duckdb.connect(str(tmp_path / "h.duckdb"), read_only=True) as con:
-        assert con.execute("SELECT device_id, kind, name FROM devices").fetchall() == [
-            (0, "gpu", "Test GPU")]
+        assert con.execute("SELECT device_id, kind, name FROM devices ORDER BY 1").fetchall() == [
+            (0, "gpu", "Test GPU"), (1, "gpu", "Idle GPU")]
+
+
+def test_a_call_takes_a_step_of_its_own_thread_first(tmp_path):
+    """Steps of two threads that overlap (the host events of two processes in one trace): a
+    call takes the step of its own thread that holds it, not the latest-started one; a call
+    on a thread without steps takes the latest-started step that holds it."""
+    def host(name, tid, ts, dur, **args):
+        cat = "cuda_runtime" if args else "user_annotation"
+        return {"ph": "X", "cat": cat, "name": name, "pid": tid, "tid": tid, "ts": ts,
+                "dur": dur, "args": args}
+    ev = [host("ProfilerStep#1", 10, 0, 100), host("ProfilerStep#7", 11, 50, 100),
+          host("cudaLaunchKernel", 10, 60, 1, correlation=1),
+          host("cudaLaunchKernel", 11, 60, 1, correlation=2),
+          host("cudaLaunchKernel", 12, 60, 1, correlation=3),
+          host("cudaLaunchKernel", 10, 120, 1, correlation=4)]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT correlation_id, step FROM api_calls ORDER BY 1").fetchall() \
+            == [(1, 1), (2, 7), (3, 7), (4, 7)]
 
 
 def test_a_negative_duration_is_refused(tmp_path):
