@@ -344,6 +344,7 @@ def test_each_category_becomes_its_kind_and_domain(tmp_path):
           host("cpu_op", "aten::mm", 3, 70),
           host("cuda_runtime", "cudaLaunchKernel", 4, 1, correlation=1),
           host("cuda_driver", "cuLaunchKernel", 6, 1, correlation=2),
+          host("cuda_runtime", "cudaGetDevice", 8, 1),   # no correlation id: NULL
           gpu("gpu_user_annotation", "ProfilerStep#1", 100, 60, 0, **{"External id": 1}),
           gpu("gpu_user_annotation", "fwd", 110, 40, 0, **{"External id": 2}),
           gpu("gpu_user_annotation", "fwd", 115, 5, 1, **{"External id": 2}),
@@ -366,9 +367,10 @@ def test_each_category_becomes_its_kind_and_domain(tmp_path):
             ("fwd", "user", "gpu_user_annotation", 0)]
         assert con.execute("SELECT DISTINCT step FROM ranges WHERE name <> "
                            "'ProfilerStep#2'").fetchall() == [(1,)]
-        assert con.execute("SELECT name, api_kind, step FROM api_calls "
+        assert con.execute("SELECT name, api_kind, step, correlation_id FROM api_calls "
                            "ORDER BY start_ns").fetchall() == [
-            ("cudaLaunchKernel", "runtime", 1), ("cuLaunchKernel", "driver", 1)]
+            ("cudaLaunchKernel", "runtime", 1, 1), ("cuLaunchKernel", "driver", 1, 2),
+            ("cudaGetDevice", "runtime", 1, None)]
         assert con.execute("SELECT k.name, r.name FROM kernels k JOIN ranges r "
                            "ON r.range_id = k.op_id ORDER BY 1").fetchall() == [
             ("k0", "aten::mm"), ("k1", "aten::mm")]
