@@ -352,6 +352,8 @@ def test_each_category_becomes_its_kind_and_domain(tmp_path):
           gpu("kernel", "k1", 116, 2, 1, correlation=2)]
     # categories Kineto writes that hold nothing cuptiprof stores: not unknown either
     ev += [host(cat, "x", 1, 1) for cat in ("Trace", "overhead", "cuda_profiler_range")]
+    # an instant of a host category is no range or call
+    ev += [{**host(cat, "mark", 3, 0), "ph": "i", "s": "t"} for cat in ("cpu_op", "cuda_runtime")]
     out = tmp_path / "o.duckdb"
     import_traces([write(tmp_path / "c.json", trace(ev))], out)
     with duckdb.connect(str(out), read_only=True) as con:
@@ -532,7 +534,8 @@ def test_the_process_takes_the_pid_of_its_host_events(tmp_path):
     labels = {"ph": "M", "name": "process_labels", "pid": 77, "tid": 0, "args": {"labels": "CPU"}}
     gpu_labels = {"ph": "M", "name": "process_labels", "pid": 0, "tid": 0,
                   "args": {"labels": "GPU 0"}}
-    for name, ev, pid in (("calls", [kernel, launch], 42),
+    other = {**launch, "pid": 43, "tid": 43, "ts": 2}
+    for name, ev, pid in (("calls", [kernel, launch, other], 42),
                           ("labels", [gpu_labels, kernel, labels], 77)):
         import_traces([write(tmp_path / f"{name}.json", trace(ev))], tmp_path / f"{name}.duckdb")
         with duckdb.connect(str(tmp_path / f"{name}.duckdb"), read_only=True) as con:
@@ -731,10 +734,11 @@ def test_only_gpu_memory_instants_are_memory_events(tmp_path):
     "Addr" below 0 is no address: NULL)."""
     def mem(ts, dev_type, dev, nbytes, addr=None):
         return {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 25,
-                "tid": 25, "ts": ts, "args": {"Device Type": dev_type, "Device Id": dev,
-                                              "Addr": addr or 4096 * ts, "Bytes": nbytes}}
+                "tid": 25, "ts": ts, "args": {k: v for k, v in (
+                    ("Device Type", dev_type), ("Device Id", dev), ("Addr", addr or 4096 * ts),
+                    ("Bytes", nbytes)) if v is not None}}
     ev = [mem(1, 0, -1, 100), mem(2, 1, 0, 512), mem(3, 1, 1, -512), mem(4, 0, -1, -100),
-          mem(5, 1, 0, 64, addr=-8)]
+          mem(5, 1, 0, 64, addr=-8), mem(6, 1, 0, None)]   # no "Bytes": not an allocation
     out = tmp_path / "o.duckdb"
     import_traces([write(tmp_path / "m.json", trace(ev))], out)
     with duckdb.connect(str(out), read_only=True) as con:
