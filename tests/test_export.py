@@ -313,10 +313,10 @@ def test_a_partial_grid_exports_to_a_trace_that_imports_back(tmp_path):
 
 
 def test_copies_keep_their_memory_kinds_and_one_of_no_duration_has_no_bandwidth(tmp_path):
-    """A copy's name says its memory kinds as Kineto does ('Memcpy HtoD (Pinned -> Device)'),
-    which the importer reads back; a copy that took no time has bandwidth 0.0 (not a division
+    """A copy's name says its memory kinds as Kineto does ('Memcpy HtoD (Pinned -> Device)',
+    'Device Static' for a __device__ variable), which the importer reads back; a copy that took no time has bandwidth 0.0 (not a division
     by zero, which would leave the key without a value)."""
-    kinds = ["pageable", "pinned", "device", "array", "managed"]
+    kinds = ["pageable", "pinned", "device", "array", "managed", "device_static", "managed_static"]
     n = len(kinds)
     src, out, back = tmp_path / "c.duckdb", tmp_path / "c.json", tmp_path / "back.duckdb"
     with Writer(src, RunInfo(source="test")) as w:
@@ -331,7 +331,8 @@ def test_copies_keep_their_memory_kinds_and_one_of_no_duration_has_no_bandwidth(
     copies = sorted((e for e in load_trace(out)["traceEvents"] if e.get("cat") == "gpu_memcpy"),
                     key=lambda e: e["ts"])
     assert [e["args"]["memory bandwidth (GB/s)"] for e in copies] == [0.0] + [2.0] * (n - 1)
-    assert copies[1]["name"] == "Memcpy HtoD (Pinned -> Array)"
+    assert copies[1]["name"] == "Memcpy HtoD (Pinned -> Device Static)"
+    assert copies[5]["name"] == "Memcpy HtoD (Device Static -> Pinned)"   # a __device__ variable
     import_traces([out], back)
     q = "SELECT start_ns, src_kind, dst_kind FROM memcpys ORDER BY 1"
     con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))

@@ -524,8 +524,9 @@ def _kernels(source: str, base: int, pids: _Pids) -> str:
                  dims("grid"), dims("block"), *_GRAPH))
 
 
+# CUPTI's memory kinds in Kineto's words (the importer reads them back)
 _MEM = {"pageable": "Pageable", "pinned": "Pinned", "device": "Device", "array": "Array",
-        "managed": "Managed", "device_static": "Device", "managed_static": "Managed"}
+        "managed": "Managed", "device_static": "Device Static", "managed_static": "Managed Static"}
 
 
 def _mem(col: str) -> str:
