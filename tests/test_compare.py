@@ -693,6 +693,35 @@ def test_real_traces_whose_work_lies_outside_the_steps_are_noted(shared_traces, 
     assert "outside every step" not in capsys.readouterr().out
 
 
+def _kernels_only_run(path, name, steps=3):
+    """A run of one kernel per step and nothing else (no copy or memset another run shares)."""
+    k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
+    for s in range(steps):
+        for c, v in (("start_ns", 1_000_000 * (s + 1)), ("end_ns", 1_000_000 * (s + 1) + 400_000),
+                     ("step", s), ("name", name), ("stream_id", 7), ("device_id", 0)):
+            k[c].append(v)
+    with Writer(path, RunInfo(source="synthetic")) as w:
+        w.append({"kernels": k})
+    return path
+
+
+def test_files_that_share_no_key_at_all_get_the_key_hint(tmp_path):
+    """Kernels of another GPU and no copy or memset in common: none of B's time is on a key A
+    has, and the legend names the key that lines them up, as it does for a small share; among
+    several files the one sharing least is named."""
+    a = _kernels_only_run(tmp_path / "h100.duckdb", GEMM_H100)
+    b = _kernels_only_run(tmp_path / "t4.duckdb", GEMM_T4)
+    hint = ("note: only 0% of B's time is on keys A also has; to line the files up try --by family "
+            "across GPU architectures, --by region for eager against torch.compile")
+    with Comparison([a, b]) as cmp:
+        assert cmp.legend()[-1] == hint
+    c = _kernels_only_run(tmp_path / "h100b.duckdb", GEMM_H100)
+    with Comparison([a, c, b]) as cmp:
+        assert cmp.legend()[-1] == hint.replace("B's", "C's")
+    with Comparison([a, b], by="family") as cmp:   # both gemm: lined up, no hint
+        assert not any("line the files up" in line for line in cmp.legend())
+
+
 def test_a_step_without_gpu_work_counts_as_a_step_of_0(tmp_path, capsys):
     """A complete step that launched no GPU work is a step of 0 GPU time in the medians, as
     `report --by step` lists it, not a step left out; a step cut short stays out either way."""

@@ -526,9 +526,11 @@ class Comparison:
     def _key_hint(self) -> str | None:
         """When the files share few keys (other kernels on another GPU, or torch.compile's fused
         kernels against eager ops), a line naming the key that lines them up."""
+        # a file that shares no key at all shares 0 of its time (a sum over no rows is NULL); a
+        # file of no time per step has no share to speak of: it is ordered last
         rows = self.con.execute(
-            "SELECT run, sum(ms) FILTER (WHERE base_ms IS NOT NULL) / nullif(sum(ms), 0) "
-            "FROM compare_ops WHERE run > 0 GROUP BY run ORDER BY 2 NULLS FIRST LIMIT 1").fetchall()
+            "SELECT run, coalesce(sum(ms) FILTER (WHERE base_ms IS NOT NULL), 0) / nullif(sum(ms), 0) "
+            "FROM compare_ops WHERE run > 0 GROUP BY run ORDER BY 2 NULLS LAST, run LIMIT 1").fetchall()
         if not rows or rows[0][1] is None or rows[0][1] >= 0.5:
             return None
         run, shared = rows[0]
