@@ -325,11 +325,13 @@ def test_regression_exit_survives_a_reader_that_went_away(tmp_path):
 
 def _quantized_run(path, softmax_us):
     """A run from a trace with microsecond timestamps: per step one 500 us GEMM and one softmax
-    of softmax_us[step] whole microseconds."""
+    of softmax_us[step] whole microseconds (None: the step launched no softmax)."""
     k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
     t = 1_000_000
     for s, us in enumerate(softmax_us):
-        for name, dur in ((GEMM_H100, 500_000), (SOFTMAX, us * 1000)):
+        for name, dur in ((GEMM_H100, 500_000), (SOFTMAX, None if us is None else us * 1000)):
+            if dur is None:
+                continue
             for c, v in (("start_ns", t), ("end_ns", t + dur), ("step", s), ("name", name),
                          ("stream_id", 7), ("device_id", 0)):
                 k[c].append(v)
@@ -433,6 +435,8 @@ def test_the_gate_fails_beyond_the_threshold_not_at_it(tmp_path):
     # faster: beyond the allowance only (0.1 ms is 20% of 0.5 ms)
     assert statuses(diff(a, faster, 20))[("op", SOFTMAX)] == "same"
     assert statuses(diff(a, faster, 19.9))[("op", SOFTMAX)] == "faster"
+    # --min-ms holds for speed-ups too: 0.1 ms faster per step is below 0.2 ms
+    assert statuses(diff(a, faster, 19.9, min_ms=0.2))[("op", SOFTMAX)] == "same"
 
 
 def test_the_noise_band_adds_both_files_step_to_step_noise(tmp_path):
@@ -451,3 +455,71 @@ def test_the_noise_band_adds_both_files_step_to_step_noise(tmp_path):
     window = next(r for r in res.items.to_pylist() if r["item"] == "gpu window")
     assert window["noise_ms"] == pytest.approx(row["noise_ms"]) and window["status"] == "slower"
     assert statuses(diff(a, b, 5, sigmas=0))[("op", SOFTMAX)] == "regression"
+
+
+def test_the_quartile_test_holds_for_the_step_window_and_the_kinds_too(tmp_path):
+    """The median's flip between two common step times is noise for every item, not only for
+    the op: the kernel kind and the step's GPU window flip with the softmax (507 or 508 us), and
+    even with no allowance at all (--fail-above 0) none of them regresses."""
+    a = _quantized_run(tmp_path / "a.duckdb", [7, 7, 8, 7, 8, 7, 7, 8, 7, 8])
+    b = _quantized_run(tmp_path / "b.duckdb", [8, 8, 7, 8, 7, 8, 8, 7, 8, 7])
+    res = diff(a, b, 0)
+    got = {(r["item_type"], r["item"]): r for r in res.items.to_pylist()}
+    for item in (("op", SOFTMAX), ("kind", "kernel"), ("step", "gpu window")):
+        assert got[item]["delta_ms"] == pytest.approx(0.001) and got[item]["noise_ms"] == 0, item
+        assert got[item]["status"] == "slower", item
+    assert not res.failed
+
+
+def test_a_slowdown_within_the_noise_band_is_the_same(tmp_path):
+    """BASE's softmax takes 8 to 12 us per step, NEW's 9 to 13 us (MAD 1 us each): the 1 us
+    rise lies inside the noise band (3 x 1.4826 x sqrt(2) us), so the op is 'same', not
+    'slower'; and a 1 us fall likewise, not 'faster'."""
+    a = _quantized_run(tmp_path / "a.duckdb", [8, 9, 10, 11, 12])
+    b = _quantized_run(tmp_path / "b.duckdb", [9, 10, 11, 12, 13])
+    c = _quantized_run(tmp_path / "c.duckdb", [7, 8, 9, 10, 11])
+    for new, delta in ((b, 0.001), (c, -0.001)):
+        row = next(r for r in diff(a, new, 5).items.to_pylist() if r["item"] == SOFTMAX)
+        assert row["delta_ms"] == pytest.approx(delta)
+        assert row["noise_ms"] == pytest.approx(3 * 1.4826 * 2 ** 0.5 * 0.001)
+        assert row["status"] == "same"
+
+
+def test_an_op_at_0_per_step_in_base_is_new_not_a_regression(tmp_path):
+    """BASE launched the softmax in 2 of 5 steps (0 per step, the median); NEW in every step:
+    the op is listed as 'new', which fails no gate, while its time still counts in the kernel
+    kind and the step's window (within the allowance here)."""
+    a = _quantized_run(tmp_path / "a.duckdb", [None, None, None, 7, 7])
+    b = _quantized_run(tmp_path / "b.duckdb", [20, 20, 20, 20, 20])
+    res = diff(a, b, 5)
+    row = next(r for r in res.items.to_pylist() if r["item"] == SOFTMAX)
+    assert (row["base_ms"], row["new_ms"]) == (0, 0.02) and row["delta_ms"] > row["allowed_ms"]
+    assert row["status"] == "new"
+    assert statuses(res)[("kind", "kernel")] == "slower" and not res.failed
+
+
+def test_the_table_lists_the_regressions_or_every_item_and_says_what_it_ignores(tmp_path, capsys):
+    """The table holds the regressions only, or with --all every item; its heading names
+    --min-ms when given; 'no regression' is said only when there is none. The count of
+    regressions goes to stderr beside a table, not beside JSON or CSV, which stand alone."""
+    soft, add = "softmax_warp_forward", "vectorized_elementwise_kernel"   # as the table cuts them
+    a = make_run(tmp_path / "a.duckdb", noise=0.01, seed=1)
+    ops = dict(BASE_OPS)
+    ops[SOFTMAX] = (200.0, 2, "aten::softmax")
+    b = make_run(tmp_path / "b.duckdb", ops=ops, noise=0.01, seed=2)
+    assert main(["diff", str(a), str(b), "--fail-above", "5"]) == 1
+    out, err = capsys.readouterr()
+    assert "regressions (ms per step, median over steps)" in out and soft in out
+    assert add not in out and "no regression" not in out and "ignoring" not in out
+    assert err == "cuptiprof diff: 3 regression(s)\n"
+    assert main(["diff", str(a), str(b), "--fail-above", "5", "--all", "--min-ms", "0.01"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"cuptiprof diff: BASE {a} (5 steps) -> NEW {b} (5 steps); fail above 5% + "
+                          "3 robust sigmas of step noise, ignoring < 0.01 ms\n")
+    assert "all items (ms per step, median over steps)" in out and add in out and "idle" in out
+    for fmt in ("json", "csv"):
+        assert main(["diff", str(a), str(b), "--fail-above", "5", "--format", fmt]) == 1
+        assert capsys.readouterr().err == ""
+    assert main(["diff", str(a), str(b), "--fail-above", "150", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith("no regression\n") and "all items" in out and soft in out
