@@ -581,13 +581,17 @@ def test_markdown_shows_labels_and_paths_as_written(tmp_path, capsys):
     """The lines above the Markdown tables (compare's legend, diff's heading) hold a file's
     path and label: they read as written too, not as an image tag or emphasis."""
     markdown_it = pytest.importorskip("markdown_it")
+    import duckdb
+
     label = "<img src=x>*lab*"
     a = make_run(tmp_path / "a.duckdb")
     b = make_run(tmp_path / "x_<b>y_.duckdb", label=label, seed=2)
+    with duckdb.connect(str(b)) as con:   # diff's note of a run that did not complete names the file
+        con.execute("UPDATE runs SET status = 'failed'")
     md = markdown_it.MarkdownIt("commonmark").enable("table")
     for argv, shown in ((["compare", str(a), str(b), "--format", "markdown"], (label, f"{b}")),
                         (["diff", str(a), str(b), "--fail-above", "5", "--format", "markdown"],
-                         (f"{b}",))):
+                         (f"{b}", f"note: NEW ({b.name}) is a run that did not complete"))):
         main(argv)
         page = md.render(capsys.readouterr().out)
         text = html_mod.unescape(re.sub(r"<[^>]+>", "", page))
