@@ -517,9 +517,19 @@ def test_the_table_lists_the_regressions_or_every_item_and_says_what_it_ignores(
     assert out.startswith(f"cuptiprof diff: BASE {a} (5 steps) -> NEW {b} (5 steps); fail above 5% + "
                           "3 robust sigmas of step noise, ignoring < 0.01 ms\n")
     assert "all items (ms per step, median over steps)" in out and add in out and "idle" in out
-    for fmt in ("json", "csv"):
+    for fmt in ("csv", "json"):
         assert main(["diff", str(a), str(b), "--fail-above", "5", "--format", fmt]) == 1
-        assert capsys.readouterr().err == ""
+        out, err = capsys.readouterr()
+        assert err == ""
+    # JSON holds the items as the table lists them: the regressions first, then by step, kind
+    # and op, the largest slowdown first within each
+    items = [(r["status"], r["item_type"], r["item"], r["delta_ms"]) for r in json.loads(out)["items"]]
+    assert [i[:3] for i in items[:3]] == [("regression", "step", "gpu window"),
+                                          ("regression", "kind", "kernel"), ("regression", "op", SOFTMAX)]
+    rest = items[3:]
+    order = {"step": 0, "kind": 1, "op": 2}
+    assert "regression" not in {i[0] for i in rest} and len({i[1] for i in rest}) == 2
+    assert rest == sorted(rest, key=lambda i: (order[i[1]], -(i[3] or 0), i[2]))
     assert main(["diff", str(a), str(b), "--fail-above", "150", "--all"]) == 0
     out = capsys.readouterr().out
     assert out.endswith("no regression\n") and "all items" in out and soft in out
