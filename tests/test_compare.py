@@ -697,11 +697,11 @@ def test_real_traces_whose_work_lies_outside_the_steps_are_noted(shared_traces, 
     assert "outside every step" not in capsys.readouterr().out
 
 
-def _kernels_only_run(path, name, steps=3):
+def _kernels_only_run(path, name, steps=3, dur_us=400):
     """A run of one kernel per step and nothing else (no copy or memset another run shares)."""
     k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
     for s in range(steps):
-        for c, v in (("start_ns", 1_000_000 * (s + 1)), ("end_ns", 1_000_000 * (s + 1) + 400_000),
+        for c, v in (("start_ns", 1_000_000 * (s + 1)), ("end_ns", 1_000_000 * (s + 1) + dur_us * 1000),
                      ("step", s), ("name", name), ("stream_id", 7), ("device_id", 0)):
             k[c].append(v)
     with Writer(path, RunInfo(source="synthetic")) as w:

@@ -15,7 +15,8 @@ from cuptiprof.analyse.diff import diff, parse_number
 from cuptiprof.cli import main
 from cuptiprof.errors import UsageError
 from cuptiprof.store.writer import RunInfo, Writer
-from test_compare import ADD, BASE_OPS, FLASH, GEMM_H100, SOFTMAX, import_trace, make_run
+from test_compare import (ADD, BASE_OPS, FLASH, GEMM_H100, SOFTMAX, _kernels_only_run, import_trace,
+                          make_run)
 
 
 def statuses(res):
@@ -533,3 +534,16 @@ def test_the_table_lists_the_regressions_or_every_item_and_says_what_it_ignores(
     assert main(["diff", str(a), str(b), "--fail-above", "150", "--all"]) == 0
     out = capsys.readouterr().out
     assert out.endswith("no regression\n") and "all items" in out and soft in out
+
+
+def test_an_op_named_like_a_kind_is_matched_as_an_op(tmp_path):
+    """A program's one kernel named `kernel` (as many a first CUDA program has it): the op
+    'kernel' is matched with the op of the other file, the kind with the kind, and the slowdown
+    is one regression, the op's, the kind's row its duplicate."""
+    a = _kernels_only_run(tmp_path / "a.duckdb", "kernel")
+    b = _kernels_only_run(tmp_path / "b.duckdb", "kernel", dur_us=800)
+    res = diff(a, b, 5)
+    got = [(r["item_type"], r["status"], r["base_ms"], r["new_ms"]) for r in res.items.to_pylist()
+           if r["item"] == "kernel"]
+    assert sorted(got) == [("kind", "duplicate", 0.4, 0.8), ("op", "regression", 0.4, 0.8)]
+    assert [(r["item_type"], r["item"]) for r in res.regressions] == [("step", "gpu window"), ("op", "kernel")]
