@@ -79,6 +79,10 @@ def test_copy_moved_direction_and_new_family_are_listed_not_failed(tmp_path):
     assert st[("kind", "memcpy HtoD")] == "gone" and st[("kind", "memcpy DtoH")] == "new"
     assert st[("op", FLASH)] == "new"
     assert not res.failed
+    # an item of one file still shows that file's noise, and a gone one the allowance it had
+    rows = {r["item"]: r for r in res.items.to_pylist()}
+    assert rows["memcpy DtoH"]["noise_ms"] == rows["memcpy HtoD"]["noise_ms"] == 0
+    assert rows["memcpy HtoD"]["allowed_ms"] == pytest.approx(0.4 * 0.05)
 
 
 def test_usage_errors_exit_2(tmp_path, capsys):
