@@ -320,6 +320,11 @@ def test_cli_formats(pair, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["by"] == "family" and {"flash_attention", "softmax", "gemm"} <= {r["key"] for r in doc["ops"]}
     assert {r["direction"] for r in doc["bandwidth"]} == {"HtoD", "DtoH"}
+    # --top holds in JSON too: the keys in the top N of any file, each with its row per file
+    assert main(["compare", str(a), str(b), "--format", "json", "--top", "2"]) == 0
+    ops = json.loads(capsys.readouterr().out)["ops"]
+    assert sorted((r["key"], r["run"]) for r in ops) == [
+        ("Memcpy DtoH", 1), ("Memcpy HtoD", 0), (GEMM_H100, 0), (GEMM_H100, 1)]
     assert main(["compare", str(a), str(b), "--format", "csv"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("key,key_type,kind,A_ms")
