@@ -551,3 +551,35 @@ def test_an_op_named_like_a_kind_is_matched_as_an_op(tmp_path):
            if r["item"] == "kernel"]
     assert sorted(got) == [("kind", "duplicate", 0.4, 0.8), ("op", "regression", 0.4, 0.8)]
     assert [(r["item_type"], r["item"]) for r in res.regressions] == [("step", "gpu window"), ("op", "kernel")]
+
+
+def test_a_copy_direction_rising_from_0_per_step_fails_once_as_the_kind(tmp_path):
+    """BASE copied device to host in 2 of 5 steps (0 per step, the median), NEW in every step:
+    the op 'Memcpy DtoH' is 'new', as any op at 0; the kind 'memcpy DtoH', the same rows, is a
+    metric rising from 0 and fails the gate, once: the kind keeps the verdict the op has not."""
+    def run(path, copy_us):
+        k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
+        m = {c: [] for c in ("start_ns", "end_ns", "step", "copy_kind", "bytes", "stream_id", "device_id")}
+        t = 1_000_000
+        for s, us in enumerate(copy_us):
+            for c, v in (("start_ns", t), ("end_ns", t + 500_000), ("step", s), ("name", GEMM_H100),
+                         ("stream_id", 7), ("device_id", 0)):
+                k[c].append(v)
+            t += 500_000
+            if us is not None:
+                for c, v in (("start_ns", t), ("end_ns", t + us * 1000), ("step", s), ("copy_kind", "DtoH"),
+                             ("bytes", 1 << 20), ("stream_id", 7), ("device_id", 0)):
+                    m[c].append(v)
+                t += us * 1000
+            t += 10_000
+        with Writer(path, RunInfo(source="synthetic")) as w:
+            w.append({"kernels": k, "memcpys": m})
+        return path
+
+    a = run(tmp_path / "a.duckdb", [None, None, None, 100, 100])
+    b = run(tmp_path / "b.duckdb", [200] * 5)   # above BASE's upper quartile (100 us)
+    res = diff(a, b, 5)
+    st = statuses(res)
+    assert st[("op", "Memcpy DtoH")] == "new" and st[("kind", "memcpy DtoH")] == "regression"
+    assert [(r["item_type"], r["item"]) for r in res.regressions if r["item_type"] != "step"] == [
+        ("kind", "memcpy DtoH")]
