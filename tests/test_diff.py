@@ -383,6 +383,15 @@ def test_runs_on_another_gpu_or_that_did_not_complete_are_named(tmp_path, capsys
     assert ("note: NEW (crashed.duckdb) is a run that did not complete (failed); only its 2 "
             "complete steps are compared") in out
     assert "BASE ran on" not in out
+    with duckdb.connect(str(crashed)) as con:   # one step left: said in the singular
+        con.execute("INSERT INTO data_quality (run_id, pid, check_name, subject, detail) SELECT run_id, pid, "
+                    "'step_incomplete', '2', 'ended early by RuntimeError' FROM kernels LIMIT 1")
+    assert main(["diff", str(a), str(crashed), "--fail-above", "5"]) in (0, 1)
+    assert "only its 1 complete step is compared" in capsys.readouterr().out
+    # a file that lists no GPU (a trace without device records) is no other GPU
+    assert main(["diff", str(a), str(_quantized_run(tmp_path / "q.duckdb", [7] * 5)), "--fail-above", "5",
+                 "--format", "json"]) in (0, 1)
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "ran on" in n]
     assert main(["diff", str(a), str(make_run(tmp_path / "b.duckdb", seed=4)), "--fail-above", "5"]) == 0
     assert "note:" not in capsys.readouterr().out
     # CSV holds only the rows: the notes go to stderr, where a CI log still shows them

@@ -127,7 +127,7 @@ def diff(base: str | os.PathLike, new: str | os.PathLike, fail_above_pct: float,
                                                f"f{r.index}.runs WHERE status <> 'complete'"))[0]
             if status:   # the program crashed or was killed: it may have stopped before the slow part
                 notes.append(f"note: {r.letter} ({r.path.name}) is a run that did not complete ({status}); "
-                             f"only its {r.steps} complete step{'s' if r.steps != 1 else ''} are compared")
+                             f"only its {r.steps} complete step{'s are' if r.steps != 1 else ' is'} compared")
     regs = [r for r in items.to_pylist() if r["status"] == "regression"]
     return DiffResult(Path(base), Path(new), float(fail_above_pct), float(min_ms), float(sigmas), by,
                       steps, items, regs, notes)
