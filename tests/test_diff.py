@@ -217,6 +217,9 @@ def test_gpu_run_against_a_run_without_a_gpu_is_refused_by_diff_and_noted_by_com
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith(f"cuptiprof: error: {cpu} holds CPU op times (recorded without a GPU)")
+    assert main(["diff", str(cpu), str(gpu), "--fail-above", "5"]) == 2   # either way round
+    assert capsys.readouterr().err.startswith(f"cuptiprof: error: {cpu} holds CPU op times (recorded "
+                                              f"without a GPU) and {gpu} GPU work")
     assert main(["compare", str(gpu), str(cpu)]) == 0
     assert "note: B recorded CPU op times (no GPU)" in capsys.readouterr().out
     # two runs without a GPU are alike: the gate runs
