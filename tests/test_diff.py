@@ -375,7 +375,9 @@ def test_runs_on_another_gpu_or_that_did_not_complete_are_named(tmp_path, capsys
     a = make_run(tmp_path / "a.duckdb", seed=1)
     other = make_run(tmp_path / "a100.duckdb", seed=2, device="NVIDIA A100-SXM4-80GB")
     assert main(["diff", str(a), str(other), "--fail-above", "5", "--format", "json"]) == 0
-    notes = json.loads(capsys.readouterr().out)["notes"]
+    doc = json.loads(capsys.readouterr().out)
+    notes = doc["notes"]
+    assert doc["regressed"] is False and doc["regressions"] == []   # a note is no regression
     assert ("note: BASE ran on NVIDIA H100 80GB HBM3 and NEW on NVIDIA A100-SXM4-80GB: a gate "
             "compares runs on the same GPU (`cuptiprof compare --by family` compares GPUs)") in notes
     crashed = make_run(tmp_path / "crashed.duckdb", seed=3, steps=2)
@@ -540,7 +542,9 @@ def test_the_table_lists_the_regressions_or_every_item_and_says_what_it_ignores(
         assert err == ""
     # JSON holds the items as the table lists them: the regressions first, then by step, kind
     # and op, the largest slowdown first within each
-    items = [(r["status"], r["item_type"], r["item"], r["delta_ms"]) for r in json.loads(out)["items"]]
+    doc = json.loads(out)
+    assert doc["regressed"] is True and len(doc["regressions"]) == 3
+    items = [(r["status"], r["item_type"], r["item"], r["delta_ms"]) for r in doc["items"]]
     assert [i[:3] for i in items[:3]] == [("regression", "step", "gpu window"),
                                           ("regression", "kind", "kernel"), ("regression", "op", SOFTMAX)]
     rest = items[3:]
