@@ -129,6 +129,8 @@ def test_usage_errors_exit_2(tmp_path, capsys):
             diff(a, b, **{"fail_above_pct": 5, **kw})
     with pytest.raises(UsageError, match="sigmas 'inf': infinite"):
         diff(a, b, 5, sigmas=float("inf"))
+    with pytest.raises(UsageError, match=r"fail_above_pct '2000.0': too large \(at most 1000:"):
+        diff(a, b, 2e3)   # a finite number past the bound is too large, not infinite
     assert main(["diff", str(a), str(a), "--fail-above", "5"]) == 2
     assert "same file" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:  # --fail-above is required (argparse, one line)
