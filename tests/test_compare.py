@@ -307,6 +307,8 @@ def test_file_without_steps_counts_as_one_step(tmp_path, pair):
         add = {r["run"]: r for r in rows(c.ops()) if r["key"] == ADD}
         assert add[1]["ms"] == pytest.approx(0.0013) and add[1]["steps"] == 1
         assert "no steps recorded" in c.legend()[1]
+        # its one step is the whole file, not a recorded step of unknown noise
+        assert not any("single step" in line for line in c.legend())
     with pytest.raises(InputError, match="no recorded steps"):
         Comparison([a, p], require_steps=True)
 
