@@ -761,6 +761,13 @@ def test_a_step_without_gpu_work_counts_as_a_step_of_0(tmp_path, capsys):
                     [run_id, pid])
     with Comparison([a, b]) as cmp:
         assert cmp.runs[1].steps == 3 and (1, 4) not in {(r["run"], r["step"]) for r in rows(cmp.steps())}
+    # most steps empty: the median step has no GPU window, and a share of it is no number (not
+    # an infinity JSON cannot hold)
+    c = make_run(tmp_path / "c.duckdb", steps=3, seed=1, empty=(2, 3))
+    with Comparison([a, c]) as cmp:
+        kinds = rows(cmp.kinds())
+    assert {r["pct_window"] for r in kinds if r["run"] == 1} == {None}
+    assert all(r["pct_window"] > 0 for r in kinds if r["run"] == 0)
 
 
 def test_real_trace_with_an_empty_step_compares_both_steps(shared_traces, tmp_path):
