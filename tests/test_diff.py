@@ -395,6 +395,8 @@ def test_runs_on_another_gpu_or_that_did_not_complete_are_named(tmp_path, capsys
                     "'step_incomplete', '2', 'ended early by RuntimeError' FROM kernels LIMIT 1")
     assert main(["diff", str(a), str(crashed), "--fail-above", "5"]) in (0, 1)
     assert "only its 1 complete step is compared" in capsys.readouterr().out
+    assert ("note: BASE (crashed.duckdb) is a run that did not complete (failed); only its 1 complete "
+            "step is compared") in diff(crashed, a, 5).notes   # a BASE that crashed is named too
     # a file that lists no GPU (a trace without device records) is no other GPU
     assert main(["diff", str(a), str(_quantized_run(tmp_path / "q.duckdb", [7] * 5)), "--fail-above", "5",
                  "--format", "json"]) in (0, 1)
