@@ -578,6 +578,26 @@ def test_a_gpu_row_without_args_is_refused(tmp_path):
         import_traces([write(tmp_path / "t.json", doc)], tmp_path / "o.duckdb")
 
 
+def test_a_gpu_side_annotation_without_args_sits_on_its_pid_and_tid(tmp_path):
+    """A GPU-side annotation needs no args: Kineto writes its device and stream as its pid and
+    tid, and the kernel it spans nests in it there."""
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+         "ts": 100, "dur": 100},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": 110, "dur": 5, "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 120, "dur": 10,
+         "args": {"correlation": 7, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "fwd", "pid": 0, "tid": 7, "ts": 119,
+         "dur": 12}]}
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", doc)], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert one(con, "SELECT name, thread_id, attrs FROM ranges WHERE domain = "
+                        "'gpu_user_annotation'") == ("fwd", 7, '{"device": 0, "stream": 7}')
+        assert one(con, "SELECT count(*) FROM kernels") == (1,)
+
+
 def test_a_step_without_gpu_work_is_an_empty_step(tmp_path):
     doc = modern()
     doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4",

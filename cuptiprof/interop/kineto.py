@@ -1019,7 +1019,7 @@ class KinetoFile:
         names = self.piece.I[rows, P.C_NAME].astype(np.int32)
         code = {"op": 0, "user": 1, "python": 2, "gpu_user": 3}[what]
         if what == "gpu_user":
-            self._need_args(rows)
+            # no args needed: Kineto writes its device and stream as its pid and tid too
             dev = self._or_id(rows, "device", P.C_PIDK, P.C_PID)
             stream = self._or_id(rows, "stream", P.C_TIDK, P.C_TID)
             key = -1 - (dev * 100_000 + stream)  # GPU-side annotations nest per stream
