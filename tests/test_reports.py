@@ -848,3 +848,33 @@ def test_counts_are_64_bit_integers(golden_run, report):
                 if str(t) == "HUGEINT" or str(t).startswith("DECIMAL")]
         assert wide == []
         assert not any(str(f.type).startswith("decimal") for f in rel.to_arrow_table().schema)
+
+
+def test_steps_report_counts_every_host_wait_of_a_step(tmp_path):
+    """A wait joins the row of its device and step. One on a device that launched nothing in the
+    step (step 3) joins that step's row of 0; one whose device is unknown (a context-wide wait
+    without the context's device) gets a row of its own: the waits of the steps add up to those
+    the kinds report counts."""
+    t, us = 1_700_000_000_000_000_000, 1_000
+    path = tmp_path / "waits.duckdb"
+    steps = [(s, None, 0, "step", "step", s, s * 1000, s * 1000 + 1000) for s in (1, 2, 3)]
+    with Writer(path, RunInfo(source="synthetic"), pid=3) as w:
+        w.append({"ranges": _range_rows(steps, t, us),
+                  "kernels": {"name": ["k", "k"], "device_id": pa.array([0, 0], pa.int32()),
+                              "stream_id": pa.array([7, 7], pa.int32()), "step": pa.array([1, 2], pa.int32()),
+                              "start_ns": [t + 1010 * us, t + 2010 * us], "end_ns": [t + 1110 * us, t + 2060 * us]},
+                  "syncs": {"device_id": pa.array([None, 0, 0], pa.int32()), "stream_id": pa.array([None, 7, 7], pa.int32()),
+                            "sync_type": ["context_synchronize", "stream_synchronize", "stream_synchronize"],
+                            "step": pa.array([1, 2, 3], pa.int32()),
+                            "start_ns": [t + 1020 * us, t + 2020 * us, t + 3020 * us],
+                            "end_ns": [t + 1120 * us, t + 2070 * us, t + 3030 * us]}})
+    got = [(r["device_id"], r["step"], r["kernels"], round(r["busy_ms"], 6), round(r["sync_ms"], 6),
+            round(r["host_ms"], 6)) for r in _steps_rows(path)]
+    assert got == [(0, 1, 1, 0.1, 0.0, 1.0), (0, 2, 1, 0.05, 0.05, 1.0), (0, 3, 0, 0.0, 0.01, 1.0),
+                   (None, 1, 0, 0.0, 0.1, 1.0)]
+    with cuptiprof.open(path) as prof:
+        waits = sum(r[3] for r in prof.report("kinds").fetchall() if r[0] == "sync")
+        # the row of waits alone is not a step of the device's spread
+        assert [r[2:4] for r in prof.report("step_spread").fetchall()] == [(0, 3)]
+    assert sum(g[4] for g in got) == pytest.approx(waits)
+

@@ -36,12 +36,10 @@ WITH optot AS (
     SELECT run_id, pid, device_id, step, sum(end_ns - start_ns) AS sync_ns
     FROM sel_activities WHERE kind = 'sync' GROUP BY ALL
 ), gpu AS (
-    SELECT p.*, b.busy_ns, b.start_ns AS gs, b.end_ns AS ge, y.sync_ns
+    SELECT p.*, b.busy_ns, b.start_ns AS gs, b.end_ns AS ge
     FROM per p
     LEFT JOIN sel_busy b ON b.run_id = p.run_id AND b.pid = p.pid AND b.step IS NOT DISTINCT FROM p.step
           AND b.device_id IS NOT DISTINCT FROM p.device_id
-    LEFT JOIN syncs y ON y.run_id = p.run_id AND y.pid = p.pid AND y.step IS NOT DISTINCT FROM p.step
-          AND y.device_id IS NOT DISTINCT FROM p.device_id
 ), joined AS (
     SELECT coalesce(p.run_id, h.run_id) AS run_id, coalesce(p.pid, h.pid) AS pid,
            coalesce(p.device_id, z.device_id) AS device_id,
@@ -53,7 +51,7 @@ WITH optot AS (
            100.0 * (p.ge - p.gs - p.busy_ns) / nullif(p.ge - p.gs, 0) AS idle_pct,
            coalesce(p.kernels, 0)::BIGINT AS kernels,
            coalesce(p.kernel_ns, 0) / 1e6 AS kernel_ms, coalesce(p.memcpy_ns, 0) / 1e6 AS memcpy_ms,
-           coalesce(p.memset_ns, 0) / 1e6 AS memset_ms, coalesce(p.sync_ns, 0) / 1e6 AS sync_ms,
+           coalesce(p.memset_ns, 0) / 1e6 AS memset_ms,
            coalesce(p.top.name, s.demangled, s.value) AS top_op, p.top_ns / 1e6 AS top_op_ms
     FROM gpu p
     LEFT JOIN strings s ON s.string_id = p.top.name_id
@@ -63,6 +61,26 @@ WITH optot AS (
     LEFT JOIN (SELECT DISTINCT run_id, pid, device_id, step, 0 AS zero FROM sel_step_busy
                WHERE busy_ns = 0 AND window_ns = 0) z
            ON p.run_id IS NULL AND z.run_id = h.run_id AND z.pid = h.pid AND z.step = h.step
+), rows AS (
+    -- host waits join the row of their device and step; waits with no such row (a step that
+    -- launched no GPU work on that device, a wait whose device is unknown) get a row of their
+    -- own, so that every wait of the step is counted once
+    SELECT coalesce(j.run_id, y.run_id) AS run_id, coalesce(j.pid, y.pid) AS pid,
+           CASE WHEN j.run_id IS NULL THEN y.device_id ELSE j.device_id END AS device_id,
+           coalesce(j.step, y.step) AS step,
+           CASE WHEN j.run_id IS NULL THEN (h.end_ns - h.start_ns) / 1e6 ELSE j.host_ms END AS host_ms,
+           -- a row of waits alone launched no GPU work there: a window of 0
+           CASE WHEN j.run_id IS NULL THEN 0.0 ELSE j.gpu_window_ms END AS gpu_window_ms,
+           CASE WHEN j.run_id IS NULL THEN 0.0 ELSE j.busy_ms END AS busy_ms,
+           CASE WHEN j.run_id IS NULL THEN 0.0 ELSE j.idle_ms END AS idle_ms,
+           j.idle_pct, coalesce(j.kernels, 0) AS kernels,
+           coalesce(j.kernel_ms, 0) AS kernel_ms, coalesce(j.memcpy_ms, 0) AS memcpy_ms,
+           coalesce(j.memset_ms, 0) AS memset_ms, coalesce(y.sync_ns, 0) / 1e6 AS sync_ms,
+           j.top_op, j.top_op_ms
+    FROM joined j
+    FULL OUTER JOIN syncs y ON y.run_id = j.run_id AND y.pid = j.pid
+          AND y.step IS NOT DISTINCT FROM j.step AND y.device_id IS NOT DISTINCT FROM j.device_id
+    LEFT JOIN sel_steps h ON j.run_id IS NULL AND h.run_id = y.run_id AND h.pid = y.pid AND h.step = y.step
 ), med AS (   -- each device's median complete step, steps without GPU work counting 0
     SELECT run_id, pid, device_id, median(busy_ns) FILTER (WHERE NOT cut) / 1e6 AS busy_median_ms
     FROM sel_step_busy GROUP BY ALL
@@ -70,7 +88,7 @@ WITH optot AS (
 , marked AS (
     SELECT j.*, NOT EXISTS (SELECT 1 FROM sel_cut_steps c WHERE c.run_id = j.run_id
                             AND c.pid = j.pid AND c.step = j.step) AS complete
-    FROM joined j
+    FROM rows j
 )
 SELECT m.*, 100.0 * (m.busy_ms / nullif(d.busy_median_ms, 0) - 1) AS busy_vs_median_pct
 FROM marked m
