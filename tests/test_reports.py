@@ -878,3 +878,14 @@ def test_steps_report_counts_every_host_wait_of_a_step(tmp_path):
         assert [r[2:4] for r in prof.report("step_spread").fetchall()] == [(0, 3)]
     assert sum(g[4] for g in got) == pytest.approx(waits)
 
+
+def test_ops_of_equal_time_are_listed_by_name(tmp_path):
+    """Ties in total time keep a stable order, by name, so that --top N and a diff of two
+    outputs do not depend on the engine's row order."""
+    path = tmp_path / "ties.duckdb"
+    names = ["zeta", "alpha", "mid", "beta"]
+    with Writer(path) as w:
+        w.append({"kernels": {"name": names, "device_id": pa.array([0] * 4, pa.int32()),
+                              "start_ns": [i * 100 for i in range(4)], "end_ns": [i * 100 + 50 for i in range(4)]}})
+    with cuptiprof.open(path) as prof:
+        assert [r[0] for r in prof.ops().fetchall()] == ["alpha", "beta", "mid", "zeta"]
