@@ -760,22 +760,43 @@ def test_steps_report_of_two_ranks_keeps_each_ranks_steps_cut_steps_and_medians_
     assert (spread[22]["steps"], spread[22]["incomplete"]) == (4, 0)
     assert spread[11]["busy_median_ms"] == pytest.approx(0.1) and spread[11]["busy_max_ms"] == pytest.approx(0.2)
     assert spread[22]["busy_median_ms"] == pytest.approx(0.02) and spread[22]["busy_max_ms"] == pytest.approx(0.06)
+    # rank 11's complete steps 0.1, 0.2 and 0 ms: mean 0.1, sample stddev 0.1; windows the same
+    assert spread[11]["busy_cv_pct"] == pytest.approx(100.0)
+    assert spread[11]["window_median_ms"] == pytest.approx(0.1)
+    assert spread[11]["window_spread_pct"] == pytest.approx(200.0)
 
 
-def test_a_process_whose_gpu_work_is_only_copies_has_its_steps_without_copies_as_steps_of_0(tmp_path):
-    """A process that launched no kernel, only copies (a data-loading rank), records GPU work: a
-    step of it without a copy is a step of 0 in `steps` and step_spread, as for any other."""
+def test_steps_in_scope_of_a_process_without_gpu_work_there_are_steps_of_0(tmp_path):
+    """--steps 4: neither rank launched GPU work in step 4, though both did in other steps. Each
+    still has its step 4, a step of 0 on no known device, and a spread over it."""
+    path = _two_ranks_file(tmp_path)
+    got = [(r["pid"], r["device_id"], r["step"], r["kernels"], r["busy_ms"], r["gpu_window_ms"])
+           for r in _steps_rows(path, steps="4")]
+    assert got == [(11, None, 4, 0, 0.0, 0.0), (22, None, 4, 0, 0.0, 0.0)]
+    with cuptiprof.open(path, steps="4") as prof:
+        spread = [r[1:5] for r in prof.report("step_spread").fetchall()]
+    assert spread == [(11, None, 1, 0), (22, None, 1, 0)]
+
+
+@pytest.mark.parametrize("table", ["memcpys", "memsets"])
+def test_a_process_whose_gpu_work_is_only_copies_has_its_steps_without_copies_as_steps_of_0(tmp_path, table):
+    """A process that launched no kernel, only copies or only memsets (a data-loading rank),
+    records GPU work: a step of it without any is a step of 0 in `steps` (no idle time either)
+    and step_spread, as for any other."""
     t, us = 1_700_000_000_000_000_000, 1_000
     path = tmp_path / "copies.duckdb"
     steps = [(s, None, 0, "step", "step", s, s * 1000, s * 1000 + 1000) for s in (1, 2, 3)]
+    work = {"device_id": pa.array([0, 0], pa.int32()), "stream_id": pa.array([21, 21], pa.int32()),
+            "bytes": [1 << 20, 1 << 20], "step": pa.array([1, 3], pa.int32()),
+            "start_ns": [t + 1010 * us, t + 3010 * us], "end_ns": [t + 1110 * us, t + 3060 * us]}
+    if table == "memcpys":
+        work["copy_kind"] = ["HtoD", "HtoD"]
     with Writer(path, RunInfo(source="synthetic"), pid=3) as w:
-        w.append({"ranges": _range_rows(steps, t, us),
-                  "memcpys": {"device_id": pa.array([0, 0], pa.int32()), "stream_id": pa.array([21, 21], pa.int32()),
-                              "copy_kind": ["HtoD", "HtoD"], "bytes": [1 << 20, 1 << 20],
-                              "step": pa.array([1, 3], pa.int32()),
-                              "start_ns": [t + 1010 * us, t + 3010 * us], "end_ns": [t + 1110 * us, t + 3060 * us]}})
-    got = [(r["step"], r["device_id"], round(r["busy_ms"], 6), round(r["memcpy_ms"], 6)) for r in _steps_rows(path)]
-    assert got == [(1, 0, 0.1, 0.1), (2, 0, 0.0, 0.0), (3, 0, 0.05, 0.05)]
+        w.append({"ranges": _range_rows(steps, t, us), table: work})
+    col = "memcpy_ms" if table == "memcpys" else "memset_ms"
+    got = [(r["step"], r["device_id"], round(r["busy_ms"], 6), round(r[col], 6), r["idle_ms"], r["kernels"])
+           for r in _steps_rows(path)]
+    assert got == [(1, 0, 0.1, 0.1, 0.0, 0), (2, 0, 0.0, 0.0, 0.0, 0), (3, 0, 0.05, 0.05, 0.0, 0)]
     with cuptiprof.open(path) as prof:
         rel = prof.report("step_spread")
         (spread,) = [dict(zip(rel.columns, r)) for r in rel.fetchall()]

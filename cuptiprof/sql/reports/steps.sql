@@ -1,7 +1,7 @@
 -- steps: per step and device: host window, GPU window, busy (union across streams), idle and the top op
 -- run_id: run inside the file
 -- pid: process
--- device_id: CUDA device ordinal (NULL for rows whose device is unknown)
+-- device_id: CUDA device ordinal (NULL for rows whose device is unknown: work or host waits recorded without it, or a step of 0 of a process that worked on no device in scope)
 -- step: step index (NULL: work of a file without steps)
 -- host_ms: duration of the step range on the host (NULL when the file has no step ranges)
 -- gpu_window_ms: first start to last end of the GPU work launched in the step (0 for a step that launched none, in a process that records GPU work; NULL in one that records none)
