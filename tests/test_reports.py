@@ -910,3 +910,28 @@ def test_ops_of_equal_time_are_listed_by_name(tmp_path):
                               "start_ns": [i * 100 for i in range(4)], "end_ns": [i * 100 + 50 for i in range(4)]}})
     with cuptiprof.open(path) as prof:
         assert [r[0] for r in prof.ops().fetchall()] == ["alpha", "beta", "mid", "zeta"]
+
+
+def test_busy_folded_from_the_rows_equals_the_stored_one_with_zero_length_work(tmp_path, monkeypatch):
+    """Imported traces round short kernels to 0 us. Work of zero length opens and closes a step's
+    GPU window like any other (here at its end, and alone in step 2), whether busy time is read
+    from the file's step_busy or folded from every row (a file whose writer died)."""
+    import cuptiprof.analyse.profile as profile
+
+    t, us = 1_700_000_000_000_000_000, 1_000
+    path = tmp_path / "zero.duckdb"
+    steps = [(s, None, 0, "step", "step", s, s * 1000, s * 1000 + 1000) for s in (1, 2)]
+    with Writer(path, RunInfo(source="synthetic"), pid=3) as w:
+        w.append({"ranges": _range_rows(steps, t, us),
+                  "kernels": {"name": ["k", "k", "k"], "device_id": pa.array([0, 0, 0], pa.int32()),
+                              "stream_id": pa.array([7, 7, 7], pa.int32()), "step": pa.array([1, 1, 2], pa.int32()),
+                              "start_ns": [t + 1010 * us, t + 1030 * us, t + 2010 * us],
+                              "end_ns": [t + 1020 * us, t + 1030 * us, t + 2010 * us]}})
+    want = [(1, 0.02, 0.01, 0.01), (2, 0.0, 0.0, 0.0)]
+    for stored in (True, False):
+        monkeypatch.setattr(profile, "has_stored_busy", lambda con, db="", s=stored: s)
+        with cuptiprof.open(path) as prof:
+            assert prof.stored_busy is stored
+        got = [(r["step"], round(r["gpu_window_ms"], 6), round(r["busy_ms"], 6), round(r["idle_ms"], 6))
+               for r in _steps_rows(path)]
+        assert got == want, stored
