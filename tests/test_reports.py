@@ -532,6 +532,7 @@ def test_ranges_inside_warm_up_are_out_of_the_default_scope(tmp_path):
         (unet,) = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
     assert (unet["range"], unet["calls"]) == ("unet", 1)
     assert unet["host_ms"] == pytest.approx(0.080) and unet["gpu_us_per_call"] == pytest.approx(10)
+    assert unet["depth"] == 1    # a warm-up step is a level of nesting like a step
 
 
 def test_a_process_with_only_warm_up_steps_stays_out_of_the_default_scope(tmp_path):
