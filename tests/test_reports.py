@@ -936,3 +936,28 @@ def test_busy_folded_from_the_rows_equals_the_stored_one_with_zero_length_work(t
         got = [(r["step"], round(r["gpu_window_ms"], 6), round(r["busy_ms"], 6), round(r["idle_ms"], 6))
                for r in _steps_rows(path)]
         assert got == want, stored
+
+
+def test_a_step_that_left_one_of_the_processs_devices_idle_is_a_step_of_0_there(tmp_path):
+    """One process on two devices: device 1 ran nothing in step 2 while device 0 did. Step 2 is
+    a step of 0 on device 1 in `steps` and in its spread, as it would be for a process of its own."""
+    t, us = 1_700_000_000_000_000_000, 1_000
+    path = tmp_path / "gap.duckdb"
+    steps = [(s, None, 0, "step", "step", s, s * 1000, s * 1000 + 1000) for s in (1, 2, 3)]
+    ks = [(0, 1, 100), (0, 2, 100), (0, 3, 100), (1, 1, 100), (1, 3, 300)]   # device, step, us
+    with Writer(path, RunInfo(source="synthetic"), pid=3) as w:
+        w.append({"ranges": _range_rows(steps, t, us),
+                  "kernels": {"name": ["k"] * len(ks), "device_id": pa.array([k[0] for k in ks], pa.int32()),
+                              "stream_id": pa.array([7] * len(ks), pa.int32()),
+                              "step": pa.array([k[1] for k in ks], pa.int32()),
+                              "start_ns": [t + (s * 1000 + 10) * us for _, s, _ in ks],
+                              "end_ns": [t + (s * 1000 + 10 + d) * us for _, s, d in ks]}})
+    got = [(r["device_id"], r["step"], r["kernels"], round(r["busy_ms"], 6), round(r["gpu_window_ms"], 6),
+            r["host_ms"], round(r["busy_vs_median_pct"], 6)) for r in _steps_rows(path)]
+    assert got == [(0, 1, 1, 0.1, 0.1, 1.0, 0.0), (0, 2, 1, 0.1, 0.1, 1.0, 0.0), (0, 3, 1, 0.1, 0.1, 1.0, 0.0),
+                   (1, 1, 1, 0.1, 0.1, 1.0, 0.0), (1, 2, 0, 0.0, 0.0, 1.0, -100.0),
+                   (1, 3, 1, 0.3, 0.3, 1.0, 200.0)]
+    with cuptiprof.open(path) as prof:
+        rel = prof.report("step_spread")
+        spread = {r[2]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
+    assert (spread[1]["steps"], spread[1]["busy_median_ms"], spread[1]["busy_min_ms"]) == (3, 0.1, 0.0)

@@ -40,7 +40,7 @@ WITH optot AS (
     FROM per p
     LEFT JOIN sel_busy b ON b.run_id = p.run_id AND b.pid = p.pid AND b.step IS NOT DISTINCT FROM p.step
           AND b.device_id IS NOT DISTINCT FROM p.device_id
-), joined AS (
+), joined0 AS (
     SELECT coalesce(p.run_id, h.run_id) AS run_id, coalesce(p.pid, h.pid) AS pid,
            coalesce(p.device_id, z.device_id) AS device_id,
            coalesce(p.step, h.step) AS step,
@@ -61,6 +61,16 @@ WITH optot AS (
     LEFT JOIN (SELECT DISTINCT run_id, pid, device_id, step, 0 AS zero FROM sel_step_busy
                WHERE busy_ns = 0 AND window_ns = 0) z
            ON p.run_id IS NULL AND z.run_id = h.run_id AND z.pid = h.pid AND z.step = h.step
+), joined AS (
+    SELECT * FROM joined0
+    UNION ALL   -- a step of 0 on a device of the process that launched nothing on it in the step
+    SELECT z.run_id, z.pid, z.device_id, z.step, (h.end_ns - h.start_ns) / 1e6, 0.0, 0.0, 0.0,
+           NULL, 0, 0.0, 0.0, 0.0, NULL, NULL
+    FROM sel_step_busy z
+    LEFT JOIN sel_steps h ON h.run_id = z.run_id AND h.pid = z.pid AND h.step = z.step
+    WHERE z.busy_ns = 0 AND z.window_ns = 0
+      AND NOT EXISTS (SELECT 1 FROM joined0 j WHERE j.run_id = z.run_id AND j.pid = z.pid
+                      AND j.step = z.step AND j.device_id IS NOT DISTINCT FROM z.device_id)
 ), rows AS (
     -- host waits join the row of their device and step; waits with no such row (a step that
     -- launched no GPU work on that device, a wait whose device is unknown) get a row of their
