@@ -2,7 +2,7 @@
 -- run_id: run inside the file
 -- pid: process
 -- device_id: CUDA device ordinal
--- steps: complete steps (the statistics below are over these); a step that launched no GPU work in the process counts as a step of 0, as in compare and diff
+-- steps: complete steps (the statistics below are over these); a step that launched no GPU work in the process counts as a step of 0, as in compare and diff, and so does one that launched none on this device while the process worked on another
 -- incomplete: steps left out because the program's exception ended them early (data_quality 'step_incomplete')
 -- busy_median_ms: median busy time per step
 -- busy_min_ms: fastest step

@@ -4,7 +4,7 @@
 -- device_id: CUDA device ordinal (NULL for rows whose device is unknown: work or host waits recorded without it, or a step of 0 of a process that worked on no device in scope)
 -- step: step index (NULL: work of a file without steps)
 -- host_ms: duration of the step range on the host (NULL when the file has no step ranges)
--- gpu_window_ms: first start to last end of the GPU work launched in the step (0 for a step that launched none, in a process that records GPU work; NULL in one that records none)
+-- gpu_window_ms: first start to last end of the GPU work launched in the step (0 for a step that launched none on the device, in a process that records GPU work; NULL in one that records none)
 -- busy_ms: union of the step's GPU work intervals across streams (not the summed durations)
 -- idle_ms: gpu_window_ms - busy_ms
 -- idle_pct: idle share of the GPU window
