@@ -961,3 +961,31 @@ def test_a_step_that_left_one_of_the_processs_devices_idle_is_a_step_of_0_there(
         rel = prof.report("step_spread")
         spread = {r[2]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
     assert (spread[1]["steps"], spread[1]["busy_median_ms"], spread[1]["busy_min_ms"]) == (3, 0.1, 0.0)
+
+
+def test_host_waits_inside_a_range_are_not_its_gpu_work(tmp_path):
+    """A sync is the host waiting, not GPU work: it adds nothing to a range's GPU numbers, and a
+    process where the range only waited is not one where it has GPU work (its calls do not
+    divide the GPU time per call)."""
+    t, us = 1_700_000_000_000_000_000, 1_000
+    path = tmp_path / "waits.duckdb"
+    rows = [(1, None, 0, "step", "step", 0, 0, 1000), (2, 1, 1, "fwd", "user", 0, 10, 400)]
+    for pid, mode, kernel in ((11, "create", True), (22, "append", False)):
+        batch = {"ranges": _range_rows(rows, t, us),
+                 "syncs": {"device_id": pa.array([0], pa.int32()), "stream_id": pa.array([7], pa.int32()),
+                           "sync_type": ["stream_synchronize"], "step": pa.array([0], pa.int32()),
+                           "range_id": [2], "start_ns": [t + 100 * us], "end_ns": [t + 150 * us]}}
+        if kernel:
+            batch["kernels"] = {"name": ["gemm"], "device_id": pa.array([0], pa.int32()),
+                                "stream_id": pa.array([7], pa.int32()), "step": pa.array([0], pa.int32()),
+                                "range_id": [2], "start_ns": [t + 20 * us], "end_ns": [t + 40 * us]}
+        with Writer(path, RunInfo(source="synthetic"), mode=mode, pid=pid) as w:
+            w.append(batch)
+    with cuptiprof.open(path) as prof:
+        rel = prof.report("ranges")
+        (fwd,) = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+        split = [r[1:4] for r in prof.report("step_ranges").fetchall()]
+    assert (fwd["calls"], fwd["gpu_calls"]) == (2, 1)
+    assert fwd["gpu_ms"] == pytest.approx(0.02) and fwd["self_gpu_ms"] == pytest.approx(0.02)
+    assert fwd["gpu_us_per_call"] == pytest.approx(20) and fwd["pct_gpu_time"] == pytest.approx(100)
+    assert split == [("fwd", 1, pytest.approx(0.02))]
