@@ -969,7 +969,8 @@ def test_host_waits_inside_a_range_are_not_its_gpu_work(tmp_path):
     divide the GPU time per call)."""
     t, us = 1_700_000_000_000_000_000, 1_000
     path = tmp_path / "waits.duckdb"
-    rows = [(1, None, 0, "step", "step", 0, 0, 1000), (2, 1, 1, "fwd", "user", 0, 10, 400)]
+    rows = [(1, None, 0, "step", "step", 0, 0, 1000), (2, 1, 1, "fwd", "user", 0, 10, 400),
+            (3, 1, 1, "aaa", "user", 0, 500, 510), (4, 1, 1, "zzz", "user", 0, 600, 900)]
     for pid, mode, kernel in ((11, "create", True), (22, "append", False)):
         batch = {"ranges": _range_rows(rows, t, us),
                  "syncs": {"device_id": pa.array([0], pa.int32()), "stream_id": pa.array([7], pa.int32()),
@@ -983,8 +984,11 @@ def test_host_waits_inside_a_range_are_not_its_gpu_work(tmp_path):
             w.append(batch)
     with cuptiprof.open(path) as prof:
         rel = prof.report("ranges")
-        (fwd,) = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+        got = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
         split = [r[1:4] for r in prof.report("step_ranges").fetchall()]
+    # by GPU time, then ranges without any by host time
+    assert [r["range"] for r in got] == ["fwd", "zzz", "aaa"]
+    fwd = got[0]
     assert (fwd["calls"], fwd["gpu_calls"]) == (2, 1)
     assert fwd["gpu_ms"] == pytest.approx(0.02) and fwd["self_gpu_ms"] == pytest.approx(0.02)
     assert fwd["gpu_us_per_call"] == pytest.approx(20) and fwd["pct_gpu_time"] == pytest.approx(100)
