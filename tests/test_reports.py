@@ -849,6 +849,9 @@ def test_cpu_ops_count_an_op_called_straight_from_an_op_of_its_name_as_one_call(
                               "step": pa.array([0, 0, 0], pa.int32()),
                               "start_ns": [t + s * us for s in (30, 220, 260)],
                               "end_ns": [t + e * us for e in (50, 230, 265)]},
+                  # a host wait under an op: not GPU work of the op, nor of the scope
+                  "syncs": {"op_id": [4], "step": pa.array([0], pa.int32()), "sync_type": ["stream_synchronize"],
+                            "start_ns": [t + 266 * us], "end_ns": [t + 290 * us]},
                   "processes": {"pid": [5], "host": ["h"]}})
     with cuptiprof.open(path) as prof:
         rel = prof.report("cpu_ops")
@@ -858,6 +861,7 @@ def test_cpu_ops_count_an_op_called_straight_from_an_op_of_its_name_as_one_call(
     assert linear["host_ms"] == pytest.approx(0.1 + 0.04)
     assert linear["gpu_us_per_call"] == pytest.approx((20 + 10) / 2)
     assert (got["aten::matmul"]["op_calls"], got["aten::matmul"]["gpu_calls"]) == (1, 1)
+    assert linear["pct_gpu_time"] == pytest.approx(100 * 30 / 35)
 
 
 @pytest.mark.parametrize("report", [*REPORTS, "cpu_ops"])
