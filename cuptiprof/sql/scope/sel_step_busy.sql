@@ -2,7 +2,8 @@
 -- that launched no GPU work included: a complete step of a process that records GPU work but
 -- launched none in that step is a step of 0 (busy_ns and window_ns 0) on each device the
 -- process worked on in scope (device NULL when it worked on none), as compare and diff count
--- it; so is a step that launched work on some of those devices, on each of the others (known). A process without any GPU work (a --light run) has no rows. cut: the program's exception
+-- it; so is a step that launched work on some of those devices, on each of the others (known).
+-- A process without any GPU work (a --light run) has no rows. cut: the program's exception
 -- ended the step early (sel_cut_steps); per-step statistics leave such steps out.
 WITH work AS (
     SELECT run_id, pid, device_id, step, busy_ns, end_ns - start_ns AS window_ns
