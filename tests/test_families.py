@@ -64,3 +64,23 @@ def test_every_kernel_of_a_real_trace_gets_a_family(shared_traces):
     fams = {family(n) for n in names}
     assert all(fams) and len(fams) < len(names) / 3
     assert {"conv", "gemm", "batchnorm", "elementwise", "pooling"} <= fams
+
+
+@pytest.mark.parametrize("name", ["void cuApplyLayerNorm<float, float, float>(float*, float*, float*, "
+                                  "float const*, int, int, float, float const*, float const*)",
+                                  "void cuApplyRMSNorm<c10::BFloat16, float, c10::BFloat16>(float*, int, int)"])
+def test_family_rules_match_names_in_any_case(name):
+    # apex's fused norms spell LayerNorm / RMSNorm in camel case
+    assert family(name) == "layernorm"
+
+
+@pytest.mark.parametrize("name", ["Sync stream_synchronize", "Sync event_synchronize",
+                                  "Memcpy DtoD", "Memset"])
+def test_syncs_and_copies_keep_their_activity_name(name):
+    # 'Sync stream_synchronize' is not a kernel called stream_synchronize
+    assert family(name) == name
+
+
+def test_a_name_that_strips_to_nothing_keeps_itself():
+    assert base_name("<lambda>") == "<lambda>"
+    assert family("(anonymous namespace)::<unnamed>") == "(anonymous namespace)::<unnamed>"
