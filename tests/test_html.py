@@ -837,3 +837,38 @@ def test_long_names_that_share_a_prefix_are_cut_apart_with_the_full_name_on_hove
         assert len(set(shown.values())) == len(names), shown   # told apart
         assert all(len(t) <= CELL_CHARS and "\u2026" in t for t in shown.values()), shown
         assert all(t.startswith("void cutlass::Kernel") for t in shown.values())
+
+
+# -- plot geometry ------------------------------------------------------------------------------
+def _rects(svg: str) -> list[tuple[float, float, float, float]]:
+    return [tuple(float(v) for v in m) for m in
+            re.findall(r'<rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)"', svg)]
+
+
+def test_bar_lengths_are_proportional_to_their_values():
+    from cuptiprof.render.html import hbars
+    svg = hbars([("a", 4.0, "ta"), ("b", 1.0, "tb")], width=900, label_w=330)
+    (xa, _, wa, _), (xb, _, wb, _) = _rects(svg)
+    assert xa == xb == 330 and wa == 900 - 330 - 90 and wb == pytest.approx(wa / 4)
+    assert re.findall(r"<title>([^<]*)</title>", svg) == ["ta", "tb"]
+
+
+def test_stacked_columns_stack_parts_and_the_tallest_fills_the_plot():
+    from cuptiprof.render.html import stacked_columns
+    svg = stacked_columns([("1", {"kernel": 3.0, "idle": 1.0}), ("2", {"kernel": 1.0, "idle": 1.0})],
+                          height=240)
+    base, plot_h = 240 - 28, 240 - 40
+    (x1, yk, _, hk), (_, yi, _, hi), (x2, yk2, _, hk2), (_, yi2, _, hi2) = _rects(svg)
+    # column 1 (4 ms) is the tallest: its kernel time at the bottom, its idle time on top
+    assert (hk, hi) == (plot_h * 0.75, plot_h * 0.25) and yk + hk == base and yi + hi == yk
+    assert (hk2, hi2) == (plot_h * 0.25, plot_h * 0.25) and yk2 + hk2 == base and yi2 + hi2 == yk2
+    assert x1 < x2 and '<text x="4" y="12">4.000 ms</text>' in svg
+
+
+def test_the_last_bar_of_fewer_steps_is_their_mean():
+    from cuptiprof.render.html import PARTS, _buckets
+    cols = [(str(i), {"kernel": 2.0, "idle": 1.0}) for i in range(2000)]   # 3 steps a bar
+    bars, tips, note = _buckets(cols, PARTS, "ms")
+    assert bars[-1] == ("1998", {"kernel": 2.0, "memcpy": 0.0, "memset": 0.0, "sync": 0.0, "idle": 1.0})
+    assert all(d == bars[-1][1] for _, d in bars)
+    assert "per step of 3 consecutive steps (the last bar of 2)" in note
