@@ -872,3 +872,28 @@ def test_the_last_bar_of_fewer_steps_is_their_mean():
     assert bars[-1] == ("1998", {"kernel": 2.0, "memcpy": 0.0, "memset": 0.0, "sync": 0.0, "idle": 1.0})
     assert all(d == bars[-1][1] for _, d in bars)
     assert "per step of 3 consecutive steps (the last bar of 2)" in note
+
+
+def test_a_steps_bar_sums_the_work_of_every_device(tmp_path):
+    db = tmp_path / "two.duckdb"
+    assert main(["import", str(_kineto_trace(tmp_path / "two.json", devices=2, kernels=10)), "-o", str(db)]) == 0
+    out = tmp_path / "two.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    with cuptiprof.open(db) as prof:
+        per_device = prof.report("steps").select("step, device_id, kernel_ms").fetchall()
+    assert len(per_device) == 4   # 2 steps on 2 devices
+    steps = out.read_text().split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
+    tips = {s: float(ms) for s, ms in re.findall(r"<title>(\d+) \| kernel: ([\d.]+) ms", steps)}
+    assert tips == {"0": pytest.approx(0.1), "1": pytest.approx(0.1)}   # 10 kernels of 5 us on each of 2 devices
+    assert all(ms == pytest.approx(0.05) for _, _, ms in per_device)
+
+
+def test_a_file_named_with_markup_is_escaped_in_the_title_and_heading(tmp_path):
+    db = make_run(tmp_path / "<img src=x onerror=alert(4)>.duckdb", steps=2)
+    out = tmp_path / "r.html"
+    with cuptiprof.open(db) as prof:
+        write_report(prof, out, top=5)
+    text = out.read_text()
+    assert "<img" not in text
+    assert f"<title>cuptiprof report: {esc(db.name)}</title>" in text
+    assert f"<h1>cuptiprof report: {esc(db.name)}</h1>" in text
