@@ -897,3 +897,25 @@ def test_a_file_named_with_markup_is_escaped_in_the_title_and_heading(tmp_path):
     assert "<img" not in text
     assert f"<title>cuptiprof report: {esc(db.name)}</title>" in text
     assert f"<h1>cuptiprof report: {esc(db.name)}</h1>" in text
+
+
+def test_timeline_headings_name_each_process_and_its_run_only_where_there_are_several():
+    from cuptiprof.render.html import timeline
+
+    def rows(run_id, pid):
+        return [{"run_id": run_id, "pid": pid, "device_id": 0, "stream_id": 7, "kind": "kernel",
+                 "name": "k", "start_ns": i * 100_000, "end_ns": i * 100_000 + 50_000} for i in range(3)]
+
+    def heads(svg):
+        return re.findall(r'class="process"[^>]*>([^<]*)<', svg)
+    one_run = [{"run_id": 1, "pid": p, "run_label": "train", "runs": 1, "host": "node1", "rank": r}
+               for p, r in ((10, 0), (20, 1))]
+    assert heads(timeline(rows(1, 10) + rows(1, 20), processes=one_run)) == [
+        "pid 10 \u00b7 rank 0 \u00b7 host node1", "pid 20 \u00b7 rank 1 \u00b7 host node1"]
+    two_runs = [{"run_id": r, "pid": 10, "run_label": label, "runs": 2, "host": None, "rank": None}
+                for r, label in ((1, "base"), (2, "new"))]
+    assert heads(timeline(rows(1, 10) + rows(2, 10), processes=two_runs)) == [
+        "base \u00b7 pid 10", "new \u00b7 pid 10"]
+    # one process: its lanes need no heading
+    svg = timeline(rows(1, 10), processes=one_run)
+    assert heads(svg) == [] and ">dev 0 stream 7<" in svg
