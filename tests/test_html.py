@@ -919,3 +919,20 @@ def test_timeline_headings_name_each_process_and_its_run_only_where_there_are_se
     # one process: its lanes need no heading
     svg = timeline(rows(1, 10), processes=one_run)
     assert heads(svg) == [] and ">dev 0 stream 7<" in svg
+
+
+def test_the_embedded_timelines_are_the_typical_step_and_its_neighbours():
+    import pyarrow as pa
+    from cuptiprof.render.html import TIMELINE_STEPS, _timelines
+    none = pa.table({"run_id": pa.array([], pa.int64())})
+
+    def page(steps, typical):
+        text = _timelines(None, steps, lambda p: typical, lambda p, s, *a: none, lambda p: none)
+        return ([int(s) for s in re.findall(r'<div class="timeline" data-step="(-?\d+)"', text)],
+                re.findall(r'<option value="(-?\d+)" selected>step -?\d+ \(typical\)</option>', text))
+    assert TIMELINE_STEPS == 6
+    assert page(list(range(10, 20)), 15) == ([12, 13, 14, 15, 16, 17], ["15"])
+    assert page(list(range(10, 20)), 10) == ([10, 11, 12, 13, 14, 15], ["10"])
+    assert page(list(range(10, 20)), 19) == ([16, 17, 18, 19], ["19"])
+    # no typical step among the plotted ones (every step cut short): the middle one
+    assert page([1, 2, 3], None) == ([1, 2, 3], ["2"])
