@@ -933,6 +933,8 @@ def test_the_embedded_timelines_are_the_typical_step_and_its_neighbours():
     assert TIMELINE_STEPS == 6
     assert page(list(range(10, 20)), 15) == ([12, 13, 14, 15, 16, 17], ["15"])
     assert page(list(range(10, 20)), 10) == ([10, 11, 12, 13, 14, 15], ["10"])
-    assert page(list(range(10, 20)), 19) == ([16, 17, 18, 19], ["19"])
+    # the last step is typical: as many steps as at the start, not the half window after it
+    assert page(list(range(10, 20)), 19) == ([14, 15, 16, 17, 18, 19], ["19"])
+    assert page(list(range(10, 20)), 17) == ([14, 15, 16, 17, 18, 19], ["17"])
     # no typical step among the plotted ones (every step cut short): the middle one
     assert page([1, 2, 3], None) == ([1, 2, 3], ["2"])

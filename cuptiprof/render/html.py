@@ -673,7 +673,9 @@ def _timelines(profile, step_ids: list, median_step, step_timeline, timeline_pro
     if mid not in step_ids:
         mid = step_ids[len(step_ids) // 2]
     i = step_ids.index(mid)
-    chosen = step_ids[max(0, i - TIMELINE_STEPS // 2): max(0, i - TIMELINE_STEPS // 2) + TIMELINE_STEPS]
+    # centred on it, and as many steps near the last one as near the first
+    first = max(0, min(i - TIMELINE_STEPS // 2, len(step_ids) - TIMELINE_STEPS))
+    chosen = step_ids[first: first + TIMELINE_STEPS]
     opts = "".join(f'<option value="{esc(s)}"{" selected" if s == mid else ""}>step {esc(s)}'
                    f'{" (typical)" if s == mid else ""}</option>' for s in chosen)
     lanes = ("CPU ops in one step (the typical step: median busy time), one lane per process and "
