@@ -938,3 +938,24 @@ def test_the_embedded_timelines_are_the_typical_step_and_its_neighbours():
     assert page(list(range(10, 20)), 17) == ([14, 15, 16, 17, 18, 19], ["17"])
     # no typical step among the plotted ones (every step cut short): the middle one
     assert page([1, 2, 3], None) == ([1, 2, 3], ["2"])
+
+
+def test_steps_by_range_colours_the_biggest_ranges_and_groups_the_rest_as_other():
+    import pyarrow as pa
+    from cuptiprof.render.html import RANGES_SHOWN, _steps_by_range
+    names = [f"r{i}" for i in range(8)]          # r7 is the biggest, r0 the smallest
+    rows = [(s, n, float(i + 1)) for s in (1, 2) for i, n in enumerate(names)] + [(1, "(no range)", 0.5)]
+
+    class Prof:
+        def report(self, name):
+            assert name == "step_ranges"
+            return pa.table({"step": [r[0] for r in rows], "range": [r[1] for r in rows],
+                             "gpu_ms": [r[2] for r in rows]})
+    html_ = _steps_by_range(Prof(), set(), "GPU", [1, 2, 3])
+    legend = re.findall(r'<span title="([^"]*)">', html_)
+    assert RANGES_SHOWN == 6
+    assert legend == ["r7", "r6", "r5", "r4", "r3", "r2", "other", "(no range)"]
+    tips = re.findall(r"<title>([^<]*)</title>", html_)
+    assert tips[0].startswith("1 | r7: 8.000 ms | r6: 7.000 ms") and "other: 3.000 ms" in tips[0]
+    assert tips[0].endswith("(no range): 0.5 ms") and tips[1].endswith("(no range): 0 ms")
+    assert tips[2].startswith("3 | r7: 0 ms")   # a step without GPU work: an empty bar
