@@ -959,3 +959,14 @@ def test_steps_by_range_colours_the_biggest_ranges_and_groups_the_rest_as_other(
     assert tips[0].startswith("1 | r7: 8.000 ms | r6: 7.000 ms") and "other: 3.000 ms" in tips[0]
     assert tips[0].endswith("(no range): 0.5 ms") and tips[1].endswith("(no range): 0 ms")
     assert tips[2].startswith("3 | r7: 0 ms")   # a step without GPU work: an empty bar
+
+
+def test_a_table_shows_its_first_rows_says_how_many_more_and_right_aligns_numbers_only():
+    import pyarrow as pa
+    from cuptiprof.render.html import table
+    cell = table(pa.table({"n": list(range(201)), "ok": [True] * 201, "name": ["k"] * 201}))
+    assert cell.count("<tr>") == 1 + 200 and '<td class="n" title="199">199</td>' in cell
+    assert '<td class="n" title="200">' not in cell
+    assert cell.endswith('<p class="note">1 more rows not shown</p>')
+    assert '<td title="True">' in cell and '<td title="k">k</td>' in cell   # text and flags: left
+    assert "more rows not shown" not in table(pa.table({"n": list(range(200))}))
