@@ -151,6 +151,21 @@ def test_report_list_documents_every_report():
     assert md[0] == "| report | --by | description |" and any(l.startswith("| step\\_spread | spread | ") for l in md)
 
 
+def test_every_report_documents_exactly_its_columns_and_every_by_names_a_report(run_file):
+    import cuptiprof
+    from cuptiprof.analyse import catalog
+    assert set(catalog.BY.values()) == set(catalog.report_names())
+    with cuptiprof.open(run_file) as prof:
+        for name in catalog.report_names():
+            doc = catalog.report_doc(name)
+            assert doc.summary and doc.name == name
+            # --list's column descriptions are the report's own columns, in order
+            assert [c for c, _ in doc.columns] == prof.report(name).columns, name
+            assert all(text for _, text in doc.columns), name
+        for by, name in catalog.BY.items():
+            assert prof.report(by).columns == prof.report(name).columns
+
+
 def test_report_list_with_a_file_is_refused_not_ignored(run_file):
     """`report FILE --list` printed the catalogue and read nothing: a user asked for the file."""
     r = cli("report", run_file, "--list", "--by", "op")
