@@ -970,3 +970,12 @@ def test_a_table_shows_its_first_rows_says_how_many_more_and_right_aligns_number
     assert cell.endswith('<p class="note">1 more rows not shown</p>')
     assert '<td title="True">' in cell and '<td title="k">k</td>' in cell   # text and flags: left
     assert "more rows not shown" not in table(pa.table({"n": list(range(200))}))
+
+
+def test_grouped_bars_of_every_file_share_one_scale():
+    from cuptiprof.render.html import grouped_hbars
+    svg = grouped_hbars(["gemm", "add"], [("A", [4.0, 1.0]), ("B", [2.0, None])])
+    assert re.findall(r"<g><title>([^<]*)</title>", svg) == ["A: gemm: 4.000 ms", "B: gemm: 2.000 ms",
+                                                            "A: add: 1.000 ms"]
+    assert [w for _, _, w, _ in _rects(svg)] == [480.0, 240.0, 120.0]   # B's gemm: half of A's
+    assert "B: absent" in svg
