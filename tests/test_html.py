@@ -1,6 +1,7 @@
 """HTML report and comparison: self-contained, names escaped, plots render in a real browser."""
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -979,3 +980,19 @@ def test_grouped_bars_of_every_file_share_one_scale():
                                                             "A: add: 1.000 ms"]
     assert [w for _, _, w, _ in _rects(svg)] == [480.0, 240.0, 120.0]   # B's gemm: half of A's
     assert "B: absent" in svg
+
+
+def test_top_limits_the_ops_plotted_to_the_biggest(tmp_path):
+    db = make_run(tmp_path / "a.duckdb", steps=2)
+    out = tmp_path / "r.html"
+    with cuptiprof.open(db) as prof:
+        write_report(prof, out, top=2)
+        ops = [r[0] for r in prof.ops().select("name").fetchall()]
+    assert len(ops) > 3
+    text = out.read_text()
+    assert "<h2>Top 2 ops by GPU time</h2>" in text
+
+    def bars(cls):
+        svg = re.search(rf'<svg class="plot {cls}".*?</svg>', text, re.S).group(0)
+        return [html.unescape(t) for t in re.findall(r'text-anchor="end">([^<]*)</text>', svg)]
+    assert bars("ops") == [o[:45] + "\u2026" if len(o) > 46 else o for o in ops[:2]]
