@@ -996,3 +996,12 @@ def test_top_limits_the_ops_plotted_to_the_biggest(tmp_path):
         svg = re.search(rf'<svg class="plot {cls}".*?</svg>', text, re.S).group(0)
         return [html.unescape(t) for t in re.findall(r'text-anchor="end">([^<]*)</text>', svg)]
     assert bars("ops") == [o[:45] + "\u2026" if len(o) > 46 else o for o in ops[:2]]
+
+
+def test_a_step_thinned_in_one_busy_lane_says_so_not_that_the_step_is_too_big(tmp_path):
+    from cuptiprof.render.html import TIMELINE_LANE_OPS, TIMELINE_STEP_OPS
+    assert TIMELINE_LANE_OPS < 3000 <= TIMELINE_STEP_OPS
+    _, svgs = _step_timelines(tmp_path, 1, 3000)
+    for svg in svgs.values():
+        assert f"in lanes of more than {TIMELINE_LANE_OPS:,} ops" in svg and "3,000 ops as" in svg
+        assert "this step has more than" not in svg
