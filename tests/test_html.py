@@ -1005,3 +1005,17 @@ def test_a_step_thinned_in_one_busy_lane_says_so_not_that_the_step_is_too_big(tm
     for svg in svgs.values():
         assert f"in lanes of more than {TIMELINE_LANE_OPS:,} ops" in svg and "3,000 ops as" in svg
         assert "this step has more than" not in svg
+
+
+def test_compare_html_kinds_sum_copy_directions_and_rank_each_files_top(tmp_path):
+    copies = (("HtoD", 8 << 20, 400.0), ("DtoH", 4 << 20, 300.0))
+    runs = [make_run(tmp_path / f"{n}.duckdb", steps=2, copies=copies, seed=i) for i, n in enumerate("ab")]
+    out = tmp_path / "c.html"
+    with Comparison(runs) as cmp:
+        write_compare(cmp, out, top=15)
+    text = out.read_text()
+    kinds = text.split("<h2>Kinds per file</h2>", 1)[1].split("<h2>", 1)[0]
+    memcpy = re.findall(r"<title>([AB]) \| kernel: [\d.]+ ms \| memcpy: ([\d.]+) ms", kinds)
+    assert [(L, float(ms)) for L, ms in memcpy] == [("A", pytest.approx(0.7)), ("B", pytest.approx(0.7))]
+    # about 24 lines in the rank-shift chart: each of 2 files' top 12
+    assert "Rank of each file's top 12 ops in every file" in text
