@@ -1019,3 +1019,14 @@ def test_compare_html_kinds_sum_copy_directions_and_rank_each_files_top(tmp_path
     assert [(L, float(ms)) for L, ms in memcpy] == [("A", pytest.approx(0.7)), ("B", pytest.approx(0.7))]
     # about 24 lines in the rank-shift chart: each of 2 files' top 12
     assert "Rank of each file's top 12 ops in every file" in text
+
+
+def test_a_box_of_merged_ops_escapes_the_name_of_its_longest_op():
+    from cuptiprof.render.html import timeline
+    rows = [{"run_id": 1, "pid": 10, "device_id": 0, "stream_id": 7, "kind": "kernel", "name": EVIL_KERNEL,
+             "start_ns": 0, "end_ns": 10_000, "ops": 3, "busy_ns": 5_000, "merge_px": 1.0}]
+    svg = timeline(rows)
+    assert EVIL_KERNEL not in svg and "<script" not in svg
+    assert re.findall(r"<title>([^<]*)</title>", svg) == [
+        f"3 ops less than a pixel apart, 5.0 us busy in 10.0 us; longest: {esc(EVIL_KERNEL)} (kernel)"]
+    assert 'fill-opacity="0.50"' in svg
