@@ -38,6 +38,11 @@ CASES = {
     "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, float*, long*)": "pooling",
     "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)": "nccl_allreduce",
     "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)": "nccl_allgather",
+    # cub's reductions are reductions; its sorts and scans are sort_scan
+    "void cub::DeviceReduceSingleTileKernel<cub::DeviceReducePolicy<float, float, int, cub::Sum>::Policy600, float*, float*, int, cub::Sum, float>(float*, float*, int, cub::Sum, float)": "reduce",
+    "void cub::CUB_200200_800_NS::DeviceSegmentedReduceKernel<cub::CUB_200200_800_NS::DeviceReducePolicy<bool, int, int, cub::CUB_200200_800_NS::Sum>::Policy600, bool const*, int*, int*, int, cub::CUB_200200_800_NS::Sum, int>(bool const*, int*, int*, int*, int, cub::CUB_200200_800_NS::Sum, int)": "reduce",
+    "void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<long, long, int>::Policy800, false, long, long, int, int, cub::detail::identity_decomposer_t>(int*, int*, long*, long const*, long*, long const*, int, int, int, cub::detail::identity_decomposer_t)": "sort_scan",
+    "void cub::DeviceScanKernel<cub::DeviceScanPolicy<int>::Policy600, int const*, int*, cub::ScanTileState<int, true>, cub::Sum, cub::detail::InputValue<int, int*>, int>(int const*, int*, cub::ScanTileState<int, true>, int, cub::Sum, cub::detail::InputValue<int, int*>, int)": "sort_scan",
     "Memcpy HtoD": "Memcpy HtoD",
     "Memset": "Memset",
     "saxpy(double *, double *, double *, double, int)": "saxpy",

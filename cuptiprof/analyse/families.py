@@ -40,6 +40,8 @@ RULES: tuple[tuple[str, str], ...] = (
     ("optimizer", r"multi_tensor_apply|adamfunctor|fused_adam|sgd_"),
     ("embedding", r"embedding|_embs_|bucketize"),
     ("index_scatter", r"index_(select|put|add|copy|fill|elementwise|kernel)|indexselect|gather|scatter"),
+    # cub's device-wide reductions, before its other kernels (sorts, scans) in sort_scan
+    ("reduce", r"\bcub::(\w+::)?device(segmented)?reduce"),
     ("sort_scan", r"radixsort|devicescan|sort|topk|cub::|\bscan"),
     ("reduce", r"reduce|welford|sum_functor|meanops|argmax|argmin"),
     ("copy", r"copy|\bcat|transpose|nchwtonhwc|nhwctonchw|permute"),
