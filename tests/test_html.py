@@ -18,6 +18,7 @@ import cuptiprof
 from cuptiprof.analyse.compare import Comparison
 from cuptiprof.cli import main
 from cuptiprof.render.html import esc, write_compare, write_report
+from cuptiprof.render.table import fmt_value
 from test_compare import ADD, BASE_OPS, FLASH, GEMM_H100, SOFTMAX, import_trace, make_run
 
 EVIL_KERNEL = "<script>alert(1)</script>"
@@ -1030,3 +1031,32 @@ def test_a_box_of_merged_ops_escapes_the_name_of_its_longest_op():
     assert re.findall(r"<title>([^<]*)</title>", svg) == [
         f"3 ops less than a pixel apart, 5.0 us busy in 10.0 us; longest: {esc(EVIL_KERNEL)} (kernel)"]
     assert 'fill-opacity="0.50"' in svg
+
+
+def test_processes_of_one_job_a_moment_apart_share_the_clock():
+    # rank 20 starts just after rank 10 ends: one job, so its lane starts later on the same axis
+    from cuptiprof.render.html import timeline
+    rows = [{"run_id": 1, "pid": pid, "device_id": 0, "stream_id": 7, "kind": "kernel", "name": "k",
+             "start_ns": t0 + i * 100_000, "end_ns": t0 + i * 100_000 + 50_000}
+            for pid, t0 in ((10, 0), (20, 1_000_000)) for i in range(10)]
+    svg = timeline(rows)
+    xs = [float(x) for x in re.findall(r'<rect x="([\d.]+)" y="\d+" width="[\d.]+" height="18" fill="#4c78a8"', svg)]
+    assert min(xs[10:]) > max(xs[:10]) and _axis_ms(svg) == pytest.approx(1.95)
+    assert "own first op" not in svg
+
+
+def test_the_ranges_plot_shows_each_ranges_gpu_time(tmp_path):
+    trace = _kineto_trace(tmp_path / "t.json", steps=2, kernels=10)
+    doc = json.loads(trace.read_text())
+    for s in range(2):   # a range of the program's own around each step's launches
+        doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "attention", "pid": 1,
+                                   "tid": 1, "ts": 1000 + s * 1110, "dur": 100})
+    db, text = _page_of(trace, doc)
+    with cuptiprof.open(db) as prof:
+        (gpu_ms, calls), = prof.sql("SELECT gpu_ms, calls FROM (" + prof.report("ranges").sql_query()
+                                    + ") WHERE range = 'attention'").fetchall()
+    assert gpu_ms == pytest.approx(0.1) and calls == 2
+    ranges = text.split("<h2>The program's ranges</h2>", 1)[1].split("<h2>", 1)[0]
+    bar = re.search(r"<title>attention: ([^<]*)</title>.*?<text x=\"[\d.]+\" y=\"\d+\">([^<]*)</text>", ranges)
+    assert bar.group(1).startswith(f"{fmt_value(gpu_ms)} ms in 2 calls, ")
+    assert bar.group(2) == f"{fmt_value(gpu_ms)} ms"
