@@ -1020,6 +1020,10 @@ def test_compare_html_kinds_sum_copy_directions_and_rank_each_files_top(tmp_path
     assert [(L, float(ms)) for L, ms in memcpy] == [("A", pytest.approx(0.7)), ("B", pytest.approx(0.7))]
     # about 24 lines in the rank-shift chart: each of 2 files' top 12
     assert "Rank of each file's top 12 ops in every file" in text
+    # each file's steps: both copy directions in its memcpy part, as in the steps report
+    steps = text.split("<h2>Steps per file</h2>", 1)[1].split("<h2>", 1)[0]
+    parts = re.findall(r"<title>(\d+) \| kernel: [\d.]+ ms \| memcpy: ([\d.]+) ms \| memset: ([\d.]+) ms", steps)
+    assert len(parts) == 4 and all(float(cp) == pytest.approx(0.7) and float(ms) < 0.7 for _, cp, ms in parts)
 
 
 def test_a_box_of_merged_ops_escapes_the_name_of_its_longest_op():
