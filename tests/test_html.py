@@ -1064,3 +1064,14 @@ def test_the_ranges_plot_shows_each_ranges_gpu_time(tmp_path):
     bar = re.search(r"<title>attention: ([^<]*)</title>.*?<text x=\"[\d.]+\" y=\"\d+\">([^<]*)</text>", ranges)
     assert bar.group(1).startswith(f"{fmt_value(gpu_ms)} ms in 2 calls, ")
     assert bar.group(2) == f"{fmt_value(gpu_ms)} ms"
+
+
+def test_rank_shift_labels_the_first_files_ops_left_and_the_last_files_right():
+    from cuptiprof.render.html import bump_chart
+    svg = bump_chart(["a", "b", "c", "d", "e"], ["A", "B", "C"],
+                     {"a": [1, 2, None], "b": [2, 1, 1], "c": [None, 3, 2], "d": [3, None, None],
+                      "e": [None, 4, None]})
+    labels = re.findall(r'class="(left|right)"[^>]*>([^<]*)<', svg)
+    assert sorted(t for side, t in labels if side == "left") == ["1. a", "2. b", "3. d"]
+    # the last file's ops at their rank there; B's own op at its rank in B
+    assert sorted(t for side, t in labels if side == "right") == ["1. b", "2. c", "B 4. e"]
