@@ -325,3 +325,14 @@ def test_profile_as_a_decorator_says_what_to_write(tmp_path):
         def main():
             pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_step_that_launched_no_gpu_work_is_still_a_recorded_step(tmp_path):
+    """Steps 3 and 4 ran (their ranges are recorded) but launched nothing: selecting one is an
+    empty scope, not a step that was never recorded, and the span a refusal names ends at 4."""
+    from test_compare import make_run
+    p = make_run(tmp_path / "f.duckdb", steps=4, empty=(3, 4))
+    with cuptiprof.open(p, steps=4) as prof:
+        assert prof.scope == "steps 4:4" and prof.ops().fetchall() == []
+    with pytest.raises(UsageError, match=r"no recorded step in steps=9; its steps are 1 to 4 \("):
+        cuptiprof.open(p, steps=9)
