@@ -997,3 +997,14 @@ def test_host_waits_inside_a_range_are_not_its_gpu_work(tmp_path):
     assert fwd["gpu_ms"] == pytest.approx(0.02) and fwd["self_gpu_ms"] == pytest.approx(0.02)
     assert fwd["gpu_us_per_call"] == pytest.approx(20) and fwd["pct_gpu_time"] == pytest.approx(100)
     assert split == [("fwd", 1, pytest.approx(0.02))]
+
+
+def test_the_scope_counts_every_process_without_steps(tmp_path):
+    from cuptiprof.store.merge import merge_files
+    stepped = write_fixture(tmp_path / "golden.duckdb")
+    runs = [_stepless_file(tmp_path / f"n{i}.duckdb") for i in range(2)]
+    merged = merge_files([stepped, *runs], tmp_path / "all.duckdb")
+    with cuptiprof.open(merged) as prof:
+        assert prof.scope == "all recorded steps, and every row of the 2 processes without steps"
+    with cuptiprof.open(runs[0]) as prof:
+        assert prof.scope == "all rows, no steps recorded"
