@@ -1075,3 +1075,32 @@ def test_rank_shift_labels_the_first_files_ops_left_and_the_last_files_right():
     assert sorted(t for side, t in labels if side == "left") == ["1. a", "2. b", "3. d"]
     # the last file's ops at their rank there; B's own op at its rank in B
     assert sorted(t for side, t in labels if side == "right") == ["1. b", "2. c", "B 4. e"]
+
+
+def test_a_step_ended_early_is_starred_in_the_steps_plot_and_said_so(tmp_path):
+    import pyarrow as pa
+    from cuptiprof.store.writer import RunInfo, Writer
+    k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
+    r = {c: [] for c in ("range_id", "depth", "name", "start_ns", "end_ns", "kind", "step")}
+    t = 1_000_000
+    for s in range(3):
+        r["range_id"].append(s + 1); r["depth"].append(0); r["name"].append("step")
+        r["start_ns"].append(t); r["kind"].append("step"); r["step"].append(s)
+        for c, v in (("start_ns", t), ("end_ns", t + 400_000), ("step", s), ("name", "k"),
+                     ("stream_id", 7), ("device_id", 0)):
+            k[c].append(v)
+        t += 500_000
+        r["end_ns"].append(t)
+    db = tmp_path / "cut.duckdb"
+    with Writer(db, RunInfo(source="synthetic")) as w:
+        w.append({"kernels": k,
+                  "ranges": {c: pa.array(v, pa.int64() if c in ("range_id", "start_ns", "end_ns") else
+                                         (pa.int32() if c in ("depth", "step") else None))
+                             for c, v in r.items()}})
+        w.add_quality("step_incomplete", "2", None, "step 2 was ended by an exception")
+    out = tmp_path / "cut.html"
+    with cuptiprof.open(db) as prof:
+        write_report(prof, out)
+    steps = out.read_text().split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
+    assert [t for _, t in _column_labels(steps)] == ["0", "1", "2*"]
+    assert "* ended early by an exception" in steps
