@@ -174,6 +174,18 @@ def test_report_list_with_a_file_is_refused_not_ignored(run_file):
         "cuptiprof: error: --list lists the reports and reads no file; leave out FILE, --by, or --list"]
 
 
+@pytest.mark.parametrize("extra,named", [(["--top", "3"], "--top"), (["--steps", "1:2"], "--steps"),
+                                         (["--html", "page.html"], "--html")])
+def test_report_list_with_an_option_that_reads_a_file_is_refused(tmp_path, capsys, extra, named):
+    """`report --list --top 3` (or --steps, --html) printed the catalogue and dropped the option:
+    it is refused, naming it, and nothing is written."""
+    from cuptiprof.cli import main
+    assert main(["report", "--list", *[a.replace("page.html", str(tmp_path / a)) for a in extra]]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("cuptiprof: error: --list lists the reports")
+    assert f"leave out {named}, or --list" in err and not (tmp_path / "page.html").exists()
+
+
 def test_sql_query_and_schema(run_file):
     r = cli("sql", run_file, "SELECT count(*) AS n FROM kernels WHERE step = 2", "--format", "csv")
     assert r.returncode == 0, r.stderr
