@@ -156,6 +156,18 @@ def test_merge_cli_bad_input(tmp_path, case):
         assert "given twice" in r.stderr and args[1] in r.stderr
 
 
+def test_merge_through_main_refuses_one_path_string_given_twice(tmp_path, capsys):
+    """main(["merge", str(a), str(a), ...]) hands over one string object twice (a Path keeps its
+    str): the input was merged with itself, every row counted twice."""
+    from cuptiprof.cli import main
+    a = _file(tmp_path / "a.duckdb", ["x"], 1, "a")
+    path = str(a)
+    assert main(["merge", path, path, "-o", str(tmp_path / "o.duckdb")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cuptiprof: error: {path}: the same input file is given twice")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "o.duckdb").exists()
+
+
 def test_merge_into_one_of_its_inputs_is_refused(tmp_path):
     a = _file(tmp_path / "a.duckdb", ["x"], 1, "a")
     with pytest.raises(InputError):

@@ -33,9 +33,10 @@ def run(args) -> int:
             key = (st.st_dev, st.st_ino)
         except OSError:   # missing: the merge itself names it
             key = Path(f).resolve()
-        if seen.setdefault(key, f) is not f:
+        if key in seen:   # by key: main() may be handed one str object twice
             raise UsageError(f"{f}: the same input file is given twice ({seen[key]}); its rows "
                              "would count twice")
+        seen[key] = f
     parts = _run_parts(args.files)
     if parts is not None:
         return _recover(parts, args.files, args.output)
