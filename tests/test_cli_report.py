@@ -540,6 +540,20 @@ def test_report_html_with_by_prints_that_breakdown_too(run_file, tmp_path):
     assert "printed as well" in " ".join(cli("report", "--help").stdout.split())
 
 
+def test_report_html_keeps_the_top_asked_for(run_file, tmp_path, capsys):
+    """--top N with --html: the page's ops table holds N rows (15 without --top)."""
+    from cuptiprof.cli import main
+
+    def ops_rows(page):
+        ops = page.read_text().split("<h2>Ops</h2>", 1)[1].split("</table>", 1)[0]
+        return ops.split("<tbody>", 1)[1].count("<tr>")
+
+    assert main(["report", str(run_file), "--html", str(tmp_path / "top2.html"), "--top", "2"]) == 0
+    assert main(["report", str(run_file), "--html", str(tmp_path / "all.html")]) == 0
+    capsys.readouterr()
+    assert ops_rows(tmp_path / "top2.html") == 2 and ops_rows(tmp_path / "all.html") == 15
+
+
 def test_report_csv_without_by_is_one_table_of_ops(run_file):
     """A CSV holds one table: without --by the summary's several tables would not load as one."""
     r = cli("report", run_file, "--format", "csv")
