@@ -78,6 +78,26 @@ def test_report_summary_of_many_steps_shows_a_few_and_counts_the_rest(tmp_path):
     assert f"... {SUMMARY_STEP_ROWS + 4} more rows: `cuptiprof report {f} --by step`" in steps
 
 
+def test_report_markdown_summary_is_headed_and_cuts_its_steps_as_the_table_does(tmp_path, capsys):
+    """A summary in markdown reads as the table one: the file and scope first, the steps cut at
+    SUMMARY_STEP_ROWS and the rest counted; a summary of few steps counts nothing."""
+    from cuptiprof.cli import main
+    from cuptiprof.commands.report import SUMMARY_STEP_ROWS
+    f = write_synthetic(tmp_path / "md.duckdb", steps=SUMMARY_STEP_ROWS + 3, kernels_per_step=6,
+                        seed=2, devices=1, n_names=4, api=False)
+    assert main(["report", str(f), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cuptiprof report: ") and "md.duckdb" in out.splitlines()[0]
+    steps = out.split("### steps:", 1)[1].split("### step_spread:", 1)[0]
+    # the heading row and the rows shown (the |---| line begins otherwise)
+    assert len([ln for ln in steps.splitlines() if ln.startswith("| ")]) == 1 + SUMMARY_STEP_ROWS
+    assert "... 3 more rows: `cuptiprof report" in steps
+    few = write_synthetic(tmp_path / "few.duckdb", steps=3, kernels_per_step=6, devices=1, api=False)
+    for fmt in ("table", "markdown"):
+        assert main(["report", str(few), "--format", fmt]) == 0
+        assert "more rows" not in capsys.readouterr().out
+
+
 def test_long_names_that_share_their_start_stay_apart_in_a_table():
     # CUTLASS / Triton kernels and module paths often share far more than the 70 characters a
     # table cell shows: cut at the end, every row read the same
