@@ -98,6 +98,20 @@ def test_report_markdown_summary_is_headed_and_cuts_its_steps_as_the_table_does(
         assert "more rows" not in capsys.readouterr().out
 
 
+def test_report_summary_leaves_out_the_ranges_of_a_program_without_any(tmp_path, capsys):
+    """A program that opened no range of its own gets no empty ranges table in its summary."""
+    from cuptiprof.cli import main
+    f = write_synthetic(tmp_path / "bare.duckdb", steps=3, kernels_per_step=6, devices=1)
+    assert main(["report", str(f)]) == 0
+    assert "\nranges: " in capsys.readouterr().out
+    with duckdb.connect(str(f)) as con:
+        con.execute("DELETE FROM range_rows")
+    for fmt in ("table", "markdown"):
+        assert main(["report", str(f), "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        assert "ranges: " not in out.replace("step_ranges", "") and "kinds: " in out
+
+
 def test_long_names_that_share_their_start_stay_apart_in_a_table():
     # CUTLASS / Triton kernels and module paths often share far more than the 70 characters a
     # table cell shows: cut at the end, every row read the same
