@@ -151,6 +151,16 @@ def test_report_top_steps_and_json(run_file):
     assert set(doc["reports"]) >= {"ops", "steps", "kinds"} and doc["scope"] == "all recorded steps"
 
 
+def test_report_top_leaves_the_kinds_whole(run_file, capsys):
+    """--help: kinds (as overview and quality) are always shown whole, whatever --top says."""
+    from cuptiprof.cli import main
+    assert main(["report", str(run_file), "--by", "kind", "--format", "csv"]) == 0
+    whole = capsys.readouterr().out
+    assert len(whole.splitlines()) > 2
+    assert main(["report", str(run_file), "--by", "kind", "--format", "csv", "--top", "1"]) == 0
+    assert capsys.readouterr().out == whole
+
+
 def test_steps_that_begin_with_a_minus_are_taken_as_written(run_file):
     """Step numbers may be negative: `--steps -2:1` failed with argparse's "expected one
     argument", and only `--steps=-2:1` worked."""
