@@ -162,6 +162,24 @@ def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "cuptiprof", *map(str, args)], capture_output=True, text=True)
 
 
+@pytest.mark.parametrize("given,says", [
+    (["--chrome", ""], "--chrome needs a file name"),
+    (["--parquet", ""], "--parquet needs a directory name"),
+    (["--chrome", "t.json", "--parquet", ""], "--parquet needs a directory name"),
+    ([], "say what to write"),
+])
+def test_export_with_an_empty_output_says_which(tmp_path, capsys, monkeypatch, given, says):
+    """`--chrome "$OUT"` with OUT unset: the error named the option given as missing ("say what
+    to write: --chrome ..."); it says that the path is empty. Nothing is written."""
+    from cuptiprof.cli import main
+    src = write_synthetic(tmp_path / "s.duckdb", steps=2, kernels_per_step=5)
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(src), *given]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("cuptiprof: error: ") and says in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb"]
+
+
 def test_cli_export_and_errors(tb0, tmp_path):
     out = tmp_path / "t.json.gz"
     r = run_cli("export", tb0, "--chrome", out, "--steps", "8")

@@ -28,6 +28,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    # `--parquet "$DIR"` with DIR unset: refused, not taken for no --parquet
+    if args.chrome == "":
+        raise UsageError("--chrome needs a file name, e.g. --chrome trace.json.gz")
+    if args.parquet == "":
+        raise UsageError("--parquet needs a directory name, e.g. --parquet pq")
     if not args.chrome and not args.parquet:
         raise UsageError("export: say what to write: --chrome OUT.json.gz and/or --parquet DIR")
     if args.chrome and args.parquet and Path(args.chrome).resolve() == Path(args.parquet).resolve():
