@@ -347,3 +347,24 @@ def test_a_file_output_that_cannot_be_created_names_the_path_asked_for(nasty, tm
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == ("cuptiprof: error: /proc/cuptiprof-x.duckdb: cannot write (No such "
                                 "file or directory); give a path in a directory you can write to")
+
+
+@pytest.mark.parametrize("command", ["import", "merge"])
+def test_an_empty_output_path_is_named_as_empty(tmp_path, capsys, monkeypatch, command):
+    """`-o "$OUT"` with OUT unset: import and merge said `.: is a directory`, a path the user
+    never gave; they say, as run does, that the output path is empty."""
+    from cuptiprof.cli import main
+    from cuptiprof.synthetic import write_synthetic
+    src = write_synthetic(tmp_path / "s.duckdb", steps=2, kernels_per_step=5)
+    monkeypatch.chdir(tmp_path)
+    if command == "import":
+        assert main(["export", str(src), "--chrome", "t.json"]) == 0
+        inputs = ["t.json"]
+    else:
+        inputs = [str(src), str(write_synthetic(tmp_path / "b.duckdb", steps=2, kernels_per_step=5))]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    capsys.readouterr()
+    assert main([command, *inputs, "-o", ""]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["cuptiprof: error: -o '': the output path is empty; give a file name"], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from cuptiprof.errors import UsageError
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -28,6 +30,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from cuptiprof.interop.importing import import_traces
+    if args.output == "":   # `-o "$OUT"` with OUT unset: not the current folder
+        raise UsageError("-o '': the output path is empty; give a file name")
     res = import_traces(args.traces, args.output, label=args.label, overwrite=args.force,
                         progress=False if args.no_progress else None)
     rows = res["rows"]

@@ -24,6 +24,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from cuptiprof.store.merge import merge_files_result
+    if args.output == "":   # `-o "$OUT"` with OUT unset: not the current folder
+        raise UsageError("-o '': the output path is empty; give a file name")
 
     seen: dict = {}
     for f in args.files:
