@@ -161,6 +161,16 @@ def test_report_top_leaves_the_kinds_whole(run_file, capsys):
     assert capsys.readouterr().out == whole
 
 
+def test_report_by_range_shows_15_ranges_unless_top_says_otherwise(tmp_path, capsys):
+    """--help: 15 rows by default for ops, ranges, streams and outliers."""
+    from cuptiprof.cli import main
+    f = write_synthetic(tmp_path / "blocks.duckdb", steps=2, kernels_per_step=40, devices=1,
+                        n_names=30, blocks=20)
+    for extra, rows in (([], 15), (["--top", "18"], 18)):
+        assert main(["report", str(f), "--by", "range", "--format", "json", *extra]) == 0
+        assert len(json.loads(capsys.readouterr().out)) == rows
+
+
 def test_steps_that_begin_with_a_minus_are_taken_as_written(run_file):
     """Step numbers may be negative: `--steps -2:1` failed with argparse's "expected one
     argument", and only `--steps=-2:1` worked."""
