@@ -56,6 +56,23 @@ def test_spawned_workers_show_their_own_command(tmp_path, path):
     assert cmds.count(shlex.join([PY, str(p), "spawn"])) == 1, cmds   # not the workers' too
 
 
+@pytest.mark.parametrize("args,says", [
+    ([], "run needs a command after --"),
+    (["--"], "run needs a command after --"),
+    (["--overhead", "--repeat", "0", "--", PY, "-c", "print('ran')"], "--repeat 0: must be at least 1"),
+    (["--overhead", "--repeat", "-2", "--", PY, "-c", "print('ran')"], "--repeat -2: must be at least 1"),
+])
+def test_run_usage_mistakes_are_one_line_and_run_nothing(tmp_path, capsys, monkeypatch, args, says):
+    """No command, or --overhead with no run of each kind: one line, exit 2, nothing run."""
+    from cuptiprof.cli import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", *args]) == 2
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cuptiprof: error: ") and says in lines[0], err
+    assert "ran" not in out and list(tmp_path.iterdir()) == []
+
+
 def test_overhead_with_no_report_is_refused(tmp_path):
     """--overhead prints its measurement and never a report: --no-report beside it changed
     nothing, and said nothing."""
