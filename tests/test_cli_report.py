@@ -486,6 +486,21 @@ def test_bad_arguments_one_line(run_file, args, word):
     assert digest(run_file) == before
 
 
+@pytest.mark.parametrize("query", ["SELECT * FROM read_csv('{other}')", "SELECT * FROM read_text('{other}')",
+                                   "SELECT file FROM glob('{dir}/*')"])
+def test_sql_reads_no_other_file(run_file, tmp_path, capsys, query):
+    """A plain SELECT over another file (read_csv, read_text, glob) is refused as read-only
+    writes are: `cuptiprof sql` reads the one file it is given."""
+    from cuptiprof.cli import main
+    other = tmp_path / "secret.csv"
+    other.write_text("token\nhunter2\n")
+    assert main(["sql", str(run_file), query.format(other=other, dir=tmp_path), "--format", "csv"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        f"cuptiprof: error: {run_file}: cuptiprof sql is read-only (no writes, no other files or "
+        "extensions); nothing was modified"]
+
+
 def test_sql_with_a_wrong_name_says_what_to_use(run_file):
     """A misspelt table or column: the one line keeps DuckDB's suggestion (a line of its own in
     DuckDB's message) and says where the names are documented."""
