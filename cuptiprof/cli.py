@@ -58,8 +58,10 @@ def _glue_negative_steps(argv: list[str]) -> list[str]:
     for i, a in enumerate(argv):
         if a == "--":
             return out + argv[i:]
-        if out and out[-1] == "--steps" and _NEGATIVE_STEPS.fullmatch(a):
-            out[-1] = f"--steps={a}"
+        # --steps as written, or shortened as argparse allows (--step, --ste)
+        if out and len(out[-1]) > 2 and "--steps".startswith(out[-1]) \
+                and _NEGATIVE_STEPS.fullmatch(a):
+            out[-1] = f"{out[-1]}={a}"
         else:
             out.append(a)
     return out

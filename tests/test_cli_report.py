@@ -183,6 +183,18 @@ def test_steps_that_begin_with_a_minus_are_taken_as_written(run_file):
         assert sorted({row["step"] for row in json.loads(r.stdout)}) == want
 
 
+def test_steps_that_begin_with_a_minus_after_an_abbreviated_option(run_file, capsys):
+    """argparse takes `--step 2:3` for `--steps 2:3`: `--step -2:1` failed with "expected one
+    argument" where `--steps -2:1` worked."""
+    from cuptiprof.cli import main
+    assert main(["report", str(run_file), "--by", "step", "--format", "csv", "--steps", "-2:1"]) == 0
+    want = capsys.readouterr().out
+    assert len(want.splitlines()) > 1
+    for opt in ("--step", "--ste"):
+        assert main(["report", str(run_file), "--by", "step", "--format", "csv", opt, "-2:1"]) == 0
+        assert capsys.readouterr().out == want
+
+
 def test_report_markdown(run_file):
     r = cli("report", run_file, "--by", "kind", "--format", "markdown")
     assert r.returncode == 0
