@@ -513,6 +513,20 @@ def test_sql_reads_no_other_file(run_file, tmp_path, capsys, query):
         "extensions); nothing was modified"]
 
 
+@pytest.mark.parametrize("query", ["CREATE TEMP TABLE t AS SELECT 1", "CREATE TEMP MACRO m(x) AS x",
+                                   "PREPARE p AS SELECT 1"])
+def test_sql_refuses_statements_that_are_no_query_even_where_the_file_would_allow_them(
+        run_file, capsys, query):
+    """A temporary table, a macro or a prepared statement leaves the file as it is, yet is no
+    query: refused as every other statement that is not one, and nothing printed."""
+    from cuptiprof.cli import main
+    assert main(["sql", str(run_file), query, "--format", "csv"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        f"cuptiprof: error: {run_file}: cuptiprof sql is read-only (no writes, no other files or "
+        "extensions); nothing was modified"]
+
+
 def test_sql_with_a_wrong_name_says_what_to_use(run_file):
     """A misspelt table or column: the one line keeps DuckDB's suggestion (a line of its own in
     DuckDB's message) and says where the names are documented."""
