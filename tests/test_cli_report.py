@@ -527,6 +527,19 @@ def test_sql_refuses_statements_that_are_no_query_even_where_the_file_would_allo
         "extensions); nothing was modified"]
 
 
+@pytest.mark.parametrize("query", ["PRAGMA enable_progress_bar", "PRAGMA threads=1",
+                                   "CALL enable_logging()"])
+def test_sql_refuses_a_setting_changed_through_a_pragma_or_call_as_read_only(run_file, capsys, query):
+    """PRAGMA and CALL pass as queries; one that changes a setting meets the locked
+    configuration, said as the read-only line, not as an SQL error of the user's."""
+    from cuptiprof.cli import main
+    assert main(["sql", str(run_file), query]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        f"cuptiprof: error: {run_file}: cuptiprof sql is read-only (no writes, no other files or "
+        "extensions); nothing was modified"]
+
+
 def test_sql_with_a_wrong_name_says_what_to_use(run_file):
     """A misspelt table or column: the one line keeps DuckDB's suggestion (a line of its own in
     DuckDB's message) and says where the names are documented."""
