@@ -334,6 +334,18 @@ def test_cli_formats(pair, capsys):
     assert "| key |" in capsys.readouterr().out
 
 
+def test_throughput_is_shown_only_with_work_per_call(pair, capsys):
+    """Without --flops or --bytes the throughput table would be empty: it is left out of the
+    table and JSON outputs, and shown once work is given."""
+    a, b = pair
+    for work, shown in (([], False), (["--flops", "*gemm*=2"], True)):
+        assert main(["compare", str(a), str(b), *work]) == 0
+        titles = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("throughput")]
+        assert bool(titles) == shown, titles
+        assert main(["compare", str(a), str(b), "--format", "json", *work]) == 0
+        assert ("throughput" in json.loads(capsys.readouterr().out)) == shown
+
+
 def _csv_rows(text: str) -> list[list[str]]:
     """A CSV document's rows, every one as wide as its header (else it is no single table)."""
     import csv
