@@ -346,6 +346,29 @@ def test_throughput_is_shown_only_with_work_per_call(pair, capsys):
         assert ("throughput" in json.loads(capsys.readouterr().out)) == shown
 
 
+def test_html_page_keeps_the_top_and_leaves_stdout_to_the_table(pair, tmp_path, capsys):
+    """compare --html: the line naming the page goes to stderr (stdout holds the table asked
+    for: a CSV file written with `> out.csv` stays one table), and the page's ops table holds
+    the keys --top picks, as the printed one does."""
+    a, b = pair
+
+    def page_rows(page):
+        ops = page.read_text().split("<h2>Ops side by side</h2>", 1)[1].split("</table>", 1)[0]
+        return ops.split("<tbody>", 1)[1].count("<tr>")
+
+    counts = {}
+    for top in ("1", "15"):
+        page = tmp_path / f"top{top}.html"
+        assert main(["compare", str(a), str(b), "--html", str(page), "--format", "csv",
+                     "--top", top]) == 0
+        cap = capsys.readouterr()
+        rows = _csv_rows(cap.out)
+        assert rows[0][0] == "key" and f"cuptiprof: wrote {page}" in cap.err
+        counts[top] = len(rows) - 1
+        assert page_rows(page) == counts[top]
+    assert counts["1"] < counts["15"]
+
+
 def _csv_rows(text: str) -> list[list[str]]:
     """A CSV document's rows, every one as wide as its header (else it is no single table)."""
     import csv
