@@ -560,6 +560,20 @@ def test_the_table_lists_the_regressions_or_every_item_and_says_what_it_ignores(
     assert out.endswith("no regression\n") and "all items" in out and soft in out
 
 
+def test_markdown_counts_the_regressions_on_stderr_as_the_table_does(tmp_path, capsys):
+    """Markdown is read by people (a CI summary) as the table is: the count goes beside it."""
+    a = make_run(tmp_path / "a.duckdb", noise=0.01, seed=1)
+    ops = dict(BASE_OPS)
+    ops[SOFTMAX] = (200.0, 2, "aten::softmax")
+    b = make_run(tmp_path / "b.duckdb", ops=ops, noise=0.01, seed=2)
+    assert main(["diff", str(a), str(b), "--fail-above", "5", "--format", "markdown"]) == 1
+    out, err = capsys.readouterr()
+    assert err == "cuptiprof diff: 3 regression(s)\n" and "regressions (ms per step" in out
+    assert main(["diff", str(a), str(b), "--fail-above", "150", "--format", "markdown"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.endswith("no regression\n")
+
+
 def test_an_op_named_like_a_kind_is_matched_as_an_op(tmp_path):
     """A program's one kernel named `kernel` (as many a first CUDA program has it): the op
     'kernel' is matched with the op of the other file, the kind with the kind, and the slowdown
