@@ -575,6 +575,32 @@ def test_argument_mistakes_begin_like_every_other_error(tmp_path, args, word, co
     assert line.endswith(f"(see cuptiprof{' ' + command if command else ''} --help)")
 
 
+def test_no_command_prints_the_commands_on_stderr_and_exits_2(capsys):
+    """`cuptiprof` alone: the usage with every command, on stderr (stdout stays empty for a
+    script that reads it), and exit 2 as for any other usage mistake."""
+    from cuptiprof.cli import COMMANDS, main
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("usage: cuptiprof")
+    assert all(name in err for name in COMMANDS)
+
+
+@pytest.mark.parametrize("args", [["report", "{f}"], ["sql", "{f}", "SELECT * FROM kernels"],
+                                  ["schema"]])
+def test_a_reader_that_went_away_is_no_error(run_file, args):
+    """`cuptiprof report FILE | head`: the reader closing the pipe ends the command quietly,
+    exit 0, no traceback, no error line."""
+    r, w = os.pipe()
+    os.close(r)   # gone before the first byte: every write fails with EPIPE
+    try:
+        p = subprocess.run([*ENTRY_POINTS["module"], *(a.format(f=run_file) for a in args)],
+                           stdout=w, stderr=subprocess.PIPE, text=True, timeout=120,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    finally:
+        os.close(w)
+    assert p.returncode == 0 and p.stderr == "", p.stderr[-500:]
+
+
 def test_every_command_help_says_what_it_does_and_names_its_inputs():
     """Each `cuptiprof CMD --help` opens with a description, documents its positional
     arguments, spells the file it reads FILE as the others do, and offers the same formats."""
