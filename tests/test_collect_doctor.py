@@ -57,6 +57,22 @@ def test_doctor_exit_status_rules(monkeypatch, capsys):
     assert "problem  duckdb" in capsys.readouterr().out
 
 
+def test_doctor_lines_and_verdicts_go_where_a_script_reads_them(monkeypatch, capsys):
+    """The check lines and the good verdict on stdout; a failing verdict on stderr, after the
+    lines that say why. A note is marked as a note, never as a problem."""
+    monkeypatch.setattr(doctor, "checks", lambda: [("a", True, "fine", "", 1),
+                                                   ("b", False, "odd", "look", 0)])
+    assert doctor.run(None) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.splitlines()[-1] == "cuptiprof doctor: GPU profiling would work here"
+    assert out.splitlines()[1].startswith("note     b") and "problem" not in out
+    monkeypatch.setattr(doctor, "checks", lambda: [("GPU", False, "none", "fix", 3)])
+    assert doctor.run(None) == 3
+    out, err = capsys.readouterr()
+    assert out.startswith("problem  GPU") and "would work" not in out
+    assert err.startswith("cuptiprof doctor: GPU profiling would NOT work here (exit 3)")
+
+
 def test_doctor_notes_another_python_on_path(tmp_path, monkeypatch, capsys):
     """A `python3` on PATH that cannot import cuptiprof's libraries: a note with the fix, and
     the exit status stays what the GPU checks make it."""
