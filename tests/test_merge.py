@@ -168,6 +168,19 @@ def test_merge_through_main_refuses_one_path_string_given_twice(tmp_path, capsys
     assert len(err.splitlines()) == 1 and not (tmp_path / "o.duckdb").exists()
 
 
+def test_merge_refuses_a_file_and_a_hard_link_to_it(tmp_path, capsys):
+    """A hard link is the same file under another name (no symlink to resolve): its rows would
+    count twice."""
+    from cuptiprof.cli import main
+    a = _file(tmp_path / "a.duckdb", ["x"], 1, "a")
+    os.link(a, tmp_path / "hard.duckdb")
+    assert main(["merge", str(a), str(tmp_path / "hard.duckdb"), "-o", str(tmp_path / "o.duckdb")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cuptiprof: error: {tmp_path / 'hard.duckdb'}: the same input file is given "
+                          f"twice ({a})") and len(err.splitlines()) == 1
+    assert not (tmp_path / "o.duckdb").exists()
+
+
 def test_merge_into_one_of_its_inputs_is_refused(tmp_path):
     a = _file(tmp_path / "a.duckdb", ["x"], 1, "a")
     with pytest.raises(InputError):
