@@ -195,6 +195,18 @@ def test_steps_that_begin_with_a_minus_after_an_abbreviated_option(run_file, cap
         assert capsys.readouterr().out == want
 
 
+def test_a_profiled_commands_arguments_are_left_as_typed():
+    """Only cuptiprof's own --steps is glued to its negative value: the arguments of the command
+    `run` profiles (with `--` or without) and anything after `--` reach it as typed."""
+    from cuptiprof.cli import _glue_negative_steps
+    for argv in (["run", "python", "gen.py", "--steps", "-3:-1"],
+                 ["run", "-o", "x.duckdb", "--", "python", "gen.py", "--steps", "-3:"],
+                 ["sql", "f.duckdb", "--", "--steps", "-3:-1"]):
+        assert _glue_negative_steps(argv) == argv
+    assert _glue_negative_steps(["report", "f.duckdb", "--steps", "-3:-1", "--", "--steps", "-1:"]) == [
+        "report", "f.duckdb", "--steps=-3:-1", "--", "--steps", "-1:"]
+
+
 def test_report_markdown(run_file):
     r = cli("report", run_file, "--by", "kind", "--format", "markdown")
     assert r.returncode == 0
