@@ -73,6 +73,17 @@ def test_run_usage_mistakes_are_one_line_and_run_nothing(tmp_path, capsys, monke
     assert "ran" not in out and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("given,runs", [([], 3), (["--repeat", "5"], 5)])
+def test_overhead_runs_each_kind_3_times_unless_repeat_says(monkeypatch, given, runs):
+    """--help: --repeat R runs of each kind, 3 by default; the command goes as typed."""
+    from cuptiprof.cli import main
+    from cuptiprof.run import overhead
+    seen = []
+    monkeypatch.setattr(overhead, "measure", lambda cmd, opts, repeat: seen.append((cmd, repeat)) or 0)
+    assert main(["run", "--overhead", *given, "--", PY, "-c", "pass"]) == 0
+    assert seen == [([PY, "-c", "pass"], runs)]
+
+
 def test_overhead_with_no_report_is_refused(tmp_path):
     """--overhead prints its measurement and never a report: --no-report beside it changed
     nothing, and said nothing."""
