@@ -180,6 +180,20 @@ def test_export_with_an_empty_output_says_which(tmp_path, capsys, monkeypatch, g
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb"]
 
 
+def test_export_force_replaces_a_chrome_trace(tmp_path, capsys):
+    """--force replaces an existing trace (a file of cuptiprof's own kind); without it the
+    export is refused and the trace kept."""
+    from cuptiprof.cli import main
+    src = write_synthetic(tmp_path / "s.duckdb", steps=3, kernels_per_step=5)
+    out = tmp_path / "t.json"
+    assert main(["export", str(src), "--chrome", str(out), "--steps", "1"]) == 0
+    one = out.read_text()
+    assert main(["export", str(src), "--chrome", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err and out.read_text() == one
+    assert main(["export", str(src), "--chrome", str(out), "--force"]) == 0
+    assert len(json.loads(out.read_text())["traceEvents"]) > len(json.loads(one)["traceEvents"])
+
+
 def test_cli_export_and_errors(tb0, tmp_path):
     out = tmp_path / "t.json.gz"
     r = run_cli("export", tb0, "--chrome", out, "--steps", "8")
