@@ -613,6 +613,28 @@ def test_a_reader_that_went_away_is_no_error(run_file, args):
     assert p.returncode == 0 and p.stderr == "", p.stderr[-500:]
 
 
+@pytest.mark.parametrize("exc,code,line", [
+    (PermissionError(13, "Permission denied", "out.duckdb"), 1,
+     "cuptiprof: error: out.duckdb: Permission denied"),
+    (OSError(28, "No space left on device"), 1, "cuptiprof: error: No space left on device"),
+    (KeyboardInterrupt(), 130, "cuptiprof: interrupted"),
+    (duckdb.IOException("Corrupt database file: block checksum mismatch"), 2, "cuptiprof: error: "),
+    (duckdb.IOException("Could not write file: No space left on device"), 1, "cuptiprof: error: "),
+])
+def test_what_a_command_meets_ends_as_one_line_and_its_status(monkeypatch, capsys, exc, code, line):
+    """An OS error, Ctrl-C, and a DuckDB storage error met mid-statement (a full disk: 1, a
+    corrupt block: 2): one line on stderr and the status a script can tell apart."""
+    from cuptiprof.cli import main
+    from cuptiprof.commands import schema
+
+    def meets(args):
+        raise exc
+    monkeypatch.setattr(schema, "run", meets)
+    assert main(["schema"]) == code
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith(line), err
+
+
 def test_every_command_help_says_what_it_does_and_names_its_inputs():
     """Each `cuptiprof CMD --help` opens with a description, documents its positional
     arguments, spells the file it reads FILE as the others do, and offers the same formats."""
