@@ -1076,3 +1076,28 @@ def test_library_error_names_file(tmp_path):
     with pytest.raises(InputError, match="t.json"):
         import_traces([src], tmp_path / "o.duckdb")
     assert not (tmp_path / "o.duckdb").exists()
+
+
+@pytest.mark.parametrize("given,progress", [([], None), (["--no-progress"], False)])
+def test_import_command_hands_on_no_progress_and_counts_log_records(monkeypatch, capsys, given,
+                                                                     progress):
+    """--no-progress reaches the importer (no bar, even on a terminal); the summary line counts
+    the log records of a cuptiprof export, and says nothing of them otherwise."""
+    from types import SimpleNamespace
+
+    from cuptiprof.cli import main
+    from cuptiprof.interop import importing
+    seen = []
+
+    def fake(traces, output, label=None, overwrite=False, progress=None):
+        seen.append(progress)
+        logs = {"logs": 7} if len(seen) == 1 else {}
+        return {"rows": {"kernel_rows": 3, **logs}, "source": "kineto", "path": output,
+                "files": [SimpleNamespace(path=traces[0], steps=2)]}
+    monkeypatch.setattr(importing, "import_traces", fake)
+    for _ in range(2):
+        assert main(["import", "t.json", "-o", "o.duckdb", *given]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert seen == [progress, progress]
+    assert "3 kernels" in err[0] and ", 7 log records, 2 steps -> o.duckdb" in err[0]
+    assert "log records" not in err[1]
