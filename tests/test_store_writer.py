@@ -571,7 +571,8 @@ def test_a_ctrl_c_right_after_the_commit_writes_nothing_twice(tmp_path):
     w.close("interrupted")
     assert rows(path, "SELECT name, count(*) FROM kernels GROUP BY name ORDER BY name") == \
         [("j", 2), ("k", 3)]
-    assert rows(path, "SELECT sum(busy_ns) > 0 FROM step_busy") == [(True,)]
+    # the busy time stored at close counts the batch the Ctrl-C came after: k and j overlap
+    assert rows(path, "SELECT busy_ns, start_ns, end_ns FROM step_busy") == [(1_500, 1_000, 3_500)]
 
 
 def test_the_top_level_schema_is_the_packaged_one():
@@ -580,3 +581,106 @@ def test_the_top_level_schema_is_the_packaged_one():
     root = Path(__file__).resolve().parents[1]
     assert (root / "schemas" / "cuptiprof.sql").read_text() == \
         (root / "cuptiprof" / "schemas" / "cuptiprof.sql").read_text()
+
+
+def test_the_runs_row_says_what_run_info_gave(tmp_path):
+    """runs holds the RunInfo the writer was given; a run without a label is named after the
+    output file (the final name, also for a writer that writes under a temporary one)."""
+    path = tmp_path / "given.duckdb"
+    info = RunInfo(label="lbl", source="kineto", command="python train.py", host="node7",
+                   start_ns=123_456, settings={"steps": 3}, cuda_driver_version="13.0",
+                   cupti_version="cupti 26", torch_version="2.9")
+    with Writer(path, info) as w:
+        w.append({"kernels": kernels(2, ["k"])})
+    assert rows(path, "SELECT run_id, label, source, command, host, start_ns, status, "
+                      "cuda_driver_version, cupti_version, torch_version, settings FROM runs") == \
+        [(1, "lbl", "kineto", "python train.py", "node7", 123_456, "complete", "13.0",
+          "cupti 26", "2.9", '{"steps": 3}')]
+    imported = tmp_path / "imported.duckdb"
+    with Writer(imported, RunInfo(source="kineto"), atomic=True) as w:
+        w.append({"kernels": kernels(2, ["k"])})
+    assert rows(imported, "SELECT label FROM runs") == [("imported",)]
+
+
+def test_older_schema_is_refused_for_appending_and_the_file_is_left_as_it_was(tmp_path):
+    path = write_synthetic(tmp_path / "old.duckdb", steps=1, kernels_per_step=10)
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION - 1)])
+    con.close()
+    with pytest.raises(SchemaVersionError, match="older than") as err:
+        Writer(path, mode="append")
+    assert f"schema {SCHEMA_VERSION - 1}" in str(err.value)
+    assert rows(path, "SELECT run_id, status FROM runs") == [(1, "complete")]
+    Writer(path, mode="overwrite").close()   # the path is free again: no writer kept it
+
+
+def test_a_batch_a_ctrl_c_rolled_back_is_written_by_the_next_append(tmp_path, monkeypatch):
+    """The rows a Ctrl-C rolled back go in with the next append, not only at close: a process
+    killed later keeps them."""
+    import cuptiprof.store.writer as W
+
+    real_insert, calls = W._insert, []
+
+    def insert(con, table, tbl):
+        if table == "kernel_rows":
+            calls.append(table)
+            if len(calls) == 2:    # inside the second batch's transaction
+                raise KeyboardInterrupt
+        real_insert(con, table, tbl)
+
+    monkeypatch.setattr(W, "_insert", insert)
+    w = Writer(tmp_path / "h.duckdb")
+    w.append({"kernels": kernels(2, ["a"])})
+    with pytest.raises(KeyboardInterrupt):
+        w.append({"kernels": kernels(3, ["b"])})
+    w.append({"kernels": kernels(1, ["c"], t0=10**6)})
+    assert w.query("SELECT name, count(*) FROM kernels GROUP BY name ORDER BY name") == \
+        [("a", 2), ("b", 3), ("c", 1)]
+    w.close()
+
+
+def test_a_failing_busy_summary_leaves_reports_to_fold_the_rows(tmp_path, monkeypatch):
+    """The busy summary is an optimisation: when it fails on a batch, nothing is stored for the
+    run and the reports compute busy time from the rows (no partial sums)."""
+    import cuptiprof.store.summary as S
+
+    real_add, calls = S.BusySummary.add, []
+
+    def add(self, parts):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("broken")
+        real_add(self, parts)
+
+    monkeypatch.setattr(S.BusySummary, "add", add)
+    path = tmp_path / "b.duckdb"
+    with Writer(path) as w:
+        for i in range(3):
+            w.append({"kernels": kernels(4, ["k"], t0=i * 10**6, step=i)})
+    assert rows(path, "SELECT count(*) FROM step_busy_runs") == [(0,)]
+    with cuptiprof.open(path) as prof:
+        assert not prof.stored_busy
+        assert prof.sql("SELECT sum(busy_ns) FROM sel_busy").fetchall() == [(3 * 4 * 500,)]
+
+
+def test_run_status_names_the_run_and_status_how_writing_ended(tmp_path):
+    """close(run_status=...) (an import of an exported run) sets runs.status; the writing itself
+    ended well, so an atomic output is renamed into place."""
+    path = tmp_path / "imp.duckdb"
+    w = Writer(path, RunInfo(source="cuptiprof"), atomic=True)
+    w.append({"kernels": kernels(2, ["k"])})
+    assert w.close("complete", end_ns=9_000, start_ns=500, run_status="interrupted") == path
+    assert rows(path, "SELECT status, start_ns, end_ns FROM runs") == [("interrupted", 500, 9_000)]
+
+
+def test_kernel_ids_given_as_null_are_stored_as_0_and_read_as_null(tmp_path):
+    """kernel_rows stores 'no range' / 'no op' as 0 (see the schema); the views say NULL."""
+    path = tmp_path / "r.duckdb"
+    with Writer(path) as w:
+        w.append({"kernels": dict(kernels(3, ["k"]), range_id=pa.array([4, None, 6], pa.int64()),
+                                  op_id=pa.array([None, None, 9], pa.int64()))})
+        w.append({"kernels": kernels(1, ["k"], t0=10**6)})
+    assert rows(path, "SELECT range_id, op_id FROM kernel_rows ORDER BY start_ns") == \
+        [(4, 0), (0, 0), (6, 9), (0, 0)]
+    assert rows(path, "SELECT range_id, op_id FROM kernels ORDER BY start_ns") == \
+        [(4, None), (None, None), (6, 9), (None, None)]
