@@ -477,3 +477,53 @@ def test_a_row_that_ends_before_it_starts_is_in_no_window_stored_or_folded(tmp_p
     assert window_busy() == (True, 0.3, 0.2)
     monkeypatch.setattr(profile, "has_stored_busy", lambda con, db="": False)
     assert window_busy() == (False, 0.3, 0.2)
+
+
+def test_zero_length_work_and_rows_without_times_are_stored_as_the_rows_fold_them(tmp_path):
+    """A zero-length kernel is work of its step (busy 0, its window a point); a copy without a
+    start or an end is no work. The stored summary says what the fold of the rows says."""
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    for through_con in (False, True):   # kept while appending, or recomputed at close
+        path = tmp_path / f"z{through_con}.duckdb"
+        with Writer(path, RunInfo(source="synthetic"), pid=3) as w:
+            w.append({"kernels": {"device_id": i32([0, 0]), "stream_id": i32([1, 1]),
+                                  "name": ["a", "b"], "step": i32([1, 2]),
+                                  "start_ns": [100, 500], "end_ns": [100, 900]},
+                      "memcpys": {"device_id": i32([0, 0]), "step": i32([2, 2]),
+                                  "copy_kind": ["HtoD"] * 2, "bytes": [8, 8],
+                                  "start_ns": pa.array([None, 950], pa.int64()),
+                                  "end_ns": pa.array([2_000, None], pa.int64())}})
+            if through_con:
+                w.con.execute("UPDATE memcpys SET bytes = 16")
+        with cuptiprof.open(path) as prof:
+            assert prof.stored_busy
+            assert stored(prof) == computed(prof) == \
+                [(1, 3, 0, 1, 0, 100, 100), (1, 3, 0, 2, 400, 500, 900)]
+
+
+def test_rows_of_many_groups_go_to_their_own_group():
+    """More groups in one batch than a 16-bit code holds (the group codes are sorted as int16
+    only below that): every group still gets exactly its own rows."""
+    from cuptiprof.store.summary import _in_start_order
+
+    k = 40_000
+    rng = np.random.default_rng(5)
+    codes = rng.permutation(np.repeat(np.arange(k, dtype=np.int32), 2))
+    starts = codes.astype(np.int64) * 10
+    ends = starts + 1 + codes % 3
+    got = [(c, s.tolist(), e.tolist()) for c, s, e in _in_start_order(starts, ends, codes, k)]
+    assert got == [(c, [10 * c] * 2, [10 * c + 1 + c % 3] * 2) for c in range(k)]
+
+
+def test_work_without_a_step_or_device_column_is_stored_under_null(tmp_path):
+    """A batch without the step (or device_id) column: its rows have none, and the stored busy
+    time is under step NULL, not under step 0."""
+    path = tmp_path / "n.duckdb"
+    with Writer(path, RunInfo(source="synthetic"), pid=3) as w:
+        w.append({"kernels": {"device_id": pa.array([0], pa.int32()), "stream_id": pa.array([1], pa.int32()),
+                              "name": ["a"], "step": pa.array([0], pa.int32()),
+                              "start_ns": [100], "end_ns": [200]},
+                  "memsets": {"start_ns": [300], "end_ns": [350], "bytes": [8]}})
+    with cuptiprof.open(path) as prof:
+        assert stored(prof) == computed(prof) == \
+            [(1, 3, 0, 0, 100, 100, 200), (1, 3, None, None, 50, 300, 350)]
