@@ -684,3 +684,22 @@ def test_kernel_ids_given_as_null_are_stored_as_0_and_read_as_null(tmp_path):
         [(4, 0), (0, 0), (6, 9), (0, 0)]
     assert rows(path, "SELECT range_id, op_id FROM kernels ORDER BY start_ns") == \
         [(4, None), (None, None), (6, 9), (None, None)]
+
+
+def test_a_kernel_name_first_seen_as_a_range_or_api_name_is_demangled(tmp_path):
+    """Strings are interned once for every table: a mangled name recorded first as a range
+    (or API call) name and then as a kernel's still reads demangled in the kernels view."""
+    from cuptiprof.store.demangle import demangle
+
+    path, other = tmp_path / "d.duckdb", GEMM + "x"
+    with Writer(path) as w:
+        w.append({"ranges": {"name": [GEMM], "range_id": [1], "kind": ["user"], "step": [0],
+                             "start_ns": [0], "end_ns": [10**6]}})
+        w.append({"api_calls": {"name": [other], "start_ns": [1], "end_ns": [2]},
+                  "kernels": kernels(2, [other])})
+        w.append({"kernels": kernels(2, [GEMM], t0=10**6)})
+    assert demangle(GEMM) and demangle(other) and demangle(GEMM) != demangle(other)
+    assert rows(path, "SELECT DISTINCT name, demangled FROM kernels ORDER BY 1") == \
+        [(GEMM, demangle(GEMM)), (other, demangle(other))]
+    assert rows(path, "SELECT DISTINCT name FROM ranges") == [(GEMM,)]   # names as recorded
+

@@ -82,7 +82,7 @@ CREATE TABLE devices (
     source                   VARCHAR    -- where the numbers came from: 'cupti' | 'cuda-bindings' | 'torch' | 'trace' | 'cpu' (the host CPU, device -1, of profile() without a GPU)
 );
 
--- Interned strings. `demangled` is filled for C++ kernel names (NULL when the name is not mangled).
+-- Interned strings. `demangled` is filled for mangled C++ names (NULL when the name is not mangled).
 CREATE TABLE strings (
     string_id INTEGER,   -- referenced by *_rows.name_id and launch_configs.name_id
     value     VARCHAR,   -- the string as recorded (mangled kernel name, API name, range name)

@@ -341,7 +341,7 @@ class Writer:
             raise ValueError(f"{storage}: unknown columns {sorted(unknown)}")
         for src, dst in interned.items():
             if src in tbl.column_names:
-                ids = self._intern(tbl.column(src), new_strings, kernel=(storage == "kernel_rows"))
+                ids = self._intern(tbl.column(src), new_strings)
                 tbl = tbl.drop_columns([src]).append_column(dst, ids)
         names = set(tbl.column_names)
         n = tbl.num_rows
@@ -374,15 +374,15 @@ class Writer:
             tbl = tbl.drop_columns(given).append_column("config_id", ids)
         return tbl, busy
 
-    def _intern(self, col: pa.ChunkedArray, new_strings: list, kernel: bool) -> pa.Array:
+    def _intern(self, col: pa.ChunkedArray, new_strings: list) -> pa.Array:
         """Map a string column to string ids; only the distinct values go through Python."""
         if not pa.types.is_dictionary(col.type):
             col = pc.dictionary_encode(col)
         # Dictionary columns (the collector's and the synthetic generator's) are used as they are.
-        return pa.chunked_array([self._intern_dict(c, new_strings, kernel) for c in col.chunks],
+        return pa.chunked_array([self._intern_dict(c, new_strings) for c in col.chunks],
                                 pa.int32())
 
-    def _intern_dict(self, enc: pa.DictionaryArray, new_strings: list, kernel: bool) -> pa.Array:
+    def _intern_dict(self, enc: pa.DictionaryArray, new_strings: list) -> pa.Array:
         values = enc.dictionary.to_pylist()
         ids: list[int | None] = [None] * len(values)
         table = self._strings
@@ -393,7 +393,9 @@ class Writer:
             if sid is None:
                 self._max_sid += 1  # ids of a rolled-back batch are skipped, never reused
                 sid = table[v] = self._max_sid
-                new_strings.append((sid, v, demangle(v) if kernel else None))
+                # every table shares one string id per value: a name first recorded for a range
+                # or an API call may name a kernel later, so any mangled name is demangled
+                new_strings.append((sid, v, demangle(v)))
             ids[i] = sid
         sid = np.array([-1 if x is None else x for x in ids], np.int32)
         # numpy, not pc.take (whose kernels load on a process's first call: see rows_as_lists)
