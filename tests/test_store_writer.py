@@ -703,3 +703,11 @@ def test_a_kernel_name_first_seen_as_a_range_or_api_name_is_demangled(tmp_path):
         [(GEMM, demangle(GEMM)), (other, demangle(other))]
     assert rows(path, "SELECT DISTINCT name FROM ranges") == [(GEMM,)]   # names as recorded
 
+
+def test_quality_facts_name_the_process_given_or_the_writers(tmp_path):
+    path = tmp_path / "q.duckdb"
+    with Writer(path, pid=11) as w:
+        w.add_quality("dropped_records", None, 3, "CUPTI dropped 3 activity records")
+        w.add_quality("dropped_records", "gpu", 5, "CUPTI dropped 5 activity records", pid=42)
+    assert rows(path, "SELECT pid, subject, count FROM data_quality ORDER BY pid") == \
+        [(11, None, 3), (42, "gpu", 5)]
