@@ -711,3 +711,57 @@ def test_quality_facts_name_the_process_given_or_the_writers(tmp_path):
         w.add_quality("dropped_records", "gpu", 5, "CUPTI dropped 5 activity records", pid=42)
     assert rows(path, "SELECT pid, subject, count FROM data_quality ORDER BY pid") == \
         [(11, None, 3), (42, "gpu", 5)]
+
+
+@pytest.mark.parametrize("error", [
+    duckdb.InvalidInputException("Python exception occurred while reading: KeyboardInterrupt"),
+    pa.ArrowCancelled("Operation cancelled"),
+])
+def test_a_ctrl_c_that_duckdb_or_pyarrow_reported_as_an_error_is_given_back(error):
+    """A Ctrl-C while DuckDB reads a registered batch, or inside a pyarrow call, comes back as
+    their error; also when a later statement (the ROLLBACK) raised another one after it."""
+    from cuptiprof.store.writer import _reraise_interrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            raise error
+        except Exception:
+            _reraise_interrupt()
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            try:
+                raise error
+            except Exception:
+                raise duckdb.TransactionException("cannot rollback")
+        except Exception:
+            _reraise_interrupt()
+    try:   # any other error is left to the caller
+        raise duckdb.InvalidInputException("bad input")
+    except Exception:
+        _reraise_interrupt()
+
+
+def test_before_rename_sees_the_closed_file_and_a_failure_there_leaves_nothing(tmp_path):
+    path = tmp_path / "imp.duckdb"
+    seen = []
+
+    def last_change(tmp):
+        assert not path.exists()
+        con = duckdb.connect(str(tmp))
+        con.execute("UPDATE runs SET label = 'restored'")
+        con.close()
+        seen.append(tmp)
+
+    w = Writer(path, RunInfo(source="kineto"), atomic=True)
+    w.append({"kernels": kernels(2, ["k"])})
+    assert w.close(before_rename=last_change) == path
+    assert len(seen) == 1 and seen[0] != path and not seen[0].exists()
+    assert rows(path, "SELECT label FROM runs") == [("restored",)]
+
+    def broken(tmp):
+        raise ValueError("cannot restore")
+    w = Writer(tmp_path / "other.duckdb", RunInfo(source="kineto"), atomic=True)
+    w.append({"kernels": kernels(2, ["k"])})
+    with pytest.raises(ValueError, match="cannot restore"):
+        w.close(before_rename=broken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["imp.duckdb"]
