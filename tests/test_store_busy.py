@@ -527,3 +527,16 @@ def test_work_without_a_step_or_device_column_is_stored_under_null(tmp_path):
     with cuptiprof.open(path) as prof:
         assert stored(prof) == computed(prof) == \
             [(1, 3, 0, 0, 100, 100, 200), (1, 3, None, None, 50, 300, 350)]
+
+
+def test_kernels_without_a_step_among_kernels_with_one_are_stored_under_null(tmp_path):
+    path = tmp_path / "s.duckdb"
+    with Writer(path, RunInfo(source="synthetic"), pid=3) as w:
+        w.append({"kernels": {"device_id": pa.array([0, 0, 0], pa.int32()),
+                              "stream_id": pa.array([1, 1, 1], pa.int32()), "name": ["a", "b", "c"],
+                              "step": pa.array([0, 1, None], pa.int32()),
+                              "start_ns": [100, 300, 600], "end_ns": [200, 450, 1_000]}})
+    with cuptiprof.open(path) as prof:
+        assert prof.stored_busy
+        assert stored(prof) == computed(prof) == \
+            [(1, 3, 0, 0, 100, 100, 200), (1, 3, 0, 1, 150, 300, 450), (1, 3, 0, None, 400, 600, 1_000)]

@@ -765,3 +765,37 @@ def test_before_rename_sees_the_closed_file_and_a_failure_there_leaves_nothing(t
     with pytest.raises(ValueError, match="cannot restore"):
         w.close(before_rename=broken)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["imp.duckdb"]
+
+
+def test_record_batches_go_in_whole(tmp_path):
+    path = tmp_path / "rb.duckdb"
+    with Writer(path) as w:
+        w.append({"kernels": pa.RecordBatch.from_pydict(kernels(5, ["a", "b"]))})
+    assert rows(path, "SELECT name, count(*) FROM kernels GROUP BY name ORDER BY name") == \
+        [("a", 3), ("b", 2)]
+
+
+def test_an_atomic_append_keeps_the_runs_already_there(tmp_path):
+    path = write_synthetic(tmp_path / "x.duckdb", steps=1, kernels_per_step=20)
+    before = rows(path, "SELECT count(*) FROM kernel_rows")[0][0]
+    w = Writer(path, RunInfo(source="kineto"), mode="append", atomic=True)
+    w.append({"kernels": kernels(3, ["k"])})
+    assert rows(path, "SELECT count(*) FROM runs") == [(1,)]   # the file is untouched until close
+    w.close()
+    assert rows(path, "SELECT run_id, count(*) FROM kernels GROUP BY run_id ORDER BY 1") == \
+        [(1, before), (2, 3)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.duckdb"]
+
+
+def test_a_combination_first_seen_late_in_a_large_batch_keeps_its_values(tmp_path):
+    """A launch configuration, or a stream, that first occurs far into a large batch is stored
+    with its own values."""
+    path = tmp_path / "late.duckdb"
+    n = 10_000
+    grid, stream = np.ones(n, np.int32), np.full(n, 7, np.int32)
+    grid[6_000], stream[7_000] = 5, 9
+    with Writer(path) as w:
+        w.append({"kernels": dict(kernels(n, ["k"]), grid_x=grid, stream_id=stream)})
+    assert rows(path, "SELECT start_ns, grid_x, stream_id FROM kernels "
+                      "WHERE grid_x <> 1 OR stream_id <> 7 ORDER BY start_ns") == \
+        [(1_000 + 6_000 * 1_000, 5, 7), (1_000 + 7_000 * 1_000, 1, 9)]
