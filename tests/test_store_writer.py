@@ -799,3 +799,17 @@ def test_a_combination_first_seen_late_in_a_large_batch_keeps_its_values(tmp_pat
     assert rows(path, "SELECT start_ns, grid_x, stream_id FROM kernels "
                       "WHERE grid_x <> 1 OR stream_id <> 7 ORDER BY start_ns") == \
         [(1_000 + 6_000 * 1_000, 5, 7), (1_000 + 7_000 * 1_000, 1, 9)]
+
+
+def test_a_null_name_slot_may_hold_any_index(tmp_path):
+    """Arrow leaves the index under a NULL slot undefined: whatever it holds, the row's name is
+    NULL and the others keep theirs."""
+    path = tmp_path / "n.duckdb"
+    valid = pa.py_buffer(np.packbits([1, 0, 1], bitorder="little").tobytes())
+    at = pa.Array.from_buffers(pa.int32(), 3, [valid, pa.py_buffer(np.array([0, 99, 1], np.int32).tobytes())],
+                               null_count=1)
+    names = pa.DictionaryArray.from_arrays(at, pa.array(["a", "b"]))
+    with Writer(path) as w:
+        w.append({"kernels": {"start_ns": [1, 2, 3], "end_ns": [2, 3, 4], "name": names}})
+    assert rows(path, "SELECT start_ns, name FROM kernels ORDER BY start_ns") == \
+        [(1, "a"), (2, None), (3, "b")]
