@@ -813,3 +813,29 @@ def test_a_null_name_slot_may_hold_any_index(tmp_path):
         w.append({"kernels": {"start_ns": [1, 2, 3], "end_ns": [2, 3, 4], "name": names}})
     assert rows(path, "SELECT start_ns, name FROM kernels ORDER BY start_ns") == \
         [(1, "a"), (2, None), (3, "b")]
+
+
+def test_a_ctrl_c_while_a_held_batch_is_written_again_loses_no_batch(tmp_path, monkeypatch):
+    """A second Ctrl-C lands while the next append writes the held batch again: both that batch
+    and the one being appended are held, and close() writes them in order."""
+    import cuptiprof.store.writer as W
+
+    real_insert, calls = W._insert, []
+
+    def insert(con, table, tbl):
+        if table == "kernel_rows":
+            calls.append(table)
+            if len(calls) in (2, 3):    # the second batch, then its second try
+                raise KeyboardInterrupt
+        real_insert(con, table, tbl)
+
+    monkeypatch.setattr(W, "_insert", insert)
+    path = tmp_path / "h.duckdb"
+    w = Writer(path)
+    w.append({"kernels": kernels(2, ["a"])})
+    for batch in (kernels(3, ["b"], t0=10**6), kernels(4, ["c"], t0=10**7)):
+        with pytest.raises(KeyboardInterrupt):
+            w.append({"kernels": batch})
+    w.close("interrupted")
+    assert rows(path, "SELECT name, count(*), min(start_ns) FROM kernels GROUP BY name ORDER BY 3") == \
+        [("a", 2, 1_000), ("b", 3, 10**6), ("c", 4, 10**7)]

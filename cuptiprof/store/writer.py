@@ -251,7 +251,11 @@ class Writer:
         by close(): the program stops as asked, and what was recorded is not lost with it."""
         if self._closed:
             raise StoreError(f"{self.path}: writer is closed")
-        self._write_held()
+        try:
+            self._write_held()
+        except KeyboardInterrupt:   # stopped again: this batch waits behind the held ones
+            self._held.append(batches)
+            raise
         self._committed = False
         try:
             self._append(batches)
