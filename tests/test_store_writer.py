@@ -839,3 +839,15 @@ def test_a_ctrl_c_while_a_held_batch_is_written_again_loses_no_batch(tmp_path, m
     w.close("interrupted")
     assert rows(path, "SELECT name, count(*), min(start_ns) FROM kernels GROUP BY name ORDER BY 3") == \
         [("a", 2, 1_000), ("b", 3, 10**6), ("c", 4, 10**7)]
+
+
+def test_a_writer_closed_inside_its_with_block_closes_once(tmp_path):
+    """close() then the end of the `with` block: the second close does nothing (an atomic
+    output renamed into place stays there)."""
+    path = tmp_path / "twice.duckdb"
+    with Writer(path, RunInfo(source="kineto"), atomic=True) as w:
+        w.append({"kernels": kernels(2, ["k"])})
+        assert w.close() == path
+    assert w.close() == path
+    assert rows(path, "SELECT status, count(*) FROM runs GROUP BY ALL") == [("complete", 1)]
+    assert rows(path, "SELECT count(*) FROM kernels") == [(2,)]
