@@ -577,7 +577,8 @@ def test_sigterm_while_the_command_starts_reaches_it(tmp_path, at_call):
 
 @pytest.mark.parametrize("ending, status, code", [
     ("", "complete", 0), ("sys.exit(3)", "failed", 3), ("exit(5)", "failed", 5),
-    ("raise ValueError('x')", "failed", 1)])
+    ("raise ValueError('x')", "failed", 1), ("raise KeyboardInterrupt", "interrupted", 130),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", "interrupted", 143)])
 def test_a_run_whose_launcher_was_killed_after_its_program_ended_keeps_its_exit_status(
         tmp_path, ending, status, code):
     """The launcher killed (SIGKILL) after the program ended, before it kept the program's exit
@@ -708,3 +709,94 @@ def test_finish_writes_the_run_the_markers_and_the_record_describe(tmp_path):
     assert q(out, "SELECT command FROM runs") == [("python main.py",)]
     assert q(out, "SELECT pid, exit_status FROM processes ORDER BY pid") == [
         (100, None), (101, None), (102, None), (200, 0)]
+
+
+def test_a_run_inside_a_run_passes_on_the_signal_that_ended_the_command(tmp_path):
+    """The inner `cuptiprof run` that stands aside exits as its command did: a command ended by
+    SIGTERM gives 128+15, as without the inner run."""
+    p = script(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n")
+    r = cli(["run", "-o", "outer.duckdb", "--no-report", "--", PY, "-m", "cuptiprof", "run",
+             "-o", "inner.duckdb", "--", PY, p], tmp_path)
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr
+    assert not (tmp_path / "inner.duckdb").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_the_output_is_written_does_not_cost_it(tmp_path, sig):
+    """A second Ctrl-C, a SIGTERM or a SIGHUP that reaches the launcher while it merges the parts
+    into OUT is noted: OUT is written whole, and the command's exit status is still the run's."""
+    import subprocess
+
+    p = script(tmp_path, """
+        import sys, cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+        sys.exit(3)
+    """)
+    driver = script(tmp_path, f"""
+        import os, sys
+        from cuptiprof.run import launcher
+        real = launcher.finish
+
+        def finish(*args, **kw):   # the signal comes as the merge starts
+            os.kill(os.getpid(), {int(sig)})
+            return real(*args, **kw)
+        launcher.finish = finish
+        from cuptiprof.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """, name="driver.py")
+    r = subprocess.run([PY, str(driver), "run", "-o", "m.duckdb", "--no-report", "--", PY,
+                        str(p)], cwd=tmp_path, env=__import__("_run_helpers").env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert "cuptiprof: writing m.duckdb first; it takes a moment" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "m.duckdb.parts").exists()
+    assert q(tmp_path / "m.duckdb", "SELECT status FROM runs") == [("failed",)]
+    assert q(tmp_path / "m.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
+
+
+def test_a_command_whose_interpreter_is_missing_is_one_line_and_leaves_nothing(tmp_path):
+    """An executable script whose #! line names an interpreter that is not there passes the
+    checks made before it starts, then cannot be started: one line, and no OUT.parts left."""
+    tool = tmp_path / "tool"
+    tool.write_text("#!/no/such/interpreter\nprint('hi')\n")
+    tool.chmod(0o755)
+    r = cli(["run", "-o", "x.duckdb", "--", "./tool"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert "./tool: cannot run" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tool"]
+
+
+def test_a_process_that_ended_early_is_named_under_the_report(tmp_path):
+    p = script(tmp_path, """
+        import os, cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+        os._exit(5)
+    """)
+    r = cli(["run", "-o", "e.duckdb", "--", PY, p], tmp_path)
+    assert r.returncode == 5, r.stderr
+    assert ("cuptiprof: notice: 1 process(es) ended before their collector closed (see "
+            "processes.ended_early)") in r.stderr, r.stderr[-800:]
+
+
+def test_output_left_by_a_run_that_did_not_finish_says_how_to_recover_it(tmp_path):
+    """OUT.parts of a launcher that is gone (killed before it merged): not "another run is
+    writing", but how to merge what it left, and nothing is touched."""
+    import subprocess
+
+    parts = tmp_path / "old.duckdb.parts"
+    parts.mkdir()
+    gone = subprocess.Popen([PY, "-c", "pass"])
+    gone.wait()
+    (parts / "launcher.pid").write_text(str(gone.pid))
+    r = cli(["run", "-o", "old.duckdb", "--", PY, "-c", "pass"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert ("old.duckdb.parts is left from a run that did not finish; merge its parts (cuptiprof "
+            "merge old.duckdb.parts/*.duckdb -o old.duckdb)") in r.stderr, r.stderr
+    assert "another cuptiprof run" not in r.stderr
+    assert [x.name for x in tmp_path.iterdir()] == ["old.duckdb.parts"]
+    assert [x.name for x in parts.iterdir()] == ["launcher.pid"]

@@ -741,3 +741,17 @@ def test_closing_while_another_thread_cycles_the_cpu_profiler_stops_each_profile
     closer.join(10)
     assert not stepper.is_alive() and not closer.is_alive()
     assert len(started) == 2 and stopped == started   # each stopped, once
+
+
+def test_step_fn_module_beside_the_script_run_from_another_folder(tmp_path):
+    """`cuptiprof run --step-fn model:step -- python app/main.py` from above app/: Python finds
+    app/model.py (the script's folder is on its path), so the check made before the run does too."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "app_model_x.py").write_text("def step():\n    return sum(range(1000))\n")
+    script(app, "import app_model_x\nfor _ in range(2):\n    app_model_x.step()\n",
+           name="main.py")
+    r = cli(["run", "-o", "s.duckdb", "--no-report", "--step-fn", "app_model_x:step", "--",
+             PY, "app/main.py"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "s.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(2,)]
