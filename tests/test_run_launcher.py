@@ -105,6 +105,9 @@ def test_crashing_child(tmp_path):
     out = tmp_path / "c.duckdb"
     assert q(out, "SELECT status FROM runs") == [("failed",)]
     assert q(out, "SELECT count(*) FROM ranges WHERE kind='step'") == [(1,)]
+    # the process closed its part: when it ended is known, after its step
+    assert q(out, "SELECT p.end_ns >= r.end_ns, p.ended_early FROM processes p, ranges r "
+                  "WHERE r.kind = 'step'") == [(True, False)]
 
 
 def test_os_exit_marks_process_ended_early(tmp_path):
@@ -197,6 +200,11 @@ def test_a_forked_worker_counts_its_own_steps_after_the_parents(tmp_path):
                                   "WHERE kind IN ('step', 'warmup') GROUP BY pid ORDER BY min(start_ns)")
     assert [x for _, x in got] == [["warmup 0", "warmup 1", "step 2"],
                                    ["warmup 0", "warmup 1", "step 2", "step 3"]]
+    # the worker's own start (the fork), not its parent's: after the parent's steps
+    (parent, _), (worker, _) = got
+    parent_end = q(tmp_path / "f.duckdb", f"SELECT max(end_ns) FROM ranges WHERE pid = {parent}")
+    worker_start = q(tmp_path / "f.duckdb", f"SELECT start_ns FROM processes WHERE pid = {worker}")
+    assert worker_start[0][0] >= parent_end[0][0], (worker_start, parent_end)
     # the worker returned: it did not end early (multiprocessing ends it with os._exit)
     assert q(tmp_path / "f.duckdb", "SELECT count(*), count(*) FILTER (WHERE ended_early) "
                                    "FROM processes") == [(2, 0)]
@@ -800,3 +808,27 @@ def test_output_left_by_a_run_that_did_not_finish_says_how_to_recover_it(tmp_pat
     assert "another cuptiprof run" not in r.stderr
     assert [x.name for x in tmp_path.iterdir()] == ["old.duckdb.parts"]
     assert [x.name for x in parts.iterdir()] == ["launcher.pid"]
+
+
+def test_a_step_ended_by_an_exception_is_committed_at_once(tmp_path):
+    """A step cut short by an exception the program catches is committed as it ends, whatever
+    the commit interval: a crash right after keeps it and its data_quality row."""
+    p = script(tmp_path, """
+        import os, cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+        try:
+            with cuptiprof.range("step", step=1):
+                raise ValueError("bad batch")
+        except ValueError:
+            pass
+        os._exit(4)
+    """)
+    r = cli(["run", "--light", "-o", "x.duckdb", "--no-report", "--", PY, p], tmp_path,
+            CUPTIPROF_FLUSH_EVERY_S="1000")
+    assert r.returncode == 4, r.stderr
+    out = tmp_path / "x.duckdb"
+    assert q(out, "SELECT step, end_ns IS NULL FROM ranges WHERE kind = 'step' ORDER BY step") == \
+        [(0, False), (1, False)]
+    assert q(out, "SELECT subject FROM data_quality WHERE check_name = 'step_incomplete'") == \
+        [("1",)]
