@@ -618,6 +618,40 @@ def test_a_range_outside_steps_takes_the_step_still_open_on_another_thread_under
                                      "ORDER BY start_ns") == [("io", 0), ("after", None)]
 
 
+
+def test_a_range_and_a_log_outside_steps_take_the_latest_begun_of_the_steps_open(tmp_path):
+    """Two threads' steps open at once (0 begun first, then 1): a range or a log record of a
+    third thread, outside every step of its own, is the latest begun one's, as in the collector."""
+    p = script(tmp_path, """
+        import logging, threading, cuptiprof
+        a_in, b_in, done = threading.Event(), threading.Event(), threading.Event()
+        def a():
+            with cuptiprof.step(0):
+                a_in.set()
+                done.wait()
+        def b():
+            a_in.wait()
+            with cuptiprof.step(1):
+                b_in.set()
+                done.wait()
+        def c():
+            b_in.wait()
+            with cuptiprof.range("io"):
+                pass
+            logging.getLogger("app").warning("loaded")
+            done.set()
+        threads = [threading.Thread(target=t) for t in (a, b, c)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    """)
+    r = cli(["run", "-o", "r.duckdb", "--no-report", "--light", "--", sys.executable, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "r.duckdb"
+    assert q(out, "SELECT name, step FROM ranges WHERE kind = 'user'") == [("io", 1)]
+    assert q(out, "SELECT message, step FROM logs WHERE logger = 'app'") == [("loaded", 1)]
+
 @pytest.mark.parametrize("mode", [["--light"], []], ids=["light", "cpu-ops"])
 def test_a_range_in_a_step_beyond_the_last_is_no_range_of_an_earlier_one(tmp_path, mode):
     """--steps 2: a thread's third step began while step 0 still ran on another thread; a range
