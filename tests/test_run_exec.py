@@ -106,3 +106,26 @@ def test_a_python_started_with_an_environment_of_its_own_is_profiled(tmp_path, h
     got = q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step' GROUP BY pid ORDER BY 1")
     # the parent's step 0, and one helper's steps 2 and 3 (an exec goes on in the same process)
     assert got == ([([0, 2, 3],)] if how == "execve_env" else [([0],), ([2, 3],)]), r.stderr
+
+
+def test_after_the_last_step_nothing_more_is_recorded_across_an_exec(tmp_path):
+    """--steps 2 reached: collection is off for the rest of the process, so the range after the
+    steps is not recorded, nor anything of the program it execs (which counts on from 2)."""
+    p = script(tmp_path, """
+        import os, sys, cuptiprof
+        n = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+        for i in range(2):
+            with cuptiprof.range("step"):
+                sum(range(1000))
+        with cuptiprof.range("after"):
+            pass
+        if n == 0:
+            os.execlp(sys.executable, sys.executable, __file__, "1")
+    """, name="ex3.py")
+    r = cli(["run", "-o", "z.duckdb", "--steps", "2", "--light", "--no-report", "--", PY, p],
+            tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "z.duckdb"
+    assert q(out, "SELECT name, kind, step FROM ranges ORDER BY start_ns") == [
+        ("step", "step", 0), ("step", "step", 1)]
+    assert q(out, "SELECT count(*), bool_or(ended_early) FROM processes") == [(1, False)]
