@@ -832,3 +832,69 @@ def test_a_step_ended_by_an_exception_is_committed_at_once(tmp_path):
         [(0, False), (1, False)]
     assert q(out, "SELECT subject FROM data_quality WHERE check_name = 'step_incomplete'") == \
         [("1",)]
+
+
+def test_parts_kept_by_a_failed_merge_merge_later_into_the_run_as_it_ended(tmp_path):
+    """The merge into OUT failed (a full disk): the launcher had learnt how the command ended,
+    and the parts keep it, so merging them later writes that run, not one recovered from a
+    killed launcher."""
+    import subprocess
+
+    p = script(tmp_path, """
+        import sys, cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+        sys.exit(3)
+    """)
+    driver = script(tmp_path, """
+        import errno, os, sys
+        from cuptiprof.store import merge
+
+        def full(*args, **kw):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        merge.merge_files = full
+        from cuptiprof.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """, name="driver.py")
+    r = subprocess.run([PY, str(driver), "run", "-o", "k.duckdb", "--no-report", "--", PY,
+                        str(p)], cwd=tmp_path, env=__import__("_run_helpers").env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("cuptiprof: error:")]
+    assert len(errors) == 1 and "k.duckdb.parts" in errors[0], r.stderr
+    parts = tmp_path / "k.duckdb.parts"
+    m = cli(["merge", *sorted(x.name for x in parts.glob("*.duckdb")), "-o", "../k.duckdb"], parts)
+    assert m.returncode == 0, m.stderr
+    out = tmp_path / "k.duckdb"
+    assert q(out, "SELECT status FROM runs") == [("failed",)]
+    assert q(out, "SELECT exit_status, ended_early FROM processes") == [(3, False)]
+    assert q(out, "SELECT count(*) FROM data_quality WHERE check_name = 'run_recovered'") == [(0,)]
+
+
+def test_a_helper_that_outlives_the_command_by_a_moment_is_waited_for(tmp_path):
+    """A process the command started that is still closing its part when the command ends (a
+    helper, a worker being torn down) gets a moment to finish: its last step is in OUT and it
+    did not end early."""
+    p = script(tmp_path, """
+        import pathlib, subprocess, sys, time, cuptiprof
+        helper = '''
+        import os, pathlib, time, cuptiprof
+        parent = os.getppid()
+        with cuptiprof.range("step", step=0):
+            pass
+        pathlib.Path("helper-ready").touch()
+        while os.getppid() == parent:   # the command has ended
+            time.sleep(0.01)
+        time.sleep(1)
+        with cuptiprof.range("step", step=1):
+            pass
+        '''
+        subprocess.Popen([sys.executable, "-c", helper])
+        while not pathlib.Path("helper-ready").exists():
+            time.sleep(0.01)
+    """)
+    r = cli(["run", "-o", "h.duckdb", "--no-report", "--light", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "h.duckdb"
+    assert q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'") == [([0, 1],)]
+    assert q(out, "SELECT count(*), count(*) FILTER (WHERE ended_early) FROM processes") == [(2, 0)]
