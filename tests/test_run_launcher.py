@@ -766,14 +766,17 @@ def test_a_signal_while_the_output_is_written_does_not_cost_it(tmp_path, sig):
 
 def test_a_command_whose_interpreter_is_missing_is_one_line_and_leaves_nothing(tmp_path):
     """An executable script whose #! line names an interpreter that is not there passes the
-    checks made before it starts, then cannot be started: one line, and no OUT.parts left."""
+    checks made before it starts, then cannot be started: one line that names the missing
+    interpreter (the system's "No such file or directory" named none, for a file that is
+    there), and no OUT.parts left."""
     tool = tmp_path / "tool"
     tool.write_text("#!/no/such/interpreter\nprint('hi')\n")
     tool.chmod(0o755)
     r = cli(["run", "-o", "x.duckdb", "--", "./tool"], tmp_path)
     assert r.returncode == 2, r.stderr
     one_line_error(r.stderr)
-    assert "./tool: cannot run" in r.stderr, r.stderr
+    assert "./tool: cannot run: its #! interpreter /no/such/interpreter does not exist" \
+        in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tool"]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import importlib.util
 import json
 import os
@@ -217,9 +218,26 @@ def stand_aside(cmd: list[str], outer: Path, inner: str | None) -> int:
     try:
         child = subprocess.Popen(cmd)   # the environment is the outer run's: it profiles CMD
     except OSError as exc:
-        raise InputError(f"{cmd[0]}: cannot run ({exc.strerror})") from None
+        raise _cannot_run(cmd, exc) from None
     rc = _wait_forwarding(child)
     return 128 - rc if rc < 0 else rc
+
+
+def _cannot_run(cmd: list[str], exc: OSError) -> InputError:
+    """Why the command could not be started. A script whose #! interpreter is missing fails
+    with ENOENT, "No such file or directory", for a file that is there: name the missing one."""
+    exe = shutil.which(cmd[0])
+    if exc.errno == errno.ENOENT and exe:
+        try:
+            with open(exe, "rb") as fh:
+                first = fh.readline(512)
+        except OSError:
+            first = b""
+        interp = first[2:].split(maxsplit=1) if first.startswith(b"#!") else []
+        if interp and not os.path.exists(interp[0]):
+            return InputError(f"{cmd[0]}: cannot run: its #! interpreter "
+                              f"{os.fsdecode(interp[0])} does not exist")
+    return InputError(f"{cmd[0]}: cannot run ({exc.strerror})")
 
 
 def launch(cmd: list[str], o: LaunchOptions) -> LaunchResult:
@@ -262,7 +280,7 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
         quiet = subprocess.DEVNULL if o.quiet else None
         child = subprocess.Popen(cmd, env=env, stdout=quiet, stderr=quiet)
     except OSError as exc:
-        raise InputError(f"{cmd[0]}: cannot run ({exc.strerror})") from None
+        raise _cannot_run(cmd, exc) from None
     if fwd is not None:
         fwd.started(child)
     record["child_pid"] = child.pid
