@@ -394,6 +394,15 @@ def test_rank_from_an_mpi_launcher(tmp_path):
         == [(2, 0, 4)]
 
 
+def test_a_failing_command_with_no_python_process_says_none_was_profiled(tmp_path):
+    """A command that is not Python exits non-zero: the notice is that cuptiprof profiled none
+    of its processes, not that it failed before recording anything."""
+    r = cli(["run", "-o", "s.duckdb", "--", "sh", "-c", "exit 4"], tmp_path)
+    assert r.returncode == 4, r.stderr
+    assert "no process of the command was profiled" in r.stderr, r.stderr
+    assert "before anything was recorded" not in r.stderr, r.stderr
+
+
 def test_a_command_with_no_python_process_says_so(tmp_path):
     r = cli(["run", "-o", "s.duckdb", "--", "sleep", "0.1"], tmp_path)
     assert r.returncode == 0, r.stderr
@@ -586,7 +595,10 @@ def test_sigterm_while_the_command_starts_reaches_it(tmp_path, at_call):
 @pytest.mark.parametrize("ending, status, code", [
     ("", "complete", 0), ("sys.exit(3)", "failed", 3), ("exit(5)", "failed", 5),
     ("raise ValueError('x')", "failed", 1), ("raise KeyboardInterrupt", "interrupted", 130),
-    ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", "interrupted", 143)])
+    ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", "interrupted", 143),
+    # the status is the last program's the process ran (an exec'd Python)
+    ("import os; os.execv(sys.executable, [sys.executable, '-c', 'import sys; sys.exit(6)'])",
+     "failed", 6)])
 def test_a_run_whose_launcher_was_killed_after_its_program_ended_keeps_its_exit_status(
         tmp_path, ending, status, code):
     """The launcher killed (SIGKILL) after the program ended, before it kept the program's exit
