@@ -312,6 +312,7 @@ def test_no_steps_notice_speaks_of_the_step_option_given(tmp_path, option, says)
     (["--repeat", "3"], "--repeat 3 goes with --overhead"),   # the default count, given alone
     (["--repeat", "5"], "--repeat 5 goes with --overhead"),
     (["--light", "--kinds", "kernel"], "--light"),
+    (["--log-level", "loud"], "--log-level loud"),
 ])
 def test_bad_input_one_line(tmp_path, args, words):
     r = cli(["run", *args, "--", PY, "-c", "pass"], tmp_path)

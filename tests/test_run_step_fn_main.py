@@ -234,6 +234,8 @@ def test_step_fn_found_in_one_of_several_processes(tmp_path):
     r = cli(["run", "-o", "w.duckdb", "--no-report", "--step-fn", "__main__:step", "--",
              PY, parent], tmp_path)
     assert r.returncode == 0, r.stderr
+    # the parent's script without it is no problem once a worker's has it: no warning either
+    assert "warning" not in r.stderr and "defined no" not in r.stderr, r.stderr
     assert [k for k, _ in _steps(tmp_path / "w.duckdb")] == ["step"] * 6
 
 
