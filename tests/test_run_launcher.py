@@ -914,3 +914,74 @@ def test_a_helper_that_outlives_the_command_by_a_moment_is_waited_for(tmp_path):
     out = tmp_path / "h.duckdb"
     assert q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'") == [([0, 1],)]
     assert q(out, "SELECT count(*), count(*) FILTER (WHERE ended_early) FROM processes") == [(2, 0)]
+
+
+def test_a_run_inside_a_run_passes_a_sigterm_on_to_the_command(tmp_path):
+    """A SIGTERM to the outer run reaches the inner one, which passes it on to the command it
+    runs rather than dying alone and leaving the command running."""
+    import subprocess
+
+    ready, pidf = tmp_path / "ready", tmp_path / "prog.pid"
+    p = script(tmp_path, f"""
+        import os, pathlib, time
+        pathlib.Path({str(pidf)!r}).write_text(str(os.getpid()))
+        pathlib.Path({str(ready)!r}).touch()
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([PY, "-m", "cuptiprof", "run", "-o", "outer.duckdb", "--no-report",
+                             "--", PY, "-m", "cuptiprof", "run", "-o", "inner.duckdb", "--", PY,
+                             str(p)], cwd=tmp_path, env=__import__("_run_helpers").env(),
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    prog = None
+    try:
+        wait_for(ready, proc)
+        prog = int(pidf.read_text())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        with pytest.raises(ProcessLookupError):   # ended and reaped, not left running
+            os.kill(prog, 0)
+        assert not (tmp_path / "inner.duckdb").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if prog is not None:
+            with __import__("contextlib").suppress(ProcessLookupError):
+                os.kill(prog, signal.SIGKILL)
+
+
+def test_parts_of_a_run_that_kept_no_record_merge_under_the_output_name(tmp_path):
+    """OUT.parts without the launcher's record (a cuptiprof that kept none, killed): the merge
+    labels the run after OUT, and says its exit status is unknown."""
+    import subprocess
+
+    p = script(tmp_path, """
+        import cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+    """)
+    driver = script(tmp_path, """
+        import os, signal, sys
+        from cuptiprof.run import launcher
+
+        def wait_then_die(child, fwd=None):
+            child.wait()
+            os.kill(os.getpid(), signal.SIGKILL)
+        launcher._wait_forwarding = wait_then_die
+        from cuptiprof.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """, name="driver.py")
+    r = subprocess.run([PY, str(driver), "run", "-o", "k.duckdb", "--no-report", "--", PY,
+                        str(p)], cwd=tmp_path, env=__import__("_run_helpers").env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    parts = tmp_path / "k.duckdb.parts"
+    (parts / "run.json").unlink()
+    m = cli(["merge", *sorted(x.name for x in parts.glob("*.duckdb")), "-o", "../k.duckdb"], parts)
+    assert m.returncode == 0, m.stderr
+    out = tmp_path / "k.duckdb"
+    assert q(out, "SELECT label, status FROM runs") == [("k", "interrupted")]
+    assert q(out, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
+    (detail,) = q(out, "SELECT detail FROM data_quality WHERE check_name = 'run_recovered'")
+    assert "exit status is unknown" in detail[0], detail
