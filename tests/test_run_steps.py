@@ -653,18 +653,23 @@ def test_a_range_and_a_log_outside_steps_take_the_latest_begun_of_the_steps_open
     assert q(out, "SELECT message, step FROM logs WHERE logger = 'app'") == [("loaded", 1)]
 
 
-def test_a_range_inside_its_threads_step_keeps_that_step_while_a_later_one_is_open(tmp_path):
+@pytest.mark.parametrize("mode, extra", [(["--light"], {}), ([], {"CUPTIPROF_FAKE_CUPTI": "1"})],
+                         ids=["light", "collector"])
+def test_a_range_and_a_log_inside_their_threads_step_keep_that_step_while_a_later_one_is_open(
+        tmp_path, mode, extra):
     """Thread a's step 0 is open when thread b begins step 1: a range a opens after that, inside
-    its own step, is step 0's, not the latest begun step's."""
+    its own step, and a log record there, are step 0's, not the latest begun step's (the log
+    record was step 1's)."""
     p = script(tmp_path, """
-        import threading, cuptiprof
+        import logging, threading, cuptiprof
         a_in, b_in, done = threading.Event(), threading.Event(), threading.Event()
         def a():
             with cuptiprof.step(0):
                 a_in.set()
                 b_in.wait()
                 with cuptiprof.range("attn"):
-                    pass
+                    logging.getLogger("app").warning("in attn")
+                logging.getLogger("app").warning("in step")
             done.set()
         def b():
             a_in.wait()
@@ -677,10 +682,14 @@ def test_a_range_inside_its_threads_step_keeps_that_step_while_a_later_one_is_op
         for t in threads:
             t.join()
     """)
-    r = cli(["run", "-o", "r.duckdb", "--no-report", "--light", "--", sys.executable, p], tmp_path)
+    r = cli(["run", "-o", "r.duckdb", "--no-report", *mode, "--", sys.executable, p], tmp_path,
+            **extra)
     assert r.returncode == 0, r.stderr
-    assert q(tmp_path / "r.duckdb", "SELECT name, step FROM ranges WHERE kind = 'user'") == \
-        [("attn", 0)]
+    out = tmp_path / "r.duckdb"
+    assert q(out, "SELECT name, step FROM ranges WHERE kind = 'user'") == [("attn", 0)]
+    assert q(out, "SELECT message, step FROM logs WHERE logger = 'app' ORDER BY time_ns") == \
+        [("in attn", 0), ("in step", 0)]
+
 
 @pytest.mark.parametrize("mode", [["--light"], []], ids=["light", "cpu-ops"])
 def test_a_range_in_a_step_beyond_the_last_is_no_range_of_an_earlier_one(tmp_path, mode):

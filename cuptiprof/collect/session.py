@@ -626,6 +626,14 @@ class Session:
         # a start of 0 is a step being begun now (its start is set last): the latest
         return max(steps, key=lambda t: t[5] or math.inf)[7] if steps else None
 
+    def step_here(self) -> int | None:
+        """The step of a log record: the innermost step open in this thread or task (none in a
+        warm-up step), else the latest begun step open in the process (_open_step)."""
+        for t in reversed(self._stack()):
+            if t[9] is not None:   # a step (its ordinal)
+                return t[7] if t[6] == "step" else None
+        return self._open_step()
+
     def _cupti_stack(self) -> list:
         st = getattr(self._pushed, "ids", None)
         if st is None:

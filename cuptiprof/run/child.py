@@ -232,7 +232,7 @@ def _start_collector(s: S.ChildSettings, rec: Recorder, state: dict | None = Non
         # live; the marker-based numbering would give each step a second range.
         # Steps go to the collector; logs too when it takes them, else to a logs-only part.
         rec.mode = "logs"
-        rec.step_now = lambda: _collector._open_step() if _collector is not None else None
+        rec.step_now = lambda: _collector.step_here() if _collector is not None else None
     except Exception as exc:
         _collector = None
         warn(f"the CUPTI collector could not start ({exc}); recording CPU ops only")

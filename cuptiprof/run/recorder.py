@@ -246,7 +246,15 @@ class Recorder:
         with self.lock:
             self.logs.append((threading.get_native_id(), int(record.created * 1e9), record.levelname,
                               record.name, record.getMessage(),
-                              self.current_step if self.step_now is None else self.step_now()))
+                              self._step_here() if self.step_now is None else self.step_now()))
+
+    def _step_here(self) -> int | None:
+        """The step of a log record: the innermost step open in this thread or task (none in a
+        warm-up step or one beyond the last), else the latest begun step open in the process."""
+        for o in reversed(self._stack()):
+            if o.is_step:
+                return o.step if o.kind == "step" else None
+        return self.current_step
 
     # -- torch.profiler (CPU fallback) ---------------------------------------------------------
     def start_profiler(self, _torch=None) -> None:
