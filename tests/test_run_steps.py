@@ -136,6 +136,22 @@ def test_logs_table(tmp_path):
     assert q(out, "SELECT thread_id IS NOT NULL AND time_ns > 0 FROM logs LIMIT 1") == [(True,)]
 
 
+def test_logs_of_warm_up_steps_and_steps_beyond_the_last_have_no_step_in_light_mode(tmp_path):
+    """As with the collector: a record logged in a warm-up step, or in a step beyond --steps,
+    belongs to no recorded step."""
+    p = script(tmp_path, """
+        import logging, cuptiprof
+        for i in range(3):
+            with cuptiprof.range("step", step=i):
+                logging.getLogger("app").warning("in step %d", i)
+    """)
+    r = cli(["run", "-o", "w.duckdb", "--no-report", "--light", "--warmup", "1", "--steps", "1",
+             "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "w.duckdb", "SELECT message, step FROM logs WHERE logger = 'app' "
+                                    "ORDER BY time_ns") == [
+        ("in step 0", None), ("in step 1", 1), ("in step 2", None)]
+
 def test_light_mode_says_what_is_missing(tmp_path):
     p = script(tmp_path, "import cuptiprof\nwith cuptiprof.range('step', step=0): pass\n")
     r = cli(["run", "-o", "li.duckdb", "--no-report", "--light", "--", PY, p], tmp_path)
