@@ -345,3 +345,20 @@ def test_a_python_without_the_libraries_is_not_profiled_and_not_broken(tmp_path)
     assert "x 64" in r.stdout                         # the program ran untouched
     assert "cannot import" in r.stderr and "this process is not profiled" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_step_fn_never_found_leaves_no_parts_folder_beside_the_file(tmp_path):
+    """The program recorded ranges but --step-fn found nothing to mark: one error line, the
+    file with its ranges written, and its OUT.parts folder (holding a part) removed."""
+    p = script(tmp_path, """
+        import cuptiprof
+        with cuptiprof.range("attention"):
+            pass
+    """, name="infer.py")
+    r = cli(["run", "-o", "n.duckdb", "--no-report", "--step-fn", "__main__:nothere", "--", PY,
+             p], tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cuptiprof: error:"), r.stderr
+    assert q(tmp_path / "n.duckdb", "SELECT name FROM ranges WHERE kind = 'user'") == [("attention",)]
+    assert not (tmp_path / "n.duckdb.parts").exists()
