@@ -380,29 +380,36 @@ def test_timeline_of_a_step_with_many_lanes_is_thinned_as_a_whole(tmp_path, devi
 
 
 # -- what the file holds ----------------------------------------------------------------------
-def _cpu_run(path: Path) -> Path:
-    """A run recorded without a GPU, as `cuptiprof run` writes it: torch.profiler's CPU ops as
-    kernels on device -1 (kind 'cpu'), one stream per thread, and the no_gpu quality row."""
+def _three_steps(ops, *, stream: int, device: int) -> tuple[dict, dict]:
+    """Kernel and range columns of three steps, each holding `ops` (one 0.4 ms kernel each, 0.5
+    ms apart) on one stream of one device: (kernels, ranges) for Writer.append."""
     import pyarrow as pa
-    from cuptiprof.store.writer import RunInfo, Writer
     k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
     r = {c: [] for c in ("range_id", "depth", "name", "start_ns", "end_ns", "kind", "step")}
     t = 1_000_000
     for s in range(3):
         r["range_id"].append(s + 1); r["depth"].append(0); r["name"].append("step")
         r["start_ns"].append(t); r["kind"].append("step"); r["step"].append(s)
-        for op in ("aten::addmm", "aten::gelu"):
+        for op in ops:
             for c, v in (("start_ns", t), ("end_ns", t + 400_000), ("step", s), ("name", op),
-                         ("stream_id", 1), ("device_id", -1)):
+                         ("stream_id", stream), ("device_id", device)):
                 k[c].append(v)
             t += 500_000
         r["end_ns"].append(t)
+    return k, {c: pa.array(v, pa.int64() if c in ("range_id", "start_ns", "end_ns") else
+                           (pa.int32() if c in ("depth", "step") else None))
+               for c, v in r.items()}
+
+
+def _cpu_run(path: Path) -> Path:
+    """A run recorded without a GPU, as `cuptiprof run` writes it: torch.profiler's CPU ops as
+    kernels on device -1 (kind 'cpu'), one stream per thread, and the no_gpu quality row."""
+    from cuptiprof.store.writer import RunInfo, Writer
+    k, r = _three_steps(("aten::addmm", "aten::gelu"), stream=1, device=-1)
     with Writer(path, RunInfo(source="cpu", label="cpu")) as w:
         w.append({"kernels": k,
                   "devices": {"device_id": [-1], "kind": ["cpu"], "name": ["AMD EPYC"], "source": ["torch"]},
-                  "ranges": {c: pa.array(v, pa.int64() if c in ("range_id", "start_ns", "end_ns") else
-                                         (pa.int32() if c in ("depth", "step") else None))
-                             for c, v in r.items()}})
+                  "ranges": r})
         w.add_quality("no_gpu", "gpu", None, "no GPU activity was captured (no CUDA GPU found): "
                       "kernels holds CPU ops from torch.profiler on device -1, one stream per thread")
     return path
@@ -1078,25 +1085,11 @@ def test_rank_shift_labels_the_first_files_ops_left_and_the_last_files_right():
 
 
 def test_a_step_ended_early_is_starred_in_the_steps_plot_and_said_so(tmp_path):
-    import pyarrow as pa
     from cuptiprof.store.writer import RunInfo, Writer
-    k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
-    r = {c: [] for c in ("range_id", "depth", "name", "start_ns", "end_ns", "kind", "step")}
-    t = 1_000_000
-    for s in range(3):
-        r["range_id"].append(s + 1); r["depth"].append(0); r["name"].append("step")
-        r["start_ns"].append(t); r["kind"].append("step"); r["step"].append(s)
-        for c, v in (("start_ns", t), ("end_ns", t + 400_000), ("step", s), ("name", "k"),
-                     ("stream_id", 7), ("device_id", 0)):
-            k[c].append(v)
-        t += 500_000
-        r["end_ns"].append(t)
+    k, r = _three_steps(("k",), stream=7, device=0)
     db = tmp_path / "cut.duckdb"
     with Writer(db, RunInfo(source="synthetic")) as w:
-        w.append({"kernels": k,
-                  "ranges": {c: pa.array(v, pa.int64() if c in ("range_id", "start_ns", "end_ns") else
-                                         (pa.int32() if c in ("depth", "step") else None))
-                             for c, v in r.items()}})
+        w.append({"kernels": k, "ranges": r})
         w.add_quality("step_incomplete", "2", None, "step 2 was ended by an exception")
     out = tmp_path / "cut.html"
     with cuptiprof.open(db) as prof:

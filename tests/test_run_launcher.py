@@ -593,26 +593,11 @@ def test_sigterm_while_the_command_starts_reaches_it(tmp_path, at_call):
                 os.kill(child, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("ending, status, code", [
-    ("", "complete", 0), ("sys.exit(3)", "failed", 3), ("exit(5)", "failed", 5),
-    ("raise ValueError('x')", "failed", 1), ("raise KeyboardInterrupt", "interrupted", 130),
-    ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", "interrupted", 143),
-    # the status is the last program's the process ran (an exec'd Python)
-    ("import os; os.execv(sys.executable, [sys.executable, '-c', 'import sys; sys.exit(6)'])",
-     "failed", 6)])
-def test_a_run_whose_launcher_was_killed_after_its_program_ended_keeps_its_exit_status(
-        tmp_path, ending, status, code):
-    """The launcher killed (SIGKILL) after the program ended, before it kept the program's exit
-    status: the file merged from the parts takes the status the program's own process recorded
-    as it ended, and says where it came from."""
+def _run_with_launcher_killed_at_the_end(tmp_path, prog):
+    """`cuptiprof run -o k.duckdb -- python PROG` whose launcher is killed (SIGKILL) once the
+    program has ended, before it keeps the program's exit status or merges: its OUT.parts."""
     import subprocess
 
-    p = script(tmp_path, f"""
-        import cuptiprof, sys
-        with cuptiprof.range("step", step=0):
-            pass
-        {ending}
-    """)
     driver = script(tmp_path, """
         import os, signal, sys
         from cuptiprof.run import launcher
@@ -625,10 +610,31 @@ def test_a_run_whose_launcher_was_killed_after_its_program_ended_keeps_its_exit_
         sys.exit(main(sys.argv[1:]))
     """, name="driver.py")
     r = subprocess.run([PY, str(driver), "run", "-o", "k.duckdb", "--no-report", "--", PY,
-                        str(p)], cwd=tmp_path, env=__import__("_run_helpers").env(),
+                        str(prog)], cwd=tmp_path, env=__import__("_run_helpers").env(),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == -signal.SIGKILL, r.stderr
-    parts = tmp_path / "k.duckdb.parts"
+    return tmp_path / "k.duckdb.parts"
+
+
+@pytest.mark.parametrize("ending, status, code", [
+    ("", "complete", 0), ("sys.exit(3)", "failed", 3), ("exit(5)", "failed", 5),
+    ("raise ValueError('x')", "failed", 1), ("raise KeyboardInterrupt", "interrupted", 130),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", "interrupted", 143),
+    # the status is the last program's the process ran (an exec'd Python)
+    ("import os; os.execv(sys.executable, [sys.executable, '-c', 'import sys; sys.exit(6)'])",
+     "failed", 6)])
+def test_a_run_whose_launcher_was_killed_after_its_program_ended_keeps_its_exit_status(
+        tmp_path, ending, status, code):
+    """The launcher killed (SIGKILL) after the program ended, before it kept the program's exit
+    status: the file merged from the parts takes the status the program's own process recorded
+    as it ended, and says where it came from."""
+    p = script(tmp_path, f"""
+        import cuptiprof, sys
+        with cuptiprof.range("step", step=0):
+            pass
+        {ending}
+    """)
+    parts = _run_with_launcher_killed_at_the_end(tmp_path, p)
     m = cli(["merge", *sorted(x.name for x in parts.glob("*.duckdb")), "-o", "../k.duckdb"], parts)
     assert m.returncode == 0, m.stderr
     out = tmp_path / "k.duckdb"
@@ -954,29 +960,12 @@ def test_a_run_inside_a_run_passes_a_sigterm_on_to_the_command(tmp_path):
 def test_parts_of_a_run_that_kept_no_record_merge_under_the_output_name(tmp_path):
     """OUT.parts without the launcher's record (a cuptiprof that kept none, killed): the merge
     labels the run after OUT, and says its exit status is unknown."""
-    import subprocess
-
     p = script(tmp_path, """
         import cuptiprof
         with cuptiprof.range("step", step=0):
             pass
     """)
-    driver = script(tmp_path, """
-        import os, signal, sys
-        from cuptiprof.run import launcher
-
-        def wait_then_die(child, fwd=None):
-            child.wait()
-            os.kill(os.getpid(), signal.SIGKILL)
-        launcher._wait_forwarding = wait_then_die
-        from cuptiprof.cli import main
-        sys.exit(main(sys.argv[1:]))
-    """, name="driver.py")
-    r = subprocess.run([PY, str(driver), "run", "-o", "k.duckdb", "--no-report", "--", PY,
-                        str(p)], cwd=tmp_path, env=__import__("_run_helpers").env(),
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == -signal.SIGKILL, r.stderr
-    parts = tmp_path / "k.duckdb.parts"
+    parts = _run_with_launcher_killed_at_the_end(tmp_path, p)
     (parts / "run.json").unlink()
     m = cli(["merge", *sorted(x.name for x in parts.glob("*.duckdb")), "-o", "../k.duckdb"], parts)
     assert m.returncode == 0, m.stderr

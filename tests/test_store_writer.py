@@ -508,22 +508,31 @@ def test_a_ctrl_c_inside_a_write_is_given_back_and_says_where_it_landed():
         assert "while cuptiprof was writing recorded data" in got.value.__notes__[0]
 
 
+def _ctrl_c_on_kernel_inserts(monkeypatch, at: set) -> None:
+    """A Ctrl-C inside the writer's transaction: the n-th insert into kernel_rows, for n in
+    `at`, raises KeyboardInterrupt before it writes."""
+    import cuptiprof.store.writer as W
+
+    real_insert, calls = W._insert, []
+
+    def insert(con, table, tbl):
+        if table == "kernel_rows":
+            calls.append(table)
+            if len(calls) in at:
+                raise KeyboardInterrupt
+        real_insert(con, table, tbl)
+
+    monkeypatch.setattr(W, "_insert", insert)
+
+
 def test_a_batch_a_ctrl_c_rolled_back_is_written_by_close(tmp_path, monkeypatch):
     """The program stops as asked, and the rows of the stopped commit are not lost: close()
     (the collector's end) writes them; a Ctrl-C after the commit writes nothing twice."""
     import cuptiprof.store.writer as W
 
     path = tmp_path / "h.duckdb"
-    real_insert, calls = W._insert, []
-
-    def insert(con, table, tbl):
-        if table == "kernel_rows":
-            calls.append(table)
-            if len(calls) == 2:    # inside the second batch's transaction
-                raise KeyboardInterrupt
-        real_insert(con, table, tbl)
-
-    monkeypatch.setattr(W, "_insert", insert)
+    real_insert = W._insert
+    _ctrl_c_on_kernel_inserts(monkeypatch, {2})   # inside the second batch's transaction
     w = Writer(path)
     w.append({"kernels": kernels(2, ["a"])})
     with pytest.raises(KeyboardInterrupt):
@@ -617,18 +626,7 @@ def test_older_schema_is_refused_for_appending_and_the_file_is_left_as_it_was(tm
 def test_a_batch_a_ctrl_c_rolled_back_is_written_by_the_next_append(tmp_path, monkeypatch):
     """The rows a Ctrl-C rolled back go in with the next append, not only at close: a process
     killed later keeps them."""
-    import cuptiprof.store.writer as W
-
-    real_insert, calls = W._insert, []
-
-    def insert(con, table, tbl):
-        if table == "kernel_rows":
-            calls.append(table)
-            if len(calls) == 2:    # inside the second batch's transaction
-                raise KeyboardInterrupt
-        real_insert(con, table, tbl)
-
-    monkeypatch.setattr(W, "_insert", insert)
+    _ctrl_c_on_kernel_inserts(monkeypatch, {2})   # inside the second batch's transaction
     w = Writer(tmp_path / "h.duckdb")
     w.append({"kernels": kernels(2, ["a"])})
     with pytest.raises(KeyboardInterrupt):
@@ -818,18 +816,7 @@ def test_a_null_name_slot_may_hold_any_index(tmp_path):
 def test_a_ctrl_c_while_a_held_batch_is_written_again_loses_no_batch(tmp_path, monkeypatch):
     """A second Ctrl-C lands while the next append writes the held batch again: both that batch
     and the one being appended are held, and close() writes them in order."""
-    import cuptiprof.store.writer as W
-
-    real_insert, calls = W._insert, []
-
-    def insert(con, table, tbl):
-        if table == "kernel_rows":
-            calls.append(table)
-            if len(calls) in (2, 3):    # the second batch, then its second try
-                raise KeyboardInterrupt
-        real_insert(con, table, tbl)
-
-    monkeypatch.setattr(W, "_insert", insert)
+    _ctrl_c_on_kernel_inserts(monkeypatch, {2, 3})   # the second batch, then its second try
     path = tmp_path / "h.duckdb"
     w = Writer(path)
     w.append({"kernels": kernels(2, ["a"])})
