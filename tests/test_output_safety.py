@@ -364,7 +364,8 @@ def test_an_empty_output_path_is_named_as_empty(tmp_path, capsys, monkeypatch, c
         inputs = [str(src), str(write_synthetic(tmp_path / "b.duckdb", steps=2, kernels_per_step=5))]
     before = sorted(p.name for p in tmp_path.iterdir())
     capsys.readouterr()
-    assert main([command, *inputs, "-o", ""]) == 2
-    err = capsys.readouterr().err.splitlines()
-    assert err == ["cuptiprof: error: -o '': the output path is empty; give a file name"], err
+    for out in ("", "  "):   # blanks too, as run refuses them
+        assert main([command, *inputs, "-o", out]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err == [f"cuptiprof: error: -o {out!r}: the output path is empty; give a file name"], err
     assert sorted(p.name for p in tmp_path.iterdir()) == before

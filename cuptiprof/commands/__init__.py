@@ -2,6 +2,8 @@
 
 import argparse
 
+from cuptiprof.errors import UsageError
+
 # The positional FILE of the commands that read one cuptiprof file (report, sql, export).
 FILE_HELP = "a cuptiprof .duckdb file (from run, import or merge)"
 # The FILE... of the commands that read several (compare, merge).
@@ -22,3 +24,11 @@ def top_rows(text: str) -> int:
     if not 1 <= n <= 1_000_000_000:
         raise argparse.ArgumentTypeError(f"{text}: must be at least 1 and at most 1000000000")
     return n
+
+
+def named_output(path: str) -> str:
+    """-o of import and merge: `-o "$OUT"` with OUT unset is refused, not taken for the
+    current folder."""
+    if not path.strip():
+        raise UsageError(f"-o {path!r}: the output path is empty; give a file name")
+    return path

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from cuptiprof.errors import UsageError
+from cuptiprof.commands import named_output
 
 
 def register(sub) -> None:
@@ -30,8 +30,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from cuptiprof.interop.importing import import_traces
-    if args.output == "":   # `-o "$OUT"` with OUT unset: not the current folder
-        raise UsageError("-o '': the output path is empty; give a file name")
+    named_output(args.output)
     res = import_traces(args.traces, args.output, label=args.label, overwrite=args.force,
                         progress=False if args.no_progress else None)
     rows = res["rows"]

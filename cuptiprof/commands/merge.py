@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from cuptiprof.commands import FILES_HELP
+from cuptiprof.commands import FILES_HELP, named_output
 from cuptiprof.errors import InputError, UsageError
 
 
@@ -24,8 +24,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from cuptiprof.store.merge import merge_files_result
-    if args.output == "":   # `-o "$OUT"` with OUT unset: not the current folder
-        raise UsageError("-o '': the output path is empty; give a file name")
+    named_output(args.output)
 
     seen: dict = {}
     for f in args.files:
