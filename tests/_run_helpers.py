@@ -28,6 +28,19 @@ def script(tmp: Path, body: str, name: str = "prog.py") -> Path:
     return p
 
 
+def driver(tmp: Path, patch: str) -> Path:
+    """A script that runs the cuptiprof command line given to it after `patch`, Python that
+    replaces a piece of cuptiprof (the launcher's wait, its merge) to stage a failure."""
+    return script(tmp, textwrap.dedent(patch) + "\nimport sys\nfrom cuptiprof.cli import main\n"
+                  "sys.exit(main(sys.argv[1:]))\n", name="driver.py")
+
+
+def cli_driven(patch: str, args, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """cli() through driver(cwd, patch)."""
+    return subprocess.run([sys.executable, str(driver(cwd, patch)), *map(str, args)], cwd=cwd,
+                          env=env(), capture_output=True, text=True, timeout=timeout)
+
+
 def cli(args, cwd: Path, timeout: float = 120, **extra) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cuptiprof", *map(str, args)], cwd=cwd,
                           env=env(**extra), capture_output=True, text=True, timeout=timeout)

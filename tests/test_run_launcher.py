@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from _run_helpers import cli, one_line_error, popen, q, script, wait_for
+from _run_helpers import cli, cli_driven, driver, one_line_error, popen, q, script, wait_for
 
 PY = sys.executable
 
@@ -547,7 +547,7 @@ def test_sigterm_while_the_command_starts_reaches_it(tmp_path, at_call):
 
     ready, pidf = tmp_path / "ready", tmp_path / "child.pid"
     p = script(tmp_path, "import time; time.sleep(60)\n")
-    driver = script(tmp_path, f"""
+    drv = driver(tmp_path, f"""
         import pathlib, sys, time
         from cuptiprof.run import launcher
         real, calls = launcher.save_record, []
@@ -561,10 +561,8 @@ def test_sigterm_while_the_command_starts_reaches_it(tmp_path, at_call):
                 pathlib.Path({str(ready)!r}).write_text("x")
                 time.sleep(1.5)
         launcher.save_record = save_record
-        from cuptiprof.cli import main
-        sys.exit(main(sys.argv[1:]))
-    """, name="driver.py")
-    proc = subprocess.Popen([PY, str(driver), "run", "-o", "t.duckdb", "--no-report", "--", PY,
+    """)
+    proc = subprocess.Popen([PY, str(drv), "run", "-o", "t.duckdb", "--no-report", "--", PY,
                              str(p)], cwd=tmp_path, env=__import__("_run_helpers").env(),
                             stdout=subprocess.DEVNULL, stderr=(tmp_path / "err").open("w"))
     child = None
@@ -596,9 +594,8 @@ def test_sigterm_while_the_command_starts_reaches_it(tmp_path, at_call):
 def _run_with_launcher_killed_at_the_end(tmp_path, prog):
     """`cuptiprof run -o k.duckdb -- python PROG` whose launcher is killed (SIGKILL) once the
     program has ended, before it keeps the program's exit status or merges: its OUT.parts."""
-    import subprocess
 
-    driver = script(tmp_path, """
+    patch = """
         import os, signal, sys
         from cuptiprof.run import launcher
 
@@ -606,12 +603,8 @@ def _run_with_launcher_killed_at_the_end(tmp_path, prog):
             child.wait()
             os.kill(os.getpid(), signal.SIGKILL)
         launcher._wait_forwarding = wait_then_die
-        from cuptiprof.cli import main
-        sys.exit(main(sys.argv[1:]))
-    """, name="driver.py")
-    r = subprocess.run([PY, str(driver), "run", "-o", "k.duckdb", "--no-report", "--", PY,
-                        str(prog)], cwd=tmp_path, env=__import__("_run_helpers").env(),
-                       capture_output=True, text=True, timeout=120)
+    """
+    r = cli_driven(patch, ["run", "-o", "k.duckdb", "--no-report", "--", PY, str(prog)], tmp_path)
     assert r.returncode == -signal.SIGKILL, r.stderr
     return tmp_path / "k.duckdb.parts"
 
@@ -752,7 +745,6 @@ def test_a_run_inside_a_run_passes_on_the_signal_that_ended_the_command(tmp_path
 def test_a_signal_while_the_output_is_written_does_not_cost_it(tmp_path, sig):
     """A second Ctrl-C, a SIGTERM or a SIGHUP that reaches the launcher while it merges the parts
     into OUT is noted: OUT is written whole, and the command's exit status is still the run's."""
-    import subprocess
 
     p = script(tmp_path, """
         import sys, cuptiprof
@@ -760,7 +752,7 @@ def test_a_signal_while_the_output_is_written_does_not_cost_it(tmp_path, sig):
             pass
         sys.exit(3)
     """)
-    driver = script(tmp_path, f"""
+    patch = f"""
         import os, sys
         from cuptiprof.run import launcher
         real = launcher.finish
@@ -769,12 +761,8 @@ def test_a_signal_while_the_output_is_written_does_not_cost_it(tmp_path, sig):
             os.kill(os.getpid(), {int(sig)})
             return real(*args, **kw)
         launcher.finish = finish
-        from cuptiprof.cli import main
-        sys.exit(main(sys.argv[1:]))
-    """, name="driver.py")
-    r = subprocess.run([PY, str(driver), "run", "-o", "m.duckdb", "--no-report", "--", PY,
-                        str(p)], cwd=tmp_path, env=__import__("_run_helpers").env(),
-                       capture_output=True, text=True, timeout=120)
+    """
+    r = cli_driven(patch, ["run", "-o", "m.duckdb", "--no-report", "--", PY, str(p)], tmp_path)
     assert r.returncode == 3, r.stderr
     assert "cuptiprof: writing m.duckdb first; it takes a moment" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
@@ -860,7 +848,6 @@ def test_parts_kept_by_a_failed_merge_merge_later_into_the_run_as_it_ended(tmp_p
     """The merge into OUT failed (a full disk): the launcher had learnt how the command ended,
     and the parts keep it, so merging them later writes that run, not one recovered from a
     killed launcher."""
-    import subprocess
 
     p = script(tmp_path, """
         import sys, cuptiprof
@@ -868,19 +855,15 @@ def test_parts_kept_by_a_failed_merge_merge_later_into_the_run_as_it_ended(tmp_p
             pass
         sys.exit(3)
     """)
-    driver = script(tmp_path, """
+    patch = """
         import errno, os, sys
         from cuptiprof.store import merge
 
         def full(*args, **kw):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         merge.merge_files = full
-        from cuptiprof.cli import main
-        sys.exit(main(sys.argv[1:]))
-    """, name="driver.py")
-    r = subprocess.run([PY, str(driver), "run", "-o", "k.duckdb", "--no-report", "--", PY,
-                        str(p)], cwd=tmp_path, env=__import__("_run_helpers").env(),
-                       capture_output=True, text=True, timeout=120)
+    """
+    r = cli_driven(patch, ["run", "-o", "k.duckdb", "--no-report", "--", PY, str(p)], tmp_path)
     assert r.returncode == 3, r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("cuptiprof: error:")]
     assert len(errors) == 1 and "k.duckdb.parts" in errors[0], r.stderr
