@@ -165,6 +165,10 @@ def test_open_takes_python_step_forms(tmp_path, steps, scope):
     (7, "no recorded step in steps=7; its steps are 0 to 2 (cuptiprof.open("),
     ("0-2", "steps='0-2': expected A:B, A:, :B or N (step numbers, inclusive); steps 0 to 2 are 0:2"),
     ("0 2", "steps='0 2': expected A:B"),   # two numbers, no colon: not step 0 alone
+    # a blank string is no step spec: every step is steps=None, as the command line's
+    # `--steps ""` is refused and not read as every step
+    ("", "steps='': empty; give A:B, A:, :B or N (step numbers, inclusive), or leave it out"),
+    ("  ", "steps='  ': empty; give A:B"),
 ])
 def test_open_refuses_bad_steps_in_python_words(tmp_path, steps, says):
     p = tmp_path / "f.duckdb"
@@ -254,6 +258,24 @@ def test_the_cli_keeps_its_option_wording(tmp_path):
     record(tmp_path / "one.duckdb", steps=1)
     r = cli(["sql", tmp_path / "one.duckdb", "SELECT 1", "--steps", "5"], tmp_path)
     assert r.returncode == 2 and "no recorded step in --steps '5'; its only step is 0 (" in r.stderr
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+@pytest.mark.parametrize("cmd", [["report"], ["sql", "SELECT 1"], ["export", "--chrome", "x.json"]])
+def test_empty_steps_is_refused_not_read_as_every_step(tmp_path, capsys, cmd, blank):
+    """`--steps "$STEPS"` with STEPS unset read as every step: the report of the whole run,
+    under the scope the user meant to narrow."""
+    from cuptiprof.cli import main
+
+    p = tmp_path / "f.duckdb"
+    record(p)
+    out = tmp_path / "x.json"
+    args = [a.replace("x.json", str(out)) for a in cmd[1:]]
+    assert main([cmd[0], str(p), *args, "--steps", blank]) == 2
+    printed, err = capsys.readouterr()
+    assert printed == "" and not out.exists()
+    assert err.splitlines() == [f"cuptiprof: error: --steps {blank!r}: empty; give A:B, A:, :B "
+                                "or N (step numbers, inclusive), or leave it out"]
 
 
 @pytest.mark.parametrize("cmd", [["report"], ["sql", "SELECT 1"], ["export", "--chrome", "x.json"]])

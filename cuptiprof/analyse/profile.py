@@ -47,9 +47,12 @@ def has_stored_busy(con, db: str = "") -> bool:
 def parse_steps(spec: str | None, label: str | None = None) -> tuple[int | None, int | None] | None:
     """'3:5' -> (3, 5) inclusive; '3:' / ':5' open-ended; '4' -> (4, 4); None -> None.
     label: how messages name the argument (default: the CLI's `--steps '3:5'`)."""
-    if spec is None or spec == "":
+    if spec is None:
         return None
     label = label or f"--steps {spec!r}"
+    if not str(spec).strip():   # `--steps "$STEPS"` with STEPS unset: not every step
+        raise UsageError(f"{label}: empty; give A:B, A:, :B or N (step numbers, inclusive), "
+                         "or leave it out")
     m = re.fullmatch(r"\s*(-?\d+)?\s*(:)?\s*(-?\d+)?\s*", str(spec))
     if not m or (m.group(1) is None and m.group(3) is None):
         raise UsageError(f"{label}: expected A:B, A:, :B or N (step numbers, inclusive)")
