@@ -81,6 +81,26 @@ def test_a_run_already_merged_is_refused(tmp_path, case):
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 
+def test_runs_kept_apart_note_an_unreadable_input_as_one_run_does(tmp_path):
+    """skip_unreadable left an unreadable input out without a word when runs are kept apart
+    (one_run=True noted it): the merged file read as the whole of its inputs. Its note now
+    goes with every run, as the one run of a one_run merge carries its own."""
+    a = _file(tmp_path / "a.duckdb", ["gemm"], 11, "hostA")
+    bad = tmp_path / "bad.duckdb"
+    bad.write_text("not a database" * 100)
+    b = _file(tmp_path / "b.duckdb", ["relu"], 22, "hostB")
+    out = merge_files([a, bad, b], tmp_path / "all.duckdb", skip_unreadable=True)
+    assert q(out, "SELECT run_id, label FROM runs ORDER BY run_id") == [(1, "hostA"), (2, "hostB")]
+    rows = q(out, "SELECT run_id, pid, check_name, subject, detail FROM data_quality ORDER BY ALL")
+    assert [r[:4] for r in rows] == [(1, None, "unreadable_part", "bad.duckdb"),
+                                     (2, None, "unreadable_part", "bad.duckdb")]
+    assert rows[0][4].startswith("input file bad.duckdb could not be read and was left out: ")
+    # none readable: no run to carry the note, which still says what was left out
+    out = merge_files([bad], tmp_path / "none.duckdb", skip_unreadable=True)
+    assert q(out, "SELECT run_id, check_name, subject FROM data_quality") == [
+        (None, "unreadable_part", "bad.duckdb")]
+
+
 def test_one_run_marks_killed_part(tmp_path):
     a = _file(tmp_path / "h-1.duckdb", ["k"], 1, "h")
     code = (f"import os\nfrom cuptiprof.store.writer import Writer, RunInfo\n"

@@ -42,7 +42,7 @@ _RANGE_REFS = ("range_id", "parent_id", "op_id")
 
 @dataclass
 class MergeResult:
-    """What a merge did; `skipped` lists sources that could not be read (one_run only)."""
+    """What a merge did; `skipped` lists sources that could not be read (skip_unreadable)."""
 
     path: Path
     runs: int = 0
@@ -64,8 +64,9 @@ def merge_files(sources: Iterable[str | os.PathLike], dest: str | os.PathLike, *
     part whose writer never closed marks its processes `ended_early` with a data_quality
     row 'process_ended_early' (so do the pids in `ended_early`). `extra` maps table -> columns
     appended to that run; its `processes` rows fill in (by pid) those the parts wrote.
-    skip_unreadable (default: one_run) records unreadable sources in data_quality instead of
-    failing.
+    skip_unreadable (default: one_run) leaves unreadable sources out instead of failing, each
+    with a data_quality row 'unreadable_part' (pid NULL): the one run's (one_run=True), or every
+    merged run's (one_run=False; run_id NULL when no source could be read).
     """
     return merge_files_result(sources, dest, one_run=one_run, run_info=run_info, status=status,
                               end_ns=end_ns, extra=extra, skip_unreadable=skip_unreadable,
@@ -108,6 +109,8 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
         if one_run:
             m.dead.update(int(p) for p in ended_early)
             m.finish_one_run(run_info or RunInfo(), status, end_ns, extra or {})
+        else:
+            m.finish_runs()
         m.finish_busy()
         result.runs = first_row(con.execute("SELECT count(*) FROM runs"))[0]
         con.execute("CHECKPOINT")
@@ -181,8 +184,9 @@ class _Merger:
 
     def _skipped(self, src: Path, why: str) -> None:
         self.result.skipped.append((str(src), why))
+        what = "part file" if self.one_run else "input file"
         self.quality.append((None, "unreadable_part", src.name, None,
-                             f"part file {src.name} could not be read and was left out: {why}"))
+                             f"{what} {src.name} could not be read and was left out: {why}"))
 
     def _version(self, src: Path) -> int | None:
         try:
@@ -404,6 +408,14 @@ class _Merger:
             con.executemany("INSERT INTO data_quality (run_id, pid, check_name, subject, count, detail) "
                             "VALUES (1, ?, ?, ?, ?, ?)", self.quality)
 
+    def finish_runs(self) -> None:
+        """Runs kept apart: a note on the merge as a whole (an input left out) belongs to no run
+        more than another, so every run carries it; run_id NULL when there is none."""
+        if self.quality:
+            self.con.executemany(
+                "INSERT INTO data_quality (run_id, pid, check_name, subject, count, detail) "
+                "SELECT r.run_id, ?, ?, ?, ?, ? FROM (SELECT run_id FROM runs UNION ALL "
+                "SELECT NULL WHERE NOT EXISTS (SELECT 1 FROM runs)) r", self.quality)
 
     def finish_busy(self) -> None:
         """Complete step_busy for every merged run: compute it for runs whose source lacked it,
