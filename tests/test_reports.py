@@ -905,6 +905,36 @@ def test_steps_report_counts_every_host_wait_of_a_step(tmp_path):
     assert sum(g[4] for g in got) == pytest.approx(waits)
 
 
+def test_a_steps_row_of_waits_alone_is_measured_against_no_median(tmp_path):
+    """A row of waits alone on an unknown device launched no GPU work there, yet it read -100%
+    of the median of the steps whose work had no device either (copies of steps 1 and 2): those
+    steps are the device-less work's only spread, and step 3's waits are no step of it."""
+    t, us = 1_700_000_000_000_000_000, 1_000
+    path = tmp_path / "waits.duckdb"
+    steps = [(s, None, 0, "step", "step", s, s * 1000, s * 1000 + 1000) for s in (1, 2, 3)]
+    with Writer(path, RunInfo(source="synthetic"), pid=3) as w:
+        w.append({"ranges": _range_rows(steps, t, us),
+                  "kernels": {"name": ["k"] * 3, "device_id": pa.array([0] * 3, pa.int32()),
+                              "stream_id": pa.array([7] * 3, pa.int32()),
+                              "step": pa.array([1, 2, 3], pa.int32()),
+                              "start_ns": [t + s * 1000 * us + 10 * us for s in (1, 2, 3)],
+                              "end_ns": [t + s * 1000 * us + 110 * us for s in (1, 2, 3)]},
+                  "memcpys": {"device_id": pa.array([None, None], pa.int32()),
+                              "stream_id": pa.array([None, None], pa.int32()),
+                              "copy_kind": ["HtoD", "HtoD"], "bytes": [64, 64],
+                              "step": pa.array([1, 2], pa.int32()),
+                              "start_ns": [t + 1200 * us, t + 2200 * us],
+                              "end_ns": [t + 1250 * us, t + 2250 * us]},
+                  "syncs": {"device_id": pa.array([None], pa.int32()), "stream_id": pa.array([None], pa.int32()),
+                            "sync_type": ["context_synchronize"], "step": pa.array([3], pa.int32()),
+                            "start_ns": [t + 3200 * us], "end_ns": [t + 3300 * us]}})
+    got = {(r["device_id"], r["step"]): (round(r["busy_ms"], 6), round(r["sync_ms"], 6),
+                                         r["busy_vs_median_pct"]) for r in _steps_rows(path)}
+    assert got[(None, 3)] == (0.0, 0.1, None)
+    assert got[(None, 1)] == got[(None, 2)] == (0.05, 0.0, pytest.approx(0))
+    assert got[(0, 3)] == (0.1, 0.0, pytest.approx(0))
+
+
 def test_ops_of_equal_time_are_listed_by_name(tmp_path):
     """Ties in total time keep a stable order, by name, so that --top N and a diff of two
     outputs do not depend on the engine's row order."""

@@ -16,7 +16,7 @@
 -- top_op: the op with the most summed time in the step
 -- top_op_ms: its summed time
 -- complete: FALSE for a step the program's exception (a Ctrl-C, an error) ended early (data_quality 'step_incomplete'): its numbers cover only the part that ran
--- busy_vs_median_pct: busy time relative to the median complete step of the same device (a step that launched no GPU work counting 0, as in step_spread), in percent (step-to-step spread)
+-- busy_vs_median_pct: busy time relative to the median complete step of the same device (a step that launched no GPU work counting 0, as in step_spread), in percent (step-to-step spread); NULL for a row of host waits alone (on an unknown device, or one the process launched nothing on), which is no step of any device's spread
 -- Kernels group on integer keys alone (name ids); copies and memsets on their name.
 WITH optot AS (
     SELECT run_id, pid, device_id, step, 'kernel' AS kind, name_id, NULL::VARCHAR AS name, n, t
@@ -86,7 +86,8 @@ WITH optot AS (
            j.idle_pct, coalesce(j.kernels, 0) AS kernels,
            coalesce(j.kernel_ms, 0) AS kernel_ms, coalesce(j.memcpy_ms, 0) AS memcpy_ms,
            coalesce(j.memset_ms, 0) AS memset_ms, coalesce(y.sync_ns, 0) / 1e6 AS sync_ms,
-           j.top_op, j.top_op_ms
+           j.top_op, j.top_op_ms,
+           j.run_id IS NULL AS waits_alone
     FROM joined j
     FULL OUTER JOIN syncs y ON y.run_id = j.run_id AND y.pid = j.pid
           AND y.step IS NOT DISTINCT FROM j.step AND y.device_id IS NOT DISTINCT FROM j.device_id
@@ -100,7 +101,12 @@ WITH optot AS (
                             AND c.pid = j.pid AND c.step = j.step) AS complete
     FROM rows j
 )
-SELECT m.*, 100.0 * (m.busy_ms / nullif(d.busy_median_ms, 0) - 1) AS busy_vs_median_pct
+SELECT m.* EXCLUDE (waits_alone),
+       100.0 * (m.busy_ms / nullif(d.busy_median_ms, 0) - 1) AS busy_vs_median_pct
 FROM marked m
-LEFT JOIN med d ON d.run_id = m.run_id AND d.pid = m.pid AND d.device_id IS NOT DISTINCT FROM m.device_id
+-- a row of waits alone is no step of the median's: waits on an unknown device (NULL) in a step
+-- whose work had a device are not among the device-less work's steps, and compared with their
+-- median read -100%
+LEFT JOIN med d ON NOT m.waits_alone AND d.run_id = m.run_id AND d.pid = m.pid
+      AND d.device_id IS NOT DISTINCT FROM m.device_id
 ORDER BY run_id, pid, device_id NULLS LAST, step
