@@ -308,6 +308,8 @@ def test_no_steps_notice_speaks_of_the_step_option_given(tmp_path, option, says)
     (["--kinds", "bogus"], "bogus"),
     (["-o", "missing-dir/x.duckdb"], "does not exist"),
     (["-o", ""], "the output path is empty"),   # -o "$OUT" with OUT unset
+    (["--step-range", ""], "--step-range '': empty; give the name of the range"),
+    (["--step-fn", " "], "--step-fn ' ': empty; give MODULE:QUALNAME"),
     (["--overhead", "-o", ""], "leave out -o"),
     (["--repeat", "3"], "--repeat 3 goes with --overhead"),   # the default count, given alone
     (["--repeat", "5"], "--repeat 5 goes with --overhead"),

@@ -87,6 +87,11 @@ def validate(cmd: list[str], o: LaunchOptions) -> str:
             raise UsageError(f"--kinds {k}: unknown kind; choose from {', '.join(KINDS)}")
     if o.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise UsageError(f"--log-level {o.log_level}: choose DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    # `--step-range "$NAME"` with NAME unset recorded a run without steps, as if left out
+    for opt, value, give in (("--step-range", o.step_range, "the name of the range"),
+                             ("--step-fn", o.step_fn, "MODULE:QUALNAME")):
+        if value is not None and not value.strip():
+            raise UsageError(f"{opt} {value!r}: empty; give {give}, or leave it out")
     if o.step_fn:
         _check_step_fn(o.step_fn, cmd)
     exe = shutil.which(cmd[0])
