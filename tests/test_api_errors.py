@@ -47,6 +47,9 @@ def test_unknown_source_leaves_no_file_and_the_retry_works(tmp_path):
     ({"kinds": 3}, "unknown kind(s) 3; choose from kernel, memcpy"),
     ({"kinds": ["kernel", 3]}, "unknown kind(s) 3; choose from kernel, memcpy"),
     ({"step_range": 3}, "step_range must be a range's name (a str) or None, not 3"),
+    # a blank name marked no step and recorded a run without steps, as `run --step-range ""` did
+    ({"step_range": ""}, "step_range '': empty; give the name of the range, or None"),
+    ({"step_range": " "}, "step_range ' ': empty; give the name of the range, or None"),
 ])
 def test_profile_refuses_bad_arguments_in_python_words(tmp_path, kw, says):
     """A string count compared with an int (TypeError), a fractional step count (one more step

@@ -136,6 +136,8 @@ class Session:
         if step_range is not None and not isinstance(step_range, str):
             raise UsageError(f"step_range must be a range's name (a str) or None, "
                              f"not {step_range!r}")
+        if step_range is not None and not step_range.strip():  # a name read from an unset variable
+            raise UsageError(f"step_range {step_range!r}: empty; give the name of the range, or None")
         if light:
             chosen = [k for k in chosen if k not in ("api", "nvtx", "memory")]
         self.path = Path(path)
