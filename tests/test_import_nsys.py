@@ -658,3 +658,33 @@ def test_a_push_pop_range_inside_a_start_end_range_keeps_its_calls(tmp_path):
     assert con.execute("""SELECT k.start_ns, r.name FROM kernels k LEFT JOIN ranges r
         ON r.pid = k.pid AND r.range_id = k.range_id ORDER BY 1""").fetchall() == [
         (970, "inner"), (1010, "upload")]
+
+
+@pytest.mark.parametrize("graph_cols", [True, False], ids=["graphId", "no-graphId"])
+def test_graph_launches_keep_their_graph_and_node(tmp_path, graph_cols):
+    """Kernels, copies and memsets replayed from a CUDA graph keep graphId and graphNodeId; nsys
+    writes 0 for work that is no graph's (as CUPTI does), which reads as NULL, as the collector
+    stores it. An export without the columns (older schemas) has NULL throughout."""
+    src = nsys_export(tmp_path / "g.sqlite", launches=_launches(2))
+    g = 4242 << 24
+    extra = ", graphId INTEGER, graphNodeId INTEGER" if graph_cols else ""
+    ids = [(5, 501), (0, 0)] if graph_cols else [(), ()]
+    with sqlite3.connect(src) as db:
+        db.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    add_table(src, "CUPTI_ACTIVITY_KIND_KERNEL", GPU_COLS + ", mangledName INTEGER" + extra,
+              [(1020, 1060, 0, 1, 7, 1, g, 2, *ids[0]), (1120, 1160, 0, 1, 7, 2, g, 2, *ids[1])])
+    add_table(src, "CUPTI_ACTIVITY_KIND_MEMCPY",
+              GPU_COLS + ", bytes INTEGER, copyKind INTEGER, srcKind INTEGER, dstKind INTEGER" + extra,
+              [(2000, 2050, 0, 1, 7, 10, g, 64, 8, 2, 2, *ids[0]),
+               (2100, 2150, 0, 1, 7, 11, g, 64, 8, 2, 2, *ids[1])])
+    add_table(src, "CUPTI_ACTIVITY_KIND_MEMSET",
+              GPU_COLS + ", value INTEGER, bytes INTEGER, memKind INTEGER" + extra,
+              [(3000, 3050, 0, 1, 7, 20, g, 0, 64, 2, *ids[0]),
+               (3100, 3150, 0, 1, 7, 21, g, 0, 64, 2, *ids[1])])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    want = [(5, 501), (None, None)] if graph_cols else [(None, None), (None, None)]
+    with duckdb.connect(str(out), read_only=True) as con:
+        for t in ("kernels", "memcpys", "memsets"):
+            assert con.execute(f"SELECT graph_id, graph_node_id FROM {t} ORDER BY start_ns"
+                               ).fetchall() == want, t

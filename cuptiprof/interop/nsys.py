@@ -41,6 +41,12 @@ _ACTIVITY = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
              "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME")
 
 
+def _graph(ids: list) -> pa.Array:
+    """graphId / graphNodeId: 0 is CUPTI's "not launched from a graph" (nsys writes it, or NULL),
+    NULL as the collector stores it (collect/resolve.py)."""
+    return AC.array([None if v == 0 else v for v in ids], pa.int64())
+
+
 def _pid(global_id: int | None) -> int:
     return (int(global_id) >> 24) & 0xFFFFFF if global_id is not None else 0
 
@@ -211,14 +217,13 @@ class NsysFile:
                 for k, v in zip(("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                                  "registers", "static_smem", "dynamic_smem"), c[9:18]):
                     cols[k] = AC.array(v, pa.int32())
-                cols["graph_id"] = AC.array(c[18], pa.int64())
-                cols["graph_node_id"] = AC.array(c[19], pa.int64())
+                cols.update(graph_id=_graph(c[18]), graph_node_id=_graph(c[19]))
                 w.append({"kernels": cols})
                 self._count("kernel_rows", len(c[0]))
         t = "CUPTI_ACTIVITY_KIND_MEMCPY"
         if t in self.tables:
-            for c in self._select(t, common + ["bytes", "copyKind", "srcKind", "dstKind",
-                                               "srcDeviceId", "dstDeviceId", "graphNodeId"]):
+            for c in self._select(t, common + ["bytes", "copyKind", "srcKind", "dstKind", "srcDeviceId",
+                                               "dstDeviceId", "graphId", "graphNodeId"]):
                 cols = base(c)
                 cols.update(bytes=AC.array(c[7], pa.int64()),
                             copy_kind=[copy.get(k, "unknown") for k in c[8]],
@@ -226,16 +231,17 @@ class NsysFile:
                             dst_kind=[memk.get(k, "unknown") for k in c[10]],
                             src_device_id=AC.array(c[11], pa.int32()),
                             dst_device_id=AC.array(c[12], pa.int32()),
-                            graph_node_id=AC.array(c[13], pa.int64()))
+                            graph_id=_graph(c[13]), graph_node_id=_graph(c[14]))
                 w.append({"memcpys": cols})
                 self._count("memcpys", len(c[0]))
         t = "CUPTI_ACTIVITY_KIND_MEMSET"
         if t in self.tables:
-            for c in self._select(t, common + ["bytes", "value", "memKind|memoryKind", "graphNodeId"]):
+            for c in self._select(t, common + ["bytes", "value", "memKind|memoryKind", "graphId",
+                                               "graphNodeId"]):
                 cols = base(c)
                 cols.update(bytes=AC.array(c[7], pa.int64()), value=AC.array(c[8], pa.int32()),
                             memory_kind=[memk.get(k, "unknown") for k in c[9]],
-                            graph_node_id=AC.array(c[10], pa.int64()))
+                            graph_id=_graph(c[10]), graph_node_id=_graph(c[11]))
                 w.append({"memsets": cols})
                 self._count("memsets", len(c[0]))
         t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
