@@ -2363,3 +2363,33 @@ def test_export_and_import_status_lines_are_prefixed_on_stderr(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout == "" and r.stderr.startswith("cuptiprof: imported 1 file(s) ("), r.stderr
     assert len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def test_an_export_of_one_process_names_its_runs_devices_not_another_runs(tmp_path):
+    """A merge of two runs on different GPUs: the first recorded nothing but its A100, the
+    second's process has GPU rows while its H200 is recorded under another process of that run
+    (rank 0, say). An export of that process names its own run's GPU, not the first one the
+    file holds; where its run names none, the file's."""
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    srcs = []
+    for k, gpu in enumerate(("A100", "H200")):
+        src = tmp_path / f"r{k}.duckdb"
+        with Writer(src, RunInfo(source="synthetic"), pid=40 + k) as w:
+            batch = {"devices": {"pid": i32([40 + k]), "device_id": i32([0]), "kind": ["gpu"],
+                                 "name": [gpu]}}
+            if k:
+                batch["kernels"] = {"pid": i32([50]), "device_id": i32([0]), "stream_id": i32([7]),
+                                    "name": ["k"], "correlation_id": [1], "start_ns": [T0],
+                                    "end_ns": [T0 + 5]}
+            w.append(batch)
+        srcs.append(src)
+    merged = merge_files(srcs, tmp_path / "m.duckdb")
+    out = tmp_path / "m.json"
+    with cuptiprof.open(merged) as prof:
+        export_chrome(prof, out)
+    assert [d["name"] for d in load_trace(out)["deviceProperties"]] == ["H200"]
+    with duckdb.connect(str(merged)) as con:   # its run names no device: the file's
+        con.execute("DELETE FROM devices WHERE name = 'H200'")
+    with cuptiprof.open(merged) as prof:
+        export_chrome(prof, out, force=True)
+    assert [d["name"] for d in load_trace(out)["deviceProperties"]] == ["A100"]

@@ -615,11 +615,13 @@ _EVENTS = {"ranges": _ranges, "api_calls": _api_calls, "kernels": _kernels, "mem
 def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
     single = pids.single
     # One process's trace says what the file knows of that process, not of another one it holds
-    # (a rank that recorded nothing, beside it in a merge): its devices (any the file has where
-    # none is its own), rank and host.
+    # (a rank that recorded nothing, beside it in a merge): its devices (where none is its own,
+    # its run's, another process of it having recorded them; where the run has none either,
+    # any the file has), rank and host.
     own = "run_id IS NOT DISTINCT FROM ? AND pid IS NOT DISTINCT FROM ?" if procs else "TRUE"
     own_args = list(procs[0]) if procs else []
-    devices = (_device_props(con, procs[0]) if single and procs else []) or _device_props(con)
+    devices = ((_device_props(con, procs[0]) or _device_props(con, procs[0], whole_run=True))
+               if single and procs else []) or _device_props(con)
     head = {"schemaVersion": 1, "baseTimeNanoseconds": base, "displayTimeUnit": "ms",
             "deviceProperties": devices,
             # not Kineto's: the External ids are range ids (see LINKS), which the importer links by
@@ -712,12 +714,13 @@ DEVICE_KEYS = {"peak_memory_bw_gbps": "peakMemoryBandwidthGBps", "uuid": "uuid",
                "peak_host_link_gbps": "peakHostLinkGBps", "peak_nvlink_gbps": "peakNvlinkGBps"}
 
 
-def _device_props(con, proc: tuple | None = None) -> list[dict]:
-    """Kineto's deviceProperties: of one process (run_id, pid), or the first of each ordinal."""
+def _device_props(con, proc: tuple | None = None, *, whole_run: bool = False) -> list[dict]:
+    """Kineto's deviceProperties: of one process (run_id, pid), or the first of each ordinal
+    (of the process's run where whole_run, of the file where no process is given)."""
     out = []
     seen = set()
-    where = "" if proc is None else \
-        f"AND run_id IS NOT DISTINCT FROM {_lit(proc[0])} AND pid IS NOT DISTINCT FROM {_lit(proc[1])}"
+    where = "" if proc is None else f"AND run_id IS NOT DISTINCT FROM {_lit(proc[0])}" + (
+        "" if whole_run else f" AND pid IS NOT DISTINCT FROM {_lit(proc[1])}")
     for dev, name, cc, sms, mem, *more in con.execute(
             "SELECT device_id, name, compute_capability, sm_count, memory_bytes, "
             f"{', '.join(DEVICE_KEYS)} FROM devices WHERE kind IN ('gpu', 'cpu') {where} "
