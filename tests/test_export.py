@@ -396,7 +396,9 @@ def test_flows_match_rows_with_a_correlation_id(odd, odd_trace):
     starts = [e for e in ev if e["ph"] == "s"]
     ends = [e for e in ev if e["ph"] == "f"]
     assert len(starts) == n("api_calls") == 5
-    assert len(ends) == sum(n(t) for t in ("kernels", "memcpys", "memsets", "syncs")) == 20
+    # a kernel, copy, memset and sync share each id: one arrow each, to the first of them
+    assert len(ends) == con.execute("SELECT count(DISTINCT correlation_id) FROM gpu_activities"
+                                    ).fetchone()[0] == 5
     assert all(e["cat"] == e["name"] == "ac2g" and e.get("bp") == "e" for e in ends)
     assert {e["id"] for e in ends} == {e["id"] for e in starts}
 
@@ -2393,3 +2395,35 @@ def test_an_export_of_one_process_names_its_runs_devices_not_another_runs(tmp_pa
     with cuptiprof.open(merged) as prof:
         export_chrome(prof, out, force=True)
     assert [d["name"] for d in load_trace(out)["deviceProperties"]] == ["A100"]
+
+
+def test_a_correlation_across_kernels_copies_and_memsets_has_one_arrow(tmp_path):
+    """A graph launch whose kernels (on two GPUs), copy and memset share its correlation id:
+    one arrow, from the launch to the first of them in time whatever its table (chrome://tracing
+    ends a flow at its first "f" and drops any other; Kineto readers take one per id). Rows of
+    one time: the kernel's."""
+    t = 1_700_000_000_000_000_000
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "g.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({
+            "api_calls": {"thread_id": [5, 5], "api_kind": ["runtime", "runtime"],
+                          "name": ["cudaGraphLaunch", "cudaGraphLaunch"], "correlation_id": [2, 3],
+                          "start_ns": [t, t + 100], "end_ns": [t + 50, t + 150]},
+            "kernels": {"device_id": i32([0, 1, 0]), "stream_id": i32([7, 3, 7]), "name": ["a", "b", "c"],
+                        "correlation_id": [2, 2, 3], "start_ns": [t + 1_000, t + 1_500, t + 5_000],
+                        "end_ns": [t + 1_100, t + 1_600, t + 5_100]},
+            "memcpys": {"device_id": i32([0, 0]), "stream_id": i32([7, 8]), "bytes": [64, 64],
+                        "correlation_id": [2, 3], "start_ns": [t + 3_000, t + 5_000],
+                        "end_ns": [t + 3_100, t + 5_100]},
+            "memsets": {"device_id": i32([0]), "stream_id": i32([7]), "bytes": [64], "correlation_id": [2],
+                        "start_ns": [t + 900], "end_ns": [t + 950]}})
+    out = tmp_path / "g.json"
+    with cuptiprof.open(src) as prof:
+        counts = export_chrome(prof, out)
+    ev = load_trace(out)["traceEvents"]
+    assert counts["events"] == len(ev)
+    assert sorted(e["id"] for e in ev if e["ph"] == "s") == [2, 3]
+    ends = sorted((e["id"], e["ts"], e["tid"]) for e in ev if e["ph"] == "f")
+    # the memset; kernel "c" on stream 7 (not the copy of its time, on stream 8)
+    assert ends == [(2, 0.9, 7), (3, 5.0, 7)]

@@ -272,10 +272,14 @@ _ID_STRIDE = 1 << 32   # CUPTI correlation ids are 32-bit
 
 # Where a row gets its end of an `ac2g` arrow (`_fl`): the first call with a correlation id
 # ("s"; CUPTI gives a runtime call and the driver call it makes one id, as the importer's links
-# take the first) and the first GPU row of it ("f"; a graph launch's kernels share one id), when
-# the other end is in the export too: an end without its partner draws nothing.
+# take the first) and the first GPU row of it, whatever its table ("f"; a graph launch's
+# kernels, copies and memsets share one id), when the other end is in the export too: an end
+# without its partner draws nothing. One "f" per id: chrome://tracing ends a flow at its
+# first "f" and warns of each later one.
 _OTHER_END = {"api_calls": "gpu_activities", "kernels": "api_calls", "memcpys": "api_calls",
               "memsets": "api_calls", "syncs": "api_calls"}
+# GPU tables in the order that decides which of rows of one time holds the "f"
+_GPU_TABLES = ("kernels", "memcpys", "memsets", "syncs")
 
 
 def _other_end(table: str, where: str) -> str:
@@ -299,20 +303,37 @@ def _range_apart(table: str, where: str) -> str:
             f"AND {where}))")
 
 
+def _earlier_elsewhere(table: str, where: str) -> str:
+    """Whether another GPU table holds an earlier row of the GPU row's correlation id (start,
+    then end, then _GPU_TABLES order), which then holds the arrow's "f"."""
+    if table not in _GPU_TABLES:
+        return "FALSE"
+    k = _GPU_TABLES.index(table)
+    others = " UNION ALL ".join(f"SELECT run_id, pid, correlation_id, start_ns, end_ns, {i} AS k "
+                                f"FROM {t} WHERE {where}"
+                                for i, t in enumerate(_GPU_TABLES) if t != table)
+    return ("(correlation_id IS NOT NULL AND EXISTS (SELECT 1 FROM (" + others + ") o WHERE "
+            "o.run_id IS NOT DISTINCT FROM _r.run_id AND o.pid IS NOT DISTINCT FROM _r.pid AND "
+            "o.correlation_id = _r.correlation_id AND (o.start_ns < _r.start_ns OR "
+            "(o.start_ns = _r.start_ns AND (o.end_ns < _r.end_ns OR "
+            f"(o.end_ns = _r.end_ns AND o.k < {k}))))))")
+
+
 def _flow_end(table: str) -> str:
     if _OTHER_END.get(table) is None:
         return "FALSE"
-    return ("(_call AND row_number() OVER (PARTITION BY run_id, pid, correlation_id "
-            "ORDER BY start_ns, end_ns) = 1)")
+    return ("(_call AND NOT _before AND row_number() OVER (PARTITION BY run_id, pid, "
+            "correlation_id ORDER BY start_ns, end_ns) = 1)")
 
 
 def _scoped(table: str, where: str, pids: _Pids) -> str:
     """FROM clause: the table's rows in scope (with `_call`, see _other_end, `_apart`, see
-    _range_apart, and `_fl`, see _flow_end), with the process index where several. Several
-    processes' ids are moved apart (index * 2^32), or one process's flows and links would join
-    another's rows that carry the same number."""
+    _range_apart, `_before`, see _earlier_elsewhere, and `_fl`, see _flow_end), with the process
+    index where several. Several processes' ids are moved apart (index * 2^32), or one
+    process's flows and links would join another's rows that carry the same number."""
     src = (f"(SELECT *, {_flow_end(table)} AS _fl FROM (SELECT *, {_other_end(table, where)} "
-           f"AS _call, {_range_apart(table, where)} AS _apart FROM {table} _r WHERE {where}) _r) "
+           f"AS _call, {_range_apart(table, where)} AS _apart, "
+           f"{_earlier_elsewhere(table, where)} AS _before FROM {table} _r WHERE {where}) _r) "
            f"_t{pids.join()}")
     if pids.single or not _IDS.get(table, _GPU_IDS):
         return src
