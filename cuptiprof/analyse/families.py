@@ -4,8 +4,11 @@ An sm75 GEMM and an sm90 GEMM are different kernels (different libraries, tile s
 template arguments), so comparing runs across GPUs by exact kernel name matches almost
 nothing. `family(name)` maps a (demangled) kernel name to a coarse family such as 'gemm',
 'conv', 'flash_attention', 'softmax', 'layernorm', 'elementwise', 'triton_pointwise',
-'reduce', 'copy'. Names no rule knows fall back to their bare function name with the
-architecture prefix, tile shapes, template arguments and parameters stripped.
+'reduce', 'copy'. Reductions are 'reduce' whoever wrote them (PyTorch, cub's DeviceReduce*
+and DeviceReduceByKey*, thrust's reduce and reduce_by_key), while cub's and thrust's sorts and
+scans (scans by key too) are 'sort_scan'. Names no rule knows fall back to their bare
+function name with the architecture prefix, tile shapes, template arguments and parameters
+stripped.
 
 >>> family("volta_sgemm_128x64_nn"), family("sm90_xmma_gemm_bf16bf16_f32_tn_n_tilesize128x128x64")
 ('gemm', 'gemm')
@@ -40,8 +43,11 @@ RULES: tuple[tuple[str, str], ...] = (
     ("optimizer", r"multi_tensor_apply|adamfunctor|fused_adam|sgd_"),
     ("embedding", r"embedding|_embs_|bucketize"),
     ("index_scatter", r"index_(select|put|add|copy|fill|elementwise|kernel)|indexselect|gather|scatter"),
-    # cub's device-wide reductions, before its other kernels (sorts, scans) in sort_scan
-    ("reduce", r"\bcub::(\w+::)?device(segmented)?reduce"),
+    # Reductions of cub (DeviceReduce*, DeviceSegmentedReduce*, DeviceReduceByKey*) and thrust
+    # (its __reduce and __reduce_by_key agents, run in thrust::cuda_cub::core::_kernel_agent)
+    # come before the other cub/thrust kernels (sorts, scans) in sort_scan. Matched on the
+    # kernel or agent name: a scan by key also carries cub::ReduceByKeyScanTileState.
+    ("reduce", r"\bcub::(\w+::)?device(segmented)?reduce|cuda_cub::__reduce(_by_key)?::"),
     ("sort_scan", r"radixsort|devicescan|sort|topk|cub::|\bscan"),
     ("reduce", r"reduce|welford|sum_functor|meanops|argmax|argmin"),
     ("copy", r"copy|\bcat|transpose|nchwtonhwc|nhwctonchw|permute"),
