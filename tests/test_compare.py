@@ -1073,3 +1073,24 @@ def test_compare_counts_busy_and_idle_time_of_work_on_an_unknown_device_as_the_s
     for step, w in want.items():
         assert got[step] == pytest.approx(w, abs=1e-9), step
     assert idle["ms"] == pytest.approx(sorted(w[2] for w in want.values())[1], abs=1e-9)
+
+
+def test_kernels_without_a_name_are_one_op_row_that_adds_up_to_the_totals(tmp_path, capsys):
+    """Kernels recorded without a name (NULL, or an empty string) count in the kernel kind and
+    the step; the per-op rows hold them as one '(unnamed)' op, the name the report's per-op view
+    and the families give them, so the op rows add up to the kind's time."""
+    ops = dict(BASE_OPS)
+    ops[None] = (300.0, 1, "aten::mystery")
+    ops[""] = (100.0, 1, "aten::mystery")
+    a = make_run(tmp_path / "a.duckdb", ops=ops, seed=1)
+    b = make_run(tmp_path / "b.duckdb", ops=ops, seed=2)
+    for by in ("op", "family"):
+        with Comparison([a, b], by=by) as c:
+            unnamed = {r["run"]: r for r in rows(c.ops()) if r["key"] == "(unnamed)"}
+            assert unnamed[1]["ms"] == pytest.approx(0.4) and unnamed[1]["ratio"] == pytest.approx(1.0)
+            kernel = {r["run"]: r["ms"] for r in rows(c.kinds()) if r["kind"] == "kernel"}
+            summed = sum(r["ms"] for r in rows(c.ops()) if r["run"] == 0 and r["kind"] == "kernel")
+            assert summed == pytest.approx(kernel[0])
+    assert main(["report", str(a), "--by", "op", "--format", "json"]) == 0
+    names = {r["name"] for r in json.loads(capsys.readouterr().out)}
+    assert "(unnamed)" in names and not {None, ""} & names

@@ -617,3 +617,16 @@ def test_a_copy_direction_rising_from_0_per_step_fails_once_as_the_kind(tmp_path
     assert st[("op", "Memcpy DtoH")] == "new" and st[("kind", "memcpy DtoH")] == "regression"
     assert [(r["item_type"], r["item"]) for r in res.regressions if r["item_type"] != "step"] == [
         ("kind", "memcpy DtoH")]
+
+
+def test_a_kernel_without_a_name_is_judged_like_any_other_op(tmp_path):
+    """Unnamed kernels are one op, '(unnamed)': made 2x slower it is a regression of its own,
+    listed with the kernel kind and the step it slows."""
+    ops = dict(BASE_OPS)
+    ops[None] = (300.0, 1, "aten::mystery")
+    a = make_run(tmp_path / "a.duckdb", ops=ops, noise=0.01, seed=1)
+    ops[None] = (600.0, 1, "aten::mystery")
+    b = make_run(tmp_path / "b.duckdb", ops=ops, noise=0.01, seed=2)
+    st = statuses(diff(a, b, 10))
+    assert st[("op", "(unnamed)")] == "regression" and st[("kind", "kernel")] == "regression"
+    assert st[("op", SOFTMAX)] == "same"

@@ -1,5 +1,5 @@
 -- ops: top GPU ops in scope: kernels by readable name, memcpys per direction, memsets
--- name: readable op name (demangled kernel name, 'Memcpy HtoD', 'Memset')
+-- name: readable op name (demangled kernel name, 'Memcpy HtoD', 'Memset'); '(unnamed)' for a kernel recorded without a name, as compare and diff key it
 -- kind: 'kernel' | 'memcpy' | 'memset'
 -- calls: instances in scope
 -- total_ms: summed duration
@@ -22,7 +22,7 @@ WITH agg AS (
     GROUP BY kind, name
 ), tot AS (SELECT sum(total) AS t FROM agg),
 busy AS (SELECT sum(busy_ns) AS b FROM sel_busy)
-SELECT coalesce(a.name, s.demangled, s.value) AS name, a.kind, a.calls,
+SELECT coalesce(nullif(coalesce(a.name, s.demangled, s.value), ''), '(unnamed)') AS name, a.kind, a.calls,
        a.total / 1e6 AS total_ms,
        a.total / a.calls / 1e3 AS mean_us,
        a.mn / 1e3 AS min_us,
