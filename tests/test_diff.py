@@ -630,3 +630,16 @@ def test_a_kernel_without_a_name_is_judged_like_any_other_op(tmp_path):
     st = statuses(diff(a, b, 10))
     assert st[("op", "(unnamed)")] == "regression" and st[("kind", "kernel")] == "regression"
     assert st[("op", SOFTMAX)] == "same"
+
+
+def test_a_median_flipping_down_between_two_common_step_times_is_not_faster(tmp_path):
+    """The mirror of the flip above: NEW's median lands on the lower of two common values, within
+    BASE's lower quarter of steps, so it is noise ('same'), as the flip up is no regression. A
+    real 2x speedup is still 'faster', and so is any speedup beyond PCT with --sigmas 0."""
+    a = _quantized_run(tmp_path / "a.duckdb", [8, 8, 7, 8, 7, 8, 8, 7, 8, 7])
+    b = _quantized_run(tmp_path / "b.duckdb", [7, 7, 8, 7, 8, 7, 7, 8, 7, 8])
+    row = next(r for r in diff(a, b, 5).items.to_pylist() if r["item"] == SOFTMAX)
+    assert (row["base_ms"], row["new_ms"]) == (0.008, 0.007) and row["status"] == "same"
+    fast = _quantized_run(tmp_path / "fast.duckdb", [4, 4, 3, 4, 4, 4, 3, 4, 4, 4])
+    assert statuses(diff(a, fast, 5))[("op", SOFTMAX)] == "faster"
+    assert statuses(diff(a, b, 5, sigmas=0))[("op", SOFTMAX)] == "faster"

@@ -13,6 +13,9 @@ quartile of BASE's steps. SIGMAS defaults to 3. The quartile test decides only w
 the steps take the same time (a trace with microsecond timestamps; idle time with or without one
 gap, as two streams race): the MAD is then 0, and the median of a second run of the same program
 may land on the other common value, which BASE's own upper quarter of steps already holds.
+'faster' is the mirror: base - new beyond the same allowance, base - new >= MIN_MS and, unless
+SIGMAS is 0, NEW's median below the lower quartile of BASE's steps (a flip to the lower common
+value is noise either way).
 Items found only in NEW are listed as 'new' and items only in BASE as 'gone'; neither fails the
 check by itself (a renamed kernel would otherwise count twice), but their time shows in the
 step and kind totals. An op at 0 per step in BASE is 'new' too; the step window or a kind

@@ -8,12 +8,13 @@
 -- delta_pct: 100 * delta_ms / base_ms
 -- noise_ms: $sigmas * 1.4826 * sqrt(base_mad_ms^2 + new_mad_ms^2): the step-to-step noise of both files, in robust standard deviations
 -- allowed_ms: base_ms * $pct / 100 + noise_ms: how much slower NEW may be
--- status: 'regression' (delta_ms > allowed_ms and delta_ms >= $min_ms and, unless $sigmas is 0, new_ms above BASE's upper quartile of the time per step; for the step and kinds also from a BASE of 0, where an op is 'new'), 'slower' (within the allowance), 'faster', 'same', 'new' (only in NEW), 'gone' (only in BASE), 'duplicate' (a regression of a kind whose time is exactly one op key's in both files, e.g. kind 'memcpy HtoD' and op 'Memcpy HtoD': listed and counted once, as that op)
+-- status: 'regression' (delta_ms > allowed_ms and delta_ms >= $min_ms and, unless $sigmas is 0, new_ms above BASE's upper quartile of the time per step; for the step and kinds also from a BASE of 0, where an op is 'new'), 'slower' (within the allowance), 'faster' (the mirror of a regression: -delta_ms > allowed_ms and -delta_ms >= $min_ms and, unless $sigmas is 0, new_ms below BASE's lower quartile), 'same', 'new' (only in NEW), 'gone' (only in BASE), 'duplicate' (a regression of a kind whose time is exactly one op key's in both files, e.g. kind 'memcpy HtoD' and op 'Memcpy HtoD': listed and counted once, as that op)
 WITH b AS (SELECT * FROM cmp_items WHERE run = 0), n AS (SELECT * FROM cmp_items WHERE run = 1),
 j AS (
     SELECT coalesce(b.item_type, n.item_type) AS item_type, coalesce(b.item, n.item) AS item,
            coalesce(b.key_type, n.key_type) AS key_type,
-           b.ms AS base_ms, n.ms AS new_ms, b.mad_ms AS base_mad_ms, n.mad_ms AS new_mad_ms, b.p75_ms AS base_p75_ms
+           b.ms AS base_ms, n.ms AS new_ms, b.mad_ms AS base_mad_ms, n.mad_ms AS new_mad_ms, b.p75_ms AS base_p75_ms,
+           b.p25_ms AS base_p25_ms
     FROM b FULL OUTER JOIN n ON n.item_type = b.item_type AND n.item = b.item
 ), v AS (
     SELECT *, new_ms - base_ms AS delta_ms, 100.0 * (new_ms - base_ms) / nullif(base_ms, 0) AS delta_pct,
@@ -26,8 +27,12 @@ j AS (
 -- of a second run of the same program can land on the other common value; NEW's typical step
 -- within BASE's own upper quarter is then noise, not a slowdown. For smooth noise this never
 -- decides: the band is some 4 robust sigmas wide, the upper quartile 0.67 sigmas above the median.
+-- 'faster' is the mirror: beyond the allowance the other way and NEW's median below BASE's lower
+-- quartile, so that the same flip downwards (8 -> 7 us) reads 'same', not 'faster'.
 o AS (SELECT *, delta_ms > allowed_ms AND delta_ms >= $min_ms
-                AND ($sigmas = 0 OR new_ms > coalesce(base_p75_ms, 0)) AS over FROM a),
+                AND ($sigmas = 0 OR new_ms > coalesce(base_p75_ms, 0)) AS over,
+             -delta_ms > allowed_ms AND -delta_ms >= $min_ms
+                AND ($sigmas = 0 OR new_ms < base_p25_ms) AS under FROM a),
 -- A kind and an op key made of the same rows in both files (every copy of a direction is one op,
 -- 'Memcpy HtoD'; a single kernel name is the kernel kind; under --by range one op may launch all
 -- the copies) have the same times and the same verdict: one slowdown would count twice. The op
@@ -54,7 +59,7 @@ SELECT item_type, item, key_type, base_ms, new_ms, delta_ms, delta_pct, noise_ms
             WHEN over AND base_ms = 0 AND item_type <> 'op' THEN 'regression'
             WHEN over AND base_ms = 0 THEN 'new'
             WHEN delta_ms > 0 AND delta_ms > noise_ms THEN 'slower'
-            WHEN delta_ms < -allowed_ms AND -delta_ms >= $min_ms THEN 'faster'
+            WHEN under THEN 'faster'
             ELSE 'same' END AS status
 FROM t
 ORDER BY CASE status WHEN 'regression' THEN 0 ELSE 1 END,

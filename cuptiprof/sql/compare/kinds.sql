@@ -7,6 +7,7 @@
 -- max_ms: slowest step
 -- mad_ms: median absolute deviation of the per-step time
 -- p75_ms: upper quartile of the per-step time (a quarter of the steps took longer)
+-- p25_ms: lower quartile of the per-step time (a quarter of the steps took less)
 -- pct_window: ms as a share of the median step's GPU window (summed over devices)
 -- bytes_per_step: median bytes moved or set per step (copies and memsets)
 -- base_ms: the same kind's ms in the first file
@@ -26,7 +27,7 @@ filled AS (
                      AND p.step = s.step
 ), med AS (
     SELECT run, kind, detail, median(ns) AS m, min(ns) AS lo, max(ns) AS hi,
-           quantile_cont(ns, 0.75) AS p75,
+           quantile_cont(ns, 0.75) AS p75, quantile_cont(ns, 0.25) AS p25,
            median(coalesce(bytes, 0)) FILTER (WHERE kind IN ('memcpy', 'memset')) AS bytes_per_step
     FROM filled GROUP BY ALL
 ), mad AS (
@@ -36,7 +37,7 @@ filled AS (
 ), win AS (SELECT run, median(window_ms) AS w FROM cmp_steps GROUP BY run),
 res AS (
     SELECT med.run, med.kind, med.detail, med.m / 1e6 AS ms, med.lo / 1e6 AS min_ms, med.hi / 1e6 AS max_ms,
-           mad.mad / 1e6 AS mad_ms, med.p75 / 1e6 AS p75_ms, 100.0 * med.m / 1e6 / nullif(win.w, 0) AS pct_window,
+           mad.mad / 1e6 AS mad_ms, med.p75 / 1e6 AS p75_ms, med.p25 / 1e6 AS p25_ms, 100.0 * med.m / 1e6 / nullif(win.w, 0) AS pct_window,
            med.bytes_per_step
     FROM med JOIN mad ON mad.run = med.run AND mad.kind = med.kind AND mad.detail IS NOT DISTINCT FROM med.detail
     LEFT JOIN win ON win.run = med.run

@@ -9,6 +9,7 @@
 -- max_ms: slowest step
 -- mad_ms: median absolute deviation of the per-step time (the step-to-step noise)
 -- p75_ms: upper quartile of the per-step time (a quarter of the steps took longer)
+-- p25_ms: lower quartile of the per-step time (a quarter of the steps took less)
 -- steps: recorded steps of the file
 -- pct_step: ms as a share of the median step's summed GPU work (kernels + copies + memsets)
 -- rank: 1 = the key with the most time per step in this file
@@ -31,7 +32,7 @@ per AS (
     FROM keys k JOIN stepset s USING (run) LEFT JOIN per p USING (run, key, step)
 ), med AS (
     SELECT run, key, median(ns) AS m, median(calls) AS calls_per_step, min(ns) AS lo, max(ns) AS hi,
-           quantile_cont(ns, 0.75) AS p75,
+           quantile_cont(ns, 0.75) AS p75, quantile_cont(ns, 0.25) AS p25,
            count(*) AS steps
     FROM filled GROUP BY run, key
 ), mad AS (
@@ -41,14 +42,15 @@ per AS (
     SELECT run, median(gpu_ms) AS step_gpu_ms FROM cmp_steps GROUP BY run
 ), ranked AS (
     SELECT k.run, k.key, k.key_type, k.kind, med.calls_per_step, med.m / 1e6 AS ms,
-           med.lo / 1e6 AS min_ms, med.hi / 1e6 AS max_ms, mad.mad / 1e6 AS mad_ms, med.p75 / 1e6 AS p75_ms, med.steps,
+           med.lo / 1e6 AS min_ms, med.hi / 1e6 AS max_ms, mad.mad / 1e6 AS mad_ms, med.p75 / 1e6 AS p75_ms,
+           med.p25 / 1e6 AS p25_ms, med.steps,
            100.0 * med.m / 1e6 / nullif(st.step_gpu_ms, 0) AS pct_step,
            row_number() OVER (PARTITION BY k.run ORDER BY med.m DESC, k.key) AS rank
     FROM keys k JOIN med USING (run, key) JOIN mad USING (run, key) LEFT JOIN steptot st USING (run)
 ), presence AS (
     SELECT key, count(DISTINCT run) AS runs_with_key, min(run) AS first_run FROM keys GROUP BY key
 )
-SELECT r.run, r.key, r.key_type, r.kind, r.calls_per_step, r.ms, r.min_ms, r.max_ms, r.mad_ms, r.p75_ms, r.steps,
+SELECT r.run, r.key, r.key_type, r.kind, r.calls_per_step, r.ms, r.min_ms, r.max_ms, r.mad_ms, r.p75_ms, r.p25_ms, r.steps,
        r.pct_step, r.rank, b.ms AS base_ms, r.ms / nullif(b.ms, 0) AS ratio, b.rank AS base_rank,
        b.rank - r.rank AS rank_change, p.runs_with_key,
        CASE WHEN p.runs_with_key = 1 THEN p.first_run END AS only_in
