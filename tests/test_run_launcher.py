@@ -239,6 +239,24 @@ def test_child_that_spawns_children(tmp_path):
     assert q(out, "SELECT count(*) FROM processes WHERE ended_early") == [(0,)]
 
 
+def test_a_helper_that_records_nothing_has_the_end_it_recorded_as_it_ended(tmp_path):
+    """A short-lived Python helper the command starts records no range and writes no part
+    file; its processes row comes from its markers alone, and still has its end (written by
+    the helper as it exited), so its duration is not NULL; it did not end early."""
+    p = script(tmp_path, """
+        import subprocess, sys, cuptiprof
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        with cuptiprof.range("step", step=0):
+            pass
+    """)
+    r = cli(["run", "-o", "h.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "h.duckdb"
+    rows = q(out, "SELECT command LIKE '%-c pass', end_ns - start_ns > 0, ended_early, "
+                  "end_ns <= (SELECT end_ns FROM runs) FROM processes ORDER BY command LIKE '%-c pass'")
+    assert rows == [(False, True, False, True), (True, True, False, True)], rows
+
+
 def test_command_not_found(tmp_path):
     r = cli(["run", "-o", "x.duckdb", "--", "no-such-command-xyz"], tmp_path)
     assert r.returncode == 2
@@ -689,7 +707,8 @@ def _markers(parts, host, pid, image, *, ended=True, **doc):
     key = f"{host}-{pid}" + (f".exec{image}" if image else "")
     (parts / f"{key}.start.json").write_text(json.dumps(dict(doc, pid=pid, host=host, image=image)))
     if ended:
-        (parts / f"{key}.end.json").write_text(json.dumps({"exit_status": 0}))
+        (parts / f"{key}.end.json").write_text(json.dumps({"exit_status": 0, "end_ns": ended}
+                                                          if ended is not True else {"exit_status": 0}))
 
 
 def test_finish_writes_the_run_the_markers_and_the_record_describe(tmp_path):
@@ -731,6 +750,29 @@ def test_finish_writes_the_run_the_markers_and_the_record_describe(tmp_path):
     assert q(out, "SELECT command FROM runs") == [("python main.py",)]
     assert q(out, "SELECT pid, exit_status FROM processes ORDER BY pid") == [
         (100, None), (101, None), (102, None), (200, 0)]
+
+
+def test_finish_gives_each_process_the_end_it_is_known_by(tmp_path):
+    """processes.end_ns without part files: the end a process's last program wrote in its end
+    marker; the command's own process, when its marker has none (killed, or not Python), the
+    end the launcher saw; a helper that ended early without a word, NULL (not known)."""
+    from cuptiprof.run.launcher import finish
+
+    parts = tmp_path / "r.duckdb.parts"
+    parts.mkdir()
+    _markers(parts, "h", 100, 0, ended=False, command="python main.py", start_ns=10)   # killed
+    _markers(parts, "h", 101, 0, ended=40, command="python -c pass", start_ns=20)
+    _markers(parts, "h", 102, 0, ended=50, command="python a.py", start_ns=30)
+    _markers(parts, "h", 102, 1, ended=60, command="python b.py", start_ns=55)   # exec'd
+    _markers(parts, "h", 103, 0, ended=False, command="python helper.py", start_ns=35)
+    record = {"label": "job", "command": "python main.py", "start_ns": 5, "child_pid": 100,
+              "status": "interrupted", "exit_code": 137, "end_ns": 70}
+    out = finish(tmp_path / "r.duckdb", parts, record, sources=[], wait=False)
+    assert q(out, "SELECT pid, end_ns, ended_early FROM processes ORDER BY pid") == [
+        (100, 70, True), (101, 40, False), (102, 60, False), (103, None, True)]
+    record = dict(record, child_pid=200, status="complete", exit_code=0)   # not Python
+    out = finish(tmp_path / "s.duckdb", parts, record, sources=[], wait=False)
+    assert q(out, "SELECT end_ns FROM processes WHERE pid = 200") == [(70,)]
 
 
 def test_a_run_inside_a_run_passes_on_the_signal_that_ended_the_command(tmp_path):

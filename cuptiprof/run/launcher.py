@@ -291,6 +291,7 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
     record["child_pid"] = child.pid
     save_record(parts, record)
     rc = _wait_forwarding(child, fwd)
+    ended_ns = time.time_ns()   # the command's end, as seen here (its only one if not Python)
     if fwd is not None:
         fwd.__exit__()   # the command has ended: the merge below has its own handlers
     wall = time.perf_counter() - t0
@@ -299,7 +300,7 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
         return LaunchResult(code, rc, None, parts, wall)
     status = "complete" if rc == 0 else ("interrupted" if rc < 0 else "failed")
     # kept in the parts, so that a merge of them later (a full disk, a killed launcher) says so too
-    record.update(status=status, exit_code=code)
+    record.update(status=status, exit_code=code, end_ns=ended_ns)
     save_record(parts, record)
     result = LaunchResult(code, rc, None, parts, wall, no_gpu=mode == "profile" and not gpu,
                           profiled=len(list(parts.glob("*.start.json"))))
@@ -560,22 +561,28 @@ def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = No
     child_pid, exit_code = record.get("child_pid"), record.get("exit_code")
     # One start marker per program image: a process that exec'd has several, one pid.
     images: dict[int, list] = {}
-    ended_keys = {_marker_key(p.name) for p in parts.glob("*.end.json")}
+    ended = _end_markers(parts)
     for m in parts.glob("*.start.json"):
         try:
             d = json.loads(m.read_text())
             images.setdefault(int(d["pid"]), []).append((int(d.get("image") or 0), d,
-                                                         _marker_key(m.name) in ended_keys))
+                                                         ended.get(_marker_key(m.name))))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     starts = {pid: min(ims, key=lambda x: x[0])[1] for pid, ims in images.items()}
-    early = sorted(pid for pid, ims in images.items() if not all(done for _, _, done in ims))
+    early = sorted(pid for pid, ims in images.items() if not all(e is not None for _, _, e in ims))
+    # When each process ended, as its last program wrote as it ended (a process that wrote no
+    # part has no other record of it); the command's own, when the launcher saw it end.
+    ends = {pid: max((_ns(e.get("end_ns")) or 0 for _, _, e in ims), default=0) or None
+            for pid, ims in images.items() if pid not in early}
+    if record.get("end_ns") is not None and child_pid is not None:
+        ends[child_pid] = ends.get(child_pid) or record["end_ns"]
     # the programs each process ran (an image after an exec that failed is the same program)
     progs = {pid: [d for _, d, _ in sorted(ims, key=lambda x: x[0]) if not d.get("exec_failed")]
              for pid, ims in images.items()}
     execs = {pid: ds for pid, ds in progs.items() if len(ds) > 1}
     rows = {k: [] for k in ("pid", "host", "rank", "local_rank", "world_size", "command", "start_ns",
-                            "exit_status", "ended_early")}
+                            "end_ns", "exit_status", "ended_early")}
     for pid, d in sorted(starts.items()):
         rows["pid"].append(pid)
         rows["host"].append(d.get("host"))
@@ -584,12 +591,14 @@ def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = No
         rows["world_size"].append(d.get("world_size"))
         rows["command"].append(d.get("command") or shlex.join(d.get("argv") or []))
         rows["start_ns"].append(d.get("start_ns"))
+        rows["end_ns"].append(ends.get(pid))
         rows["exit_status"].append(exit_code if pid == child_pid else None)
         rows["ended_early"].append(pid in early)
     if child_pid is not None and child_pid not in starts:   # not Python (a shell script, a binary)
         for k, v in (("pid", child_pid), ("host", socket.gethostname()),
                      ("command", record.get("command")), ("start_ns", record.get("start_ns")),
-                     ("exit_status", exit_code), ("ended_early", None)):
+                     ("end_ns", record.get("end_ns")), ("exit_status", exit_code),
+                     ("ended_early", None)):
             rows[k].append(v)
         for k in ("rank", "local_rank", "world_size"):
             rows[k].append(None)
@@ -599,7 +608,7 @@ def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = No
 
     types = {"pid": pa.int32(), "host": pa.string(), "rank": pa.int32(), "local_rank": pa.int32(),
              "world_size": pa.int32(), "command": pa.string(), "start_ns": pa.int64(),
-             "exit_status": pa.int32(), "ended_early": pa.bool_()}
+             "end_ns": pa.int64(), "exit_status": pa.int32(), "ended_early": pa.bool_()}
     procs = pa.table({k: arrow.array(rows[k], t) for k, t in types.items()})
     extra = {"processes": procs}
     quality = list(notes)
@@ -669,6 +678,23 @@ def _unfinished_alive(parts: Path) -> int | None:
                 and not _zombie(pid):
             return pid
     return None
+
+
+def _ns(v) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def _end_markers(parts: Path) -> dict[str, dict]:
+    """<host>-<pid>[.exec<N>] -> its end marker (empty where it cannot be read: it ended all
+    the same)."""
+    out = {}
+    for p in parts.glob("*.end.json"):
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError):
+            d = {}
+        out[_marker_key(p.name)] = d if isinstance(d, dict) else {}
+    return out
 
 
 def _marker_key(name: str) -> str:

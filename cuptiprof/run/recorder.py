@@ -461,9 +461,11 @@ class Recorder:
         try:
             self._close(status)
         finally:
-            try:   # the end marker: this process did not end early
+            try:   # the end marker: this process did not end early, and when it ended (the
+                # only record of it where the process wrote no part file)
                 self.part_path(".end.json").write_text(json.dumps(
-                    {"pid": self.pid, "status": status, "exit_status": exit_status}))
+                    {"pid": self.pid, "status": status, "exit_status": exit_status,
+                     "end_ns": time.time_ns()}))
             except OSError:
                 pass
 
