@@ -844,3 +844,57 @@ def test_step_fn_module_beside_the_script_run_from_another_folder(tmp_path):
              PY, "app/main.py"], tmp_path)
     assert r.returncode == 0, r.stderr
     assert q(tmp_path / "s.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(2,)]
+
+
+def test_steps_two_threads_begin_at_once_are_not_taken_for_the_programs_own(monkeypatch):
+    """--step-fn steps begun on two threads at once: the count of steps it began is exact, so
+    no steps_mixed note says some came from the program's own cuptiprof.range('step'). The
+    recorder below stands for a thread switch while the first thread adds its step to that
+    count (it read the count, then the second thread's step began and was counted, then the
+    first thread stored its sum); where the count is kept under a lock, the second thread
+    cannot begin meanwhile and the first one's wait times out."""
+    import threading
+
+    from cuptiprof.run import child
+
+    first_in, second_in = threading.Event(), threading.Event()
+    reads = threading.local()
+
+    class Rec:
+        _seen = 0
+        s = type("S", (), {"step_fn": "m:step"})()
+
+        @property
+        def seen(self):
+            reads.n = getattr(reads, "n", 0) + 1
+            value = self._seen
+            if reads.n == 2:   # the read after this thread's step began
+                if threading.current_thread().name == "first":
+                    first_in.set()
+                    second_in.wait(0.5)
+                else:
+                    second_in.set()
+            return value
+
+        def begin(self, name, is_step, step):
+            self._seen += 1
+            return object()
+
+    monkeypatch.setattr(child, "_collector", None)
+    monkeypatch.setattr(child, "_rec", Rec())
+    monkeypatch.setattr(child, "_marked", 0)
+    monkeypatch.setattr(child, "_seen_base", 0)
+    monkeypatch.setattr(child, "_steps_failed", lambda exc: (_ for _ in ()).throw(exc))
+
+    def begin_step():
+        child._Step("step").__enter__()
+
+    first = threading.Thread(target=begin_step, name="first")
+    second = threading.Thread(target=begin_step, name="second")
+    first.start()
+    assert first_in.wait(5)
+    second.start()
+    first.join(5)
+    second.join(5)
+    assert child._marked == 2
+    assert child._mixed_steps() is None

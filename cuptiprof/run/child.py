@@ -250,15 +250,19 @@ class _Step:
     def __enter__(self):
         global _marked
         try:
-            before = _steps_seen()
-            if _collector is not None:
-                import cuptiprof
+            # Under the lock: a step another thread began meanwhile would count twice, and an
+            # update of _marked lost to a thread switch would read as the program's own step
+            # (a spurious steps_mixed). Well under 1 us a step, nothing for other ranges.
+            with _marked_lock:
+                before = _steps_seen()
+                if _collector is not None:
+                    import cuptiprof
 
-                self.h = cuptiprof.range("step") if self.step is None else cuptiprof.range("step", step=self.step)
-                self.h.__enter__()
-            elif _rec is not None:
-                self.h = _rec.begin(self.name, is_step=True, step=self.step)
-            _marked += _steps_seen() - before   # 0 where it opened inside a step: not a step
+                    self.h = cuptiprof.range("step") if self.step is None else cuptiprof.range("step", step=self.step)
+                    self.h.__enter__()
+                elif _rec is not None:
+                    self.h = _rec.begin(self.name, is_step=True, step=self.step)
+                _marked += _steps_seen() - before   # 0 where it opened inside a step: not a step
         except Exception as exc:  # the program's step runs whatever happens here
             self.h = None
             _steps_failed(exc)
@@ -279,6 +283,7 @@ class _Step:
 
 _steps_warned = False
 _marked = 0   # steps --step-fn / --step-range began (warm-up included), to tell them from the program's
+_marked_lock = threading.RLock()   # re-entrant: a step range could reach a patched NVTX push
 _seen_base = 0  # steps begun before this process forked from its parent (counted there)
 
 
@@ -829,9 +834,10 @@ def holds_process() -> bool:
 
 
 def _after_fork() -> None:
-    global _collector, _marked, _seen_base, _exit_arg
+    global _collector, _marked, _seen_base, _exit_arg, _marked_lock
     if _rec is None:
         return
+    _marked_lock = threading.RLock()   # another thread of the parent may have held it
     _exit_arg = None   # the parent's, not how this process ends
     _rec.forget_after_fork()
     if _collector is not None:
