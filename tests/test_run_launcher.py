@@ -632,6 +632,8 @@ def _run_with_launcher_killed_at_the_end(tmp_path, prog):
 @pytest.mark.parametrize("ending, status, code", [
     ("", "complete", 0), ("sys.exit(3)", "failed", 3), ("exit(5)", "failed", 5),
     ("raise ValueError('x')", "failed", 1), ("raise KeyboardInterrupt", "interrupted", 130),
+    # raised directly, not through sys.exit(): seen as exit() runs (the native part)
+    ("raise SystemExit(4)", "failed", 4), ("raise SystemExit('bye')", "failed", 1),
     ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", "interrupted", 143),
     # the status is the last program's the process ran (an exec'd Python)
     ("import os; os.execv(sys.executable, [sys.executable, '-c', 'import sys; sys.exit(6)'])",
@@ -657,6 +659,25 @@ def test_a_run_whose_launcher_was_killed_after_its_program_ended_keeps_its_exit_
     assert rep.returncode == 0, rep.stderr
     line = next(ln for ln in rep.stdout.splitlines() if "run_recovered" in ln)
     assert f"exit status {code}, as the program's own process recorded" in line, rep.stdout
+
+
+@pytest.mark.parametrize("ending, written", [
+    ("raise SystemExit(9)", "9\n"), ("raise SystemExit(300)", "44\n"), ("pass", "0\n"),
+    ("os._exit(3)", None),   # no exit(): nothing written, the end marker's reading stands
+    # a child forked without a watch() of its own never writes its parent's file
+    ("pid = os.fork()\nif pid == 0: raise SystemExit(5)\nos.waitpid(pid, 0); os._exit(0)", None)])
+def test_the_exit_status_extension_writes_what_exit_was_given(tmp_path, ending, written):
+    """cuptiprof.run._exit_status (built with the package: a missing one is a failed build)
+    writes the status exit() ran with, after Python's own exit handlers."""
+    import subprocess
+
+    from cuptiprof.run import _exit_status
+    assert _exit_status.API == 1
+    path = tmp_path / "h-1.exit"
+    code = f"import os, sys\nfrom cuptiprof.run import _exit_status\n" \
+           f"assert _exit_status.watch(sys.argv[1])\n{ending}\n"
+    subprocess.run([PY, "-c", code, str(path)], env=__import__("_run_helpers").env(), timeout=60)
+    assert (path.read_text() if path.exists() else None) == written
 
 
 def test_a_run_whose_launcher_was_killed_mid_run_reports_the_exit_status_as_unknown(tmp_path):

@@ -87,8 +87,25 @@ def _open_recording(s: S.ChildSettings, parts: str, state: dict | None) -> None:
         _rec.carry_on(state["seen"], state["recorded"])
         _seen_base = state["seen"]
     _rec.write_marker(list(sys.argv) or [sys.executable])
+    _watch_exit()
     if s.mode == "profile" and s.gpu:
         _start_collector(s, _rec, state)
+
+
+def _watch_exit() -> None:
+    """Have the C library write this image's exit status to <host>-<pid>.exit as exit() runs,
+    after Python's exit handlers: the status of a `raise SystemExit(n)` too, which they never
+    learn (a run merged after its launcher was killed takes it from there). Without the native
+    part, the end marker's own reading alone."""
+    from cuptiprof.native import extensions_enabled, load_extension
+
+    mod = load_extension("cuptiprof.run._exit_status", api=1) if extensions_enabled() else None
+    if mod is None:
+        return
+    try:
+        mod.watch(str(_rec.part_path(".exit")))
+    except (OSError, ValueError):   # a parts path too long for the C buffer: not watched
+        pass
 
 
 def _exec_state() -> dict | None:
@@ -699,8 +716,8 @@ _end_signal = 0       # the signal this process is ending by (SIGTERM, SIGHUP)
 def _exit_status() -> int:
     """The status this process's parent will see, kept in its end marker: a `cuptiprof merge`
     of the parts of a run whose launcher was killed takes the command's from there. A
-    SystemExit raised directly (not through sys.exit/exit) is not seen, nor one the program
-    caught and went on from."""
+    SystemExit raised directly (not through sys.exit/exit) is not seen here, nor one the program
+    caught and went on from: the status _watch_exit() has written wins over this one."""
     if _end_signal:
         return 128 + _end_signal
     # set by Python for the exception that ends the program, whichever excepthook prints it
@@ -853,6 +870,7 @@ def _after_fork() -> None:
             _patch_markers(markers)
     _marked, _seen_base = 0, _steps_seen()
     _rec.write_marker(list(sys.argv))
+    _watch_exit()   # this process's own file, not its parent's
     # multiprocessing's fork children leave through os._exit: atexit never runs there, its
     # finalizers do. A Process child clears them when it starts, then runs its after-fork
     # callbacks: register there too, or a worker that returned was counted as ended early.

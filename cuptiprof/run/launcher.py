@@ -539,12 +539,27 @@ def _root_end(parts: Path, child_pid: int | None) -> dict | None:
     last = max(((image, m) for image, host, _, m in images if host in hosts), default=None)
     if len(hosts) != 1 or last is None:
         return None
+    key = _marker_key(last[1].name)
     try:
-        end = json.loads(last[1].with_name(_marker_key(last[1].name) + ".end.json").read_text())
+        end = json.loads(last[1].with_name(key + ".end.json").read_text())
     except (OSError, ValueError):
         return None
-    code = end.get("exit_status") if isinstance(end, dict) else None
+    if not isinstance(end, dict):
+        return None
+    code = _exit_written(parts / (key + ".exit"))   # what exit() was given, where it was seen
+    if code is not None:
+        end = dict(end, exit_status=code)
+    code = end.get("exit_status")
     return end if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def _exit_written(path: Path) -> int | None:
+    """The exit status the C library wrote as the process ended (child._watch_exit)."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and int(text) < 256 else None
 
 
 def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = None,

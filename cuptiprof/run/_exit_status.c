@@ -1,0 +1,109 @@
+/* The exit status a profiled process ends with, written to a file as the C library's exit()
+ * runs (after Python has finished): Python's own exit handlers never learn it, and a
+ * `raise SystemExit(n)` of the program's own leaves no trace they could read.
+ *
+ * watch(path) -> bool: from now on, exit(status) in this process writes "<status & 0xff>\n"
+ * to `path` (created or replaced). A later call changes the path (a forked child, a new
+ * program image); the handler is registered once per process image. False where the C
+ * library has no on_exit (not glibc): nothing is written then.
+ *
+ * The handler uses no Python (the interpreter is gone by then) and only open/write/close. A
+ * process that ends by a signal or _exit() (os._exit) never runs it: no file.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define API_VERSION 1
+
+static char exit_path[PATH_MAX];
+static pid_t watched;   /* the process that called watch(): a child forked outside Python
+                           (no watch() of its own) must not write its parent's file */
+
+#if defined(__GLIBC__)
+static int registered;
+
+static void on_exit_write(int status, void *arg)
+{
+    (void)arg;
+    if (!exit_path[0] || getpid() != watched) {
+        return;
+    }
+    int fd = open(exit_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return;
+    }
+    char buf[8];
+    unsigned v = (unsigned)status & 0xffu;
+    int n = 0;
+    char digits[4];
+    int k = 0;
+    do {
+        digits[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (k) {
+        buf[n++] = digits[--k];
+    }
+    buf[n++] = '\n';
+    ssize_t w = write(fd, buf, (size_t)n);
+    (void)w;
+    close(fd);
+}
+#endif
+
+static PyObject *watch(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *path;
+    if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &path)) {
+        return NULL;
+    }
+    const char *p = PyBytes_AS_STRING(path);
+    size_t len = (size_t)PyBytes_GET_SIZE(path);
+    if (len >= sizeof exit_path || strlen(p) != len) {
+        Py_DECREF(path);
+        PyErr_SetString(PyExc_ValueError, "path too long or holds a NUL");
+        return NULL;
+    }
+#if defined(__GLIBC__)
+    memcpy(exit_path, p, len + 1);
+    watched = getpid();
+    Py_DECREF(path);
+    if (!registered) {
+        if (on_exit(on_exit_write, NULL) != 0) {
+            exit_path[0] = '\0';
+            Py_RETURN_FALSE;
+        }
+        registered = 1;
+    }
+    Py_RETURN_TRUE;
+#else
+    Py_DECREF(path);
+    Py_RETURN_FALSE;
+#endif
+}
+
+static PyMethodDef methods[] = {
+    {"watch", watch, METH_VARARGS,
+     "watch(path) -> bool: write the process's exit status to path as exit() runs."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_exit_status",
+                                    "The exit status of a profiled process (cuptiprof.run.child).",
+                                    -1, methods};
+
+PyMODINIT_FUNC PyInit__exit_status(void)
+{
+    PyObject *mod = PyModule_Create(&module);
+    if (mod && PyModule_AddIntConstant(mod, "API", API_VERSION) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
+}
