@@ -33,7 +33,7 @@ MEM_KIND = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed",
             5: "device_static", 6: "managed_static", 7: "unknown"}
 SYNC_TYPE = {0: "unknown", 1: "event_synchronize", 2: "stream_wait_event",
              3: "stream_synchronize", 4: "context_synchronize"}
-NVTX_RANGE_TYPES = (59, 60, 70, 71)   # push/pop and start/end ranges (plain and domain)
+NVTX_RANGE_TYPES = (59, 60, 70, 71)   # push/pop and start/end ranges (NVTX and NVTXT)
 NVTX_START_END = (60, 71)
 NVTX_DOMAIN_CREATE = 75
 _STEP_RE = re.compile(r"^(?:ProfilerStep#|step[ _#:=]?)(\d+)$", re.IGNORECASE)
