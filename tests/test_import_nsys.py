@@ -205,6 +205,8 @@ def test_files_whose_processes_share_a_pid_stay_apart(tmp_path, order):
     con = duckdb.connect(str(out), read_only=True)
     assert con.execute("SELECT count(*), count(range_id) FROM kernels").fetchone() == (7, 3)
     assert con.execute("SELECT count(*), count(DISTINCT pid) FROM processes").fetchone() == (2, 2)
+    # the process written under another pid keeps its command from PROCESSES
+    assert con.execute("SELECT command FROM processes").fetchall() == [("app",), ("app",)]
     # every process: its own kernels, each linked to its own launch and range
     per_pid = con.execute("""SELECT count(*), count(r.name) FROM kernels k
         JOIN api_calls c ON c.pid = k.pid AND c.correlation_id = k.correlation_id
@@ -384,12 +386,13 @@ def test_a_syncs_cuda_event_is_kept_and_cuptis_none_is_null(tmp_path):
 
 def test_nvtx_domains_are_per_process(tmp_path):
     """A domain id names the domain its own process created: two processes of one export that
-    both number their first domain 1 keep their own names; the default domain has none."""
+    both number their first domain 1 keep their own names (destroying a domain later does not
+    unname its ranges); the default domain has none."""
     src = nsys_export(tmp_path / "dom.sqlite")
     a, b = 4242 << 24 | 7, 5151 << 24 | 9
     with sqlite3.connect(src) as db:
         db.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, NULL, ?)", [
-            (10, None, 75, "MPI", a, 1), (20, None, 75, "NCCL", b, 1),
+            (10, None, 75, "MPI", a, 1), (20, None, 75, "NCCL", b, 1), (900, None, 76, None, a, 1),
             (100, 200, 59, "send", a, 1), (150, 250, 59, "allreduce", b, 1),
             (300, 400, 59, "plain", a, 0), (300, 400, 60, "plain", b, 0)])
     out = tmp_path / "o.duckdb"
@@ -547,8 +550,8 @@ def test_cloverleaf_devices_lanes_and_syncs(clover):
 
 def test_steps_from_nvtx_ranges_reach_calls_and_gpu_rows(tmp_path):
     """Ranges named 'step N' (any case, with ' ', '_', '#', ':' or '=' or nothing before N) or
-    'ProfilerStep#N' are steps; a call's step is the one it started in, and its kernel, memcpy
-    and sync take the call's step and innermost range through the correlation id."""
+    'ProfilerStep#N' are steps; a call's step is the one it started in, and its kernel, memcpy,
+    memset and sync take the call's step and innermost range through the correlation id."""
     src = nsys_export(tmp_path / "st.sqlite", launches=[
         (7, 1000, 1010, 1020, 1060),
         (7, 1140, 1160, 1170, 1210),   # started in 'step 3', ended in 'Step#4'
@@ -562,6 +565,8 @@ def test_steps_from_nvtx_ranges_reach_calls_and_gpu_rows(tmp_path):
               [(1230, 1240, 0, 1, 7, 3, g, 64, 1), (1600, 1640, 0, 1, 7, 99, g, 64, 2)])
     add_table(src, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", GPU_COLS + ", syncType INTEGER, eventId INTEGER",
               [(1145, 1170, 0, 1, 7, 2, g, 3, None)])
+    add_table(src, "CUPTI_ACTIVITY_KIND_MEMSET", GPU_COLS + ", value INTEGER, bytes INTEGER",
+              [(1330, 1340, 0, 1, 7, 4, g, 0, 64)])
     out = tmp_path / "o.duckdb"
     import_traces([src], out)
     con = duckdb.connect(str(out), read_only=True)
@@ -581,6 +586,7 @@ def test_steps_from_nvtx_ranges_reach_calls_and_gpu_rows(tmp_path):
     # a memcpy with no launching call in the export has neither
     assert con.execute(by_range.format("memcpys")).fetchall() == [(1230, 4, "fwd"), (1600, None, None)]
     assert con.execute(by_range.format("syncs")).fetchall() == [(1145, 3, "step 3")]
+    assert con.execute(by_range.format("memsets")).fetchall() == [(1330, 4, "Step#4")]
     assert con.execute("SELECT count(*) FROM data_quality").fetchone() == (0,)
 
 
@@ -641,14 +647,16 @@ def test_an_unclosed_range_is_left_out(tmp_path):
         ON r.pid = k.pid AND r.range_id = k.range_id ORDER BY k.start_ns""").fetchall() == [("a",), (None,)]
 
 
-def test_a_push_pop_range_inside_a_start_end_range_keeps_its_calls(tmp_path):
-    """A call in a push/pop range opened inside a start/end range is that push/pop range's (its
+@pytest.mark.parametrize("push_pop,start_end", [(59, 60), (70, 71)], ids=["nvtx", "nvtxt"])
+def test_a_push_pop_range_inside_a_start_end_range_keeps_its_calls(tmp_path, push_pop, start_end):
+    """NVTXT push/pop and start/end ranges (event types 70 and 71) are NVTX's (59 and 60). A call in a push/pop range opened inside a start/end range is that push/pop range's (its
     innermost on the thread), not the start/end range's, which keeps the calls made in it
     outside that push/pop range; the push/pop range's parent is the push/pop range around."""
     src = nsys_export(tmp_path / "pp.sqlite", launches=[
         (7, 960, 965, 970, 980),       # inside 'inner', itself inside 'upload'
         (7, 1000, 1005, 1010, 1020),   # inside 'upload' only
-    ], ranges=[(7, 0, 5000, 59, "outer"), (7, 920, 1100, 60, "upload"), (7, 950, 990, 59, "inner")])
+    ], ranges=[(7, 0, 5000, push_pop, "outer"), (7, 920, 1100, start_end, "upload"),
+               (7, 950, 990, push_pop, "inner")])
     out = tmp_path / "o.duckdb"
     import_traces([src], out)
     con = duckdb.connect(str(out), read_only=True)
@@ -688,3 +696,71 @@ def test_graph_launches_keep_their_graph_and_node(tmp_path, graph_cols):
         for t in ("kernels", "memcpys", "memsets"):
             assert con.execute(f"SELECT graph_id, graph_node_id FROM {t} ORDER BY start_ns"
                                ).fetchall() == want, t
+
+
+def test_ranges_hold_calls_from_their_start_to_before_their_end(tmp_path):
+    """A call that starts the instant a range opens is in it, push/pop or start/end; one that
+    starts the instant a start/end range closes is not. A start/end range that ends with the
+    push/pop range around it is held by it (its child)."""
+    src = nsys_export(tmp_path / "b.sqlite", launches=[
+        (7, 1000, 1005, 1010, 1020),   # at 'pp' start
+        (7, 1200, 1205, 1210, 1220),   # at 'se' start
+        (7, 1300, 1305, 1310, 1320),   # at 'se' end
+    ], ranges=[(7, 0, 5000, 59, "outer"), (7, 1000, 1100, 59, "pp"), (7, 1200, 1300, 60, "se"),
+               (7, 4000, 5000, 60, "tail")])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("""SELECT r.name, p.name, r.depth FROM ranges r LEFT JOIN ranges p
+        ON p.pid = r.pid AND p.range_id = r.parent_id ORDER BY r.start_ns""").fetchall() == [
+        ("outer", None, 0), ("pp", "outer", 1), ("se", "outer", 1), ("tail", "outer", 1)]
+    assert con.execute("""SELECT c.start_ns, r.name FROM api_calls c LEFT JOIN ranges r
+        ON r.pid = c.pid AND r.range_id = c.range_id ORDER BY 1""").fetchall() == [
+        (1000, "pp"), (1200, "se"), (1300, "outer")]
+
+
+def test_step_range_names(tmp_path):
+    """'step' then ' ', '_', '#', ':', '=' or nothing, then the number, and nothing after it,
+    names a step, and so does an empty one; a name that goes on after the number is a user
+    range."""
+    names = ["step_6", "step:7", "step=8", "step9", "step 3 backward", "ProfilerStep#10"]
+    src = nsys_export(tmp_path / "n.sqlite", ranges=[
+        (7, 100 * i, 100 * i + (0 if i == 5 else 100), 59, n) for i, n in enumerate(names)])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT name, kind, step FROM ranges ORDER BY start_ns").fetchall() == [
+        ("step_6", "step", 6), ("step:7", "step", 7), ("step=8", "step", 8), ("step9", "step", 9),
+        ("step 3 backward", "user", None), ("ProfilerStep#10", "step", 10)]
+
+
+def test_steps_are_per_process(tmp_path):
+    """A process's step ranges give steps to its own calls and GPU rows only: another process's
+    launch at the same time has none, and a call at the instant a step ends is in no step."""
+    src = nsys_export(tmp_path / "p.sqlite", launches=[
+        (7, 1000, 1010, 1020, 1060), (7, 1500, 1510, 1520, 1560), (8, 1100, 1110, 1120, 1160, 5151)],
+        ranges=[(7, 900, 1500, 59, "step 0")])
+    with sqlite3.connect(src) as db:
+        db.execute("INSERT INTO NVTX_EVENTS VALUES (1050, 1200, 59, 'load', ?, NULL, NULL)", [5151 << 24 | 8])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT pid, name, step FROM ranges ORDER BY start_ns").fetchall() == [
+        (4242, "step 0", 0), (5151, "load", None)]
+    for t in ("api_calls", "kernels"):
+        assert con.execute(f"SELECT pid, step FROM {t} ORDER BY start_ns").fetchall() == [
+            (4242, 0), (5151, None), (4242, None)], t
+
+
+def test_a_process_span_from_gpu_rows_alone(tmp_path):
+    """A process whose host records the export lacks spans from its first GPU row's start to
+    its last one's end."""
+    src = nsys_export(tmp_path / "k.sqlite")
+    with sqlite3.connect(src) as db:
+        db.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, 7, ?, ?, 2)",
+                       [(1000, 1100, 1, 4242 << 24), (500, 700, 2, 4242 << 24),
+                        (1200, 1250, 3, 4242 << 24)])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT pid, start_ns, end_ns FROM processes").fetchall() == [(4242, 500, 1250)]
