@@ -764,3 +764,18 @@ def test_a_process_span_from_gpu_rows_alone(tmp_path):
     import_traces([src], out)
     con = duckdb.connect(str(out), read_only=True)
     assert con.execute("SELECT pid, start_ns, end_ns FROM processes").fetchall() == [(4242, 500, 1250)]
+
+
+def test_a_stream_or_name_past_range_is_null(tmp_path):
+    """A streamId of 2**31 or more (0xFFFFFFFF is CUPTI's "none") has no int32 stream: NULL; a
+    name id one past the last of StringIds (a damaged export) names nothing: NULL."""
+    src = nsys_export(tmp_path / "x.sqlite")
+    with sqlite3.connect(src) as db:
+        last = db.execute("SELECT max(id) FROM StringIds").fetchone()[0]
+        db.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, ?, ?, ?, ?)",
+                       [(100, 200, 1 << 31, 1, 4242 << 24, 2), (300, 400, 7, 2, 4242 << 24, last + 1)])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT stream_id, name FROM kernels ORDER BY start_ns").fetchall() == [
+        (None, "saxpy_kernel"), (7, None)]
