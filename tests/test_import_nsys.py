@@ -592,10 +592,12 @@ def test_steps_from_nvtx_ranges_reach_calls_and_gpu_rows(tmp_path):
 
 def test_driver_calls_thread_ids_and_return_codes(tmp_path):
     """Driver API calls (CUPTI_ACTIVITY_KIND_DRIVER) are calls of kind 'driver' that launch
-    their kernels too; a thread id is the low 24 bits of globalTid, whatever its size; a call's
+    their kernels too; a thread id (a call's or a range's) is the low 24 bits of globalTid,
+    whatever its size; a call's
     returnValue is its return code."""
     tid = 0x9ABCDE
-    src = nsys_export(tmp_path / "d.sqlite", launches=[(tid, 1000, 1010, 1020, 1060)])
+    src = nsys_export(tmp_path / "d.sqlite", launches=[(tid, 1000, 1010, 1020, 1060)],
+                      ranges=[(tid, 990, 1100, 59, "r")])
     g = 4242 << 24
     with sqlite3.connect(src) as db:
         db.execute("INSERT INTO StringIds VALUES (310, 'cuLaunchKernel'), (311, 'cudaMalloc')")
@@ -614,6 +616,7 @@ def test_driver_calls_thread_ids_and_return_codes(tmp_path):
     assert con.execute("""SELECT k.start_ns, c.name FROM kernels k JOIN api_calls c
         ON c.pid = k.pid AND c.correlation_id = k.correlation_id ORDER BY 1""").fetchall() == [
         (1020, "cudaLaunchKernel"), (1250, "cuLaunchKernel")]
+    assert con.execute("SELECT thread_id FROM ranges").fetchall() == [(tid,)]
 
 
 def test_an_export_with_copies_but_no_kernels(tmp_path):
@@ -701,22 +704,28 @@ def test_graph_launches_keep_their_graph_and_node(tmp_path, graph_cols):
 def test_ranges_hold_calls_from_their_start_to_before_their_end(tmp_path):
     """A call that starts the instant a range opens is in it, push/pop or start/end; one that
     starts the instant a start/end range closes is not. A start/end range that ends with the
-    push/pop range around it is held by it (its child)."""
+    push/pop range around it is held by it (its child); one that outlives the innermost
+    push/pop range it started in is the child of the next one out that holds it. User ranges
+    alone are no steps."""
     src = nsys_export(tmp_path / "b.sqlite", launches=[
         (7, 1000, 1005, 1010, 1020),   # at 'pp' start
         (7, 1200, 1205, 1210, 1220),   # at 'se' start
         (7, 1300, 1305, 1310, 1320),   # at 'se' end
     ], ranges=[(7, 0, 5000, 59, "outer"), (7, 1000, 1100, 59, "pp"), (7, 1200, 1300, 60, "se"),
+               (7, 2000, 3000, 59, "mid"), (7, 2100, 2200, 59, "in"), (7, 2150, 2500, 60, "se2"),
                (7, 4000, 5000, 60, "tail")])
     out = tmp_path / "o.duckdb"
     import_traces([src], out)
     con = duckdb.connect(str(out), read_only=True)
     assert con.execute("""SELECT r.name, p.name, r.depth FROM ranges r LEFT JOIN ranges p
         ON p.pid = r.pid AND p.range_id = r.parent_id ORDER BY r.start_ns""").fetchall() == [
-        ("outer", None, 0), ("pp", "outer", 1), ("se", "outer", 1), ("tail", "outer", 1)]
+        ("outer", None, 0), ("pp", "outer", 1), ("se", "outer", 1), ("mid", "outer", 1),
+        ("in", "mid", 2), ("se2", "mid", 2), ("tail", "outer", 1)]
     assert con.execute("""SELECT c.start_ns, r.name FROM api_calls c LEFT JOIN ranges r
         ON r.pid = c.pid AND r.range_id = c.range_id ORDER BY 1""").fetchall() == [
         (1000, "pp"), (1200, "se"), (1300, "outer")]
+    assert con.execute("SELECT check_name, subject, pid FROM data_quality").fetchall() == [
+        ("missing_kind", "step", 4242)]
 
 
 def test_step_range_names(tmp_path):
@@ -752,18 +761,22 @@ def test_steps_are_per_process(tmp_path):
             (4242, 0), (5151, None), (4242, None)], t
 
 
-def test_a_process_span_from_gpu_rows_alone(tmp_path):
+def test_a_process_span_from_gpu_rows_or_calls_alone(tmp_path):
     """A process whose host records the export lacks spans from its first GPU row's start to
-    its last one's end."""
+    its last one's end; one with API calls only is a process of the file, spanning them, and
+    with no PROCESSES row its command is the export's path."""
     src = nsys_export(tmp_path / "k.sqlite")
     with sqlite3.connect(src) as db:
+        db.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, 0, 1, 0)",
+                       [(300, 350, 5151 << 24 | 9), (2000, 2100, 5151 << 24 | 9)])
         db.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, 7, ?, ?, 2)",
                        [(1000, 1100, 1, 4242 << 24), (500, 700, 2, 4242 << 24),
                         (1200, 1250, 3, 4242 << 24)])
     out = tmp_path / "o.duckdb"
     import_traces([src], out)
     con = duckdb.connect(str(out), read_only=True)
-    assert con.execute("SELECT pid, start_ns, end_ns FROM processes").fetchall() == [(4242, 500, 1250)]
+    assert con.execute("SELECT pid, command, start_ns, end_ns FROM processes ORDER BY pid").fetchall() == [
+        (4242, "app", 500, 1250), (5151, str(src), 300, 2100)]
 
 
 def test_a_stream_or_name_past_range_is_null(tmp_path):
@@ -779,3 +792,18 @@ def test_a_stream_or_name_past_range_is_null(tmp_path):
     con = duckdb.connect(str(out), read_only=True)
     assert con.execute("SELECT stream_id, name FROM kernels ORDER BY start_ns").fetchall() == [
         (None, "saxpy_kernel"), (7, None)]
+
+
+def test_ranges_opening_together_nest_the_longer_outside(tmp_path):
+    """Of two push/pop ranges opened at the same instant on a thread, the longer is the
+    parent, and a call made at that instant is the shorter's."""
+    src = nsys_export(tmp_path / "t.sqlite", launches=[(7, 1000, 1005, 1010, 1020)],
+                      ranges=[(7, 1000, 1100, 59, "short"), (7, 1000, 2000, 59, "long")])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("""SELECT r.name, p.name, r.depth FROM ranges r LEFT JOIN ranges p
+        ON p.pid = r.pid AND p.range_id = r.parent_id ORDER BY r.depth""").fetchall() == [
+        ("long", None, 0), ("short", "long", 1)]
+    assert con.execute("""SELECT r.name FROM api_calls c JOIN ranges r
+        ON r.pid = c.pid AND r.range_id = c.range_id""").fetchall() == [("short",)]
