@@ -643,3 +643,30 @@ def test_a_median_flipping_down_between_two_common_step_times_is_not_faster(tmp_
     fast = _quantized_run(tmp_path / "fast.duckdb", [4, 4, 3, 4, 4, 4, 3, 4, 4, 4])
     assert statuses(diff(a, fast, 5))[("op", SOFTMAX)] == "faster"
     assert statuses(diff(a, b, 5, sigmas=0))[("op", SOFTMAX)] == "faster"
+
+
+def test_a_median_flipping_down_is_not_faster_for_the_step_window_and_the_kinds_either(tmp_path):
+    """The mirror of the quartile test for the step's GPU window and the kernel kind: they flip
+    down with the softmax (508 to 507 us), within BASE's lower quarter of steps, so even with no
+    allowance at all (--fail-above 0) each is 'same', not 'faster'."""
+    a = _quantized_run(tmp_path / "a.duckdb", [8, 8, 7, 8, 7, 8, 8, 7, 8, 7])
+    b = _quantized_run(tmp_path / "b.duckdb", [7, 7, 8, 7, 8, 7, 7, 8, 7, 8])
+    got = {(r["item_type"], r["item"]): r for r in diff(a, b, 0).items.to_pylist()}
+    for item in (("op", SOFTMAX), ("kind", "kernel"), ("step", "gpu window")):
+        assert got[item]["delta_ms"] == pytest.approx(-0.001) and got[item]["noise_ms"] == 0, item
+        assert got[item]["status"] == "same", item
+
+
+def test_the_command_judges_by_the_sigmas_and_the_key_it_is_given(tmp_path, capsys):
+    """`--sigmas 0` and `--by family` reach the gate: the median's flip between two common step
+    times, noise under the default band, fails with no noise judgement, and the JSON's items are
+    keyed by family, the settings as given."""
+    a = _quantized_run(tmp_path / "a.duckdb", [7, 7, 8, 7, 8, 7, 7, 8, 7, 8])
+    b = _quantized_run(tmp_path / "b.duckdb", [8, 8, 7, 8, 7, 8, 8, 7, 8, 7])
+    assert main(["diff", str(a), str(b), "--fail-above", "5"]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(a), str(b), "--fail-above", "5", "--sigmas", "0", "--by", "family",
+                 "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["sigmas"], doc["by"]) == (0, "family")
+    assert ("op", "softmax", "family") in {(r["item_type"], r["item"], r["key_type"]) for r in doc["regressions"]}
