@@ -399,10 +399,11 @@ def test_runs_on_another_gpu_or_that_did_not_complete_are_named(tmp_path, capsys
     assert "only its 1 complete step is compared" in capsys.readouterr().out
     assert ("note: BASE (crashed.duckdb) is a run that did not complete (failed); only its 1 complete "
             "step is compared") in diff(crashed, a, 5).notes   # a BASE that crashed is named too
-    # a file that lists no GPU (a trace without device records) is no other GPU
-    assert main(["diff", str(a), str(_quantized_run(tmp_path / "q.duckdb", [7] * 5)), "--fail-above", "5",
-                 "--format", "json"]) in (0, 1)
+    # a file that lists no GPU (a trace without device records) is no other GPU, as NEW or as BASE
+    q = _quantized_run(tmp_path / "q.duckdb", [7] * 5)
+    assert main(["diff", str(a), str(q), "--fail-above", "5", "--format", "json"]) in (0, 1)
     assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "ran on" in n]
+    assert not [n for n in diff(q, a, 5).notes if "ran on" in n]
     assert main(["diff", str(a), str(make_run(tmp_path / "b.duckdb", seed=4)), "--fail-above", "5"]) == 0
     assert "note:" not in capsys.readouterr().out
     # CSV holds only the rows: the notes go to stderr, where a CI log still shows them
