@@ -83,6 +83,7 @@ def test_copy_moved_direction_and_new_family_are_listed_not_failed(tmp_path):
     rows = {r["item"]: r for r in res.items.to_pylist()}
     assert rows["memcpy DtoH"]["noise_ms"] == rows["memcpy HtoD"]["noise_ms"] == 0
     assert rows["memcpy HtoD"]["allowed_ms"] == pytest.approx(0.4 * 0.05)
+    assert rows["memcpy DtoH"]["allowed_ms"] is None   # no BASE time, no allowance on it
     # and says which key matched it, as an item of both files does
     assert rows[FLASH]["key_type"] == rows["Memcpy HtoD"]["key_type"] == "name"
 
