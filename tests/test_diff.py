@@ -288,6 +288,9 @@ def test_idle_rising_from_0_is_a_regression(tmp_path, capsys):
     idle = next(r for r in res.items.to_pylist() if r["item"] == "idle")
     assert idle["base_ms"] == 0 and idle["new_ms"] == pytest.approx(11 * 0.02 + 0.02, abs=0.01)
     assert idle["status"] == "regression" and res.failed
+    # the step's GPU window spans the gaps, as idle does (its busy time stays the same)
+    window = next(r for r in res.items.to_pylist() if r["item"] == "gpu window")
+    assert window["delta_ms"] == pytest.approx(idle["new_ms"], abs=0.01) and window["status"] == "regression"
     assert main(["diff", str(a), str(b), "--fail-above", "5"]) == 1
     assert "idle" in capsys.readouterr().out
     # below --min-ms it is only slower; the other way round, idle fell to 0
@@ -400,6 +403,9 @@ def test_runs_on_another_gpu_or_that_did_not_complete_are_named(tmp_path, capsys
     assert "only its 1 complete step is compared" in capsys.readouterr().out
     assert ("note: BASE (crashed.duckdb) is a run that did not complete (failed); only its 1 complete "
             "step is compared") in diff(crashed, a, 5).notes   # a BASE that crashed is named too
+    with duckdb.connect(str(crashed)) as con:   # stopped by a signal, or its writer died: named too
+        con.execute("UPDATE runs SET status = 'interrupted'")
+    assert any("did not complete (interrupted)" in n for n in diff(a, crashed, 5).notes)
     # a file that lists no GPU (a trace without device records) is no other GPU, as NEW or as BASE
     q = _quantized_run(tmp_path / "q.duckdb", [7] * 5)
     assert main(["diff", str(a), str(q), "--fail-above", "5", "--format", "json"]) in (0, 1)
