@@ -783,6 +783,7 @@ def test_a_step_without_gpu_work_counts_as_a_step_of_0(tmp_path, capsys):
         kinds = {(r["run"], r["kind"], r["detail"]): r for r in rows(cmp.kinds())}
     assert ops[(1, SOFTMAX)]["ms"] == pytest.approx(ops[(0, SOFTMAX)]["ms"] / 2)   # median of x, x, 0, 0
     assert ops[(1, SOFTMAX)]["steps"] == 4 and ops[(1, SOFTMAX)]["min_ms"] == 0
+    assert ops[(1, SOFTMAX)]["calls_per_step"] == 1   # the median of 2, 2, 0, 0 calls, not the most
     assert kinds[(1, "memcpy", "HtoD")]["ratio"] == pytest.approx(0.5)
     assert main(["report", str(b), "--by", "step", "--format", "json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 4   # the report lists the same 4 steps
