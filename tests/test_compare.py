@@ -1095,3 +1095,17 @@ def test_kernels_without_a_name_are_one_op_row_that_adds_up_to_the_totals(tmp_pa
     assert main(["report", str(a), "--by", "op", "--format", "json"]) == 0
     names = {r["name"] for r in json.loads(capsys.readouterr().out)}
     assert "(unnamed)" in names and not {None, ""} & names
+
+
+def test_keys_of_equal_time_rank_in_key_order(tmp_path):
+    """Five kernels of exactly the same time per step: their ranks follow the key, so that the
+    ranks, the rank changes and the top N of a table are the same on every run of compare."""
+    ops = {n: (100.0, 1, "aten::x") for n in ("zeta_k", "alpha_k", "mid_k", "beta_k", "omega_k")}
+    a = make_run(tmp_path / "a.duckdb", ops=ops, seed=1)
+    b = make_run(tmp_path / "b.duckdb", ops=ops, seed=2)
+    with Comparison([a, b]) as cmp:
+        for run in (0, 1):
+            ranked = [r["key"] for r in sorted(rows(cmp.ops()), key=lambda r: r["rank"])
+                      if r["run"] == run and r["key"].endswith("_k")]
+            assert ranked == ["alpha_k", "beta_k", "mid_k", "omega_k", "zeta_k"]
+        assert {r["rank_change"] for r in rows(cmp.ops()) if r["run"] == 1} == {0}
