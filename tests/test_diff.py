@@ -680,3 +680,14 @@ def test_the_command_judges_by_the_sigmas_and_the_key_it_is_given(tmp_path, caps
     doc = json.loads(capsys.readouterr().out)
     assert (doc["sigmas"], doc["by"]) == (0, "family")
     assert ("op", "softmax", "family") in {(r["item_type"], r["item"], r["key_type"]) for r in doc["regressions"]}
+
+
+def test_items_of_equal_change_are_listed_by_name(tmp_path):
+    """Two runs of five kernels of exactly the same time: every item is unchanged, and the items
+    are listed by type, then by name, the same on every run of the gate."""
+    ops = {n: (100.0, 1, "aten::x") for n in ("zeta_k", "alpha_k", "mid_k", "beta_k", "omega_k")}
+    a = make_run(tmp_path / "a.duckdb", ops=ops, seed=1)
+    b = make_run(tmp_path / "b.duckdb", ops=ops, seed=2)
+    items = [(r["item_type"], r["item"]) for r in diff(a, b, 5).items.to_pylist()]
+    order = {"step": 0, "kind": 1, "op": 2}
+    assert items == sorted(items, key=lambda i: (order[i[0]], i[1])) and len(items) == 13
