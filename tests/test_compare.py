@@ -153,6 +153,9 @@ def test_family_key_matches_gemms_of_different_gpus(tmp_path):
     with Comparison([a, b], by="range") as c:
         mm = {r["run"]: r for r in rows(c.ops()) if r["key"] == "aten::mm"}
         assert mm[0]["key_type"] == "op" and mm[1]["ratio"] == pytest.approx(4.0, rel=0.01)
+        # the copies and the memset, launched in no range, are one key of two kinds
+        kinds = {r["key"]: r["kind"] for r in rows(c.ops())}
+        assert (kinds["aten::mm"], kinds["(no range)"]) == ("kernel", "mixed")
 
 
 def test_per_step_medians_are_computed_once_per_key_choice(tmp_path):
