@@ -712,6 +712,11 @@ def test_gpu_work_mostly_outside_the_steps_is_noted(tmp_path, capsys):
     assert note == (f"note: B (b.duckdb): {100 * share:.0f}% of its GPU time (1 of 71 activities) ran "
                     "outside every step and is not compared (files are compared step by step); "
                     f"`cuptiprof report {b} --by quality` shows it")
+    for us, noted in ((8_400.0, True), (3_100.0, False)):   # from 30% on: 40% is named, 20% is not
+        c = make_run(tmp_path / f"o{us:.0f}.duckdb", seed=2, outside_us=us)
+        with Comparison([a, c]) as cmp:
+            share = cmp.runs[1].outside[2]
+            assert any("outside every step" in line for line in cmp.legend()) == noted, share
     with Comparison([warm, a]) as cmp:
         assert cmp.runs[0].outside == ()   # 6 warm-up steps of 8: all launched in the warm-up range
         assert not [line for line in cmp.legend() if "outside every step" in line]
