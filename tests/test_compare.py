@@ -793,6 +793,7 @@ def test_a_step_without_gpu_work_counts_as_a_step_of_0(tmp_path, capsys):
     assert ops[(1, SOFTMAX)]["steps"] == 4 and ops[(1, SOFTMAX)]["min_ms"] == 0
     assert ops[(1, SOFTMAX)]["calls_per_step"] == 1   # the median of 2, 2, 0, 0 calls, not the most
     assert kinds[(1, "memcpy", "HtoD")]["ratio"] == pytest.approx(0.5)
+    assert kinds[(1, "memcpy", "HtoD")]["bytes_per_step"] == 4 << 20   # of 8, 8, 0, 0 MiB
     assert main(["report", str(b), "--by", "step", "--format", "json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 4   # the report lists the same 4 steps
     assert main(["diff", str(b), str(a), "--fail-above", "5"]) == 0   # x, x, 0, 0: noise of x / 2
