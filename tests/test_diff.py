@@ -691,3 +691,13 @@ def test_items_of_equal_change_are_listed_by_name(tmp_path):
     items = [(r["item_type"], r["item"]) for r in diff(a, b, 5).items.to_pylist()]
     order = {"step": 0, "kind": 1, "op": 2}
     assert items == sorted(items, key=lambda i: (order[i[0]], i[1])) and len(items) == 13
+
+
+def test_an_odd_slow_step_in_base_does_not_hide_a_regression(tmp_path):
+    """BASE's softmax takes 8 us in most steps and 30 us in two odd ones; NEW's takes 15 us in
+    every step. NEW's median lies above BASE's upper quartile (8 us), though not above its
+    slowest step: the quartile test is no max test, and the op fails the gate."""
+    a = _quantized_run(tmp_path / "a.duckdb", [8, 8, 8, 30, 8, 8, 8, 30, 8, 8])
+    b = _quantized_run(tmp_path / "b.duckdb", [15] * 10)
+    res = diff(a, b, 5)
+    assert statuses(res)[("op", SOFTMAX)] == "regression" and res.failed
