@@ -543,6 +543,9 @@ def test_the_table_lists_the_regressions_or_every_item_and_says_what_it_ignores(
     assert main(["diff", str(a), str(b), "--fail-above", "5"]) == 1
     out, err = capsys.readouterr()
     assert "regressions (ms per step, median over steps)" in out and soft in out
+    header = next(line for line in out.splitlines() if line.startswith("item_type"))
+    assert header.split() == ["item_type", "item", "base_ms", "new_ms", "delta_ms", "delta_pct",
+                              "allowed_ms", "status"]   # the allowance a regression went past
     assert add not in out and "no regression" not in out and "ignoring" not in out
     assert err == "cuptiprof diff: 3 regression(s)\n"
     assert main(["diff", str(a), str(b), "--fail-above", "5", "--all", "--min-ms", "0.01"]) == 1
