@@ -11,6 +11,7 @@ import pytest
 
 import cuptiprof
 from cuptiprof import markers
+from cuptiprof.collect.cupti_source import CuptiSource
 from cuptiprof.collect.fake import FakeCupti
 from cuptiprof.collect.resolve import SELF_ID
 from cuptiprof.collect.session import Session
@@ -169,6 +170,41 @@ def test_dropped_records_are_counted(tmp_path):
         with cuptiprof.step(1):
             f.dropped = 5
     assert q(p, "SELECT count FROM data_quality WHERE check_name = 'dropped_records'") == [(12,)]
+
+
+def test_the_adapter_asks_cupti_for_what_its_docs_require():
+    """CUPTI fills a buffer as full as it can only when the request callback's record cap is 0
+    (any other cap makes it ask for buffer after buffer); KERNEL would serialize every kernel
+    on the GPU, so kernels come from CONCURRENT_KERNEL; MARKER_DATA needs MARKER enabled before
+    it; the noisy API calls are turned off (0), not on; every kind turned on is turned off at
+    close, DEVICE and CONTEXT (dumped at enable) included."""
+    f = FakeCupti()
+    src = CuptiSource(f, nvtx_capture=True)
+    src.open(lambda records: None)
+    assert f._callbacks[0]() == (16 << 20, 0)
+    src.enable(["kernel", "nvtx"])
+    enabled = [c[1] for c in f.calls if c[0] == "enable"]
+    assert int(K.CONCURRENT_KERNEL) in enabled and int(K.KERNEL) not in enabled
+    assert enabled.index(int(K.MARKER)) < enabled.index(int(K.MARKER_DATA))
+    quiet = [c for c in f.calls if c[0] in ("enable_runtime_api", "enable_driver_api")]
+    assert quiet and {c[2] for c in quiet} == {0}
+    src.close()
+    assert {c[1] for c in f.calls if c[0] == "disable"} == set(enabled) | {int(K.DEVICE),
+                                                                         int(K.CONTEXT)}
+
+
+def test_api_names_drop_only_a_version_suffix():
+    """cudaLaunchKernel_v7000 is written as cudaLaunchKernel, but a per-thread-stream variant
+    keeps its name whole (cuMemcpyHtoD_v2_ptds, not cuMemcpyHtoD); a cbid the bindings do not
+    know is named after its API (cuApi#N for the driver, cudaApi#N for the runtime)."""
+    src = CuptiSource(FakeCupti())
+    cbid = FakeCupti.driver_api_trace_cbid
+    assert src.api_name(False, int(FakeCupti.runtime_api_trace_cbid.cudaLaunchKernel_v7000)
+                        ) == "cudaLaunchKernel"
+    assert src.api_name(True, int(cbid.cuMemcpyHtoD_v2_ptds)) == "cuMemcpyHtoD_v2_ptds"
+    assert src.api_name(True, int(cbid.cuMemcpyHtoD_v2)) == "cuMemcpyHtoD"
+    assert (src.api_name(True, 99999), src.api_name(False, 99999)) == ("cuApi#99999",
+                                                                       "cudaApi#99999")
 
 
 def test_subscriber_conflict_one_line_and_program_continues(tmp_path, capsys):
