@@ -688,3 +688,19 @@ def test_foreign_step_ranges_take_their_number_from_the_payload(run):
         ("k0", 40), ("k1", 41), ("k2", 45)]
     assert q(con, "SELECT step, attrs FROM ranges WHERE kind = 'step' ORDER BY start_ns") == [
         (40, '{"payload": 40}'), (41, '{"payload": 41}'), (45, '{"payload": 45}')]
+
+
+
+def test_a_call_keeps_its_cbid_and_return_code(run):
+    """api_calls.cbid is CUPTI's id of the function, and return_code the CUDA error the call
+    returned (0 for success), what a query for failed launches and copies reads."""
+    cbid = FakeCupti.runtime_api_trace_cbid
+
+    def body(f):
+        with cuptiprof.range("step", step=0):
+            f.launch_kernel("ok")
+            f.api_call("cudaMemcpyAsync_v3020", return_value=1)
+    con, _ = run(body)
+    assert q(con, "SELECT name, cbid, return_code FROM api_calls ORDER BY start_ns") == [
+        ("cudaLaunchKernel", int(cbid.cudaLaunchKernel_v7000), 0),
+        ("cudaMemcpyAsync", int(cbid.cudaMemcpyAsync_v3020), 1)]

@@ -277,8 +277,10 @@ class FakeCupti:
         self.delivered_records += len(records)
         return len(records)
 
-    def api_call(self, name: str, *, driver: bool = False, duration_ns: int = 2000) -> int:
-        """A runtime (or driver) API call on this thread: API + external-correlation records."""
+    def api_call(self, name: str, *, driver: bool = False, duration_ns: int = 2000,
+                 return_value: int = 0) -> int:
+        """A runtime (or driver) API call on this thread: API + external-correlation records
+        (return_value: the CUDA error it returned)."""
         with self._lock:
             self._corr += 1
             corr = self._corr
@@ -296,7 +298,7 @@ class FakeCupti:
                 self._emit("api", kind=int(getattr(ActivityKind, kind)),
                            cbid=int(getattr(enum, name)), start=start, end=start + duration_ns,
                            process_id=os.getpid(), thread_id=tid & 0xFFFFFFFF,
-                           correlation_id=corr)
+                           correlation_id=corr, return_value=return_value)
         return corr
 
     def _gpu_slot(self, stream: int, duration_ns: int) -> tuple[int, int]:
