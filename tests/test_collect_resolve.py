@@ -242,16 +242,20 @@ def test_framework_nvtx_ranges_project_onto_launches(run):
 
 
 def test_foreign_step_range_numbers_steps(run):
+    """Only a range named exactly as step_range is a step: 'denoise_vae' is a user range."""
     def body(f):
         for i in range(3):
             f.nvtx_push("denoise")
             f.launch_kernel(f"k{i}")
             f.nvtx_pop()
+        f.nvtx_push("denoise_vae")
+        f.nvtx_pop()
     con, _ = run(body, step_range="denoise")
     assert q(con, "SELECT name, step FROM kernels ORDER BY name") == [("k0", 0), ("k1", 1),
                                                                        ("k2", 2)]
     assert q(con, "SELECT step FROM ranges WHERE kind = 'step' ORDER BY step") == [(0,), (1,),
                                                                                    (2,)]
+    assert q(con, "SELECT kind FROM ranges WHERE name = 'denoise_vae'") == [("user",)]
 
 
 def test_copies_memsets_syncs_and_memory_are_tagged(run):
@@ -704,3 +708,18 @@ def test_a_call_keeps_its_cbid_and_return_code(run):
     assert q(con, "SELECT name, cbid, return_code FROM api_calls ORDER BY start_ns") == [
         ("cudaLaunchKernel", int(cbid.cudaLaunchKernel_v7000), 0),
         ("cudaMemcpyAsync", int(cbid.cudaMemcpyAsync_v3020), 1)]
+
+
+def test_markers_of_cuptiprofs_own_domain_add_no_second_range(run):
+    """cuptiprof.range also pushes an NVTX range in the 'cuptiprof' domain (for nsys), which
+    CUPTI hands back as MARKER records: the session writes those ranges itself, so its own
+    domain's markers add no 'user' range, and the work inside keeps the cuptiprof range."""
+    def body(f):
+        with cuptiprof.range("step", step=0):
+            f.nvtx_push("step", domain="cuptiprof")
+            f.launch_kernel("k")
+            f.nvtx_pop()
+    con, _ = run(body)
+    assert q(con, "SELECT name, kind FROM ranges") == [("step", "step")]
+    assert q(con, "SELECT k.step, r.kind FROM kernels k JOIN ranges r USING (range_id)") == [
+        (0, "step")]
