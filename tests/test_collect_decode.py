@@ -156,18 +156,31 @@ def test_device_uuid_is_written_in_nvidia_smis_form_and_a_zero_uuid_is_none():
         assert rows["device_uuid"] == ["GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf", None]
 
 
+def _unreadable_kernel(keep):
+    return _Unreadable(FakeCupti.build("kernel", {"kind": int(cupti.ActivityKind.CONCURRENT_KERNEL),
+                                                  "start": 9, "end": 10, "name": "x"}, keep))
+
+
 def test_every_unreadable_record_of_a_buffer_is_counted():
     keep = []
     k = cupti.ActivityKind
     good = [FakeCupti.build("kernel", {"kind": int(k.CONCURRENT_KERNEL), "start": i + 1,
                                        "end": i + 2, "correlation_id": i, "name": f"k{i}"}, keep)
             for i in range(3)]
-    bad = [_Unreadable(FakeCupti.build("kernel", {"kind": int(k.CONCURRENT_KERNEL), "start": 9,
-                                                  "end": 10, "name": "x"}, keep))
-           for _ in range(2)]
+    bad = [_unreadable_kernel(keep) for _ in range(2)]
     sink = decode.Sink(k)
     sink.add([good[0], bad[0], good[1], bad[1], good[2]])
     rows = sink.drain()
     assert decode.columns("kernel", rows["kernel"])["name"] == ("k0", "k1", "k2")
     assert rows["decode_error"] == {"kernel": 2}
     assert sink.drain()["decode_error"] == {}
+
+
+def test_unreadable_records_of_every_buffer_before_a_drain_are_counted():
+    """CUPTI may hand over several buffers between two flushes: data_quality's 'decode_error'
+    count is the sum of every buffer's unreadable records, not the last buffer's."""
+    keep = []
+    sink = decode.Sink(cupti.ActivityKind)
+    sink.add([_unreadable_kernel(keep) for _ in range(2)])
+    sink.add([_unreadable_kernel(keep)])
+    assert sink.drain()["decode_error"] == {"kernel": 3}

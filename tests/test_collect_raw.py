@@ -97,3 +97,18 @@ def test_raw_copy_can_be_turned_off(monkeypatch):
     sink.add(_mixed_buffer(keep))
     kernels = sink.drain()["kernel"]
     assert not kernels.chunks and len(kernels.tuples) == 6
+
+
+def test_a_class_lacking_a_field_of_its_kind_is_not_copied_raw():
+    """A record whose class lacks a field its kind's rows read (a plain MEMCPY struct delivered
+    as MEMCPY2, which has no source and destination devices) is not copied raw, which would only
+    fail later, at the flush, losing the flush: it is read field by field and counted as
+    unreadable in the callback."""
+    keep: list = []
+    rec = FakeCupti.build("memcpy", dict(kind=int(K.MEMCPY2), bytes=64, correlation_id=1), keep)
+    assert decode.raw_dtype(type(rec), "memcpy_p2p") is None
+    assert decode.raw_dtype(type(rec), "memcpy") is not None
+    sink = decode.Sink(K)
+    sink.add([rec])
+    rows = sink.drain()
+    assert not rows["memcpy_p2p"] and rows["decode_error"] == {"memcpy_p2p": 1}
