@@ -723,3 +723,24 @@ def test_markers_of_cuptiprofs_own_domain_add_no_second_range(run):
     assert q(con, "SELECT name, kind FROM ranges") == [("step", "step")]
     assert q(con, "SELECT k.step, r.kind FROM kernels k JOIN ranges r USING (range_id)") == [
         (0, "step")]
+
+
+def test_foreign_step_ranges_with_a_payload_that_is_no_step_number_are_numbered_by_position(run):
+    """CUPTI keeps a MARKER_DATA payload of every kind in the same 8 bytes: the nvtx package's
+    float (DOUBLE) read as an int64 was a step such as 4651998512748167168, and a step number
+    beyond the INTEGER step columns failed the flush and lost every row of the run. A payload
+    that is no INTEGER step number (a float, 2**40, a C library's UINT64) numbers its step by
+    position, as cuptiprof's own steps do, and is kept in attrs as it was sent."""
+    def body(f):
+        for i, payload in enumerate((40, -3, 999.0, 2 ** 40, 2 ** 64 - 1, float("nan"))):
+            f.nvtx_push("denoise", payload=payload)
+            f.launch_kernel(f"k{i}")
+            f.nvtx_pop()
+    con, _ = run(body, step_range="denoise")
+    assert q(con, "SELECT name, step FROM kernels ORDER BY start_ns") == [
+        ("k0", 40), ("k1", -3), ("k2", 2), ("k3", 3), ("k4", 4), ("k5", 5)]
+    assert q(con, "SELECT step, attrs FROM ranges WHERE kind = 'step' ORDER BY start_ns") == [
+        (40, '{"payload": 40}'), (-3, '{"payload": -3}'), (2, '{"payload": 999.0}'),
+        (3, '{"payload": 1099511627776}'), (4, '{"payload": 18446744073709551615}'),
+        (5, '{"payload": null}')]
+    assert q(con, "SELECT check_name FROM data_quality") == []

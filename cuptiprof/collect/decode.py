@@ -60,7 +60,9 @@ RECORDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "extcorr": (("EXTERNAL_CORRELATION",), ("external_kind", "external_id", "correlation_id")),
     "marker": (("MARKER",), (
         "flags_", "timestamp", "id", "object_kind", "object_id.pt.thread_id", "name", "domain")),
-    "marker_data": (("MARKER_DATA",), ("id", "payload_kind", "payload.metric_value_int64")),
+    "marker_data": (("MARKER_DATA",), (
+        "id", "payload_kind", "payload.metric_value_int64", "payload.metric_value_uint64",
+        "payload.metric_value_double")),
     "overhead": (("OVERHEAD",), ("overhead_kind", "start", "end")),
     "memory": (("MEMORY2",), (
         "memory_operation_type", "memory_kind", "correlation_id", "address", "bytes",

@@ -406,8 +406,9 @@ class FakeCupti:
                            overhead_kind=overhead_kind, start=s, end=s + duration_ns)
 
     def nvtx_push(self, name: str | bytes, *, domain: str | bytes | None = None,
-                  payload: int | None = None) -> int:
-        """An NVTX push seen through the injection (MARKER + MARKER_DATA records)."""
+                  payload: int | float | None = None) -> int:
+        """An NVTX push seen through the injection (MARKER + MARKER_DATA records). An int
+        payload comes as INT64 (from 2**63 on as UINT64, as a C library's), a float as DOUBLE."""
         with self._lock:
             self._marker_id += 1
             mid = self._marker_id
@@ -421,8 +422,10 @@ class FakeCupti:
                     f["domain"] = domain
                 self._emit("marker", **f)
                 if payload is not None and self._on("MARKER_DATA"):
+                    kind, field = ((0, "double") if isinstance(payload, float) else
+                                   (1, "uint64") if payload >= 1 << 63 else (4, "int64"))
                     self._emit("marker_data", kind=int(ActivityKind.MARKER_DATA), id=mid,
-                               payload_kind=4, **{"payload.metric_value_int64": payload})
+                               payload_kind=kind, **{f"payload.metric_value_{field}": payload})
         return mid
 
     def nvtx_pop(self) -> None:

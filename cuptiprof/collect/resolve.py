@@ -28,13 +28,13 @@ record (pairing starts and ends) and per distinct range id, never per GPU row.
 from __future__ import annotations
 
 import bisect
-import json
 from typing import Any, Callable, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from cuptiprof.collect.decode import Cols, cols, factorize
+from cuptiprof.markers import attrs_json, step_number
 from cuptiprof.store import arrow
 from cuptiprof.store.quality import DECODE_ERROR, UNTIMED_RECORDS
 
@@ -46,6 +46,7 @@ SYNC_TYPE = {0: "unknown", 1: "event_synchronize", 2: "stream_wait_event",
              3: "stream_synchronize", 4: "context_synchronize"}
 NA32 = 0xFFFFFFFF  # CUPTI's "not applicable" for 32-bit ids
 MARKER_START, MARKER_END = 2, 4  # ActivityFlag has no MARKER_END member (docs/cupti-python.md §3)
+PAYLOAD_DOUBLE, PAYLOAD_UINT64 = 0, 1  # MetricValueKind of a MARKER_DATA payload
 SELF_ID = (1 << 63) - 1  # external id around cuptiprof's own synchronize: rows dropped
 GPU_TABLES = ("kernel", "memcpy", "memcpy_p2p", "memset", "sync", "memory")
 
@@ -451,7 +452,10 @@ class Resolver:
         """Pair start/end MARKER records of other domains into ranges (rows for `ranges`)."""
         if not markers:
             return None
-        payload = {mid: v for mid, kind, v in data}
+        # CUPTI keeps every kind of payload in the same 8 bytes: read them as their kind says
+        # (the nvtx package sends an int as INT64, a float as DOUBLE)
+        payload = {mid: dbl if kind == PAYLOAD_DOUBLE else u64 if kind == PAYLOAD_UINT64 else i64
+                   for mid, kind, i64, u64, dbl in data}
         out: dict[str, list] = {k: [] for k in (
             "range_id", "parent_id", "depth", "name", "domain", "thread_id", "start_ns",
             "end_ns", "kind", "step", "attrs")}
@@ -476,7 +480,10 @@ class Resolver:
                 kind, step = "user", None
                 if self.step_range and name == self.step_range:
                     kind = "step"
-                    step = payload.get(mid, self._marker_steps)
+                    # a payload that is no INTEGER step number: numbered by its position
+                    step = step_number(payload.get(mid))
+                    if step is None:
+                        step = self._marker_steps
                     self._marker_steps += 1
                 self._open_markers[mid] = [tid, ts, name, domain or None, rid, parent,
                                            depth, kind, step, payload.get(mid)]
@@ -500,7 +507,7 @@ class Resolver:
                     self.book.note_step(rid, step)
                 bisect.insort(cur.setdefault(tid0, []), (start, ts, rid))
                 for k, v in zip(out, (rid, parent, depth, name, dom, tid0, start, ts, kind, step,
-                                      None if pl is None else json.dumps({"payload": pl}))):
+                                      None if pl is None else attrs_json({"payload": pl}))):
                     out[k].append(v)
         if not out["range_id"]:
             return None
