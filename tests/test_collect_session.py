@@ -295,6 +295,19 @@ def test_devices_row_from_device_records(tmp_path):
         (d, "Fake GPU", 132, 1980.0, 4800.0, "cupti", "9.0", 141 << 30, 60 << 20) for d in (0, 1)]
 
 
+def test_a_device_record_cupti_left_unfilled_has_null_values(tmp_path):
+    """A DEVICE record without a name, sizes or rates (zeros in the struct) writes NULLs, not an
+    empty name and 0 bytes of memory that a report would take as real."""
+    f = FakeCupti()
+    p = tmp_path / "dev0.duckdb"
+    with Session(p, source=f, quiet=True):
+        with cuptiprof.step(0):
+            f._emit("device", kind=int(K.DEVICE), id=1)
+            f.launch_kernel("k")
+    assert q(p, "SELECT name, core_clock_mhz, peak_memory_bw_gbps, memory_bytes, l2_bytes "
+                "FROM devices WHERE device_id = 1") == [(None, None, None, None, None)]
+
+
 def test_range_filter_and_light(tmp_path):
     f = FakeCupti()
     p = tmp_path / "rf.duckdb"
