@@ -632,7 +632,8 @@ def test_kernel_launch_configuration_is_written_field_by_field(run):
                     static_shared_memory=19, dynamic_shared_memory=23)
     con, _ = run(body)
     assert q(con, "SELECT grid_x, grid_y, grid_z, block_x, block_y, block_z, registers, "
-                  "static_smem, dynamic_smem FROM kernels") == [(2, 3, 5, 7, 11, 13, 17, 19, 23)]
+                  "static_smem, dynamic_smem, device_id, context_id FROM kernels") == [
+        (2, 3, 5, 7, 11, 13, 17, 19, 23, 0, 1)]
 
 
 def test_external_ids_another_tool_pushes_are_not_ranges(run):
@@ -744,3 +745,20 @@ def test_foreign_step_ranges_with_a_payload_that_is_no_step_number_are_numbered_
         (3, '{"payload": 1099511627776}'), (4, '{"payload": 18446744073709551615}'),
         (5, '{"payload": null}')]
     assert q(con, "SELECT check_name FROM data_quality") == []
+
+
+def test_a_gpu_record_delivered_a_flush_before_its_call_waits_for_it(run):
+    """CUPTI's per-thread buffers may hand a GPU record over a flush before the API and
+    external-correlation records of its launching call: the row waits one flush for them and
+    takes that call's range and step, once, instead of being written unclaimed or lost."""
+    def body(f):
+        with cuptiprof.range("step", step=0):
+            f.launch_kernel("early", corr=f._corr + 1)   # the next call's id: its records follow
+        with cuptiprof.range("step", step=1):
+            with cuptiprof.range("attn"):
+                f.api_call("cudaLaunchKernel_v7000")
+    con, _ = run(body, flush_every_s=0)
+    assert q(con, "SELECT k.name, k.step, r.name FROM kernels k LEFT JOIN ranges r "
+                  "USING (range_id)") == [("early", 1, "attn")]
+    assert q(con, "SELECT count(*) FROM data_quality WHERE check_name = 'unclaimed_records'"
+             ) == [(0,)]
