@@ -1,6 +1,8 @@
 """decode: real cupti-python record objects -> primitive row tuples (no record object kept)."""
 from __future__ import annotations
 
+import gc
+
 import duckdb
 import numpy as np
 from cupti import cupti
@@ -184,3 +186,20 @@ def test_unreadable_records_of_every_buffer_before_a_drain_are_counted():
     sink.add([_unreadable_kernel(keep) for _ in range(2)])
     sink.add([_unreadable_kernel(keep)])
     assert sink.drain()["decode_error"] == {"kernel": 3}
+
+
+def test_a_buffer_leaves_the_cyclic_gc_as_the_program_set_it():
+    """The callback pauses the cyclic GC while it copies a buffer; a program that turned the
+    GC off itself finds it off afterwards, one that had it on finds it on."""
+    keep = []
+    recs = [FakeCupti.build("kernel", {"kind": int(cupti.ActivityKind.CONCURRENT_KERNEL),
+                                       "start": 1, "end": 2, "name": "k"}, keep)]
+    sink = decode.Sink(cupti.ActivityKind)
+    was = gc.isenabled()
+    try:
+        for on in (False, True):
+            (gc.enable if on else gc.disable)()
+            sink.add(recs)
+            assert gc.isenabled() is on
+    finally:
+        (gc.enable if was else gc.disable)()
