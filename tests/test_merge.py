@@ -130,15 +130,20 @@ def test_newer_schema_is_refused(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".m.duckdb")]   # no temp left
 
 
-def test_runs_alike_but_of_other_processes_merge(tmp_path):
-    """Two ranks imported alike (one command, one host, the same first and last timestamps)
-    are two runs: their processes tell them apart."""
+@pytest.mark.parametrize("differs", ["pid", "host", "command", "start_ns", "end_ns"])
+def test_runs_alike_but_in_one_thing_merge(tmp_path, differs):
+    """Two runs alike in all but one of source, host, command, start, end and pids are two
+    runs, not one input's copy of the other: two ranks imported alike (one command, one host,
+    the same first and last timestamps) differ in their pids; one command run twice on one
+    host with the same pids (a container's pid 1), in its start or its end."""
     a = _file(tmp_path / "a.duckdb", ["gemm"], 11, "rank0")
-    b = _file(tmp_path / "b.duckdb", ["gemm"], 22, "rank1")
-    (cmd, host, start, end), = q(a, "SELECT command, host, start_ns, end_ns FROM runs")
+    b = _file(tmp_path / "b.duckdb", ["gemm"], 22 if differs == "pid" else 11, "rank1")
+    row = dict(zip(("command", "host", "start_ns", "end_ns"),
+                   q(a, "SELECT command, host, start_ns, end_ns FROM runs")[0]))
+    if differs != "pid":
+        row[differs] += 1 if differs.endswith("_ns") else "x"
     con = duckdb.connect(str(b))
-    con.execute("UPDATE runs SET command = ?, host = ?, start_ns = ?, end_ns = ?",
-                [cmd, host, start, end])
+    con.execute("UPDATE runs SET command = ?, host = ?, start_ns = ?, end_ns = ?", list(row.values()))
     con.close()
     out = merge_files([a, b], tmp_path / "all.duckdb")
     assert q(out, "SELECT run_id, label FROM runs ORDER BY run_id") == [(1, "rank0"), (2, "rank1")]
