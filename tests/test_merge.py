@@ -263,6 +263,23 @@ def test_one_run_of_a_process_that_exec_d_keeps_each_programs_ranges_apart(tmp_p
         (1, 2, "inner_a"), (2, 2, "inner_c")]
 
 
+def test_one_run_moves_a_later_programs_ranges_past_the_highest_id_of_the_earlier(tmp_path):
+    """A program's range ids may skip numbers (a range whose record was never written): the
+    program it exec'd numbers its own past the highest id, not past how many there are, or
+    two ranges of the process would share an id."""
+    a = tmp_path / "h-5.duckdb"
+    with Writer(a, RunInfo(source="synthetic"), pid=5) as w:
+        w.append({"ranges": {"range_id": [1, 2, 4], "name": ["x", "y", "z"], "kind": ["user"] * 3,
+                             "depth": [0] * 3, "thread_id": [7] * 3, "start_ns": [1, 3, 5],
+                             "end_ns": [2, 4, 6]},
+                  "processes": {"pid": [5]}})
+    b = _program(tmp_path / "h-5.exec1.duckdb", 5, "b", 2_000)
+    out = merge_files([a, b], tmp_path / "one.duckdb", one_run=True)
+    assert q(out, "SELECT range_id, parent_id, name FROM ranges ORDER BY range_id") == [
+        (1, None, "x"), (2, None, "y"), (4, None, "z"),
+        (5, None, "step"), (6, 5, "inner_b"), (7, 6, "aten::b")]
+
+
 # What a file of one run holds, table by table, as reports read it (string and config ids
 # resolved; name_id is the file's own numbering).
 VIEWS = {"runs": "run_id", "processes": "run_id", "devices": "run_id",
