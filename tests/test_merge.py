@@ -396,13 +396,15 @@ def test_one_run_makes_one_process_of_the_parts_of_a_process_that_exec_d(tmp_pat
         (5, "dropped_records", 3), (5, "dropped_records", 4), (5, "no_gpu", None), (6, "no_gpu", None)]
 
 
-def test_one_run_fills_in_processes_and_notes_from_the_launcher(tmp_path):
-    """The launcher's processes rows fill in what a part left NULL (a part's own value stays)
-    and add the processes that wrote no part; its notes belong to the run; an unreadable part
-    is left out with a note; a part that died is named by its pid even without a processes
-    row."""
-    p1 = _part(tmp_path / "h-1.duckdb", 1)
-    dead = tmp_path / "h-7.duckdb"
+@pytest.mark.parametrize("dead_name", ["h-7", "node-a-7.exec1"])
+def test_one_run_fills_in_processes_and_notes_from_the_launcher(tmp_path, dead_name):
+    """The launcher's processes rows fill in what a part left NULL (a part's own value stays,
+    its start too where the launcher's is earlier) and add the processes that wrote no part;
+    its notes belong to the run; an unreadable part is left out with a note; a part that died
+    is named by its pid even without a processes row (that of a program it exec'd too, on a
+    host whose name holds dashes)."""
+    p1 = _part(tmp_path / "h-1.duckdb", 1, proc={"start_ns": [10]})
+    dead = tmp_path / f"{dead_name}.duckdb"
     _part(dead, 7, status="running")
     con = duckdb.connect(str(dead))
     con.execute("DELETE FROM processes")
@@ -410,13 +412,14 @@ def test_one_run_fills_in_processes_and_notes_from_the_launcher(tmp_path):
     bad = tmp_path / "h-8.duckdb"
     bad.write_text("not a database" * 100)
     procs = pa.table({"pid": pa.array([1, 9], pa.int32()), "host": ["launcher", "launcher"],
-                      "rank": pa.array([3, 4], pa.int32()), "exit_status": pa.array([0, 1], pa.int32())})
+                      "rank": pa.array([3, 4], pa.int32()), "exit_status": pa.array([0, 1], pa.int32()),
+                      "start_ns": pa.array([5, 6], pa.int64())})
     notes = pa.table({"pid": pa.array([1], pa.int32()), "check_name": ["process_exec"],
                       "subject": ["1"], "count": pa.array([1], pa.int64()), "detail": ["exec"]})
     out = merge_files([p1, dead, bad], tmp_path / "one.duckdb", one_run=True,
                       extra={"processes": procs, "data_quality": notes})
-    assert q(out, "SELECT run_id, pid, host, rank, exit_status FROM processes ORDER BY pid") == [
-        (1, 1, "h1", 3, 0), (1, 9, "launcher", 4, 1)]
+    assert q(out, "SELECT run_id, pid, host, rank, exit_status, start_ns FROM processes "
+                  "ORDER BY pid") == [(1, 1, "h1", 3, 0, 10), (1, 9, "launcher", 4, 1, 6)]
     assert q(out, "SELECT run_id, pid, check_name, subject FROM data_quality ORDER BY ALL") == [
         (1, 1, "process_exec", "1"), (1, 7, "process_ended_early", "7"),
         (1, None, "unreadable_part", "h-8.duckdb")]
