@@ -150,12 +150,15 @@ def test_runs_alike_but_in_one_thing_merge(tmp_path, differs):
 
 
 def test_merge_cli(tmp_path):
-    _file(tmp_path / "a.duckdb", ["x"], 1, "a")
-    _file(tmp_path / "b.duckdb", ["y"], 2, "b")
-    r = cli(["merge", "a.duckdb", "b.duckdb", "-o", "all.duckdb"], tmp_path)
+    """Its message counts the files given, the runs merged (an input that is itself a merge
+    brings several) and the rows of every input (4 kernels and 3 processes here)."""
+    merge_files([_file(tmp_path / "a.duckdb", ["x"], 1, "a"),
+                 _file(tmp_path / "b.duckdb", ["y", "z"], 2, "b")], tmp_path / "ab.duckdb")
+    _file(tmp_path / "c.duckdb", ["w"], 3, "c")
+    r = cli(["merge", "ab.duckdb", "c.duckdb", "-o", "all.duckdb"], tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "2 runs" in r.stderr
-    assert q(tmp_path / "all.duckdb", "SELECT count(*) FROM runs") == [(2,)]
+    assert "merged 2 files (3 runs, 7 rows) into all.duckdb" in r.stderr
+    assert q(tmp_path / "all.duckdb", "SELECT count(*) FROM runs") == [(3,)]
 
 
 @pytest.mark.parametrize("case", ["exists", "missing", "not_duckdb", "same_twice",
