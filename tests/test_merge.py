@@ -218,7 +218,8 @@ def test_merge_into_one_of_its_inputs_is_refused(tmp_path):
 def _program(path, pid, tag, t0):
     """One program image of process `pid`: a step range (id 1) holding a user range (id 2), each
     with its own kernel, a memcpy and an API call in the inner range, an op (id 3) that launched
-    the inner kernel; range ids from 1, as every program numbers them."""
+    the inner kernel, the call the inner kernel (correlation id 2); range and correlation ids
+    from 1, as every program numbers them."""
     with Writer(path, RunInfo(source="synthetic"), pid=pid) as w:
         w.append({
             "ranges": {"range_id": [1, 2, 3], "parent_id": [None, 1, 2], "depth": [0, 1, 2],
@@ -228,11 +229,12 @@ def _program(path, pid, tag, t0):
                        "end_ns": [t0 + 100, t0 + 90, t0 + 30]},
             "kernels": {"start_ns": [t0 + 5, t0 + 40], "end_ns": [t0 + 8, t0 + 50],
                         "name": [f"k_step_{tag}", f"k_inner_{tag}"], "step": [0, 0],
-                        "range_id": [1, 2], "op_id": [0, 3]},
+                        "range_id": [1, 2], "op_id": [0, 3], "correlation_id": [1, 2]},
             "memcpys": {"start_ns": [t0 + 60], "end_ns": [t0 + 70], "copy_kind": ["HtoD"],
-                        "bytes": [64], "step": [0], "range_id": [2], "op_id": [3]},
+                        "bytes": [64], "step": [0], "range_id": [2], "op_id": [3],
+                        "correlation_id": [3]},
             "api_calls": {"start_ns": [t0 + 21], "end_ns": [t0 + 22], "name": ["cudaLaunchKernel"],
-                          "step": [0], "range_id": [2]},
+                          "step": [0], "range_id": [2], "correlation_id": [2]},
             "processes": {"pid": [pid]}})
     return path
 
@@ -264,6 +266,20 @@ def test_one_run_of_a_process_that_exec_d_keeps_each_programs_ranges_apart(tmp_p
     out2 = merge_files([a, _program(tmp_path / "c.duckdb", 5, "c", 3_000)], tmp_path / "two.duckdb")
     assert q(out2, "SELECT run_id, range_id, name FROM ranges WHERE kind = 'user' ORDER BY ALL") == [
         (1, 2, "inner_a"), (2, 2, "inner_c")]
+
+
+def test_one_run_keeps_each_programs_correlation_ids_apart(tmp_path):
+    """Each program of a process that exec'd numbers CUPTI's correlation ids from 1 (a new
+    CUPTI): the later program's go on after the earlier one's, so that a kernel joins the API
+    call that launched it (the Chrome export's arrows, the warm-up work compare leaves aside),
+    not the other program's call of the same number."""
+    a = _program(tmp_path / "h-5.duckdb", 5, "a", 1_000)
+    b = _program(tmp_path / "h-5.exec1.duckdb", 5, "b", 2_000)
+    out = merge_files([a, b], tmp_path / "one.duckdb", one_run=True)
+    assert q(out, "SELECT g.name, c.start_ns FROM gpu_activities g JOIN api_calls c ON "
+                  "c.run_id = g.run_id AND c.pid = g.pid AND c.correlation_id = g.correlation_id "
+                  "ORDER BY g.start_ns") == [("k_inner_a", 1_021), ("k_inner_b", 2_021)]
+    assert q(out, "SELECT count(*), count(DISTINCT correlation_id) FROM gpu_activities") == [(6, 6)]
 
 
 def test_one_run_moves_a_later_programs_ranges_past_the_highest_id_of_the_earlier(tmp_path):

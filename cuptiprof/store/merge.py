@@ -38,6 +38,8 @@ RUN_IDENTITY = ("source", "host", "command", "start_ns", "end_ns")
 _STATUS_ORDER = ("failed", "interrupted", "running", "complete")
 # Columns that hold a range id of the row's own (run, pid) (0 or NULL: none).
 _RANGE_REFS = ("range_id", "parent_id", "op_id")
+# Tables whose correlation_id is CUPTI's of the row's own (run, pid) (0 or NULL: none).
+_CORRELATED = ("kernel_rows", "memcpys", "memsets", "syncs", "api_call_rows", "memory_events")
 
 
 @dataclass
@@ -182,6 +184,21 @@ class _Merger:
         finally:
             con.execute("DETACH src")
 
+    def _pids_merged_before(self, src_tables: set) -> bool:
+        """Fill spids with the (new run, pid) of the source's rows; whether any of them already
+        has a processes row or a lane in the merged file (a process that exec'd)."""
+        con = self.con
+        have = [t for t in ("processes", "lanes") + _CORRELATED
+                if t in src_tables and t != "kernel_rows"]
+        pairs = " UNION ".join(f"SELECT run_id, pid FROM src.{t}" for t in have) or \
+            "SELECT NULL::INTEGER AS run_id, NULL::INTEGER AS pid WHERE FALSE"
+        con.execute(f"CREATE OR REPLACE TEMP TABLE spids AS SELECT DISTINCT rm.new AS run_id, x.pid "
+                    f"FROM ({pairs}) x JOIN runmap rm ON rm.old = x.run_id")
+        return bool(first_row(con.execute(
+            "SELECT count(*) FROM spids s WHERE EXISTS (SELECT 1 FROM main.processes p WHERE "
+            "p.run_id = s.run_id AND p.pid = s.pid) OR EXISTS (SELECT 1 FROM main.lanes l "
+            "WHERE l.run_id = s.run_id AND l.pid = s.pid)"))[0])
+
     def _skipped(self, src: Path, why: str) -> None:
         self.result.skipped.append((str(src), why))
         what = "part file" if self.one_run else "input file"
@@ -270,6 +287,8 @@ class _Merger:
                 f"      (SELECT 1 FROM main.launch_configs d WHERE {same}))", [base])
             con.execute(f"CREATE OR REPLACE TEMP TABLE cmap AS SELECT s.config_id AS old, "
                         f"d.config_id AS new FROM sconfigs s JOIN main.launch_configs d ON {same}")
+        # Before this source's lanes join the merged ones: does it go on a process merged so far?
+        again = self.one_run and self._pids_merged_before(src_tables)
         # Lanes: the source's lanes with their new run ids, added by value, then old -> new id.
         lane = ", ".join(LANE)
         same = " AND ".join(f"d.{c} IS NOT DISTINCT FROM s.{c}" for c in LANE)
@@ -291,6 +310,18 @@ class _Merger:
                         "WHERE d.run_id IN (SELECT new FROM runmap) GROUP BY d.run_id, d.pid "
                         "HAVING max(d.range_id) > 0")
         shift = bool(first_row(con.execute("SELECT count(*) FROM roff"))[0])
+        # Correlation ids likewise: each program's CUPTI numbers them from 1 (only one run's
+        # parts share a (run, pid), and only those of a process that exec'd already have rows).
+        con.execute("CREATE OR REPLACE TEMP TABLE coff (run_id INTEGER, pid INTEGER, off BIGINT)")
+        if again:
+            rows = " UNION ALL ".join(
+                "SELECT l.run_id, l.pid, k.correlation_id AS c FROM main.kernel_rows k "
+                "JOIN main.lanes l ON l.lane_id = k.lane_id" if t == "kernel_rows" else
+                f"SELECT run_id, pid, correlation_id AS c FROM main.{t}" for t in _CORRELATED)
+            con.execute(f"INSERT INTO coff SELECT run_id, pid, max(c) FROM ({rows}) "
+                        "WHERE (run_id, pid) IN (SELECT run_id, pid FROM spids) "
+                        "GROUP BY run_id, pid HAVING max(c) > 0")
+        cshift = bool(first_row(con.execute("SELECT count(*) FROM coff"))[0])
         for t in self.tables:
             if t not in src_tables:
                 continue
@@ -310,16 +341,26 @@ class _Merger:
                 elif shift and c in _RANGE_REFS and c in have:
                     sel.append(f"CASE WHEN x.{c} IS NULL OR x.{c} = 0 THEN x.{c} "
                                f"ELSE x.{c} + coalesce(ro.off, 0) END")
+                elif cshift and c == "correlation_id" and c in have and t in _CORRELATED:
+                    sel.append("CASE WHEN x.correlation_id IS NULL OR x.correlation_id = 0 THEN "
+                               "x.correlation_id ELSE x.correlation_id + coalesce(co.off, 0) END")
                 else:
                     sel.append(f"x.{c}" if c in have else "NULL")
             join = ("JOIN lmap lm ON lm.old = x.lane_id" if "lane_id" in cols
                     else "JOIN runmap rm ON rm.old = x.run_id")
+            offs = []   # (offset table, alias) of the row's own (run, pid)
             if shift and have & set(_RANGE_REFS):
+                offs.append(("roff", "ro"))
+            if cshift and "correlation_id" in have and t in _CORRELATED:
+                offs.append(("coff", "co"))
+            if offs:
                 if "lane_id" in cols:
-                    join += (" JOIN main.lanes dl ON dl.lane_id = lm.new LEFT JOIN roff ro "
-                             "ON ro.run_id = dl.run_id AND ro.pid = dl.pid")
+                    join += " JOIN main.lanes dl ON dl.lane_id = lm.new"
+                    run, pid = "dl.run_id", "dl.pid"
                 else:
-                    join += " LEFT JOIN roff ro ON ro.run_id = rm.new AND ro.pid = x.pid"
+                    run, pid = "rm.new", "x.pid"
+                join += "".join(f" LEFT JOIN {o} {a} ON {a}.run_id = {run} AND {a}.pid = {pid}"
+                                for o, a in offs)
             con.execute(f"INSERT INTO {t} ({', '.join(cols)}) SELECT {', '.join(sel)} "
                         f"FROM src.{t} x {join}")
             n = first_row(con.execute(f"SELECT count(*) FROM src.{t}"))[0]
