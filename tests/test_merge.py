@@ -218,8 +218,8 @@ def test_merge_into_one_of_its_inputs_is_refused(tmp_path):
 def _program(path, pid, tag, t0):
     """One program image of process `pid`: a step range (id 1) holding a user range (id 2), each
     with its own kernel, a memcpy and an API call in the inner range, an op (id 3) that launched
-    the inner kernel, the call the inner kernel (correlation id 2); range and correlation ids
-    from 1, as every program numbers them."""
+    the inner kernel, the call the inner kernel (correlation id 2), an allocation of no call
+    (correlation id 0); range and correlation ids from 1, as every program numbers them."""
     with Writer(path, RunInfo(source="synthetic"), pid=pid) as w:
         w.append({
             "ranges": {"range_id": [1, 2, 3], "parent_id": [None, 1, 2], "depth": [0, 1, 2],
@@ -235,6 +235,8 @@ def _program(path, pid, tag, t0):
                         "correlation_id": [3]},
             "api_calls": {"start_ns": [t0 + 21], "end_ns": [t0 + 22], "name": ["cudaLaunchKernel"],
                           "step": [0], "range_id": [2], "correlation_id": [2]},
+            "memory_events": {"time_ns": [t0 + 1], "operation": ["alloc"], "bytes": [64],
+                              "correlation_id": [0]},
             "processes": {"pid": [pid]}})
     return path
 
@@ -268,18 +270,25 @@ def test_one_run_of_a_process_that_exec_d_keeps_each_programs_ranges_apart(tmp_p
         (1, 2, "inner_a"), (2, 2, "inner_c")]
 
 
-def test_one_run_keeps_each_programs_correlation_ids_apart(tmp_path):
+@pytest.mark.parametrize("first_wrote_its_process", [True, False])
+def test_one_run_keeps_each_programs_correlation_ids_apart(tmp_path, first_wrote_its_process):
     """Each program of a process that exec'd numbers CUPTI's correlation ids from 1 (a new
-    CUPTI): the later program's go on after the earlier one's, so that a kernel joins the API
-    call that launched it (the Chrome export's arrows, the warm-up work compare leaves aside),
-    not the other program's call of the same number."""
+    CUPTI): the later program's go on after the earlier one's (even where the earlier wrote no
+    processes row), so that a kernel joins the API call that launched it (the Chrome export's
+    arrows, the warm-up work compare leaves aside), not the other program's call of the same
+    number; 0 still says no call."""
     a = _program(tmp_path / "h-5.duckdb", 5, "a", 1_000)
+    if not first_wrote_its_process:
+        con = duckdb.connect(str(a))
+        con.execute("DELETE FROM processes")
+        con.close()
     b = _program(tmp_path / "h-5.exec1.duckdb", 5, "b", 2_000)
     out = merge_files([a, b], tmp_path / "one.duckdb", one_run=True)
     assert q(out, "SELECT g.name, c.start_ns FROM gpu_activities g JOIN api_calls c ON "
                   "c.run_id = g.run_id AND c.pid = g.pid AND c.correlation_id = g.correlation_id "
                   "ORDER BY g.start_ns") == [("k_inner_a", 1_021), ("k_inner_b", 2_021)]
     assert q(out, "SELECT count(*), count(DISTINCT correlation_id) FROM gpu_activities") == [(6, 6)]
+    assert q(out, "SELECT correlation_id FROM memory_events") == [(0,), (0,)]
 
 
 def test_one_run_moves_a_later_programs_ranges_past_the_highest_id_of_the_earlier(tmp_path):
