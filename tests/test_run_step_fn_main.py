@@ -313,6 +313,23 @@ def test_main_module_name():
     assert main_module_name(["/usr/bin/torchrun-script", "--nproc", "2"]) is None
 
 
+def test_main_module_name_with_options_run_together():
+    """Python takes short options run together (`python -um pkg.app`, `-uW ignore`) and the
+    values of -W and --check-hash-based-pycs as the next word: the script's name is found
+    past them, so `--step-fn infer:step` watches the script that runs as __main__."""
+    from cuptiprof.run.main_hook import main_module_name
+
+    assert main_module_name(["python", "-um", "pkg.app"]) == "pkg.app"
+    assert main_module_name(["python", "-Bmpkg.app"]) == "pkg.app"
+    assert main_module_name(["python", "-uW", "ignore", "infer.py"]) == "infer"
+    assert main_module_name(["python", "-W", "ignore", "infer.py"]) == "infer"
+    assert main_module_name(["python", "-uWignore", "infer.py"]) == "infer"
+    assert main_module_name(["python", "-OX", "dev", "infer.py"]) == "infer"
+    assert main_module_name(["python", "--check-hash-based-pycs", "always", "infer.py"]) == "infer"
+    assert main_module_name(["python", "-Bc", "run.py"]) is None         # code, not a script
+    assert main_module_name(["python", "-", "infer.py"]) is None    # the script is stdin
+
+
 def test_a_run_that_ends_in_warmup_keeps_its_ranges(tmp_path):
     """Everything is written at exit; pyarrow's first array imports pandas when installed, which
     at exit used to fail and lose the process's part file. A stand-in pandas does what pandas'

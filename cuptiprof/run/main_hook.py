@@ -32,15 +32,22 @@ def main_module_name(orig_argv: list[str] | None = None) -> str | None:
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a in ("-X", "-W", "--check-hash-based-pycs"):
+        if a == "--check-hash-based-pycs":
             i += 2
             continue
-        if a == "-m":
-            return argv[i + 1] if i + 1 < len(argv) else None
-        if a.startswith("-m"):
-            return a[2:]
-        if a == "-c" or a.startswith("-c") or a == "-":
+        if a == "-":
             return None
+        if a.startswith("-") and not a.startswith("--"):
+            # Short options, several to a word as Python takes them (`-um pkg`, `-uW ignore`):
+            # -c and -m end the options, -W and -X take a value (the word's rest, or the next).
+            for j, ch in enumerate(a[1:], 2):
+                if ch == "c":
+                    return None
+                if ch == "m":
+                    return a[j:] or (argv[i + 1] if i + 1 < len(argv) else None)
+                if ch in "WX":
+                    i += 0 if a[j:] else 1
+                    break
         if a.startswith("-"):
             i += 1
             continue
