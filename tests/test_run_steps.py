@@ -54,6 +54,38 @@ def test_step_fn_wraps_a_real_method(tmp_path):
                                              ("step", 4)]
 
 
+@pytest.mark.parametrize("qual", ["Sched.scale", "Sched.make", "Sched.make.inner", "Sub.scale",
+                                  "Sub.make"])
+def test_step_fn_on_static_and_class_methods(tmp_path, qual):
+    """A staticmethod or classmethod stays one, called on the class or an instance, also when
+    named through a subclass that inherits it; a function defined inside a classmethod is
+    reached through it: each call is one step."""
+    script(tmp_path, """
+        class Sched:
+            @staticmethod
+            def scale(x):
+                return x * 2
+
+            @classmethod
+            def make(cls, x):
+                def inner(y):
+                    return y + 1
+                return cls.__name__, inner(x)
+
+        class Sub(Sched):
+            pass
+    """, name="kinds_mod.py")
+    p = script(tmp_path, """
+        from kinds_mod import Sub
+        s = Sub()
+        print("calls", Sub.scale(1), s.scale(2), Sub.make(1), s.make(2))
+    """)
+    r = cli(["run", "-o", "k.duckdb", "--no-report", "--step-fn", f"kinds_mod:{qual}", "--", PY, p],
+            tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "calls 2 4 ('Sub', 2) ('Sub', 3)" in r.stdout, r.stdout + r.stderr
+    assert _steps(tmp_path / "k.duckdb") == [("step", 0), ("step", 1)]
+
 def test_step_fn_missing_attribute(tmp_path):
     script(tmp_path, "def other(): pass\n", name="mod_a.py")
     p = script(tmp_path, "import mod_a\n")

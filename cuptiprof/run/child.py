@@ -394,7 +394,11 @@ def _hook_step_fn(spec: str) -> None:
             if func is not None:   # a function defined inside this one (main.<locals>.step)
                 _wrap_inner(func, rest + parts[-1:], spec)
                 return
-            raw = (owner.__dict__ if hasattr(owner, "__dict__") else {}).get(parts[-1])
+            # As stored (a staticmethod or classmethod, not the function getattr gives), in
+            # the class or the one it inherits it from
+            where = owner.__mro__ if isinstance(owner, type) else (owner,)
+            raw = next((k.__dict__[parts[-1]] for k in where
+                        if parts[-1] in getattr(k, "__dict__", {})), None)
             if raw is None:
                 raw = getattr(owner, parts[-1])
         except AttributeError:
