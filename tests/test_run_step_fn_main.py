@@ -17,8 +17,9 @@ from _run_helpers import ROOT, cli, q, script
 PY = sys.executable
 
 # Imports before the def (the usual script), a class, the step, a loop at module level. It
-# prints whether a trace function is left installed once the def has run.
+# prints whether a trace function (or an import hook) is left installed once the def has run.
 MAIN = """
+    import builtins
     import json
     import sys
     try:
@@ -34,6 +35,7 @@ MAIN = """
         return x * 2
 
     print("trace after def:", sys.gettrace())
+    print("import after def:", builtins.__import__.__module__)
     x, p = 1, Pipe()
     for i in range(6):
         x = step(x)
@@ -61,9 +63,34 @@ def test_step_fn_in_the_main_script(tmp_path, spec):
     assert r.returncode == 0, r.stderr
     assert "x 64" in r.stdout                          # the wrapped function still works
     assert "trace after def: None" in r.stdout         # nothing left slowing the program
+    assert "import after def: builtins" in r.stdout    # nor in its imports
     assert "traced in import: False" in r.stdout       # imports before the def run untraced
     assert _steps(tmp_path / "m.duckdb") == [("warmup", 0), ("warmup", 1), ("step", 2), ("step", 3),
                                              ("step", 4)]
+
+
+@pytest.mark.parametrize("spec, before", [("__main__:step", "    def step(x):"),
+                                          ("__main__:Pipe.denoise", "    class Pipe:")])
+def test_step_fn_bound_to_none_before_its_def(tmp_path, spec, before):
+    """A name the script binds to None before its def or class (a fallback for an optional
+    import) is hooked once the def has run: not taken for the function while it is None, and
+    the attribute None lacks is no error in the program."""
+    name = before.split()[1].split("(")[0].rstrip(":")
+    p = script(tmp_path, MAIN.replace(before, f"    {name} = None\n\n{before}"), name="infer.py")
+    r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-fn", spec, "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "x 64" in r.stdout
+    assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 6
+
+
+def test_step_fn_in_code_given_with_python_c(tmp_path):
+    """`python -c CODE` runs CODE as __main__ with no script file: `__main__:step` is found in it."""
+    code = "def step(x):\n    return x + 1\nfor i in range(3):\n    step(i)\nprint('ran')\n"
+    r = cli(["run", "-o", "c.duckdb", "--no-report", "--step-fn", "__main__:step", "--",
+             PY, "-c", code], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "ran" in r.stdout
+    assert _steps(tmp_path / "c.duckdb") == [("step", 0), ("step", 1), ("step", 2)]
 
 
 def test_step_fn_inside_steps_the_program_marks(tmp_path):
@@ -126,6 +153,28 @@ def test_step_fn_defined_inside_a_function_of_the_main_script(tmp_path, spec):
     assert _steps(tmp_path / "n.duckdb") == [("warmup", 0), ("warmup", 1)] + [
         ("step", i) for i in range(2, 6)]
 
+
+def test_step_fn_defined_two_functions_deep(tmp_path):
+    """`main.run.denoise_step`: a function defined inside one defined inside main; the names
+    left once main is reached are followed into it."""
+    p = script(tmp_path, """
+        def main():
+            def run(n):
+                def denoise_step(x):
+                    return x * 2
+                x = 1
+                for _ in range(n):
+                    x = denoise_step(x)
+                return x
+            print("x", run(3))
+
+        main()
+    """, name="deep.py")
+    r = cli(["run", "-o", "d.duckdb", "--no-report", "--step-fn", "__main__:main.run.denoise_step",
+             "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "x 8" in r.stdout
+    assert [k for k, _ in _steps(tmp_path / "d.duckdb")] == ["step"] * 3
 
 def test_step_fn_defined_inside_a_method_of_a_module(tmp_path):
     script(tmp_path, """
@@ -257,27 +306,37 @@ def _other_pythons(probe: str = "import sys; sys.monitoring"):
     return found
 
 
+def _with_site(tmp_path, site: str):
+    """An environment whose Python runs `site` (cuptiprof importable) as its sitecustomize."""
+    d = tmp_path / "site"
+    d.mkdir(exist_ok=True)
+    (d / "sitecustomize.py").write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                                        + textwrap.dedent(site))
+    return {**os.environ, "PYTHONPATH": str(d)}
+
+
+# A watch for `step` that counts the calls of the function it hooks, said at exit.
+COUNTED_STEP = """
+    import atexit
+    from cuptiprof.run import main_hook
+    calls = []
+    def found(mod):
+        f = mod.step
+        def wrapped(*a):
+            calls.append(1)
+            return f(*a)
+        mod.step = wrapped
+    main_hook.watch("step", found)
+    atexit.register(lambda: print("state", main_hook.state(), "calls", len(calls)))
+"""
+
+
 @pytest.mark.parametrize("exe", _other_pythons("import sys; sys.orig_argv") or [pytest.param(
     None, marks=pytest.mark.skip(reason="no other Python 3.10+ on PATH or under pyenv"))])
 def test_main_hook_on_other_pythons(tmp_path, exe):
     """Python 3.12+ watches only the main script's own lines (sys.monitoring) and gives the
     tool id back once the def is found; 3.10 uses the trace function and removes it."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(textwrap.dedent(f"""
-        import atexit, sys
-        sys.path.insert(0, {str(ROOT)!r})
-        from cuptiprof.run import main_hook
-        calls = []
-        def found(mod):
-            f = mod.step
-            def wrapped(*a):
-                calls.append(1)
-                return f(*a)
-            mod.step = wrapped
-        main_hook.watch("step", found)
-        atexit.register(lambda: print("state", main_hook.state(), "calls", len(calls)))
-    """))
+    env = _with_site(tmp_path, COUNTED_STEP)
     p = script(tmp_path, MAIN.replace(
         'print("trace after def:", sys.gettrace())',
         'print("after def:", sys.gettrace(), getattr(sys, "monitoring", None) and '
@@ -285,22 +344,45 @@ def test_main_hook_on_other_pythons(tmp_path, exe):
     script(tmp_path, PROBE, name="probe.py")
     p.write_text(p.read_text().replace("import sys\n", "import sys\n"
                                        "print('traced before def:', sys.gettrace() is not None)\n"))
-    r = subprocess.run([exe, str(p)], env={**os.environ, "PYTHONPATH": str(site)},
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run([exe, str(p)], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     monitoring = subprocess.run([exe, "-c", "import sys; sys.monitoring"],
                                 capture_output=True).returncode == 0
     assert f"traced before def: {not monitoring}" in r.stdout
     assert "after def: None None" in r.stdout
+    assert "import after def: builtins" in r.stdout
     assert "traced in import: False" in r.stdout
     assert "x 64" in r.stdout and "state found calls 6" in r.stdout
     # A script without the function: the watch ends with the script.
     q_ = script(tmp_path, "x = 1\n", name="plain.py")
-    r = subprocess.run([exe, str(q_)], env={**os.environ, "PYTHONPATH": str(site)},
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run([exe, str(q_)], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "state missing calls 0" in r.stdout
 
+
+def test_main_hook_keeps_a_trace_function_set_before_the_script(tmp_path):
+    """A debugger or coverage tool whose trace function was set before the main script ran
+    still sees every line of the script, before the def and after it, while the def is
+    watched for; and it is still set once the def is found."""
+    env = _with_site(tmp_path, COUNTED_STEP + """
+    lines = set()
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename.endswith("traced.py") and frame.f_code.co_name == "<module>":
+            def local(frame, event, arg):
+                lines.add(frame.f_lineno)
+                return local
+            return local
+    sys.settrace(tracer)
+    atexit.register(lambda: print("lines", sorted(lines)))
+    """)
+    p = script(tmp_path, MAIN, name="traced.py")
+    r = subprocess.run([PY, str(p)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "state found calls 6" in r.stdout and "trace after def: <function tracer" in r.stdout
+    src = p.read_text().splitlines()
+    want = [src.index(ln) + 1 for ln in ("class Pipe:", "x, p = 1, Pipe()", 'print("x", x)')]
+    seen = eval(next(ln for ln in r.stdout.splitlines() if ln.startswith("lines "))[6:])
+    assert set(want) <= set(seen), (want, seen)
 
 def test_main_module_name():
     from cuptiprof.run.main_hook import main_module_name
