@@ -93,6 +93,16 @@ def test_step_fn_in_code_given_with_python_c(tmp_path):
     assert _steps(tmp_path / "c.duckdb") == [("step", 0), ("step", 1), ("step", 2)]
 
 
+def test_step_fn_in_a_script_named_by_a_relative_path(tmp_path):
+    """`python infer.py` from the script's folder: the code of the script Python runs is named
+    by its absolute path, and the script is still found by the one it was given."""
+    script(tmp_path, MAIN, name="infer.py")
+    r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-fn", "__main__:step", "--",
+             PY, "infer.py"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "x 64" in r.stdout
+    assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 6
+
 def test_step_fn_inside_steps_the_program_marks(tmp_path):
     """The program marks its steps itself; the wrapped function runs inside them: each call is
     a range of the program's step, not a step of its own."""
