@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from _run_helpers import cli, q, script
+from _run_helpers import cli, one_line_error, q, script
 
 PY = sys.executable
 
@@ -32,17 +32,21 @@ def test_step_fn_wraps_a_real_method(tmp_path):
     script(tmp_path, """
         class Scheduler:
             calls = 0
-            def step(self, x):
+            def step(self, x, eta=0.0):
                 Scheduler.calls += 1
                 return x + 1
     """, name="sched_mod.py")
     p = script(tmp_path, """
+        import inspect
         from sched_mod import Scheduler
         s = Scheduler()
         x = 0
         for i in range(6):
             x = s.step(x)
         assert x == 6 and Scheduler.calls == 6      # the wrapped method still works
+        # and still looks like itself to a program that inspects it (diffusers passes `eta`
+        # only to a scheduler whose step's signature has it)
+        assert s.step.__name__ == "step" and "eta" in inspect.signature(s.step).parameters
         print("x", x)
     """)
     r = cli(["run", "-o", "f.duckdb", "--no-report", "--step-fn", "sched_mod:Scheduler.step",
@@ -96,6 +100,55 @@ def test_step_fn_missing_attribute(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cuptiprof: error:"), r.stderr
     assert "mod_a has no nothere" in lines[0] and "no steps" in lines[0]
+
+
+def test_step_fn_that_calls_itself_is_one_step_a_call(tmp_path):
+    """The calls a --step-fn function makes of itself are part of the step of the outermost
+    call: three calls are three steps with no range inside them, however deep each went."""
+    script(tmp_path, "def walk(n):\n    return 0 if n == 0 else 1 + walk(n - 1)\n",
+           name="rec_mod.py")
+    p = script(tmp_path, "import rec_mod\nprint('depths', [rec_mod.walk(4) for _ in range(3)])\n")
+    r = cli(["run", "-o", "r.duckdb", "--no-report", "--step-fn", "rec_mod:walk", "--", PY, p],
+            tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "depths [4, 4, 4]" in r.stdout
+    assert q(tmp_path / "r.duckdb", "SELECT kind, step FROM ranges ORDER BY start_ns") == [
+        ("step", 0), ("step", 1), ("step", 2)]
+
+
+def test_step_fn_call_that_raises_ends_its_step(tmp_path):
+    """A call of the --step-fn function that raises (the program catches it and goes on) ends
+    its step there, flagged step_incomplete, and the next call is the next step."""
+    script(tmp_path, "def work(i):\n    if i == 1:\n        raise ValueError('oom')\n    return i\n",
+           name="exc_mod.py")
+    p = script(tmp_path, """
+        import exc_mod
+        for i in range(3):
+            try:
+                exc_mod.work(i)
+            except ValueError:
+                print("retry", i)
+    """)
+    r = cli(["run", "-o", "e.duckdb", "--no-report", "--step-fn", "exc_mod:work", "--", PY, p],
+            tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "retry 1" in r.stdout
+    out = tmp_path / "e.duckdb"
+    assert _steps(out) == [("step", 0), ("step", 1), ("step", 2)]
+    assert q(out, "SELECT subject, detail LIKE '%ValueError%' FROM data_quality "
+                  "WHERE check_name = 'step_incomplete'") == [("1", True)]
+
+
+def test_step_fn_naming_something_not_a_function(tmp_path):
+    """--step-fn naming a module's constant: the one error says it is not a function (not that
+    the program never called it)."""
+    script(tmp_path, "LIMIT = 3\n", name="mod_c.py")
+    p = script(tmp_path, "import mod_c\n")
+    r = cli(["run", "-o", "c.duckdb", "--no-report", "--step-fn", "mod_c:LIMIT", "--", PY, p],
+            tmp_path)
+    assert r.returncode == 2
+    one_line_error(r.stderr)
+    assert "--step-fn mod_c:LIMIT: LIMIT is not a function" in r.stderr
 
 
 def test_step_range_from_nvtx(tmp_path):
