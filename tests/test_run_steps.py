@@ -151,6 +151,25 @@ def test_step_fn_naming_something_not_a_function(tmp_path):
     assert "--step-fn mod_c:LIMIT: LIMIT is not a function" in r.stderr
 
 
+def test_step_fn_naming_a_class_leaves_the_class_alone(tmp_path):
+    """--step-fn naming a class (its method left off): the class stays a class, so the
+    program's isinstance checks and subclasses still work, and the one error says to name a
+    method of it."""
+    script(tmp_path, "class UNet:\n    def forward(self, x):\n        return x\n", name="cls_mod.py")
+    p = script(tmp_path, """
+        import cls_mod
+        class Big(cls_mod.UNet):
+            pass
+        print("isinstance", isinstance(Big().forward(Big()), cls_mod.UNet))
+    """)
+    r = cli(["run", "-o", "c.duckdb", "--no-report", "--step-fn", "cls_mod:UNet", "--", PY, p],
+            tmp_path)
+    assert "isinstance True" in r.stdout, r.stderr
+    assert r.returncode == 2
+    one_line_error(r.stderr)
+    assert "--step-fn cls_mod:UNet: UNet is a class: name one of its methods" in r.stderr
+
+
 def test_step_range_from_nvtx(tmp_path):
     p = script(tmp_path, NVTX_ITERATIONS)
     r = cli(["run", "-o", "r.duckdb", "--no-report", "--step-range", "iteration", "--warmup", "1",

@@ -412,6 +412,10 @@ def _hook_step_fn(spec: str) -> None:
             new = staticmethod(_wrap_step(raw.__func__))
         elif isinstance(raw, classmethod):
             new = classmethod(_wrap_step(raw.__func__))
+        elif isinstance(raw, type):   # a wrapper in its place would break isinstance, subclasses
+            _step_fn_error(f"--step-fn {spec}: {qual} is a class: name one of its methods "
+                           f"({qual}.forward, {qual}.__call__)")
+            return
         elif callable(raw):
             if getattr(raw, "__cuptiprof_wrapped__", None):
                 return
