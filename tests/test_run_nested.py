@@ -64,6 +64,75 @@ def test_a_changed_source_or_missing_inner_function_is_not_reachable(tmp_path):
         nested.decorate_inner(len, ["x"], lambda f: f, "__t__")
 
 
+def test_a_method_of_the_same_name_in_a_class_inside_is_left_alone(tmp_path):
+    """Only the function `outer` itself defines is decorated, not a method of the same name of
+    a class that `outer` defines."""
+    mod, _ = _load(tmp_path, """
+        def outer():
+            class Helper:
+                def inner(self):
+                    return "method"
+            def inner():
+                return "function"
+            return Helper().inner(), inner()
+    """, name="mod_nested3")
+    calls = []
+
+    def deco(f):
+        def w(*a, **kw):
+            calls.append(f.__qualname__)
+            return f(*a, **kw)
+        return w
+
+    nested.decorate_inner(mod.outer, ["inner"], deco, "__test_deco__")
+    assert mod.outer() == ("method", "function") and calls == ["outer.<locals>.inner"]
+
+
+def test_a_closure_changed_since_it_was_defined_is_not_reachable(tmp_path):
+    """The enclosing function is itself a closure, and its file changed since (at the same line,
+    another variable of the function around it is used): its code is not replaced by one that
+    would read the wrong variable."""
+    mod, p = _load(tmp_path, """
+        def make(a, b):
+            def outer():
+                def inner():
+                    return a
+                return inner()
+            return outer
+        outer = make(1, 2)
+    """, name="mod_nested4")
+    p.write_text(p.read_text().replace("return a", "return b"))
+    with pytest.raises(nested.NotReachable, match="could not be compiled again to the same closure"):
+        nested.decorate_inner(mod.outer, ["inner"], lambda f: f, "__t__")
+    assert mod.outer() == 1
+
+
+def test_the_decorator_goes_outside_the_inner_functions_own(tmp_path):
+    """The inner function's own decorators (a cache, torch.no_grad) stay inside the one added:
+    each call of the inner function goes through it first, even one its own decorator answers
+    without calling the function."""
+    mod, _ = _load(tmp_path, """
+        import functools
+        seen = []
+
+        def outer():
+            @functools.lru_cache
+            def inner(x):
+                seen.append("body")
+                return x
+            return inner(1), inner(1)
+    """, name="mod_nested5")
+
+    def deco(f):
+        def w(*a, **kw):
+            mod.seen.append("added")
+            return f(*a, **kw)
+        return w
+
+    nested.decorate_inner(mod.outer, ["inner"], deco, "__test_deco__")
+    assert mod.outer() == (1, 1) and mod.seen == ["added", "body", "added"]
+
+
 def _pythons():
     from test_run_step_fn_main import _other_pythons
     return _other_pythons("import sys; sys.orig_argv")
