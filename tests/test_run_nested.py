@@ -10,9 +10,9 @@ import pytest
 from cuptiprof.run import nested
 
 
-def _load(tmp_path, body, name="mod_nested"):
+def _load(tmp_path, body, name="mod_nested", encoding="utf-8"):
     p = tmp_path / f"{name}.py"
-    p.write_text(textwrap.dedent(body))
+    p.write_text(textwrap.dedent(body), encoding=encoding)
     sys.path.insert(0, str(tmp_path))
     try:
         mod = __import__(name)
@@ -131,6 +131,73 @@ def test_the_decorator_goes_outside_the_inner_functions_own(tmp_path):
 
     nested.decorate_inner(mod.outer, ["inner"], deco, "__test_deco__")
     assert mod.outer() == (1, 1) and mod.seen == ["added", "body", "added"]
+
+
+def test_a_method_whose_name_another_class_shares(tmp_path):
+    """`B.run.step` where class A above it has a `run` too: B.run gets its own code again, with
+    the step decorated, not A's."""
+    mod, _ = _load(tmp_path, """
+        class A:
+            def run(self):
+                def step():
+                    return "A"
+                return step()
+
+        class B:
+            def run(self):
+                def step():
+                    return "B"
+                return step()
+    """, name="mod_nested6")
+    calls = []
+
+    def deco(f):
+        def w(*a, **kw):
+            calls.append(f.__qualname__)
+            return f(*a, **kw)
+        return w
+
+    nested.decorate_inner(mod.B.run, ["step"], deco, "__test_deco__")
+    assert (mod.A().run(), mod.B().run()) == ("A", "B") and calls == ["B.run.<locals>.step"]
+
+
+def test_the_enclosing_function_compiled_again_keeps_its_files_annotations(tmp_path):
+    """The code compiled again is compiled as its own file was (no `from __future__` of
+    cuptiprof's): the inner function's annotations stay the objects, not strings."""
+    mod, _ = _load(tmp_path, """
+        def outer():
+            def inner(x: int) -> int:
+                return x
+            return inner(1)
+    """, name="mod_nested7")
+    seen = []
+
+    def deco(f):
+        seen.append(f.__annotations__)
+        return f
+
+    nested.decorate_inner(mod.outer, ["inner"], deco, "__test_deco__")
+    assert mod.outer() == 1 and seen == [{"x": int, "return": int}]
+
+
+def test_a_file_in_the_encoding_its_coding_line_names(tmp_path):
+    """The source is read again in the encoding its `# -*- coding -*-` line names (as Python
+    read it), not in the locale's."""
+    mod, _ = _load(tmp_path, """
+        # -*- coding: latin-1 -*-
+        def outer():
+            def inner():
+                return "café"
+            return inner()
+    """, name="mod_nested8", encoding="latin-1")
+    calls = []
+
+    def deco(f):
+        calls.append(f.__name__)
+        return f
+
+    nested.decorate_inner(mod.outer, ["inner"], deco, "__test_deco__")
+    assert mod.outer() == "café" and calls == ["inner"]
 
 
 def _pythons():
