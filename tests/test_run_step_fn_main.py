@@ -83,11 +83,16 @@ def test_step_fn_bound_to_none_before_its_def(tmp_path, spec, before):
     assert [k for k, _ in _steps(tmp_path / "m.duckdb")] == ["step"] * 6
 
 
-def test_step_fn_in_code_given_with_python_c(tmp_path):
-    """`python -c CODE` runs CODE as __main__ with no script file: `__main__:step` is found in it."""
-    code = "def step(x):\n    return x + 1\nfor i in range(3):\n    step(i)\nprint('ran')\n"
-    r = cli(["run", "-o", "c.duckdb", "--no-report", "--step-fn", "__main__:step", "--",
-             PY, "-c", code], tmp_path)
+@pytest.mark.parametrize("spec, code", [
+    ("__main__:step", "def step(x):\n    return x + 1\n"),
+    ("c_mod:step", "from c_mod import step\n")], ids=["main", "module"])
+def test_step_fn_in_code_given_with_python_c(tmp_path, spec, code):
+    """`python -c CODE` runs CODE as __main__ with no script file (the main module has no name):
+    `__main__:step` is found in it, and a module it imports is hooked as in any program."""
+    script(tmp_path, "def step(x):\n    return x + 1\n", name="c_mod.py")
+    code += "for i in range(3):\n    step(i)\nprint('ran')\n"
+    r = cli(["run", "-o", "c.duckdb", "--no-report", "--step-fn", spec, "--", PY, "-c", code],
+            tmp_path)
     assert r.returncode == 0, r.stderr
     assert "ran" in r.stdout
     assert _steps(tmp_path / "c.duckdb") == [("step", 0), ("step", 1), ("step", 2)]
