@@ -22,6 +22,16 @@ def _load(tmp_path, body, name="mod_nested", encoding="utf-8"):
     return mod, p
 
 
+def _counting(calls, key=lambda f: f.__name__):
+    """A decorator whose wrapper appends key(f) to calls at each call of the function f."""
+    def deco(f):
+        def w(*a, **kw):
+            calls.append(key(f))
+            return f(*a, **kw)
+        return w
+    return deco
+
+
 BODY = """
     def outer(k, fail=False):
         \"\"\"Doc.\"\"\"
@@ -36,12 +46,7 @@ BODY = """
 def test_inner_function_is_decorated_and_keeps_closure_defaults_and_lines(tmp_path):
     mod, _ = _load(tmp_path, BODY)
     calls = []
-
-    def deco(f):
-        def w(*a, **kw):
-            calls.append(f.__name__)
-            return f(*a, **kw)
-        return w
+    deco = _counting(calls)
 
     before = mod.outer(2)
     nested.decorate_inner(mod.outer, ["inner"], deco, "__test_deco__")
@@ -77,12 +82,7 @@ def test_a_method_of_the_same_name_in_a_class_inside_is_left_alone(tmp_path):
             return Helper().inner(), inner()
     """, name="mod_nested3")
     calls = []
-
-    def deco(f):
-        def w(*a, **kw):
-            calls.append(f.__qualname__)
-            return f(*a, **kw)
-        return w
+    deco = _counting(calls, key=lambda f: f.__qualname__)
 
     nested.decorate_inner(mod.outer, ["inner"], deco, "__test_deco__")
     assert mod.outer() == ("method", "function") and calls == ["outer.<locals>.inner"]
@@ -150,12 +150,7 @@ def test_a_method_whose_name_another_class_shares(tmp_path):
                 return step()
     """, name="mod_nested6")
     calls = []
-
-    def deco(f):
-        def w(*a, **kw):
-            calls.append(f.__qualname__)
-            return f(*a, **kw)
-        return w
+    deco = _counting(calls, key=lambda f: f.__qualname__)
 
     nested.decorate_inner(mod.B.run, ["step"], deco, "__test_deco__")
     assert (mod.A().run(), mod.B().run()) == ("A", "B") and calls == ["B.run.<locals>.step"]
