@@ -1,6 +1,7 @@
-"""The optional native (C) parts: the Kineto scanner, the busy-time islands and the distinct-row
-pass. Each is used when it was built (a C compiler at install time) and CUPTIPROF_NATIVE is not
-0; otherwise the msgspec / numpy path gives the same result."""
+"""The optional native (C) parts: the Kineto scanner, the busy-time islands, the distinct-row
+pass and the exit-status watch of `cuptiprof run`'s processes. Each is used when it was built (a
+C compiler at install time) and CUPTIPROF_NATIVE is not 0; otherwise the msgspec / numpy path
+gives the same result (without the watch, a recovered run reads a `raise SystemExit(n)` as 0)."""
 from __future__ import annotations
 
 import importlib

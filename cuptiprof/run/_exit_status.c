@@ -7,13 +7,14 @@
  * program image); the handler is registered once per process image. False where the C
  * library has no on_exit (not glibc): nothing is written then.
  *
- * The handler uses no Python (the interpreter is gone by then) and only open/write/close. A
+ * The handler uses no Python (the interpreter is gone by then): open/snprintf/write/close. A
  * process that ends by a signal or _exit() (os._exit) never runs it: no file.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -39,18 +40,7 @@ static void on_exit_write(int status, void *arg)
         return;
     }
     char buf[8];
-    unsigned v = (unsigned)status & 0xffu;
-    int n = 0;
-    char digits[4];
-    int k = 0;
-    do {
-        digits[k++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (k) {
-        buf[n++] = digits[--k];
-    }
-    buf[n++] = '\n';
+    int n = snprintf(buf, sizeof buf, "%u\n", (unsigned)status & 0xffu);
     ssize_t w = write(fd, buf, (size_t)n);
     (void)w;
     close(fd);
