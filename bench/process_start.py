@@ -1,0 +1,71 @@
+"""What `cuptiprof run` adds to each profiled process for its exit status and its steps: loading
+the exit-status watch (cuptiprof/run/_exit_status.c) and calling watch() once per process, and
+the lock a `--step-fn` / `--step-range` step's start takes.
+
+    python bench/process_start.py [--rounds 5] [--n 200000]
+
+Each round loads the extension in a fresh interpreter (so the load is the real first one);
+the lock is timed in this process (timeit, best of 5, the loop's own cost subtracted).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import timeit
+from pathlib import Path
+
+_ONE = """
+import sys, time
+from cuptiprof.native import load_extension
+t0 = time.perf_counter()
+mod = load_extension("cuptiprof.run._exit_status", api=1)
+t1 = time.perf_counter()
+mod.watch(sys.argv[1])
+t2 = time.perf_counter()
+print(t1 - t0, t2 - t1)
+"""
+
+
+def load_and_watch(rounds: int) -> tuple[list[float], list[float]]:
+    loads, watches = [], []
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(rounds):
+            out = subprocess.run([sys.executable, "-c", _ONE, str(Path(d) / f"{i}.exit")],
+                                 capture_output=True, text=True, check=True).stdout.split()
+            loads.append(float(out[0]))
+            watches.append(float(out[1]))
+    return loads, watches
+
+
+def lock_ns(n: int) -> float:
+    lock = threading.RLock()
+
+    def locked():
+        with lock:
+            pass
+
+    def bare():
+        pass
+    best = lambda f: min(timeit.repeat(f, number=n, repeat=5)) / n * 1e9  # noqa: E731
+    return best(locked) - best(bare)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n", type=int, default=200_000)
+    a = ap.parse_args()
+    loads, watches = load_and_watch(a.rounds)
+    print(f"extension load: median {statistics.median(loads) * 1e3:.3f} ms "
+          f"(min {min(loads) * 1e3:.3f}, max {max(loads) * 1e3:.3f}) over {a.rounds} fresh processes")
+    print(f"watch(): median {statistics.median(watches) * 1e6:.1f} us")
+    print(f"step lock: {lock_ns(a.n):.0f} ns per step start")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
