@@ -1088,7 +1088,8 @@ def test_compare_counts_busy_and_idle_time_of_work_on_an_unknown_device_as_the_s
 def test_kernels_without_a_name_are_one_op_row_that_adds_up_to_the_totals(tmp_path, capsys):
     """Kernels recorded without a name (NULL, or an empty string) count in the kernel kind and
     the step; the per-op rows hold them as one '(unnamed)' op, the name the report's per-op view
-    and the families give them, so the op rows add up to the kind's time."""
+    and the families give them (one row in the report too), so the op rows add up to the kind's
+    time."""
     ops = dict(BASE_OPS)
     ops[None] = (300.0, 1, "aten::mystery")
     ops[""] = (100.0, 1, "aten::mystery")
@@ -1102,8 +1103,11 @@ def test_kernels_without_a_name_are_one_op_row_that_adds_up_to_the_totals(tmp_pa
             summed = sum(r["ms"] for r in rows(c.ops()) if r["run"] == 0 and r["kind"] == "kernel")
             assert summed == pytest.approx(kernel[0])
     assert main(["report", str(a), "--by", "op", "--format", "json"]) == 0
-    names = {r["name"] for r in json.loads(capsys.readouterr().out)}
-    assert "(unnamed)" in names and not {None, ""} & names
+    got = json.loads(capsys.readouterr().out)
+    assert not {None, ""} & {r["name"] for r in got}
+    unnamed = [r for r in got if r["name"] == "(unnamed)"]   # NULL and '' names: one row
+    assert len(unnamed) == 1 and unnamed[0]["calls"] == 10
+    assert unnamed[0]["total_ms"] == pytest.approx(2.0)
 
 
 def test_keys_of_equal_time_rank_in_key_order(tmp_path):

@@ -10,11 +10,15 @@
 -- max_us: longest call
 -- pct_gpu_time: share of ALL GPU time, i.e. of the summed duration of every GPU op in scope (the column sums to 100)
 -- pct_busy: share of step BUSY time, i.e. of the union of work intervals per device and step; ops on concurrent streams can together exceed 100
--- Kernels group on their integer name id alone (a cheap key); copies and memsets on their name.
-WITH agg AS (
+-- Kernels group on their integer name id alone (a cheap key), an id of an empty name counting as
+-- no name so that both are one '(unnamed)' row; copies and memsets group on their name.
+WITH empty_names AS (SELECT string_id FROM strings WHERE value = ''),
+agg AS (
     SELECT 'kernel' AS kind, name_id, NULL::VARCHAR AS name, count(*) AS calls, sum(d) AS total,
            min(d) AS mn, max(d) AS mx, quantile_cont(d, [0.5, 0.95]) AS q
-    FROM (SELECT name_id, end_ns - start_ns AS d FROM sel_work WHERE kind = 'kernel')
+    FROM (SELECT CASE WHEN name_id IN (SELECT string_id FROM empty_names) THEN NULL ELSE name_id END
+                 AS name_id, end_ns - start_ns AS d
+          FROM sel_work WHERE kind = 'kernel')
     GROUP BY name_id
     UNION ALL
     SELECT kind, NULL, name, count(*), sum(d), min(d), max(d), quantile_cont(d, [0.5, 0.95])
