@@ -972,7 +972,8 @@ def test_a_helper_that_outlives_the_command_by_a_moment_is_waited_for(tmp_path):
 
 def test_a_run_inside_a_run_passes_a_sigterm_on_to_the_command(tmp_path):
     """A SIGTERM to the outer run reaches the inner one, which passes it on to the command it
-    runs rather than dying alone and leaving the command running."""
+    runs rather than dying alone and leaving the command running; the outer run is recorded
+    as interrupted."""
     import subprocess
 
     ready, pidf = tmp_path / "ready", tmp_path / "prog.pid"
@@ -996,6 +997,8 @@ def test_a_run_inside_a_run_passes_a_sigterm_on_to_the_command(tmp_path):
         with pytest.raises(ProcessLookupError):   # ended and reaped, not left running
             os.kill(prog, 0)
         assert not (tmp_path / "inner.duckdb").exists()
+        # the inner run exits 128 + SIGTERM for the signal the outer one got: interrupted
+        assert q(tmp_path / "outer.duckdb", "SELECT status FROM runs") == [("interrupted",)]
     finally:
         if proc.poll() is None:
             proc.kill()

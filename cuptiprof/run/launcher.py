@@ -298,7 +298,10 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
     code = 128 - rc if rc < 0 else rc
     if mode == "time":
         return LaunchResult(code, rc, None, parts, wall)
-    status = "complete" if rc == 0 else ("interrupted" if rc < 0 else "failed")
+    # A command that ends itself on a signal the launcher got (a `cuptiprof run` inside this
+    # one, a shell's trap) exits 128 + the signal: interrupted too, not failed.
+    stopped = rc < 0 or (fwd is not None and rc - 128 in fwd.got)
+    status = "complete" if rc == 0 else ("interrupted" if stopped else "failed")
     # kept in the parts, so that a merge of them later (a full disk, a killed launcher) says so too
     record.update(status=status, exit_code=code, end_ns=ended_ns)
     save_record(parts, record)
@@ -395,6 +398,7 @@ class _Forwarding:
     def __init__(self):
         self.child: subprocess.Popen | None = None
         self.pending: list[int] = []
+        self.got: set[int] = set()   # every signal that came, passed on or not
         self.old: dict = {}
 
     def __enter__(self) -> _Forwarding:
@@ -408,6 +412,7 @@ class _Forwarding:
             signal.signal(s, h)
 
     def _on(self, signum, frame):
+        self.got.add(signum)
         if self.child is None:
             self.pending.append(signum)
         elif not (signum == signal.SIGINT and _interactive()):
