@@ -139,6 +139,53 @@ def test_step_fn_call_that_raises_ends_its_step(tmp_path):
                   "WHERE check_name = 'step_incomplete'") == [("1", True)]
 
 
+@pytest.mark.parametrize("qual", ["denoise", "frames", "stream"])
+def test_step_fn_on_async_and_generator_functions_covers_their_run(tmp_path, qual):
+    """An async def's step holds what it does until it returns, not only the creation of its
+    coroutine; a generator's (sync or async) holds its whole iteration: each call is one step
+    with the work ranges it opened inside it."""
+    script(tmp_path, """
+        import asyncio, cuptiprof
+
+        async def denoise(i):
+            await asyncio.sleep(0)
+            with cuptiprof.range("work"):
+                pass
+            return i
+
+        def frames(n):
+            for i in range(n):
+                with cuptiprof.range("work"):
+                    pass
+                got = yield i
+                assert got is None
+
+        async def stream(n):
+            for i in range(n):
+                await asyncio.sleep(0)
+                with cuptiprof.range("work"):
+                    pass
+                yield i
+    """, name="gen_mod.py")
+    p = script(tmp_path, """
+        import asyncio, gen_mod
+
+        async def main():
+            return [await gen_mod.denoise(i) for i in range(3)], \
+                   [[x async for x in gen_mod.stream(2)] for _ in range(3)]
+        print("got", asyncio.run(main()), [list(gen_mod.frames(2)) for _ in range(3)])
+    """)
+    r = cli(["run", "-o", "a.duckdb", "--no-report", "--step-fn", f"gen_mod:{qual}", "--", PY, p],
+            tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "got ([0, 1, 2], [[0, 1], [0, 1], [0, 1]]) [[0, 1], [0, 1], [0, 1]]" in r.stdout
+    per = 1 if qual == "denoise" else 2
+    assert q(tmp_path / "a.duckdb", f"""
+        SELECT s.step, count(w.range_id) FROM ranges s
+        LEFT JOIN ranges w ON w.name = 'work' AND w.start_ns >= s.start_ns AND w.end_ns <= s.end_ns
+        WHERE s.kind = 'step' GROUP BY s.step ORDER BY s.step""") == [(i, per) for i in range(3)]
+
+
 def test_step_fn_naming_something_not_a_function(tmp_path):
     """--step-fn naming a module's constant: the one error says it is not a function (not that
     the program never called it)."""

@@ -353,21 +353,93 @@ def _wrap_step(fn):
     # program's graph (graph breaks, or errors on the recorder's numpy): the bookkeeping runs
     # eagerly and the wrapper's own frame is skipped, while `fn` is compiled as before.
     begin, end = _eager(_begin_step), _eager(_end_step)
-
-    @functools.wraps(fn)
-    def step_fn_wrapper(*args, **kwargs):
-        if getattr(_in_step, "on", False):   # a recursive call is part of the same step
-            return fn(*args, **kwargs)
-        st = begin()
-        try:
-            out = fn(*args, **kwargs)
-        except BaseException as exc:
-            end(st, type(exc))
-            raise
-        end(st, None)
-        return out
+    code = getattr(fn, "__code__", None)
+    flags = code.co_flags if code is not None else 0
+    if flags & (_CO_COROUTINE | _CO_GENERATOR | _CO_ASYNC_GENERATOR):
+        # a call only creates the coroutine or generator: the step is its run, to the end
+        step_fn_wrapper = _wrap_step_run(fn, flags, begin, end)
+    else:
+        @functools.wraps(fn)
+        def step_fn_wrapper(*args, **kwargs):
+            if getattr(_in_step, "on", False):   # a recursive call is part of the same step
+                return fn(*args, **kwargs)
+            st = begin()
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException as exc:
+                end(st, type(exc))
+                raise
+            end(st, None)
+            return out
     step_fn_wrapper.__cuptiprof_wrapped__ = fn
     return _eager(step_fn_wrapper, recursive=False)
+
+
+_CO_GENERATOR, _CO_COROUTINE, _CO_ASYNC_GENERATOR = 0x20, 0x80, 0x200   # inspect.CO_*
+
+
+def _wrap_step_run(fn, flags: int, begin, end):
+    """The step of an async def holds its run until it returns; that of a generator (sync or
+    async) its whole iteration, from the first next() until it is exhausted, raises or is
+    closed (a consumer stopping early ends it normally)."""
+    if flags & _CO_COROUTINE:
+        @functools.wraps(fn)
+        async def step_fn_wrapper(*args, **kwargs):
+            if getattr(_in_step, "on", False):
+                return await fn(*args, **kwargs)
+            st = begin()
+            try:
+                out = await fn(*args, **kwargs)
+            except BaseException as exc:
+                end(st, type(exc))
+                raise
+            end(st, None)
+            return out
+    elif flags & _CO_GENERATOR:
+        @functools.wraps(fn)
+        def step_fn_wrapper(*args, **kwargs):
+            if getattr(_in_step, "on", False):
+                return (yield from fn(*args, **kwargs))
+            st = begin()
+            try:
+                out = yield from fn(*args, **kwargs)
+            except GeneratorExit:
+                end(st, None)
+                raise
+            except BaseException as exc:
+                end(st, type(exc))
+                raise
+            end(st, None)
+            return out
+    else:
+        @functools.wraps(fn)
+        async def step_fn_wrapper(*args, **kwargs):
+            agen = fn(*args, **kwargs)
+            st = None if getattr(_in_step, "on", False) else begin()
+            failed = None
+            try:   # asend, athrow and aclose passed on by hand: async generators have no yield from
+                item = await agen.__anext__()
+                while True:
+                    try:
+                        sent = yield item
+                    except GeneratorExit:
+                        await agen.aclose()
+                        raise
+                    except BaseException as exc:
+                        item = await agen.athrow(exc)
+                    else:
+                        item = await (agen.__anext__() if sent is None else agen.asend(sent))
+            except StopAsyncIteration:
+                pass
+            except GeneratorExit:   # closed early by its consumer: a normal end
+                raise
+            except BaseException as exc:
+                failed = type(exc)
+                raise
+            finally:
+                if st is not None:
+                    end(st, failed)
+    return step_fn_wrapper
 
 
 def _eager(fn, recursive: bool = True):
