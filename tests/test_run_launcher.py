@@ -24,6 +24,23 @@ def test_exit_status_and_file(tmp_path):
     assert q(out, "SELECT exit_status FROM processes") == [(3,)]
 
 
+def test_every_process_of_the_command_keeps_its_exit_status(tmp_path):
+    """The processes the command starts keep how each ended, not only the command's own: a
+    worker's sys.exit(3), another's `raise SystemExit(4)` (seen only as exit() runs), a clean
+    one's 0; the command itself exits 0 after them."""
+    p = script(tmp_path, """
+        import subprocess, sys
+        codes = [subprocess.run([sys.executable, "-c", src]).returncode for src in
+                 ("import sys; sys.exit(3)", "raise SystemExit(4)", "pass")]
+        print("codes", codes)
+    """)
+    r = cli(["run", "-o", "w.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "codes [3, 4, 0]" in r.stdout
+    assert q(tmp_path / "w.duckdb", "SELECT exit_status FROM processes ORDER BY start_ns") == [
+        (0,), (3,), (4,), (0,)]
+
+
 def test_a_program_that_fails_before_recording_anything_gets_one_notice(tmp_path):
     """A missing script or a bad argument: the program's own error is what the user needs to
     see, not five empty tables and a hint to mark steps."""
@@ -683,7 +700,7 @@ def test_the_exit_status_extension_writes_what_exit_was_given(tmp_path, ending, 
 def test_a_run_whose_launcher_was_killed_mid_run_reports_the_exit_status_as_unknown(tmp_path):
     """The launcher and its program killed (SIGKILL) while the program runs: nothing says how
     the program ended (another process of the run that ended well says nothing of it), so the
-    merged file leaves processes.exit_status NULL, and its report says in so many words that
+    merged file leaves its processes.exit_status NULL, and its report says in so many words that
     the status is unknown, not a blank that reads like success."""
     import subprocess
     import time
@@ -717,7 +734,8 @@ def test_a_run_whose_launcher_was_killed_mid_run_reports_the_exit_status_as_unkn
     assert m.returncode == 0, m.stderr
     out = tmp_path / "k.duckdb"
     assert q(out, "SELECT status FROM runs") == [("interrupted",)]
-    assert q(out, "SELECT count(*), count(exit_status) FROM processes") == [(2, 0)]
+    # the program's status unknown; the helper's, which it kept as it ended, 0
+    assert q(out, "SELECT exit_status FROM processes ORDER BY start_ns") == [(None,), (0,)]
     rep = cli(["report", "k.duckdb"], tmp_path)
     assert rep.returncode == 0, rep.stderr
     line = next(ln for ln in rep.stdout.splitlines() if "run_recovered" in ln)
@@ -765,12 +783,13 @@ def test_finish_writes_the_run_the_markers_and_the_record_describe(tmp_path):
     assert q(out, "SELECT pid, check_name, count FROM data_quality ORDER BY ALL") == [
         (100, "process_exec", 1), (101, "process_ended_early", None),
         (102, "process_ended_early", None), (102, "process_exec", 1)]
-    # a command that is not Python (no marker of its own); a record without the command line
+    # a command that is not Python (no marker of its own); a record without the command line;
+    # 100, now not the command, exited as its last program's end marker says
     record = dict(record, command=None, child_pid=200, status="complete", exit_code=0)
     out = finish(tmp_path / "s.duckdb", parts, record, sources=[], wait=False)
     assert q(out, "SELECT command FROM runs") == [("python main.py",)]
     assert q(out, "SELECT pid, exit_status FROM processes ORDER BY pid") == [
-        (100, None), (101, None), (102, None), (200, 0)]
+        (100, 0), (101, None), (102, None), (200, 0)]
 
 
 def test_finish_gives_each_process_the_end_it_is_known_by(tmp_path):

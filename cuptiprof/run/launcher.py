@@ -549,9 +549,16 @@ def _root_end(parts: Path, child_pid: int | None) -> dict | None:
         end = json.loads(last[1].with_name(key + ".end.json").read_text())
     except (OSError, ValueError):
         return None
+    return _with_exit(parts, key, end)
+
+
+def _with_exit(parts: Path, key: str, end) -> dict | None:
+    """The end marker `end` of program image `key`, with the status the C library wrote as
+    that image's exit() ran where it did (what exit() was given, which the marker may not
+    know); None where neither says an integer status."""
     if not isinstance(end, dict):
         return None
-    code = _exit_written(parts / (key + ".exit"))   # what exit() was given, where it was seen
+    code = _exit_written(parts / (key + ".exit"))
     if code is not None:
         end = dict(end, exit_status=code)
     code = end.get("exit_status")
@@ -585,20 +592,30 @@ def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = No
     for m in parts.glob("*.start.json"):
         try:
             d = json.loads(m.read_text())
+            key = _marker_key(m.name)
             images.setdefault(int(d["pid"]), []).append((int(d.get("image") or 0), d,
-                                                         ended.get(_marker_key(m.name))))
+                                                         ended.get(key), key))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     starts = {pid: min(ims, key=lambda x: x[0])[1] for pid, ims in images.items()}
-    early = sorted(pid for pid, ims in images.items() if not all(e is not None for _, _, e in ims))
+    early = sorted(pid for pid, ims in images.items()
+                   if not all(e is not None for _, _, e, _ in ims))
     # When each process ended, as its last program wrote as it ended (a process that wrote no
     # part has no other record of it); the command's own, when the launcher saw it end.
-    ends = {pid: max((_ns(e.get("end_ns")) or 0 for _, _, e in ims), default=0) or None
+    ends = {pid: max((_ns(e.get("end_ns")) or 0 for _, _, e, _ in ims), default=0) or None
             for pid, ims in images.items() if pid not in early}
+    # How the other processes exited, as their last program kept it (NULL where it could not:
+    # killed, or a multiprocessing worker's os._exit); the command's is the launcher's to say.
+    statuses = {}
+    for pid, ims in images.items():
+        if pid not in early and pid != child_pid:
+            _, _, e, key = max(ims, key=lambda x: x[0])
+            end = _with_exit(parts, key, e)
+            statuses[pid] = end["exit_status"] if end is not None else None
     if record.get("end_ns") is not None and child_pid is not None:
         ends[child_pid] = ends.get(child_pid) or record["end_ns"]
     # the programs each process ran (an image after an exec that failed is the same program)
-    progs = {pid: [d for _, d, _ in sorted(ims, key=lambda x: x[0]) if not d.get("exec_failed")]
+    progs = {pid: [d for _, d, _, _ in sorted(ims, key=lambda x: x[0]) if not d.get("exec_failed")]
              for pid, ims in images.items()}
     execs = {pid: ds for pid, ds in progs.items() if len(ds) > 1}
     rows = {k: [] for k in ("pid", "host", "rank", "local_rank", "world_size", "command", "start_ns",
@@ -612,7 +629,7 @@ def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = No
         rows["command"].append(d.get("command") or shlex.join(d.get("argv") or []))
         rows["start_ns"].append(d.get("start_ns"))
         rows["end_ns"].append(ends.get(pid))
-        rows["exit_status"].append(exit_code if pid == child_pid else None)
+        rows["exit_status"].append(exit_code if pid == child_pid else statuses.get(pid))
         rows["ended_early"].append(pid in early)
     if child_pid is not None and child_pid not in starts:   # not Python (a shell script, a binary)
         for k, v in (("pid", child_pid), ("host", socket.gethostname()),
