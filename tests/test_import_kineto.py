@@ -1101,3 +1101,20 @@ def test_import_command_hands_on_no_progress_and_counts_log_records(monkeypatch,
     assert seen == [progress, progress]
     assert "3 kernels" in err[0] and ", 7 log records, 2 steps -> o.duckdb" in err[0]
     assert "log records" not in err[1]
+
+
+@pytest.mark.parametrize("bare", [False, True])
+def test_invalid_json_is_placed_at_its_byte_of_the_file(tmp_path, monkeypatch, bare):
+    """Invalid JSON far into a trace read in many pieces (an object, or a bare array of
+    events) is said to be near the byte of the file where it is."""
+    from cuptiprof.interop import kineto
+    monkeypatch.setattr(kineto, "PIECE_BYTES", 16 << 10)
+    monkeypatch.setattr("cuptiprof.interop.textsource.BLOCK", 16 << 10)
+    ev = [{"ph": "X", "cat": "cpu_op", "name": f"aten::x{i}", "pid": 10, "tid": 10, "ts": i,
+           "dur": 1} for i in range(2000)]
+    ev[-3]["name"] = "HERE"
+    text = "\n " + json.dumps(ev if bare else trace(ev)).replace('"HERE"', "@")
+    src = write(tmp_path / "t.json", None, text=text)
+    assert src.stat().st_size > 10 * (16 << 10)
+    with pytest.raises(InputError, match=f"invalid JSON near byte {text.index('@'):,} "):
+        import_traces([src], tmp_path / "o.duckdb")

@@ -345,7 +345,9 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, scan=None
             head = bytes(buf[:64]).lstrip()
             if head.startswith(b"["):
                 lead = len(buf) - len(buf.lstrip())
-                consumed, prefix_len = lead, len(_PREFIX)
+                # the prefix stands for the file's bytes up to and with its "[": the
+                # buffer's byte len(_PREFIX) is the file's byte lead + 1
+                consumed, prefix_len = lead + 1, len(_PREFIX)
                 buf = bytearray(_PREFIX) + buf[lead + 1:]  # a new buffer: see below
                 ev_start, bare = len(_PREFIX), True
             else:
