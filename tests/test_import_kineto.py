@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -1118,3 +1119,16 @@ def test_invalid_json_is_placed_at_its_byte_of_the_file(tmp_path, monkeypatch, b
     assert src.stat().st_size > 10 * (16 << 10)
     with pytest.raises(InputError, match=f"invalid JSON near byte {text.index('@'):,} "):
         import_traces([src], tmp_path / "o.duckdb")
+
+
+def test_a_thread_named_without_a_number_has_the_same_id_in_every_import(tmp_path):
+    """A string tid without a number in it ("main") is given a number of its text: the same
+    thread id in every import of the trace, whichever Python process imports it."""
+    code = ("from cuptiprof.interop.kineto import _tid_number; "
+            "print(_tid_number('main'), _tid_number('Spans'))")
+    got = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": seed}
+                          ).stdout for seed in ("1", "2")}
+    assert len(got) == 1
+    a, b = map(int, got.pop().split())
+    assert a != b and 0 <= a < 1 << 30 and 0 <= b < 1 << 30

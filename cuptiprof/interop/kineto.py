@@ -23,6 +23,7 @@ import copy
 import datetime as _dt
 import json
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,7 +286,9 @@ def _tid_number(t) -> int:
     if t is None:
         return 0
     m = re.search(r"(-?\d+)\s*$", str(t))
-    return int(m.group(1)) if m else (hash(t) & 0x3FFFFFFF)
+    # a name without a number: a number of its text, the same in every import (hash() of a
+    # str differs from one Python process to the next)
+    return int(m.group(1)) if m else (zlib.crc32(str(t).encode()) & 0x3FFFFFFF)
 
 
 # -- cutting the text into decodable pieces ---------------------------------------------------
