@@ -1132,3 +1132,39 @@ def test_a_thread_named_without_a_number_has_the_same_id_in_every_import(tmp_pat
     assert len(got) == 1
     a, b = map(int, got.pop().split())
     assert a != b and 0 <= a < 1 << 30 and 0 <= b < 1 << 30
+
+
+def test_a_wrongly_typed_event_of_a_later_piece_is_named_by_its_place_in_the_file(tmp_path,
+                                                                                  monkeypatch):
+    """An event whose args have the wrong type, far into a trace read in many pieces, is named
+    by its place in the whole file (not in its piece)."""
+    from cuptiprof.interop import kineto
+    monkeypatch.setattr(kineto, "PIECE_BYTES", 16 << 10)
+    monkeypatch.setattr("cuptiprof.interop.textsource.BLOCK", 16 << 10)
+    ev = modern()["traceEvents"][:7]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": f"aten::x{i}", "pid": 10, "tid": 10, "ts": i,
+            "dur": 1} for i in range(2000)]
+    ev += [{"ph": "X", "cat": "kernel", "name": "late", "pid": 0, "tid": 7, "ts": 9, "dur": 1,
+            "args": {"device": 0, "stream": 7, "correlation": "seventy-seven"}}]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::y", "pid": 10, "tid": 10, "ts": 1, "dur": 1}]
+    src = write(tmp_path / "t.json", trace(ev))
+    assert src.stat().st_size > 10 * (16 << 10)
+    with pytest.raises(InputError, match=f"t.json: event #{len(ev) - 2}: "):
+        import_traces([src], tmp_path / "o.duckdb")
+
+
+def test_a_timestamp_that_is_no_number_in_a_later_piece_is_named_by_its_place(tmp_path,
+                                                                             monkeypatch):
+    """A "ts" that is a string, far into a trace read in many pieces, is named by the event's
+    place in the whole file."""
+    from cuptiprof.interop import kineto
+    monkeypatch.setattr(kineto, "PIECE_BYTES", 16 << 10)
+    monkeypatch.setattr("cuptiprof.interop.textsource.BLOCK", 16 << 10)
+    ev = [{"ph": "X", "cat": "cpu_op", "name": f"aten::x{i}", "pid": 10, "tid": 10, "ts": i,
+           "dur": 1} for i in range(2000)]
+    ev[-3]["ts"] = "soon"
+    src = write(tmp_path / "t.json", trace(ev))
+    assert src.stat().st_size > 10 * (16 << 10)
+    with pytest.raises(InputError, match=f"t.json: event #{len(ev) - 3}: Expected `float \\| "
+                                         "null`, got `str`"):
+        import_traces([src], tmp_path / "o.duckdb")
