@@ -1168,3 +1168,38 @@ def test_a_timestamp_that_is_no_number_in_a_later_piece_is_named_by_its_place(tm
     with pytest.raises(InputError, match=f"t.json: event #{len(ev) - 3}: Expected `float \\| "
                                          "null`, got `str`"):
         import_traces([src], tmp_path / "o.duckdb")
+
+
+def test_unknown_categories_are_counted_as_written(tmp_path):
+    """Complete events of a category cuptiprof does not know are counted in data_quality under
+    the category as the trace writes it (its case kept)."""
+    ev = modern()["traceEvents"][:7]
+    ev += [{"ph": "X", "cat": "MTIA_Runtime", "name": "x", "pid": 10, "tid": 10, "ts": i,
+            "dur": 1} for i in range(3)]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT subject, count, detail LIKE '%''MTIA_Runtime''%' FROM "
+                           "data_quality WHERE check_name = 'unknown_category'").fetchall() == [
+            ("MTIA_Runtime", 3, True)]
+
+
+def test_a_gpu_side_annotation_that_mirrors_no_host_one_takes_its_step_by_time(tmp_path):
+    """A GPU-side annotation whose External id no host annotation has takes the step open when
+    it runs; one that mirrors a host annotation takes that one's step."""
+    def ann(cat, name, ts, dur, ext, **kw):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur,
+                "args": {"External id": ext}, **kw}
+    host = {"pid": 10, "tid": 10}
+    dev = {"pid": 0, "tid": 7}
+    ev = [ann("user_annotation", "ProfilerStep#1", 0, 100, 1, **host),
+          ann("user_annotation", "ProfilerStep#2", 100, 100, 5, **host),
+          ann("user_annotation", "fwd", 10, 50, 2, **host),
+          ann("gpu_user_annotation", "fwd", 110, 20, 2, **dev),       # step 1's, run in step 2
+          ann("gpu_user_annotation", "orphan", 140, 20, 0, **dev)]    # no host one: step 2
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT name, step FROM ranges WHERE domain = "
+                           "'gpu_user_annotation' ORDER BY start_ns").fetchall() == [
+            ("fwd", 1), ("orphan", 2)]
