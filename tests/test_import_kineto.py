@@ -1203,3 +1203,33 @@ def test_a_gpu_side_annotation_that_mirrors_no_host_one_takes_its_step_by_time(t
         assert con.execute("SELECT name, step FROM ranges WHERE domain = "
                            "'gpu_user_annotation' ORDER BY start_ns").fetchall() == [
             ("fwd", 1), ("orphan", 2)]
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_process_id_beyond_64_bits_is_refused(tmp_path, monkeypatch, native):
+    """A host event's pid beyond 64 bits is no process cuptiprof can store: the import is
+    refused in one line naming the file, not written under some other pid."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    ev = modern()["traceEvents"][:7]
+    for e in ev:
+        if e["pid"] == 10:
+            e["pid"] = 1 << 64
+    src = write(tmp_path / "t.json", trace(ev))
+    with pytest.raises(InputError, match="t.json: .*process id beyond 64 bits"):
+        import_traces([src], tmp_path / "o.duckdb")
+    assert not (tmp_path / "o.duckdb").exists()
+
+
+def test_a_copy_that_says_its_source_twice_takes_cuptiprofs_key(tmp_path, monkeypatch):
+    """A copy that says its source device in both "cuptiprof src device" and "fromDevice" (a
+    hand-made trace: no writer says both) takes the first key of that column that is not
+    null, cuptiprof's own."""
+    ev = [{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy PtoP (Device -> Device)", "pid": 1,
+           "tid": 7, "ts": 10, "dur": 1,
+           "args": {"device": 1, "stream": 7, "correlation": 1, "bytes": 8,
+                    "fromDevice": 2, "cuptiprof src device": 0, "toDevice": None,
+                    "cuptiprof dst device": 3}}]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "p.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert one(con, "SELECT src_device_id, dst_device_id FROM memcpys") == (0, 3)
