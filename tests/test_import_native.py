@@ -574,3 +574,38 @@ def test_log_records_import_identically(tmp_path, monkeypatch):
     # by time, as calls are: steps 0-2 hold [0, 50), [100, 150), [200, 250) us
     assert [r[6] for r in got[False]] == [0, 0, None, None, 1, None, None, 2, 2, None]
     assert got[True][2][1:6] == (6, 60_500, None, "log0", "msg 2 \u00e9")
+
+
+def test_a_ranges_recorded_domain_null_and_absent_are_told_apart():
+    """"cuptiprof domain": a name is that NVTX domain, null NVTX's default domain (-1), and no
+    such key the category's own (XDOMAIN_ABSENT): alike in both decoders."""
+    text = doc({"ph": "X", "cat": "user_annotation", "name": "a", "ts": 1, "dur": 1,
+                "args": {"cuptiprof domain": "nccl"}},
+               {"ph": "X", "cat": "user_annotation", "name": "b", "ts": 2, "dur": 1,
+                "args": {"cuptiprof domain": None}},
+               {"ph": "X", "cat": "user_annotation", "name": "c", "ts": 3, "dur": 1,
+                "args": {"External id": 4}},
+               {"ph": "X", "cat": "user_annotation", "name": "d", "ts": 4, "dur": 1,
+                "args": {"cuptiprof kind": "warmup"}})
+    got, ref, _, small = both(text)
+    for p in (got, ref) if got is not None else (ref,):
+        rows = p.I[np.argsort(p.I[:, P.C_IDX])]
+        assert [small.strings[rows[0, P.C_XDOMAIN]]] == ["nccl"]
+        assert rows[1:, P.C_XDOMAIN].tolist() == [-1, P.XDOMAIN_ABSENT, P.XDOMAIN_ABSENT]
+    if got is not None:
+        assert_same(got, ref)
+
+
+def test_a_loose_arg_that_is_a_bool_is_absent():
+    """Args another writer may fill with anything ("External id", "Addr", ...) are read where
+    they are integers: true or false there is no value, in both decoders."""
+    text = doc({**KERNEL, "args": {**KERNEL["args"], "External id": True, "Addr": False,
+                                   "cuptiprof step": True, "graph id": True}},
+               {**KERNEL, "args": {**KERNEL["args"], "External id": 3}})
+    got, ref, _, _ = both(text)
+    for p in (got, ref) if got is not None else (ref,):
+        rows = p.I[np.argsort(p.I[:, P.C_IDX])]
+        for k in ("ext_id", "mem_addr", "xstep", "xgraph"):
+            assert ((rows[:, P.C_VALID] >> P.A[k]) & 1).tolist() == [0, k == "ext_id"], k
+    if got is not None:
+        assert_same(got, ref)
