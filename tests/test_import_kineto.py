@@ -1233,3 +1233,33 @@ def test_a_copy_that_says_its_source_twice_takes_cuptiprofs_key(tmp_path, monkey
     import_traces([write(tmp_path / "p.json", trace(ev))], out)
     with duckdb.connect(str(out), read_only=True) as con:
         assert one(con, "SELECT src_device_id, dst_device_id FROM memcpys") == (0, 3)
+
+
+def test_a_trace_gzipped_in_several_members_is_read_whole(tmp_path):
+    """A .json.gz of several gzip members (written in parts, or cat-ed together) is read to its
+    last member, as gunzip reads it."""
+    text = json.dumps(modern(), indent=1).encode()
+    cut = len(text) // 3
+    src = tmp_path / "t.json.gz"
+    src.write_bytes(b"".join(gzip.compress(p) for p in (text[:cut], text[cut:2 * cut],
+                                                         text[2 * cut:])))
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert one(con, "SELECT count(*) FROM kernels")[0] == 1
+        assert one(con, "SELECT bytes FROM memcpys")[0] == 4096
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_reading_a_trace_reports_every_byte_read(tmp_path, monkeypatch, gz):
+    """The progress callback hears of every byte of the file as it is read, compressed or
+    not."""
+    from cuptiprof.interop.textsource import read_blocks
+    from cuptiprof.interop import textsource
+    src = write(tmp_path / ("t.json.gz" if gz else "t.json"),
+                trace(modern()["traceEvents"] * 300), gz=gz)
+    seen: list = []
+    monkeypatch.setattr(textsource, "BLOCK", 256)
+    text = b"".join(read_blocks(src, seen.append))
+    assert len(seen) > 1 and sum(seen) == src.stat().st_size
+    assert json.loads(text)["traceEvents"][4]["name"] == "gemm"
