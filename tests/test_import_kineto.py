@@ -1263,3 +1263,37 @@ def test_reading_a_trace_reports_every_byte_read(tmp_path, monkeypatch, gz):
     text = b"".join(read_blocks(src, seen.append))
     assert len(seen) > 1 and sum(seen) == src.stat().st_size
     assert json.loads(text)["traceEvents"][4]["name"] == "gemm"
+
+
+def test_a_gpu_row_links_to_its_call_past_calls_without_a_correlation_id(tmp_path):
+    """Calls without a correlation id (cudaGetDevice) before the launch: a GPU row still takes
+    the step and op of the call with its correlation id."""
+    def host(cat, name, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 10, "tid": 10, "ts": ts, "dur": dur,
+                "args": args}
+    ev = [host("user_annotation", "ProfilerStep#1", 0, 100),
+          host("user_annotation", "ProfilerStep#2", 100, 100),
+          host("cpu_op", "aten::copy_", 1, 10), host("cpu_op", "aten::mm", 150, 20),
+          host("cuda_runtime", "cudaGetDevice", 2, 1), host("cuda_runtime", "cudaGetDevice", 3, 1),
+          host("cuda_runtime", "cudaLaunchKernel", 155, 2, correlation=5),
+          {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 300, "dur": 1,
+           "args": {"device": 0, "stream": 7, "correlation": 5}}]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert one(con, "SELECT k.step, r.name FROM kernels k JOIN ranges r "
+                        "ON r.range_id = k.op_id") == (2, "aten::mm")
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_memory_instant_of_more_bytes_than_64_bits_hold_is_refused(tmp_path, monkeypatch,
+                                                                      native):
+    """A GPU [memory] instant whose "Bytes" is beyond 64 bits is no allocation cuptiprof can
+    store: the import is refused naming the file, not left without it."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    ev = modern()["traceEvents"][:7] + [
+        {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 10,
+         "tid": 10, "ts": 20, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 1 << 64,
+                                       "Addr": 4096}}]
+    with pytest.raises(InputError, match="t.json: .*mem_bytes beyond 64 bits"):
+        import_traces([write(tmp_path / "t.json", trace(ev))], tmp_path / "o.duckdb")
