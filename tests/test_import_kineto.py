@@ -1297,3 +1297,30 @@ def test_a_memory_instant_of_more_bytes_than_64_bits_hold_is_refused(tmp_path, m
                                        "Addr": 4096}}]
     with pytest.raises(InputError, match="t.json: .*mem_bytes beyond 64 bits"):
         import_traces([write(tmp_path / "t.json", trace(ev))], tmp_path / "o.duckdb")
+
+
+def test_only_a_range_named_profilerstep_and_its_number_is_a_step(tmp_path):
+    """"ProfilerStep#N" is a step; a range whose name only starts so ("ProfilerStep#4 replay")
+    is a user range of no step of its own."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": name, "pid": 10, "tid": 10, "ts": ts,
+           "dur": 50} for name, ts in (("ProfilerStep#3", 0), ("ProfilerStep#4 replay", 100))]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT name, kind, step FROM ranges ORDER BY start_ns").fetchall() \
+            == [("ProfilerStep#3", "step", 3), ("ProfilerStep#4 replay", "user", None)]
+
+
+def test_a_gpu_rows_context_is_its_context_arg(tmp_path):
+    """A GPU row's context_id is its "context" arg (NULL where it has none), not its device."""
+    ev = [{"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 1,
+           "args": {"device": 0, "stream": 7, "correlation": ts, **args}}
+          for cat, name, ts, args in (("kernel", "k", 1, {"context": 5}),
+                                      ("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 2,
+                                       {"context": 6, "bytes": 8}),
+                                      ("gpu_memset", "Memset (Device)", 3, {"bytes": 8}))]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT context_id FROM gpu_activities ORDER BY start_ns").fetchall() \
+            == [(5,), (6,), (None,)]
