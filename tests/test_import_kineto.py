@@ -1324,3 +1324,25 @@ def test_a_gpu_rows_context_is_its_context_arg(tmp_path):
     with duckdb.connect(str(out), read_only=True) as con:
         assert con.execute("SELECT context_id FROM gpu_activities ORDER BY start_ns").fetchall() \
             == [(5,), (6,), (None,)]
+
+
+def test_a_timestamp_of_more_decimals_is_rounded_to_the_nearest_nanosecond(tmp_path):
+    """A "ts" of more than three decimals (no exact thousandths) is read from its double,
+    rounded to the nearest nanosecond."""
+    doc = modern()
+    doc["traceEvents"][4]["ts"] = 150.0006
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", doc)], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert one(con, "SELECT start_ns, end_ns FROM kernels") == (150_001, 153_501)
+
+
+def test_a_wrongly_typed_arg_is_named_by_its_key_not_its_place_in_a_piece(tmp_path):
+    """The error for an arg of the wrong type names the event by its place in the file and
+    the arg by its path in the event (not msgspec's path, which counts from its piece)."""
+    doc = modern()
+    doc["traceEvents"][4]["args"]["correlation"] = "seventy-seven"
+    with pytest.raises(InputError) as exc:
+        import_traces([write(tmp_path / "t.json", doc)], tmp_path / "o.duckdb")
+    assert str(exc.value).endswith("t.json: event #4: Expected `int | null`, got `str` at "
+                                   "`.args.correlation`")
