@@ -324,6 +324,9 @@ def test_odd_names_and_nulls_survive(odd_trace):
         [(0, 11, None, None), (1, 9, 1, 9)]  # no attrs: device 0, the range's thread
     assert sorted(e["cat"] for e in x if e["name"] in ("plain", "single ' quote", None) and e["cat"]
                   not in ("kernel", "cuda_runtime", "cuda_driver")) == ["cpu_op"] * 3
+    # a GPU's process is labelled with its device, device 0 too; rows of no device are CPU ops
+    labels = {e["pid"]: e["args"]["labels"] for e in ev if e["name"] == "process_labels"}
+    assert (labels[0], labels[1], labels[-1]) == ("GPU 0", "GPU 1", "CPU ops")
 
 
 def test_a_partial_grid_exports_to_a_trace_that_imports_back(tmp_path):
@@ -839,6 +842,8 @@ def test_steps_of_a_recorded_run_survive_a_round_trip(tmp_path):
              and e["args"]["name"] == f"stream {e['tid']}"}
     assert named and named == {(e["pid"], e["tid"]) for e in ev if e.get("cat") in
                                ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync")}
+    # a step is a user annotation, as torch.profiler writes ProfilerStep#N
+    assert {e["cat"] for e in ev if e["name"].startswith("ProfilerStep#")} == {"user_annotation"}
 
 
 
@@ -984,6 +989,26 @@ def test_ranges_still_open_survive_a_round_trip(tmp_path, monkeypatch, native):
     with cuptiprof.open(rec) as a, cuptiprof.open(back) as b:
         for report in ("ranges", "step_ranges"):
             assert b.report(report).fetchall() == a.report(report).fetchall(), report
+
+
+def test_an_open_range_ends_at_the_last_time_an_export_holds(tmp_path):
+    """The export's last time is the latest it holds, an open range's start included: a range
+    opened after every other row ended ends the range opened before it."""
+    t = 1_700_000_000_000_000_000
+    # range_id, parent, depth, name, kind, step, thread, start, end
+    rows = [(1, None, 0, "serve", "user", None, 5, t, None),
+            (2, 1, 1, "step", "step", 1, 5, t + 1_000, t + 2_000),
+            (3, 1, 1, "tail", "user", None, 5, t + 5_000, None)]
+    src = tmp_path / "o.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({"ranges": _range_rows(rows)})
+    out = tmp_path / "o.json"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    x = {e["name"]: e for e in load_trace(out)["traceEvents"] if e["ph"] == "X"}
+    assert (x["serve"]["ts"], x["serve"]["dur"]) == (0.0, 5.0)
+    assert (x["tail"]["ts"], x["tail"]["dur"]) == (5.0, 0.0)
+    assert x["serve"]["args"]["cuptiprof open"] == x["tail"]["args"]["cuptiprof open"] == 1
 
 
 def _no_gpu_run(path: Path) -> Path:
@@ -2407,15 +2432,16 @@ def test_a_correlation_across_kernels_copies_and_memsets_has_one_arrow(tmp_path)
     src = tmp_path / "g.duckdb"
     with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
         w.append({
-            "api_calls": {"thread_id": [5, 5], "api_kind": ["runtime", "runtime"],
-                          "name": ["cudaGraphLaunch", "cudaGraphLaunch"], "correlation_id": [2, 3],
-                          "start_ns": [t, t + 100], "end_ns": [t + 50, t + 150]},
-            "kernels": {"device_id": i32([0, 1, 0]), "stream_id": i32([7, 3, 7]), "name": ["a", "b", "c"],
-                        "correlation_id": [2, 2, 3], "start_ns": [t + 1_000, t + 1_500, t + 5_000],
-                        "end_ns": [t + 1_100, t + 1_600, t + 5_100]},
-            "memcpys": {"device_id": i32([0, 0]), "stream_id": i32([7, 8]), "bytes": [64, 64],
-                        "correlation_id": [2, 3], "start_ns": [t + 3_000, t + 5_000],
-                        "end_ns": [t + 3_100, t + 5_100]},
+            "api_calls": {"thread_id": [5, 5, 5], "api_kind": ["runtime"] * 3,
+                          "name": ["cudaGraphLaunch"] * 3, "correlation_id": [2, 3, 4],
+                          "start_ns": [t, t + 100, t + 200], "end_ns": [t + 50, t + 150, t + 250]},
+            "kernels": {"device_id": i32([0, 1, 0, 0]), "stream_id": i32([7, 3, 7, 7]),
+                        "name": ["a", "b", "c", "d"], "correlation_id": [2, 2, 3, 4],
+                        "start_ns": [t + 1_000, t + 1_500, t + 5_000, t + 6_000],
+                        "end_ns": [t + 1_100, t + 1_600, t + 5_100, t + 6_200]},
+            "memcpys": {"device_id": i32([0, 0, 0]), "stream_id": i32([7, 8, 8]), "bytes": [64] * 3,
+                        "correlation_id": [2, 3, 4], "start_ns": [t + 3_000, t + 5_000, t + 6_000],
+                        "end_ns": [t + 3_100, t + 5_100, t + 6_100]},
             "memsets": {"device_id": i32([0]), "stream_id": i32([7]), "bytes": [64], "correlation_id": [2],
                         "start_ns": [t + 900], "end_ns": [t + 950]}})
     out = tmp_path / "g.json"
@@ -2423,7 +2449,8 @@ def test_a_correlation_across_kernels_copies_and_memsets_has_one_arrow(tmp_path)
         counts = export_chrome(prof, out)
     ev = load_trace(out)["traceEvents"]
     assert counts["events"] == len(ev)
-    assert sorted(e["id"] for e in ev if e["ph"] == "s") == [2, 3]
+    assert sorted(e["id"] for e in ev if e["ph"] == "s") == [2, 3, 4]
     ends = sorted((e["id"], e["ts"], e["tid"]) for e in ev if e["ph"] == "f")
-    # the memset; kernel "c" on stream 7 (not the copy of its time, on stream 8)
-    assert ends == [(2, 0.9, 7), (3, 5.0, 7)]
+    # the memset; kernel "c" on stream 7 (not the copy of its time, on stream 8); of a kernel
+    # and a copy that start together, the one that ends first (the copy, on stream 8)
+    assert ends == [(2, 0.9, 7), (3, 5.0, 7), (4, 6.0, 8)]
