@@ -305,6 +305,8 @@ def test_odd_names_and_nulls_survive(odd_trace):
     assert k["plain"]["args"]["grid"] == [1, 1, 1]   # a grid of unknown y is left out, not [2, null, 1]
     assert k["plain"]["args"]["correlation"] == 100 and k["with \"quotes\""]["args"]["correlation"] is None
     copies = sorted((e for e in x if e["cat"] == "gpu_memcpy"), key=lambda e: e["ts"])  # row order
+    # a copy of no stream is on track -1, its stream arg left null as recorded
+    assert (copies[2]["tid"], copies[2]["args"]["stream"]) == (-1, None)
     assert copies[1]["name"] == "Memcpy None (Unknown -> Device)" and copies[1]["args"]["bytes"] is None
     assert copies[1]["args"]["memory bandwidth (GB/s)"] == 0.0
     assert copies[0]["args"]["memory bandwidth (GB/s)"] == 4096 / 1001
@@ -756,6 +758,12 @@ def test_parquet_table_without_rows_is_still_a_dataset(tmp_path):
         assert rel.fetchall() == [] and {"host", "pid", "run_id"} <= set(rel.columns), t
     assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{tmp_path}/pq/kernels/**/*.parquet', "
                       "hive_partitioning = true)").fetchall() == [(1,)]
+    # host and pid are the directories' alone: no file holds them as columns as well
+    import pyarrow.parquet as pq
+    files = list((tmp_path / "pq").glob("*/host=*/pid=*/*.parquet"))
+    assert {f.parts[-4] for f in files} >= {"kernels", "memcpys", "memsets"}
+    for f in files:
+        assert not {"host", "pid"} & set(pq.read_schema(f).names), f
 
 
 def test_every_flow_arrow_has_both_ends_once(tmp_path, chrome_steps):
@@ -955,6 +963,36 @@ def test_gpu_rows_in_a_framework_nvtx_range_keep_it(tmp_path):
     con.close()
     with cuptiprof.open(src) as a, cuptiprof.open(back) as b:
         assert b.report("ranges").fetchall() == a.report("ranges").fetchall()
+
+
+def test_a_gpu_row_whose_range_is_not_its_calls_says_it(tmp_path):
+    """A kernel whose innermost range is not the one its launching call's record names (an
+    NVTX range the call's record misses) says its own in the trace, and keeps it imported
+    back; a kernel of its call's range says none."""
+    t = 1_700_000_000_000_000_000
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    # range_id, parent, depth, name, kind, step, thread, start, end
+    rows = [(1, None, 0, "fwd", "user", None, 5, t, t + 10_000),
+            (2, 1, 1, "attn", "user", None, 5, t + 1_000, t + 2_000)]
+    src = tmp_path / "r.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({"ranges": _range_rows(rows),
+                  "api_calls": {"thread_id": [5, 5], "api_kind": ["runtime"] * 2,
+                                "name": ["cudaLaunchKernel"] * 2, "correlation_id": [1, 2],
+                                "start_ns": [t + 500, t + 1_500], "end_ns": [t + 600, t + 1_600],
+                                "range_id": [1, 1]},
+                  "kernels": {"device_id": i32([0, 0]), "stream_id": i32([7, 7]),
+                              "name": ["gemm", "softmax"], "correlation_id": [1, 2],
+                              "range_id": [1, 2], "start_ns": [t + 3_000, t + 4_000],
+                              "end_ns": [t + 3_500, t + 4_500]}})
+    out = tmp_path / "r.json"
+    back = chrome_round_trip(src, out, tmp_path / "back.duckdb")
+    assert {e["name"]: e["args"].get("cuptiprof range") for e in load_trace(out)["traceEvents"]
+            if e.get("cat") == "kernel"} == {"gemm": None, "softmax": 2}
+    links = ("SELECT k.name, r.name FROM kernels k JOIN ranges r USING (run_id, pid, range_id) "
+             "ORDER BY ALL")
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute(links).fetchall() == [("gemm", "fwd"), ("softmax", "attn")]
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
@@ -1509,6 +1547,8 @@ def test_device_specs_survive_a_round_trip(tmp_path, procs):
     assert con.execute(rows).fetchall() == orig.execute(rows).fetchall()
     assert con.execute("SELECT count(*) FROM devices WHERE core_clock_mhz = 1980 AND l2_bytes "
                        "= 62914560 AND peak_nvlink_gbps = 450").fetchone() == (procs,)
+    # Kineto's deviceProperties name each ordinal once: the first process's device 0
+    assert [d["uuid"] for d in load_trace(tmp_path / "d.json.gz")["deviceProperties"]] == ["GPU-5b7c-0"]
 
 
 def test_a_single_process_keeps_its_local_rank(tmp_path):
@@ -1778,7 +1818,9 @@ def test_parquet_export_counts_every_dataset_it_writes(tmp_path):
     r = run_cli("export", src, "--parquet", tmp_path / "pq", "--steps", "3")
     assert r.returncode == 0, r.stderr
     written = [p for p in (tmp_path / "pq").iterdir() if p.is_dir()]
-    assert len(written) >= 10
+    assert sorted(p.name for p in written) == [
+        "api_calls", "data_quality", "devices", "kernels", "logs", "memcpys", "memory_events",
+        "memsets", "processes", "ranges", "runs", "syncs"]
     assert f"cuptiprof: wrote {len(written)} Parquet datasets (" in r.stderr and " with rows; " in r.stderr, \
         r.stderr
 
