@@ -742,6 +742,11 @@ def test_export_checks_both_outputs_before_writing_either(tmp_path):
         r = run_cli("export", src, "--chrome", tmp_path / "both.json", "--parquet", taken, *force)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "both.json").exists()   # nothing written when one is refused
+    # one path for both: refused, whatever --force says, before either is written
+    for force in ([], ["--force"]):
+        r = run_cli("export", src, "--chrome", tmp_path / "same", "--parquet", tmp_path / "." / "same", *force)
+        assert r.returncode == 2 and "name the same path" in r.stderr, r.stderr
+        assert not (tmp_path / "same").exists()
     r = run_cli("export", src, "--chrome", tmp_path / "UP.JSON.GZ")
     assert r.returncode == 0, r.stderr
     assert gzip.decompress((tmp_path / "UP.JSON.GZ").read_bytes()).startswith(b"{")
