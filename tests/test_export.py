@@ -1035,23 +1035,31 @@ def test_ranges_still_open_survive_a_round_trip(tmp_path, monkeypatch, native):
 
 
 def test_an_open_range_ends_at_the_last_time_an_export_holds(tmp_path):
-    """The export's last time is the latest it holds, an open range's start included: a range
-    opened after every other row ended ends the range opened before it."""
+    """The export's last time is the latest it holds, an open range's start, an allocation's
+    or a log record's time included: a range opened after every other row ended ends the range
+    opened before it, and a free or a log record after both is inside both."""
     t = 1_700_000_000_000_000_000
     # range_id, parent, depth, name, kind, step, thread, start, end
     rows = [(1, None, 0, "serve", "user", None, 5, t, None),
             (2, 1, 1, "step", "step", 1, 5, t + 1_000, t + 2_000),
             (3, 1, 1, "tail", "user", None, 5, t + 5_000, None)]
-    src = tmp_path / "o.duckdb"
-    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
-        w.append({"ranges": _range_rows(rows)})
-    out = tmp_path / "o.json"
-    with cuptiprof.open(src) as prof:
-        export_chrome(prof, out)
-    x = {e["name"]: e for e in load_trace(out)["traceEvents"] if e["ph"] == "X"}
-    assert (x["serve"]["ts"], x["serve"]["dur"]) == (0.0, 5.0)
-    assert (x["tail"]["ts"], x["tail"]["dur"]) == (5.0, 0.0)
-    assert x["serve"]["args"]["cuptiprof open"] == x["tail"]["args"]["cuptiprof open"] == 1
+    later = {"memory_events": {"device_id": pa.array([0], pa.int32()), "time_ns": [t + 8_000],
+                               "operation": ["free"], "bytes": [64]},
+             "logs": {"thread_id": [5], "time_ns": [t + 9_000], "level": ["INFO"],
+                      "logger": ["serve"], "message": ["bye"]}}
+    for k, (tables, want) in enumerate((({}, (5.0, 0.0)), ({"memory_events": 8.0}, (8.0, 3.0)),
+                                        ({"logs": 9.0}, (9.0, 4.0)))):
+        src, out = tmp_path / f"o{k}.duckdb", tmp_path / "o.json"
+        with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+            w.append({"ranges": _range_rows(rows), **{k: later[k] for k in tables}})
+        with cuptiprof.open(src) as prof:
+            export_chrome(prof, out, force=True)
+        ev = load_trace(out)["traceEvents"]
+        x = {e["name"]: e for e in ev if e["ph"] == "X"}
+        assert (x["serve"]["ts"], x["tail"]["ts"]) == (0.0, 5.0)
+        assert (x["serve"]["dur"], x["tail"]["dur"]) == want, tables
+        assert [e["ts"] for e in ev if e["ph"] == "i"] == list(tables.values())
+        assert x["serve"]["args"]["cuptiprof open"] == x["tail"]["args"]["cuptiprof open"] == 1
 
 
 def _no_gpu_run(path: Path) -> Path:
@@ -1305,6 +1313,9 @@ def test_a_warm_up_comes_back_as_a_warm_up(fake_run):
         ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
     w = [e for e in ev if e.get("args", {}).get("cuptiprof kind") == "warmup"]
     assert [(e["name"], e["cat"], e["args"]["cuptiprof step"]) for e in w] == [("step", "user_annotation", 0)]
+    # of the host's ranges, only a warm-up says its step in args (a step's is its name)
+    assert [e for e in ev if e.get("cat") in ("user_annotation", "cpu_op", "python_function")
+            and "cuptiprof step" in e["args"]] == w
     r = run_cli("report", back)
     assert r.returncode == 0, r.stderr
     assert "call(s) of range" not in r.stderr + r.stdout   # the warm-up is no such range

@@ -107,7 +107,8 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
         f"SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM gpu_activities "
         f"WHERE {where} UNION ALL SELECT min(start_ns), max(coalesce(end_ns, start_ns)) "
         f"FROM ranges WHERE {wheres['ranges']} UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls "
-        f"WHERE {where} UNION ALL SELECT min(time_ns), max(time_ns) FROM logs WHERE {where})"
+        f"WHERE {where} UNION ALL SELECT min(time_ns), max(time_ns) FROM logs WHERE {where} "
+        f"UNION ALL SELECT min(time_ns), max(time_ns) FROM memory_events WHERE {where})"
     ))
     base = (int(base_row[0]) // 1_000_000) * 1_000_000 if base_row[0] is not None else 0
     last = int(base_row[1]) if base_row[1] is not None else base
