@@ -537,6 +537,33 @@ def test_round_trip_of_several_processes_keeps_steps_and_links(tmp_path):
                        ).fetchall() == [(0,)]
 
 
+def test_correlation_ids_of_several_processes_stay_apart_beyond_16_bits(tmp_path):
+    """CUPTI's correlation ids are 32-bit: one process's id 65537 and another's 1 are two
+    arrows in an export of both, and each kernel comes back linked to its own call."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "two.duckdb"
+    for i, pid in enumerate((101, 202)):
+        with Writer(src, RunInfo(source="synthetic", label="two"), mode="append" if i else "create",
+                    pid=pid) as w:
+            w.append({"api_calls": {"thread_id": [5, 5], "api_kind": ["runtime"] * 2,
+                                    "name": [f"launch{i}"] * 2, "correlation_id": [1, 65_537],
+                                    "start_ns": [t, t + 100], "end_ns": [t + 50, t + 150]},
+                      "kernels": {"device_id": pa.array([0, 0], pa.int32()),
+                                  "stream_id": pa.array([7, 7], pa.int32()), "name": [f"k{i}"] * 2,
+                                  "correlation_id": [1, 65_537], "start_ns": [t + 1_000, t + 2_000],
+                                  "end_ns": [t + 1_100, t + 2_100]}})
+    out = tmp_path / "two.json"
+    back = chrome_round_trip(src, out, tmp_path / "back.duckdb")
+    ev = load_trace(out)["traceEvents"]
+    for ph in ("s", "f"):
+        ids = [e["id"] for e in ev if e["ph"] == ph]
+        assert len(ids) == len(set(ids)) == 4, ph
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT k.name, a.name, count(*) FROM kernels k JOIN api_calls a USING "
+                       "(run_id, pid, correlation_id) GROUP BY ALL ORDER BY ALL").fetchall() == [
+        ("k0", "launch0", 2), ("k1", "launch1", 2)]
+
+
 def test_parquet_with_steps_holds_only_those_steps(tmp_path):
     from cuptiprof.synthetic import write_synthetic
     from cuptiprof.interop.parquet import export_parquet
