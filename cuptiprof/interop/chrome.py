@@ -20,7 +20,8 @@ the External ids (range ids as recorded) a range that several hold (kineto.impor
 Steps are written as `ProfilerStep#N` ranges (torch.profiler's name, which the importer reads
 as steps), whatever the program called them. A warm-up step is not one: it keeps its name, with
 args `"cuptiprof kind": "warmup"` and `"cuptiprof step"` that the importer reads back. A range
-never closed ends at the export's last time, with `"cuptiprof open": 1`, and is imported back
+never closed ends at the export's last time (of any record it holds: GPU work, call, range, log,
+allocation or free), with `"cuptiprof open": 1`, and is imported back
 without an end. A GPU row whose launching call is not in the export (a run recorded without API
 calls, a sync) says its step in `"cuptiprof step"` too, and its innermost range (by range_id,
 as the ranges' External ids) in `"cuptiprof range"`: the importer takes both from a row's
