@@ -108,12 +108,17 @@ def test_a_python_started_with_an_environment_of_its_own_is_profiled(tmp_path, h
     assert got == ([([0, 2, 3],)] if how == "execve_env" else [([0],), ([2, 3],)]), r.stderr
 
 
-def test_after_the_last_step_nothing_more_is_recorded_across_an_exec(tmp_path):
+@pytest.mark.parametrize("how", [["--light"], []], ids=["light", "fake_cupti"])
+def test_after_the_last_step_nothing_more_is_recorded_across_an_exec(tmp_path, how):
     """--steps 2 reached: collection is off for the rest of the process, so the range after the
-    steps is not recorded, nor anything of the program it execs (which counts on from 2)."""
+    steps is not recorded, nor anything of the program it execs (which counts on from 2): by
+    the Recorder (--light) or by the collector the exec'd program starts."""
     p = script(tmp_path, """
         import os, sys, cuptiprof
         n = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+        if n == 1:
+            with cuptiprof.range("before"):   # the exec'd program's, before any step of its own
+                pass
         for i in range(2):
             with cuptiprof.range("step"):
                 sum(range(1000))
@@ -122,8 +127,8 @@ def test_after_the_last_step_nothing_more_is_recorded_across_an_exec(tmp_path):
         if n == 0:
             os.execlp(sys.executable, sys.executable, __file__, "1")
     """, name="ex3.py")
-    r = cli(["run", "-o", "z.duckdb", "--steps", "2", "--light", "--no-report", "--", PY, p],
-            tmp_path)
+    r = cli(["run", "-o", "z.duckdb", "--steps", "2", *how, "--no-report", "--", PY, p],
+            tmp_path, **({} if how else PATHS["fake_cupti"]))
     assert r.returncode == 0, r.stderr
     out = tmp_path / "z.duckdb"
     assert q(out, "SELECT name, kind, step FROM ranges ORDER BY start_ns") == [
