@@ -134,3 +134,23 @@ def test_after_the_last_step_nothing_more_is_recorded_across_an_exec(tmp_path, h
     assert q(out, "SELECT name, kind, step FROM ranges ORDER BY start_ns") == [
         ("step", "step", 0), ("step", "step", 1)]
     assert q(out, "SELECT count(*), bool_or(ended_early) FROM processes") == [(1, False)]
+
+
+def test_a_python_an_execd_shell_starts_counts_its_own_steps(tmp_path):
+    """The state an exec hands over names the process that exec'd: a Python the exec'd shell
+    starts (another process, which inherits it) counts its own warm-up and steps."""
+    p = script(tmp_path, """
+        import os, sys, cuptiprof
+        for i in range(2):
+            with cuptiprof.range("step"):
+                sum(range(1000))
+        if sys.argv[1:] != ["child"]:
+            sys.stdout.flush()
+            os.execv("/bin/sh", ["sh", "-c", f'"{sys.executable}" "{__file__}" child; exit $?'])
+    """, name="ex4.py")
+    r = cli(["run", "-o", "s.duckdb", "--warmup", "1", "--light", "--no-report", "--", PY, p],
+            tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "s.duckdb"
+    assert q(out, "SELECT list((kind, step) ORDER BY start_ns) FROM ranges GROUP BY pid") == \
+        [([("warmup", 0), ("step", 1)],)] * 2
