@@ -1044,3 +1044,19 @@ def test_parts_of_a_run_that_kept_no_record_merge_under_the_output_name(tmp_path
     assert q(out, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
     (detail,) = q(out, "SELECT detail FROM data_quality WHERE check_name = 'run_recovered'")
     assert "exit status is unknown" in detail[0], detail
+
+
+def test_a_program_run_under_nohup_keeps_ignoring_sighup(tmp_path):
+    """`nohup python prog.py`: SIGHUP ignored, as the program chose; cuptiprof does not put a
+    handler of its own in place of that (one that ended the program)."""
+    p = script(tmp_path, """
+        import os, signal, cuptiprof
+        os.kill(os.getpid(), signal.SIGHUP)
+        with cuptiprof.range("step", step=0):
+            pass
+        print("ran on")
+    """)
+    r = cli(["run", "-o", "n.duckdb", "--light", "--no-report", "--", "nohup", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "ran on" in r.stdout
+    assert q(tmp_path / "n.duckdb", "SELECT step FROM ranges WHERE kind = 'step'") == [(0,)]
