@@ -617,6 +617,27 @@ def test_a_light_run_commits_its_steps_at_most_as_often_as_asked(tmp_path, every
     assert q(tmp_path / "l.duckdb", "SELECT ended_early FROM processes") == [(True,)]
 
 
+def test_a_step_that_raised_is_committed_at_its_end(tmp_path, tally):
+    """However seldom steps are committed (CUPTIPROF_FLUSH_EVERY_S), a step an exception ended
+    is committed as it ends, with its step_incomplete row: a crash that follows keeps it."""
+    p = script(tmp_path, """
+        import os, signal, cuptiprof
+        try:
+            with cuptiprof.range("step", step=0):
+                raise ValueError("bad batch")
+        except ValueError:
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    r = cli(["run", "-o", "x.duckdb", "--no-report", "--light", "--", PY, p], tmp_path,
+            CUPTIPROF_FLUSH_EVERY_S="3600")
+    assert r.returncode == 128 + signal.SIGKILL, r.stderr
+    out = tmp_path / "x.duckdb"
+    assert q(out, "SELECT step, end_ns IS NOT NULL FROM ranges WHERE kind = 'step'") == [(0, True)]
+    assert q(out, "SELECT subject FROM data_quality WHERE check_name = 'step_incomplete'") == \
+        [("0",)]
+
+
 @pytest.mark.parametrize("other_part", [False, True])
 def test_a_missing_part_file_is_refused_not_merged_as_an_unreadable_part(tmp_path, other_part):
     """`cuptiprof merge OUT.parts/*.duckdb` where the glob matched nothing passes the pattern
