@@ -266,6 +266,23 @@ def test_warmup_and_steps_with_cuptiprof_range(tmp_path):
         == [([0, 1, 2, 3, 4, 5, 6],)]
 
 
+def test_a_step_inside_a_step_is_a_range_of_it(tmp_path):
+    """Steps do not nest: a range named step opened inside a step is a range of that step, and
+    counts for neither warm-up nor --steps."""
+    p = script(tmp_path, """
+        import cuptiprof
+        for i in range(3):
+            with cuptiprof.range("step"):
+                with cuptiprof.range("step"):
+                    pass
+    """)
+    r = cli(["run", "-o", "n.duckdb", "--no-report", "--light", "--warmup", "1", "--steps", "1",
+             "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "n.duckdb", "SELECT kind, step, depth FROM ranges ORDER BY start_ns") == [
+        ("warmup", 0, 0), ("user", 0, 1), ("step", 1, 0), ("user", 1, 1)]
+
+
 def test_logs_table(tmp_path):
     p = script(tmp_path, """
         import logging, cuptiprof
