@@ -628,9 +628,10 @@ def test_sigterm_while_the_command_starts_reaches_it(tmp_path, at_call):
                 os.kill(child, signal.SIGKILL)
 
 
-def _run_with_launcher_killed_at_the_end(tmp_path, prog):
+def _run_with_launcher_killed_at_the_end(tmp_path, prog, native: bool = True):
     """`cuptiprof run -o k.duckdb -- python PROG` whose launcher is killed (SIGKILL) once the
-    program has ended, before it keeps the program's exit status or merges: its OUT.parts."""
+    program has ended, before it keeps the program's exit status or merges: its OUT.parts.
+    native=False: the program runs without cuptiprof's native part (CUPTIPROF_NATIVE=0)."""
 
     patch = """
         import os, signal, sys
@@ -640,7 +641,7 @@ def _run_with_launcher_killed_at_the_end(tmp_path, prog):
             child.wait()
             os.kill(os.getpid(), signal.SIGKILL)
         launcher._wait_forwarding = wait_then_die
-    """
+    """ + ("" if native else "    os.environ['CUPTIPROF_NATIVE'] = '0'\n")
     r = cli_driven(patch, ["run", "-o", "k.duckdb", "--no-report", "--", PY, str(prog)], tmp_path)
     assert r.returncode == -signal.SIGKILL, r.stderr
     return tmp_path / "k.duckdb.parts"
@@ -676,6 +677,22 @@ def test_a_run_whose_launcher_was_killed_after_its_program_ended_keeps_its_exit_
     assert rep.returncode == 0, rep.stderr
     line = next(ln for ln in rep.stdout.splitlines() if "run_recovered" in ln)
     assert f"exit status {code}, as the program's own process recorded" in line, rep.stdout
+
+
+def test_without_the_native_part_the_end_marker_keeps_the_status_sys_exit_ends_with(tmp_path):
+    """Without the native part, the status a merge of the parts takes is the end marker's own
+    reading: sys.exit(300) ends the process with status 300 & 0xFF, as its parent sees it."""
+    p = script(tmp_path, """
+        import cuptiprof, sys
+        with cuptiprof.range("step", step=0):
+            pass
+        sys.exit(300)
+    """)
+    parts = _run_with_launcher_killed_at_the_end(tmp_path, p, native=False)
+    assert not list(parts.glob("*.exit"))   # nothing but the end marker says how it ended
+    m = cli(["merge", *sorted(x.name for x in parts.glob("*.duckdb")), "-o", "../k.duckdb"], parts)
+    assert m.returncode == 0, m.stderr
+    assert q(tmp_path / "k.duckdb", "SELECT exit_status FROM processes") == [(300 & 0xFF,)]
 
 
 @pytest.mark.parametrize("ending, written", [
