@@ -227,6 +227,27 @@ def test_a_forked_worker_counts_its_own_steps_after_the_parents(tmp_path):
                                    "FROM processes") == [(2, 0)]
 
 
+def test_a_forked_child_that_died_before_recording_anything_is_a_process_of_the_run(tmp_path):
+    """A child forked (os.fork) that recorded nothing and ended without its exit handlers (a
+    crash, os._exit) is still one of the run's processes, ended early, with its own start."""
+    p = script(tmp_path, """
+        import os, time, cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+        time.sleep(0.01)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """)
+    r = cli(["run", "-o", "f.duckdb", "--light", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "f.duckdb"
+    assert q(out, "SELECT ended_early FROM processes ORDER BY start_ns") == [(False,), (True,)]
+    assert q(out, "SELECT max(end_ns) < (SELECT max(start_ns) FROM processes) FROM ranges") == \
+        [(True,)]
+
+
 def test_child_that_spawns_children(tmp_path):
     p = script(tmp_path, """
         import multiprocessing as mp, cuptiprof
