@@ -247,6 +247,33 @@ def test_step_range_from_nvtx_annotate(tmp_path, use):
     assert _steps(tmp_path / "a.duckdb") == [("warmup", 0), ("step", 1), ("step", 2), ("step", 3)]
 
 
+@pytest.mark.parametrize("use", ["with", "decorator"])
+def test_a_step_range_from_nvtx_annotate_that_raises_is_marked_incomplete(tmp_path, use):
+    pytest.importorskip("nvtx")
+    body = ("with nvtx.annotate('iteration'):\n                    step_fn(i)" if use == "with"
+            else "step_fn(i)")
+    p = script(tmp_path, f"""
+        import nvtx
+        def step_fn(i):
+            if i == 1:
+                raise ValueError("bad batch")
+        if {use == "decorator"}:
+            step_fn = nvtx.annotate("iteration")(step_fn)
+        for i in range(3):
+            try:
+                {body}
+            except ValueError:
+                pass
+    """)
+    r = cli(["run", "-o", "a.duckdb", "--no-report", "--light", "--step-range", "iteration",
+             "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "a.duckdb"
+    assert _steps(out) == [("step", 0), ("step", 1), ("step", 2)]
+    assert q(out, "SELECT subject FROM data_quality WHERE check_name = 'step_incomplete' "
+                  "AND detail LIKE '%ValueError%'") == [("1",)]
+
+
 def test_warmup_and_steps_with_cuptiprof_range(tmp_path):
     p = script(tmp_path, """
         import cuptiprof
