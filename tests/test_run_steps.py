@@ -323,6 +323,7 @@ def test_logs_table(tmp_path):
     r = cli(["run", "-o", "l.duckdb", "--no-report", "--log-level", "INFO", "--", PY, p], tmp_path)
     assert r.returncode == 0, r.stderr
     assert "PROG INFO VAE decode started" in r.stderr      # the program's own logging still works
+    assert "step 0:" not in r.stderr      # cuptiprof's step durations: the logs table, not its handlers
     out = tmp_path / "l.duckdb"
     rows = q(out, "SELECT level, logger, message, step FROM logs WHERE logger='app' ORDER BY time_ns")
     assert rows == [("INFO", "app", "VAE decode started", 0), ("WARNING", "app", "careful", None)]
