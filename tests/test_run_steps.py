@@ -1094,3 +1094,22 @@ def test_steps_two_threads_begin_at_once_are_not_taken_for_the_programs_own(monk
     second.join(5)
     assert child._marked == 2
     assert child._mixed_steps() is None
+
+
+def test_a_step_that_cannot_be_marked_runs_and_is_said_once(monkeypatch, capsys):
+    """--step-fn whose bookkeeping fails at every call: the program's function still runs and
+    returns, and one warning line says so, not one a step."""
+    from cuptiprof.run import child
+
+    class Broken:
+        seen = 0
+
+        def begin(self, *a, **kw):
+            raise RuntimeError("no room")
+    monkeypatch.setattr(child, "_rec", Broken())
+    monkeypatch.setattr(child, "_collector", None)
+    monkeypatch.setattr(child, "_steps_warned", False)
+    step = child._wrap_step(lambda x: x + 1)
+    assert [step(i) for i in range(3)] == [1, 2, 3]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("cuptiprof: warning: marking a step failed"), err
