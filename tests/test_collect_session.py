@@ -1151,3 +1151,36 @@ def test_steps_ended_at_once_on_two_threads_are_both_counted(tmp_path):
         tb.join(10)
         assert not ta.is_alive() and not tb.is_alive()
         assert s.steps_recorded == 2
+
+
+def test_a_launch_at_the_nanosecond_a_step_ends_is_outside_it(tmp_path):
+    """steps_at (the step of a launch that carries no range): a step holds [start, end), as the
+    importers count it; a launch at the very nanosecond the step ended is none of its work."""
+    with Session(tmp_path / "b.duckdb", source=FakeCupti(), quiet=True, flush_every_s=3600) as s:
+        with cuptiprof.step(7):
+            pass
+        start, end, step, tid = s._spans[-1]
+        got = s.steps_at([tid] * 4, [start - 1, start, end - 1, end])
+        assert [a.tolist() for a in got] == [[0, 7, 7, 0], [False, True, True, False]]
+
+
+def test_a_range_outside_steps_takes_the_latest_begun_of_the_steps_open(tmp_path):
+    """Two threads' steps are open; a range of a third thread outside every step gets the one
+    begun last, as a launch outside every range does (steps_at)."""
+    import threading
+
+    f = FakeCupti()
+    p = tmp_path / "l.duckdb"
+    first, second = cuptiprof.step(0), cuptiprof.step(1)
+    with Session(p, source=f, quiet=True) as s:
+        for r in (first, second):   # begun on threads of their own, left open there
+            t = threading.Thread(target=r.__enter__)
+            t.start()
+            t.join()
+        with cuptiprof.range("io"):
+            pass
+        here = s.step_here()
+        for r in (second, first):
+            r.__exit__(None, None, None)
+    assert here == 1
+    assert q(p, "SELECT step FROM ranges WHERE name = 'io'") == [(1,)]
