@@ -1184,3 +1184,19 @@ def test_a_range_outside_steps_takes_the_latest_begun_of_the_steps_open(tmp_path
             r.__exit__(None, None, None)
     assert here == 1
     assert q(p, "SELECT step FROM ranges WHERE name = 'io'") == [(1,)]
+
+
+def test_a_warmup_range_inside_a_recorded_step_claims_no_gpu_work(tmp_path):
+    """A range named 'warmup' opened while steps record is not pushed to CUPTI: what it
+    launches belongs to the step around it, as a warm-up step's work belongs to no step."""
+    f = FakeCupti()
+    p = tmp_path / "w.duckdb"
+    with Session(p, source=f, quiet=True):
+        with cuptiprof.step(0):
+            with cuptiprof.range("warmup"):
+                f.launch_kernel("k")
+    assert len([c for c in f.calls if c[0] == "push" and c[2] != SELF_ID]) == 1
+    assert q(p, "SELECT k.step, r.name FROM kernels k JOIN ranges r USING (range_id)") == [
+        (0, "step")]
+    assert q(p, "SELECT name, kind, step FROM ranges ORDER BY range_id") == [
+        ("step", "step", 0), ("warmup", "warmup", None)]
