@@ -1200,3 +1200,18 @@ def test_a_warmup_range_inside_a_recorded_step_claims_no_gpu_work(tmp_path):
         (0, "step")]
     assert q(p, "SELECT name, kind, step FROM ranges ORDER BY range_id") == [
         ("step", "step", 0), ("warmup", "warmup", None)]
+
+
+def test_a_ranges_step_is_kept_for_three_flushes_after_its_end_then_forgotten(tmp_path):
+    """Records of a range can come with a later flush than the one after its end (CUPTI hands
+    a buffer over when it fills): its step and start stay known for three flushes, then are
+    forgotten, so that a long run's bookkeeping stays flat."""
+    with Session(tmp_path / "g.duckdb", source=FakeCupti(), quiet=True, flush_every_s=0) as s:
+        with cuptiprof.step(0):
+            rid = s._stack()[-1][0]
+        known = []
+        for i in range(1, 5):
+            known.append((s.flushes, s.step_of(rid), s.start_of(rid) > 0))
+            with cuptiprof.step(i):
+                pass
+    assert known == [(1, 0, True), (2, 0, True), (3, 0, True), (4, None, False)]
