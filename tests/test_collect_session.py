@@ -1215,3 +1215,19 @@ def test_a_ranges_step_is_kept_for_three_flushes_after_its_end_then_forgotten(tm
             with cuptiprof.step(i):
                 pass
     assert known == [(1, 0, True), (2, 0, True), (3, 0, True), (4, None, False)]
+
+
+@pytest.mark.parametrize("code, status", [(None, "complete"), (0, "complete"), (2, "failed")])
+def test_sys_exit_inside_the_profile_ends_the_run_by_its_code(tmp_path, code, status):
+    p = tmp_path / "x.duckdb"
+    with pytest.raises(SystemExit):
+        with Session(p, source=FakeCupti(), quiet=True):
+            sys.exit(code)
+    assert q(p, "SELECT status FROM runs") == [(status,)]
+
+
+def test_the_exit_status_of_sys_exit_is_what_the_process_exits_with():
+    from cuptiprof.collect.session import _os_exit_status
+
+    codes = (None, 0, 3, 256, 259, -1, "bye")
+    assert [_os_exit_status(c) for c in codes] == [0, 0, 3, 0, 3, 255, 1]
