@@ -1231,3 +1231,50 @@ def test_the_exit_status_of_sys_exit_is_what_the_process_exits_with():
 
     codes = (None, 0, 3, 256, 259, -1, "bye")
     assert [_os_exit_status(c) for c in codes] == [0, 0, 3, 0, 3, 255, 1]
+
+
+def test_a_range_begun_under_an_earlier_profile_ends_nothing_of_the_next(tmp_path):
+    """A range left open when its profile stopped, ended under the next profile, whose own
+    first range has the same range id: that range stays open, and is written as itself."""
+    old = cuptiprof.range("old")
+    with Session(tmp_path / "a.duckdb", source=FakeCupti(), quiet=True):
+        old.__enter__()
+    p = tmp_path / "b.duckdb"
+    with Session(p, source=FakeCupti(), quiet=True) as s:
+        with cuptiprof.range("new"):
+            old.__exit__(None, None, None)
+            assert [t[3] for t in s._open.values()] == ["new"]
+    assert q(p, "SELECT name, end_ns IS NULL FROM ranges") == [("new", False)]
+
+
+def test_a_step_ending_just_after_stop_writes_nothing_more(tmp_path):
+    """A thread that took the session before stop() ends its step after stop() closed the
+    file: stop() flushed for the last time, the step's end flushes nothing (nor fails)."""
+    f = FakeCupti()
+    p = tmp_path / "a.duckdb"
+    s = Session(p, source=f, quiet=True, flush_every_s=0).start()
+    left = cuptiprof.step(0)
+    left.__enter__()
+    tok = s._stack()[-1]
+    s.stop()
+    flushes = s.flushes
+    s._exit(tok)   # what that thread's range does once stop() returned
+    left.__exit__(None, None, None)
+    assert s.flushes == flushes
+    assert q(p, "SELECT name, end_ns IS NULL FROM ranges") == [("step", True)]
+
+
+def test_a_final_flush_that_fails_is_said_and_the_file_still_closes(tmp_path, monkeypatch):
+    f = FakeCupti()
+    p = tmp_path / "f.duckdb"
+    s = Session(p, source=f, quiet=True, flush_every_s=3600).start()
+    with cuptiprof.step(0):
+        f.launch_kernel("k0")
+
+    def broken(rows, final=False):
+        raise RuntimeError("no memory")
+    monkeypatch.setattr(s.resolver, "resolve", broken)
+    s.stop()
+    assert q(p, "SELECT check_name, detail FROM data_quality WHERE check_name = 'cupti_error'") == [
+        ("cupti_error", "final flush failed: no memory")]
+    assert q(p, "SELECT status FROM runs") == [("complete",)]
