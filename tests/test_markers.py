@@ -187,3 +187,31 @@ def test_a_range_without_a_name_as_decorator_is_refused():
         cuptiprof.step(decode)
     assert cuptiprof.range("decode")(decode)(3) == 6
     assert cuptiprof.range(7).name == "7"   # a name of another type is its text
+
+
+def test_step_numbers_are_those_the_step_columns_hold():
+    np = pytest.importorskip("numpy")
+    lo, hi = -(1 << 31), (1 << 31) - 1
+    values = [lo, hi, lo - 1, hi + 1, np.int64(hi), True, 1.0, "3", None]
+    assert [markers.step_number(v) for v in values] == [lo, hi, None, None, hi, None, None,
+                                                       None, None]
+
+
+def test_nvtx_attributes_kept_for_reuse_are_bounded(monkeypatch):
+    """A long run numbers every step: the attributes of each (name, step) are made once and
+    kept for reuse, up to a bound (memory stays flat however many steps there are)."""
+    class Dom:
+        def get_event_attributes(self, message=None, color=None, payload=None):
+            return (message, payload)
+
+        def push_range(self, attrs):
+            pass
+
+        def pop_range(self):
+            pass
+
+    monkeypatch.setattr(markers, "_nvtx", Dom())
+    for i in range(5000):
+        with cuptiprof.step(i):
+            pass
+    assert len(markers._attrs_cache) == 4096 and markers._attrs_cache[("step", 7)] == ("step", 7)
