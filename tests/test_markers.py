@@ -215,3 +215,41 @@ def test_nvtx_attributes_kept_for_reuse_are_bounded(monkeypatch):
         with cuptiprof.step(i):
             pass
     assert len(markers._attrs_cache) == 4096 and markers._attrs_cache[("step", 7)] == ("step", 7)
+
+
+def test_ranges_leave_no_entry_behind(recording):
+    r = cuptiprof.range("a")
+    with r:
+        with r:
+            assert len(markers._anywhere[id(r)]) == 2
+    assert markers._anywhere == {} and markers._entered.get() == ()
+
+
+def test_nvtx_of_no_tool_is_not_called(monkeypatch):
+    """With the variable set but no tool loaded, nvtx hands out a DummyDomain: ranges then
+    make no NVTX call at all."""
+    import nvtx
+
+    class DummyDomain:
+        pass
+
+    monkeypatch.setattr(nvtx, "get_domain", lambda name: DummyDomain())
+    monkeypatch.setenv("NVTX_INJECTION64_PATH", "/some/libcupti.so")
+    markers.reload_env()
+    with cuptiprof.range("a"):
+        pass
+    assert markers._nvtx is None
+
+
+def test_a_failure_of_the_range_bookkeeping_is_said_once_and_ranges_stop(monkeypatch, capsys):
+    class Broken(Recording):
+        def _enter(self, name, attrs):
+            raise RuntimeError("lost")
+
+    monkeypatch.setattr(markers, "_failed", False)
+    for _ in range(2):
+        monkeypatch.setattr(markers, "_session", Broken())
+        with cuptiprof.range("a"):
+            assert markers._session is None
+    assert capsys.readouterr().err == ("cuptiprof: range bookkeeping failed (RuntimeError: "
+                                       "lost); ranges are no longer recorded\n")
