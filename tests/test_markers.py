@@ -253,3 +253,17 @@ def test_a_failure_of_the_range_bookkeeping_is_said_once_and_ranges_stop(monkeyp
             assert markers._session is None
     assert capsys.readouterr().err == ("cuptiprof: range bookkeeping failed (RuntimeError: "
                                        "lost); ranges are no longer recorded\n")
+
+
+def test_a_range_left_on_another_thread_closes_the_latest_entry_of_those(recording):
+    import threading
+
+    shared = cuptiprof.range("shared")
+    for _ in range(2):   # entered on two threads, left open there
+        t = threading.Thread(target=shared.__enter__)
+        t.start()
+        t.join()
+    shared.__exit__(None, None, None)
+    shared.__exit__(None, None, None)
+    assert recording.events[2:] == [("exit", 2, None), ("exit", 1, None)]
+    assert markers._anywhere == {}
