@@ -419,14 +419,14 @@ def test_a_step_ended_by_an_exception_is_marked_incomplete(tmp_path):
     with Session(p, source=f, quiet=True):
         for i in range(4):
             try:
-                with cuptiprof.range("step", step=i):
+                with cuptiprof.range("step", step=i * 10):   # the step's number, not its ordinal
                     f.launch_kernel(f"k{i}")
                     if i == 2:
                         raise RuntimeError("out of memory")
             except RuntimeError:
                 pass
     assert q(p, "SELECT subject, detail FROM data_quality WHERE check_name = 'step_incomplete'") == [
-        ("2", "step 2 was ended early by RuntimeError: its numbers cover only the part of the step "
+        ("20", "step 20 was ended early by RuntimeError: its numbers cover only the part of the step "
               "that ran")]
     assert q(p, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(4,)]
 
@@ -1278,3 +1278,8 @@ def test_a_final_flush_that_fails_is_said_and_the_file_still_closes(tmp_path, mo
     assert q(p, "SELECT check_name, detail FROM data_quality WHERE check_name = 'cupti_error'") == [
         ("cupti_error", "final flush failed: no memory")]
     assert q(p, "SELECT status FROM runs") == [("complete",)]
+
+
+def test_kinds_given_in_one_string_may_have_spaces(tmp_path):
+    s = Session(tmp_path / "k.duckdb", kinds=" kernel , memcpy,", source=FakeCupti(), quiet=True)
+    assert s.kinds == ["kernel", "memcpy"]
