@@ -1113,3 +1113,24 @@ def test_a_step_that_cannot_be_marked_runs_and_is_said_once(monkeypatch, capsys)
     assert [step(i) for i in range(3)] == [1, 2, 3]
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("cuptiprof: warning: marking a step failed"), err
+
+
+def test_the_overhead_baseline_keeps_no_ranges_it_never_writes(tmp_path):
+    """--overhead's baseline (time mode) keeps each step's duration only: the ranges of a long
+    program, before, inside and after its steps, are not held in memory until it ends."""
+    import json
+
+    from cuptiprof.run.recorder import Recorder
+    from cuptiprof.run.settings import ChildSettings
+
+    rec = Recorder(ChildSettings(mode="time", warmup=1, steps=2), str(tmp_path), "time")
+    for i in range(5):
+        rec.end(rec.begin("before"))
+        st = rec.begin("step", is_step=True)
+        for _ in range(100):
+            rec.end(rec.begin("op"))
+        rec.end(st)
+    assert rec.ranges == []
+    rec.close()
+    (steps,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.steps.json")]
+    assert [s for s, _ in steps["steps"]] == [1, 2]

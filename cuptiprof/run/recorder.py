@@ -207,8 +207,9 @@ class Recorder:
                 if self.mode == "cpu":
                     self.windows.append((None, o.start, now, o.thread))
                 return
-            self.ranges.append((o.range_id, o.parent_id, o.depth, o.name, o.thread, o.start, now,
-                                o.kind, o.step, attrs_json(o.attrs)))
+            if self.mode != "time":   # time mode writes step durations only: nothing to keep
+                self.ranges.append((o.range_id, o.parent_id, o.depth, o.name, o.thread, o.start,
+                                    now, o.kind, o.step, attrs_json(o.attrs)))
             if self.mode == "cpu" and self.prof:
                 self.spans.append((o.thread, o.start, now, o.range_id, o.depth))
             if o.kind == "warmup" and (not o.is_step or self.seen >= self.s.warmup):
