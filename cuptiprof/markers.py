@@ -296,9 +296,9 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
             raise UsageError(f"{self!r} decorates a function; {func!r} is none")
         name, attrs = self.name, self.attrs
         if inspect.isgeneratorfunction(func):
-            return _wrap_generator(func, name, attrs)
+            return wrap_generator(func, lambda: _WholeRun(name, attrs))
         if inspect.isasyncgenfunction(func):
-            return _wrap_async_generator(func, name, attrs)
+            return wrap_async_generator(func, lambda: _WholeRun(name, attrs))
         if inspect.iscoroutinefunction(func):
             @functools.wraps(func)
             async def coroutine_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -318,13 +318,14 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
         return f"cuptiprof.range({self.name!r}{''.join(f', {k}={v!r}' for k, v in self.attrs.items())})"
 
 
-def _wrap_generator(func: Callable, name: str, attrs: dict) -> Callable:
-    """The range of a generator covers its whole iteration: it opens at the first next() and
-    closes when the generator is exhausted, raises or is closed (time the consumer spends
-    between items counts too). A consumer that stops early (break, close()) ends it normally."""
+def wrap_generator(func: Callable, whole: Callable) -> Callable:
+    """`whole()` (a context manager: a range, a step) around a generator's whole iteration: it
+    is entered at the first next() and left when the generator is exhausted, raises or is
+    closed (time the consumer spends between items counts too). A consumer that stops early
+    (break, close()) leaves it with GeneratorExit, which _WholeRun takes as a normal end."""
     @functools.wraps(func)
     def generator_wrapper(*args: Any, **kwargs: Any) -> Any:
-        with _WholeRun(name, attrs):
+        with whole():
             return (yield from func(*args, **kwargs))
 
     return generator_wrapper
@@ -349,13 +350,13 @@ class _WholeRun:
         return False
 
 
-def _wrap_async_generator(func: Callable, name: str, attrs: dict) -> Callable:
-    """As _wrap_generator, for an async generator (no `yield from` there: asend, athrow and
+def wrap_async_generator(func: Callable, whole: Callable) -> Callable:
+    """As wrap_generator, for an async generator (no `yield from` there: asend, athrow and
     aclose are passed on by hand)."""
     @functools.wraps(func)
     async def async_generator_wrapper(*args: Any, **kwargs: Any) -> Any:
         agen = func(*args, **kwargs)
-        with _WholeRun(name, attrs):
+        with whole():
             try:
                 item = await agen.__anext__()
                 while True:

@@ -381,65 +381,42 @@ _CO_GENERATOR, _CO_COROUTINE, _CO_ASYNC_GENERATOR = 0x20, 0x80, 0x200   # inspec
 def _wrap_step_run(fn, flags: int, begin, end):
     """The step of an async def holds its run until it returns; that of a generator (sync or
     async) its whole iteration, from the first next() until it is exhausted, raises or is
-    closed (a consumer stopping early ends it normally)."""
-    if flags & _CO_COROUTINE:
-        @functools.wraps(fn)
-        async def step_fn_wrapper(*args, **kwargs):
-            if getattr(_in_step, "on", False):
-                return await fn(*args, **kwargs)
-            st = begin()
-            try:
-                out = await fn(*args, **kwargs)
-            except BaseException as exc:
-                end(st, type(exc))
-                raise
-            end(st, None)
-            return out
-    elif flags & _CO_GENERATOR:
-        @functools.wraps(fn)
-        def step_fn_wrapper(*args, **kwargs):
-            if getattr(_in_step, "on", False):
-                return (yield from fn(*args, **kwargs))
-            st = begin()
-            try:
-                out = yield from fn(*args, **kwargs)
-            except GeneratorExit:
-                end(st, None)
-                raise
-            except BaseException as exc:
-                end(st, type(exc))
-                raise
-            end(st, None)
-            return out
-    else:
-        @functools.wraps(fn)
-        async def step_fn_wrapper(*args, **kwargs):
-            agen = fn(*args, **kwargs)
-            st = None if getattr(_in_step, "on", False) else begin()
-            failed = None
-            try:   # asend, athrow and aclose passed on by hand: async generators have no yield from
-                item = await agen.__anext__()
-                while True:
-                    try:
-                        sent = yield item
-                    except GeneratorExit:
-                        await agen.aclose()
-                        raise
-                    except BaseException as exc:
-                        item = await agen.athrow(exc)
-                    else:
-                        item = await (agen.__anext__() if sent is None else agen.asend(sent))
-            except StopAsyncIteration:
-                pass
-            except GeneratorExit:   # closed early by its consumer: a normal end
-                raise
-            except BaseException as exc:
-                failed = type(exc)
-                raise
-            finally:
-                if st is not None:
-                    end(st, failed)
+    closed (a consumer stopping early ends it normally), as cuptiprof.range's decorator does."""
+    from cuptiprof import markers
+
+    whole = lambda: _StepRun(begin, end)   # noqa: E731
+    if flags & _CO_GENERATOR:
+        return markers.wrap_generator(fn, whole)
+    if flags & _CO_ASYNC_GENERATOR:
+        return markers.wrap_async_generator(fn, whole)
+
+    @functools.wraps(fn)
+    async def step_fn_wrapper(*args, **kwargs):
+        with whole():
+            return await fn(*args, **kwargs)
     return step_fn_wrapper
+
+
+class _StepRun:
+    """A --step-fn step around a run that outlives the call (a coroutine's, a generator's);
+    none where it runs inside a step already. A consumer stopping a generator early
+    (GeneratorExit) ends it normally; any other exception ends it as incomplete."""
+
+    __slots__ = ("begin", "end", "st")
+
+    def __init__(self, begin, end):
+        self.begin, self.end, self.st = begin, end, None
+
+    def __enter__(self):
+        if not getattr(_in_step, "on", False):
+            self.st = self.begin()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self.st is not None:
+            self.end(self.st, None if exc_type is None or issubclass(exc_type, GeneratorExit)
+                     else exc_type)
+        return False
 
 
 def _eager(fn, recursive: bool = True):
