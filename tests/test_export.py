@@ -2539,3 +2539,30 @@ def test_a_correlation_across_kernels_copies_and_memsets_has_one_arrow(tmp_path)
     # the memset; kernel "c" on stream 7 (not the copy of its time, on stream 8); of a kernel
     # and a copy that start together, the one that ends first (the copy, on stream 8)
     assert ends == [(2, 0.9, 7), (3, 5.0, 7), (4, 6.0, 8)]
+
+
+def test_a_process_of_memory_events_only_is_a_process_of_its_own(tmp_path):
+    """A process that recorded allocations and frees and nothing else (no kernel, call or
+    range) is one of the export's processes: its [memory] instants go on a pid of its own,
+    named, and come back under its own pid, not under the other process's."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "mem.duckdb"
+    for i, pid in enumerate((11, 22)):
+        with Writer(src, RunInfo(source="synthetic"), mode="append" if i else "create", pid=pid) as w:
+            if pid == 11:
+                w.append({"kernels": {"device_id": pa.array([0], pa.int32()),
+                                      "stream_id": pa.array([7], pa.int32()), "name": ["k"],
+                                      "start_ns": [t], "end_ns": [t + 1_000]}})
+            else:
+                w.append({"memory_events": {"device_id": pa.array([0, 0], pa.int32()),
+                                            "time_ns": [t + 5, t + 700], "operation": ["alloc", "free"],
+                                            "bytes": [4096] * 2, "memory_kind": ["device"] * 2}})
+    out, back = tmp_path / "mem.json", tmp_path / "back.duckdb"
+    chrome_round_trip(src, out, back)
+    ev = load_trace(out)["traceEvents"]
+    named = {e["pid"]: e["args"]["name"] for e in ev if e["name"] == "process_name"}
+    mem_pids = {e["pid"] for e in ev if e["name"] == "[memory]"}
+    assert len(mem_pids) == 1 and "pid 22" in named[mem_pids.pop()]
+    with duckdb.connect(str(back), read_only=True) as con:
+        assert con.execute("SELECT pid, count(*) FROM memory_events GROUP BY 1").fetchall() == [(22, 2)]
+        assert con.execute("SELECT pid FROM kernels").fetchall() == [(11,)]

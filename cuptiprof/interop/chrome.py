@@ -101,7 +101,8 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     wheres = {"ranges": _ranges_where(con, where) if prof.step_range is not None else where}
     procs = con.execute("SELECT DISTINCT run_id, pid FROM (SELECT run_id, pid FROM gpu_activities "
                         "UNION ALL SELECT run_id, pid FROM ranges UNION ALL "
-                        "SELECT run_id, pid FROM api_calls UNION ALL SELECT run_id, pid FROM logs) "
+                        "SELECT run_id, pid FROM api_calls UNION ALL SELECT run_id, pid FROM logs "
+                        "UNION ALL SELECT run_id, pid FROM memory_events) "
                         "ORDER BY 1, 2").fetchall()
     pids = _Pids(procs)
     base_row = first_row(con.execute(
