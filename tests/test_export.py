@@ -2566,3 +2566,32 @@ def test_a_process_of_memory_events_only_is_a_process_of_its_own(tmp_path):
     with duckdb.connect(str(back), read_only=True) as con:
         assert con.execute("SELECT pid, count(*) FROM memory_events GROUP BY 1").fetchall() == [(22, 2)]
         assert con.execute("SELECT pid FROM kernels").fetchall() == [(11,)]
+
+
+def test_a_gpu_annotation_on_a_stream_of_no_other_work_has_a_named_track(tmp_path):
+    """A GPU user annotation sits on its device's stream: the device's process and the
+    stream's track are named, as those of kernels are, where no kernel, copy or memset ran
+    on that stream or that device."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "ann.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({"kernels": {"device_id": pa.array([0], pa.int32()),
+                              "stream_id": pa.array([7], pa.int32()), "name": ["k"],
+                              "start_ns": [t], "end_ns": [t + 1_000]},
+                  "ranges": {"range_id": [1, 2], "name": ["ann0", "ann1"], "kind": ["user"] * 2,
+                             "domain": ["gpu_user_annotation"] * 2, "thread_id": [5, 5],
+                             "start_ns": [t, t + 10], "end_ns": [t + 500, t + 600],
+                             "attrs": ['{"device": 0, "stream": 13}',
+                                       '{"device": 2, "stream": 21}']}})
+    out = tmp_path / "ann.json"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    ev = load_trace(out)["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in ev if e["name"] == "process_name"}
+    labels = {e["pid"]: e["args"]["labels"] for e in ev if e["name"] == "process_labels"}
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    ann = {e["name"]: (e["pid"], e["tid"]) for e in ev if e.get("cat") == "gpu_user_annotation"}
+    assert ann == {"ann0": (0, 13), "ann1": (2, 21)}
+    assert tracks[(0, 13)] == "stream 13" and tracks[(2, 21)] == "stream 21"
+    assert tracks[(0, 7)] == "stream 7"
+    assert procs[2] == "GPU" and labels[2] == "GPU 2"

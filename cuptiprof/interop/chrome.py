@@ -764,6 +764,17 @@ def _device_props(con, proc: tuple | None = None, *, whole_run: bool = False) ->
 def _metadata(con, procs, pids: _Pids) -> list[dict]:
     ev = []
     hosts = dict(((r, p), h) for r, p, h in con.execute("SELECT run_id, pid, host FROM processes").fetchall())
+    # GPU user annotations sit on their device's stream (see _ranges), one with no other work
+    # on it too: their devices and streams are named as those of GPU rows (a stream that is
+    # not a number, or none, leaves the track as it is: its tid is no stream)
+    attrs = "CASE WHEN json_valid(attrs) THEN attrs END"
+    dev, stream = (f"json_extract({attrs}, '$.{k}')" for k in ("device", "stream"))
+    annotated: dict = {}
+    for run_id, pid, d, s in con.execute(
+            f"SELECT DISTINCT run_id, pid, CASE WHEN {dev} IS NULL THEN 0 ELSE TRY_CAST({dev} AS "
+            f"BIGINT) END, TRY_CAST(CAST({stream} AS VARCHAR) AS BIGINT) FROM range_rows "
+            "WHERE domain = 'gpu_user_annotation'").fetchall():
+        annotated.setdefault((run_id, pid), []).append((d, s))
     for run_id, pid in procs:
         label = f"pid {pid}" + (f" ({hosts[(run_id, pid)]})" if hosts.get((run_id, pid)) else "")
         cp = pids.cpu(run_id, pid)
@@ -774,7 +785,12 @@ def _metadata(con, procs, pids: _Pids) -> list[dict]:
                 "SELECT DISTINCT device_id, coalesce(stream_id, -1) FROM gpu_activities "
                 "WHERE run_id = ? AND pid = ? ORDER BY 1, 2", [run_id, pid]).fetchall():
             lanes.setdefault(dev, []).append(stream)
-        for dev, streams in lanes.items():
+        for dev, stream in annotated.get((run_id, pid), ()):
+            streams = lanes.setdefault(dev, [])
+            if stream is not None and stream not in streams:
+                streams.append(stream)
+        for dev in sorted(lanes, key=lambda d: (d is None, d or 0)):
+            streams = sorted(lanes[dev])
             gp = pids.gpu(run_id, pid, dev)
             cpu_ops = dev is None or dev < 0   # a run without a GPU: CPU op times
             name = "CPU ops (no GPU)" if cpu_ops else "GPU" if pids.single else label
