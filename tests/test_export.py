@@ -2595,3 +2595,29 @@ def test_a_gpu_annotation_on_a_stream_of_no_other_work_has_a_named_track(tmp_pat
     assert tracks[(0, 13)] == "stream 13" and tracks[(2, 21)] == "stream 21"
     assert tracks[(0, 7)] == "stream 7"
     assert procs[2] == "GPU" and labels[2] == "GPU 2"
+
+
+def test_an_export_of_a_step_never_closed_holds_what_ran_inside_it(tmp_path):
+    """A step never closed (the program killed inside it) ends at the export's last time: an
+    export of it holds the ranges of no step that other threads opened inside it, as one of
+    a closed step does."""
+    t = 1_700_000_000_000_000_000
+    # range_id, parent, depth, name, kind, step, thread, start, end
+    rows = [(1, None, 0, "step1", "step", 1, 5, t, t + 1_000),
+            (2, None, 0, "step2", "step", 2, 5, t + 2_000, None),
+            (3, None, 0, "loader", "user", None, 6, t + 3_000, t + 4_000)]
+    src = tmp_path / "open.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({"ranges": _range_rows(rows),
+                  "kernels": {"device_id": pa.array([0], pa.int32()),
+                              "stream_id": pa.array([7], pa.int32()), "name": ["k"],
+                              "step": pa.array([2], pa.int32()),
+                              "start_ns": [t + 5_000], "end_ns": [t + 6_000]}})
+    out = tmp_path / "open.json"
+    with cuptiprof.open(src, "2") as prof:
+        export_chrome(prof, out)
+    x = {e["name"]: e for e in load_trace(out)["traceEvents"] if e["ph"] == "X"}
+    assert sorted(x) == ["ProfilerStep#2", "k", "loader"]
+    assert x["ProfilerStep#2"]["args"]["cuptiprof open"] == 1
+    assert Decimal(x["ProfilerStep#2"]["ts"]) + Decimal(x["ProfilerStep#2"]["dur"]) == \
+        Decimal(x["k"]["ts"]) + Decimal(x["k"]["dur"])

@@ -151,12 +151,31 @@ def _ranges_where(con, where: str) -> str:
     thread's step running beside them): an import, by time, would put it in an exported
     step."""
     wins = con.execute(
-        "SELECT run_id, pid, min(start_ns), max(coalesce(end_ns, start_ns)) FROM ("
+        "SELECT run_id, pid, min(start_ns), max(coalesce(end_ns, start_ns)), "
+        "bool_or(end_ns IS NULL) FROM ("
         f"SELECT run_id, pid, start_ns, end_ns FROM range_rows WHERE {where} UNION ALL "
         f"SELECT run_id, pid, start_ns, end_ns FROM api_call_rows WHERE {where}) "
         "GROUP BY ALL").fetchall()
     if not wins:
         return where
+    # A range of the steps never closed (a step the program was killed in) ends, as the
+    # export draws it, at the last time the export holds: here, the process's last record of
+    # the steps (GPU work, call, range, log, allocation or free), which ran inside it.
+    opened = [(r, p) for r, p, _, _, o in wins if o]
+    if opened:
+        procs = ", ".join(f"({_lit(r)}, {_lit(p)})" for r, p in opened)
+        last = dict(((r, p), t) for r, p, t in con.execute(
+            "SELECT run_id, pid, max(t) FROM ("
+            f"SELECT run_id, pid, end_ns t FROM gpu_activities WHERE {where} UNION ALL "
+            f"SELECT run_id, pid, end_ns FROM api_call_rows WHERE {where} UNION ALL "
+            f"SELECT run_id, pid, coalesce(end_ns, start_ns) FROM range_rows WHERE {where} "
+            f"UNION ALL SELECT run_id, pid, time_ns FROM logs WHERE {where} UNION ALL "
+            f"SELECT run_id, pid, time_ns FROM memory_events WHERE {where}) "
+            f"SEMI JOIN (VALUES {procs}) _o(o_run, o_pid) ON o_run IS NOT DISTINCT FROM run_id "
+            "AND o_pid IS NOT DISTINCT FROM pid GROUP BY ALL").fetchall())
+        wins = [(r, p, lo, max(hi, last.get((r, p)) or hi)) for r, p, lo, hi, _ in wins]
+    else:
+        wins = [w[:4] for w in wins]
     rows = ", ".join(f"({_lit(r)}, {_lit(p)}, {int(lo)}, {int(hi)})" for r, p, lo, hi in wins)
     return (f"(({where}) OR (kind NOT IN ('step', 'warmup') AND EXISTS (SELECT 1 FROM "
             f"(VALUES {rows}) _w(w_run, w_pid, w_lo, w_hi) WHERE w_run IS NOT DISTINCT FROM "
