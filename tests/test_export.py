@@ -2621,3 +2621,50 @@ def test_an_export_of_a_step_never_closed_holds_what_ran_inside_it(tmp_path):
     assert x["ProfilerStep#2"]["args"]["cuptiprof open"] == 1
     assert Decimal(x["ProfilerStep#2"]["ts"]) + Decimal(x["ProfilerStep#2"]["dur"]) == \
         Decimal(x["k"]["ts"]) + Decimal(x["k"]["dur"])
+
+
+def test_a_process_of_pid_1_shares_no_trace_process_with_gpu_1(tmp_path):
+    """A program that runs as PID 1 (a container's) on GPU 1: its CPU rows and GPU 1's rows
+    are processes apart in the trace (one process name each), and the trace imports back as
+    that process, pid 1, with its kernels on their devices and its calls, ranges and host."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "pid1.duckdb"
+    with Writer(src, RunInfo(source="synthetic", host="box"), pid=1) as w:
+        ranges = _range_rows([(1, None, 0, "step", "step", 3, 1, t, t + 10_000),
+                              (2, 1, 1, "fwd", "user", 3, 1, t + 100, t + 9_000),
+                              (3, None, 0, "ann", "user", 3, 1, t + 400, t + 900)])
+        ranges["domain"][2] = "gpu_user_annotation"   # on device 0 (no device said), stream 1
+        ranges["attrs"] = [None, None, '{"stream": 1}']
+        w.append({"ranges": ranges,
+                  "api_calls": {"thread_id": [1, 1], "api_kind": ["runtime"] * 2,
+                                "name": ["cudaLaunchKernel"] * 2, "correlation_id": [1, 2],
+                                "start_ns": [t + 200, t + 300], "end_ns": [t + 250, t + 350],
+                                "step": pa.array([3, 3], pa.int32()), "range_id": [2, 2]},
+                  "kernels": {"device_id": pa.array([1, 0], pa.int32()),
+                              "stream_id": pa.array([1, 7], pa.int32()), "name": ["k1", "k0"],
+                              "correlation_id": [1, 2], "step": pa.array([3, 3], pa.int32()),
+                              "range_id": [2, 2], "start_ns": [t + 400, t + 500],
+                              "end_ns": [t + 1_400, t + 2_500]}})
+    out, back = tmp_path / "pid1.json", tmp_path / "back.duckdb"
+    chrome_round_trip(src, out, back)
+    ev = load_trace(out)["traceEvents"]
+    cpu = {e["pid"] for e in ev if e.get("cat") in ("cuda_runtime", "user_annotation")}
+    gpu = {e["pid"] for e in ev if e.get("cat") == "kernel"}
+    assert len(cpu) == 1 and len(gpu) == 2 and not cpu & gpu
+    names = Counter(e["pid"] for e in ev if e["name"] == "process_name")
+    assert set(names) == cpu | gpu and set(names.values()) == {1}
+    q = {"kernels": "SELECT pid, device_id, stream_id, name, start_ns, end_ns, step FROM kernels",
+         "api_calls": "SELECT pid, thread_id, correlation_id, start_ns, end_ns, step FROM api_calls",
+         "ranges": "SELECT pid, thread_id, CASE WHEN kind = 'step' THEN 'step' ELSE name END, "
+                   "kind, step, start_ns, end_ns, domain FROM ranges WHERE kind <> 'user' "
+                   "OR domain = 'gpu_user_annotation'"}
+    with duckdb.connect(str(back), read_only=True) as con, \
+            duckdb.connect(str(src), read_only=True) as orig:
+        for table, sql in q.items():
+            sql += " ORDER BY ALL"
+            assert con.execute(sql).fetchall() == orig.execute(sql).fetchall(), table
+        assert con.execute("SELECT pid, host FROM processes").fetchall() == [(1, "box")]
+        # the annotation of no device comes back on device 0, where it was drawn (as it does
+        # from the export of a process of any pid)
+        assert con.execute("SELECT attrs FROM ranges WHERE name = 'ann'").fetchall() == \
+            [('{"device": 0, "stream": 1}',)]

@@ -104,7 +104,8 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
                         "SELECT run_id, pid FROM api_calls UNION ALL SELECT run_id, pid FROM logs "
                         "UNION ALL SELECT run_id, pid FROM memory_events) "
                         "ORDER BY 1, 2").fetchall()
-    pids = _Pids(procs)
+    lanes = _lanes(con, procs)
+    pids = _Pids(procs, {d for d in lanes[procs[0]] if d is not None} if len(procs) == 1 else ())
     base_row = first_row(con.execute(
         f"SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM gpu_activities "
         f"WHERE {where} UNION ALL SELECT min(start_ns), max(coalesce(end_ns, start_ns)) "
@@ -121,7 +122,7 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
         with _open(tmp, out.name if out.name.lower().endswith(".gz") else None) as fh:
             fh.write(_head(con, base, pids, procs))
             sink = _Sink(fh)
-            meta = _metadata(con, procs, pids)
+            meta = _metadata(con, procs, pids, lanes)
             sink.write("".join(SEP + msgspec.json.encode(e).decode() for e in meta).encode(), len(meta))
             for table in _EVENTS:
                 counts[table] = _write_table(con, table, wheres.get(table, where), base, last,
@@ -249,22 +250,32 @@ def _events_in(rb: pa.RecordBatch) -> int:
 
 class _Pids:
     """Kineto's pid of each row. One process: its own pid for CPU rows, the device ordinal for
-    GPU rows (as torch.profiler writes). Several: numbers by the process's index (in run, pid
-    order) so that two processes' devices 0 stay apart."""
+    GPU rows (as torch.profiler writes), or where its pid is one of its devices' ordinals (a
+    container's PID 1 on GPU 1: one process, and threads and streams of one number one track,
+    in a viewer) GPU_APART + the ordinal; rows of no device on -1 either way. The importer
+    reads a GPU row's device from its args. Several: numbers by the process's index (in run,
+    pid order) so that two processes' devices 0 stay apart."""
 
-    def __init__(self, procs: list[tuple]):
+    GPU_APART = 1_000_000
+
+    def __init__(self, procs: list[tuple], devices=()):
         self.single = len(procs) <= 1
         self.index = {p: i for i, p in enumerate(procs)}
+        self.gpu_base = self.GPU_APART if self.single and procs and procs[0][1] in devices else 0
 
     def gpu(self, run_id, pid, dev) -> int:
+        if self.single:
+            return -1 if dev is None else self.gpu_base + dev
         dev = -1 if dev is None else dev
-        return dev if self.single else 1_000_000 + self.index.get((run_id, pid), 0) * 1000 + dev
+        return 1_000_000 + self.index.get((run_id, pid), 0) * 1000 + dev
 
     def cpu(self, run_id, pid) -> int:
         return pid if self.single else 2_000_000 + self.index.get((run_id, pid), 0)
 
     # The same in SQL, over a row that has run_id, pid and (after `join`) p_idx.
     def gpu_sql(self, dev: str) -> str:
+        if self.single and self.gpu_base:
+            return f"coalesce({self.gpu_base} + {dev}, -1)"
         dev = f"coalesce({dev}, -1)"
         return dev if self.single else f"(1000000 + coalesce(p_idx, 0) * 1000 + {dev})"
 
@@ -477,7 +488,10 @@ def _ranges(source: str, base: int, pids: _Pids, last: int | None = None) -> str
            "WHEN domain IN ('cpu_op', 'user_annotation', 'python_function') THEN domain "
            "WHEN kind = 'op' THEN 'cpu_op' ELSE 'user_annotation' END")
     gpu_pid = pids.gpu_sql(f"CASE WHEN {dev} IS NULL THEN 0 ELSE TRY_CAST({dev} AS BIGINT) END")
-    gpu_args = _concat(_obj(("device", _val(dev)), ("stream", _val(stream))))
+    # an annotation of no device is drawn on device 0's pid, which the importer reads as its
+    # device where the args name none: where that pid is not the ordinal, args name device 0
+    gpu_args = _concat(_obj(("device", _val(f"coalesce({dev}, '0')" if pids.single and
+                                            pids.gpu_base else dev)), ("stream", _val(stream))))
     # What the category cannot say, in args of cuptiprof's own (Kineto readers show them and
     # read nothing into them): a domain other than the category (an NVTX domain, 'cuptiprof';
     # null: NVTX's default domain), and a warm-up step, which is not a step (no ProfilerStep#:
@@ -780,34 +794,42 @@ def _device_props(con, proc: tuple | None = None, *, whole_run: bool = False) ->
     return out
 
 
-def _metadata(con, procs, pids: _Pids) -> list[dict]:
-    ev = []
-    hosts = dict(((r, p), h) for r, p, h in con.execute("SELECT run_id, pid, host FROM processes").fetchall())
+def _lanes(con, procs) -> dict[tuple, dict]:
+    """Per process, the GPU tracks its rows go on: {device: [streams]} (device None: rows of
+    no device, on pid -1 as device -1's)."""
+    out: dict[tuple, dict] = {p: {} for p in procs}
+    for run_id, pid in procs:
+        lanes = out[(run_id, pid)]
+        for dev, stream in con.execute(
+                "SELECT DISTINCT device_id, coalesce(stream_id, -1) FROM gpu_activities "
+                "WHERE run_id = ? AND pid = ? ORDER BY 1, 2", [run_id, pid]).fetchall():
+            lanes.setdefault(dev, []).append(stream)
     # GPU user annotations sit on their device's stream (see _ranges), one with no other work
     # on it too: their devices and streams are named as those of GPU rows (a stream that is
     # not a number, or none, leaves the track as it is: its tid is no stream)
     attrs = "CASE WHEN json_valid(attrs) THEN attrs END"
     dev, stream = (f"json_extract({attrs}, '$.{k}')" for k in ("device", "stream"))
-    annotated: dict = {}
     for run_id, pid, d, s in con.execute(
             f"SELECT DISTINCT run_id, pid, CASE WHEN {dev} IS NULL THEN 0 ELSE TRY_CAST({dev} AS "
             f"BIGINT) END, TRY_CAST(CAST({stream} AS VARCHAR) AS BIGINT) FROM range_rows "
             "WHERE domain = 'gpu_user_annotation'").fetchall():
-        annotated.setdefault((run_id, pid), []).append((d, s))
+        if (run_id, pid) not in out:
+            continue
+        streams = out[(run_id, pid)].setdefault(d, [])
+        if s is not None and s not in streams:
+            streams.append(s)
+    return out
+
+
+def _metadata(con, procs, pids: _Pids, lanes_of: dict[tuple, dict]) -> list[dict]:
+    ev = []
+    hosts = dict(((r, p), h) for r, p, h in con.execute("SELECT run_id, pid, host FROM processes").fetchall())
     for run_id, pid in procs:
         label = f"pid {pid}" + (f" ({hosts[(run_id, pid)]})" if hosts.get((run_id, pid)) else "")
         cp = pids.cpu(run_id, pid)
         ev.append({"name": "process_name", "ph": "M", "pid": cp, "tid": 0, "args": {"name": label}})
         ev.append({"name": "process_labels", "ph": "M", "pid": cp, "tid": 0, "args": {"labels": "CPU"}})
-        lanes: dict = {}
-        for dev, stream in con.execute(
-                "SELECT DISTINCT device_id, coalesce(stream_id, -1) FROM gpu_activities "
-                "WHERE run_id = ? AND pid = ? ORDER BY 1, 2", [run_id, pid]).fetchall():
-            lanes.setdefault(dev, []).append(stream)
-        for dev, stream in annotated.get((run_id, pid), ()):
-            streams = lanes.setdefault(dev, [])
-            if stream is not None and stream not in streams:
-                streams.append(stream)
+        lanes = lanes_of[(run_id, pid)]
         for dev in sorted(lanes, key=lambda d: (d is None, d or 0)):
             streams = sorted(lanes[dev])
             gp = pids.gpu(run_id, pid, dev)
