@@ -2094,6 +2094,18 @@ def test_exports_of_some_steps_of_one_process_import_as_that_one_process(tmp_pat
             assert a.report(report).fetchall() == b.report(report).fetchall(), report
 
 
+def test_an_exports_head_is_read_past_a_byte_order_mark_and_whitespace(tmp_path):
+    """The processes an export of some steps says in its head are read the same after a UTF-8
+    byte-order mark and whitespace (a trace saved again by an editor)."""
+    from cuptiprof.interop.kineto import _said_processes
+    part, = _export_steps(_golden(tmp_path / "golden.duckdb"), ["1"], tmp_path)
+    said = _said_processes(part)
+    assert len(said) == 1
+    again = tmp_path / "again.json"
+    again.write_bytes(b"\xef\xbb\xbf\n" + b" " * 100 + gzip.decompress(part.read_bytes()))
+    assert _said_processes(again) == said
+
+
 def _ids_and_links(path: Path) -> dict:
     """Each table's rows with their range ids as the range they name (name, start, thread),
     after checking that range ids are 1..N in each process and every id names a range of the

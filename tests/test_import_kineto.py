@@ -968,6 +968,54 @@ def test_bare_array_and_base_time(tmp_path):
     assert one(con2, "SELECT count(*) FROM kernels")[0] == 1
 
 
+@pytest.mark.parametrize("lead", [b" " * 100, b"\n\t\r " * 50_000, b"\xef\xbb\xbf",
+                                  b"\xef\xbb\xbf\n" + b" " * 70],
+                         ids=["spaces", "megabytes", "bom", "bom_spaces"])
+@pytest.mark.parametrize("bare", [False, True])
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_trace_is_read_past_leading_whitespace_and_a_byte_order_mark(tmp_path, lead, bare, gz):
+    """JSON whitespace before the text, however much, and a UTF-8 byte-order mark at the start
+    of the file (as some editors and Windows tools write, and Python's utf-8-sig reads) are
+    read past, in an object or a bare array of events, plain or gzipped."""
+    doc = modern()
+    text = json.dumps(doc["traceEvents"] if bare else doc).encode()
+    src = tmp_path / ("t.json.gz" if gz else "t.json")
+    src.write_bytes(gzip.compress(lead + text) if gz else lead + text)
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert one(con, "SELECT count(*), min(start_ns) FROM kernels") == (1, 150_001)
+
+
+@pytest.mark.parametrize("lead", [b" " * 70, b"\xef\xbb\xbf", b"\xef\xbb\xbf \n"],
+                         ids=["spaces", "bom", "bom_spaces"])
+@pytest.mark.parametrize("bare", [False, True])
+def test_leading_whitespace_and_a_byte_order_mark_split_over_blocks(lead, bare):
+    """The start of the text is found however the first bytes come in blocks (one byte at a
+    time: a byte-order mark cut in two), and every event is read."""
+    from cuptiprof.interop import kineto
+    doc = modern()
+    data = lead + json.dumps(doc["traceEvents"] if bare else doc).encode()
+    blocks = [data[i:i + 1] for i in range(80)] + [data[80:]]
+    docs = list(kineto.iter_docs(blocks))
+    assert sum(len(d.traceEvents) for d in docs) == len(doc["traceEvents"])
+
+
+@pytest.mark.parametrize("text", [b" \n" * 100, b"\xef\xbb\xbf", b"\xef\xbb\xbf  \n"],
+                         ids=["spaces", "bom", "bom_spaces"])
+def test_a_file_of_whitespace_or_a_byte_order_mark_alone_is_empty(text):
+    from cuptiprof.interop import kineto
+    with pytest.raises(kineto._Malformed, match="the file is empty"):
+        list(kineto.iter_docs([text[i:i + 7] for i in range(0, len(text), 7)]))
+
+
+def test_a_byte_order_mark_not_at_the_start_is_invalid_json(tmp_path):
+    src = write(tmp_path / "t.json.gz", None, text="  \ufeff" + json.dumps(modern()), gz=True)
+    with pytest.raises(InputError, match="t.json.gz: invalid JSON near byte 2 "):
+        import_traces([src], tmp_path / "o.duckdb")
+    assert list(tmp_path.iterdir()) == [src]
+
+
 def test_pieces_split_at_event_boundaries(tmp_path):
     """A trace bigger than one piece decodes the same as a small one."""
     from cuptiprof.interop import kineto
@@ -1104,8 +1152,9 @@ def test_import_command_hands_on_no_progress_and_counts_log_records(monkeypatch,
     assert "log records" not in err[1]
 
 
+@pytest.mark.parametrize("lead", ["\n ", "\ufeff" + " " * 100], ids=["spaces", "bom"])
 @pytest.mark.parametrize("bare", [False, True])
-def test_invalid_json_is_placed_at_its_byte_of_the_file(tmp_path, monkeypatch, bare):
+def test_invalid_json_is_placed_at_its_byte_of_the_file(tmp_path, monkeypatch, bare, lead):
     """Invalid JSON far into a trace read in many pieces (an object, or a bare array of
     events) is said to be near the byte of the file where it is."""
     from cuptiprof.interop import kineto
@@ -1114,10 +1163,11 @@ def test_invalid_json_is_placed_at_its_byte_of_the_file(tmp_path, monkeypatch, b
     ev = [{"ph": "X", "cat": "cpu_op", "name": f"aten::x{i}", "pid": 10, "tid": 10, "ts": i,
            "dur": 1} for i in range(2000)]
     ev[-3]["name"] = "HERE"
-    text = "\n " + json.dumps(ev if bare else trace(ev)).replace('"HERE"', "@")
+    text = lead + json.dumps(ev if bare else trace(ev)).replace('"HERE"', "@")
     src = write(tmp_path / "t.json", None, text=text)
     assert src.stat().st_size > 10 * (16 << 10)
-    with pytest.raises(InputError, match=f"invalid JSON near byte {text.index('@'):,} "):
+    at = len(text[:text.index("@")].encode())   # the byte of the file (a BOM is 3 bytes)
+    with pytest.raises(InputError, match=f"invalid JSON near byte {at:,} "):
         import_traces([src], tmp_path / "o.duckdb")
 
 

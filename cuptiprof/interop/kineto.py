@@ -38,7 +38,7 @@ from cuptiprof.errors import InputError
 from cuptiprof.store import arrow as AC
 from cuptiprof.interop import pieces as P
 from cuptiprof.interop.nesting import nest, steps_at
-from cuptiprof.interop.textsource import blocks as text_blocks, read_blocks
+from cuptiprof.interop.textsource import blocks as text_blocks, read_blocks, text_start
 from cuptiprof.work_ops import intervals_work
 
 # Text decoded at once. Small pieces keep the decoder just behind the gunzip thread, and a
@@ -342,16 +342,24 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, scan=None
     bare = False        # the file is a bare JSON array of events
     before = 0          # events in pieces already decoded
     want = piece_bytes
+    started = False     # buf starts with the text (past a byte-order mark and whitespace)
     for block in blocks:
         buf += block
+        if not started:   # the start of the file only
+            lead = text_start(buf, consumed == 0)
+            if lead is None:   # whitespace (and a byte-order mark) so far: dropped, not held
+                if consumed or len(buf) >= 3:   # (else perhaps a byte-order mark cut short)
+                    consumed, buf = consumed + len(buf), bytearray()
+                continue
+            started = True
+            if lead:
+                consumed, buf = consumed + lead, buf[lead:]   # (once: a new buffer)
         if ev_start < 0:
-            head = bytes(buf[:64]).lstrip()
-            if head.startswith(b"["):
-                lead = len(buf) - len(buf.lstrip())
+            if buf[:1] == b"[":
                 # the prefix stands for the file's bytes up to and with its "[": the
-                # buffer's byte len(_PREFIX) is the file's byte lead + 1
-                consumed, prefix_len = lead + 1, len(_PREFIX)
-                buf = bytearray(_PREFIX) + buf[lead + 1:]  # a new buffer: see below
+                # buffer's byte len(_PREFIX) is the file's byte consumed + 1
+                consumed, prefix_len = consumed + 1, len(_PREFIX)
+                buf = bytearray(_PREFIX) + buf[1:]  # a new buffer: see below
                 ev_start, bare = len(_PREFIX), True
             else:
                 m = _ARRAY_START.search(buf)
@@ -394,7 +402,7 @@ def iter_docs(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, scan=None
         yield doc
     if bare:
         buf += b"}"
-    if consumed == 0 and (not buf or buf.isspace()):  # (strip() would copy the text)
+    if not started and (not buf or buf.isspace()):   # whitespace (and a byte-order mark)
         raise _Malformed("the file is empty", None, None)
     with memoryview(buf) as mv:  # no copy of the last piece
         doc = _decode(mv, consumed, prefix_len, before, scan)
@@ -1855,16 +1863,19 @@ def _said_processes(path: Path) -> set:
     try:
         for block in blocks:
             buf += block
-            if buf.lstrip()[:1] != b"{":
-                return set()
-            m = _ARRAY_START.search(buf)
-            if m is not None:
-                break
             if len(buf) > _HEAD_BYTES:
                 return set()
+            at = text_start(buf)   # (past a byte-order mark and whitespace)
+            if at is None:
+                continue
+            if buf[at:at + 1] != b"{":
+                return set()
+            m = _ARRAY_START.search(buf, at)
+            if m is not None:
+                break
         else:
             return set()
-        doc = _DECODER.decode(bytes(buf[:m.start()]) + b'"traceEvents": []}')
+        doc = _DECODER.decode(bytes(buf[at:m.start()]) + b'"traceEvents": []}')
     except (OSError, InputError, msgspec.DecodeError, RecursionError):
         return set()
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import threading
 import zlib
 from pathlib import Path
@@ -25,6 +26,40 @@ _ERRORS = (zlib.error, _inflate.error)
 BLOCK = 1 << 20  # compressed bytes read per step
 OUT_BLOCK = 2 << 20  # most uncompressed bytes handed on at once (small: decoding starts early)
 AHEAD = 8            # blocks the reader may run ahead of the decoder
+
+# UTF-8's byte-order mark: some editors and Windows tools write one at the start of a file;
+# Python's json reads past it (utf-8-sig), and so does the importer
+BOM = b"\xef\xbb\xbf"
+_TEXT = re.compile(rb"[^ \t\r\n]")   # the first byte that is not JSON whitespace
+
+
+def text_start(buf, file_start: bool = True) -> int | None:
+    """Where the JSON text in `buf` starts: past a UTF-8 byte-order mark (when `buf` is the
+    start of the file) and JSON whitespace, however much. None: nothing else yet (read on)."""
+    skip = 0
+    if file_start:
+        if len(buf) < len(BOM) and BOM.startswith(bytes(buf)):   # (b"": too)
+            return None
+        if buf[:len(BOM)] == BOM:
+            skip = len(BOM)
+    m = _TEXT.search(buf, skip)
+    return None if m is None else m.start()
+
+
+def first_text_byte(path: Path, head: bytes = b"") -> bytes:
+    """The first byte of the JSON text of an uncompressed file (text_start), read as far as
+    it takes (`head`: its first bytes, already read); b"" where there is none."""
+    at = text_start(head)
+    if at is not None:
+        return head[at:at + 1]
+    with open(path, "rb") as fh:
+        chunk, first = fh.read(1 << 16), True
+        while chunk:
+            at = text_start(chunk, first)
+            if at is not None:
+                return chunk[at:at + 1]
+            chunk, first = fh.read(1 << 16), False
+    return b""
 
 
 def is_gzip(path: Path) -> bool:
