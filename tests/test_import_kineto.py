@@ -461,6 +461,7 @@ def test_the_process_spans_its_rows_and_says_what_it_merged(tmp_path):
     import_traces([write(tmp_path / "t.json", doc)], out)
     with duckdb.connect(str(out), read_only=True) as con:
         assert one(con, "SELECT start_ns, end_ns FROM processes") == (0, 162_000)
+        assert one(con, "SELECT start_ns, end_ns FROM runs") == (0, 162_000)
         assert one(con, "SELECT count(*) FROM data_quality WHERE check_name = "
                         "'processes_merged'") == (0,)
     doc["traceEvents"][1]["pid"] = 11   # aten::mm from another process
@@ -1111,6 +1112,11 @@ def test_cli_import_and_existing_output(tmp_path):
     two = write(tmp_path / "rank1.json", modern())     # one file per rank: the same step in each
     r = run_cli("import", src, two, "-o", tmp_path / "ranks.duckdb")
     assert r.returncode == 0 and "1 step in each of the 2 files ->" in r.stderr, r.stderr
+    more = modern(step_ts=1_000)   # a second step in one file: steps are summed, not "each"
+    more["traceEvents"] += modern()["traceEvents"][:1]
+    more["traceEvents"][-1]["name"] = "ProfilerStep#2"
+    r = run_cli("import", src, write(tmp_path / "more.json", more), "-o", tmp_path / "m.duckdb")
+    assert r.returncode == 0 and ", 3 steps -> " in r.stderr, r.stderr
     r = run_cli("import", src, "-o", out)
     assert r.returncode == 2 and "already exists" in r.stderr
     r = run_cli("import", src, "-o", out, "--force", "--label", "again")
@@ -1125,6 +1131,72 @@ def test_library_error_names_file(tmp_path):
     with pytest.raises(InputError, match="t.json"):
         import_traces([src], tmp_path / "o.duckdb")
     assert not (tmp_path / "o.duckdb").exists()
+
+
+def test_an_import_of_no_traces_is_refused_and_writes_nothing(tmp_path):
+    from cuptiprof.errors import UsageError
+    with pytest.raises(UsageError, match="^no trace files given$"):
+        import_traces([], tmp_path / "o.duckdb")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_import_leaves_garbage_collection_as_it_found_it(tmp_path):
+    """Collection is off while a trace is read, and back as it was after, read or refused."""
+    import gc
+    src = write(tmp_path / "t.json", modern())
+    bad = write(tmp_path / "bad.json", {"traceEvents": 5})
+    assert gc.isenabled()
+    import_traces([src], tmp_path / "a.duckdb")
+    assert gc.isenabled()
+    with pytest.raises(InputError):
+        import_traces([bad], tmp_path / "b.duckdb")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        import_traces([src], tmp_path / "c.duckdb")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_refused_trace_whose_output_cannot_be_closed_leaves_no_file(tmp_path, monkeypatch):
+    """Closing the output fails too (a full disk): the trace's own error is said, and the
+    temporary file is removed all the same."""
+    from cuptiprof.store.writer import Writer
+
+    def close(self, *args, **kwargs):
+        raise OSError("No space left on device")
+    monkeypatch.setattr(Writer, "close", close)
+    bad = write(tmp_path / "t.json", {"traceEvents": 5})
+    with pytest.raises(InputError, match="t.json: \"traceEvents\" is not a list"):
+        import_traces([bad], tmp_path / "o.duckdb")
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]
+
+
+def test_a_number_beyond_64_bits_met_while_writing_is_one_line_naming_the_traces(tmp_path,
+                                                                                 monkeypatch):
+    from cuptiprof.interop import importing
+
+    def overflow(w, paths, on_read=None):
+        raise OverflowError("Python int too large to convert to C long")
+    monkeypatch.setattr(importing, "import_kineto", overflow)
+    a, b = write(tmp_path / "a.json", modern()), write(tmp_path / "b.json", modern())
+    with pytest.raises(InputError, match=f"^{a}, {b}: a number in the trace does not fit in 64 "
+                                         "bits; the trace is corrupt$"):
+        import_traces([a, b], tmp_path / "o.duckdb")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
+
+
+def test_the_progress_bar_is_shown_only_on_a_terminal_unless_asked(tmp_path, monkeypatch):
+    from cuptiprof.interop import importing
+    src = [write(tmp_path / "t.json", modern())]
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    with importing._progress(src, None) as prog:
+        assert prog is None
+    with importing._progress(src, False) as prog:
+        assert prog is None
+    with importing._progress(src, True) as prog:
+        assert prog is not None
 
 
 @pytest.mark.parametrize("given,progress", [([], None), (["--no-progress"], False)])
