@@ -1945,6 +1945,12 @@ def test_exports_of_one_run_each_imported_together_stay_one_run(tmp_path):
     assert con.execute("SELECT run_id, label FROM runs").fetchall() == [(1, "job")]
     assert con.execute("SELECT run_id, pid FROM processes ORDER BY 2").fetchall() == \
         [(1, 40), (1, 41)]
+    con.close()
+    # no label given: the runs differ, so neither's label, source or command is the import's
+    import_traces(outs, tmp_path / "job.duckdb")
+    con = duckdb.connect(str(tmp_path / "job.duckdb"), read_only=True)
+    assert con.execute("SELECT label, source, command LIKE 'cuptiprof import %' FROM runs"
+                       ).fetchall() == [("job", "kineto", True)]
 
 
 def _plain_trace(path: Path, pid: int, tid: int | None = None, ts: int = 1) -> Path:
@@ -2369,6 +2375,17 @@ def test_a_start_time_with_any_utc_offset_is_that_time(tmp_path):
     import_traces([src], tmp_path / "back.duckdb")
     con = duckdb.connect(str(tmp_path / "back.duckdb"), read_only=True)
     assert con.execute("SELECT epoch(start_time) FROM runs").fetchall() == [(1796112000.0,)]
+
+
+def test_a_start_time_not_recorded_is_the_runs_start(tmp_path):
+    """An export that says its run's start on the record clock and no wall-clock start (an
+    earlier export): the run's wall-clock start is that start."""
+    src = _own_keys_trace(tmp_path / "t.json", cuptiprofRun={
+        **_RUN, "startNs": 1_796_112_000_000_000_000})
+    import_traces([src], tmp_path / "back.duckdb")
+    con = duckdb.connect(str(tmp_path / "back.duckdb"), read_only=True)
+    assert con.execute("SELECT epoch(start_time), start_ns FROM runs").fetchall() == [
+        (1796112000.0, 1_796_112_000_000_000_000)]
 
 
 def test_the_runs_of_a_merged_export_are_restored_before_the_rename(tmp_path, monkeypatch):
