@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from cuptiprof.errors import InputError
+from cuptiprof.errors import InputError, UsageError
 from cuptiprof.interop.importing import import_traces
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1134,7 +1134,6 @@ def test_library_error_names_file(tmp_path):
 
 
 def test_an_import_of_no_traces_is_refused_and_writes_nothing(tmp_path):
-    from cuptiprof.errors import UsageError
     with pytest.raises(UsageError, match="^no trace files given$"):
         import_traces([], tmp_path / "o.duckdb")
     assert list(tmp_path.iterdir()) == []
@@ -1171,6 +1170,27 @@ def test_a_refused_trace_whose_output_cannot_be_closed_leaves_no_file(tmp_path, 
     with pytest.raises(InputError, match="t.json: \"traceEvents\" is not a list"):
         import_traces([bad], tmp_path / "o.duckdb")
     assert [p.name for p in tmp_path.iterdir()] == ["t.json"]
+
+
+def test_an_interrupted_import_leaves_no_file(tmp_path, monkeypatch):
+    from cuptiprof.interop import importing
+
+    def interrupted(w, paths, on_read=None):
+        w()   # (the output is open)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(importing, "import_kineto", interrupted)
+    src = write(tmp_path / "t.json", modern())
+    with pytest.raises(KeyboardInterrupt):
+        import_traces([src], tmp_path / "o.duckdb")
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]
+
+
+def test_an_import_over_its_own_trace_is_refused_even_with_force(tmp_path):
+    src = write(tmp_path / "t.json", modern())
+    before = src.read_bytes()
+    with pytest.raises((InputError, UsageError), match="t.json"):
+        import_traces([src], src, overwrite=True)
+    assert src.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["t.json"]
 
 
 def test_a_number_beyond_64_bits_met_while_writing_is_one_line_naming_the_traces(tmp_path,
