@@ -1903,6 +1903,16 @@ def test_a_merged_file_of_several_runs_imports_back_as_those_runs(tmp_path):
         [(1, 40), (2, 41)]
 
 
+def test_a_merged_export_whose_processes_say_no_rank_takes_none_from_its_file_name(tmp_path):
+    """A process of a merged file's export says its rank, none included: a trace named like a
+    rank's (rank3.json.gz) does not give it one."""
+    back = chrome_round_trip(_merged_runs(tmp_path), tmp_path / "rank3.json.gz",
+                             tmp_path / "back.duckdb")
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT pid, rank FROM processes ORDER BY 1").fetchall() == \
+        [(40, None), (41, None)]
+
+
 def test_two_merged_exports_imported_together_keep_each_files_runs(tmp_path):
     """Run 1 of one merged file's export and run 1 of another's are different runs: imported
     together, each file's runs come back apart (in the order given), with their own processes,
