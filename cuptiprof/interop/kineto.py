@@ -1863,16 +1863,15 @@ def _said_processes(path: Path) -> set:
     try:
         for block in blocks:
             buf += block
+            at = text_start(buf)   # (past a byte-order mark and whitespace)
+            if at is not None:
+                if buf[at:at + 1] != b"{":
+                    return set()
+                m = _ARRAY_START.search(buf, at)
+                if m is not None:
+                    break
             if len(buf) > _HEAD_BYTES:
                 return set()
-            at = text_start(buf)   # (past a byte-order mark and whitespace)
-            if at is None:
-                continue
-            if buf[at:at + 1] != b"{":
-                return set()
-            m = _ARRAY_START.search(buf, at)
-            if m is not None:
-                break
         else:
             return set()
         doc = _DECODER.decode(bytes(buf[at:m.start()]) + b'"traceEvents": []}')
