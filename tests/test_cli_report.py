@@ -440,7 +440,7 @@ EXPECT = {  # a word the one line must contain
 }
 
 
-@pytest.mark.parametrize("kind", ["json", "json.gz", "sqlite"])
+@pytest.mark.parametrize("kind", ["json", "json.gz", "sqlite", "bom.json"])
 def test_a_trace_given_for_a_cuptiprof_file_says_to_import_it(run_file, tmp_path, kind):
     """A torch.profiler trace or an nsys export handed to report/compare/merge is not just
     'not a DuckDB file': the line says how to read it."""
@@ -449,6 +449,8 @@ def test_a_trace_given_for_a_cuptiprof_file_says_to_import_it(run_file, tmp_path
 
     trace = tmp_path / f"t.{kind}"
     doc = b'{"traceEvents": []}'
+    if kind == "bom.json":   # a UTF-8 byte-order mark, as the import reads past
+        doc = b"\xef\xbb\xbf\n" + doc
     if kind == "sqlite":
         sqlite3.connect(trace).execute("CREATE TABLE StringIds (id INTEGER)").connection.commit()
     else:

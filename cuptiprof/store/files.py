@@ -109,8 +109,9 @@ def require_duckdb(path: Path) -> None:
 
 def _looks_importable(head: bytes) -> bool:
     """The first bytes of what `cuptiprof import` reads: gzip (a .json.gz trace), JSON (a
-    trace), or SQLite (an nsys export)."""
-    return (head.startswith(b"\x1f\x8b") or head.lstrip()[:1] in (b"{", b"[")
+    trace, past a UTF-8 byte-order mark and whitespace), or SQLite (an nsys export)."""
+    return (head.startswith(b"\x1f\x8b") or
+            head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"[")
             or head.startswith(b"SQLite format 3"))
 
 
