@@ -168,6 +168,7 @@ def test_open_takes_python_step_forms(tmp_path, steps, scope):
     (7, "no recorded step in steps=7; its steps are 0 to 2 (cuptiprof.open("),
     ("0-2", "steps='0-2': expected A:B, A:, :B or N (step numbers, inclusive); steps 0 to 2 are 0:2"),
     ("0 2", "steps='0 2': expected A:B"),   # two numbers, no colon: not step 0 alone
+    (":", "steps=':': expected A:B, A:, :B or N"),   # no step at all: not every step
     # a blank string is no step spec: every step is steps=None, as the command line's
     # `--steps ""` is refused and not read as every step
     ("", "steps='': empty; give A:B, A:, :B or N (step numbers, inclusive), or leave it out"),
@@ -311,6 +312,7 @@ def test_steps_of_a_file_without_steps_says_it_has_none(tmp_path, cmd):
     ("DELETE FROM range_rows", "DELETE"),
     ("EXPLAIN ANALYZE COPY ranges TO '{d}/out.csv'", "COPY"),   # ANALYZE runs what it explains
     ("explain analyze\n  copy (SELECT 1) TO '{d}/out.csv'", "COPY"),
+    ("UPDATE EXTENSIONS", "UPDATE"),   # a kind newer than the binding's StatementType
 ])
 def test_profile_sql_refuses_statements_beyond_queries(tmp_path, query, kind):
     p = tmp_path / "f.duckdb"
