@@ -883,6 +883,31 @@ def test_the_last_bar_of_fewer_steps_is_their_mean():
     assert "per step of 3 consecutive steps (the last bar of 2)" in note
 
 
+def test_steps_are_grouped_into_bars_only_past_the_columns_a_plot_draws():
+    from cuptiprof.render.html import PARTS, PLOT_COLUMNS, _buckets
+    cols = [(str(i), {"kernel": 1.0}) for i in range(PLOT_COLUMNS + 1)]
+    assert _buckets(cols[:-1], PARTS, "ms") == (cols[:-1], None, "")   # one bar a step
+    bars, tips, note = _buckets(cols, PARTS, "ms")
+    assert len(bars) == len(tips) == (PLOT_COLUMNS + 2) // 2 and "of 2 consecutive steps" in note
+
+
+def test_a_range_named_with_markup_is_escaped_in_the_steps_by_range_tooltips():
+    from cuptiprof.render.html import stacked_columns
+    svg = stacked_columns([("1", {EVIL_KERNEL: 2.0, EVIL_OP: 1.0})], [EVIL_KERNEL, EVIL_OP],
+                          colors={EVIL_KERNEL: "#4c78a8"})
+    assert "<script" not in svg and '"onload' not in svg
+    tip = re.findall(r"<g><title>([^<]*)</title>", svg)
+    assert tip == [f"1 | {esc(EVIL_KERNEL)}: 2.000 ms | {esc(EVIL_OP)}: 1.000 ms"]
+
+
+def test_steps_are_plotted_in_step_order_whatever_order_the_runs_list_them():
+    # a merged file lists each run's steps in turn: run 1's steps 5 to 6, then run 2's 0 to 1
+    from cuptiprof.render.html import _by_step
+    per = {s: {"kernel": float(s)} for s in (5, 6, 0, 1)}
+    assert _by_step(per, {6}) == [("0", {"kernel": 0.0}), ("1", {"kernel": 1.0}),
+                                  ("5", {"kernel": 5.0}), ("6*", {"kernel": 6.0})]
+
+
 def test_a_steps_bar_sums_the_work_of_every_device(tmp_path):
     db = tmp_path / "two.duckdb"
     assert main(["import", str(_kineto_trace(tmp_path / "two.json", devices=2, kernels=10)), "-o", str(db)]) == 0
