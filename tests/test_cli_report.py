@@ -130,6 +130,49 @@ def test_long_names_that_share_their_start_stay_apart_in_a_table():
     assert all(c.startswith("void cutlass::device_ke\u2026") for c in cells[:4])   # its head, then where it parts
 
 
+def test_a_plain_table_hides_keys_of_one_value_and_right_aligns_numbers():
+    import pyarrow as pa
+    out = io.StringIO()
+    render(pa.table({"run_id": [1, 1], "pid": [7, 8], "name": ["a", "bbb"], "ms": [1.5, 10.25]}),
+           "table", out=out, title="ops")
+    assert out.getvalue() == ("ops\npid  name      ms\n---  ----  ------\n  7  a      1.500\n"
+                              "  8  bbb   10.250\n\n")
+    out = io.StringIO()
+    render(pa.table({"name": pa.array([], pa.string())}), "table", out=out)
+    assert out.getvalue() == "name\n----\n(no rows)\n\n"
+
+
+def test_a_long_name_is_cut_at_its_end_and_a_line_break_in_a_name_is_a_space():
+    import pyarrow as pa
+    out = io.StringIO()
+    render(pa.table({"name": ["abcdefghijklmnopqrstuvwxyz", "x\ny\tz"]}), "table", out=out,
+           max_width=10)
+    assert out.getvalue() == "name\n----------\nabcdefghi\u2026\nx y z\n\n"
+
+
+def test_markdown_and_csv_cells_read_back_as_the_names_written():
+    # `gemm<float>` is an HTML tag to CommonMark, `*` emphasis, `|` a new cell; a lone "\r" a
+    # line end to CSV readers
+    import pyarrow as pa
+    names = ["gemm<float, 4>*x|y", "a\rb"]
+    out = io.StringIO()
+    render(pa.table({"name": names}), "markdown", out=out)
+    assert "| gemm\\<float, 4\\>\\*x\\|y |" in out.getvalue().splitlines()
+    out = io.StringIO()
+    render(pa.table({"name": names}), "csv", out=out)
+    assert [r[0] for r in csv.reader(io.StringIO(out.getvalue(), newline=""))] == ["name", *names]
+
+
+@pytest.mark.parametrize("value, shown", [
+    (100.0, "100.0"), (99.99, "99.990"), (1234.56, "1,234.6"), (1.0, "1.000"), (0.5, "0.5"),
+    (0.000123456, "0.0001235"), (-250.0, "-250.0"), (0.0, "0"), (float("nan"), ""), (None, ""),
+    (7, "7"), (True, "True"),
+])
+def test_numbers_in_tables_keep_their_digits_by_size(value, shown):
+    from cuptiprof.render.table import fmt_value
+    assert fmt_value(value) == shown
+
+
 @pytest.mark.parametrize("by,first_col", [("op", "name"), ("step", "run_id"), ("device", "run_id"),
                                           ("kind", "kind"), ("stream", "run_id")])
 def test_report_by_csv(run_file, by, first_col):
