@@ -183,6 +183,13 @@ def test_open_refuses_bad_steps_in_python_words(tmp_path, steps, says):
     assert says in msg and "--steps" not in msg and "\n" not in msg, msg
 
 
+def test_steps_not_in_a_file_of_one_step_name_that_step(tmp_path):
+    p = tmp_path / "f.duckdb"
+    record(p, steps=1)
+    with pytest.raises(UsageError, match=r"no recorded step in steps=3; its only step is 0 \("):
+        cuptiprof.open(p, 3)
+
+
 @pytest.mark.parametrize("bad", [7, "x", range(3, 3)])
 def test_a_refused_set_steps_keeps_the_scope_before_it(tmp_path, bad):
     """A step range the file does not hold left DuckDB a result unfinished: every later query

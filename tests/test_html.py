@@ -56,6 +56,7 @@ def test_report_html_has_plots_and_escapes_names(evil, tmp_path):
     assert text.count("<svg") >= 4  # ops, steps, kinds, timelines
     assert text.count('class="timeline"') == 5  # the 5 recorded steps (up to 6 embedded)
     assert 'class="plot ops"' in text and "(typical)</option>" in text
+    assert "ended early" not in text   # every step ran to its end
     for color in ("#4c78a8", "#f58518", "#54a24b"):  # kernel, memcpy, memset boxes
         assert f'fill="{color}"' in text
 
@@ -953,6 +954,12 @@ def test_timeline_headings_name_each_process_and_its_run_only_where_there_are_se
     # one process: its lanes need no heading
     svg = timeline(rows(1, 10), processes=one_run)
     assert heads(svg) == [] and ">dev 0 stream 7<" in svg
+    # a run's label and a host name come from the user and the trace: escaped like any name
+    named = [{"run_id": r, "pid": 10, "run_label": EVIL_KERNEL, "runs": 2, "host": EVIL_DEVICE,
+              "rank": None} for r in (1, 2)]
+    svg = timeline(rows(1, 10) + rows(2, 10), processes=named)
+    assert "<script" not in svg and "<img" not in svg
+    assert heads(svg) == [f"{esc(EVIL_KERNEL)} \u00b7 pid 10 \u00b7 host {esc(EVIL_DEVICE)}"] * 2
 
 
 def test_the_embedded_timelines_are_the_typical_step_and_its_neighbours():
