@@ -863,6 +863,15 @@ def test_bar_lengths_are_proportional_to_their_values():
     assert re.findall(r"<title>([^<]*)</title>", svg) == ["ta", "tb"]
 
 
+def test_plots_of_nothing_but_zeros_draw_empty_bars():
+    # ops of 0 ms (a run cut short), steps that launched no GPU work
+    from cuptiprof.render.html import hbars, stacked_columns
+    svg = hbars([("a", 0.0, "ta"), ("b", None, "tb")])
+    assert [w for _, _, w, _ in _rects(svg)] == [1.0, 1.0] and ">0 ms<" in svg
+    svg = stacked_columns([("1", {}), ("2", {"kernel": 0.0})])
+    assert _rects(svg) == [] and re.findall(r"<g><title>([^<|]*) \|", svg) == ["1", "2"]
+
+
 def test_stacked_columns_stack_parts_and_the_tallest_fills_the_plot():
     from cuptiprof.render.html import stacked_columns
     svg = stacked_columns([("1", {"kernel": 3.0, "idle": 1.0}), ("2", {"kernel": 1.0, "idle": 1.0})],
