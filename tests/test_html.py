@@ -863,6 +863,11 @@ def test_bar_lengths_are_proportional_to_their_values():
     assert re.findall(r"<title>([^<]*)</title>", svg) == ["ta", "tb"]
 
 
+def test_control_characters_in_a_name_are_dropped_from_the_page():
+    # NUL and escapes are invalid in HTML; a bidi override would reverse the text after it
+    assert esc('k\x00<1>\x1b[31m\u202e"x"\nend') == "k&lt;1&gt;[31m&quot;x&quot; end"
+
+
 def test_plots_of_nothing_but_zeros_draw_empty_bars():
     # ops of 0 ms (a run cut short), steps that launched no GPU work
     from cuptiprof.render.html import hbars, stacked_columns
