@@ -367,12 +367,13 @@ def test_atomic_writer_syncs_the_file_once_before_the_rename(tmp_path, monkeypat
     assert [e[0] for e in events] == ["fsync", "replace"]   # neither in-place file syncs at close
 
 
-def test_atomic_failure_leaves_nothing_behind(tmp_path):
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_atomic_failure_leaves_nothing_behind(tmp_path, error):
     path = tmp_path / "atomic.duckdb"
-    with pytest.raises(RuntimeError):
+    with pytest.raises(error):
         with Writer(path, atomic=True) as w:
             w.append({"kernels": kernels(10, ["k"])})
-            raise RuntimeError("import failed")
+            raise error("import failed")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -408,6 +409,21 @@ def test_atomic_writer_whose_close_fails_leaves_nothing_behind(tmp_path, monkeyp
     with pytest.raises(duckdb.IOException):
         w.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_writer_in_place_whose_close_fails_keeps_its_file(tmp_path, monkeypatch):
+    """Only a temporary (atomic) file is removed when close() fails: a file written in place
+    keeps every batch committed before."""
+    path = tmp_path / "inplace.duckdb"
+    w = Writer(path)
+    w.append({"kernels": kernels(3, ["k"])})
+
+    def fail():
+        raise duckdb.IOException("No space left on device")
+    monkeypatch.setattr(w, "_write_busy", fail)
+    with pytest.raises(duckdb.IOException):
+        w.close()
+    assert rows(path, "SELECT count(*) FROM kernel_rows") == [(3,)]
 
 
 def test_atomic_overwrite_keeps_the_old_file_until_the_end(tmp_path):
