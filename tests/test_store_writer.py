@@ -827,6 +827,9 @@ def test_a_null_name_slot_may_hold_any_index(tmp_path):
         w.append({"kernels": {"start_ns": [1, 2, 3], "end_ns": [2, 3, 4], "name": names}})
     assert rows(path, "SELECT start_ns, name FROM kernels ORDER BY start_ns") == \
         [(1, "a"), (2, None), (3, "b")]
+    # stored as NULL (no name, so no launch configuration), not as an id no string has
+    assert rows(path, "SELECT start_ns, config_id IS NULL FROM kernel_rows ORDER BY start_ns") == \
+        [(1, False), (2, True), (3, False)]
 
 
 def test_a_ctrl_c_while_a_held_batch_is_written_again_loses_no_batch(tmp_path, monkeypatch):
