@@ -321,6 +321,28 @@ def test_append_to_a_foreign_duckdb_file_is_refused(tmp_path):
         Writer(path, mode="append")
 
 
+def test_a_file_with_a_schema_version_and_few_tables_names_what_it_lacks(tmp_path):
+    from cuptiprof.store.files import CORE_TABLES, check_core_tables
+
+    path = tmp_path / "cut.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE meta (key VARCHAR, value VARCHAR)")
+    con.execute("CREATE TABLE runs (run_id INTEGER)")
+    with pytest.raises(StoreError) as err:
+        check_core_tables(con, path)
+    more = len(CORE_TABLES) - 4
+    assert str(err.value).startswith(f"{path}: not a complete cuptiprof file (it has a schema "
+                                     f"version but no processes, devices, kernel_rows and {more} more)")
+    for t in CORE_TABLES[1:-2]:
+        con.execute(f"CREATE TABLE {t} (x INTEGER)")
+    with pytest.raises(StoreError, match=r"but no ranges, gpu_activities\)"):
+        check_core_tables(con, path)
+    for t in CORE_TABLES[-2:]:
+        con.execute(f"CREATE VIEW {t} AS SELECT 1 AS x")
+    check_core_tables(con, path)
+    con.close()
+
+
 # -- modes ---------------------------------------------------------------------------------
 
 def test_modes(tmp_path):
@@ -454,6 +476,18 @@ def test_symlinked_output_is_refused(tmp_path):
 def test_missing_directory_is_one_clear_error(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         Writer(tmp_path / "no" / "such" / "dir.duckdb")
+
+
+def test_an_atomic_output_that_cannot_be_created_names_the_path_asked_for(tmp_path):
+    """/proc passes the up-front check as root; the temporary file beside it cannot be created:
+    the one line names the output given, not the temporary name."""
+    if not os.access("/proc", os.W_OK):
+        pytest.skip("/proc is refused up front when not root")
+    with pytest.raises(StoreError) as err:
+        Writer("/proc/cuptiprof-x.duckdb", atomic=True)
+    assert str(err.value).startswith("/proc/cuptiprof-x.duckdb: cannot write (")
+    assert ".tmp-" not in str(err.value) and "\n" not in str(err.value)
+    Writer(tmp_path / "free.duckdb", atomic=True).close()
 
 
 def test_closed_writer_refuses_appends(tmp_path):
