@@ -223,9 +223,10 @@ def test_second_writer_in_another_process_is_refused(tmp_path):
                 Writer(path, mode=mode)
             msg = str(err.value)
             assert "\n" not in msg and "another process" in msg and f"pid {proc.pid}" in msg
+            assert "before writing it" in msg
         with pytest.raises(InputError, match="already exists"):
             Writer(path)  # create
-        with pytest.raises(WriterBusy, match="another process"):
+        with pytest.raises(WriterBusy, match="another process.*before opening it"):
             cuptiprof.open(path)
     finally:
         proc.kill()
@@ -317,6 +318,12 @@ def test_newer_schema_is_refused(tmp_path):
 def test_append_to_a_foreign_duckdb_file_is_refused(tmp_path):
     path = tmp_path / "foreign.duckdb"
     duckdb.connect(str(path)).execute("CREATE TABLE t(x INT)").close()
+    with pytest.raises(StoreError, match="not a cuptiprof file"):
+        Writer(path, mode="append")
+    con = duckdb.connect(str(path))   # a meta table whose version is no number
+    con.execute("CREATE TABLE meta (key VARCHAR, value VARCHAR)")
+    con.execute("INSERT INTO meta VALUES ('schema_version', 'two')")
+    con.close()
     with pytest.raises(StoreError, match="not a cuptiprof file"):
         Writer(path, mode="append")
 
