@@ -680,6 +680,22 @@ def test_older_schema_is_refused_for_appending_and_the_file_is_left_as_it_was(tm
     Writer(path, mode="overwrite").close()   # the path is free again: no writer kept it
 
 
+@pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, SCHEMA_VERSION - 1, None])
+def test_an_atomic_append_refused_names_the_file_and_leaves_no_temporary(tmp_path, version):
+    path = write_synthetic(tmp_path / "x.duckdb", steps=1, kernels_per_step=10)
+    con = duckdb.connect(str(path))
+    if version is None:
+        con.execute("DELETE FROM meta WHERE key = 'schema_version'")
+    else:
+        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(version)])
+    con.close()
+    with pytest.raises(StoreError) as err:
+        Writer(path, mode="append", atomic=True)
+    assert str(err.value).startswith(f"{path}: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.duckdb"]
+    assert rows(path, "SELECT run_id, status FROM runs") == [(1, "complete")]
+
+
 def test_a_batch_a_ctrl_c_rolled_back_is_written_by_the_next_append(tmp_path, monkeypatch):
     """The rows a Ctrl-C rolled back go in with the next append, not only at close: a process
     killed later keeps them."""

@@ -134,6 +134,11 @@ class Writer:
         except BaseException:
             with _open_lock:
                 _open_paths.discard(key)
+            if atomic and hasattr(self, "_target"):   # the temporary copy goes too
+                con = getattr(self, "_con", None)
+                if con is not None:
+                    con.close()
+                self.discard()
             raise
 
     # -- opening ---------------------------------------------------------------------------
@@ -180,16 +185,17 @@ class Writer:
             write_unsynced(self._con)
         if reuse:
             version = file_schema_version(self._con)
+            named = self._final_path()   # not the temporary copy
             if version is None:
                 self._con.close()
-                raise StoreError(f"{self.path}: not a cuptiprof file (no schema version)")
+                raise StoreError(f"{named}: not a cuptiprof file (no schema version)")
             if version > SCHEMA_VERSION:
                 self._con.close()
-                check_schema_version(self.path, version, "append to")
+                check_schema_version(named, version, "append to")
             if version < SCHEMA_VERSION:
                 self._con.close()
                 raise SchemaVersionError(
-                    f"{self.path}: schema {version} is older than {SCHEMA_VERSION}; write a new "
+                    f"{named}: schema {version} is older than {SCHEMA_VERSION}; write a new "
                     "file instead of appending to this one")
             for sid, value in self._con.execute("SELECT string_id, value FROM strings").fetchall():
                 self._strings[value] = sid
