@@ -374,6 +374,20 @@ def test_atomic_writes_under_a_temporary_name(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["atomic.duckdb"]
 
 
+def test_an_atomic_writer_replaces_a_temporary_file_a_killed_writer_left(tmp_path):
+    """A writer killed before its rename leaves its temporary file; a later process of the
+    same pid writes its own from scratch."""
+    from cuptiprof.outputs import temp_beside
+
+    path = tmp_path / "atomic.duckdb"
+    write_synthetic(temp_beside(path), steps=1, kernels_per_step=5)
+    with Writer(path, atomic=True) as w:
+        w.append({"kernels": kernels(3, ["k"])})
+    assert rows(path, "SELECT count(*) FROM runs") == [(1,)]
+    assert rows(path, "SELECT count(*) FROM kernel_rows") == [(3,)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["atomic.duckdb"]
+
+
 def test_atomic_writer_syncs_the_file_once_before_the_rename(tmp_path, monkeypatch):
     """A temporary file nobody reads is written without DuckDB's syncs at each commit; close()
     syncs it once, before the rename makes it the output. A file written in place keeps
