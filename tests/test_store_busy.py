@@ -481,7 +481,7 @@ def test_a_row_that_ends_before_it_starts_is_in_no_window_stored_or_folded(tmp_p
 
 def test_zero_length_work_and_rows_without_times_are_stored_as_the_rows_fold_them(tmp_path):
     """A zero-length kernel is work of its step (busy 0, its window a point); a copy without a
-    start or an end is no work. The stored summary says what the fold of the rows says."""
+    start or an end (or a memset without an end column) is no work. The stored summary says what the fold of the rows says."""
     i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
     for through_con in (False, True):   # kept while appending, or recomputed at close
         path = tmp_path / f"z{through_con}.duckdb"
@@ -492,7 +492,10 @@ def test_zero_length_work_and_rows_without_times_are_stored_as_the_rows_fold_the
                       "memcpys": {"device_id": i32([0, 0]), "step": i32([2, 2]),
                                   "copy_kind": ["HtoD"] * 2, "bytes": [8, 8],
                                   "start_ns": pa.array([None, 950], pa.int64()),
-                                  "end_ns": pa.array([2_000, None], pa.int64())}})
+                                  "end_ns": pa.array([2_000, None], pa.int64())},
+                      # no end_ns column at all: no work either
+                      "memsets": {"device_id": i32([0]), "step": i32([2]), "bytes": [4],
+                                  "start_ns": [300]}})
             if through_con:
                 w.con.execute("UPDATE memcpys SET bytes = 16")
         with cuptiprof.open(path) as prof:
