@@ -34,6 +34,7 @@ def test_unknown_source_leaves_no_file_and_the_retry_works(tmp_path):
     ({"warmup": "2"}, "warmup must be a whole number >= 0, not '2'"),
     ({"steps": 2.5}, "steps must be a whole number >= 1 or None, not 2.5"),
     ({"warmup": True}, "warmup must be a whole number >= 0, not True"),
+    ({"warmup": None}, "warmup must be a whole number >= 0, not None"),
     ({"steps": -1}, "steps must be a whole number >= 1 or None, not -1"),
     # no step recorded after warm-up, every launch before the first one unclaimed; as run --steps 0
     ({"steps": 0}, "steps must be a whole number >= 1 or None, not 0"),

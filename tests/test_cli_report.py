@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from cuptiprof.collect.errors import SubscriberConflict
 from cuptiprof.render.table import render
 from cuptiprof.synthetic import write_synthetic
 
@@ -665,6 +666,9 @@ def test_a_reader_that_went_away_is_no_error(run_file, args):
     (KeyboardInterrupt(), 130, "cuptiprof: interrupted"),
     (duckdb.IOException("Corrupt database file: block checksum mismatch"), 2, "cuptiprof: error: "),
     (duckdb.IOException("Could not write file: No space left on device"), 1, "cuptiprof: error: "),
+    # the environment cannot do what was asked (no GPU, CUPTI taken): 3, not a usage mistake
+    (SubscriberConflict("CUPTI is held by another profiler"), 3,
+     "cuptiprof: error: CUPTI is held by another profiler"),
 ])
 def test_what_a_command_meets_ends_as_one_line_and_its_status(monkeypatch, capsys, exc, code, line):
     """An OS error, Ctrl-C, and a DuckDB storage error met mid-statement (a full disk: 1, a
@@ -678,6 +682,19 @@ def test_what_a_command_meets_ends_as_one_line_and_its_status(monkeypatch, capsy
     assert main(["schema"]) == code
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and err.startswith(line), err
+
+
+def test_a_bug_in_a_command_is_not_passed_off_as_a_users_mistake(monkeypatch):
+    """An exception that is neither cuptiprof's, nor the OS's, nor DuckDB's is a bug: it goes on
+    with its traceback, not as one line that would read like a storage error."""
+    from cuptiprof.cli import main
+    from cuptiprof.commands import schema
+
+    def meets(args):
+        raise ValueError("a bug")
+    monkeypatch.setattr(schema, "run", meets)
+    with pytest.raises(ValueError, match="a bug"):
+        main(["schema"])
 
 
 def test_every_command_help_says_what_it_does_and_names_its_inputs():
