@@ -664,8 +664,14 @@ def test_a_reader_that_went_away_is_no_error(run_file, args):
      "cuptiprof: error: out.duckdb: Permission denied"),
     (OSError(28, "No space left on device"), 1, "cuptiprof: error: No space left on device"),
     (KeyboardInterrupt(), 130, "cuptiprof: interrupted"),
-    (duckdb.IOException("Corrupt database file: block checksum mismatch"), 2, "cuptiprof: error: "),
-    (duckdb.IOException("Could not write file: No space left on device"), 1, "cuptiprof: error: "),
+    (duckdb.IOException("Corrupt database file: block checksum mismatch"), 2,
+     "cuptiprof: error: the file is damaged (Corrupt database file: block checksum mismatch); it "
+     "cannot be read in full"),
+    (duckdb.IOException("Could not write file: No space left on device"), 1,
+     "cuptiprof: error: cannot write: the disk is full (or a file-size limit was reached)"),
+    # the file DuckDB names is the one the line names
+    (duckdb.IOException('Could not write to file "/data/out.duckdb": No space left on device'), 1,
+     "cuptiprof: error: /data/out.duckdb: cannot write: the disk is full"),
     # the environment cannot do what was asked (no GPU, CUPTI taken): 3, not a usage mistake
     (SubscriberConflict("CUPTI is held by another profiler"), 3,
      "cuptiprof: error: CUPTI is held by another profiler"),
