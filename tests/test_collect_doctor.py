@@ -243,3 +243,40 @@ def test_gpu_check_version_probes_ask_the_driver_through_libcuda(monkeypatch, tm
     got = json.loads((out / "versions.json").read_text())
     assert "cuptiprof_error" not in got, got
     assert "driver_api" in got and "cupti_version_row" in got
+
+
+def _cupti_found(monkeypatch, lib):
+    """cupti-python installed and its libcupti found at `lib` (whatever this machine holds)."""
+    from cuptiprof.collect import device_info, nvtx_setup
+
+    real = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda d: "12.4.0" if d == "cupti-python" else real(d))
+    monkeypatch.setattr(nvtx_setup, "libcupti_path", lambda: str(lib))
+    monkeypatch.setattr(device_info, "cupti_version", lambda: 24)
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_doctor_claims_cupti_only_where_there_is_a_gpu(monkeypatch, tmp_path, gpus):
+    """No GPU visible: the GPU line says so and CUPTI is not claimed (a second problem line for
+    the same cause); with one, the subscriber check runs."""
+    _libcuda(monkeypatch, gpus)
+    _cupti_found(monkeypatch, tmp_path / "libcupti.so")
+    got = [what for what, *_ in doctor.checks()]
+    assert ("CUPTI subscriber" in got) is bool(gpus), got
+
+
+def test_doctor_takes_a_link_to_its_libcupti_for_that_library(monkeypatch, tmp_path):
+    """NVTX_INJECTION64_PATH naming a link to the libcupti cuptiprof uses is no other tool's
+    injection; a different library is."""
+    from cuptiprof.collect import nvtx_setup
+
+    lib = tmp_path / "libcupti.so"
+    lib.write_bytes(b"")
+    (tmp_path / "link.so").symlink_to(lib)
+    (tmp_path / "other.so").write_bytes(b"")
+    _libcuda(monkeypatch, 1)
+    _cupti_found(monkeypatch, lib)
+    for env, ok in (("link.so", True), ("other.so", False)):
+        monkeypatch.setenv(nvtx_setup.ENV, str(tmp_path / env))
+        got = {what: (ok, detail) for what, ok, detail, _, _ in doctor.checks()}
+        assert got["NVTX injection"][0] is ok, got["NVTX injection"]
