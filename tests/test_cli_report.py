@@ -99,6 +99,18 @@ def test_report_markdown_summary_is_headed_and_cuts_its_steps_as_the_table_does(
         assert "more rows" not in capsys.readouterr().out
 
 
+def test_report_summary_counts_a_single_step_row_left_out(run_file, capsys):
+    """--top one short of the steps report: that one row is counted, not printed nor lost."""
+    import cuptiprof
+    from cuptiprof.cli import main
+    with cuptiprof.open(run_file) as prof:
+        n = len(prof.report("steps").fetchall())
+    assert main(["report", str(run_file), "--format", "markdown", "--top", str(n - 1)]) == 0
+    steps = capsys.readouterr().out.split("### steps:", 1)[1].split("### step_spread:", 1)[0]
+    assert len([ln for ln in steps.splitlines() if ln.startswith("| ")]) == 1 + n - 1
+    assert "... 1 more rows: `cuptiprof report" in steps
+
+
 def test_report_summary_leaves_out_the_ranges_of_a_program_without_any(tmp_path, capsys):
     """A program that opened no range of its own gets no empty ranges table in its summary."""
     from cuptiprof.cli import main
