@@ -330,6 +330,19 @@ def test_outputs_never_replace_inputs_or_unrelated_files(nasty, tmp_path):
     assert (w / "r.html").read_text().lstrip().startswith("<!DOCTYPE html>") and (w / "pq" / "kernels").is_dir()
 
 
+def test_a_dataset_into_an_empty_current_directory_is_refused(nasty, tmp_path, monkeypatch, capsys):
+    """`--parquet .` in an empty directory holds no input and replaces nothing, yet the current
+    directory cannot be renamed into place: refused in one line (it ended in a traceback)."""
+    from cuptiprof.cli import main
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    assert main(["export", str(nasty), "--parquet", "."]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "cuptiprof: error: .: is the current directory or above it; give a new directory name"]
+    assert list(empty.iterdir()) == []
+
+
 @pytest.mark.parametrize("cmd", ["merge", "import"])
 def test_a_file_output_that_cannot_be_created_names_the_path_asked_for(nasty, tmp_path, cmd):
     """/proc passes the up-front check as root; creating the temporary file beside it fails:
