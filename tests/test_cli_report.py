@@ -715,6 +715,19 @@ def test_a_bug_in_a_command_is_not_passed_off_as_a_users_mistake(monkeypatch):
         main(["schema"])
 
 
+def test_a_command_left_out_of_the_build_is_skipped_but_a_missing_library_is_not(monkeypatch):
+    """A subcommand module this build lacks is left out of the parser; a library such a module
+    needs that is missing is said as such, not hidden as an unknown command."""
+    from cuptiprof.cli import build_parser
+    monkeypatch.setitem(sys.modules, "cuptiprof.commands.schema", None)
+    assert "schema" not in build_parser()._defaults["_commands"]
+    monkeypatch.delitem(sys.modules, "cuptiprof.commands.sql", raising=False)
+    monkeypatch.setitem(sys.modules, "duckdb", None)
+    with pytest.raises(ModuleNotFoundError) as e:
+        build_parser("sql")
+    assert e.value.name == "duckdb"
+
+
 def test_every_command_help_says_what_it_does_and_names_its_inputs():
     """Each `cuptiprof CMD --help` opens with a description, documents its positional
     arguments, spells the file it reads FILE as the others do, and offers the same formats."""
