@@ -619,6 +619,22 @@ def test_sql_with_a_wrong_name_says_what_to_use(run_file):
     assert '"demangled"' in line and "`cuptiprof schema`" in line
 
 
+@pytest.mark.parametrize("args,command", [
+    (["sql", "", "SELECT 1"], "sql"), (["report", ""], "report"),
+    (["export", "", "--chrome", "t.json"], "export"), (["compare", "a.duckdb", ""], "compare"),
+    (["merge", "", "a.duckdb", "-o", "m.duckdb"], "merge"), (["diff", "", "b.duckdb"], "diff"),
+    (["import", "", "-o", "m.duckdb"], "import"),
+])
+def test_an_empty_file_name_is_named_as_empty(tmp_path, args, command):
+    """`cuptiprof sql "$FILE" ...` with FILE unset: said as an empty name, not as `.` (the
+    current directory) being no cuptiprof file."""
+    r = cli(*args, cwd=tmp_path)
+    line = _one_clean_line(r)
+    assert r.returncode == 2 and "the file name is empty" in line and ".:" not in line, line
+    assert line.endswith(f"(see cuptiprof {command} --help)")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("args,word,command", [
     (["report", "x.duckdb", "--by", "nonsense"], "invalid choice", "report"),
     (["diff", "a.duckdb", "b.duckdb"], "--fail-above", "diff"),

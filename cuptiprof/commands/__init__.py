@@ -26,6 +26,14 @@ def top_rows(text: str) -> int:
     return n
 
 
+def input_file(text: str) -> str:
+    """A file a command reads: an empty name (`"$FILE"` with FILE unset) is refused as such, not
+    taken for the current directory."""
+    if not text:
+        raise argparse.ArgumentTypeError("the file name is empty; give the path of a file")
+    return text
+
+
 def named_output(path: str) -> str:
     """-o of import and merge: `-o "$OUT"` with OUT unset is refused, not taken for the
     current folder."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY
-from cuptiprof.commands import FILES_HELP, FORMAT_HELP, top_rows
+from cuptiprof.commands import FILES_HELP, FORMAT_HELP, input_file, top_rows
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, md_escape, render, rows_of, write_json
 
@@ -31,7 +31,8 @@ def register(sub) -> None:
                        description="Compare cuptiprof files side by side. The first file is the "
                        "baseline for ratios (x) and rank changes (drank). Times are per step: the "
                        "median over each file's recorded steps, with the median absolute deviation.")
-    p.add_argument("files", nargs="*", metavar="FILE", help=f"two or more {FILES_HELP}; the first is the baseline")
+    p.add_argument("files", nargs="*", metavar="FILE", type=input_file,
+                   help=f"two or more {FILES_HELP}; the first is the baseline")
     p.add_argument("--top", type=top_rows, default=15, help="keys in the top N of any file (default 15)")
     p.add_argument("--by", choices=BY, default="op",
                    help="comparison key: " + "; ".join(f"{k}: {v}" for k, v in _KEY_HELP.items()))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from cuptiprof.analyse.families import BY
-from cuptiprof.commands import FORMAT_HELP
+from cuptiprof.commands import FORMAT_HELP, input_file
 from cuptiprof.analyse.diff import MAX_MIN_MS, MAX_PCT, MAX_SIGMAS, NOISE_RULE, diff, parse_number
 from cuptiprof.outputs import say, silence
 from cuptiprof.render.table import FORMATS, md_escape, render, write_json
@@ -22,8 +22,10 @@ def register(sub) -> None:
     p = sub.add_parser("diff", help="fail (exit 1) when NEW is slower than BASE beyond the noise",
                        description="Compare NEW against BASE per step, per kind and per op. " + NOISE_RULE
                        + ". Exit 0: no regression; 1: regressions; 2: usage error or bad input.")
-    p.add_argument("base", metavar="BASE.duckdb", help="the cuptiprof file to compare against")
-    p.add_argument("new", metavar="NEW.duckdb", help="the cuptiprof file that may have regressed")
+    p.add_argument("base", metavar="BASE.duckdb", type=input_file,
+                   help="the cuptiprof file to compare against")
+    p.add_argument("new", metavar="NEW.duckdb", type=input_file,
+                   help="the cuptiprof file that may have regressed")
     p.add_argument("--fail-above", required=True, metavar="PCT",
                    help="allowed slowdown in percent on top of the noise (e.g. 5 or 5%%; 0 to "
                         f"{MAX_PCT:.12g})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cuptiprof.commands import FILE_HELP, STEPS_FORMS, STEPS_METAVAR
+from cuptiprof.commands import FILE_HELP, STEPS_FORMS, STEPS_METAVAR, input_file
 from cuptiprof.errors import UsageError
 from cuptiprof.outputs import write_failed
 
@@ -16,7 +16,7 @@ def register(sub) -> None:
                        "Chrome trace (.json or .json.gz) that Perfetto UI and chrome://tracing "
                        "open; --parquet writes one Parquet dataset per table, hive-partitioned "
                        "by host and pid (runs: one file).")
-    p.add_argument("file", metavar="FILE", help=FILE_HELP)
+    p.add_argument("file", metavar="FILE", type=input_file, help=FILE_HELP)
     p.add_argument("--chrome", metavar="OUT.json[.gz]", help="write a Chrome trace")
     p.add_argument("--parquet", metavar="DIR", help="write Parquet datasets under DIR")
     p.add_argument("--steps", metavar=STEPS_METAVAR,

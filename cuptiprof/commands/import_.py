@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from cuptiprof.commands import named_output
+from cuptiprof.commands import input_file, named_output
 
 
 def register(sub) -> None:
@@ -15,7 +15,7 @@ def register(sub) -> None:
         "cuptiprof file. The output appears only when every input was read. cuptiprof's "
         "exports of some steps of one process (export --steps) imported together are that "
         "one process again; two that hold the same step are refused.")
-    p.add_argument("traces", nargs="+", metavar="TRACE",
+    p.add_argument("traces", nargs="+", metavar="TRACE", type=input_file,
                    help="torch.profiler trace files (one per rank) or Nsight Systems SQLite exports")
     p.add_argument("-o", "--output", required=True, metavar="OUT.duckdb",
                    help="the cuptiprof file to write (must not exist, unless --force)")

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from cuptiprof.commands import FILES_HELP, named_output
+from cuptiprof.commands import FILES_HELP, input_file, named_output
 from cuptiprof.errors import InputError, UsageError
 
 
@@ -16,7 +16,7 @@ def register(sub) -> None:
                        "runs of their own (renumbered in input order), every row keeps its pid. "
                        "A run that another input already holds is refused. The part files of a run that did "
                        "not finish (OUT.duckdb.parts/*.duckdb) are merged as that one run.")
-    p.add_argument("files", nargs="+", metavar="FILE", help=FILES_HELP)
+    p.add_argument("files", nargs="+", metavar="FILE", type=input_file, help=FILES_HELP)
     p.add_argument("-o", "--output", required=True, metavar="ALL.duckdb",
                    help="the merged file (must not exist; written atomically)")
     p.set_defaults(func=run)

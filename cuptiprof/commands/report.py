@@ -6,7 +6,8 @@ import sys
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.profile import open_profile
-from cuptiprof.commands import FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR, top_rows
+from cuptiprof.commands import (FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR, input_file,
+                                top_rows)
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, plain_table, render, rows_of
 
@@ -32,7 +33,7 @@ def register(sub) -> None:
                        description="Print breakdowns of a cuptiprof file: a summary of several, "
                        "or one with --by; --html writes them as one page with plots; --list names "
                        "every report and what it shows (with --format json, each column too).")
-    p.add_argument("file", nargs="?", metavar="FILE", help=FILE_HELP)
+    p.add_argument("file", nargs="?", metavar="FILE", type=input_file, help=FILE_HELP)
     p.add_argument("--by", choices=sorted(BY), type=_by_value,
                    help="one breakdown (default: a summary of several; with --html, the page is "
                    "written and this breakdown printed as well); a report's name (--list) works too")

@@ -4,7 +4,7 @@ import re
 import duckdb
 
 from cuptiprof.analyse.profile import open_profile, refused_statement
-from cuptiprof.commands import FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR
+from cuptiprof.commands import FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR, input_file
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, render, unique_names
 
@@ -14,7 +14,7 @@ def register(sub) -> None:
                        description="Run one SQL query over a cuptiprof file, opened read-only: "
                        "a statement that would change it, or read or write other files, is "
                        "refused.")
-    p.add_argument("file", metavar="FILE", help=FILE_HELP)
+    p.add_argument("file", metavar="FILE", type=input_file, help=FILE_HELP)
     p.add_argument("query", metavar="QUERY", help="one SQL query over the file's views (kernels, gpu_activities, "
                    "ranges, api_calls) and tables (memcpys, memsets, syncs, runs, processes, "
                    "devices, logs, data_quality, ...; `cuptiprof schema` documents every column), "
