@@ -552,6 +552,8 @@ def test_bad_file_one_line(bad_files, case, command):
     (["report", "{f}", "--top", "0"], "at least 1"),
     (["report", "{f}", "--by", "op", "--top", "999999999999999999999"], "at most"),
     (["report"], "needs a FILE"),
+    (["report", "{f}", "--html", "{f}"], "is also an input; write to another path"),
+    (["sql", "{f}", "SELECT 1", "--steps", "5:2"], "--steps '5:2': the end (2) is before the start (5)"),
     (["sql", "{f}", "SELEC count(*) FROM kernels"], "SQL error"),
     (["sql", "{f}", "SELECT no_such_column FROM kernels"], "SQL error"),
     (["sql", "{f}", "DELETE FROM kernel_rows"], "read-only"),
