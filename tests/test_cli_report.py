@@ -123,6 +123,9 @@ def test_report_summary_leaves_out_the_ranges_of_a_program_without_any(tmp_path,
         assert main(["report", str(f), "--format", fmt]) == 0
         out = capsys.readouterr().out
         assert "ranges: " not in out.replace("step_ranges", "") and "kinds: " in out
+    # asked for by name, the empty breakdown is shown: its title says what it would hold
+    assert main(["report", str(f), "--by", "range"]) == 0
+    assert capsys.readouterr().out.startswith("ranges: ")
 
 
 def test_long_names_that_share_their_start_stay_apart_in_a_table():
