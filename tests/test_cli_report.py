@@ -108,7 +108,7 @@ def test_report_summary_counts_a_single_step_row_left_out(run_file, capsys):
     assert main(["report", str(run_file), "--format", "markdown", "--top", str(n - 1)]) == 0
     steps = capsys.readouterr().out.split("### steps:", 1)[1].split("### step_spread:", 1)[0]
     assert len([ln for ln in steps.splitlines() if ln.startswith("| ")]) == 1 + n - 1
-    assert "... 1 more rows: `cuptiprof report" in steps
+    assert "... 1 more row: `cuptiprof report" in steps
 
 
 def test_report_summary_leaves_out_the_ranges_of_a_program_without_any(tmp_path, capsys):

@@ -1022,7 +1022,7 @@ def test_a_table_shows_its_first_rows_says_how_many_more_and_right_aligns_number
     cell = table(pa.table({"n": list(range(201)), "ok": [True] * 201, "name": ["k"] * 201}))
     assert cell.count("<tr>") == 1 + 200 and '<td class="n" title="199">199</td>' in cell
     assert '<td class="n" title="200">' not in cell
-    assert cell.endswith('<p class="note">1 more rows not shown</p>')
+    assert cell.endswith('<p class="note">1 more row not shown</p>')
     assert '<td title="True">' in cell and '<td title="k">k</td>' in cell   # text and flags: left
     assert "more rows not shown" not in table(pa.table({"n": list(range(200))}))
 

@@ -123,8 +123,9 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
         render(rel, fmt, out=out, title=f"{name}: {doc.summary}" if fmt != "csv" else None)
         if more > 0:
             file = f" {prof.path}" if prof.path else ""
-            out.write(f"... {more:,} more rows: `cuptiprof report{file} --by step` prints every step "
-                      f"(step_spread below sums them up)\n\n")
+            rows = "row" if more == 1 else "rows"
+            out.write(f"... {more:,} more {rows}: `cuptiprof report{file} --by step` prints every "
+                      f"step (step_spread below sums them up)\n\n")
         if fmt == "csv" and len(names) > 1:
             out.write("\n")
 

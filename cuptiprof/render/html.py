@@ -461,7 +461,8 @@ def table(rel_or_tbl, max_rows: int = 200, wrap: bool = False) -> str:
         out.append("</tr>")
     out.append("</tbody></table>")
     if len(rows) > max_rows:
-        out.append(f'<p class="note">{len(rows) - max_rows} more rows not shown</p>')
+        more = len(rows) - max_rows
+        out.append(f'<p class="note">{more} more row{"s" if more != 1 else ""} not shown</p>')
     return "".join(out)
 
 
