@@ -443,14 +443,7 @@ def test_atomic_writer_whose_close_fails_leaves_nothing_behind(tmp_path, monkeyp
     the caller and the temporary file goes; an existing output is kept."""
     path = write_synthetic(tmp_path / "x.duckdb", steps=1, kernels_per_step=20)
     before = sorted(p.name for p in tmp_path.iterdir())
-    w = Writer(path, atomic=True, mode="overwrite")
-    w.append({"kernels": kernels(3, ["k"])})
-
-    def fail():
-        raise duckdb.IOException("No space left on device")
-    monkeypatch.setattr(w, "_write_busy", fail)
-    with pytest.raises(duckdb.IOException):
-        w.close()
+    _close_on_a_full_disk(Writer(path, atomic=True, mode="overwrite"), monkeypatch)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
@@ -458,7 +451,12 @@ def test_a_writer_in_place_whose_close_fails_keeps_its_file(tmp_path, monkeypatc
     """Only a temporary (atomic) file is removed when close() fails: a file written in place
     keeps every batch committed before."""
     path = tmp_path / "inplace.duckdb"
-    w = Writer(path)
+    _close_on_a_full_disk(Writer(path), monkeypatch)
+    assert rows(path, "SELECT count(*) FROM kernel_rows") == [(3,)]
+
+
+def _close_on_a_full_disk(w, monkeypatch):
+    """Three kernels appended to `w`, then its close() failing at its last statements."""
     w.append({"kernels": kernels(3, ["k"])})
 
     def fail():
@@ -466,7 +464,6 @@ def test_a_writer_in_place_whose_close_fails_keeps_its_file(tmp_path, monkeypatc
     monkeypatch.setattr(w, "_write_busy", fail)
     with pytest.raises(duckdb.IOException):
         w.close()
-    assert rows(path, "SELECT count(*) FROM kernel_rows") == [(3,)]
 
 
 def test_atomic_overwrite_keeps_the_old_file_until_the_end(tmp_path):
