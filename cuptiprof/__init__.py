@@ -21,8 +21,8 @@ def open(path, steps=None):  # noqa: A001 - the public name users expect
     """Open a cuptiprof file read-only; report methods return DuckDB relations.
 
     steps: the steps reports look at, inclusive: an int N, a (first, last) pair with None for an
-    open end, a range of consecutive steps, or 'A:B', 'A:', ':B', 'N'; None: every step (a
-    blank string is refused, as the command line's `--steps ""`)."""
+    open end, a range of consecutive steps, or 'A:B', 'A:', ':B', 'N'; None or (None, None):
+    every step (a blank string is refused, as the command line's `--steps ""`)."""
     from cuptiprof.analyse.profile import open_profile
 
     return open_profile(path, steps)

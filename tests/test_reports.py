@@ -1038,3 +1038,17 @@ def test_the_scope_counts_every_process_without_steps(tmp_path):
         assert prof.scope == "all recorded steps, and every row of the 2 processes without steps"
     with cuptiprof.open(runs[0]) as prof:
         assert prof.scope == "all rows, no steps recorded"
+
+
+@pytest.mark.parametrize("both_open", [(None, None), [None, None]])
+def test_a_pair_open_at_both_ends_is_every_step(tmp_path, both_open):
+    """(None, None) bounds nothing: the same scope as steps=None, processes without steps
+    included, and the same rows."""
+    from cuptiprof.store.merge import merge_files
+    merged = merge_files([write_fixture(tmp_path / "golden.duckdb"),
+                          _stepless_file(tmp_path / "n.duckdb")], tmp_path / "all.duckdb")
+    with cuptiprof.open(merged) as every, cuptiprof.open(merged, steps=both_open) as prof:
+        assert prof.scope == every.scope
+        assert prof.step_range is None
+        assert prof.report("kinds").fetchall() == every.report("kinds").fetchall()
+    assert _steps_rows(merged, steps=both_open) == _steps_rows(merged)

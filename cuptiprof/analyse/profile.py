@@ -72,9 +72,9 @@ def parse_steps(spec: str | None, label: str | None = None) -> tuple[int | None,
 
 def steps_range(steps, label: str) -> tuple[int | None, int | None] | None:
     """The inclusive (first, last) steps of a `steps` argument from Python: None (every step),
-    an int N, a (first, last) pair with None for an open end, a range of consecutive steps
-    (range(0, 3): steps 0 to 2), or the string forms of parse_steps. label names the argument
-    in messages."""
+    an int N, a (first, last) pair with None for an open end ((None, None) is None), a range
+    of consecutive steps (range(0, 3): steps 0 to 2), or the string forms of parse_steps.
+    label names the argument in messages."""
     from cuptiprof.markers import step_index
 
     if steps is None or isinstance(steps, str):
@@ -94,7 +94,9 @@ def steps_range(steps, label: str) -> tuple[int | None, int | None] | None:
         if (lo is None) == (steps[0] is None) and (hi is None) == (steps[1] is None):
             if lo is not None and hi is not None and hi < lo:
                 raise UsageError(f"{label}: the end ({hi}) is before the start ({lo})")
-            return lo, hi
+            # open at both ends bounds nothing: every step, as None (processes without steps
+            # included), not every row that has a step
+            return None if lo is None and hi is None else (lo, hi)
     raise UsageError(f"{label}: expected an int N, a (first, last) pair of steps (None for an "
                      "open end), a range(first, last + 1), or a string 'A:B', 'A:', ':B' or 'N'")
 
@@ -192,11 +194,11 @@ class Profile:
 
     # -- scope -------------------------------------------------------------------------------
     def set_steps(self, steps) -> None:
-        """Choose the steps reports look at, inclusive: None (every recorded step, or every row
-        when the file has no steps at all), an int N, a (first, last) pair with None for an open
-        end, a range of consecutive steps, or a string 'A:B', 'A:', ':B' or 'N'. A report
-        made before keeps the steps it was made with; sql() over the sel_* views reads the
-        steps in scope when it runs."""
+        """Choose the steps reports look at, inclusive: None or (None, None) (every recorded
+        step, or every row when the file has no steps at all), an int N, a (first, last) pair
+        with None for an open end, a range of consecutive steps, or a string 'A:B', 'A:', ':B'
+        or 'N'. A report made before keeps the steps it was made with; sql() over the sel_*
+        views reads the steps in scope when it runs."""
         label = f"{self._option} {steps!r}" if self._option else f"steps={steps!r}"
         rng = steps_range(steps, label)
         kernel_where = None   # the filter over kernel_rows (keyed by lane), where it differs
