@@ -20,7 +20,7 @@ import pyarrow as pa
 from cuptiprof.errors import InputError, UsageError
 from cuptiprof.outputs import check_output
 from cuptiprof.interop.kineto import import_kineto
-from cuptiprof.interop.textsource import first_text_byte
+from cuptiprof.interop.textsource import looks_like_json
 from cuptiprof.store import arrow
 from cuptiprof.store.files import read_head, write_unsynced
 from cuptiprof.store.writer import RunInfo, Writer
@@ -48,8 +48,8 @@ def trace_kind(path: Path) -> str:
     if _is_tar(path, head):
         raise InputError(f"{path}: a tar archive, not a trace; extract it (tar xf {path}) and "
                          "import the trace files inside")
-    if head[:2] == b"\x1f\x8b" or first_text_byte(path, head) in (b"{", b"["):
-        return "kineto"   # (JSON: past a UTF-8 byte-order mark and whitespace, however much)
+    if looks_like_json(path, head):
+        return "kineto"
     if head[8:12] == b"DUCK":   # a cuptiprof file given to import, alone or beside traces
         raise InputError(f"{path}: a DuckDB file, not a trace; a cuptiprof file needs no import: "
                          f"read it as it is (cuptiprof report {path}), or combine files with "

@@ -62,6 +62,13 @@ def first_text_byte(path: Path, head: bytes = b"") -> bytes:
     return b""
 
 
+def looks_like_json(path: Path, head: bytes) -> bool:
+    """Whether `path` (`head`: its first bytes) is what the JSON importer reads: gzip (its text
+    is checked as it is read) or an object or array past a byte-order mark and whitespace,
+    however much. The one test of the importer and of the hint to import a trace."""
+    return head[:2] == b"\x1f\x8b" or first_text_byte(path, head) in (b"{", b"[")
+
+
 def is_gzip(path: Path) -> bool:
     with open(path, "rb") as fh:
         return fh.read(2) == b"\x1f\x8b"

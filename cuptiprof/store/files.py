@@ -100,19 +100,20 @@ def require_duckdb(path: Path) -> None:
                              f"{parts}: cuptiprof merge {parts}/*.duckdb -o {path}")
     head = read_head(path)
     if len(head) < 12 or head[8:12] != b"DUCK":
-        if _looks_importable(head):   # a trace handed to report/compare/...: say how to read it
+        # a trace handed to report/compare/...: say how to read it
+        if _looks_importable(path, head):
             raise StoreError(f"{path}: looks like a trace or an Nsight Systems export, not a "
                              f"cuptiprof file; import it first: cuptiprof import {path} -o "
                              "OUT.duckdb")
         raise StoreError(f"{path}: not a DuckDB file (expected a cuptiprof .duckdb file)")
 
 
-def _looks_importable(head: bytes) -> bool:
-    """The first bytes of what `cuptiprof import` reads: gzip (a .json.gz trace), JSON (a
-    trace, past a UTF-8 byte-order mark and whitespace), or SQLite (an nsys export)."""
-    return (head.startswith(b"\x1f\x8b") or
-            head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"[")
-            or head.startswith(b"SQLite format 3"))
+def _looks_importable(path: Path, head: bytes) -> bool:
+    """What `cuptiprof import` reads (`head`: the first bytes of `path`): a trace, gzipped or
+    JSON as the importer tells it (past however much leading whitespace), or an SQLite file
+    (an nsys export)."""
+    from cuptiprof.interop.textsource import looks_like_json   # (only on this error path)
+    return looks_like_json(path, head) or head.startswith(b"SQLite format 3")
 
 
 def check_schema_version(path: Path, version: int, action: str = "read") -> None:
