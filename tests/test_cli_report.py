@@ -500,7 +500,7 @@ EXPECT = {  # a word the one line must contain
 
 
 @pytest.mark.parametrize("kind", ["json", "json.gz", "sqlite", "bom.json", "spaced.json",
-                                  "spaced.json.gz", "bom.spaced.json"])
+                                  "spaced.json.gz", "bom.spaced.json", "spaced.bom.json"])
 def test_a_trace_given_for_a_cuptiprof_file_says_to_import_it(run_file, tmp_path, kind):
     """A torch.profiler trace or an nsys export handed to report/compare/merge is not just
     'not a DuckDB file': the line says how to read it, however much whitespace the JSON text
@@ -514,6 +514,8 @@ def test_a_trace_given_for_a_cuptiprof_file_says_to_import_it(run_file, tmp_path
         doc = b" \r\n\t" * 5000 + doc
     if kind.startswith("bom."):   # a UTF-8 byte-order mark, as the import reads past
         doc = b"\xef\xbb\xbf\n" + doc
+    if kind == "spaced.bom.json":   # one out of place: the import says where the JSON breaks
+        doc = b"  \xef\xbb\xbf" + doc
     if kind == "sqlite":
         sqlite3.connect(trace).execute("CREATE TABLE StringIds (id INTEGER)").connection.commit()
     else:

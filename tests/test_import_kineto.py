@@ -1010,9 +1010,13 @@ def test_a_file_of_whitespace_or_a_byte_order_mark_alone_is_empty(text):
         list(kineto.iter_docs([text[i:i + 7] for i in range(0, len(text), 7)]))
 
 
-def test_a_byte_order_mark_not_at_the_start_is_invalid_json(tmp_path):
-    src = write(tmp_path / "t.json.gz", None, text="  \ufeff" + json.dumps(modern()), gz=True)
-    with pytest.raises(InputError, match="t.json.gz: invalid JSON near byte 2 "):
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_byte_order_mark_not_at_the_start_is_invalid_json(tmp_path, gz):
+    """Plain or gzipped, the same text gets the same line: JSON text damaged at byte 2, not a
+    file of another kind."""
+    name = "t.json.gz" if gz else "t.json"
+    src = write(tmp_path / name, None, text="  \ufeff" + json.dumps(modern()), gz=gz)
+    with pytest.raises(InputError, match=f"{name}: invalid JSON near byte 2 "):
         import_traces([src], tmp_path / "o.duckdb")
     assert list(tmp_path.iterdir()) == [src]
 

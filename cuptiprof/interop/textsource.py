@@ -46,18 +46,19 @@ def text_start(buf, file_start: bool = True) -> int | None:
     return None if m is None else m.start()
 
 
-def first_text_byte(path: Path, head: bytes = b"") -> bytes:
-    """The first byte of the JSON text of an uncompressed file (text_start), read as far as
-    it takes (`head`: its first bytes, already read); b"" where there is none."""
+def _text_head(path: Path, head: bytes, n: int) -> bytes:
+    """The first `n` bytes of the JSON text of an uncompressed file, from text_start on."""
     at = text_start(head)
-    if at is not None:
-        return head[at:at + 1]
+    if at is not None and at + n <= len(head):
+        return head[at:at + n]
     with open(path, "rb") as fh:
-        chunk, first = fh.read(1 << 16), True
+        chunk, first, offset = fh.read(1 << 16), True, 0
         while chunk:
             at = text_start(chunk, first)
             if at is not None:
-                return chunk[at:at + 1]
+                fh.seek(offset + at)
+                return fh.read(n)
+            offset += len(chunk)
             chunk, first = fh.read(1 << 16), False
     return b""
 
@@ -65,8 +66,12 @@ def first_text_byte(path: Path, head: bytes = b"") -> bytes:
 def looks_like_json(path: Path, head: bytes) -> bool:
     """Whether `path` (`head`: its first bytes) is what the JSON importer reads: gzip (its text
     is checked as it is read) or an object or array past a byte-order mark and whitespace,
-    however much. The one test of the importer and of the hint to import a trace."""
-    return head[:2] == b"\x1f\x8b" or first_text_byte(path, head) in (b"{", b"[")
+    however much. A byte-order mark after the whitespace is JSON text damaged (an editor
+    joined two files, say): the importer reads it, to say where, as it does when gzipped."""
+    if head[:2] == b"\x1f\x8b":
+        return True
+    text = _text_head(path, head, len(BOM))
+    return text[:1] in (b"{", b"[") or text == BOM
 
 
 def is_gzip(path: Path) -> bool:
