@@ -621,6 +621,26 @@ def test_sql_refuses_a_setting_changed_through_a_pragma_or_call_as_read_only(run
         "extensions); nothing was modified"]
 
 
+@pytest.mark.parametrize("query", ["BEGIN TRANSACTION", "START TRANSACTION READ ONLY", "CHECKPOINT",
+                                   "FORCE CHECKPOINT", "CALL checkpoint()"])
+def test_sql_refuses_a_statement_that_returns_nothing(run_file, capsys, query):
+    """A transaction or a checkpoint returns no rows, as any statement that is no query: one
+    line and exit 2, not an empty 'Success' table as if a query had found nothing."""
+    from cuptiprof.cli import main
+    before = digest(run_file)
+    assert main(["sql", str(run_file), query]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        "cuptiprof: error: the statement returned no rows to show (only queries are allowed)"]
+    assert digest(run_file) == before
+
+
+def test_sql_shows_a_query_that_finds_nothing_as_an_empty_table(run_file, capsys):
+    from cuptiprof.cli import main
+    assert main(["sql", str(run_file), "SELECT true AS Success WHERE false", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["Success"]
+
+
 def test_sql_with_a_wrong_name_says_what_to_use(run_file):
     """A misspelt table or column: the one line keeps DuckDB's suggestion (a line of its own in
     DuckDB's message) and says where the names are documented."""

@@ -52,7 +52,8 @@ def run(args) -> int:
                 raise UsageError(f"the query holds {n} statements; give one at a time "
                                  "(only the last one's rows would show)")
             rel = prof.con.sql(args.query)
-            if rel is None:
+            statement = duckdb.extract_statements(args.query)[0]
+            if rel is None or _ran_nothing(statement, rel):
                 raise UsageError("the statement returned no rows to show (only queries are allowed)")
             render(as_duckdb_text(rel, args.format), args.format, quiet=False)
         except duckdb.Error as exc:
@@ -62,6 +63,15 @@ def run(args) -> int:
                 raise read_only from None
             raise UsageError(f"SQL error: {msg}{_hint(str(exc))}") from None
     return 0
+
+
+def _ran_nothing(statement, rel) -> bool:
+    """Whether rel is what DuckDB hands back for a statement with nothing to return (BEGIN,
+    CHECKPOINT): no rows under one BOOLEAN column named Success. A SELECT is shown as written,
+    even one that looks like it."""
+    return (statement.type not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
+            and rel.columns == ["Success"] and [str(t) for t in rel.types] == ["BOOLEAN"]
+            and not rel.limit(1).fetchall())
 
 
 # Values Python would show by its repr (b'ab', 3 days, 0:00:00), or change: an interval of a
