@@ -925,3 +925,51 @@ def test_a_writer_closed_inside_its_with_block_closes_once(tmp_path):
     assert w.close() == path
     assert rows(path, "SELECT status, count(*) FROM runs GROUP BY ALL") == [("complete", 1)]
     assert rows(path, "SELECT count(*) FROM kernels") == [(2,)]
+
+
+def test_a_ctrl_c_while_close_writes_a_held_batch_still_closes_the_run(tmp_path, monkeypatch):
+    """A Ctrl-C lands while close() writes a held batch again: the KeyboardInterrupt still
+    reaches the program, but the file keeps every committed batch, the run says
+    'interrupted' (not 'running') and the path is free for another writer in this process."""
+    _ctrl_c_on_kernel_inserts(monkeypatch, {2, 3})   # the second batch, then close's retry
+    path = tmp_path / "held.duckdb"
+    w = Writer(path)
+    w.append({"kernels": kernels(2, ["a"])})
+    with pytest.raises(KeyboardInterrupt):
+        w.append({"kernels": kernels(3, ["b"], t0=10**6)})
+    with pytest.raises(KeyboardInterrupt):
+        w.close("complete")
+    assert w.close() == path   # closed once: nothing more to do
+    assert rows(path, "SELECT status FROM runs") == [("interrupted",)]
+    assert rows(path, "SELECT name, count(*) FROM kernels GROUP BY name") == [("a", 2)]
+    Writer(path, mode="append").close()   # the path was released
+    assert rows(path, "SELECT run_id, status FROM runs ORDER BY 1") == \
+        [(1, "interrupted"), (2, "complete")]
+
+
+def test_a_ctrl_c_on_closes_status_update_still_marks_the_run_interrupted(tmp_path):
+    """A Ctrl-C stops close()'s own UPDATE of the runs row: the row still says 'interrupted'
+    (not 'running', which reads as a writer that died) and the KeyboardInterrupt goes on."""
+    path = tmp_path / "mark.duckdb"
+    w = Writer(path)
+    w.append({"kernels": kernels(2, ["a"])})
+
+    class StopOnUpdate:   # the connection, with a Ctrl-C before the first UPDATE runs
+        def __init__(self, con):
+            self.con, self.fired = con, False
+
+        def execute(self, sql, *args):
+            if sql.startswith("UPDATE runs") and not self.fired:
+                self.fired = True
+                raise KeyboardInterrupt
+            return self.con.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self.con, name)
+
+    w._con = StopOnUpdate(w._con)
+    with pytest.raises(KeyboardInterrupt):
+        w.close("complete")
+    assert rows(path, "SELECT status FROM runs") == [("interrupted",)]
+    assert rows(path, "SELECT count(*) FROM kernels") == [(2,)]
+    Writer(path, mode="append").close()

@@ -491,8 +491,15 @@ class Writer:
         export: the status of the run exported); `status` still says how writing ended."""
         if self._closed:
             return self._final_path()
+        stop = None
         try:   # one more try for what a Ctrl-C stopped
             self._write_held()
+        except KeyboardInterrupt as exc:
+            # stopped again: the run still ends (marked, checkpointed, its path released) with
+            # what was committed, and the program then stops as asked
+            stop = exc
+            if status == "complete":
+                status, run_status = "interrupted", None
         except Exception:
             pass
         self._closed = True
@@ -506,8 +513,23 @@ class Writer:
             self._write_busy()
             self._con.execute("CHECKPOINT")
             done = True
-        except Exception:
-            _reraise_interrupt()
+        except BaseException:
+            try:
+                _reraise_interrupt()
+            except KeyboardInterrupt:
+                # a Ctrl-C may have stopped the UPDATE itself: 'running' in a closed file
+                # would read as a writer that died (a transaction it left open goes first)
+                try:
+                    self._con.execute("ROLLBACK")
+                except Exception:
+                    pass
+                try:
+                    self._con.execute("UPDATE runs SET status = 'interrupted', end_ns = "
+                                      "coalesce(end_ns, ?) WHERE run_id = ?",
+                                      [time.time_ns(), self.run_id])
+                except Exception:
+                    pass
+                raise
             raise
         finally:
             self._con.close()
@@ -528,6 +550,8 @@ class Writer:
             else:
                 self.discard()
             self.path = self._target
+        if stop is not None:
+            raise stop
         return self.path
 
     def _write_busy(self) -> None:
