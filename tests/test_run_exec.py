@@ -154,3 +154,34 @@ def test_a_python_an_execd_shell_starts_counts_its_own_steps(tmp_path):
     out = tmp_path / "s.duckdb"
     assert q(out, "SELECT list((kind, step) ORDER BY start_ns) FROM ranges GROUP BY pid") == \
         [([("warmup", 0), ("step", 1)],)] * 2
+
+
+@pytest.mark.parametrize("path", ["no_gpu"])
+def test_steps_mixed_after_a_failed_exec_counts_only_the_steps_since(tmp_path, path):
+    """After an exec that failed, the recording goes on into a part of its own, counting steps
+    from there: the --step-fn steps begun before the exec are not taken for some of the steps
+    after it (which hid the program's own steps there, and the steps_mixed note with them)."""
+    script(tmp_path, "def work(x):\n    return x + 1\n", name="work_mod.py")
+    p = script(tmp_path, """
+        import os, cuptiprof
+        from work_mod import work
+        work(0)
+        work(1)
+        try:
+            os.execv("/nonexistent/prog", ["prog"])
+        except OSError:
+            print("exec failed")
+        work(2)
+        for i in range(2):
+            with cuptiprof.range("step"):
+                pass
+    """, name="ex3.py")
+    r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-fn", "work_mod:work", "--", PY, p],
+            tmp_path, **PATHS[path])
+    assert r.returncode == 0, r.stderr
+    assert "exec failed" in r.stdout
+    out = tmp_path / "m.duckdb"
+    assert q(out, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(5,)]
+    rows = q(out, "SELECT detail FROM data_quality WHERE check_name = 'steps_mixed'")
+    assert len(rows) == 1 and rows[0][0].startswith(
+        "1 steps came from --step-fn and 2 from the program's own"), rows

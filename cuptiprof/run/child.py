@@ -79,13 +79,16 @@ def activate() -> None:
 def _open_recording(s: S.ChildSettings, parts: str, state: dict | None) -> None:
     """The Recorder (and the collector on a GPU) of this program image; `state`: what the
     image this process ran before an exec handed over (its number, the step counts)."""
-    global _rec, _seen_base
+    global _rec, _seen_base, _marked
     mode = {"profile": "cpu", "light": "light", "time": "time"}.get(s.mode, "cpu")
     _rec = Recorder(s, parts, mode, image=state["image"] if state else 0)
     _rec.exec_failed = bool(state and state.get("exec_failed"))
     if state:
         _rec.carry_on(state["seen"], state["recorded"])
-        _seen_base = state["seen"]
+        # this part tells the steps it sees apart from here on (after a failed exec, the
+        # earlier part's --step-fn/--step-range steps are still counted in this image)
+        with _marked_lock:
+            _seen_base, _marked = state["seen"], 0
     _rec.write_marker(list(sys.argv) or [sys.executable])
     _watch_exit()
     if s.mode == "profile" and s.gpu:
@@ -301,7 +304,7 @@ class _Step:
 _steps_warned = False
 _marked = 0   # steps --step-fn / --step-range began (warm-up included), to tell them from the program's
 _marked_lock = threading.RLock()   # re-entrant: a step range could reach a patched NVTX push
-_seen_base = 0  # steps begun before this process forked from its parent (counted there)
+_seen_base = 0  # steps begun before this process forked, or before this part (an exec), counted elsewhere
 
 
 def _steps_seen() -> int:
