@@ -156,7 +156,7 @@ def test_a_python_an_execd_shell_starts_counts_its_own_steps(tmp_path):
         [([("warmup", 0), ("step", 1)],)] * 2
 
 
-@pytest.mark.parametrize("path", ["no_gpu"])
+@pytest.mark.parametrize("path", sorted(PATHS))
 def test_steps_mixed_after_a_failed_exec_counts_only_the_steps_since(tmp_path, path):
     """After an exec that failed, the recording goes on into a part of its own, counting steps
     from there: the --step-fn steps begun before the exec are not taken for some of the steps

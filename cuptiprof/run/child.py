@@ -221,6 +221,11 @@ def _reopen_after_failed_exec(state: dict) -> None:
             _patch_markers(markers)
         if _rec.mode == "cpu" and "torch" in sys.modules:
             _rec.start_profiler()
+        # atexit runs last-registered first: the new collector's own exit handler would stop
+        # it before _at_exit hands it this part's last rows (the steps_mixed note); keep
+        # _at_exit first, as in the first image
+        atexit.unregister(_at_exit)
+        atexit.register(_at_exit, True)
     except Exception as exc:
         warn(f"recording could not go on after a failed exec: {exc}")
 
