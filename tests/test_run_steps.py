@@ -1134,3 +1134,32 @@ def test_the_overhead_baseline_keeps_no_ranges_it_never_writes(tmp_path):
     rec.close()
     (steps,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.steps.json")]
     assert [s for s, _ in steps["steps"]] == [1, 2]
+
+
+@pytest.mark.parametrize("mode", ["time", "light"])
+def test_after_the_last_step_the_baseline_does_no_more_range_work_than_a_profiled_run(tmp_path, mode):
+    """Once --steps are recorded, ranges are no longer begun in the profiled modes; the
+    --overhead baseline (time mode) stops at the same point, or its timing would include
+    bookkeeping the profiled run no longer does (and the overhead read too low)."""
+    from cuptiprof.run.recorder import Recorder
+    from cuptiprof.run.settings import ChildSettings
+
+    import contextvars
+
+    rec = Recorder(ChildSettings(mode=mode, warmup=0, steps=1), str(tmp_path), mode)
+    inside = rec.begin("step", is_step=True)
+    # another task's step, beyond the one asked for, while this one runs: nothing inside it
+    other = contextvars.Context()
+    beyond = other.run(rec.begin, "step", is_step=True)
+    assert other.run(rec.begin, "op in beyond") is None
+    other.run(rec.end, beyond)
+    op = rec.begin("op")
+    assert op is not None   # inside a recorded step: a range
+    rec.end(op)
+    rec.end(inside)
+    assert rec.done
+    ids = rec.next_id
+    assert rec.begin("after") is None
+    assert rec.begin("step", is_step=True) is None
+    assert rec.next_id == ids and rec._stack() == ()
+    rec.close()

@@ -142,12 +142,15 @@ class Recorder:
                                  and self.seen > self.s.warmup + self.s.steps):
                     # while an earlier step still runs on another thread, what runs inside this
                     # one must not count for that step: its ranges are kept out by its stand-in
-                    return None if self.done or self.mode == "time" else self._beyond(stack, now)
+                    # (in time mode too, so the baseline skips the same range work)
+                    return None if self.done else self._beyond(stack, now)
                 warm = self.seen <= self.s.warmup
                 kind = "warmup" if warm else "step"
                 if not warm:
                     self._start_profiler()
-            elif self.done and self.mode != "time" or stack and stack[-1].kind == "beyond":
+            elif self.done or stack and stack[-1].kind == "beyond":
+                # after the last step, as in every mode (the --overhead baseline too: range
+                # work the profiled run no longer does would read as less overhead)
                 return None
             rid = self.next_id
             self.next_id += 1
