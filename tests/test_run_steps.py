@@ -1163,3 +1163,48 @@ def test_after_the_last_step_the_baseline_does_no_more_range_work_than_a_profile
     assert rec.begin("step", is_step=True) is None
     assert rec.next_id == ids and rec._stack() == ()
     rec.close()
+
+
+def test_step_fn_on_an_async_def_gives_overlapping_tasks_each_their_own_step(tmp_path, monkeypatch):
+    """--step-fn on an `async def` that two asyncio tasks run at once on one thread: each call
+    is its own step (as cuptiprof.range('step') in each task would be), and a range one task
+    opens after the other task's step ended belongs to its own step, not to none."""
+    import asyncio
+
+    from cuptiprof.run import child
+    from cuptiprof.run.recorder import Recorder
+    from cuptiprof.run.settings import ChildSettings
+
+    rec = Recorder(ChildSettings(mode="light", step_fn="m:denoise"), str(tmp_path), "light")
+    monkeypatch.setattr(child, "_collector", None)
+    monkeypatch.setattr(child, "_rec", rec)
+    monkeypatch.setattr(child, "_marked", 0)
+    monkeypatch.setattr(child, "_seen_base", 0)
+    monkeypatch.setattr(child, "_steps_failed", lambda exc: (_ for _ in ()).throw(exc))
+
+    async def main():
+        a_in, a_out = asyncio.Event(), asyncio.Event()
+
+        async def denoise(name):
+            if name == "a":
+                a_in.set()
+                await a_out.wait()         # b's step begins while a's runs
+            else:
+                await a_in.wait()
+                a_out.set()
+                await asyncio.sleep(0)     # a's step ends while b's runs
+                await asyncio.sleep(0)
+            h = rec.begin(f"work {name}")  # what cuptiprof.range does in the program
+            rec.end(h)
+            return name
+
+        step = child._wrap_step(denoise)
+        return await asyncio.gather(step("a"), step("b"))
+
+    assert asyncio.run(main()) == ["a", "b"]
+    assert child._marked == 2 and child._mixed_steps() is None
+    rec.close()
+    got = q(rec.part_path(".duckdb"),
+               "SELECT w.name, s.step FROM ranges w JOIN ranges s ON w.parent_id = s.range_id "
+               "WHERE w.kind = 'user' AND s.kind = 'step' ORDER BY w.name")
+    assert got == [("work a", 0), ("work b", 1)]

@@ -13,6 +13,7 @@ Nothing here may break the profiled program: failures become one warning line on
 from __future__ import annotations
 
 import atexit
+import contextvars
 import functools
 import importlib
 import importlib.abc
@@ -341,11 +342,14 @@ def _steps_failed(exc: Exception) -> None:
         warn(f"marking a step failed ({exc!r}); the program goes on")
 
 
-_in_step = threading.local()
+# Whether a --step-fn step is open here: per thread and per asyncio task (a task starts from a
+# copy of its creator's context), as the ranges are, so that tasks running the step function at
+# once each get a step of their own, and one ending its step does not end another's.
+_in_step: contextvars.ContextVar[bool] = contextvars.ContextVar("cuptiprof_in_step", default=False)
 
 
 def _begin_step() -> _Step:
-    _in_step.on = True
+    _in_step.set(True)
     return _Step("step").__enter__()
 
 
@@ -353,7 +357,7 @@ def _end_step(st: _Step, exc_type) -> None:
     try:
         st.__exit__(exc_type, None, None)
     finally:
-        _in_step.on = False
+        _in_step.set(False)
 
 
 def _wrap_step(fn):
@@ -369,7 +373,7 @@ def _wrap_step(fn):
     else:
         @functools.wraps(fn)
         def step_fn_wrapper(*args, **kwargs):
-            if getattr(_in_step, "on", False):   # a recursive call is part of the same step
+            if _in_step.get():   # a recursive call is part of the same step
                 return fn(*args, **kwargs)
             st = begin()
             try:
@@ -416,7 +420,7 @@ class _StepRun:
         self.begin, self.end, self.st = begin, end, None
 
     def __enter__(self):
-        if not getattr(_in_step, "on", False):
+        if not _in_step.get():
             self.st = self.begin()
         return self
 
