@@ -2707,3 +2707,31 @@ def test_a_process_of_pid_1_shares_no_trace_process_with_gpu_1(tmp_path):
         # from the export of a process of any pid)
         assert con.execute("SELECT attrs FROM ranges WHERE name = 'ann'").fetchall() == \
             [('{"device": 0, "stream": 1}',)]
+
+
+def test_a_process_of_pid_minus_1_shares_no_trace_process_with_rows_of_no_device(tmp_path):
+    """An imported process of pid -1 with GPU rows of no device: its CPU rows and those rows
+    are processes apart in the trace (one process name each, not the CPU ops' name over the
+    process's), and the trace imports back with each kernel's device as before (-1: none)."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "m1.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=-1) as w:
+        w.append({"api_calls": {"thread_id": [5], "api_kind": ["runtime"],
+                                "name": ["cudaLaunchKernel"], "correlation_id": [1],
+                                "start_ns": [t], "end_ns": [t + 50]},
+                  "kernels": {"device_id": pa.array([None, 0], pa.int32()),
+                              "stream_id": pa.array([7, 7], pa.int32()), "name": ["kn", "k0"],
+                              "correlation_id": [1, 2], "start_ns": [t + 100, t + 200],
+                              "end_ns": [t + 150, t + 300]}})
+    out, back = tmp_path / "m1.json", tmp_path / "back.duckdb"
+    chrome_round_trip(src, out, back)
+    ev = load_trace(out)["traceEvents"]
+    cpu = {e["pid"] for e in ev if e.get("cat") == "cuda_runtime"}
+    gpu = {e["name"]: e["pid"] for e in ev if e.get("cat") == "kernel"}
+    assert cpu == {-1} and -1 not in gpu.values() and len(set(gpu.values())) == 2
+    names = Counter(e["pid"] for e in ev if e["name"] == "process_name")
+    assert set(names) == cpu | set(gpu.values()) and set(names.values()) == {1}
+    with duckdb.connect(str(back), read_only=True) as con:
+        assert con.execute("SELECT pid, device_id, name FROM kernels ORDER BY name").fetchall() \
+            == [(-1, 0, "k0"), (-1, -1, "kn")]
+        assert con.execute("SELECT pid, thread_id FROM api_calls").fetchall() == [(-1, 5)]

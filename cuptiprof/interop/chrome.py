@@ -105,7 +105,9 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
                         "UNION ALL SELECT run_id, pid FROM memory_events) "
                         "ORDER BY 1, 2").fetchall()
     lanes = _lanes(con, procs)
-    pids = _Pids(procs, {d for d in lanes[procs[0]] if d is not None} if len(procs) == 1 else ())
+    # the GPU pids one process's rows would take (rows of no device: -1), which its own pid
+    # must not be
+    pids = _Pids(procs, {-1 if d is None else d for d in lanes[procs[0]]} if len(procs) == 1 else ())
     base_row = first_row(con.execute(
         f"SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM gpu_activities "
         f"WHERE {where} UNION ALL SELECT min(start_ns), max(coalesce(end_ns, start_ns)) "
@@ -252,8 +254,9 @@ class _Pids:
     """Kineto's pid of each row. One process: its own pid for CPU rows, the device ordinal for
     GPU rows (as torch.profiler writes), or where its pid is one of its devices' ordinals (a
     container's PID 1 on GPU 1: one process, and threads and streams of one number one track,
-    in a viewer) GPU_APART + the ordinal; rows of no device on -1 either way. The importer
-    reads a GPU row's device from its args. Several: numbers by the process's index (in run,
+    in a viewer) GPU_APART + the ordinal; rows of no device on -1, or GPU_APART - 1 where the
+    process's pid is -1 too (an imported one). The importer reads a GPU row's device from its
+    args (-1 written for no device where the pid does not say it). Several: numbers by the process's index (in run,
     pid order) so that two processes' devices 0 stay apart."""
 
     GPU_APART = 1_000_000
@@ -265,7 +268,7 @@ class _Pids:
 
     def gpu(self, run_id, pid, dev) -> int:
         if self.single:
-            return -1 if dev is None else self.gpu_base + dev
+            return (-1 if dev is None else dev) + self.gpu_base
         dev = -1 if dev is None else dev
         return 1_000_000 + self.index.get((run_id, pid), 0) * 1000 + dev
 
@@ -274,9 +277,9 @@ class _Pids:
 
     # The same in SQL, over a row that has run_id, pid and (after `join`) p_idx.
     def gpu_sql(self, dev: str) -> str:
-        if self.single and self.gpu_base:
-            return f"coalesce({self.gpu_base} + {dev}, -1)"
         dev = f"coalesce({dev}, -1)"
+        if self.single and self.gpu_base:
+            return f"({self.gpu_base} + {dev})"
         return dev if self.single else f"(1000000 + coalesce(p_idx, 0) * 1000 + {dev})"
 
     def cpu_sql(self) -> str:
@@ -554,7 +557,9 @@ def _gpu(source: str, base: int, pids: _Pids, cat: str, name: _Sql, extra: tuple
     # A row whose launching call is not in the export (API calls not recorded, or a sync's)
     # says its step and innermost range, which the importer would otherwise take from that
     # call; so does one whose range is not its call's (an NVTX range the call does not name).
-    args = _obj(("device", _val("device_id")), ("context", _val("context_id")),
+    # no device: -1 where the pid is not -1, which the importer would read instead
+    dev = "coalesce(device_id, -1)" if pids.single and pids.gpu_base else "device_id"
+    args = _obj(("device", _val(dev)), ("context", _val("context_id")),
                 ("stream", _val("_stream")), ("correlation", _val("correlation_id")),
                 ("External id", _val("op_id")), *extra,
                 _optional("cuptiprof step", "step IS NOT NULL AND NOT _call", _val("step")),
