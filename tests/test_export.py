@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import zlib
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
@@ -2735,3 +2736,42 @@ def test_a_process_of_pid_minus_1_shares_no_trace_process_with_rows_of_no_device
         assert con.execute("SELECT pid, device_id, name FROM kernels ORDER BY name").fetchall() \
             == [(-1, 0, "k0"), (-1, -1, "kn")]
         assert con.execute("SELECT pid, thread_id FROM api_calls").fetchall() == [(-1, 5)]
+
+
+def test_a_gpu_annotation_on_a_stream_that_is_not_a_number_gets_a_numeric_track(tmp_path):
+    """An imported GPU user annotation whose stream is a string (or a fraction): its tid and
+    its args' stream are the number the importer makes of such a thread id (a trailing number,
+    else a crc32 of the text), its track is named, and the trace imports back as one that
+    carried the strings as tids does."""
+    t = 1_700_000_000_000_000_000
+    streams = ["s13", "compute", "7", 2.5, 4]
+    src = tmp_path / "str.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({"ranges": {"range_id": [1, 2, 3, 4, 5], "name": list("abcde"),
+                             "kind": ["user"] * 5, "domain": ["gpu_user_annotation"] * 5,
+                             "thread_id": [5] * 5, "start_ns": [t + 10 * i for i in range(5)],
+                             "end_ns": [t + 500 + 10 * i for i in range(5)],
+                             "attrs": [json.dumps({"device": 0, "stream": s}) for s in streams]}})
+    out, back = tmp_path / "str.json", tmp_path / "back.duckdb"
+    chrome_round_trip(src, out, back)
+    doc = load_trace(out)
+    ann = {e["name"]: e for e in doc["traceEvents"] if e.get("cat") == "gpu_user_annotation"}
+    compute = zlib.crc32(b"compute") & 0x3FFFFFFF
+    want = {"a": 13, "b": compute, "c": 7, "d": 5, "e": 4}
+    assert {n: (e["tid"], e["args"]["stream"]) for n, e in ann.items()} == \
+        {n: (s, s) for n, s in want.items()}
+    tracks = {e["tid"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert tracks == set(want.values())
+    # the strings as tids (no stream in args; the fraction's text: a tid is no fraction):
+    # what the importer makes of them
+    for e, s in zip((ann[n] for n in "abcde"), streams):
+        e["tid"] = str(s) if isinstance(s, float) else s
+        del e["args"]["stream"]
+    plain, back2 = tmp_path / "plain.json", tmp_path / "back2.duckdb"
+    plain.write_text(json.dumps(doc))
+    import_traces([plain], back2)
+    q = "SELECT name, thread_id, attrs FROM ranges ORDER BY name"
+    with duckdb.connect(str(back), read_only=True) as a, \
+            duckdb.connect(str(back2), read_only=True) as b:
+        assert a.execute(q).fetchall() == b.execute(q).fetchall()
+        assert [r[1] for r in a.execute(q).fetchall()] == [want[n] for n in "abcde"]

@@ -67,7 +67,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cuptiprof.errors import InputError
-from cuptiprof.interop.kineto import LOG_CATEGORY
+from cuptiprof.interop.kineto import LOG_CATEGORY, _tid_number
 from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.store.files import first_row
 
@@ -104,7 +104,8 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
                         "SELECT run_id, pid FROM api_calls UNION ALL SELECT run_id, pid FROM logs "
                         "UNION ALL SELECT run_id, pid FROM memory_events) "
                         "ORDER BY 1, 2").fetchall()
-    lanes = _lanes(con, procs)
+    streams = _stream_tids(con)
+    lanes = _lanes(con, procs, streams)
     # the GPU pids one process's rows would take (rows of no device: -1), which its own pid
     # must not be
     pids = _Pids(procs, {-1 if d is None else d for d in lanes[procs[0]]} if len(procs) == 1 else ())
@@ -128,7 +129,7 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
             sink.write("".join(SEP + msgspec.json.encode(e).decode() for e in meta).encode(), len(meta))
             for table in _EVENTS:
                 counts[table] = _write_table(con, table, wheres.get(table, where), base, last,
-                                             pids, sink)
+                                             pids, sink, streams)
             fh.write(b"\n]}\n")
         if not sink.events:   # a trace without events: nothing a viewer or `import` can read
             raise InputError(f"{prof.path}: nothing to export (no GPU activity, range, API call "
@@ -227,11 +228,12 @@ class _Sink:
 
 
 def _write_table(con, table: str, where: str, base: int, last: int, pids: _Pids,
-                 sink: _Sink) -> int:
+                 sink: _Sink, streams: dict[str, int] | None = None) -> int:
     """Stream one table's events to `sink`; returns its row count. `last`: the export's last
-    time, where a range still open ends."""
+    time, where a range still open ends; `streams`: see _stream_tids."""
     src = _scoped(table, where, pids)
-    sql = _ranges(src, base, pids, last) if table == "ranges" else _EVENTS[table](src, base, pids)
+    sql = (_ranges(src, base, pids, last, streams) if table == "ranges"
+           else _EVENTS[table](src, base, pids))
     rows = 0
     reader = con.sql(sql).to_arrow_reader(BATCH)
     try:
@@ -482,11 +484,13 @@ def _flow(ph: str, pid: _Sql, tid: _Sql, *extra) -> list:
 
 # -- one query per table ------------------------------------------------------------------------
 
-def _ranges(source: str, base: int, pids: _Pids, last: int | None = None) -> str:
+def _ranges(source: str, base: int, pids: _Pids, last: int | None = None,
+            streams: dict[str, int] | None = None) -> str:
     # GPU user annotations sit on their device's stream: attrs is {"device": d, "stream": s}.
     gpu = "domain = 'gpu_user_annotation'"
     attrs = "CASE WHEN json_valid(attrs) THEN attrs END"
     dev, stream = (f"json_extract({attrs}, '$.{k}')" for k in ("device", "stream"))
+    stream = _stream_sql(stream, streams or {})
     cat = (f"CASE WHEN {gpu} THEN 'gpu_user_annotation' WHEN kind = 'step' THEN 'user_annotation' "
            "WHEN domain IN ('cpu_op', 'user_annotation', 'python_function') THEN domain "
            "WHEN kind = 'op' THEN 'cpu_op' ELSE 'user_annotation' END")
@@ -799,7 +803,31 @@ def _device_props(con, proc: tuple | None = None, *, whole_run: bool = False) ->
     return out
 
 
-def _lanes(con, procs) -> dict[tuple, dict]:
+def _stream_tids(con) -> dict[str, int]:
+    """The tid of each GPU user annotation's stream that is not an integer (a string an
+    imported trace carried, say), by its JSON text: the number the importer makes of a named
+    thread (its trailing number, else a crc32 of its text), so that the trace has numeric tids
+    only and imports back as before."""
+    attrs = "CASE WHEN json_valid(attrs) THEN attrs END"
+    return {text: _tid_number(json.loads(text) if kind == "VARCHAR" else text)
+            for text, kind in con.execute(
+                f"SELECT DISTINCT CAST(s AS VARCHAR), json_type(s) FROM (SELECT json_extract("
+                f"{attrs}, '$.stream') s FROM range_rows WHERE domain = 'gpu_user_annotation') "
+                "WHERE s IS NOT NULL AND json_type(s) NOT IN ('BIGINT', 'UBIGINT', 'NULL')"
+            ).fetchall()}
+
+
+def _stream_sql(stream: str, streams: dict[str, int]) -> str:
+    """A GPU user annotation's stream (JSON) as a JSON integer: its own, or its number in
+    `streams` (NULL: none)."""
+    if not streams:
+        return stream
+    whens = " ".join(f"WHEN {_q(k)} THEN {v}" for k, v in streams.items())
+    return (f"CASE WHEN json_type({stream}) IN ('BIGINT', 'UBIGINT', 'NULL') THEN {stream} "
+            f"ELSE CAST(CASE CAST({stream} AS VARCHAR) {whens} END AS JSON) END")
+
+
+def _lanes(con, procs, streams: dict[str, int] | None = None) -> dict[tuple, dict]:
     """Per process, the GPU tracks its rows go on: {device: [streams]} (device None: rows of
     no device, on pid -1 as device -1's)."""
     out: dict[tuple, dict] = {p: {} for p in procs}
@@ -816,10 +844,11 @@ def _lanes(con, procs) -> dict[tuple, dict]:
     dev, stream = (f"json_extract({attrs}, '$.{k}')" for k in ("device", "stream"))
     for run_id, pid, d, s in con.execute(
             f"SELECT DISTINCT run_id, pid, CASE WHEN {dev} IS NULL THEN 0 ELSE TRY_CAST({dev} AS "
-            f"BIGINT) END, TRY_CAST(CAST({stream} AS VARCHAR) AS BIGINT) FROM range_rows "
+            f"BIGINT) END, CAST({_stream_sql(stream, streams or {})} AS VARCHAR) FROM range_rows "
             "WHERE domain = 'gpu_user_annotation'").fetchall():
         if (run_id, pid) not in out:
             continue
+        s = None if s is None else int(s)
         streams = out[(run_id, pid)].setdefault(d, [])
         if s is not None and s not in streams:
             streams.append(s)
