@@ -401,12 +401,12 @@ def test_flows_match_rows_with_a_correlation_id(odd, odd_trace):
     n = lambda t: con.execute(f"SELECT count(correlation_id) FROM {t}").fetchone()[0]  # noqa: E731
     starts = [e for e in ev if e["ph"] == "s"]
     ends = [e for e in ev if e["ph"] == "f"]
-    assert len(starts) == n("api_calls") == 5
-    # a kernel, copy, memset and sync share each id: one arrow each, to the first of them
-    assert len(ends) == con.execute("SELECT count(DISTINCT correlation_id) FROM gpu_activities"
-                                    ).fetchone()[0] == 5
+    assert n("api_calls") == 5
+    # a kernel, copy, memset and sync share each id: an arrow to each, a flow id each
+    assert len(starts) == len(ends) == n("gpu_activities") == 20
     assert all(e["cat"] == e["name"] == "ac2g" and e.get("bp") == "e" for e in ends)
-    assert {e["id"] for e in ends} == {e["id"] for e in starts}
+    assert len({e["id"] for e in ends}) == 20
+    assert sorted(e["id"] for e in ends) == sorted(e["id"] for e in starts)
 
 
 def test_timestamps_are_exact_to_the_ns(odd, odd_trace):
@@ -801,8 +801,8 @@ def test_parquet_table_without_rows_is_still_a_dataset(tmp_path):
 
 def test_every_flow_arrow_has_both_ends_once(tmp_path, chrome_steps):
     """An arrow goes from the first call with a correlation id (a runtime call and the driver
-    call it makes share one) to the first GPU row with it (a graph launch's kernels share one),
-    and only where both are exported: no dangling or doubled ends."""
+    call it makes share one) to each GPU row with it (a graph launch's kernels share one), a
+    flow id each, and only where both are exported: no dangling or doubled ends."""
     t = 1_700_000_000_000_000_000
     src = tmp_path / "f.duckdb"
     with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
@@ -824,8 +824,11 @@ def test_every_flow_arrow_has_both_ends_once(tmp_path, chrome_steps):
     assert counts["events"] == len(ev)
     s = [(e["id"], e["tid"]) for e in ev if e["ph"] == "s"]
     f = sorted((e["id"], e["ts"]) for e in ev if e["ph"] == "f")
-    assert sorted(s) == [(1, 5), (2, 5)]   # cudaMalloc (not cuMemAlloc), the graph launch
-    assert [i for i, _ in f] == [1, 2] and f[1][1] == 3.0   # the memset; kernel "a" alone
+    # cudaMalloc (not cuMemAlloc); the graph launch, once per kernel
+    assert [i for i, _ in sorted(s)][:2] == [1, 2] and {tid for _, tid in s} == {5}
+    assert len(s) == len(set(s)) == len(f) == 4 and sorted(i for i, _ in s) == [i for i, _ in f]
+    # the memset; kernels "a" (the launch's id), "b" and "c"
+    assert [ts for _, ts in f] == [0.6, 3.0, 4.0, 5.0]
     for trace in (chrome_steps[0],):   # a real trace: every id once at each end
         ev = load_trace(trace)["traceEvents"]
         s = [e["id"] for e in ev if e["ph"] == "s"]
@@ -2547,11 +2550,11 @@ def test_an_export_of_one_process_names_its_runs_devices_not_another_runs(tmp_pa
     assert [d["name"] for d in load_trace(out)["deviceProperties"]] == ["A100"]
 
 
-def test_a_correlation_across_kernels_copies_and_memsets_has_one_arrow(tmp_path):
+def test_a_correlation_across_kernels_copies_and_memsets_has_an_arrow_to_each(tmp_path):
     """A graph launch whose kernels (on two GPUs), copy and memset share its correlation id:
-    one arrow, from the launch to the first of them in time whatever its table (chrome://tracing
-    ends a flow at its first "f" and drops any other; Kineto readers take one per id). Rows of
-    one time: the kernel's."""
+    an arrow from the launch to each of them whatever its table, a flow id each
+    (chrome://tracing ends a flow at its first "f" and drops any other); a launch of one row
+    keeps its correlation id as the flow's."""
     t = 1_700_000_000_000_000_000
     i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
     src = tmp_path / "g.duckdb"
@@ -2574,11 +2577,13 @@ def test_a_correlation_across_kernels_copies_and_memsets_has_one_arrow(tmp_path)
         counts = export_chrome(prof, out)
     ev = load_trace(out)["traceEvents"]
     assert counts["events"] == len(ev)
-    assert sorted(e["id"] for e in ev if e["ph"] == "s") == [2, 3, 4]
-    ends = sorted((e["id"], e["ts"], e["tid"]) for e in ev if e["ph"] == "f")
-    # the memset; kernel "c" on stream 7 (not the copy of its time, on stream 8); of a kernel
-    # and a copy that start together, the one that ends first (the copy, on stream 8)
-    assert ends == [(2, 0.9, 7), (3, 5.0, 7), (4, 6.0, 8)]
+    starts = sorted(e["id"] for e in ev if e["ph"] == "s")
+    ends = {(e["ts"], e["tid"]): e["id"] for e in ev if e["ph"] == "f"}
+    assert sorted(ends.values()) == starts and len(set(starts)) == len(starts) == 8
+    gpu = {(e["ts"], e["tid"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+    assert set(ends) == gpu
+    # the first kernel of launch 2 ("a", stream 7), and each launch's kernel, keep the id
+    assert [ends[k] for k in ((1.0, 7), (5.0, 7), (6.0, 7))] == [2, 3, 4]
 
 
 def test_a_process_of_memory_events_only_is_a_process_of_its_own(tmp_path):
@@ -2775,3 +2780,51 @@ def test_a_gpu_annotation_on_a_stream_that_is_not_a_number_gets_a_numeric_track(
             duckdb.connect(str(back2), read_only=True) as b:
         assert a.execute(q).fetchall() == b.execute(q).fetchall()
         assert [r[1] for r in a.execute(q).fetchall()] == [want[n] for n in "abcde"]
+
+
+def test_every_row_of_a_graph_launch_has_an_arrow_from_the_launch(tmp_path):
+    """A CUDA graph launch (one call, its correlation id on several kernels, a copy and a
+    memset): an arrow from the launch to each of them, each a flow of its own (one flow ends
+    at its first "f"), the first kernel's under the correlation id; the trace imports back
+    with every row linked to the launch and the same per-kernel totals."""
+    t = 1_700_000_000_000_000_000
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "g.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({
+            "api_calls": {"thread_id": [5, 5], "api_kind": ["runtime"] * 2,
+                          "name": ["cudaGraphLaunch", "cudaLaunchKernel"],
+                          "correlation_id": [2, 3], "start_ns": [t, t + 100],
+                          "end_ns": [t + 50, t + 150]},
+            "kernels": {"device_id": i32([0, 0, 1, 0]), "stream_id": i32([7, 7, 3, 7]),
+                        "name": ["a", "b", "a", "k"], "correlation_id": [2, 2, 2, 3],
+                        "start_ns": [t + 1_000, t + 2_000, t + 1_500, t + 5_000],
+                        "end_ns": [t + 1_100, t + 2_300, t + 1_600, t + 5_100]},
+            "memcpys": {"device_id": i32([0]), "stream_id": i32([8]), "bytes": [64],
+                        "correlation_id": [2], "start_ns": [t + 3_000], "end_ns": [t + 3_100]},
+            "memsets": {"device_id": i32([0]), "stream_id": i32([7]), "bytes": [64],
+                        "correlation_id": [2], "start_ns": [t + 900], "end_ns": [t + 950]}})
+    out, back = tmp_path / "g.json", tmp_path / "back.duckdb"
+    with cuptiprof.open(src) as prof:
+        counts = export_chrome(prof, out)
+    import_traces([out], back)
+    ev = load_trace(out)["traceEvents"]
+    assert counts["events"] == len(ev)
+    gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    ends = {(e["pid"], e["tid"], e["ts"]): e["id"] for e in ev if e["ph"] == "f"}
+    assert len(ends) == sum(1 for e in ev if e["ph"] == "f") == len(gpu) == 6
+    assert all((e["pid"], e["tid"], e["ts"]) in ends for e in gpu)
+    starts = Counter(e["id"] for e in ev if e["ph"] == "s")
+    assert set(starts.values()) == {1} and set(starts) == set(ends.values())
+    calls = {e["ts"]: e["args"]["correlation"] for e in ev if e.get("cat") == "cuda_runtime"}
+    by_id = {e["id"]: calls[e["ts"]] for e in ev if e["ph"] == "s"}
+    assert sorted(by_id[ends[(e["pid"], e["tid"], e["ts"])]] for e in gpu) == [2] * 5 + [3]
+    first = next(e for e in gpu if e["name"] == "a" and e["args"]["device"] == 0)
+    assert ends[(first["pid"], first["tid"], first["ts"])] == 2
+    assert per_kernel(back) == per_kernel(src)
+    with duckdb.connect(str(back), read_only=True) as con:
+        linked = con.execute(
+            "SELECT g.kind, g.name, c.name FROM gpu_activities g LEFT JOIN api_calls c "
+            "USING (correlation_id) ORDER BY ALL").fetchall()
+    assert sorted(c for _, _, c in linked) == ["cudaGraphLaunch"] * 5 + ["cudaLaunchKernel"]
+    assert [n for _, n, c in linked if c == "cudaLaunchKernel"] == ["k"]

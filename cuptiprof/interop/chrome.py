@@ -109,6 +109,12 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     # the GPU pids one process's rows would take (rows of no device: -1), which its own pid
     # must not be
     pids = _Pids(procs, {-1 if d is None else d for d in lanes[procs[0]]} if len(procs) == 1 else ())
+    # flow ids (_fid) of one correlation id, that id + k * stride, stay apart from every other
+    # id's: the stride is above twice the largest correlation id as moved (several processes')
+    ids = first_row(con.execute(
+        "SELECT max(abs(c)) FROM (SELECT max(abs(correlation_id)) c FROM api_calls UNION ALL "
+        "SELECT max(abs(correlation_id)) FROM gpu_activities)"))[0] or 0
+    pids.flow_stride = 1 << max(32, (2 * (int(ids) + len(procs) * _ID_STRIDE) + 1).bit_length())
     base_row = first_row(con.execute(
         f"SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM gpu_activities "
         f"WHERE {where} UNION ALL SELECT min(start_ns), max(coalesce(end_ns, start_ns)) "
@@ -262,6 +268,7 @@ class _Pids:
     pid order) so that two processes' devices 0 stay apart."""
 
     GPU_APART = 1_000_000
+    flow_stride = 1 << 32   # see _fid; export_chrome sets it above the export's ids
 
     def __init__(self, procs: list[tuple], devices=()):
         self.single = len(procs) <= 1
@@ -310,14 +317,23 @@ _ID_STRIDE = 1 << 32   # CUPTI correlation ids are 32-bit
 
 # Where a row gets its end of an `ac2g` arrow (`_fl`): the first call with a correlation id
 # ("s"; CUPTI gives a runtime call and the driver call it makes one id, as the importer's links
-# take the first) and the first GPU row of it, whatever its table ("f"; a graph launch's
-# kernels, copies and memsets share one id), when the other end is in the export too: an end
-# without its partner draws nothing. One "f" per id: chrome://tracing ends a flow at its
-# first "f" and warns of each later one.
+# take the first) and every GPU row of it, whatever its table ("f"; a graph launch's kernels,
+# copies and memsets share one id), when the other end is in the export too: an end without its
+# partner draws nothing. Each GPU row has a flow of its own, its "s" on the call: a flow ends
+# at its first "f" (chrome://tracing warns of each later one, Perfetto drops them), so that one
+# id for a launch of several rows would draw one arrow. The flow ids (`_fid`): correlation id +
+# `flow_stride` * m (`_m`), m numbering the id's GPU rows in the export (kernels, then _GPU_TABLES
+# order; start, end within a table) from 0: a launch of one row keeps its correlation id.
 _OTHER_END = {"api_calls": "gpu_activities", "kernels": "api_calls", "memcpys": "api_calls",
               "memsets": "api_calls", "syncs": "api_calls"}
-# GPU tables in the order that decides which of rows of one time holds the "f"
+# GPU tables in the order that numbers the flows of one correlation id
 _GPU_TABLES = ("kernels", "memcpys", "memsets", "syncs")
+
+
+def _same_id(other: str, where: str) -> str:
+    """FROM ... WHERE of the rows of `other` in the export with the row's correlation id."""
+    return (f"FROM {other} o WHERE o.run_id IS NOT DISTINCT FROM _r.run_id AND o.pid IS NOT "
+            f"DISTINCT FROM _r.pid AND o.correlation_id = _r.correlation_id AND {where}")
 
 
 def _other_end(table: str, where: str) -> str:
@@ -325,9 +341,25 @@ def _other_end(table: str, where: str) -> str:
     other = _OTHER_END.get(table)
     if other is None:
         return "FALSE"
-    return (f"(correlation_id IS NOT NULL AND EXISTS (SELECT 1 FROM {other} o WHERE o.run_id IS "
-            "NOT DISTINCT FROM _r.run_id AND o.pid IS NOT DISTINCT FROM _r.pid AND "
-            f"o.correlation_id = _r.correlation_id AND {where}))")
+    if table == "api_calls":
+        return "(_n > 0)"
+    return f"(correlation_id IS NOT NULL AND EXISTS (SELECT 1 {_same_id(other, where)}))"
+
+
+def _flows(table: str, where: str) -> str:
+    """`_n`: a call's GPU rows in the export (its flows); `_m`: a GPU row's number among its
+    correlation id's (see _fid); 0 elsewhere."""
+    if table == "api_calls":
+        return (f"coalesce((SELECT count(*) {_same_id('gpu_activities', where)}), 0) AS _n, "
+                "0 AS _m")
+    if table not in _GPU_TABLES:
+        return "0 AS _n, 0 AS _m"
+    earlier = " UNION ALL ".join(f"SELECT run_id, pid, correlation_id FROM {t} WHERE {where}"
+                                 for t in _GPU_TABLES[:_GPU_TABLES.index(table)])
+    before = (f" + coalesce((SELECT count(*) {_same_id(f'({earlier})', 'TRUE')}), 0)"
+              if earlier else "")
+    return ("0 AS _n, row_number() OVER (PARTITION BY run_id, pid, correlation_id ORDER BY "
+            f"start_ns, end_ns) - 1{before} AS _m")
 
 
 def _range_apart(table: str, where: str) -> str:
@@ -341,38 +373,23 @@ def _range_apart(table: str, where: str) -> str:
             f"AND {where}))")
 
 
-def _earlier_elsewhere(table: str, where: str) -> str:
-    """Whether another GPU table holds an earlier row of the GPU row's correlation id (start,
-    then end, then _GPU_TABLES order), which then holds the arrow's "f"."""
-    if table not in _GPU_TABLES:
-        return "FALSE"
-    k = _GPU_TABLES.index(table)
-    others = " UNION ALL ".join(f"SELECT run_id, pid, correlation_id, start_ns, end_ns, {i} AS k "
-                                f"FROM {t} WHERE {where}"
-                                for i, t in enumerate(_GPU_TABLES) if t != table)
-    return ("(correlation_id IS NOT NULL AND EXISTS (SELECT 1 FROM (" + others + ") o WHERE "
-            "o.run_id IS NOT DISTINCT FROM _r.run_id AND o.pid IS NOT DISTINCT FROM _r.pid AND "
-            "o.correlation_id = _r.correlation_id AND (o.start_ns < _r.start_ns OR "
-            "(o.start_ns = _r.start_ns AND (o.end_ns < _r.end_ns OR "
-            f"(o.end_ns = _r.end_ns AND o.k < {k}))))))")
-
-
 def _flow_end(table: str) -> str:
     if _OTHER_END.get(table) is None:
         return "FALSE"
-    return ("(_call AND NOT _before AND row_number() OVER (PARTITION BY run_id, pid, "
-            "correlation_id ORDER BY start_ns, end_ns) = 1)")
+    if table != "api_calls":
+        return "_call"
+    return ("(_call AND row_number() OVER (PARTITION BY run_id, pid, correlation_id ORDER BY "
+            "start_ns, end_ns) = 1)")
 
 
 def _scoped(table: str, where: str, pids: _Pids) -> str:
     """FROM clause: the table's rows in scope (with `_call`, see _other_end, `_apart`, see
-    _range_apart, `_before`, see _earlier_elsewhere, and `_fl`, see _flow_end), with the process
+    _range_apart, `_n` and `_m`, see _flows, and `_fl`, see _flow_end), with the process
     index where several. Several processes' ids are moved apart (index * 2^32), or one
     process's flows and links would join another's rows that carry the same number."""
     src = (f"(SELECT *, {_flow_end(table)} AS _fl FROM (SELECT *, {_other_end(table, where)} "
-           f"AS _call, {_range_apart(table, where)} AS _apart, "
-           f"{_earlier_elsewhere(table, where)} AS _before FROM {table} _r WHERE {where}) _r) "
-           f"_t{pids.join()}")
+           f"AS _call FROM (SELECT *, {_range_apart(table, where)} AS _apart, "
+           f"{_flows(table, where)} FROM {table} _r WHERE {where}) _r) _r) _t{pids.join()}")
     if pids.single or not _IDS.get(table, _GPU_IDS):
         return src
     moved = ", ".join(f"{c} + coalesce(p_idx, 0) * {_ID_STRIDE} AS {c}"
@@ -454,13 +471,17 @@ def _concat(pieces: list) -> str:
 
 
 def _select(source: str, cols: dict[str, str], event: list, flow: list | None = None,
-            where: str = "") -> str:
+            where: str = "", flows: str | None = None) -> str:
     """Columns `text`: SEP + the event, and SEP + the flow event where the row has an arrow's
-    end (`_fl`); `flow`: 1 where it does. `cols` are computed once per row, inside."""
+    end (`_fl`); `flow`: 1 where it does. `flows`: the flow events' text instead (each with its
+    SEP), `_n` of them. `cols` are computed once per row, inside."""
     inner = ", ".join(f"{expr} AS {name}" for name, expr in cols.items())
     pieces = [SEP, *event]
     has_flow = "0"
-    if flow is not None:
+    if flows is not None:
+        has_flow = "CASE WHEN _fl THEN _n ELSE 0 END"
+        pieces.append(_Sql(f"CASE WHEN _fl THEN {flows} ELSE '' END"))
+    elif flow is not None:
         has_flow = "CAST(_fl AS INTEGER)"
         pieces.append(_Sql(f"CASE WHEN _fl THEN {_concat([SEP, *flow])} ELSE '' END"))
     return (f"SELECT {_concat(pieces)} AS text, {has_flow} AS flow "
@@ -476,9 +497,9 @@ def _x(cat, name: _Sql, pid: _Sql, tid: _Sql, args: list) -> list:
                 ("ts", _Sql("_ts")), ("dur", _Sql("_dur")), ("args", args))
 
 
-def _flow(ph: str, pid: _Sql, tid: _Sql, *extra) -> list:
-    """The `ac2g` arrow's end on this row ("s" on the call, "f" on its GPU work)."""
-    return _obj(("ph", ph), ("id", _Sql("correlation_id")), ("pid", pid), ("tid", tid),
+def _flow(ph: str, fid: _Sql, pid: _Sql, tid: _Sql, *extra) -> list:
+    """An `ac2g` arrow's end on this row ("s" on the call, "f" on its GPU work)."""
+    return _obj(("ph", ph), ("id", fid), ("pid", pid), ("tid", tid),
                 ("ts", _Sql("_ts")), ("cat", "ac2g"), ("name", "ac2g"), *extra)
 
 
@@ -537,7 +558,13 @@ def _api_calls(source: str, base: int, pids: _Pids) -> str:
                 _optional("cuptiprof return code", "return_code IS NOT NULL", _val("return_code")))
     cat = _case("api_kind", {"driver": "cuda_driver"}, "cuda_runtime")
     event = _x(cat, _str("name"), _val("_pid"), _val(_TID), args)
-    return _select(source, cols, event, _flow("s", _val("_pid"), _val(_TID)))
+    # one "s" per GPU row of the call: flow ids as in _fid, m from 0 to _n - 1
+    start = _flow("s", _Sql(f"CAST(correlation_id + {pids.flow_stride} * m AS VARCHAR)"),
+                  _val("_pid"), _val(_TID))
+    one = _flow("s", _Sql("correlation_id"), _val("_pid"), _val(_TID))   # _n = 1: most calls
+    flows = (f"CASE WHEN _n = 1 THEN {_concat([SEP, *one])} ELSE array_to_string(list_transform("
+             f"range(_n), lambda m: {_concat([SEP, *start])}), '') END")
+    return _select(source, cols, event, flows=flows)
 
 
 # The CUDA graph a kernel, copy or memset was launched from, under Kineto's keys (written by
@@ -570,7 +597,8 @@ def _gpu(source: str, base: int, pids: _Pids, cat: str, name: _Sql, extra: tuple
                 _optional("cuptiprof range", "range_id IS NOT NULL AND (NOT _call OR _apart)",
                           _val("range_id")))
     event = _x(cat, name, _val("_pid"), _val("_track"), args)
-    return _select(source, cols, event, _flow("f", _val("_pid"), _val("_track"), ("bp", "e")))
+    fid = _Sql(f"CAST(correlation_id + {pids.flow_stride} * _m AS VARCHAR)")
+    return _select(source, cols, event, _flow("f", fid, _val("_pid"), _val("_track"), ("bp", "e")))
 
 
 def _kernels(source: str, base: int, pids: _Pids) -> str:
