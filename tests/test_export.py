@@ -2828,3 +2828,40 @@ def test_every_row_of_a_graph_launch_has_an_arrow_from_the_launch(tmp_path):
             "USING (correlation_id) ORDER BY ALL").fetchall()
     assert sorted(c for _, _, c in linked) == ["cudaGraphLaunch"] * 5 + ["cudaLaunchKernel"]
     assert [n for _, n, c in linked if c == "cudaLaunchKernel"] == ["k"]
+
+
+def test_an_export_of_some_steps_names_only_the_processes_and_tracks_it_holds(tmp_path):
+    """Process and track names of an export of some steps are those of what it holds: not a
+    process, device or stream whose rows are all in other steps. The trace pids stay those of
+    an export of every row (the file's processes, in order)."""
+    t = 1_700_000_000_000_000_000
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "s.duckdb"
+    for i, pid in enumerate((11, 22)):
+        with Writer(src, RunInfo(source="synthetic"), mode="append" if i else "create",
+                    pid=pid) as w:
+            steps = [2, 2, 2] if i else [1, 2, 2]
+            w.append({"api_calls": {"thread_id": [5, 5, 6], "api_kind": ["runtime"] * 3,
+                                    "name": ["cudaLaunchKernel"] * 3, "correlation_id": [1, 2, 3],
+                                    "step": i32(steps), "start_ns": [t, t + 100, t + 200],
+                                    "end_ns": [t + 50, t + 150, t + 250]},
+                      "kernels": {"device_id": i32([0, 1, 0]), "stream_id": i32([7, 9, 8]),
+                                  "name": ["a", "b", "c"], "correlation_id": [1, 2, 3],
+                                  "step": i32(steps), "start_ns": [t + 1_000, t + 2_000, t + 3_000],
+                                  "end_ns": [t + 1_100, t + 2_100, t + 3_100]}})
+    every, some = tmp_path / "all.json", tmp_path / "some.json"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, every)
+    with cuptiprof.open(src, "1") as prof:
+        export_chrome(prof, some)
+    ev = load_trace(some)["traceEvents"]
+    held = [e for e in ev if e["ph"] != "M"]
+    named = {e["pid"] for e in ev if e["name"] == "process_name"}
+    assert named == {e["pid"] for e in held}
+    tracks = {(e["pid"], e["tid"]) for e in ev if e["name"] == "thread_name"}
+    assert tracks == {(e["pid"], e["tid"]) for e in held if e.get("cat") == "kernel"}
+    assert len(tracks) == 1
+    names = lambda evs: {e["pid"]: e["args"]["name"] for e in evs  # noqa: E731
+                         if e["name"] == "process_name"}
+    full, scoped = names(load_trace(every)["traceEvents"]), names(ev)
+    assert scoped == {p: full[p] for p in named} and set(scoped.values()) == {"pid 11"}

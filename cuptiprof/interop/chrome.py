@@ -131,7 +131,14 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
         with _open(tmp, out.name if out.name.lower().endswith(".gz") else None) as fh:
             fh.write(_head(con, base, pids, procs))
             sink = _Sink(fh)
-            meta = _metadata(con, procs, pids, lanes)
+            # pids are the file's processes' (an export of other steps numbers them alike);
+            # names, those of the processes, devices and streams the export holds
+            if prof.step_range is not None:
+                held = _held(con, where, wheres["ranges"])
+                meta = _metadata(con, [p for p in procs if p in held], pids,
+                                 _lanes(con, procs, streams, where, wheres["ranges"]))
+            else:
+                meta = _metadata(con, procs, pids, lanes)
             sink.write("".join(SEP + msgspec.json.encode(e).decode() for e in meta).encode(), len(meta))
             for table in _EVENTS:
                 counts[table] = _write_table(con, table, wheres.get(table, where), base, last,
@@ -855,16 +862,26 @@ def _stream_sql(stream: str, streams: dict[str, int]) -> str:
             f"ELSE CAST(CASE CAST({stream} AS VARCHAR) {whens} END AS JSON) END")
 
 
-def _lanes(con, procs, streams: dict[str, int] | None = None) -> dict[tuple, dict]:
-    """Per process, the GPU tracks its rows go on: {device: [streams]} (device None: rows of
-    no device, on pid -1 as device -1's)."""
+def _held(con, where: str, ranges_where: str) -> set[tuple]:
+    """The processes (run_id, pid) with a row in the export."""
+    return set(con.execute(
+        f"SELECT DISTINCT run_id, pid FROM (SELECT run_id, pid FROM gpu_activities WHERE {where} "
+        f"UNION ALL SELECT run_id, pid FROM ranges WHERE {ranges_where} UNION ALL "
+        f"SELECT run_id, pid FROM api_calls WHERE {where} UNION ALL SELECT run_id, pid FROM logs "
+        f"WHERE time_ns IS NOT NULL AND {where} UNION ALL SELECT run_id, pid FROM memory_events "
+        f"WHERE {where})").fetchall())
+
+
+def _lanes(con, procs, streams: dict[str, int] | None = None, where: str = "TRUE",
+           ranges_where: str = "TRUE") -> dict[tuple, dict]:
+    """Per process, the GPU tracks its rows in the export (`where`; ranges: `ranges_where`) go
+    on: {device: [streams]} (device None: rows of no device, on pid -1 as device -1's)."""
     out: dict[tuple, dict] = {p: {} for p in procs}
-    for run_id, pid in procs:
-        lanes = out[(run_id, pid)]
-        for dev, stream in con.execute(
-                "SELECT DISTINCT device_id, coalesce(stream_id, -1) FROM gpu_activities "
-                "WHERE run_id = ? AND pid = ? ORDER BY 1, 2", [run_id, pid]).fetchall():
-            lanes.setdefault(dev, []).append(stream)
+    for run_id, pid, dev, stream in con.execute(
+            "SELECT DISTINCT run_id, pid, device_id, coalesce(stream_id, -1) FROM gpu_activities "
+            f"WHERE {where} ORDER BY ALL").fetchall():
+        if (run_id, pid) in out:
+            out[(run_id, pid)].setdefault(dev, []).append(stream)
     # GPU user annotations sit on their device's stream (see _ranges), one with no other work
     # on it too: their devices and streams are named as those of GPU rows (a stream that is
     # not a number, or none, leaves the track as it is: its tid is no stream)
@@ -873,7 +890,7 @@ def _lanes(con, procs, streams: dict[str, int] | None = None) -> dict[tuple, dic
     for run_id, pid, d, s in con.execute(
             f"SELECT DISTINCT run_id, pid, CASE WHEN {dev} IS NULL THEN 0 ELSE TRY_CAST({dev} AS "
             f"BIGINT) END, CAST({_stream_sql(stream, streams or {})} AS VARCHAR) FROM range_rows "
-            "WHERE domain = 'gpu_user_annotation'").fetchall():
+            f"WHERE domain = 'gpu_user_annotation' AND {ranges_where}").fetchall():
         if (run_id, pid) not in out:
             continue
         s = None if s is None else int(s)
