@@ -2865,3 +2865,31 @@ def test_an_export_of_some_steps_names_only_the_processes_and_tracks_it_holds(tm
                          if e["name"] == "process_name"}
     full, scoped = names(load_trace(every)["traceEvents"]), names(ev)
     assert scoped == {p: full[p] for p in named} and set(scoped.values()) == {"pid 11"}
+
+
+def test_each_process_of_a_merged_export_names_the_devices_it_has_rows_on(tmp_path):
+    """Two processes of one run, only the first of which recorded the run's GPUs: an export of
+    both gives each process the specs of every device it has rows on (its own record, else
+    its run's), so that each imports back with named devices, as an export of it alone does."""
+    t = 1_700_000_000_000_000_000
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "d.duckdb"
+    for i, pid in enumerate((40, 50)):
+        with Writer(src, RunInfo(source="synthetic", label="r"), mode="append" if i else "create",
+                    pid=pid) as w:
+            batch = {"kernels": {"device_id": i32([0, 1] if i else [0]),
+                                 "stream_id": i32([7, 7] if i else [7]), "name": ["k"] * (i + 1),
+                                 "start_ns": [t, t + 10][:i + 1], "end_ns": [t + 5, t + 15][:i + 1]}}
+            if not i:
+                batch["devices"] = {"device_id": i32([0, 1]), "kind": ["gpu"] * 2,
+                                    "name": ["H200 a", "H200 b"], "sm_count": i32([132, 132])}
+            w.append(batch)
+    out, back = tmp_path / "d.json", tmp_path / "back.duckdb"
+    chrome_round_trip(src, out, back)
+    procs = {p["originalPid"]: [d["name"] for d in p["devices"]]
+             for p in load_trace(out)["cuptiprofProcesses"]}
+    assert procs == {40: ["H200 a", "H200 b"], 50: ["H200 a", "H200 b"]}
+    with duckdb.connect(str(back), read_only=True) as con:
+        assert con.execute("SELECT pid, device_id, name, sm_count FROM devices ORDER BY ALL"
+                           ).fetchall() == [(40, 0, "H200 a", 132), (50, 0, "H200 a", 132),
+                                            (50, 1, "H200 b", 132)]

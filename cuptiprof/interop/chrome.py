@@ -129,7 +129,7 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     counts: dict[str, int] = {}
     try:
         with _open(tmp, out.name if out.name.lower().endswith(".gz") else None) as fh:
-            fh.write(_head(con, base, pids, procs))
+            fh.write(_head(con, base, pids, procs, lanes))
             sink = _Sink(fh)
             # pids are the file's processes' (an export of other steps numbers them alike);
             # names, those of the processes, devices and streams the export holds
@@ -713,22 +713,23 @@ _EVENTS = {"ranges": _ranges, "api_calls": _api_calls, "kernels": _kernels, "mem
 
 # -- header and metadata (a few rows: Python) ----------------------------------------------------
 
-def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
+def _head(con, base: int, pids: _Pids, procs: list[tuple], lanes: dict[tuple, dict]) -> bytes:
     single = pids.single
     # One process's trace says what the file knows of that process, not of another one it holds
     # (a rank that recorded nothing, beside it in a merge): its devices (where none is its own,
     # its run's, another process of it having recorded them; where the run has none either,
-    # any the file has), rank and host.
+    # any the file has; and those of each device it has rows on), rank and host.
     own = "run_id IS NOT DISTINCT FROM ? AND pid IS NOT DISTINCT FROM ?" if procs else "TRUE"
     own_args = list(procs[0]) if procs else []
-    devices = ((_device_props(con, procs[0]) or _device_props(con, procs[0], whole_run=True))
+    devices = (_with_used(con, procs[0], _device_props(con, procs[0])
+                          or _device_props(con, procs[0], whole_run=True), lanes[procs[0]])
                if single and procs else []) or _device_props(con)
     head = {"schemaVersion": 1, "baseTimeNanoseconds": base, "displayTimeUnit": "ms",
             "deviceProperties": devices,
             # not Kineto's: the External ids are range ids (see LINKS), which the importer links by
             "cuptiprofLinks": LINKS}
     if not single:   # not Kineto's: what the importer needs to take the processes apart again
-        head["cuptiprofProcesses"] = _processes(con, pids, procs)
+        head["cuptiprofProcesses"] = _processes(con, pids, procs, lanes)
     dist = first_row(con.execute("SELECT rank, world_size, local_rank FROM processes WHERE (rank IS NOT NULL "
                                  f"OR local_rank IS NOT NULL) AND {own} LIMIT 1", own_args)) if single else None
     if dist:   # local_rank: not Kineto's; the importer reads it back
@@ -762,9 +763,10 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple]) -> bytes:
     return msgspec.json.encode(head)[:-1] + b', "traceEvents": [\n'
 
 
-def _processes(con, pids: _Pids, procs: list[tuple]) -> list[dict]:
+def _processes(con, pids: _Pids, procs: list[tuple], lanes: dict[tuple, dict]) -> list[dict]:
     """Per process: its pids in the trace, the amount its ids were moved by, and what the
-    `processes` and `devices` tables know of it."""
+    `processes` and `devices` tables know of it (of a device it has rows on that it did not
+    record, what its run or the file does: see _with_used)."""
     known = {(r[0], r[1]): r[2:] for r in con.execute(
         "SELECT run_id, pid, host, rank, local_rank, world_size, exit_status, ended_early, "
         "command, start_ns, end_ns FROM processes").fetchall()}
@@ -776,7 +778,9 @@ def _processes(con, pids: _Pids, procs: list[tuple]) -> list[dict]:
         out.append({"pid": pids.cpu(run_id, pid), "gpuPids": pids.gpu(run_id, pid, 0) // 1000 * 1000,
                     "idShift": i * _ID_STRIDE, "originalPid": pid, "host": host, "rank": rank,
                     "localRank": local_rank, "worldSize": world,
-                    "devices": _device_props(con, (run_id, pid)), "run": runs.get(run_id),
+                    "devices": _with_used(con, (run_id, pid), _device_props(con, (run_id, pid)),
+                                          lanes[(run_id, pid)]),
+                    "run": runs.get(run_id),
                     # a process without a row says nothing: the import's own
                     **(dict(zip(_PROC_KEYS, proc)) if (run_id, pid) in known else {})})
     return out
@@ -870,6 +874,22 @@ def _held(con, where: str, ranges_where: str) -> set[tuple]:
         f"SELECT run_id, pid FROM api_calls WHERE {where} UNION ALL SELECT run_id, pid FROM logs "
         f"WHERE time_ns IS NOT NULL AND {where} UNION ALL SELECT run_id, pid FROM memory_events "
         f"WHERE {where})").fetchall())
+
+
+def _with_used(con, proc: tuple, props: list[dict], used) -> list[dict]:
+    """`props` and, for each device of `used` (ordinals) they do not have, the first of its
+    ordinal the process's run records, else the file: a process whose GPUs another process of
+    its run recorded (rank 0, say) imports back with them named, not as bare ordinals."""
+    missing = {d for d in used if d is not None} - {p["id"] for p in props}
+    if not missing:
+        return props
+    props = list(props)
+    for more in (_device_props(con, proc, whole_run=True), _device_props(con)):
+        for p in more:
+            if p["id"] in missing:
+                props.append(p)
+                missing.discard(p["id"])
+    return props
 
 
 def _lanes(con, procs, streams: dict[str, int] | None = None, where: str = "TRUE",
