@@ -108,7 +108,8 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     lanes = _lanes(con, procs, streams)
     # the GPU pids one process's rows would take (rows of no device: -1), which its own pid
     # must not be
-    pids = _Pids(procs, {-1 if d is None else d for d in lanes[procs[0]]} if len(procs) == 1 else ())
+    pids = _Pids(procs, {-1 if d is None else d for d in lanes[procs[0]]}
+                 if len(procs) == 1 else ())
     # flow ids (_fid) of one correlation id, that id + k * stride, stay apart from every other
     # id's: the stride is above twice the largest correlation id as moved (several processes')
     ids = first_row(con.execute(
@@ -269,10 +270,11 @@ class _Pids:
     """Kineto's pid of each row. One process: its own pid for CPU rows, the device ordinal for
     GPU rows (as torch.profiler writes), or where its pid is one of its devices' ordinals (a
     container's PID 1 on GPU 1: one process, and threads and streams of one number one track,
-    in a viewer) GPU_APART + the ordinal; rows of no device on -1, or GPU_APART - 1 where the
-    process's pid is -1 too (an imported one). The importer reads a GPU row's device from its
-    args (-1 written for no device where the pid does not say it). Several: numbers by the process's index (in run,
-    pid order) so that two processes' devices 0 stay apart."""
+    in a viewer) GPU_APART + the ordinal, and rows of no device GPU_APART - 1 (an imported
+    process of pid -1 would share theirs, -1, otherwise); the importer reads a GPU row's
+    device from its args (-1 written there for no device where the pid does not say it).
+    Several: numbers by the process's index (in run, pid order) so that two processes'
+    devices 0 stay apart."""
 
     GPU_APART = 1_000_000
     flow_stride = 1 << 32   # see _fid; export_chrome sets it above the export's ids
