@@ -851,6 +851,10 @@ def test_finish_gives_each_process_the_end_it_is_known_by(tmp_path):
     record = dict(record, child_pid=200, status="complete", exit_code=0)   # not Python
     out = finish(tmp_path / "s.duckdb", parts, record, sources=[], wait=False)
     assert q(out, "SELECT end_ns FROM processes WHERE pid = 200") == [(70,)]
+    # a command whose process wrote its end keeps that one: the launcher sees it a moment later
+    record = dict(record, child_pid=101, status="complete", exit_code=0)
+    out = finish(tmp_path / "t.duckdb", parts, record, sources=[], wait=False)
+    assert q(out, "SELECT end_ns FROM processes WHERE pid = 101") == [(40,)]
 
 
 def test_a_run_inside_a_run_passes_on_the_signal_that_ended_the_command(tmp_path):
@@ -1098,3 +1102,72 @@ def test_a_program_run_under_nohup_keeps_ignoring_sighup(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "ran on" in r.stdout
     assert q(tmp_path / "n.duckdb", "SELECT step FROM ranges WHERE kind = 'step'") == [(0,)]
+
+
+def test_default_output_name_passes_over_the_parts_of_a_run_that_did_not_finish(tmp_path,
+                                                                                 monkeypatch):
+    """A default name whose OUT.parts is left from a run that did not finish is taken: the
+    next is given, rather than a run refused over a name the user never chose."""
+    import datetime as real
+    import types
+    from pathlib import Path
+
+    from cuptiprof.run import launcher
+
+    class Fixed(real.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 1, 2, 3, 4, 5)
+
+    monkeypatch.setattr(launcher, "_dt", types.SimpleNamespace(datetime=Fixed))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cuptiprof-20260102-030405.duckdb.parts").mkdir()
+    assert launcher.output_path(None) == Path("cuptiprof-20260102-030405-2.duckdb")
+
+
+@pytest.mark.parametrize("who", ["launcher", "process"])
+def test_merging_the_parts_of_a_run_still_going_is_refused(tmp_path, who):
+    """`cuptiprof merge OUT.parts/*.duckdb` while the run's launcher, or one of its processes
+    on this host, still writes there: one line saying so, no OUT, the parts left as they are."""
+    import socket
+    import subprocess
+
+    from cuptiprof.store.writer import RunInfo, Writer
+
+    parts = tmp_path / "r.duckdb.parts"
+    parts.mkdir()
+    with Writer(parts / "h-11.duckdb", RunInfo(source="cpu"), pid=11) as w:
+        w.append({"processes": {"pid": [11]}})
+    if who == "launcher":
+        (parts / "launcher.pid").write_text(str(os.getpid()))   # alive: this test
+    else:
+        gone = subprocess.Popen([PY, "-c", "pass"])
+        gone.wait()
+        (parts / "launcher.pid").write_text(str(gone.pid))
+        me = f"{socket.gethostname()}-{os.getpid()}"   # started, never ended, alive
+        (parts / f"{me}.start.json").write_text(json.dumps({"pid": os.getpid(),
+                                                            "host": socket.gethostname()}))
+    before = sorted(p.name for p in parts.iterdir())
+    r = cli(["merge", "r.duckdb.parts/h-11.duckdb", "-o", "r.duckdb"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert "still running" in r.stderr
+    assert not (tmp_path / "r.duckdb").exists()
+    assert sorted(p.name for p in parts.iterdir()) == before
+
+
+def test_a_command_ended_by_a_signal_gets_no_hint_to_mark_steps(tmp_path):
+    """A run cut short by a signal before its first step did not miss its steps: the hint to
+    mark them would send the user after the wrong thing."""
+    p = script(tmp_path, """
+        import os, signal, cuptiprof
+        with cuptiprof.range("load"):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+    """)
+    r = cli(["run", "-o", "s.duckdb", "--", PY, p], tmp_path)
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr
+    assert q(tmp_path / "s.duckdb", "SELECT name FROM ranges") == [("load",)]
+    assert "before anything was recorded" not in r.stderr   # the report is printed
+    assert "cuptiprof: wrote s.duckdb" in r.stderr
+    assert "no steps were marked" not in r.stderr
