@@ -451,3 +451,20 @@ def test_one_run_fills_in_processes_and_notes_from_the_launcher(tmp_path, dead_n
     assert q(out, "SELECT run_id, pid, check_name, subject FROM data_quality ORDER BY ALL") == [
         (1, 1, "process_exec", "1"), (1, 7, "process_ended_early", "7"),
         (1, None, "unreadable_part", "h-8.duckdb")]
+
+
+def test_a_temporary_file_left_by_a_killed_merge_of_the_same_pid_is_not_taken_in(tmp_path):
+    """A merge killed mid-write leaves its hidden temporary file and WAL; a later merge with the
+    same pid (a container's pid 1) writes under the same name: it starts from nothing, and
+    leaves no temporary file behind."""
+    from cuptiprof.outputs import temp_beside
+
+    a = _file(tmp_path / "a.duckdb", ["gemm"], 11, "hostA")
+    out = tmp_path / "all.duckdb"
+    tmp = temp_beside(out)
+    tmp.write_bytes(b"half a database" * 100)
+    wal = tmp.with_name(tmp.name + ".wal")
+    wal.write_bytes(b"half a log" * 100)
+    merge_files([a], out)
+    assert q(out, "SELECT run_id, label FROM runs") == [(1, "hostA")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "all.duckdb"]
