@@ -362,8 +362,10 @@ def test_no_steps_notice_speaks_of_the_step_option_given(tmp_path, option, says)
     (["--step-fn", "no_such_module_xyz:f"], "cannot import"),
     (["--step-fn", "not-a-spec"], "MODULE:QUALNAME"),
     (["--kinds", "bogus"], "bogus"),
+    (["--kinds", ","], "--kinds ',': no kind given"),   # --kinds "$KINDS" with KINDS unset, or a stray comma
     (["-o", "missing-dir/x.duckdb"], "does not exist"),
     (["-o", ""], "the output path is empty"),   # -o "$OUT" with OUT unset
+    (["-o", " "], "-o ' ': the output path is empty"),
     (["--step-range", ""], "--step-range '': empty; give the name of the range"),
     (["--step-fn", " "], "--step-fn ' ': empty; give MODULE:QUALNAME"),
     (["--overhead", "-o", ""], "leave out -o"),
@@ -479,6 +481,11 @@ def test_cuptiprof_disable_left_set_for_the_whole_command_says_so(tmp_path):
     assert ("cuptiprof: notice: no process of the command was profiled: CUPTIPROF_DISABLE=1 is "
             "set in the environment, which keeps every process out; unset it (unset "
             "CUPTIPROF_DISABLE) and run again") in r.stderr, r.stderr[-500:]
+    # =0 keeps nothing out: a command with no Python process is told the usual reason
+    r = cli(["run", "-o", "e.duckdb", "--", "sh", "-c", "true"], tmp_path, CUPTIPROF_DISABLE="0")
+    assert r.returncode == 0, r.stderr
+    assert ("cuptiprof: notice: no process of the command was profiled: cuptiprof records the "
+            "Python processes") in r.stderr, r.stderr[-500:]
 
 
 def test_kinds_without_a_gpu_says_it_has_no_effect(tmp_path):
@@ -1171,3 +1178,18 @@ def test_a_command_ended_by_a_signal_gets_no_hint_to_mark_steps(tmp_path):
     assert "before anything was recorded" not in r.stderr   # the report is printed
     assert "cuptiprof: wrote s.duckdb" in r.stderr
     assert "no steps were marked" not in r.stderr
+
+
+def test_a_run_left_the_variables_of_a_run_that_has_ended_records_its_command(tmp_path):
+    """A shell or daemon started under a `cuptiprof run` that has since ended keeps its
+    variables; that run's parts folder is gone, so a `cuptiprof run` from there records its
+    command itself instead of standing aside for no one."""
+    from cuptiprof.run.settings import ChildSettings
+
+    p = script(tmp_path, "import cuptiprof\nwith cuptiprof.range('step', step=0):\n    pass\n")
+    r = cli(["run", "-o", "own.duckdb", "--no-report", "--", PY, p], tmp_path,
+            CUPTIPROF_RUN_SETTINGS=ChildSettings().to_env(),
+            CUPTIPROF_RUN_PARTS=str(tmp_path / "gone.duckdb.parts"))
+    assert r.returncode == 0, r.stderr
+    assert "runs under another one" not in r.stderr
+    assert q(tmp_path / "own.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
