@@ -468,3 +468,29 @@ def test_a_temporary_file_left_by_a_killed_merge_of_the_same_pid_is_not_taken_in
     merge_files([a], out)
     assert q(out, "SELECT run_id, label FROM runs") == [(1, "hostA")]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "all.duckdb"]
+
+
+def test_inputs_whose_names_hold_a_quote_merge(tmp_path):
+    """A file name may hold a quote (rank 0's.duckdb): it is a name, not SQL."""
+    a = _file(tmp_path / "rank 0's.duckdb", ["gemm"], 11, "hostA")
+    b = _file(tmp_path / "b.duckdb", ["relu"], 22, "hostB")
+    out = merge_files([a, b], tmp_path / "it's all.duckdb")
+    assert q(out, "SELECT run_id, label FROM runs ORDER BY run_id") == [(1, "hostA"), (2, "hostB")]
+
+
+def test_a_merge_of_no_file_is_refused_and_writes_nothing(tmp_path):
+    with pytest.raises(InputError, match="at least one input file"):
+        merge_files([], tmp_path / "none.duckdb")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_inputs_beside_a_file_named_run_json_are_runs_of_their_own(tmp_path):
+    """Only an OUT.parts folder holds the parts of one `cuptiprof run`: files in a folder that
+    happens to hold a run.json are merged as the runs they are."""
+    _file(tmp_path / "a.duckdb", ["gemm"], 11, "hostA")
+    _file(tmp_path / "b.duckdb", ["relu"], 22, "hostB")
+    (tmp_path / "run.json").write_text("{}")
+    r = cli(["merge", "a.duckdb", "b.duckdb", "-o", "all.duckdb"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "all.duckdb", "SELECT run_id, label FROM runs ORDER BY run_id") == [
+        (1, "hostA"), (2, "hostB")]
