@@ -494,3 +494,18 @@ def test_inputs_beside_a_file_named_run_json_are_runs_of_their_own(tmp_path):
     assert r.returncode == 0, r.stderr
     assert q(tmp_path / "all.duckdb", "SELECT run_id, label FROM runs ORDER BY run_id") == [
         (1, "hostA"), (2, "hostB")]
+
+
+def test_a_merged_file_stores_the_busy_time_of_every_run(tmp_path):
+    """Reports read a file's stored busy time per step only where it covers every run, else
+    they fold every row again: a merge stores it for each run, computing it for an input
+    whose writer never stored it (killed)."""
+    a = _file(tmp_path / "a.duckdb", ["gemm"], 11, "hostA")
+    b = _file(tmp_path / "b.duckdb", ["relu", "x"], 22, "hostB")
+    con = duckdb.connect(str(b))
+    con.execute("DELETE FROM step_busy; DELETE FROM step_busy_runs")
+    con.close()
+    out = merge_files([a, b], tmp_path / "all.duckdb")
+    assert q(out, "SELECT run_id FROM step_busy_runs ORDER BY ALL") == [(1,), (2,)]
+    assert q(out, "SELECT run_id, pid, step, busy_ns FROM step_busy ORDER BY ALL") == [
+        (1, 11, 0, 10), (2, 22, 0, 11)]
