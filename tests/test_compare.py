@@ -258,6 +258,15 @@ def test_known_gpu_table():
     assert known_gpu("Tesla V100-SXM2-32GB")["peak_nvlink_gbps"] == 150
     assert known_gpu("NVIDIA L4")["peak_memory_bw_gbps"] == 300
     assert known_gpu("Some Future GPU") is None
+    # a variant is matched before the plain name it contains, and a name is not another's prefix
+    hbm = {n: known_gpu(n)["peak_memory_bw_gbps"] for n in (
+        "NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA GH200 480GB", "NVIDIA H200", "NVIDIA A10G",
+        "NVIDIA L40S", "Tesla V100-PCIE-16GB")}
+    assert hbm == {"NVIDIA H100 PCIe": 2000, "NVIDIA H100 80GB HBM3": 3350, "NVIDIA GH200 480GB": 4000,
+                   "NVIDIA H200": 4800, "NVIDIA A10G": 600, "NVIDIA L40S": 864, "Tesla V100-PCIE-16GB": 900}
+    assert known_gpu("NVIDIA A10G")["peak_tensor_tflops"] == 70
+    assert known_gpu("Tesla V100-PCIE-16GB")["peak_nvlink_gbps"] is None
+    assert known_gpu("NVIDIA GH200 480GB")["peak_host_link_gbps"] == 450
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, pair):
@@ -281,7 +290,9 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, pair):
     assert main(["compare", str(a), str(b), "--flops", "*=inf"]) == 2
     assert "positive number" in capsys.readouterr().err
     # work so large that throughput overflows to infinity (no JSON number): a typo, refused
-    for opt, spec in (("--flops", "*gemm*=1e308"), ("--bytes", "*=1e10"), ("--bytes", "*=nan")):
+    # and work of 0 (a throughput of 0 would read as measured): no positive number either
+    for opt, spec in (("--flops", "*gemm*=1e308"), ("--bytes", "*=1e10"), ("--bytes", "*=nan"),
+                      ("--flops", "gemm=0"), ("--bytes", "*=-1")):
         assert main(["compare", str(a), str(b), opt, spec, "--format", "json"]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"cuptiprof: error: {opt} {spec!r}: expected") and "up to 1000000000" in err
@@ -1122,3 +1133,196 @@ def test_keys_of_equal_time_rank_in_key_order(tmp_path):
                       if r["run"] == run and r["key"].endswith("_k")]
             assert ranked == ["alpha_k", "beta_k", "mid_k", "omega_k", "zeta_k"]
         assert {r["rank_change"] for r in rows(cmp.ops()) if r["run"] == 1} == {0}
+
+
+def _uneven_run(path, calls=(2, 2, 3), copy_mb=(1, 1, 4), kernel_us=100):
+    """Steps of uneven work: step s runs `calls[s]` back-to-back kernels 'k' of `kernel_us` on
+    one stream and, under the first of them, one 10 us HtoD copy of `copy_mb[s]` MiB."""
+    k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
+    m = {c: [] for c in ("start_ns", "end_ns", "step", "copy_kind", "bytes", "stream_id", "device_id")}
+    for s, (n, mb) in enumerate(zip(calls, copy_mb)):
+        t = 10_000_000 * (s + 1)
+        for i in range(n):
+            for c, v in (("start_ns", t + i * kernel_us * 1000), ("end_ns", t + (i + 1) * kernel_us * 1000),
+                         ("step", s), ("name", "k"), ("stream_id", 7), ("device_id", 0)):
+                k[c].append(v)
+        for c, v in (("start_ns", t + 1000), ("end_ns", t + 11_000), ("step", s), ("copy_kind", "HtoD"),
+                     ("bytes", mb << 20), ("stream_id", 21), ("device_id", 0)):
+            m[c].append(v)
+    with Writer(path, RunInfo(source="synthetic")) as w:
+        w.append({"kernels": k, "memcpys": m})
+    return Path(path)
+
+
+def test_per_step_figures_are_medians_over_the_steps_not_the_busiest_step(tmp_path):
+    """One step of three launches more kernels and four times the bytes: calls per step, bytes per step and the
+    GPU window each share is taken of are the typical step's (the median), as the times are."""
+    a = _uneven_run(tmp_path / "a.duckdb")
+    b = _uneven_run(tmp_path / "b.duckdb", kernel_us=200)
+    with Comparison([a, b], work=work_list(["k=2"], ["k=0.1"])) as cmp:
+        k = {r["run"]: r for r in rows(cmp.ops()) if r["key"] == "k"}
+        assert [k[0]["calls_per_step"], k[0]["ms"], k[0]["max_ms"]] == [2, 0.2, 0.3]
+        assert k[1]["ratio"] == pytest.approx(2.0)
+        # 2 calls of 2 GFLOP and 0.1 GB in 0.4 ms: 10 TFLOP/s, 500 GB/s (both given for one key)
+        tp = {r["run"]: r for r in rows(cmp.throughput())}
+        assert tp[1]["calls_per_step"] == 2 and tp[1]["tflops"] == pytest.approx(10.0)
+        assert tp[1]["gbps"] == pytest.approx(500.0)
+        kinds = {(r["run"], r["kind"], r["detail"]): r for r in rows(cmp.kinds())}
+        copy = kinds[(0, "memcpy", "HtoD")]
+        assert copy["bytes_per_step"] == 1 << 20 and copy["ms"] == pytest.approx(0.01)
+        # windows per step 0.2, 0.2, 0.3 ms: the median step's is 0.2 ms, the copy 5% of it
+        assert copy["pct_window"] == pytest.approx(5.0)
+        assert kinds[(0, "kernel", None)]["pct_window"] == pytest.approx(100.0)
+        assert kinds[(1, "kernel", None)]["pct_window"] == pytest.approx(100.0)
+        # the wide table: 0.2 of the median step's 0.21 ms of GPU work; rows lettered by file
+        (wide,) = [r for r in cmp.side_by_side(top=5).to_pylist() if r["key"] == "k"]
+        assert (wide["A_ms"], wide["B_x"]) == (0.2, 2.0) and wide["A_pct"] == pytest.approx(100 * 0.2 / 0.21)
+        assert [(r["file"], r["direction"], r["copies"]) for r in rows(cmp.lettered("bandwidth"))] == [
+            ("A", "HtoD", 3), ("B", "HtoD", 3)]
+        # printed kernels first, idle last, not in the order of the names
+        assert [(r["kind"], r["detail"]) for r in cmp.kinds_side_by_side().to_pylist()] == [
+            ("kernel", None), ("memcpy", "HtoD"), ("idle", None)]
+        bw = {r["run"]: r for r in rows(cmp.bandwidth())}
+        # 6 MiB in 3 copies of 10 us each
+        assert bw[0]["copies"] == 3 and bw[0]["achieved_gbps"] == pytest.approx((6 << 20) / 30_000)
+
+
+def test_step_timeline_thins_a_lane_only_past_its_cap_and_names_a_box_by_its_longest_op(tmp_path):
+    """One step: a 1 us memset, a 5 us kernel 'long_k', a 2 us kernel 'short_k', 0.1 us apart
+    on one stream (a window of 8.2 us; at 10 pixels one pixel spans 0.82 us)."""
+    from cuptiprof.analyse.compare import step_timeline
+    from cuptiprof.analyse.profile import open_profile
+    k = {"start_ns": [1_100, 6_200], "end_ns": [6_100, 8_200], "step": [0, 0], "name": ["long_k", "short_k"],
+         "stream_id": [7, 7], "device_id": [0, 0]}
+    ms = {"start_ns": [0], "end_ns": [1_000], "step": [0], "bytes": [4096], "stream_id": [7], "device_id": [0]}
+    path = tmp_path / "t.duckdb"
+    with Writer(path, RunInfo(source="synthetic")) as w:
+        w.append({"kernels": k, "memsets": ms})
+    with open_profile(path) as prof:
+        # a lane of exactly its cap (3 ops): every op its own row
+        got = rows(step_timeline(prof, 0, pixels=10, lane_ops=3))
+        assert sorted((r["name"], r["ops"], r["merge_px"]) for r in got) == [
+            ("Memset", 1, 0.0), ("long_k", 1, 0.0), ("short_k", 1, 0.0)]
+        # one op past it: gaps under a pixel, so one box, named and kinded by its longest op
+        (box,) = rows(step_timeline(prof, 0, pixels=10, lane_ops=2))
+        assert (box["name"], box["kind"], box["ops"], box["merge_px"]) == ("long_k", "kernel", 3, 1.0)
+        assert (box["start_ns"], box["end_ns"], box["busy_ns"]) == (0, 8_200, 8_000)
+
+
+def test_outside_steps_share_weighs_gpu_work_not_host_waits(tmp_path):
+    """Two steps of one 100 us kernel and one 100 us stream sync each; after them a 300 us
+    kernel and a 1 ms sync no step claims. The GPU work outside is the kernel alone: 300 of
+    500 us, 1 of 3 activities; the host waits count on neither side."""
+    def run(name, outside):
+        k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
+        sy = {c: [] for c in ("start_ns", "end_ns", "step", "sync_type", "device_id")}
+        for s in range(2):
+            t = 1_000_000 * (s + 1)
+            for c, v in (("start_ns", t), ("end_ns", t + 100_000), ("step", s), ("name", "k"),
+                         ("stream_id", 7), ("device_id", 0)):
+                k[c].append(v)
+            for c, v in (("start_ns", t + 100_000), ("end_ns", t + 200_000), ("step", s),
+                         ("sync_type", "stream_synchronize"), ("device_id", 0)):
+                sy[c].append(v)
+        if outside:
+            for c, v in (("start_ns", 5_000_000), ("end_ns", 5_300_000), ("step", None), ("name", "late"),
+                         ("stream_id", 7), ("device_id", 0)):
+                k[c].append(v)
+            for c, v in (("start_ns", 5_300_000), ("end_ns", 6_300_000), ("step", None),
+                         ("sync_type", "device_synchronize"), ("device_id", 0)):
+                sy[c].append(v)
+        with Writer(tmp_path / name, RunInfo(source="synthetic")) as w:
+            w.append({"kernels": k, "syncs": sy})
+        return tmp_path / name
+
+    a, b = run("a.duckdb", False), run("b.duckdb", True)
+    with Comparison([a, b]) as cmp:
+        assert cmp.runs[0].outside == () and cmp.runs[1].outside == (1, 3, 0.6)
+        (note,) = [line for line in cmp.legend() if "outside every step" in line]
+    assert note.startswith("note: B (b.duckdb): 60% of its GPU time (1 of 3 activities) ran outside")
+
+
+def test_devices_of_one_process_are_counted_and_peer_copies_meet_the_nvlink_peak(tmp_path):
+    """A synthetic run on two H200s of one process (peaks recorded: 4800 GB/s DRAM, 64 GB/s
+    host link, 450 GB/s NVLink): both GPUs are counted, and each copy direction is set against
+    the peak that bounds it."""
+    from cuptiprof.synthetic import write_synthetic
+    a = write_synthetic(tmp_path / "a.duckdb", steps=2, kernels_per_step=40, devices=2, spikes=0)
+    b = write_synthetic(tmp_path / "b.duckdb", steps=2, kernels_per_step=40, devices=2, spikes=0, seed=1)
+    with Comparison([a, b]) as cmp:
+        devs = rows(cmp.devices())
+        assert [(r["run"], r["name"], r["count"]) for r in devs] == [(0, "NVIDIA H200", 2), (1, "NVIDIA H200", 2)]
+        bw = {r["direction"]: r for r in rows(cmp.bandwidth()) if r["run"] == 0}
+        assert {d: (r["peak_of"], r["peak_gbps"], r["peak_source"]) for d, r in bw.items()} == {
+            "DtoD": ("device memory", 4800.0, "file"), "DtoH": ("host link", 64.0, "file"),
+            "HtoD": ("host link", 64.0, "file"), "PtoP": ("nvlink", 450.0, "file")}
+        # one 8 MiB peer copy of 40 us per device and step
+        assert bw["PtoP"]["copies"] == 4 and bw["PtoP"]["achieved_gbps"] == pytest.approx((8 << 20) / 40_000)
+
+
+def test_the_key_hint_starts_below_half_of_a_files_time_on_shared_keys(tmp_path):
+    """B adds a kernel A lacks: at half of B's time on A's keys the files line up well enough
+    and no hint is given; at 40% the hint names the share."""
+    def run(name, kernels):
+        k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id")}
+        for s in range(2):
+            t = 1_000_000 * (s + 1)
+            for name_, us in kernels.items():
+                for c, v in (("start_ns", t), ("end_ns", t + us * 1000), ("step", s), ("name", name_),
+                             ("stream_id", 7), ("device_id", 0)):
+                    k[c].append(v)
+                t += us * 1000 + 1000
+        with Writer(tmp_path / name, RunInfo(source="synthetic")) as w:
+            w.append({"kernels": k})
+        return tmp_path / name
+
+    a = run("a.duckdb", {"x": 100})
+    for extra_us, hint in ((100, None), (150, "note: only 40% of B's time is on keys A also has")):
+        b = run(f"b{extra_us}.duckdb", {"x": 100, "y": extra_us})
+        with Comparison([a, b]) as cmp:
+            got = [line for line in cmp.legend() if "also has" in line]
+        assert [line.split(";")[0] for line in got] == ([hint] if hint else [])
+
+
+def test_steps_of_a_process_without_gpu_work_add_no_steps_of_0(tmp_path):
+    """A merged file: process 1 runs one 100 us kernel in each of steps 0-3; process 2 (a data
+    loader, say) marks steps 0-7 and launches nothing. The compared steps are the 4 of the
+    process with GPU work, not 8 of which half are empty."""
+    import pyarrow as pa
+    from cuptiprof.store.merge import merge_files
+
+    def ranges(n):
+        return {"range_id": pa.array(range(1, n + 1), pa.int64()), "parent_id": pa.array([None] * n, pa.int64()),
+                "depth": pa.array([0] * n, pa.int32()), "name": ["step"] * n,
+                "start_ns": pa.array([1_000_000 * (s + 1) for s in range(n)], pa.int64()),
+                "end_ns": pa.array([1_000_000 * (s + 1) + 500_000 for s in range(n)], pa.int64()),
+                "kind": ["step"] * n, "step": pa.array(range(n), pa.int32())}
+
+    gpu, loader = tmp_path / "gpu.duckdb", tmp_path / "loader.duckdb"
+    with Writer(gpu, RunInfo(source="synthetic"), pid=1) as w:
+        w.append({"ranges": ranges(4), "kernels": {
+            "start_ns": [1_000_000 * (s + 1) for s in range(4)],
+            "end_ns": [1_000_000 * (s + 1) + 100_000 for s in range(4)], "step": [0, 1, 2, 3],
+            "name": ["k"] * 4, "stream_id": [7] * 4, "device_id": [0] * 4, "range_id": [1, 2, 3, 4]}})
+    with Writer(loader, RunInfo(source="synthetic"), pid=2) as w:
+        w.append({"ranges": ranges(8)})
+    merged = merge_files([gpu, loader], tmp_path / "all.duckdb")
+    with Comparison([gpu, merged]) as cmp:
+        assert [r.steps for r in cmp.runs] == [4, 4]
+        k = {r["run"]: r for r in rows(cmp.ops()) if r["key"] == "k"}
+        assert (k[1]["ms"], k[1]["min_ms"], k[1]["ratio"]) == (0.1, 0.1, 1.0)
+
+
+def test_the_median_step_of_an_even_count_is_the_earlier_of_the_two_middle_steps(tmp_path):
+    """Steps 0-3 of 300, 100, 200 and 400 us of work: steps 0 and 2 lie as close to the median
+    (250 us); the typical step the report draws is the same on every run: the earlier one."""
+    from cuptiprof.analyse.compare import median_step
+    from cuptiprof.analyse.profile import open_profile
+    us = {0: 300, 1: 100, 2: 200, 3: 400}
+    path = tmp_path / "m.duckdb"
+    with Writer(path, RunInfo(source="synthetic")) as w:
+        w.append({"kernels": {"start_ns": [1_000_000 * (s + 1) for s in us],
+                              "end_ns": [1_000_000 * (s + 1) + d * 1000 for s, d in us.items()],
+                              "step": list(us), "name": ["k"] * 4, "stream_id": [7] * 4, "device_id": [0] * 4}})
+    with open_profile(path) as prof:
+        assert median_step(prof) == 0
