@@ -227,9 +227,12 @@ def test_gpu_run_against_a_run_without_a_gpu_is_refused_by_diff_and_noted_by_com
                                               f"without a GPU) and {gpu} GPU work")
     assert main(["compare", str(gpu), str(cpu)]) == 0
     assert "note: B recorded CPU op times (no GPU)" in capsys.readouterr().out
-    # two runs without a GPU are alike: the gate runs
-    assert main(["diff", str(cpu), str(_cpu_op_run(tmp_path / "cpu2.duckdb")), "--fail-above", "5"]) == 0
+    # two runs without a GPU are alike: the gate runs, and compare has nothing to note
+    cpu2 = _cpu_op_run(tmp_path / "cpu2.duckdb")
+    assert main(["diff", str(cpu), str(cpu2), "--fail-above", "5"]) == 0
     assert "no regression" in capsys.readouterr().out
+    assert main(["compare", str(cpu), str(cpu2)]) == 0
+    assert "CPU op times" not in capsys.readouterr().out
 
 
 def test_a_single_step_is_named_as_unknown_noise(tmp_path, capsys):
@@ -704,3 +707,17 @@ def test_an_odd_slow_step_in_base_does_not_hide_a_regression(tmp_path):
     b = _quantized_run(tmp_path / "b.duckdb", [15] * 10)
     res = diff(a, b, 5)
     assert statuses(res)[("op", SOFTMAX)] == "regression" and res.failed
+
+
+def test_a_kind_of_two_ops_that_both_regress_keeps_its_own_verdict(tmp_path):
+    """Two kernels, both twice as slow: the kernel kind is made of two op keys, so it is another
+    view of the work with its own 'regression', not a 'duplicate' of either op."""
+    def run(name, scale):
+        ops = {GEMM_H100: (400.0 * scale, 1, "aten::mm"), SOFTMAX: (100.0 * scale, 1, "aten::softmax")}
+        return make_run(tmp_path / name, ops=ops, copies=(), seed=1)
+
+    st = statuses(diff(run("a.duckdb", 1), run("b.duckdb", 2), 10))
+    assert st[("kind", "kernel")] == "regression"
+    assert st[("op", GEMM_H100)] == st[("op", SOFTMAX)] == "regression"
+    # one op alone (the memset) is its kind's twin: counted once, as the op
+    assert st[("kind", "memset")] == st[("op", "Memset")] == "same"
