@@ -267,6 +267,10 @@ def test_known_gpu_table():
     assert known_gpu("NVIDIA A10G")["peak_tensor_tflops"] == 70
     assert known_gpu("Tesla V100-PCIE-16GB")["peak_nvlink_gbps"] is None
     assert known_gpu("NVIDIA GH200 480GB")["peak_host_link_gbps"] == 450
+    # the NVLink-bridged PCIe card has figures of its own, not the SXM part's
+    assert known_gpu("NVIDIA H100 NVL") == {
+        "peak_memory_bw_gbps": 3900, "peak_host_link_gbps": 64, "peak_nvlink_gbps": 300,
+        "peak_tensor_tflops": 835, "peak_fp32_tflops": 60}
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, pair):
