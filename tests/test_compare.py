@@ -271,6 +271,8 @@ def test_known_gpu_table():
     assert known_gpu("NVIDIA H100 NVL") == {
         "peak_memory_bw_gbps": 3900, "peak_host_link_gbps": 64, "peak_nvlink_gbps": 300,
         "peak_tensor_tflops": 835, "peak_fp32_tflops": 60}
+    assert known_gpu("NVIDIA H200 NVL")["peak_tensor_tflops"] == 835
+    assert known_gpu("NVIDIA H200")["peak_tensor_tflops"] == 989
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, pair):

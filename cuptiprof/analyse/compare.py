@@ -45,6 +45,7 @@ _KEYS = {"op": ("name", "'name'"), "family": ("family", "'family'"),
 # (name pattern, DRAM GB/s, host link GB/s, NVLink GB/s, tensor TFLOP/s, FP32 TFLOP/s)
 KNOWN_GPUS: tuple[tuple[str, float, float, float | None, float, float], ...] = (
     (r"\bB200\b", 8000, 64, 900, 2250, 80),
+    (r"\bH200\b.*NVL", 4800, 64, 450, 835, 60),
     (r"\bH200\b", 4800, 64, 450, 989, 67),
     (r"\bH100\b.*PCIe", 2000, 64, 300, 756, 51),
     (r"\bH100\b.*NVL", 3900, 64, 300, 835, 60),
