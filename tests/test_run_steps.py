@@ -1208,3 +1208,32 @@ def test_step_fn_on_an_async_def_gives_overlapping_tasks_each_their_own_step(tmp
                "SELECT w.name, s.step FROM ranges w JOIN ranges s ON w.parent_id = s.range_id "
                "WHERE w.kind = 'user' AND s.kind = 'step' ORDER BY w.name")
     assert got == [("work a", 0), ("work b", 1)]
+
+
+@pytest.mark.parametrize("mode", ["light", "cpu"])
+def test_a_range_left_open_inside_a_step_ends_with_it(tmp_path, mode):
+    """A range the program never ended (an exception skipped its end) inside a step ends with
+    the step: written with the step's end, and not the parent of what the next step records."""
+    from cuptiprof.run.recorder import Recorder
+    from cuptiprof.run.settings import ChildSettings
+
+    rec = Recorder(ChildSettings(mode=mode), str(tmp_path), mode)
+    first = rec.begin("step", is_step=True)
+    rec.begin("forgot")
+    rec.begin("forgot inner")
+    rec.end(first)
+    second = rec.begin("step", is_step=True)
+    after = rec.begin("after")
+    rec.end(after)
+    rec.end(second)
+    rec.close()
+    rows = {rid: (name, parent, end, step) for rid, parent, name, end, step in q(
+        rec.part_path(".duckdb"), "SELECT range_id, parent_id, name, end_ns, step FROM ranges "
+                                  "WHERE kind <> 'op'")}
+    by_name = {name: rid for rid, (name, *_) in rows.items()}
+    assert rows[second.range_id][1] is None and second.depth == 0
+    assert rows[after.range_id][1:] == (second.range_id, rows[after.range_id][2], 1)
+    forgot, inner = by_name["forgot"], by_name["forgot inner"]
+    assert rows[forgot][1:] == (first.range_id, rows[first.range_id][2], 0)
+    assert rows[inner][1:] == (forgot, rows[first.range_id][2], 0)
+    assert rows[first.range_id][2] is not None

@@ -191,18 +191,23 @@ class Recorder:
         incomplete in data_quality)."""
         if o is None or o.closed or o.gen != self.gen:   # ended already, or the parent's (forked)
             return
-        o.closed = True
         now = time.time_ns()
-        stack = self._stack()
-        inside = ()
-        if o in stack:  # close anything left open inside it too
+        stack = self._stack()   # read before `o` is marked closed: it leaves closed ones out
+        if o in stack:
+            # Ranges still open inside it (their end never ran: forgotten, or an exception
+            # skipped it) end with it, innermost first, or they would stay open on this thread
+            # and be the parent of everything it records later.
             at = max(i for i, t in enumerate(stack) if t is o)
             self._stack_var.set(stack[:at])
-            inside = stack[at + 1:]
+            for t in reversed(stack[at + 1:]):
+                self._end(t, now, exc_type)
+        self._end(o, now, exc_type)
+
+    def _end(self, o: _Open, now: int, exc_type: type | None) -> None:
+        o.closed = True
         with self.lock:
             if self.mode == "cpu" and o.kind != "beyond":
-                gone = {id(o), *map(id, inside)}
-                mine = [t for t in self._open_on.get(o.thread, ()) if id(t) not in gone and not t.closed]
+                mine = [t for t in self._open_on.get(o.thread, ()) if t is not o and not t.closed]
                 self._open_on[o.thread] = mine
                 if any(t.start > o.start for t in mine):   # another task's, begun after it
                     self._interleaved += 1
