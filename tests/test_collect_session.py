@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -169,7 +170,8 @@ def test_dropped_records_are_counted(tmp_path):
             f.dropped = 7
         with cuptiprof.step(1):
             f.dropped = 5
-    assert q(p, "SELECT count FROM data_quality WHERE check_name = 'dropped_records'") == [(12,)]
+        f.dropped = 3   # after the last step: read by stop()'s final flush
+    assert q(p, "SELECT count FROM data_quality WHERE check_name = 'dropped_records'") == [(15,)]
 
 
 def test_the_adapter_asks_cupti_for_what_its_docs_require():
@@ -191,6 +193,83 @@ def test_the_adapter_asks_cupti_for_what_its_docs_require():
     src.close()
     assert {c[1] for c in f.calls if c[0] == "disable"} == set(enabled) | {int(K.DEVICE),
                                                                          int(K.CONTEXT)}
+
+
+def test_a_failed_callback_registration_gives_cupti_back(tmp_path, capsys):
+    """Subscribed, but the buffer callbacks could not be registered: the run goes on without GPU
+    records, and CUPTI is not left held (torch.profiler or nsys later in the program would be
+    refused it)."""
+    class NoCallbacks(FakeCupti):
+        def activity_register_callbacks(self, requested, completed):
+            raise RuntimeError("CUPTI_ERROR_UNKNOWN")
+
+    f = NoCallbacks()
+    p = tmp_path / "cb.duckdb"
+    with Session(p, source=f):
+        with cuptiprof.step(0):
+            pass
+    assert ("subscribe_v2",) in f.calls and not f.subscribed
+    assert "CUPTI register callbacks failed: CUPTI_ERROR_UNKNOWN" in capsys.readouterr().err
+    assert q(p, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
+
+
+def test_cupti_is_finalized_once_at_exit(monkeypatch):
+    """CUPTI 13.0-13.1 can crash the process at exit unless finalize() ran: opening the adapter
+    registers it with atexit, once however many sessions open it."""
+    from cuptiprof.collect import cupti_source
+
+    at_exit = []
+    monkeypatch.setattr(cupti_source, "_finalize_registered", False)
+    monkeypatch.setattr(cupti_source.atexit, "register", at_exit.append)
+    f = FakeCupti()
+    for _ in range(2):
+        src = CuptiSource(f)
+        src.open(lambda records: None)
+        src.close()
+    assert len(at_exit) == 1 and not f.finalized
+    at_exit[0]()
+    assert f.finalized
+
+
+def test_a_failed_external_correlation_pop_is_said_and_ranges_go_on(tmp_path):
+    """A pop CUPTI refuses only costs which range launched what: the ranges are still written,
+    and data_quality says why the launches lost their range."""
+    class NoPop(FakeCupti):   # refuses to pop a range's id (the collector's own id it pops)
+        def activity_pop_external_correlation_id(self, kind):
+            if self._stacks[(threading.get_native_id(), int(kind))][-1] != SELF_ID:
+                raise self.cuptiError(int(self.Result.ERROR_INVALID_OPERATION))
+            return super().activity_pop_external_correlation_id(kind)
+
+    f = NoPop()
+    p = tmp_path / "pop.duckdb"
+    with Session(p, source=f, quiet=True):
+        with cuptiprof.step(0):
+            with cuptiprof.range("attn"):
+                f.launch_kernel("k")
+    assert q(p, "SELECT name FROM ranges ORDER BY start_ns") == [("step",), ("attn",)]
+    details = q(p, "SELECT detail FROM data_quality WHERE check_name = 'cupti_error'")
+    assert details and all(d.startswith("external correlation stack:") for d, in details), details
+
+
+def test_cupti_refusing_to_start_collection_leaves_the_program_going(tmp_path):
+    """Turning collection on fails: the program is not stopped by it, its steps are written,
+    and data_quality says GPU records are missing from that point."""
+    class NoEnable(CuptiSource):
+        def enable(self, kinds):
+            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    f = FakeCupti()
+    src = NoEnable(f)
+    src.name = "fake"
+    p = tmp_path / "en.duckdb"
+    with Session(p, source=src, quiet=True):
+        with cuptiprof.step(0):
+            f.launch_kernel("k")
+    assert not f.subscribed
+    assert q(p, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
+    assert q(p, "SELECT detail FROM data_quality WHERE check_name = 'cupti_error'") == [
+        ("CUPTI failed mid-run (CUPTI_ERROR_NOT_INITIALIZED); GPU records after this point were "
+         "not captured",)]
 
 
 def test_api_names_drop_only_a_version_suffix():
@@ -282,6 +361,23 @@ def test_missing_kind_empty_step_and_overhead_in_data_quality(tmp_path):
     assert ("empty_step", "1", 0, None) in dq
     assert ("missing_kind", "memory2", None, None) in dq
     assert ("cupti_overhead", "cupti_buffer_flush", 1, 30_000) in dq
+
+
+def test_nvtx_asked_for_without_injection_is_a_missing_kind_saying_why(tmp_path):
+    """Where NVTX injection is not live, CUPTI sees no NVTX range: MARKER is left off and the
+    file says why there are no NVTX rows, rather than an empty table that reads as no NVTX."""
+    f = FakeCupti()
+    src = CuptiSource(f, nvtx_capture=False)
+    src.name = "fake"
+    p = tmp_path / "nvtx.duckdb"
+    with Session(p, source=src, quiet=True):
+        with cuptiprof.step(0):
+            f.nvtx_push("attn")
+            f.launch_kernel("k")
+            f.nvtx_pop()
+    assert int(K.MARKER) not in {c[1] for c in f.calls if c[0] == "enable"}
+    assert q(p, "SELECT subject, detail FROM data_quality WHERE check_name = 'missing_kind'") == [
+        ("nvtx", "nvtx records were not captured: NVTX injection is not active in this process")]
 
 
 def test_devices_row_from_device_records(tmp_path):
