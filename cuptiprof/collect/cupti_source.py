@@ -287,8 +287,10 @@ class CuptiSource:
             self._sync()
         except Exception:
             pass   # closing after a failure: deliver what there is
-        self.flush(forced=True)
-        self.release()
+        try:
+            self.flush(forced=True)
+        finally:   # CUPTI given back even when the flush failed, or no other profiler can have it
+            self.release()
 
     def release(self) -> None:
         """Give the subscriber slot back (after the final flush)."""
