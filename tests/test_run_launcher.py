@@ -541,6 +541,8 @@ def test_sighup_is_forwarded_and_the_file_written(tmp_path):
     (["kernel,memcpy"], ["kernel", "memcpy"]),
     (["kernel,memcpy", "memset"], ["kernel", "memcpy", "memset"]),   # both forms, mixed
     (["kernel,", "kernel", "api"], ["kernel", "api"]),
+    (["kernel memcpy"], ["kernel", "memcpy"]),   # --kinds "$KINDS": spaces inside one argument
+    (["kernel, memset"], ["kernel", "memset"]),
 ])
 def test_kinds_are_taken_comma_or_space_separated(tmp_path, given, kinds):
     p = script(tmp_path, "import cuptiprof\nwith cuptiprof.range('step', step=0): pass\n")

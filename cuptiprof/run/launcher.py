@@ -68,7 +68,8 @@ def split_kinds(given: list[str] | None) -> list[str] | None:
     once, in the order given."""
     if given is None:
         return None
-    kinds = [k.strip() for arg in given for k in arg.split(",") if k.strip()]
+    # a quoted list (--kinds "$KINDS") holds its spaces inside one argument
+    kinds = [k for arg in given for k in arg.replace(",", " ").split()]
     if not kinds:
         raise UsageError(f"--kinds {' '.join(given)!r}: no kind given; choose from {', '.join(KINDS)}")
     return list(dict.fromkeys(kinds))
