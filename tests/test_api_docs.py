@@ -124,3 +124,86 @@ def test_every_cuptiprof_command_the_docs_show_parses():
         except SystemExit:
             bad.append((doc, argv))
     assert not bad, f"commands in the docs that cuptiprof refuses: {bad}"
+
+
+def _cli_options() -> set[str]:
+    """Every --option of every cuptiprof subcommand."""
+    import argparse
+
+    from cuptiprof.cli import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {o for p in sub.choices.values() for a in p._actions for o in a.option_strings}
+
+
+# options the README shows for other programs: the bundled example, nsys
+_OTHER_PROGRAMS_OPTIONS = {"--no-markers", "--type"}
+
+
+def test_every_option_the_readme_names_is_an_option_of_cuptiprof():
+    """An option named in prose (`--fail-above`, `--table NAME`, `--flops/--bytes`) exists, as
+    the command lines of the README are parsed in full above."""
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", readme))
+    assert {"--fail-above", "--sigmas", "--min-ms", "--flops", "--bytes", "--label"} <= named
+    unknown = sorted(named - _cli_options() - _OTHER_PROGRAMS_OPTIONS)
+    assert not unknown, f"README names options no cuptiprof command has: {unknown}"
+
+
+def _fresh_file_relations():
+    """name -> (type, columns) of every table and view of a file made from the schema."""
+    import duckdb
+
+    from cuptiprof.store.schema import schema_sql
+    con = duckdb.connect()
+    con.execute(schema_sql())
+    rels = {}
+    for name, kind in con.execute("SELECT table_name, table_type FROM information_schema.tables").fetchall():
+        cols = {r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [name]).fetchall()}
+        rels[name] = ("view" if kind == "VIEW" else "table", cols)
+    return rels
+
+
+def test_every_table_view_and_column_the_docs_name_is_in_a_fresh_file():
+    """README's list of views and tables says which is which, and each `table.column` that
+    README or docs/ name (`processes.ended_early`, `runs.cupti_version`) exists."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text().split())
+    rels = _fresh_file_relations()
+    m = re.search(r"the views (.*?) and the tables (.*?) are documented in", readme)
+    assert m, "README no longer lists the file's views and tables"
+    views, tables = (re.findall(r"`(\w+)`", g) for g in m.groups())
+    assert len(views) >= 4 and len(tables) >= 8
+    wrong = [(n, want, rels.get(n, ("missing",))[0]) for want, names in (("view", views), ("table", tables))
+             for n in names if rels.get(n, ("missing",))[0] != want]
+    assert not wrong, f"README calls these (name, what it says) otherwise: {wrong}"
+    named = set()
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        named |= {(t, c) for t, c in re.findall(r"`(\w+)\.(\w+)`", doc.read_text()) if t in rels}
+    assert ("processes", "ended_early") in named and ("runs", "status") in named
+    missing = sorted(f"{t}.{c}" for t, c in named if c not in rels[t][1])
+    assert not missing, f"columns the docs name that a file does not have: {missing}"
+
+
+def test_every_data_quality_check_the_readme_names_is_a_check_of_the_schema():
+    """A name in backticks where README speaks of data_quality is a check the schema lists for
+    `data_quality.check_name`, or one of the file's tables and columns."""
+    from pathlib import Path
+
+    from cuptiprof.store.schema import schema_sql
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    line = next(ln for ln in schema_sql().splitlines() if ln.strip().startswith("check_name VARCHAR"))
+    checks = set(re.findall(r"'(\w+)'", line))
+    assert len(checks) >= 20
+    rels = _fresh_file_relations()
+    known = set(rels) | {c for _, cols in rels.values() for c in cols}
+    known |= {"cuptiprof_log", "flush_every_s", "imported_from"}   # a Chrome category, a parameter, a key
+    named = set()
+    for para in re.split(r"\n\s*\n|\n\|", readme):   # paragraphs and table rows
+        if "data_quality" in para:
+            named |= set(re.findall(r"`([a-z]+(?:_[a-z]+)+)`", " ".join(para.split())))
+    assert {"steps_mixed", "process_exec", "no_gpu", "run_recovered"} <= named
+    unknown = sorted(named - checks - known)
+    assert not unknown, f"README names data_quality checks the schema does not list: {unknown}"
