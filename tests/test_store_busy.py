@@ -173,6 +173,32 @@ def brute_islands(starts, ends) -> list[tuple[int, int]]:
     return [tuple(x) for x in out]
 
 
+def wrapped(x: int) -> int:
+    """x as int64 arithmetic leaves it: busy time past 2**63 (garbage timestamps) wraps, as
+    _islands.c documents."""
+    return (x + 2**63) % 2**64 - 2**63
+
+
+I64 = np.iinfo(np.int64)
+# int64's ends, where comparisons and lengths go wrong first, and small values that touch
+EDGES = np.array([I64.min, I64.min + 1, -7, -1, 0, 1, 3, 5, 10, I64.max - 1, I64.max], np.int64)
+
+
+def small_rows(rng, n: int, k: int):
+    """(codes, starts, ends) of n intervals in k groups: at int64's ends, small ones (touching,
+    identical starts, zero-length), or many small islands (past the first array's room)."""
+    how = rng.random()
+    if how < 0.4:
+        v = rng.choice(EDGES, (n, 2))
+    elif how < 0.7:
+        v = rng.integers(-3, 12, (n, 2))
+    else:
+        s = rng.integers(0, 60, n) * 2
+        v = np.stack([s, s + rng.choice([0, 1, 2], n)], axis=1)
+    v = np.sort(v.astype(np.int64), axis=1)
+    return rng.integers(0, k, n).astype(np.int64), v[:, 0].copy(), v[:, 1].copy()
+
+
 def make_rows(rng, kind: str, n: int, k: int):
     """(codes, starts, ends) of n rows in k groups, in the given kind of order."""
     codes = rng.integers(0, k, n).astype(np.int64)
@@ -216,7 +242,7 @@ def unpack(res, k):
         s, e = (np.frombuffer(x, np.int64).tolist() for x in store.get(g))
         assert len(s) == count[g] and len(store) == k
         if s:
-            assert busy[g] == sum(b - a for a, b in zip(s, e))
+            assert busy[g] == wrapped(sum(b - a for a, b in zip(s, e)))
             assert (first[g], last[g]) == (s[0], e[-1])
             got[g] = list(zip(s, e))
     return got
@@ -308,6 +334,76 @@ def test_native_islands_from_threads():
         t.join()
     assert not errors and got == [True] * 15
     _islands.trim()
+
+
+def test_native_islands_take_seeds_and_rows_in_any_order():
+    """Parts are read in order: islands of an earlier result may come after rows, several into
+    one group; the islands are the plain union all the same (int64's ends, touching, identical
+    and zero-length intervals, more islands than a group's first array holds)."""
+    isl = pytest.importorskip("cuptiprof.store._islands")
+    rng = np.random.default_rng(31)
+    for _ in range(500):
+        n, k = int(rng.integers(0, 50)), int(rng.integers(1, 4))
+        codes, starts, ends = small_rows(rng, n, k)
+        want = {g: brute_islands(starts[codes == g].tolist(), ends[codes == g].tolist())
+                for g in range(k) if (codes == g).any()}
+        cuts = np.sort(rng.integers(0, n + 1, int(rng.integers(0, 4))))
+        parts = []
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n]):
+            c, s, e = codes[lo:hi], starts[lo:hi], ends[lo:hi]
+            if rng.random() < 0.5:
+                parts.append((c, s, e))
+            else:  # these rows as islands of an earlier call, a seed per group
+                store = isl.islands([(c, s, e)], k)[0]
+                parts += [(g, store, g) for g in range(k)]
+        parts = [parts[i] for i in rng.permutation(len(parts))]
+        assert unpack(isl.islands(parts, k), k) == want
+
+
+def test_native_islands_exact_cases():
+    isl = pytest.importorskip("cuptiprof.store._islands")
+    c = np.zeros(5, np.int64)
+    s, e = np.array([0, 10, 5, 30, 30], np.int64), np.array([10, 20, 5, 30, 40], np.int64)
+    store, summary = isl.islands([(c, s, e)], 1)  # touching intervals merge, a point inside too
+    assert np.frombuffer(summary, np.int64).tolist() == [2, 30, 0, 40]
+    assert unpack((store, summary), 1) == {0: [(0, 20), (30, 40)]}
+    # A late row that bridges islands is merged back from the end: work that counts toward
+    # giving up, whether it comes as a row or as a seed.
+    s, e = np.array([0, 10, 20, 30, 5], np.int64), np.array([1, 11, 21, 31, 25], np.int64)
+    assert unpack(isl.islands([(c, s, e)], 1), 1) == {0: [(0, 1), (5, 25), (30, 31)]}
+    assert isl.islands([(c, s, e)], 1, limit=0) is None
+    late = isl.islands([(0, s[4:], e[4:])], 1)[0]
+    assert unpack(isl.islands([(0, s[:4], e[:4]), (0, late, 0)], 1), 1) == \
+        {0: [(0, 1), (5, 25), (30, 31)]}
+    assert isl.islands([(0, s[:4], e[:4]), (0, late, 0)], 1, limit=0) is None
+    # Spans past int64 wrap: [MIN, -7] and [-1, MAX] are 2**64 - 7 long.
+    s, e = np.array([-1, I64.min], np.int64), np.array([I64.max, -7], np.int64)
+    got = np.frombuffer(isl.islands([(0, s, e)], 1)[1], np.int64).tolist()
+    assert got == [2, -7, I64.min, I64.max]
+    # A group whose island array is full (16 after trim()): a seed that touches its last
+    # island extends it, the next one is appended.
+    s16 = np.arange(16, dtype=np.int64) * 10
+    more = isl.islands([(0, np.array([151, 160], np.int64), np.array([155, 161], np.int64))], 1)[0]
+    isl.trim()
+    got = unpack(isl.islands([(0, s16, s16 + 1), (0, more, 0)], 1), 1)[0]
+    assert got == [(x, x + 1) for x in range(0, 150, 10)] + [(150, 155), (160, 161)]
+
+
+def test_native_islands_reject_a_group_or_index_just_out_of_range():
+    isl = pytest.importorskip("cuptiprof.store._islands")
+    s, c = np.arange(5, dtype=np.int64), np.zeros(5, np.int64)
+    store = isl.islands([(c, s, s)], 2)[0]
+    for bad in ([(2, s, s)], [(2, store, 0)], [(c + 2, s, s)], [(c + 2, s, s, None)]):
+        with pytest.raises(ValueError, match="out of range"):
+            isl.islands(bad, 2)
+    with pytest.raises(ValueError, match="seed"):
+        isl.islands([(0, store, 2)], 2)
+    for g in (2, -1):
+        with pytest.raises(IndexError):
+            store.get(g)
+    for codes in (c[:4], c[:4].astype(np.int32)):
+        with pytest.raises(ValueError, match="length"):
+            isl.islands([(codes, s, s)], 2)
 
 
 def expected_finish(batches) -> tuple[dict, set]:
