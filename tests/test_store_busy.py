@@ -406,6 +406,28 @@ def test_native_islands_reject_a_group_or_index_just_out_of_range():
             isl.islands([(codes, s, s)], 2)
 
 
+def test_busy_past_int64_wraps_the_same_on_both_paths(busy_path):
+    """Garbage timestamps at int64's ends: busy time wraps as int64 does, on both paths and
+    whatever the batching (never a number too large for step_busy's BIGINT)."""
+    rng = np.random.default_rng(41)
+    allkeys = [(1, g, None) for g in range(3)]
+    for _ in range(300):
+        n, k = int(rng.integers(1, 12)), int(rng.integers(1, 4))
+        codes, starts, ends = small_rows(rng, n, k)
+        codes = np.sort(codes)  # groups one after another, cut into batches below
+        batches = []
+        cuts = np.sort(rng.integers(0, n + 1, int(rng.integers(0, 3))))
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n]):
+            if hi > lo:
+                present = sorted(set(codes[lo:hi].tolist()))
+                local = np.searchsorted(present, codes[lo:hi]).astype(np.int32)
+                batches.append([([allkeys[g] for g in present], local, starts[lo:hi],
+                                 ends[lo:hi])])
+        want_done, want_dirty = expected_finish(batches)
+        done, dirty, _ = run_summary(batches)
+        assert (done, dirty) == (want_done, want_dirty)
+
+
 def expected_finish(batches) -> tuple[dict, set]:
     """What BusySummary.finish() must give for these batches (lists of (keys, codes, starts,
     ends) parts): busy/start/end from a plain union per group, and the groups seen again after
@@ -428,7 +450,7 @@ def expected_finish(batches) -> tuple[dict, set]:
     for key, (s, e) in rows.items():
         if key not in dirty:
             isl = brute_islands(s, e)
-            done[key] = (sum(b - a for a, b in isl), isl[0][0], isl[-1][1])
+            done[key] = (wrapped(sum(b - a for a, b in isl)), isl[0][0], isl[-1][1])
     return done, dirty
 
 

@@ -118,10 +118,13 @@ class BusySummary:
             if key in self.dirty:
                 continue
             run_max = np.maximum.accumulate(e)
-            busy = int(e[0] - s[0])
-            if len(s) > 1:  # each interval adds what ends after everything before it
-                add = e[1:] - np.maximum(s[1:], run_max[:-1])
-                busy += int(np.maximum(add, 0, out=add).sum())
+            # Each interval adds how far the running max moves past its start or the max
+            # before it: never negative, so int64 arithmetic that wraps (spans past 2**63,
+            # garbage timestamps) wraps the busy time as the native module does.
+            before = np.empty_like(s)
+            before[0] = s[0]
+            np.maximum(s[1:], run_max[:-1], out=before[1:])
+            busy = int(np.subtract(run_max, before, out=before).sum())
             if i in spans:  # a group spanning batches keeps only its islands
                 s, e = _union_sorted(s, run_max)
             self.open[key] = ((s, e), busy, int(s[0]), int(run_max[-1]))
