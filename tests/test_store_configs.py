@@ -336,6 +336,92 @@ def test_native_and_numpy_agree_on_special_tables(monkeypatch):
     assert k == want_k and (codes == want).all()
 
 
+def edge_column(rng, n: int, typ: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """n values of typ: the type's ends, or values of some bit width around an offset (ranges
+    that just fit or just miss a window of the native guess), with NULLs, offsets and chunks."""
+    info = np.iinfo(np.dtype(typ.to_pandas_dtype()))
+    if rng.random() < 0.2:  # ids that grow along the rows: past each widened window
+        at, step = int(rng.integers(0, 1000)), int(rng.choice([1, 3, 100]))
+        v = [min(at + i * step, int(info.max)) for i in range(n + 2)]
+    elif rng.random() < 0.3:
+        pool = [info.min, info.min + 1, info.max - 1, info.max, 0, 1]
+        v = [int(x) for x in rng.choice(np.array(pool, info.dtype), n + 2)]
+    else:
+        width = int(rng.choice([0, 1, 3, 8, 9, 13, 20, 31, 33, 62]))
+        at = int(info.min) + int(rng.random() * (int(info.max) - int(info.min)))
+        v = [min(max(at + int(x), int(info.min)), int(info.max))
+             for x in rng.integers(0, 2 ** min(width, 62), n + 2)]
+    p_null = float(rng.choice([0, 0, 0.2, 1.0]))
+    mask = rng.random(n + 2) < p_null if p_null else None
+    a = pa.array(v, type=typ, mask=mask)
+    a = a.slice(int(rng.integers(0, 3)), n)
+    if n > 3 and rng.random() < 0.5:
+        cuts = sorted({0, n, *(int(x) for x in rng.integers(0, n, int(rng.integers(1, 4))))})
+        own = rng.random() < 0.5  # chunks in buffers of their own, not slices of one
+        return pa.chunked_array([a.slice(c0, c1 - c0).take(np.arange(c1 - c0)) if own
+                                 else a.slice(c0, c1 - c0) for c0, c1 in zip(cuts, cuts[1:])], typ)
+    return a
+
+
+def test_native_codes_are_the_rows_numbered_in_order_of_first_appearance(monkeypatch):
+    """Against a plain dict of the rows: the native codes, every way (as it comes, exact only,
+    guessed from the first row), are exactly the first-appearance numbering; the numpy codes
+    the same partition. Sizes around the block and the guess threshold."""
+    if W._dedupe is None:
+        pytest.skip("the dedupe extension is not built")
+    monkeypatch.delenv("CUPTIPROF_NATIVE", raising=False)
+    rng = np.random.default_rng(7)
+    for _ in range(150):
+        n = int(rng.choice([0, 1, 2, 3, 17, 300, 2047, 2049, 4096, 7000]))
+        tbl = pa.table({f"c{j}": edge_column(rng, n, INT_TYPES[int(rng.integers(0, 8))])
+                        for j in range(int(rng.integers(1, 5)))})
+        seen: dict[tuple, int] = {}
+        want = [seen.setdefault(r, len(seen)) for r in zip(*(c.to_pylist() for c in tbl.columns))]
+        for how in (0, 1, 2):
+            codes, k = W._native_distinct(tbl, how)
+            assert (codes.tolist(), k) == (want, len(seen)), how
+        codes, k = numpy_rows(tbl, monkeypatch)
+        assert k == len(seen) and len(set(zip(codes.tolist(), want))) == k
+    # An id that grows past every window guessed from the first row: each block is widened,
+    # its values checked against the window (not against one twice its size).
+    n = 20_000
+    tbl = pa.table({"a": pa.array(np.arange(n, dtype=np.int32)),
+                    "b": pa.array(rng.integers(0, 4, n).astype(np.int8))})
+    seen = {}
+    want = [seen.setdefault(r, len(seen)) for r in zip(*(c.to_pylist() for c in tbl.columns))]
+    for how in (0, 1, 2):
+        assert W._native_distinct(tbl, how)[0].tolist() == want, how
+
+
+def test_native_distinct_checks_what_it_is_given():
+    """Chunks that do not hold n rows, buffers shorter than their chunk: an error, not a read
+    past the end."""
+    ded = pytest.importorskip("cuptiprof.store._dedupe")
+    vals, codes = np.array([5, 6, 5], np.int32), np.empty(3, np.int32)
+    k, reps = ded.distinct(3, [(4, True, [(vals, None, 0, 3, 0)])], codes)
+    assert (k, np.frombuffer(reps, np.int64).tolist(), codes.tolist()) == (2, [0, 1], [0, 1, 0])
+    bad = {"n rows": [(vals, None, 0, 2, 0)], "shorter": [(vals, None, 1, 3, 0)],
+           "bitmap": [(vals, None, 0, 3, 1)]}
+    for match, chunks in bad.items():
+        with pytest.raises(ValueError, match=match):
+            ded.distinct(3, [(4, True, chunks)], codes)
+    with pytest.raises(ValueError, match="shorter"):  # a bitmap of 3 bits from bit 7: 2 bytes
+        ded.distinct(3, [(4, True, [(np.zeros(10, np.int32), b"\xff", 7, 3, 1)])], codes)
+    with pytest.raises(ValueError, match="codes"):
+        ded.distinct(3, [(4, True, [(vals, None, 0, 3, 0)])], np.empty(2, np.int32))
+
+
+def test_cuptiprof_native_0_takes_the_numpy_path_for_distinct_rows(monkeypatch):
+    if W._dedupe is None:
+        pytest.skip("the dedupe extension is not built")
+    tbl = pa.table({"a": pa.array([1, 2, 1], pa.int32())})
+    monkeypatch.setenv("CUPTIPROF_NATIVE", "0")
+    before = W._dedupe.stats()
+    codes, k = distinct_rows(tbl)
+    assert W._native_distinct(tbl) is None and W._dedupe.stats() == before
+    assert k == 2 and codes[0] == codes[2] != codes[1]
+
+
 def test_native_guesses_are_widened_and_given_up_on(monkeypatch):
     from cuptiprof.store import _dedupe
     n = 200_000
