@@ -1209,12 +1209,12 @@ def test_steps_ended_at_once_on_two_threads_are_both_counted(tmp_path):
     import dis
     import threading
 
-    at = next(i.offset for i in dis.get_instructions(Session._exit)
+    at = next(i.offset for i in dis.get_instructions(Session._end)
               if i.opname == "STORE_ATTR" and i.argval == "steps_recorded")
     paused, go = threading.Event(), threading.Event()
 
     def tracer(frame, event, arg):
-        if frame.f_code is not Session._exit.__code__:
+        if frame.f_code is not Session._end.__code__:
             return None
         frame.f_trace_opcodes = True
 
@@ -1381,3 +1381,36 @@ def test_a_final_flush_that_fails_is_said_and_the_file_still_closes(tmp_path, mo
 def test_kinds_given_in_one_string_may_have_spaces(tmp_path):
     s = Session(tmp_path / "k.duckdb", kinds=" kernel , memcpy,", source=FakeCupti(), quiet=True)
     assert s.kinds == ["kernel", "memcpy"]
+
+
+def test_a_range_left_open_inside_a_step_ends_with_it(tmp_path):
+    """Ranges the program never ended inside a step (forgotten, or an exception skipped their
+    end) end with the step, innermost first: not the parent of the next step, written with the
+    step's end, and their external correlation ids off CUPTI's stack in order, so that the work
+    launched after them goes to the ranges open then."""
+    f = FakeCupti()
+    p = tmp_path / "o.duckdb"
+    with Session(p, steps=2, source=f, quiet=True):
+        with cuptiprof.range("step", step=0):
+            forgotten = [cuptiprof.range("forgot").__enter__(),
+                         cuptiprof.range("forgot inner").__enter__()]
+            f.launch_kernel("k_inner")
+        with cuptiprof.range("step", step=1):
+            f.launch_kernel("k1")
+            with cuptiprof.range("after"):
+                f.launch_kernel("k_after")
+    for r in reversed(forgotten):   # cuptiprof.range's own entries of them, kept till their end
+        r.__exit__(None, None, None)
+    rows = q(p, "SELECT name, step, range_id, parent_id, depth, end_ns FROM ranges")
+    by = {(name, step): r for name, step, *r in rows}
+    step0, step1 = by[("step", 0)], by[("step", 1)]
+    forgot, inner, after = by[("forgot", 0)], by[("forgot inner", 0)], by[("after", 1)]
+    assert tuple(step1[1:3]) == (None, 0)     # no parent: the forgotten ranges ended
+    assert tuple(after[1:3]) == (step1[0], 1)
+    assert tuple(forgot[1:]) == (step0[0], 1, step0[3])     # ended at the step's end
+    assert tuple(inner[1:]) == (forgot[0], 2, step0[3])
+    assert dict(q(p, "SELECT k.name, r.name FROM kernels k JOIN ranges r USING (range_id)")) == {
+        "k_inner": "forgot inner", "k1": "step", "k_after": "after"}
+    assert dict(q(p, "SELECT name, step FROM kernels")) == {"k_inner": 0, "k1": 1, "k_after": 1}
+    assert not any(f._stacks.values())   # every id pushed came off
+    assert q(p, "SELECT check_name FROM data_quality") == []

@@ -663,6 +663,19 @@ class Session:
         if self._open.get(tok[0]) is not tok:   # not open here (ended already, another session)
             return
         end = time.time_ns()
+        stack = self._stack()
+        at = [i for i, t in enumerate(stack) if t is tok]
+        if at:
+            # Ranges still open inside it (their end never ran: forgotten, or an exception
+            # skipped it) end with it, innermost first, as the Recorder's do: they stayed open
+            # on this thread, the parent of every range and step after, their ids on CUPTI's
+            # stack claiming its work.
+            self._stack_var.set(stack[:at[-1]])
+            for t in reversed(stack[at[-1] + 1:]):
+                self._end(t, end, exc_type)
+        self._end(tok, end, exc_type)
+
+    def _end(self, tok: list, end: int, exc_type: type | None) -> None:
         if tok[10]:
             # Only the thread that pushed can pop (CUPTI's stack is per thread); a range ended
             # elsewhere comes off when its own thread next opens or ends a range. A range ended
@@ -677,11 +690,6 @@ class Session:
             else:
                 with self._phase_lock:
                     self._moved_exits += 1
-        stack = self._stack()
-        if stack and stack[-1] is tok:
-            self._stack_var.set(stack[:-1])
-        elif tok in stack:
-            self._stack_var.set(tuple(t for t in stack if t is not tok))
         self._open.pop(tok[0], None)
         self._closed.append(tuple(tok[:5]) + (tok[5], end) + tuple(tok[6:9]))
         self._gen_ids.append(tok[0])
