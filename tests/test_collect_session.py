@@ -365,6 +365,23 @@ def test_missing_kind_empty_step_and_overhead_in_data_quality(tmp_path):
     assert ("cupti_overhead", "cupti_buffer_flush", 1, 30_000) in dq
 
 
+def test_a_kind_this_cupti_python_does_not_name_is_a_missing_kind(tmp_path, monkeypatch):
+    """A cupti-python whose ActivityKind lacks one kind's name (older or newer than cuptiprof)
+    misses that kind only: it used to end all GPU collection."""
+    import enum
+
+    f = FakeCupti()
+    monkeypatch.setattr(f, "ActivityKind", enum.IntEnum(
+        "ActivityKind", {k.name: int(k) for k in K if k.name != "MEMSET"}))
+    p = tmp_path / "k.duckdb"
+    with Session(p, source=f, quiet=True):
+        with cuptiprof.step(0):
+            f.launch_kernel("k")
+            f.memset(64)
+    assert q(p, "SELECT name, step FROM kernels") == [("k", 0)]
+    assert q(p, "SELECT check_name, subject FROM data_quality") == [("missing_kind", "memset")]
+
+
 def test_nvtx_asked_for_without_injection_is_a_missing_kind_saying_why(tmp_path):
     """Where NVTX injection is not live, CUPTI sees no NVTX range: MARKER is left off and the
     file says why there are no NVTX rows, rather than an empty table that reads as no NVTX."""

@@ -237,7 +237,13 @@ class CuptiSource:
                 continue
             names.extend(KIND_GROUPS[k])
         for name in names:
-            kind = int(getattr(m.ActivityKind, name))
+            # a cupti-python that does not name a kind (older or newer than cuptiprof) misses
+            # that kind only, as one whose enable fails; the others are still collected
+            member = getattr(m.ActivityKind, name, None)
+            if member is None:
+                self.missing[name.lower()] = "this cupti-python has no ActivityKind of that name"
+                continue
+            kind = int(member)
             if kind in self.enabled:
                 continue
             try:
