@@ -1395,8 +1395,12 @@ def test_a_final_flush_that_fails_is_said_and_the_file_still_closes(tmp_path, mo
     assert q(p, "SELECT status FROM runs") == [("complete",)]
 
 
-def test_kinds_given_in_one_string_may_have_spaces(tmp_path):
-    s = Session(tmp_path / "k.duckdb", kinds=" kernel , memcpy,", source=FakeCupti(), quiet=True)
+@pytest.mark.parametrize("kinds", [
+    " kernel , memcpy,", "kernel memcpy", "kernel, memcpy", "kernel,memcpy kernel",
+    ["kernel", "memcpy"], ("kernel memcpy",)])
+def test_kinds_given_in_one_string_are_split_as_run_kinds_splits_them(tmp_path, kinds):
+    """profile(kinds=os.environ["KINDS"]) takes what `cuptiprof run --kinds "$KINDS"` takes."""
+    s = cuptiprof.profile(tmp_path / "k.duckdb", kinds=kinds, source=FakeCupti(), quiet=True)
     assert s.kinds == ["kernel", "memcpy"]
 
 

@@ -41,6 +41,19 @@ KIND_GROUPS: dict[str, tuple[str, ...]] = {
     "overhead": ("OVERHEAD",),
 }
 ALL_KINDS = tuple(KIND_GROUPS)
+
+
+def split_kinds(given: Iterable[Any]) -> list:
+    """Kind names as `run --kinds` and profile(kinds=...) take them: each string may hold
+    several, comma- or space-separated, or both ("kernel,memcpy", "kernel memcpy", a quoted
+    "$KINDS"); each name once, in the order given. Anything not a string is kept as it is, for
+    the caller to refuse as an unknown kind."""
+    names: list = []
+    for g in given:
+        for k in g.replace(",", " ").split() if isinstance(g, str) else [g]:
+            if k not in names:
+                names.append(k)
+    return names
 ALWAYS = ("RUNTIME", "DRIVER", "EXTERNAL_CORRELATION")
 DUMPED = ("DEVICE", "CONTEXT")
 # Never enabled: GRAPH_TRACE turns graph replays into one record per launch for the whole run.

@@ -87,7 +87,8 @@ class Session:
     warmup: step ranges skipped before recording (written as kind 'warmup', no GPU rows).
     steps: step ranges recorded after warm-up (at least 1); None records until stop().
     kinds: subset of ("kernel", "memcpy", "memset", "sync", "api", "nvtx", "memory",
-        "overhead"), or those names in one string with commas ("kernel,memcpy"); None = all.
+        "overhead"): a list, or the names in one string, comma- or space-separated as
+        `cuptiprof run --kinds` takes them ("kernel,memcpy", "kernel memcpy"); None = all.
         Runtime/driver API records are always collected because the
         step join needs them; "api" decides whether they are written to api_calls.
     step_range: another range name that marks a step: a cuptiprof.range of that name, or an
@@ -1129,13 +1130,16 @@ WRITE_MODES = ("create", "overwrite", "append")
 
 
 def _chosen_kinds(kinds: Any, all_kinds: tuple) -> list:
-    """kinds as a list: None is every kind; "kernel,memcpy" as the command line writes them."""
+    """kinds as a list: None is every kind; names in a string split as `run --kinds` splits
+    them ("kernel,memcpy", "kernel memcpy")."""
+    from cuptiprof.collect.cupti_source import split_kinds
+
     if kinds is None:
         return list(all_kinds)
     if isinstance(kinds, str):
-        kinds = [k.strip() for k in kinds.split(",") if k.strip()]
+        kinds = [kinds]
     try:
-        chosen = list(kinds)
+        chosen = split_kinds(list(kinds))
     except TypeError:
         chosen = [kinds]
     unknown = [k if isinstance(k, str) else repr(k) for k in chosen if k not in all_kinds]

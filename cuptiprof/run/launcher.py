@@ -66,13 +66,15 @@ class LaunchResult:
 def split_kinds(given: list[str] | None) -> list[str] | None:
     """--kinds kernel,memcpy memset: kinds are taken comma- or space-separated, or both; each
     once, in the order given."""
+    from cuptiprof.collect.cupti_source import split_kinds as split   # profile(kinds=...)'s too
+
     if given is None:
         return None
     # a quoted list (--kinds "$KINDS") holds its spaces inside one argument
-    kinds = [k for arg in given for k in arg.replace(",", " ").split()]
+    kinds = split(given)
     if not kinds:
         raise UsageError(f"--kinds {' '.join(given)!r}: no kind given; choose from {', '.join(KINDS)}")
-    return list(dict.fromkeys(kinds))
+    return kinds
 
 
 def validate(cmd: list[str], o: LaunchOptions) -> str:
