@@ -42,6 +42,16 @@ KIND_GROUPS: dict[str, tuple[str, ...]] = {
 }
 ALL_KINDS = tuple(KIND_GROUPS)
 
+ALWAYS = ("RUNTIME", "DRIVER", "EXTERNAL_CORRELATION")
+DUMPED = ("DEVICE", "CONTEXT")
+# Never enabled: GRAPH_TRACE turns graph replays into one record per launch for the whole run.
+# High-rate calls that carry no launch (Kineto disables the same ones).
+NOISY_RUNTIME = ("cudaGetDevice_v3020", "cudaGetLastError_v3020", "cudaPeekAtLastError_v3020")
+NOISY_DRIVER = ("cuKernelGetAttribute", "cuDevicePrimaryCtxGetState", "cuCtxGetCurrent")
+BUFFER_BYTES = 16 << 20  # big buffers keep worker-thread deliveries rare (GIL contention)
+
+_finalize_registered = False
+
 
 def split_kinds(given: Iterable[Any]) -> list:
     """Kind names as `run --kinds` and profile(kinds=...) take them: each string may hold
@@ -54,15 +64,6 @@ def split_kinds(given: Iterable[Any]) -> list:
             if k not in names:
                 names.append(k)
     return names
-ALWAYS = ("RUNTIME", "DRIVER", "EXTERNAL_CORRELATION")
-DUMPED = ("DEVICE", "CONTEXT")
-# Never enabled: GRAPH_TRACE turns graph replays into one record per launch for the whole run.
-# High-rate calls that carry no launch (Kineto disables the same ones).
-NOISY_RUNTIME = ("cudaGetDevice_v3020", "cudaGetLastError_v3020", "cudaPeekAtLastError_v3020")
-NOISY_DRIVER = ("cuKernelGetAttribute", "cuDevicePrimaryCtxGetState", "cuCtxGetCurrent")
-BUFFER_BYTES = 16 << 20  # big buffers keep worker-thread deliveries rare (GIL contention)
-
-_finalize_registered = False
 
 
 def load_cupti() -> Any:

@@ -27,13 +27,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuptiprof.collect.cupti_source import ALL_KINDS as KINDS, split_kinds as _split
 from cuptiprof.errors import CuptiprofError, InputError, UsageError, WriterBusy, storage_error
 from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.run import settings as S
 from cuptiprof.store.files import alive, first_row, running_launcher
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
-KINDS = ("kernel", "memcpy", "memset", "sync", "api", "nvtx", "memory", "overhead")
 
 
 @dataclass
@@ -66,12 +66,10 @@ class LaunchResult:
 def split_kinds(given: list[str] | None) -> list[str] | None:
     """--kinds kernel,memcpy memset: kinds are taken comma- or space-separated, or both; each
     once, in the order given."""
-    from cuptiprof.collect.cupti_source import split_kinds as split   # profile(kinds=...)'s too
-
     if given is None:
         return None
     # a quoted list (--kinds "$KINDS") holds its spaces inside one argument
-    kinds = split(given)
+    kinds = _split(given)   # as profile(kinds=...) splits them
     if not kinds:
         raise UsageError(f"--kinds {' '.join(given)!r}: no kind given; choose from {', '.join(KINDS)}")
     return kinds
