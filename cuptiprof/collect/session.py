@@ -968,8 +968,9 @@ class Session:
         if self._unordered_exits and src.gpu:
             add("ranges_interleaved", None, self._unordered_exits,
                 f"{self._unordered_exits} ranges ended while a range opened after them on their "
-                "thread was still open (asyncio tasks, or ranges entered and left by hand): GPU "
-                "work launched while both were open is credited to the one opened last")
+                "thread was still open (asyncio tasks running at once; an outer range ended first "
+                "ends those open inside it): GPU work launched while both were open is credited "
+                "to the one opened last")
         for okind, (n, ns) in sorted(r.overhead.items()):
             add("cupti_overhead", _overhead_name(src, okind), n,
                 f"CUPTI spent {ns / 1e6:.3f} ms in {n} overhead spans of this kind", ns)

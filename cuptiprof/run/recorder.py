@@ -500,8 +500,9 @@ class Recorder:
             if profiled and self._interleaved:
                 self._quality("ranges_interleaved", None, f"{self._interleaved} ranges ended while "
                               "a range begun after them on their thread was still open (asyncio "
-                              "tasks, or ranges entered and left by hand): CPU ops that ran while "
-                              "both were open are credited to the step begun last",
+                              "tasks running at once; an outer range ended first ends those open "
+                              "inside it): CPU ops that ran while both were open are credited to "
+                              "the step begun last",
                               count=self._interleaved)
             self.closed = True
             # Ranges still open (a crash inside a step) are written without an end.
