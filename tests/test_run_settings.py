@@ -31,10 +31,11 @@ def test_cuptiprof_disable_keeps_a_child_out_unless_empty_or_0(disable, on):
         assert (got.mode, got.warmup, got.steps) == ("light", 2, 5)
 
 
-@pytest.mark.parametrize("raw", [None, "", "{not json", "[1, 2"])
+@pytest.mark.parametrize("raw", [None, "", "{not json", "[1, 2", "1", "null", "[1, 2]", '"x"'])
 def test_settings_absent_or_unreadable_turn_nothing_on(raw):
-    """Only settings the launcher wrote profile a process: a damaged variable leaves the
-    program to run as without cuptiprof rather than profiled with made-up settings."""
+    """Only settings the launcher wrote profile a process: a damaged variable (JSON that is
+    not an object too: CUPTIPROF_RUN_SETTINGS=1 exported by hand) leaves the program to run as
+    without cuptiprof, and `cuptiprof run` to record its command, rather than a traceback."""
     env = {} if raw is None else {S.SETTINGS: raw}
     assert S.ChildSettings.from_env(env) is None
 
@@ -103,3 +104,14 @@ def test_nothing_is_added_where_nothing_profiles_this_process(monkeypatch):
     env = {"PATH": "/bin"}
     assert S.carry_env(env) is env
 
+
+def test_a_run_under_settings_that_are_not_an_object_records_its_command(tmp_path):
+    from _run_helpers import cli, q, script
+    import sys
+
+    p = script(tmp_path, "import cuptiprof\nwith cuptiprof.range('step', step=0):\n    pass\n")
+    r = cli(["run", "-o", "own.duckdb", "--no-report", "--light", "--", sys.executable, p], tmp_path,
+            CUPTIPROF_RUN_SETTINGS="1", CUPTIPROF_RUN_PARTS=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert q(tmp_path / "own.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]

@@ -66,6 +66,8 @@ class ChildSettings:
             data = json.loads(raw)
         except ValueError:
             return None
+        if not isinstance(data, dict):   # not the launcher's: exported by hand, or damaged
+            return None
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
 
