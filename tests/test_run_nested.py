@@ -225,3 +225,44 @@ def test_on_other_pythons(tmp_path, exe):
     r = subprocess.run([exe, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["5", "1"]
+
+
+def test_an_enclosing_function_under_a_decorator_of_its_own(tmp_path):
+    """`@torch.inference_mode()` on main: the name in the module is the wrapper, and the
+    function's first line is its decorator's."""
+    mod, _ = _load(tmp_path, """
+        import functools
+
+        def keep(f):
+            @functools.wraps(f)
+            def w(*a, **kw):
+                return f(*a, **kw)
+            return w
+
+        @keep
+        def outer(k):
+            def inner(x):
+                return x + k
+            return inner(1)
+    """, name="mod_nested_wrapped")
+    calls = []
+    nested.decorate_inner(mod.outer, ["inner"], _counting(calls), "__test_deco__")
+    assert mod.outer(2) == 3 and calls == ["inner"]
+
+
+def test_each_definition_of_the_inner_function_is_decorated(tmp_path):
+    """An inner function defined in both branches of an if: whichever a call defines is a step."""
+    mod, _ = _load(tmp_path, """
+        def outer(fast):
+            if fast:
+                def inner():
+                    return "fast"
+            else:
+                def inner():
+                    return "slow"
+            return inner()
+    """, name="mod_nested_branches")
+    calls = []
+    nested.decorate_inner(mod.outer, ["inner"], _counting(calls, key=lambda f: f()), "__test_deco__")
+    assert (mod.outer(True), mod.outer(False)) == ("fast", "slow")
+    assert calls == ["fast", "slow"]
