@@ -227,6 +227,28 @@ def test_a_forked_worker_counts_its_own_steps_after_the_parents(tmp_path):
                                    "FROM processes") == [(2, 0)]
 
 
+def test_a_forked_worker_writes_none_of_the_ranges_and_logs_its_parent_had_not_yet_written(tmp_path):
+    """What the parent recorded before the fork and had not written yet is the parent's: the
+    worker writing it too put each such range and log record twice in the file."""
+    p = script(tmp_path, """
+        import logging, multiprocessing as mp, cuptiprof
+        def worker():
+            with cuptiprof.range("step", step=0):
+                pass
+        if __name__ == "__main__":
+            with cuptiprof.range("setup"):
+                logging.getLogger("t").warning("parent says")
+            c = mp.get_context("fork").Process(target=worker)
+            c.start(); c.join()
+    """)
+    r = cli(["run", "-o", "f.duckdb", "--light", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "f.duckdb"
+    assert q(out, "SELECT count(*) FROM ranges WHERE name = 'setup'") == [(1,)]
+    assert q(out, "SELECT count(*) FROM logs WHERE message = 'parent says'") == [(1,)]
+    assert q(out, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
+
+
 def test_a_forked_child_that_died_before_recording_anything_is_a_process_of_the_run(tmp_path):
     """A child forked (os.fork) that recorded nothing and ended without its exit handlers (a
     crash, os._exit) is still one of the run's processes, ended early, with its own start."""

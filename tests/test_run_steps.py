@@ -1237,3 +1237,22 @@ def test_a_range_left_open_inside_a_step_ends_with_it(tmp_path, mode):
     assert rows[forgot][1:] == (first.range_id, rows[first.range_id][2], 0)
     assert rows[inner][1:] == (forgot, rows[first.range_id][2], 0)
     assert rows[first.range_id][2] is not None
+
+
+def test_a_forked_baseline_process_times_its_own_steps_only(tmp_path):
+    """--overhead's baseline in a worker forked after the parent timed steps: the worker's
+    steps file holds its own steps, numbered from its first, or the parent's durations would
+    count twice in the baseline's median."""
+    import json
+
+    from cuptiprof.run.recorder import Recorder
+    from cuptiprof.run.settings import ChildSettings
+
+    rec = Recorder(ChildSettings(mode="time"), str(tmp_path), "time")
+    for _ in range(2):
+        rec.end(rec.begin("step", is_step=True))
+    rec.forget_after_fork()
+    rec.end(rec.begin("step", is_step=True))
+    rec.close()
+    (steps,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.steps.json")]
+    assert [s for s, _ in steps["steps"]] == [0]
