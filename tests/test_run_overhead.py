@@ -24,6 +24,8 @@ def _fake_runs(monkeypatch, tmp_path, base, prof, codes=None):
         kind, r = re.fullmatch(r"(base|prof)-(\d+)\.duckdb", o.output.rsplit("/", 1)[1]).groups()
         r = int(r)
         made.append((kind, r, o.mode))
+        # the command's own output would break up the table; each run's report too
+        assert (o.quiet, o.report) == (True, False)
         parts = tmp_path / f"{kind}-{r}.parts"
         parts.mkdir()
         (parts / "marker").write_text(kind)
