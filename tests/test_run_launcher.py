@@ -606,6 +606,23 @@ def test_a_run_inside_a_run_stands_aside_and_the_outer_one_records_the_command(t
     assert q(tmp_path / "outer.duckdb", "SELECT status FROM runs") == [("failed",)]
 
 
+def test_an_overhead_measurement_inside_a_run_stands_aside_too(tmp_path):
+    """Its runs would take the command's processes from the outer run, which would then record
+    nothing: the command runs once, recorded by the outer run, and no table is printed."""
+    p = script(tmp_path, """
+        import cuptiprof
+        for i in range(2):
+            with cuptiprof.range("step", step=i):
+                pass
+    """)
+    r = cli(["run", "-o", "outer.duckdb", "--no-report", "--", PY, "-m", "cuptiprof", "run",
+             "--overhead", "--repeat", "1", "--", PY, p], tmp_path, CUPTIPROF_FAKE_CUPTI="1")
+    assert r.returncode == 0, r.stderr
+    assert "runs under another one" in r.stderr and "it writes no file" in r.stderr
+    assert "cuptiprof overhead:" not in r.stdout
+    assert q(tmp_path / "outer.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(2,)]
+
+
 def test_a_minus_value_after_the_command_separator_is_the_programs(tmp_path):
     """`--steps -2:1` is taken as `--steps=-2:1` before `--` only: the profiled program's own
     arguments are passed on as written."""
