@@ -623,6 +623,17 @@ def test_an_overhead_measurement_inside_a_run_stands_aside_too(tmp_path):
     assert q(tmp_path / "outer.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(2,)]
 
 
+def test_a_run_inside_a_run_with_a_mistake_in_its_options_says_so(tmp_path):
+    """Its settings are not used, but a mistake in them is the user's all the same: one line,
+    exit 2, and the command not run."""
+    p = script(tmp_path, "print('ran')")
+    r = cli(["run", "-o", "outer.duckdb", "--no-report", "--", PY, "-m", "cuptiprof", "run",
+             "--steps", "0", "--", PY, p], tmp_path, CUPTIPROF_FAKE_CUPTI="1")
+    assert r.returncode == 2, r.stderr
+    assert "--steps 0" in r.stderr and "Traceback" not in r.stderr
+    assert "ran" not in r.stdout
+
+
 def test_a_minus_value_after_the_command_separator_is_the_programs(tmp_path):
     """`--steps -2:1` is taken as `--steps=-2:1` before `--` only: the profiled program's own
     arguments are passed on as written."""
