@@ -126,6 +126,18 @@ def attrs_json(attrs: dict) -> str | None:
         return _dumps({str(k): _storable(v) for k, v in attrs.items()})
 
 
+def left_inside(var: contextvars.ContextVar, stack: tuple, item: Any) -> tuple:
+    """Ending `item`, an open range of this thread's or task's `stack` (held in `var`): the
+    stack is cut below it, and the ranges still open inside it (their end never ran: forgotten,
+    or an exception skipped it) are returned innermost first, for the caller to end with it;
+    () where it is not on the stack. The collector and the run's recorder both end them so."""
+    at = [i for i, t in enumerate(stack) if t is item]
+    if not at:
+        return ()
+    var.set(stack[:at[-1]])
+    return stack[at[-1] + 1:][::-1]
+
+
 def _dumps(value: Any) -> str:
     try:
         return json.dumps(value, default=str, sort_keys=True, allow_nan=False)

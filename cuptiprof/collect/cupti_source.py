@@ -41,7 +41,6 @@ KIND_GROUPS: dict[str, tuple[str, ...]] = {
     "overhead": ("OVERHEAD",),
 }
 ALL_KINDS = tuple(KIND_GROUPS)
-
 ALWAYS = ("RUNTIME", "DRIVER", "EXTERNAL_CORRELATION")
 DUMPED = ("DEVICE", "CONTEXT")
 # Never enabled: GRAPH_TRACE turns graph replays into one record per launch for the whole run.

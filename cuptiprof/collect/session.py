@@ -664,16 +664,10 @@ class Session:
         if self._open.get(tok[0]) is not tok:   # not open here (ended already, another session)
             return
         end = time.time_ns()
-        stack = self._stack()
-        at = [i for i, t in enumerate(stack) if t is tok]
-        if at:
-            # Ranges still open inside it (their end never ran: forgotten, or an exception
-            # skipped it) end with it, innermost first, as the Recorder's do: they stayed open
-            # on this thread, the parent of every range and step after, their ids on CUPTI's
-            # stack claiming its work.
-            self._stack_var.set(stack[:at[-1]])
-            for t in reversed(stack[at[-1] + 1:]):
-                self._end(t, end, exc_type)
+        # Ranges left open inside it end with it: else they stay the parent of every range and
+        # step after on this thread, their ids on CUPTI's stack claiming its work.
+        for t in markers.left_inside(self._stack_var, self._stack(), tok):
+            self._end(t, end, exc_type)
         self._end(tok, end, exc_type)
 
     def _end(self, tok: list, end: int, exc_type: type | None) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from cuptiprof import ranks
 from cuptiprof.errors import env_seconds
 from cuptiprof.forking import keep_forever
-from cuptiprof.markers import attrs_json
+from cuptiprof.markers import attrs_json, left_inside
 from cuptiprof.run.settings import ChildSettings
 from cuptiprof.work_ops import is_kernel as _is_kernel
 from cuptiprof.work_ops import judge_names as _judge_names
@@ -192,15 +192,11 @@ class Recorder:
         if o is None or o.closed or o.gen != self.gen:   # ended already, or the parent's (forked)
             return
         now = time.time_ns()
-        stack = self._stack()   # read before `o` is marked closed: it leaves closed ones out
-        if o in stack:
-            # Ranges still open inside it (their end never ran: forgotten, or an exception
-            # skipped it) end with it, innermost first, or they would stay open on this thread
-            # and be the parent of everything it records later.
-            at = max(i for i, t in enumerate(stack) if t is o)
-            self._stack_var.set(stack[:at])
-            for t in reversed(stack[at + 1:]):
-                self._end(t, now, exc_type)
+        # Ranges left open inside it end with it: else they stay the parent of everything this
+        # thread records later. (The stack is read before `o` is marked closed: it leaves closed
+        # ones out.)
+        for t in left_inside(self._stack_var, self._stack(), o):
+            self._end(t, now, exc_type)
         self._end(o, now, exc_type)
 
     def _end(self, o: _Open, now: int, exc_type: type | None) -> None:
