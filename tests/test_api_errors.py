@@ -47,6 +47,10 @@ def test_unknown_source_leaves_no_file_and_the_retry_works(tmp_path):
     ({"source": 3}, "unknown source 3; use 'cupti', 'fake' or 'none'"),
     ({"kinds": 3}, "unknown kind(s) 3; choose from kernel, memcpy"),
     ({"kinds": ["kernel", 3]}, "unknown kind(s) 3; choose from kernel, memcpy"),
+    # a blank string (kinds=os.environ.get("KINDS", "")) chose no kind, silently; as
+    # `run --kinds ""` is refused
+    ({"kinds": ""}, "kinds '': no kind given; choose from kernel, memcpy"),
+    ({"kinds": " , "}, "kinds ' , ': no kind given; choose from kernel, memcpy"),
     ({"step_range": 3}, "step_range must be a range's name (a str) or None, not 3"),
     # a blank name marked no step and recorded a run without steps, as `run --step-range ""` did
     ({"step_range": ""}, "step_range '': empty; give the name of the range, or None"),

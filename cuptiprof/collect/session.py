@@ -1126,12 +1126,15 @@ WRITE_MODES = ("create", "overwrite", "append")
 
 def _chosen_kinds(kinds: Any, all_kinds: tuple) -> list:
     """kinds as a list: None is every kind; names in a string split as `run --kinds` splits
-    them ("kernel,memcpy", "kernel memcpy")."""
+    them ("kernel,memcpy", "kernel memcpy"); a string naming none is refused (an unset
+    variable), an empty list is the always-on kinds alone."""
     from cuptiprof.collect.cupti_source import split_kinds
 
     if kinds is None:
         return list(all_kinds)
     if isinstance(kinds, str):
+        if not split_kinds([kinds]):   # kinds=os.environ.get("KINDS", ""), as run --kinds ""
+            raise UsageError(f"kinds {kinds!r}: no kind given; choose from {', '.join(all_kinds)}")
         kinds = [kinds]
     try:
         chosen = split_kinds(list(kinds))
