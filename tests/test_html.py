@@ -376,6 +376,9 @@ def test_timeline_of_a_step_with_many_lanes_is_thinned_as_a_whole(tmp_path, devi
         boxes = re.findall(r'<rect x="[\d.]+" y="\d+" width="[\d.]+" height="18" fill="#4c78a8"', svg)
         assert devices <= len(boxes) <= TIMELINE_STEP_OPS + devices
         assert f"this step has more than {TIMELINE_STEP_OPS:,} ops" in svg
+        # the lanes share the step's boxes: 40 lanes of 960 pixels merge ops 8 pixels apart
+        px = max(1.0, devices * 960 / TIMELINE_STEP_OPS)
+        assert f"ops less than {px:.0f} pixel{'s' if px >= 1.5 else ''} apart" in svg
         assert "in lanes of more than" not in svg   # no lane is that busy
         assert f"{devices * kernels:,} ops as {len(boxes):,} box" in svg
 
@@ -496,6 +499,9 @@ def test_report_html_shows_the_quality_rows(tmp_path):
     db, text = _page_of(trace, doc)
     quality = text.split("<h2>Data quality</h2>", 1)[1].split("<h2>", 1)[0]
     assert ">unclaimed_records<" in quality and ">kernel<" in quality
+    # its details are sentences: wrapped whole, not cut as a long name is
+    cells = [html.unescape(c) for c in re.findall(r"<td[^>]*>([^<]*)</td>", quality)]
+    assert max(map(len, cells)) > 72 and not any("\u2026" in c for c in cells)
     assert '<p class="notice' not in text and "ops by GPU time</h2>" in text
     # a file with nothing to say about its data has no such section
     clean_out = tmp_path / "clean.html"
@@ -863,6 +869,16 @@ def test_bar_lengths_are_proportional_to_their_values():
     assert re.findall(r"<title>([^<]*)</title>", svg) == ["ta", "tb"]
 
 
+def test_the_longest_bar_fills_the_plot_wherever_it_is_listed():
+    # the kinds plot lists kernels first: a copy-bound run's memcpy bar is the longest
+    from cuptiprof.render.html import grouped_hbars, hbars
+    widths = [w for _, _, w, _ in _rects(hbars([("kernel", 1.0, ""), ("memcpy HtoD", 4.0, "")]))]
+    assert widths == [120.0, 480.0]
+    # a file whose ops are slower than the first file's: every bar on its scale
+    svg = grouped_hbars(["gemm"], [("A", [1.0]), ("B", [4.0])])
+    assert [w for _, _, w, _ in _rects(svg)] == [120.0, 480.0]
+
+
 def test_control_characters_in_a_name_are_dropped_from_the_page():
     # NUL and escapes are invalid in HTML; a bidi override would reverse the text after it
     assert esc('k\x00<1>\x1b[31m\u202e"x"\nend') == "k&lt;1&gt;[31m&quot;x&quot; end"
@@ -946,6 +962,15 @@ def test_a_file_named_with_markup_is_escaped_in_the_title_and_heading(tmp_path):
     assert "<img" not in text
     assert f"<title>cuptiprof report: {esc(db.name)}</title>" in text
     assert f"<h1>cuptiprof report: {esc(db.name)}</h1>" in text
+
+
+def test_timeline_draws_an_op_too_short_for_a_pixel():
+    from cuptiprof.render.html import timeline
+    row = {"run_id": 1, "pid": 1, "device_id": 0, "stream_id": 7, "kind": "kernel"}
+    svg = timeline([{**row, "name": "long", "start_ns": 0, "end_ns": 1_000_000},
+                    {**row, "name": "tiny", "start_ns": 500_000, "end_ns": 500_000}])
+    widths = re.findall(r'width="([\d.]+)" height="18" fill="#4c78a8"><title>(\w+)', svg)
+    assert widths == [("960.00", "long"), ("0.60", "tiny")]
 
 
 def test_timeline_headings_name_each_process_and_its_run_only_where_there_are_several():
@@ -1117,6 +1142,21 @@ def test_the_ranges_plot_shows_each_ranges_gpu_time(tmp_path):
     bar = re.search(r"<title>attention: ([^<]*)</title>.*?<text x=\"[\d.]+\" y=\"\d+\">([^<]*)</text>", ranges)
     assert bar.group(1).startswith(f"{fmt_value(gpu_ms)} ms in 2 calls, ")
     assert bar.group(2) == f"{fmt_value(gpu_ms)} ms"
+
+
+def test_an_op_ranked_past_the_last_row_is_drawn_on_it_and_labelled_below():
+    from cuptiprof.render.html import BUMP_MAX_RANK, bump_chart
+    svg = bump_chart(["a", "z"], ["A", "B"], {"a": [1, 1], "z": [2, 100]})
+    labels = re.findall(r'class="right"[^>]*y="([\d.]+)">([^<]*)<', svg)
+    # row 40 of the chart, not row 100: the chart keeps its height
+    assert labels == [("34.0", "1. a"), (f"{30 + (BUMP_MAX_RANK - 1) * 20 + 4:.1f}", "100. (below) z")]
+    assert f'height="{30 + BUMP_MAX_RANK * 20}"' in svg
+
+
+def test_a_label_moves_to_the_nearest_free_row_above_or_below():
+    from cuptiprof.render.html import _free_rows
+    assert _free_rows({"a": 1}, {1, 2}) == {"a": 0}
+    assert _free_rows({"a": 1, "b": 1}, {0}) == {"a": 1, "b": 2}
 
 
 def test_rank_shift_labels_the_first_files_ops_left_and_the_last_files_right():
