@@ -72,6 +72,30 @@ def test_compare_html_has_rank_shift_and_escapes_names(evil, tmp_path):
     assert "B: absent" in text or "A: absent" in text
 
 
+def test_compare_html_shows_throughput_only_for_the_work_given(evil, tmp_path):
+    from cuptiprof.analyse.compare import work_list
+    heading = "<h2>Throughput against peak (estimates)</h2>"
+    with Comparison(evil, work=work_list(["*gemm*=1.0"], [])) as cmp:
+        write_compare(cmp, tmp_path / "w.html")
+    text = (tmp_path / "w.html").read_text()
+    assert heading in text and ">*gemm*<" in text.split(heading, 1)[1]
+    with Comparison(evil) as cmp:
+        write_compare(cmp, tmp_path / "n.html")
+    assert heading not in (tmp_path / "n.html").read_text()
+
+
+def test_an_html_page_without_a_doctype_is_replaced_and_any_other_file_kept(evil, tmp_path, capsys):
+    old = tmp_path / "old.html"
+    old.write_text("<html><body>an older page</body></html>")
+    assert main(["report", str(evil[0]), "--html", str(old)]) == 0
+    assert old.read_text().startswith("<!DOCTYPE html>")
+    notes = tmp_path / "notes.html"
+    notes.write_text("my notes, not a page")
+    assert main(["report", str(evil[0]), "--html", str(notes)]) == 2
+    assert notes.read_text() == "my notes, not a page"
+    assert "exists and is not an HTML file" in capsys.readouterr().err
+
+
 def test_compare_html_names_a_file_without_steps_whole_not_step_0(tmp_path):
     """compare counts a file without steps as one step, 0 inside; the text says "the whole file
     counts as one step" and the report's HTML labels that bar "all": so does compare's."""
