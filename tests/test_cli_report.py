@@ -146,6 +146,26 @@ def test_long_names_that_share_their_start_stay_apart_in_a_table():
     assert all(c.startswith("void cutlass::device_ke\u2026") for c in cells[:4])   # its head, then where it parts
 
 
+def test_two_names_that_share_their_start_are_cut_apart_and_marked_cut_at_both_ends():
+    import pyarrow as pa
+    from cuptiprof.render.table import render
+    stem = "x" * 80
+    out = io.StringIO()
+    render(pa.table({"name": [stem + "_alpha_kernel_end", stem + "_beta_kernel_end", "y" * 10]}),
+           "table", out=out, max_width=30)
+    # the head, then a little of what they share before where they part, each cut at its end too
+    assert out.getvalue().splitlines()[2:5] == ["x" * 10 + "\u2026" + "x" * 7 + "_alpha_kern\u2026",
+                                                "x" * 10 + "\u2026" + "x" * 7 + "_beta_kerne\u2026",
+                                                "y" * 10]
+
+
+def test_a_name_as_long_as_a_cell_is_shown_whole():
+    import pyarrow as pa
+    out = io.StringIO()
+    render(pa.table({"name": ["a" * 10, "b" * 11]}), "table", out=out, max_width=10)
+    assert out.getvalue().splitlines()[2:4] == ["a" * 10, "b" * 9 + "\u2026"]
+
+
 def test_a_plain_table_hides_keys_of_one_value_and_right_aligns_numbers():
     import pyarrow as pa
     out = io.StringIO()
@@ -182,7 +202,7 @@ def test_markdown_and_csv_cells_read_back_as_the_names_written():
 @pytest.mark.parametrize("value, shown", [
     (100.0, "100.0"), (99.99, "99.990"), (1234.56, "1,234.6"), (1.0, "1.000"), (0.5, "0.5"),
     (0.000123456, "0.0001235"), (-250.0, "-250.0"), (0.0, "0"), (float("nan"), ""), (None, ""),
-    (7, "7"), (True, "True"),
+    (7, "7"), (True, "True"), (68340276, "68340276"), (-(10**13), "-10000000000000"),
 ])
 def test_numbers_in_tables_keep_their_digits_by_size(value, shown):
     from cuptiprof.render.table import fmt_value
