@@ -1065,6 +1065,24 @@ def test_steps_by_range_colours_the_biggest_ranges_and_groups_the_rest_as_other(
     assert tips[2].startswith("3 | r7: 0 ms")   # a step without GPU work: an empty bar
 
 
+def test_a_range_named_other_keeps_its_own_piece_apart_from_the_rest():
+    import pyarrow as pa
+    from cuptiprof.render.html import _steps_by_range
+    names = ["other"] + [f"r{i}" for i in range(7)]   # the program's own range "other": the biggest
+    gpu = [10.0] + [float(i + 1) for i in range(7)]
+
+    class Prof:
+        def report(self, name):
+            return pa.table({"step": [1] * len(names), "range": names, "gpu_ms": gpu})
+    html_ = _steps_by_range(Prof(), set(), "GPU", [1])
+    legend = re.findall(r'<span title="([^"]*)">', html_)
+    assert legend == ["other", "r6", "r5", "r4", "r3", "r2", "(other ranges)"]
+    tip, = re.findall(r"<title>([^<]*)</title>", html_)
+    assert tip.startswith("1 | other: 10.000 ms |") and tip.endswith("(other ranges): 3.000 ms")
+    # the bar is the step's 38 ms, not the range counted twice
+    assert re.search(r'<text x="4" y="12">([^<]*)</text>', html_).group(1) == "38.000 ms"
+
+
 def test_a_table_shows_its_first_rows_says_how_many_more_and_right_aligns_numbers_only():
     import pyarrow as pa
     from cuptiprof.render.html import table

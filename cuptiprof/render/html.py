@@ -652,15 +652,17 @@ def _steps_by_range(profile, cut: set, what: str = "GPU", steps: Sequence = ()) 
         total[r["range"]] = total.get(r["range"], 0.0) + (r["gpu_ms"] or 0.0)
     named = [k for k in sorted(total, key=lambda k: -total[k]) if k != "(no range)"]
     shown = named[:RANGES_SHOWN]
-    parts = shown + (["other"] if len(named) > len(shown) else []) + \
+    # the rest's piece: named apart from a range of the program's own called "other"
+    other = "(other ranges)" if "other" in total else "other"
+    parts = shown + ([other] if len(named) > len(shown) else []) + \
         (["(no range)"] if "(no range)" in total else [])
     per: dict = {s: {} for s in steps}
     for r in rows:
-        key = r["range"] if r["range"] in shown or r["range"] == "(no range)" else "other"
+        key = r["range"] if r["range"] in shown or r["range"] == "(no range)" else other
         d = per.setdefault(r["step"], {})
         d[key] = d.get(key, 0.0) + (r["gpu_ms"] or 0.0)
     colors = dict(zip(shown, RUN_COLORS))
-    colors.update({"other": "#bab0ac", "(no range)": "#dddddd"})
+    colors.update({other: "#bab0ac", "(no range)": "#dddddd"})
     return (f"<h2>Steps by range</h2><p class=\"note\">Each step's {what} time split by the innermost "
             "of the program's own ranges open when it was launched (each piece counted once).</p>"
             + stacked_columns(_by_step(per, cut), parts, colors=colors))
