@@ -35,7 +35,8 @@ RULES: tuple[tuple[str, str], ...] = (
     ("triton_fused", r"^triton"),
     ("flash_attention", r"flash|fmha|attention|sdpa|_attn|mha_fwd|mha_bwd"),
     ("conv", r"conv|scudnn|winograd|fft2d_|wgrad|dgrad|fprop|im2col|implicit_gemm|cask_cudnn"),
-    ("gemm", r"gemm|gemv|cublas|cutlass|matmul|splitkreduce|xmma|magma_|nvjet|_mm_|bmm_"),
+    # fbgemm_gpu is a library, mostly of embedding and sparse kernels, not a GEMM
+    ("gemm", r"(?<!fb)gemm|gemv|cublas|cutlass|matmul|splitkreduce|xmma|magma_|nvjet|_mm_|bmm_"),
     ("softmax", r"softmax"),
     ("layernorm", r"layer_?norm|rms_?norm|gammabetabackward"),
     ("batchnorm", r"batch_?norm|\bbn_(fw|bw)|cudnn::bn_"),
