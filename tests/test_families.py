@@ -56,6 +56,9 @@ CASES = {
     "void split_embedding_codegen_forward_unweighted_kernel<float, float, float, false, long, 1ul, 16ul>(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>, long, fbgemm_gpu::FixedDivisor)": "embedding",
     "void fbgemm_gpu::permute_2D_lengths_kernel<int>(int, int, int const*, int const*, int*)": "copy",
     "void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_hfp8_to_float_gpu(at::Tensor const&, long, long)::{lambda(unsigned char)#1}, at::detail::Array<char*, 2> >(int, fbgemm_gpu::_hfp8_to_float_gpu(at::Tensor const&, long, long)::{lambda(unsigned char)#1}, at::detail::Array<char*, 2>)": "elementwise",
+    # CCCL 2.8+ puts cub's reduction kernels in cub::detail::reduce (PyTorch's copy under at_cuda_detail)
+    "void at_cuda_detail::cub::detail::reduce::DeviceReduceKernel<at_cuda_detail::cub::detail::reduce::policy_hub<int, unsigned long long, cuda::std::__4::plus<void>>::Policy1000, int const*, unsigned long long, cuda::std::__4::plus<void>, int, cuda::std::__4::identity>(int const*, int*, unsigned long long, cub::GridEvenShare<unsigned long long>, cuda::std::__4::plus<void>, cuda::std::__4::identity)": "reduce",
+    "void cub::CUB_300000_SM_900_NS::detail::reduce::DeviceReduceSingleTileKernel<cub::CUB_300000_SM_900_NS::detail::reduce::policy_hub<float, int, cuda::std::__4::plus<void>>::Policy1000, float*, float*, int, cuda::std::__4::plus<void>, float, float, cuda::std::__4::identity>(float*, float*, int, cuda::std::__4::plus<void>, float, cuda::std::__4::identity)": "reduce",
     "Memcpy HtoD": "Memcpy HtoD",
     "Memset": "Memset",
     "saxpy(double *, double *, double *, double, int)": "saxpy",

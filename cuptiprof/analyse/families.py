@@ -47,8 +47,9 @@ RULES: tuple[tuple[str, str], ...] = (
     # Reductions of cub (DeviceReduce*, DeviceSegmentedReduce*, DeviceReduceByKey*) and thrust
     # (its __reduce and __reduce_by_key agents, run in thrust::cuda_cub::core::_kernel_agent)
     # come before the other cub/thrust kernels (sorts, scans) in sort_scan. Matched on the
-    # kernel or agent name: a scan by key also carries cub::ReduceByKeyScanTileState.
-    ("reduce", r"\bcub::(\w+::)?device(segmented)?reduce|cuda_cub::__reduce(_by_key)?::"),
+    # kernel or agent name: a scan by key also carries cub::ReduceByKeyScanTileState. The kernel
+    # may sit in namespaces of its own (cub::CUB_200200_800_NS::, CCCL 2.8's cub::detail::reduce::).
+    ("reduce", r"\bcub::(\w+::)*device(segmented)?reduce|cuda_cub::__reduce(_by_key)?::"),
     ("sort_scan", r"radixsort|devicescan|sort|topk|cub::|\bscan"),
     ("reduce", r"reduce|welford|sum_functor|meanops|argmax|argmin"),
     ("copy", r"copy|\bcat|transpose|nchwtonhwc|nhwctonchw|permute"),
