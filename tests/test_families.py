@@ -59,6 +59,24 @@ CASES = {
     # CCCL 2.8+ puts cub's reduction kernels in cub::detail::reduce (PyTorch's copy under at_cuda_detail)
     "void at_cuda_detail::cub::detail::reduce::DeviceReduceKernel<at_cuda_detail::cub::detail::reduce::policy_hub<int, unsigned long long, cuda::std::__4::plus<void>>::Policy1000, int const*, unsigned long long, cuda::std::__4::plus<void>, int, cuda::std::__4::identity>(int const*, int*, unsigned long long, cub::GridEvenShare<unsigned long long>, cuda::std::__4::plus<void>, cuda::std::__4::identity)": "reduce",
     "void cub::CUB_300000_SM_900_NS::detail::reduce::DeviceReduceSingleTileKernel<cub::CUB_300000_SM_900_NS::detail::reduce::policy_hub<float, int, cuda::std::__4::plus<void>>::Policy1000, float*, float*, int, cuda::std::__4::plus<void>, float, float, cuda::std::__4::identity>(float*, float*, int, cuda::std::__4::plus<void>, float, cuda::std::__4::identity)": "reduce",
+    # TorchInductor's persistent reductions and templates (its GEMM templates are no plain gemm)
+    "triton_per_fused__softmax_0": "triton_reduction",
+    "triton_tem_fused_addmm_0": "triton_template",
+    # attention without 'flash' in the name: PyTorch's memory-efficient kernel, cuDNN's SDPA
+    "void attention_kernel_batched_impl<AttentionKernel<cutlass::half_t, cutlass::arch::Sm80, true, 64, 64, 64, true, true> >(AttentionKernel<cutlass::half_t, cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)": "flash_attention",
+    "cudnn_generated_fort_native_sdpa_sm90_knob_7_64x128x64_4x1x1_kernel0_0": "flash_attention",
+    # (from real traces in ../shared/traces)
+    "void at::native::im2col_kernel<float>(long, float const*, long, long, long, long, long, long, long, long, long, long, long, long, float*)": "conv",
+    "void fft2d_r2c_32x32<float, false, 5u, true>(float2*, float const*, int, int, int, int, int, int, int, int, int, cudnn::reduced_divisor, bool, int2, int, int)": "conv",
+    "void cudnn::cnn::reduce_wgrad_nchw_helper<float, float>(void*, void const*, float, int, int)": "conv",
+    "void epilogue::impl::globalKernel<float, float, float, true, true>(int, int, long, float*, cublasLtEpilogue_t, int, float*, long, void*, long, long, long)": "gemm",
+    "void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float, float>(long, float, float const*, float*, float*)": "groupnorm",
+    "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel<float, float>(long, long, float const*, float const*, float const*, float const*, float*, float*)": "layernorm",
+    "void at::native::_scatter_gather_elementwise_kernel<128, 4, at::native::_cuda_scatter_gather_internal_kernel<true, float>::operator()<at::native::ReduceAdd>(at::TensorIterator&, long, long, long, at::native::ReduceAdd const&)::{lambda(int)#1}>(int, at::native::_cuda_scatter_gather_internal_kernel<true, float>::operator()<at::native::ReduceAdd>(at::TensorIterator&, long, long, long, at::native::ReduceAdd const&)::{lambda(int)#1})": "index_scatter",
+    "void permute_pooled_embs_kernel<float>(float const*, long const*, long const*, long const*, float*, long, long, long)": "embedding",
+    "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>(cudnn::ops::nchw2nhwc_params_t<float>, float const*, float*)": "copy",
+    "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>(at::cuda::detail::TensorInfo<float, unsigned int>, at::cuda::detail::TensorInfo<float, unsigned int>, at::cuda::detail::TensorInfo<bool, unsigned int>, unsigned int, float, at::PhiloxCudaState)": "random",
+    "void at::native::bitonicSortKVInPlace<2, -1, 16, 16, float, long, at::native::GTOp<float, true>, unsigned int>(at::cuda::detail::TensorInfo<float, unsigned int>, unsigned int, unsigned int, unsigned int, unsigned int, at::cuda::detail::TensorInfo<long, unsigned int>, unsigned int, at::native::GTOp<float, true>)": "sort_scan",
     "Memcpy HtoD": "Memcpy HtoD",
     "Memset": "Memset",
     "saxpy(double *, double *, double *, double, int)": "saxpy",
