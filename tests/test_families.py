@@ -95,6 +95,13 @@ def test_base_name_strips_arch_shapes_templates_and_params():
     assert family(None) == "(unnamed)" and family("") == "(unnamed)"
 
 
+def test_an_unknown_kernel_gets_one_family_across_architectures():
+    # the same library kernel built for two GPUs: other arch prefix, tile, alignment, version
+    names = ["sm80_fused_bias_act_128x64_align8", "sm90_fused_bias_act_256x128_align4",
+             "volta_fused_bias_act_64x64_v1", "ampere_fused_bias_act_v2"]
+    assert {family(n) for n in names} == {"fused_bias_act"}
+
+
 def test_every_kernel_of_a_real_trace_gets_a_family(shared_traces):
     path = shared_traces / "kineto-tbplugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
     events = json.load(gzip.open(path))["traceEvents"]
