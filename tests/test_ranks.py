@@ -52,3 +52,10 @@ def test_env_block_of_older_nsys_is_split_on_nul():
     ("worker0.1623143089861.pt.trace.json.gz", None), ("perlmutter0.sqlite", None)])
 def test_rank_in_a_file_name(name, want):
     assert ranks.from_name(name) == want
+
+
+def test_torchrun_wins_over_the_mpi_launcher_that_started_it():
+    """mpirun starting torchrun (or a script that sets RANK itself): RANK is the job's rank."""
+    env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "RANK": "5", "WORLD_SIZE": "8"}
+    assert ranks.from_env(env) == ranks.Rank(5, None, 8)
+
