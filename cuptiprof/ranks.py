@@ -48,8 +48,9 @@ def parse_env_block(text: str | None, sep: str = ";") -> dict[str, str]:
     text = text or ""
     for item in text.split("\0" if "\0" in text else sep):
         key, eq, value = item.partition("=")
+        key = key.strip()   # before the check: 'A=1; A=2' keeps the first A, as 'A=1;A=2' does
         if eq and key and key not in out:
-            out[key.strip()] = value
+            out[key] = value
     return out
 
 

@@ -59,3 +59,8 @@ def test_torchrun_wins_over_the_mpi_launcher_that_started_it():
     env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "RANK": "5", "WORLD_SIZE": "8"}
     assert ranks.from_env(env) == ranks.Rank(5, None, 8)
 
+
+def test_env_block_keeps_the_first_value_of_a_variable_whatever_the_spaces():
+    env = ranks.parse_env_block("PMI_RANK=1; PMI_RANK=2;PMI_SIZE=4 ;PMI_SIZE=8")
+    assert env == {"PMI_RANK": "1", "PMI_SIZE": "4 "}
+    assert ranks.from_env(env) == ranks.Rank(1, None, 4)
