@@ -1,0 +1,151 @@
+"""Where commands may write: each refusal of an output path is one line naming what is wrong
+with it, given before anything is computed, and leaves the place as it was."""
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from cuptiprof.cli import main
+from cuptiprof.errors import CuptiprofError, InputError
+from cuptiprof.outputs import say, temp_beside, write_failed
+
+
+@pytest.fixture(scope="module")
+def run_file(tmp_path_factory) -> Path:
+    from cuptiprof.synthetic import write_synthetic
+    return write_synthetic(tmp_path_factory.mktemp("out") / "run.duckdb", steps=2, kernels_per_step=5)
+
+
+def refused(argv, capsys) -> str:
+    """The one line a refused command prints (exit 2)."""
+    capsys.readouterr()
+    assert main([str(a) for a in argv]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("cuptiprof: error: "), err
+    return err[0][len("cuptiprof: error: "):]
+
+
+def listing(d: Path) -> list[str]:
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*"))
+
+
+def test_a_file_output_in_a_missing_directory(run_file, tmp_path, capsys):
+    out = tmp_path / "nodir" / "t.json"
+    assert refused(["export", run_file, "--chrome", out], capsys) == \
+        f"{out}: directory {out.parent} does not exist"
+    assert listing(tmp_path) == []
+
+
+def test_a_file_output_under_a_file(run_file, tmp_path, capsys):
+    (tmp_path / "f").write_text("mine\n")
+    out = tmp_path / "f" / "t.json"
+    assert refused(["export", run_file, "--chrome", out], capsys) == \
+        f"{out}: {tmp_path / 'f'} is a file, not a directory; give a path in a directory"
+    assert (tmp_path / "f").read_text() == "mine\n"
+
+
+def test_a_file_output_in_a_directory_that_cannot_be_written(run_file, tmp_path, capsys,
+                                                              monkeypatch):
+    # as root every directory is writable: the check is staged
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m: False if Path(p) == tmp_path else real(p, m))
+    out = tmp_path / "t.json"
+    assert refused(["export", run_file, "--chrome", out], capsys) == \
+        f"{out}: directory {tmp_path} is not writable"
+    assert listing(tmp_path) == []
+
+
+def test_a_file_output_that_is_a_directory(run_file, tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    assert refused(["export", run_file, "--chrome", tmp_path / "d", "--force"], capsys) == \
+        f"{tmp_path / 'd'}: is a directory; give a file name"
+    assert listing(tmp_path) == ["d"]
+
+
+def test_an_existing_file_output_needs_force(run_file, tmp_path, capsys):
+    out = tmp_path / "t.json"
+    out.write_text("old\n")
+    assert refused(["export", run_file, "--chrome", out], capsys) == \
+        f"{out}: already exists; choose another path or pass --force"
+    assert out.read_text() == "old\n"
+    assert main(["export", str(run_file), "--chrome", str(out), "--force"]) == 0
+    assert out.read_text().lstrip().startswith("{") and listing(tmp_path) == ["t.json"]
+
+
+def test_an_output_that_is_an_input_under_another_name(run_file, tmp_path, capsys):
+    """A hard link is the input itself, whatever its name."""
+    link = tmp_path / "alias.duckdb"
+    os.link(run_file, link)
+    size = run_file.stat().st_size
+    assert refused(["export", run_file, "--chrome", link, "--force"], capsys) == \
+        f"{link}: is also an input; write to another path"
+    assert run_file.stat().st_size == size
+
+
+def test_a_directory_output_that_is_a_file(run_file, tmp_path, capsys):
+    (tmp_path / "pq").write_text("mine\n")
+    assert refused(["export", run_file, "--parquet", tmp_path / "pq", "--force"], capsys) == \
+        f"{tmp_path / 'pq'}: is a file; give a directory"
+    assert (tmp_path / "pq").read_text() == "mine\n"
+
+
+def test_a_directory_output_holding_the_input(run_file, tmp_path, capsys):
+    d = tmp_path / "d"
+    d.mkdir()
+    inside = d / "run.duckdb"
+    inside.write_bytes(run_file.read_bytes())
+    assert refused(["export", inside, "--parquet", d, "--force"], capsys) == \
+        f"{d}: holds the input {inside}; write to another directory"
+    assert listing(tmp_path) == ["d", "d/run.duckdb"]
+
+
+def test_a_directory_output_above_the_current_one(run_file, tmp_path, capsys, monkeypatch):
+    (tmp_path / "w").mkdir()
+    monkeypatch.chdir(tmp_path / "w")
+    assert refused(["export", run_file, "--parquet", "..", "--force"], capsys) == \
+        "..: is the current directory or above it; give a new directory name"
+    assert listing(tmp_path) == ["w"]
+
+
+def test_an_empty_directory_is_no_conflict_and_a_full_one_needs_force(run_file, tmp_path, capsys):
+    pq = tmp_path / "pq"
+    pq.mkdir()
+    assert main(["export", str(run_file), "--parquet", str(pq)]) == 0
+    assert (pq / "kernels").is_dir()
+    assert refused(["export", run_file, "--parquet", pq], capsys) == \
+        f"{pq}: already exists; choose another path or pass --force"
+
+
+def test_temporary_outputs_are_hidden_beside_the_output():
+    # beside: renamed into place on the same file system; hidden: no `ls` or glob lists it
+    tmp = temp_beside(Path("/some/dir/r.html"))
+    assert tmp.parent == Path("/some/dir") and tmp.name.startswith(".r.html.")
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG, errno.EDQUOT])
+def test_a_write_that_runs_out_of_room_is_a_full_disk(code):
+    err = write_failed("out.duckdb", OSError(code, os.strerror(code)))
+    assert type(err) is CuptiprofError and err.exit_code == 1
+    assert str(err).startswith("out.duckdb: cannot write: the disk is full")
+
+
+def test_a_write_refused_by_the_place_is_a_bad_path():
+    err = write_failed("out.duckdb", OSError(errno.EACCES, "Permission denied"))
+    assert isinstance(err, InputError) and err.exit_code == 2
+    assert str(err) == ("out.duckdb: cannot write (Permission denied); give a path in a "
+                        "directory you can write to")
+
+
+def test_a_line_to_a_reader_gone_is_dropped_and_later_lines_too(tmp_path):
+    r, w = os.pipe()
+    os.close(r)
+    stream = os.fdopen(w, "w")
+    try:
+        say("first", stream)        # EPIPE: dropped, no exception
+        say("second", stream)
+        print("at exit", file=stream, flush=True)   # Python's own flush at exit must not fail
+    finally:
+        stream.close()
