@@ -569,6 +569,21 @@ def test_quality_names_the_programs_ranges_outside_every_step(tmp_path):
     assert got[0]["value_ms"] == pytest.approx(1.0) and "ranges WHERE step IS NULL" in got[0]["detail"]
 
 
+
+@pytest.mark.parametrize("steps", [(None, None), [None, None]])
+def test_steps_open_at_both_ends_are_the_default_scope(tmp_path, steps):
+    """(None, None) bounds nothing: the recorded steps and every row of a process without
+    steps, as with no steps at all, not only the rows that have a step."""
+    from cuptiprof.store.merge import merge_files
+
+    merged = merge_files([write_fixture(tmp_path / "golden.duckdb"), _stepless_file(tmp_path / "n.duckdb")],
+                         tmp_path / "all.duckdb")
+    with cuptiprof.open(merged) as prof:
+        want = (prof.scope, prof.report("kinds").fetchall())
+    with cuptiprof.open(merged, steps) as prof:
+        assert prof.step_range is None
+        assert (prof.scope, prof.report("kinds").fetchall()) == want
+
 def test_report_takes_the_cli_by_names(golden_run):
     """`cuptiprof report --by step` is report('steps') in code; report('step') was refused."""
     from cuptiprof.commands.report import BY
