@@ -77,6 +77,9 @@ CASES = {
     "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>(cudnn::ops::nchw2nhwc_params_t<float>, float const*, float*)": "copy",
     "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>(at::cuda::detail::TensorInfo<float, unsigned int>, at::cuda::detail::TensorInfo<float, unsigned int>, at::cuda::detail::TensorInfo<bool, unsigned int>, unsigned int, float, at::PhiloxCudaState)": "random",
     "void at::native::bitonicSortKVInPlace<2, -1, 16, 16, float, long, at::native::GTOp<float, true>, unsigned int>(at::cuda::detail::TensorInfo<float, unsigned int>, unsigned int, unsigned int, unsigned int, unsigned int, at::cuda::detail::TensorInfo<long, unsigned int>, unsigned int, at::native::GTOp<float, true>)": "sort_scan",
+    # conversions are no convolutions (PyTorch's sparse index conversion, vLLM's FP8 cache cast)
+    "void at::native::(anonymous namespace)::convert_indices_from_coo_to_csr_cuda_kernel<int, long>(long*, int const*, long, long)": "convert_indices_from_coo_to_csr_cuda_kernel",
+    "void vllm::convert_fp8_kernel<unsigned char, c10::BFloat16, (vllm::Fp8KVCacheDataType)1>(c10::BFloat16 const*, unsigned char*, float, long)": "convert_fp8_kernel",
     "Memcpy HtoD": "Memcpy HtoD",
     "Memset": "Memset",
     "saxpy(double *, double *, double *, double, int)": "saxpy",

@@ -34,7 +34,8 @@ RULES: tuple[tuple[str, str], ...] = (
     ("triton_template", r"^triton_tem"),
     ("triton_fused", r"^triton"),
     ("flash_attention", r"flash|fmha|attention|sdpa|_attn|mha_fwd|mha_bwd"),
-    ("conv", r"conv|scudnn|winograd|fft2d_|wgrad|dgrad|fprop|im2col|implicit_gemm|cask_cudnn"),
+    # 'conv' but not 'convert'/'conversion': a cast is no convolution
+    ("conv", r"conv(?!er)|scudnn|winograd|fft2d_|wgrad|dgrad|fprop|im2col|implicit_gemm|cask_cudnn"),
     # fbgemm_gpu is a library, mostly of embedding and sparse kernels, not a GEMM
     ("gemm", r"(?<!fb)gemm|gemv|cublas|cutlass|matmul|splitkreduce|xmma|magma_|nvjet|_mm_|bmm_"),
     ("softmax", r"softmax"),
