@@ -2893,3 +2893,93 @@ def test_each_process_of_a_merged_export_names_the_devices_it_has_rows_on(tmp_pa
         assert con.execute("SELECT pid, device_id, name, sm_count FROM devices ORDER BY ALL"
                            ).fetchall() == [(40, 0, "H200 a", 132), (50, 0, "H200 a", 132),
                                             (50, 1, "H200 b", 132)]
+
+
+HIVE_TYPES = "hive_types = {'host': 'VARCHAR', 'pid': 'INTEGER'}"   # as the README reads a dataset
+
+
+def _read_dataset(out: Path, table: str, what: str = "*", group: str = ""):
+    return duckdb.sql(f"SELECT {what} FROM read_parquet('{out}/{table}/**/*.parquet', "
+                      f"hive_partitioning = true, {HIVE_TYPES}) {group} ORDER BY ALL").fetchall()
+
+
+@pytest.mark.parametrize("host", ["a/b c=d", "", "héllo✓", "50%25x", "..", "new\nline"])
+def test_parquet_host_names_are_partition_values_read_back_as_written(tmp_path, host):
+    """A host name with a slash, a space, '=', '%', unicode, a newline, '..' or nothing at all
+    names one partition (escaped in its directory name) and reads back as itself, in DuckDB and
+    in pyarrow, beside the rows of a plain host."""
+    import pyarrow.dataset as ds
+    src = tmp_path / "h.duckdb"
+    for i, (pid, h) in enumerate(((41, "plain"), (42, host))):
+        with Writer(src, RunInfo(source="synthetic"), mode="append" if i else "create", pid=pid) as w:
+            w.append({"kernels": {"device_id": pa.array([0], pa.int32()), "stream_id": pa.array([7], pa.int32()),
+                                  "name": [f"k{i}"], "start_ns": [T0 + i], "end_ns": [T0 + 10 + i]},
+                      "processes": {"host": [h]}})
+    out = tmp_path / "pq"
+    with cuptiprof.open(src) as prof:
+        export_parquet(prof, out)
+    assert len(list((out / "kernels").iterdir())) == 2   # one directory per host, none nested
+    want = sorted([("plain", 41, "k0"), (host, 42, "k1")])
+    assert _read_dataset(out, "kernels", "host, pid, name") == want
+    part = ds.partitioning(pa.schema([("host", pa.string()), ("pid", pa.int32())]), flavor="hive")
+    got = ds.dataset(out / "kernels", format="parquet", partitioning=part).to_table(
+        columns=["host", "pid", "name"]).to_pylist()
+    assert sorted(tuple(r.values()) for r in got) == want
+
+
+def test_parquet_counts_are_the_rows_each_dataset_reads_back(tmp_path_factory, tmp_path):
+    """export_parquet's counts (the CLI's line) are the rows a reader finds in each dataset,
+    and, per host, pid and kernel, the rows and GPU time are those of the file."""
+    from cuptiprof.interop.parquet import PARTITIONED
+    two = imported(tmp_path_factory, *FILT)
+    out = tmp_path / "pq"
+    with cuptiprof.open(two) as prof:
+        counts = export_parquet(prof, out)
+    assert counts["logs"] == 0 and counts["kernels"] > 1000
+    for t in PARTITIONED:
+        assert counts[t] == _read_dataset(out, t, "count(*)")[0][0], t
+    assert counts["runs"] == len(duckdb.sql(f"SELECT * FROM '{out}/runs/data_0.parquet'").fetchall()) == 1
+    with duckdb.connect(str(two), read_only=True) as con:
+        want = con.execute("SELECT p.host, k.pid, k.name, count(*), sum(k.end_ns - k.start_ns) FROM kernels k "
+                           "LEFT JOIN processes p USING (run_id, pid) GROUP BY ALL ORDER BY ALL").fetchall()
+    assert _read_dataset(out, "kernels", "host, pid, name, count(*), sum(end_ns - start_ns)",
+                         "GROUP BY ALL") == want
+
+
+def test_parquet_table_without_rows_is_one_file_in_the_null_partition(tmp_path):
+    src = _with_rows_outside_steps(tmp_path / "o.duckdb")
+    with cuptiprof.open(src, "3") as prof:
+        export_parquet(prof, tmp_path / "pq")
+    files = [p.relative_to(tmp_path / "pq" / "memcpys").as_posix()
+             for p in (tmp_path / "pq" / "memcpys").rglob("*.parquet")]
+    assert files == ["host=__HIVE_DEFAULT_PARTITION__/pid=__HIVE_DEFAULT_PARTITION__/data_0.parquet"]
+
+
+@pytest.mark.parametrize("n, more", [(3, False), (4, True)])
+def test_parquet_force_names_up_to_three_foreign_entries(tmp_path, n, more):
+    """--force on a directory holding other things names the first three, and says when
+    there are more."""
+    src = _with_rows_outside_steps(tmp_path / "o.duckdb")
+    out = tmp_path / "pq"
+    out.mkdir()
+    for i in range(n):
+        (out / f"mine{i}").write_text("x")
+    r = run_cli("export", src, "--parquet", out, "--force")
+    assert r.returncode == 2 and "holds mine0, mine1, mine2" in r.stderr, r.stderr
+    assert ("mine3" in r.stderr) is False and ("mine2 ..." in r.stderr) is more, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_parquet_export_clears_a_leftover_temporary_of_its_own(tmp_path):
+    """A temporary directory left by an earlier export that had this pid (killed before it
+    cleaned up) does not stop the export, nor end up in it."""
+    import os
+    src = _with_rows_outside_steps(tmp_path / "o.duckdb")
+    out = tmp_path / "pq"
+    left = tmp_path / f".pq.tmp-{os.getpid()}"
+    (left / "kernels").mkdir(parents=True)
+    (left / "stale.parquet").write_text("old")
+    with cuptiprof.open(src) as prof:
+        export_parquet(prof, out)
+    assert not left.exists() and not (out / "stale.parquet").exists()
+    assert _read_dataset(out, "kernels", "name") == [("decode",), ("gemm",)]
