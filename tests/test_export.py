@@ -2983,3 +2983,24 @@ def test_parquet_export_clears_a_leftover_temporary_of_its_own(tmp_path):
         export_parquet(prof, out)
     assert not left.exists() and not (out / "stale.parquet").exists()
     assert _read_dataset(out, "kernels", "name") == [("decode",), ("gemm",)]
+
+
+@pytest.mark.parametrize("target", ["earlier", "empty", "missing"])
+def test_parquet_export_replaces_a_symlink_at_its_path(tmp_path, target):
+    """DIR a symbolic link (to an earlier export, to an empty directory, to nothing): the
+    export replaces the link with its directory, as every output does, and leaves what the
+    link pointed at as it was."""
+    src = _with_rows_outside_steps(tmp_path / "o.duckdb")
+    victim = tmp_path / "victim"
+    if target == "earlier":
+        assert run_cli("export", src, "--parquet", victim).returncode == 0
+    elif target == "empty":
+        victim.mkdir()
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    link = tmp_path / "pq"
+    link.symlink_to(victim)
+    r = run_cli("export", src, "--parquet", link, "--force")
+    assert r.returncode == 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not link.is_symlink() and _read_dataset(link, "kernels", "name") == [("decode",), ("gemm",)]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")
+                  if p.relative_to(tmp_path).parts[0] != "pq") == before

@@ -89,7 +89,9 @@ def export_parquet(prof, out_dir: str | os.PathLike, *, force: bool = False) -> 
             dest = (tmp / t / "data_0.parquet").as_posix().replace("'", "''")
             counts[t] = first_row(con.execute(f"SELECT count(*) FROM {t}"))[0]
             con.execute(f"COPY (SELECT * FROM {t}) TO '{dest}' (FORMAT parquet)")
-        if out.exists():
+        if out.is_symlink():   # replaced, never written through (nor rmtree'd: it refuses)
+            out.unlink()
+        elif out.exists():
             shutil.rmtree(out) if out.is_dir() else out.unlink()
         os.replace(tmp, out)
     except BaseException:
