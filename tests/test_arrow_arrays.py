@@ -153,3 +153,39 @@ def test_interned_names_keep_nulls_of_values_and_indices(tmp_path):
     got = duckdb.connect(str(path)).execute(
         "SELECT name FROM ranges ORDER BY start_ns").fetchall()
     assert [g[0] for g in got] == ["y", None, "x", None, "y", "x"]
+
+
+def test_ints_gives_values_and_a_validity_mask_only_with_missing_values():
+    values, ok = arrow.ints([4, None, -2])
+    assert values.dtype == np.int64 and values.tolist() == [4, 0, -2] and ok.tolist() == [True, False, True]
+    values, ok = arrow.ints([4, 5])
+    assert values.tolist() == [4, 5] and ok is None
+    with pytest.raises(OverflowError):
+        arrow.ints([1, 2 ** 64])
+
+
+def test_distinct_is_the_sorted_unique_values():
+    assert arrow.distinct(np.array([3, 1, 3, -2, 1])).tolist() == [-2, 1, 3]
+
+
+@pytest.mark.parametrize("values, typ, bad", [
+    (np.array([1, 2 ** 31], np.int64), pa.int32(), 2 ** 31),
+    (np.array([-2 ** 31 - 1, 0], np.int64), pa.int32(), -2 ** 31 - 1),
+    (np.array([0, 7, -1], np.int64), pa.uint8(), -1),
+    (np.array([5, 300, 2], np.int32), pa.int8(), 300),
+])
+def test_narrowing_raises_instead_of_wrapping(values, typ, bad):
+    with pytest.raises(ValueError, match=f"value {bad} does not fit a {typ} column"):
+        arrow.array(values, typ)
+
+
+def test_narrowing_ignores_what_null_slots_hold():
+    got = arrow.array(np.array([1, 2 ** 40, -2 ** 40, 3], np.int64), pa.int32(),
+                      np.array([True, False, False, True]))
+    assert got.to_pylist() == [1, None, None, 3]
+
+
+def test_no_validity_bitmap_when_nothing_is_null():
+    """As pa.array: an array without NULLs has no bitmap (readers skip the null checks)."""
+    assert arrow.array(np.arange(3), pa.int32(), np.ones(3, bool)).buffers()[0] is None
+    assert arrow.array(["a", "b"], pa.string(), np.ones(2, bool)).buffers()[0] is None
