@@ -41,6 +41,9 @@ CASES = [
     (["a", "b", "c"], pa.string(), np.array([False, True, False])),
     ([np.int64(4), np.int32(5)], pa.int64(), None),
     (range(4), pa.int32(), None),
+    ([None, "x"], None, None),                               # typed by the first value there is
+    ([None, 2.5], None, None),
+    (["a", None, "c"], None, np.array([True, False, False])),  # NULLs of both kinds
 ]
 
 
@@ -189,3 +192,23 @@ def test_no_validity_bitmap_when_nothing_is_null():
     """As pa.array: an array without NULLs has no bitmap (readers skip the null checks)."""
     assert arrow.array(np.arange(3), pa.int32(), np.ones(3, bool)).buffers()[0] is None
     assert arrow.array(["a", "b"], pa.string(), np.ones(2, bool)).buffers()[0] is None
+
+
+def test_ok_and_mask_together_are_null_where_either_says():
+    got = arrow.array(np.array([1, 2, 3, 4]), pa.int64(), np.array([False, True, True, True]),
+                      mask=np.array([False, False, True, False]))
+    assert got.to_pylist() == [None, 2, None, 4]
+    got = arrow.array([1, None, 3], pa.int64(), np.array([False, True, True]))
+    assert got.to_pylist() == [None, None, 3]
+
+
+def test_an_unsupported_type_is_refused_in_one_line():
+    with pytest.raises(TypeError, match="arrays of date32.* are not built here"):
+        arrow.array([1, 2], pa.date32())
+
+
+def test_valid_reads_the_bitmap_of_slices_and_all_null_arrays():
+    a = pa.array([1, None, 3, None, 5, 6, None, 8, 9, None], pa.int64())
+    assert arrow.valid(a.slice(3, 5)).tolist() == [False, True, True, False, True]
+    assert arrow.valid(pa.nulls(4, pa.int32())).tolist() == [False] * 4
+    assert arrow.valid(pa.array([1, 2])).tolist() == [True, True]
