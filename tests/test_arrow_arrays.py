@@ -212,3 +212,14 @@ def test_valid_reads_the_bitmap_of_slices_and_all_null_arrays():
     assert arrow.valid(a.slice(3, 5)).tolist() == [False, True, True, False, True]
     assert arrow.valid(pa.nulls(4, pa.int32())).tolist() == [False] * 4
     assert arrow.valid(pa.array([1, 2])).tolist() == [True, True]
+
+
+def test_rows_as_lists_of_slices_unsigned_and_string_columns():
+    """A table sliced (columns at an offset), with unsigned integers past 2**63 and strings."""
+    tbl = pa.table({"u": pa.array([1, 2 ** 64 - 1, 3, 2 ** 63, 5], pa.uint64()),
+                    "i": pa.array([-1, -2, None, -4, -5], pa.int16()),
+                    "s": pa.array(["a", "b", None, "d", "e"])}).slice(1, 4)
+    rows = np.array([2, 0, 1])
+    want = [tbl.take(pa.array(rows)).column(k).to_pylist() for k in tbl.column_names]
+    assert arrow.rows_as_lists(tbl, rows) == want == [[2 ** 63, 2 ** 64 - 1, 3], [-4, -2, None], ["d", "b", None]]
+    assert arrow.values(pa.array([7, 8, 9], pa.int32()).slice(1, 1)).tolist() == [8]
