@@ -661,3 +661,41 @@ def test_kernels_without_a_step_among_kernels_with_one_are_stored_under_null(tmp
         assert prof.stored_busy
         assert stored(prof) == computed(prof) == \
             [(1, 3, 0, 0, 100, 100, 200), (1, 3, 0, 1, 150, 300, 450), (1, 3, 0, None, 400, 600, 1_000)]
+
+
+def test_a_group_whose_rows_all_end_before_they_start_is_no_group_of_the_batch(tmp_path, busy_path):
+    """Step 1's only kernel ends before it starts: it is left out, and the steps on either side
+    of it keep their own rows (the groups of the batch are numbered without it)."""
+    from cuptiprof.store.summary import work_part
+    t = pa.table({"pid": pa.array([3] * 4, pa.int32()), "device_id": pa.array([0] * 4, pa.int32()),
+                  "step": pa.array([0, 1, 2, 2], pa.int32()),
+                  "start_ns": pa.array([100, 500, 900, 950], pa.int64()),
+                  "end_ns": pa.array([200, 400, 1_000, 1_200], pa.int64())})
+    keys, codes, s, e = work_part(t)
+    assert [keys[c] for c in codes.tolist()] == [(3, 0, 0), (3, 0, 2), (3, 0, 2)] and len(keys) == 2
+    assert s.tolist() == [100, 900, 950] and e.tolist() == [200, 1_000, 1_200]
+    path = tmp_path / "r.duckdb"
+    with Writer(path, RunInfo(source="synthetic"), pid=3) as w:
+        w.append({"kernels": {"device_id": t["device_id"], "stream_id": pa.array([1] * 4, pa.int32()),
+                              "name": ["a", "b", "c", "d"], "step": t["step"],
+                              "start_ns": t["start_ns"], "end_ns": t["end_ns"]}})
+    with cuptiprof.open(path) as prof:
+        assert prof.stored_busy
+        assert stored(prof) == computed(prof) == [(1, 3, 0, 0, 100, 100, 200), (1, 3, 0, 2, 300, 900, 1_200)]
+
+
+def test_a_batch_without_work_ends_what_the_previous_batch_left_open(busy_path):
+    """A group is kept open for the next batch only: after a batch without work, the group's
+    next rows are recomputed from the table, not added to islands it no longer keeps."""
+    from cuptiprof.store.summary import BusySummary
+    g = (3, 0, 0)
+    part = lambda a, b: ([g], np.zeros(1, np.int64), np.array([a], np.int64), np.array([b], np.int64))  # noqa: E731
+    s = BusySummary()
+    s.add([part(100, 200)])
+    s.add([])
+    s.add([part(300, 400)])
+    assert s.finish() == ([], [g])
+    s = BusySummary()
+    s.add([part(100, 200)])
+    s.add([part(300, 400)])   # the next batch: the same group, still open
+    assert s.finish() == ([(*g, 200, 100, 400)], [])
