@@ -1,0 +1,158 @@
+"""The checks every command makes before it reads a file (cuptiprof.store.files): each refusal
+is one line that names the file and says what to do."""
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
+from cuptiprof.store import files
+from cuptiprof.store.schema import SCHEMA_VERSION
+
+
+def test_read_head_gives_the_first_bytes_or_one_line(tmp_path):
+    f = tmp_path / "f.bin"
+    f.write_bytes(bytes(range(40)))
+    assert files.read_head(f) == bytes(range(16))
+    with pytest.raises(InputError, match=r"missing\.duckdb: no such file$"):
+        files.read_head(tmp_path / "missing.duckdb")
+    with pytest.raises(InputError, match=r": is a directory, expected a trace$"):
+        files.read_head(tmp_path, "a trace")
+    os.mkfifo(tmp_path / "fifo")
+    fd = os.open(tmp_path / "fifo", os.O_RDWR)   # a writer with bytes waiting: no open blocks
+    try:
+        os.write(fd, b"x" * 20)
+        with pytest.raises(InputError, match=r"fifo: is not a regular file \(a pipe or a device\)"):
+            files.read_head(tmp_path / "fifo")
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_read_head_of_an_unreadable_file(tmp_path):
+    f = tmp_path / "f.duckdb"
+    f.write_bytes(b"x" * 20)
+    f.chmod(0)
+    with pytest.raises(InputError, match=r"f\.duckdb: cannot read \(Permission denied\)"):
+        files.read_head(f)
+
+
+def test_require_duckdb_tells_a_trace_from_other_files(tmp_path):
+    good = tmp_path / "g.duckdb"
+    duckdb.connect(str(good)).close()
+    files.require_duckdb(good)   # no error
+    trace = tmp_path / "t.json.gz"
+    trace.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    with pytest.raises(StoreError, match=r"looks like a trace .* cuptiprof import .*t\.json\.gz -o OUT\.duckdb"):
+        files.require_duckdb(trace)
+    sqlite = tmp_path / "n.sqlite"
+    sqlite.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
+    with pytest.raises(StoreError, match="looks like a trace or an Nsight Systems export"):
+        files.require_duckdb(sqlite)
+    for name, data in (("short", b"12345678DUC"), ("text", b"hello, this is not a database")):
+        with pytest.raises(StoreError, match=rf"{name}: not a DuckDB file \(expected"):
+            (tmp_path / name).write_bytes(data)
+            files.require_duckdb(tmp_path / name)
+
+
+def test_require_duckdb_of_a_missing_file_with_parts_left_by_a_run(tmp_path):
+    out = tmp_path / "o.duckdb"
+    with pytest.raises(InputError, match="no such file"):
+        files.require_duckdb(out)
+    parts = tmp_path / "o.duckdb.parts"
+    parts.mkdir()
+    with pytest.raises(WriterBusy, match=r"recorded nothing .* remove .*o\.duckdb\.parts"):
+        files.require_duckdb(out)
+    (parts / "launcher.pid").write_text(_gone_pid())   # its launcher gone: still nothing to merge
+    with pytest.raises(WriterBusy, match="recorded nothing"):
+        files.require_duckdb(out)
+    (parts / "p1.duckdb").write_bytes(b"")
+    with pytest.raises(WriterBusy, match=r"did not finish; its records are in .*: cuptiprof merge .*o\.duckdb\.parts/\*\.duckdb -o .*o\.duckdb$"):
+        files.require_duckdb(out)
+    (parts / "launcher.pid").write_text(f"{os.getpid()}\n")   # a launcher still alive
+    with pytest.raises(WriterBusy, match=rf"a cuptiprof run \(pid {os.getpid()}\) is still writing"):
+        files.require_duckdb(out)
+
+
+def _gone_pid() -> str:
+    return subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_running_launcher_is_a_live_pid_only(tmp_path):
+    assert files.running_launcher(tmp_path) is None          # no launcher.pid
+    (tmp_path / "launcher.pid").write_text("not a pid")
+    assert files.running_launcher(tmp_path) is None
+    for pid in (_gone_pid(),):   # ended
+        (tmp_path / "launcher.pid").write_text(pid)
+        assert files.running_launcher(tmp_path) is None, pid
+    (tmp_path / "launcher.pid").write_text(f" {os.getpid()}\n")
+    assert files.running_launcher(tmp_path) == os.getpid()
+    assert files.alive(os.getpid()) and not files.alive(2 ** 40)
+
+
+def test_schema_versions_this_cuptiprof_cannot_read(tmp_path):
+    f = tmp_path / "f.duckdb"
+    for v in (files.OLDEST_READABLE, SCHEMA_VERSION):
+        files.check_schema_version(f, v)   # readable
+    with pytest.raises(SchemaVersionError, match=rf"newer cuptiprof \(schema {SCHEMA_VERSION + 1}; this one reads "
+                                                 rf"up to {SCHEMA_VERSION}\); upgrade cuptiprof to merge it"):
+        files.check_schema_version(f, SCHEMA_VERSION + 1, "merge")
+    with pytest.raises(SchemaVersionError, match=rf"schema {files.OLDEST_READABLE - 1} is too old"):
+        files.check_schema_version(f, files.OLDEST_READABLE - 1)
+
+
+def test_check_core_tables_names_up_to_three_missing_and_counts_the_rest(tmp_path):
+    con = duckdb.connect()
+    with pytest.raises(StoreError, match=r"no runs, processes, devices and 10 more\)"):
+        files.check_core_tables(con, tmp_path / "f.duckdb")
+    for t in files.CORE_TABLES[:-2]:
+        con.execute(f"CREATE TABLE {t} (x INT)")
+    with pytest.raises(StoreError, match=r"no ranges, gpu_activities\): damaged"):
+        files.check_core_tables(con, tmp_path / "f.duckdb")
+    con.execute("CREATE VIEW ranges AS SELECT 1 AS x")
+    con.execute("CREATE VIEW gpu_activities AS SELECT 1 AS x")
+    files.check_core_tables(con, tmp_path / "f.duckdb")   # views count as much as tables
+    # another database than the connection's file: only its own tables and views count
+    con = duckdb.connect(str(tmp_path / "main.duckdb"))
+    for t in files.CORE_TABLES:
+        con.execute(f"CREATE {'VIEW' if t in ('ranges', 'gpu_activities') else 'TABLE'} {t} AS SELECT 1 AS x")
+    files.check_core_tables(con, tmp_path / "main.duckdb")
+    con.execute("ATTACH ':memory:' AS other")
+    for t in files.CORE_TABLES[:-2]:
+        con.execute(f"CREATE TABLE other.{t} (x INT)")
+    with pytest.raises(StoreError, match=r"no ranges, gpu_activities\)"):
+        files.check_core_tables(con, tmp_path / "o.duckdb", "other")
+
+
+@pytest.mark.parametrize("msg, writing, want", [
+    ('IO Error: Could not set lock on file "f.duckdb": Conflicting lock is held in python (PID 4242)',
+     True, r"another process \(pid 4242\) is writing this file; wait for it to finish before writing it"),
+    ('IO Error: Could not set lock on file "f.duckdb": Resource temporarily unavailable', False,
+     r"another process is writing this file; wait for it to finish before opening it"),
+    ('Connection Error: Can\'t open a connection to same database file with a different configuration',
+     True, r"already open in this process .* before profiling into it"),
+    ("IO Error: The file \"f.duckdb\" exists, but it is not a valid DuckDB database file!", False,
+     r"f\.duckdb: not a readable DuckDB file \(IO Error: The file"),
+    ("Some other failure\nsecond line", False, r"f\.duckdb: cannot open \(Some other failure\)$"),
+])
+def test_connect_error_is_one_line(tmp_path, msg, writing, want):
+    err = files.connect_error(tmp_path / "f.duckdb", RuntimeError(msg), writing=writing)
+    assert isinstance(err, StoreError) and "\n" not in str(err)
+    assert re.search(want, str(err)), str(err)
+    assert isinstance(err, WriterBusy) == ("lock" in msg)
+
+
+def test_connect_error_names_the_output_not_its_temporary(tmp_path):
+    err = files.connect_error(tmp_path / ".o.duckdb.tmp-1", RuntimeError(
+        'IO Error: Cannot open file "/x/.o.duckdb.tmp-1": Permission denied'), writing=True,
+        target=Path("o.duckdb"))
+    assert str(err) == ("o.duckdb: cannot write (Permission denied); give a path in a directory you "
+                        "can write to")
