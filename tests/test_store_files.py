@@ -90,7 +90,7 @@ def test_running_launcher_is_a_live_pid_only(tmp_path):
     assert files.running_launcher(tmp_path) is None          # no launcher.pid
     (tmp_path / "launcher.pid").write_text("not a pid")
     assert files.running_launcher(tmp_path) is None
-    for pid in (_gone_pid(),):   # ended
+    for pid in (_gone_pid(), "-1", "0"):   # ended, or no process of its own (a damaged file)
         (tmp_path / "launcher.pid").write_text(pid)
         assert files.running_launcher(tmp_path) is None, pid
     (tmp_path / "launcher.pid").write_text(f" {os.getpid()}\n")

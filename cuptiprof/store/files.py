@@ -68,7 +68,8 @@ def running_launcher(parts: Path) -> int | None:
         pid = int((parts / "launcher.pid").read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if alive(pid) else None
+    # 0 and -1 are no process of their own: os.kill(-1, 0) asks about every process there is
+    return pid if pid > 0 and alive(pid) else None
 
 
 def alive(pid: int) -> bool:
