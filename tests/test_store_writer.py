@@ -111,6 +111,19 @@ def test_demangled_names(tmp_path):
     assert len(mangled) >= 80 and all(demangle(n) for n in mangled)
 
 
+@pytest.mark.parametrize("name, want", [
+    ("_Z3foov", "foo()"),
+    ("_Z6h\u00e9llov", "h\u00e9llo()"),   # a UTF-8 identifier (its length in bytes) reads as written
+    ("_Z3fooXYZ!", None),              # mangled badly: kept as recorded
+    ("i", None),                       # a type's mangling, not a function's: no _Z, not demangled
+    ("", None),
+    ("_Z3foo\udc80", None),           # not encodable: kept as recorded
+])
+def test_demangle(name, want):
+    from cuptiprof.store.demangle import demangle
+    assert demangle(name) == want
+
+
 def test_every_column_of_the_schema_is_documented():
     ddl = schema_sql()
     in_table = False
