@@ -342,6 +342,25 @@ def test_regression_exit_survives_a_reader_that_went_away(tmp_path):
         assert p.returncode == code, (fmt, threshold, files)
 
 
+def test_csv_notes_reach_stderr_when_the_reader_went_away(tmp_path):
+    """`cuptiprof diff ... --format csv | head`: the rows' reader is gone, but the notes that
+    qualify the verdict (another GPU) still belong on stderr, where a CI log shows them."""
+    a = make_run(tmp_path / "a.duckdb", seed=1)
+    other = make_run(tmp_path / "a100.duckdb", seed=2, device="NVIDIA A100-SXM4-80GB")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", str(a), str(other),
+                            "--fail-above", "5", "--format", "csv", "--all"],
+                           stdout=w, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 0, p.stderr
+    assert "cuptiprof diff: note: BASE ran on NVIDIA H100 80GB HBM3 and NEW on" in p.stderr
+
+
 def _quantized_run(path, softmax_us):
     """A run from a trace with microsecond timestamps: per step one 500 us GEMM and one softmax
     of softmax_us[step] whole microseconds (None: the step launched no softmax)."""

@@ -85,9 +85,11 @@ def _write(res, args, out) -> None:
         [s == "regression" for s in res.items.column("status").to_pylist()])
     rows = rows.select([c for c in _SHOW])
     if args.format == "csv":
-        render(rows, "csv", out=out)
-        for n in res.notes:   # the rows are data; what qualifies them goes beside, on stderr
+        # the rows are data; what qualifies them goes beside, on stderr, and first: a reader
+        # that went away (`| head`) must not take the notes with it
+        for n in res.notes:
             say(f"cuptiprof diff: {n}")
+        render(rows, "csv", out=out)
         return
     head = (f"cuptiprof diff: BASE {res.base} ({_steps(res.steps[0])}) -> NEW {res.new} ({_steps(res.steps[1])}); "
             f"fail above {res.fail_above_pct:g}% + {res.sigmas:g} robust sigmas of step noise"
