@@ -99,6 +99,23 @@ def test_report_markdown_summary_is_headed_and_cuts_its_steps_as_the_table_does(
         assert "more rows" not in capsys.readouterr().out
 
 
+def test_report_markdown_summary_shows_its_path_as_written(tmp_path, capsys):
+    """The heading of a summary in markdown names the file: its path reads as written, not as
+    a tag or emphasis, as compare's and diff's headings do."""
+    markdown_it = pytest.importorskip("markdown_it")
+    import html as html_mod
+    import re
+
+    from cuptiprof.cli import main
+    f = write_synthetic(tmp_path / "x_<b>y_*z*.duckdb", steps=3, kernels_per_step=6, devices=1,
+                        api=False)
+    assert main(["report", str(f), "--format", "markdown"]) == 0
+    page = markdown_it.MarkdownIt("commonmark").enable("table").render(capsys.readouterr().out)
+    first = page.split("</p>", 1)[0]
+    assert "<b>" not in first and "<em>" not in first
+    assert f"cuptiprof report: {f}" in html_mod.unescape(re.sub(r"<[^>]+>", "", first))
+
+
 def test_report_summary_counts_a_single_step_row_left_out(run_file, capsys):
     """--top one short of the steps report: that one row is counted, not printed nor lost."""
     import cuptiprof

@@ -9,7 +9,7 @@ from cuptiprof.analyse.profile import open_profile
 from cuptiprof.commands import (FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR, input_file,
                                 top_rows)
 from cuptiprof.errors import UsageError
-from cuptiprof.render.table import FORMATS, plain_table, render, rows_of
+from cuptiprof.render.table import FORMATS, md_escape, plain_table, render, rows_of
 
 # --by value -> report name
 BY = catalog.BY
@@ -105,7 +105,8 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
         write_json({"file": str(prof.path), "scope": prof.scope, "reports": doc}, out)
         return
     if fmt in ("table", "markdown") and len(names) > 1:
-        out.write(f"cuptiprof report: {prof.path}  (scope: {prof.scope})\n")
+        path = md_escape(str(prof.path)) if fmt == "markdown" else prof.path   # the user's text
+        out.write(f"cuptiprof report: {path}  (scope: {prof.scope})\n")
         out.write(_cpu_note(prof) + "\n")
     for name in names:
         # a summary's steps are cut here, by --top or at SUMMARY_STEP_ROWS, and the rest counted
