@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from _run_helpers import ROOT, cli, q, script
+from _run_helpers import ROOT, cli, env, q, script
 
 PY = sys.executable
 
@@ -96,6 +96,19 @@ def test_step_fn_in_code_given_with_python_c(tmp_path, spec, code):
     assert r.returncode == 0, r.stderr
     assert "ran" in r.stdout
     assert _steps(tmp_path / "c.duckdb") == [("step", 0), ("step", 1), ("step", 2)]
+
+
+@pytest.mark.parametrize("argv", [["-"], []], ids=["dash", "bare"])
+def test_step_fn_in_a_script_read_from_stdin(tmp_path, argv):
+    """`python - < app.py` (or a script piped to `python`) runs the code as __main__ from
+    <stdin>: `__main__:step` is found in it, as in code given with -c."""
+    code = "def step(x):\n    return x + 1\nfor i in range(3):\n    step(i)\nprint('ran')\n"
+    r = subprocess.run([PY, "-m", "cuptiprof", "run", "-o", "s.duckdb", "--no-report",
+                        "--step-fn", "__main__:step", "--", PY, *argv], cwd=tmp_path, env=env(),
+                       input=code, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "ran" in r.stdout
+    assert _steps(tmp_path / "s.duckdb") == [("step", 0), ("step", 1), ("step", 2)]
 
 
 def test_step_fn_in_a_script_named_by_a_relative_path(tmp_path):

@@ -78,6 +78,8 @@ def _is_main_code(co) -> bool:
     main = sys.argv[0] if sys.argv else ""
     if main == "-c":
         return co.co_filename == "<string>"
+    if main in ("-", ""):   # `python - < app.py`, or a script piped to a bare `python`
+        return co.co_filename == "<stdin>"
     try:
         return os.path.realpath(co.co_filename) == os.path.realpath(main)
     except (TypeError, ValueError, OSError):
