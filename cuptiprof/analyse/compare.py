@@ -185,7 +185,7 @@ class Comparison:
                 raise InputError(
                     f"{r.path}: no recorded steps (no activity is tagged with a step), so there is no "
                     "step-to-step noise to judge against; record with steps (cuptiprof.range('step', "
-                    "step=i) / --steps) or import a trace with ProfilerStep#N")
+                    "step=i), run --step-range or --step-fn) or import a trace with ProfilerStep#N")
             if r.has_steps:   # a run without steps merged with runs that have them: no step holds it
                 procs = stepless_processes(con, db, use_busy=r.stored_busy)
                 if procs:
