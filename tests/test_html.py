@@ -667,7 +667,7 @@ def test_report_html_of_a_light_run_plots_host_times(tmp_path):
     out = tmp_path / "li.html"
     assert main(["report", str(tmp_path / "li.duckdb"), "--html", str(out)]) == 0
     text = out.read_text()
-    assert '<p class="notice host">No GPU activity in scope' in text
+    assert '<p class="notice host">No GPU activity in scope (a <code>--light</code> run' in text
     with cuptiprof.open(tmp_path / "li.duckdb") as prof:
         host = {s: h for s, h in prof.sql("SELECT step, host_ms FROM (" + prof.report("steps").sql_query()
                                           + ")").fetchall()}
@@ -1184,6 +1184,23 @@ def test_the_ranges_plot_shows_each_ranges_gpu_time(tmp_path):
     bar = re.search(r"<title>attention: ([^<]*)</title>.*?<text x=\"[\d.]+\" y=\"\d+\">([^<]*)</text>", ranges)
     assert bar.group(1).startswith(f"{fmt_value(gpu_ms)} ms in 2 calls, ")
     assert bar.group(2) == f"{fmt_value(gpu_ms)} ms"
+
+
+def test_a_file_whose_steps_launched_nothing_is_not_called_a_light_run(tmp_path):
+    trace = _kineto_trace(tmp_path / "t.json", steps=2, kernels=0)
+    _, text = _page_of(trace, json.loads(trace.read_text()))
+    assert '<p class="notice host">No GPU activity in scope (nothing in it launched GPU work)' in text
+    assert "--light" not in text
+
+
+def test_a_tooltip_counts_one_call_as_one_call(tmp_path):
+    trace = _kineto_trace(tmp_path / "t.json", steps=1, kernels=1)
+    doc = json.loads(trace.read_text())
+    doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "attention", "pid": 1,
+                               "tid": 1, "ts": 1000, "dur": 100})
+    _, text = _page_of(trace, doc)
+    assert re.search(r"<title>attention: [^<]* ms in 1 call, ", text)
+    assert "1 calls" not in text
 
 
 def test_an_op_ranked_past_the_last_row_is_drawn_on_it_and_labelled_below():

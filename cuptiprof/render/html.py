@@ -78,6 +78,11 @@ LABEL_CHAR_W = 6.5   # pixels: the widest character of an 11px label (a digit is
 _STEP_LABEL = re.compile(r"-?\d+\*?")   # a step's column label: its number, starred if cut short
 
 
+def _calls(n) -> str:
+    """'1 call', '3 calls': a tooltip's count."""
+    return f"{n} call" if n == 1 else f"{n} calls"
+
+
 def _short(text: str, n: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= n else text[: n - 1] + "\u2026"
@@ -542,8 +547,8 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     # their times GPU time.
     only_cpu = bool(cpu["cpu_runs"]) and not cpu["gpu_ms"]
     what = "CPU op" if only_cpu else ("GPU and CPU op" if cpu["cpu_runs"] else "GPU")
-    # No activity at all in scope (a --light run): steps and ranges are plotted by their host
-    # time, as the text report gives it, not as bars of 0 ms of GPU time.
+    # No activity at all in scope (a --light run, or steps that launched nothing): steps and
+    # ranges are plotted by their host time, as the text report gives it, not as bars of 0 ms.
     host_only = not cpu["gpu_ms"] and not cpu["cpu_ms"]
     body = [f"<h1>cuptiprof report: {esc(profile.path.name)}</h1>",
             f'<p class="note">{esc(profile.path)}; scope: {esc(profile.scope)}</p>']
@@ -556,9 +561,11 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
                     "runs hold CPU op times from torch.profiler (device -1), counted on this page "
                     "with the GPU work of the other runs.</p>")
     elif host_only:
-        body.append('<p class="notice host">No GPU activity in scope (a <code>--light</code> run records '
-                    "ranges and logs only): the steps and ranges on this page are plotted by their "
-                    "host time.</p>")
+        # said to be a --light run only when it is one: steps that launched nothing are not
+        why = ("a <code>--light</code> run records ranges and logs only" if cpu["light"] else
+               "nothing in it launched GPU work")
+        body.append(f'<p class="notice host">No GPU activity in scope ({why}): the steps and ranges '
+                    "on this page are plotted by their host time.</p>")
     body.append(table(overview))
     if quality.num_rows:
         body.append("<h2>Data quality</h2><p class=\"note\">What the data does not contain, or holds "
@@ -566,18 +573,18 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     body.append(f"<h2>Top {len(ops)} ops by {what} time</h2>"
                 '<p class="note">Summed duration in scope; hover a bar for the full name.</p>')
     body.append(hbars([(o["name"], o["total_ms"],
-                        f'{o["name"]}: {fmt_value(o["total_ms"])} ms, {o["calls"]} calls, '
+                        f'{o["name"]}: {fmt_value(o["total_ms"])} ms, {_calls(o["calls"])}, '
                         f'{fmt_value(o["pct_gpu_time"])}% of {what} time') for o in ops], cls="plot ops"))
     ranges = _dicts(profile.report("ranges", top))
     if ranges and host_only:
         body.append("<h2>The program's ranges</h2><p class=\"note\">Host time of each range, in scope.</p>")
         body.append(hbars([(r["range"], r["host_ms"], f'{r["range"]}: {fmt_value(r["host_ms"])} ms on the '
-                            f'host in {r["calls"]} calls') for r in ranges], cls="plot ranges"))
+                            f'host in {_calls(r["calls"])}') for r in ranges], cls="plot ranges"))
     elif ranges:
         body.append(f"<h2>The program's ranges</h2><p class=\"note\">{what} time of the work launched "
                     "inside each range (nested ranges included), in scope.</p>")
         body.append(hbars([(r["range"], r["gpu_ms"],
-                            f'{r["range"]}: {fmt_value(r["gpu_ms"])} ms in {r["calls"]} calls, '
+                            f'{r["range"]}: {fmt_value(r["gpu_ms"])} ms in {_calls(r["calls"])}, '
                             f'{fmt_value(r["pct_gpu_time"])}% of {what} time') for r in ranges],
                           cls="plot ranges"))
     # per step, summed over devices and processes
@@ -621,7 +628,7 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
         body.append(_steps_by_range(profile, cut, what, sorted(per_step)))
     body.append("<h2>Kinds</h2>")
     body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["total_ms"],
-                        f'{k["kind"]} {k["detail"] or ""}'.strip() + f': {fmt_value(k["total_ms"])} ms, {k["count"]} calls')
+                        f'{k["kind"]} {k["detail"] or ""}'.strip() + f': {fmt_value(k["total_ms"])} ms, {_calls(k["count"])}')
                        for k in kinds], cls="plot kinds"))
     body.append(table(profile.kinds()))
     if host_only:   # nothing to draw: said once, not as one empty timeline per step
