@@ -3004,3 +3004,26 @@ def test_parquet_export_replaces_a_symlink_at_its_path(tmp_path, target):
     assert not link.is_symlink() and _read_dataset(link, "kernels", "name") == [("decode",), ("gemm",)]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")
                   if p.relative_to(tmp_path).parts[0] != "pq") == before
+
+
+def test_readme_pyarrow_read_of_an_imported_traces_parquet_export(tmp_path, monkeypatch):
+    """An imported trace has no host: pyarrow, left to infer the partition types, cannot read
+    its datasets; the README's read, with the types given, does, with every row."""
+    import pyarrow.dataset as ds
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"With pyarrow.*?```python\n(.*?)```", readme, re.S).group(1)
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 10 + i, "dur": 0.5,
+         "args": {"device": 0, "stream": 7}} for i in range(3)]}))
+    import_traces([trace], tmp_path / "t.duckdb")
+    with cuptiprof.open(tmp_path / "t.duckdb") as prof:
+        export_parquet(prof, tmp_path / "run_parquet")
+    with pytest.raises(pa.ArrowInvalid):   # what the README's types are for
+        ds.dataset(tmp_path / "run_parquet/kernels", partitioning="hive").to_table()
+    space: dict = {}
+    monkeypatch.chdir(tmp_path)   # the README reads run_parquet/ where it stands
+    exec(code, space)
+    t = space["kernels"].to_table()
+    assert t.num_rows == 3 and t.column("host").null_count == 3
+    assert t.schema.field("pid").type == pa.int32()
