@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 
 class CuptiprofError(Exception):
@@ -56,6 +57,18 @@ def whole_number(name: str, v, least: int, none_ok: bool = False) -> int | None:
         raise UsageError(f"{name} must be a whole number >= {least}"
                          f"{' or None' if none_ok else ''}, not {v!r}")
     return int(v)
+
+
+def file_path(name: str, v) -> Path:
+    """A file's path argument of the Python API as a Path: None, a number or bytes are refused
+    in Python words (Path() said "expected str, bytes or os.PathLike object"), and so is an
+    empty string, which Path() reads as the current directory."""
+    if isinstance(v, str) and not v:   # read from an unset variable
+        raise UsageError(f"{name} '': empty; give a file's path")
+    try:
+        return Path(v)
+    except TypeError:
+        raise UsageError(f"{name} must be a file's path (a str or os.PathLike), not {v!r}") from None
 
 
 def storage_error(exc: Exception, path: str | None = None) -> str:

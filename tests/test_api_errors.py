@@ -375,3 +375,21 @@ def test_a_step_that_launched_no_gpu_work_is_still_a_recorded_step(tmp_path):
         assert prof.scope == "steps 4:4" and prof.ops().fetchall() == []
     with pytest.raises(UsageError, match=r"no recorded step in steps=9; its steps are 1 to 4 \("):
         cuptiprof.open(p, steps=9)
+
+
+@pytest.mark.parametrize("path, says", [
+    (None, "path must be a file's path (a str or os.PathLike), not None"),
+    (3, "path must be a file's path (a str or os.PathLike), not 3"),
+    (b"f.duckdb", "path must be a file's path (a str or os.PathLike), not b'f.duckdb'"),
+    # a path read from an unset variable was taken as the current directory
+    ("", "path '': empty; give a file's path"),
+])
+@pytest.mark.parametrize("call", [lambda p: cuptiprof.open(p),
+                                  lambda p: cuptiprof.profile(p, source="none", quiet=True)])
+def test_a_path_that_is_no_path_is_refused_in_python_words(tmp_path, monkeypatch, call, path, says):
+    """None or a number failed with Python's "expected str, bytes or os.PathLike object"."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as err:
+        call(path)
+    assert str(err.value) == says
+    assert list(tmp_path.iterdir()) == []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from cuptiprof.errors import StoreError, UsageError, whole_number
+from cuptiprof.errors import StoreError, UsageError, file_path, whole_number
 from cuptiprof.store.schema import file_schema_version
 from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
 from cuptiprof.store.files import connect_error, first_row
@@ -139,7 +139,7 @@ class Profile:
     def __init__(self, path: str | os.PathLike, steps=None, *, option: str | None = None):
         """steps: see set_steps. option: the command-line option `steps` came from (messages
         then name it, `--steps '3:5'`, instead of the Python argument)."""
-        self.path = Path(path)
+        self.path = file_path("path", path)
         self._option = option
         self._scope_tag = 0   # the scope views of set_steps' Nth call are named sel_x_N
         require_duckdb(self.path)

@@ -37,7 +37,7 @@ from cuptiprof import markers, ranks
 from cuptiprof.collect.decode import no_gc
 from cuptiprof.collect.errors import CollectorProblem
 from cuptiprof.collect.resolve import SELF_ID
-from cuptiprof.errors import UsageError, env_seconds, whole_number
+from cuptiprof.errors import UsageError, env_seconds, file_path, whole_number
 from cuptiprof.forking import keep_forever
 from cuptiprof.store import arrow
 from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
@@ -141,7 +141,7 @@ class Session:
             raise UsageError(f"step_range {step_range!r}: empty; give the name of the range, or None")
         if light:
             chosen = [k for k in chosen if k not in ("api", "nvtx", "memory")]
-        self.path = Path(path)
+        self.path = file_path("path", path)
         self.warmup, self.steps = int(warmup), steps
         self.kinds = chosen
         self.step_range = step_range
