@@ -393,3 +393,26 @@ def test_a_path_that_is_no_path_is_refused_in_python_words(tmp_path, monkeypatch
         call(path)
     assert str(err.value) == says
     assert list(tmp_path.iterdir()) == []
+
+
+EMPTY_QUERY = ("Profile.sql(): the query is empty; give one SQL query, e.g. \"SELECT name, "
+               "count(*) FROM kernels GROUP BY 1\"")
+
+
+@pytest.mark.parametrize("query, says", [
+    (None, "Profile.sql() takes the query as a str, not None"),
+    (3, "Profile.sql() takes the query as a str, not 3"),
+    # DuckDB returned None for no statement, not a relation
+    ("", EMPTY_QUERY),
+    (" ;\n-- a comment", EMPTY_QUERY),
+])
+def test_profile_sql_refuses_a_query_that_is_none_or_empty(tmp_path, query, says):
+    """A query that is no str failed with a TypeError of DuckDB's extract_statements() spread
+    over several lines."""
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with cuptiprof.open(p) as prof:
+        with pytest.raises(UsageError) as err:
+            prof.sql(query)
+        assert str(err.value) == f"{p}: {says}"
+        assert prof.sql("SELECT count(*) FROM ranges").fetchall() == [(3,)]

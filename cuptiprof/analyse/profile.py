@@ -278,6 +278,11 @@ class Profile:
 
         >>> p.sql("SELECT demangled, count(*) FROM kernels GROUP BY 1").df()   # doctest: +SKIP
         """
+        if not isinstance(query, str):   # DuckDB's TypeError spread over several lines
+            raise UsageError(f"{self.path}: Profile.sql() takes the query as a str, not {query!r}")
+        if not duckdb.extract_statements(query):   # DuckDB returned None, no relation
+            raise UsageError(f"{self.path}: Profile.sql(): the query is empty; give one SQL "
+                             "query, e.g. \"SELECT name, count(*) FROM kernels GROUP BY 1\"")
         kind = refused_statement(query)
         if kind is not None:
             raise UsageError(f"{self.path}: Profile.sql() runs read-only queries only (SELECT, "
