@@ -416,3 +416,12 @@ def test_profile_sql_refuses_a_query_that_is_none_or_empty(tmp_path, query, says
             prof.sql(query)
         assert str(err.value) == f"{p}: {says}"
         assert prof.sql("SELECT count(*) FROM ranges").fetchall() == [(3,)]
+
+
+def test_a_top_beyond_every_row_gives_every_row(tmp_path):
+    """A top beyond 64 bits failed inside DuckDB with a ConversionException."""
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with cuptiprof.open(p) as prof:
+        assert len(prof.steps(top=10**20).fetchall()) == 3
+        assert len(prof.steps(top=(1 << 63) - 1).fetchall()) == 3

@@ -301,7 +301,8 @@ class Profile:
         top = whole_number("top", top, 1, none_ok=True)
         name = catalog.BY.get(name, name) if isinstance(name, str) else name
         rel = self._rep.sql(catalog.pin_scope(catalog.report_sql(name), self._scope_tag))
-        return rel.limit(top) if top else rel
+        # a top beyond DuckDB's 64-bit LIMIT (a ConversionException there) is every row too
+        return rel.limit(top) if top and top < 1 << 63 else rel
 
     def ops(self, top: int | None = None):
         """Top GPU ops in scope (kernels by readable name, copies per direction, memsets) with
