@@ -40,3 +40,8 @@ def __getattr__(name):
 
         return profile
     raise AttributeError(f"module 'cuptiprof' has no attribute {name!r}")
+
+
+def __dir__():
+    # the lazy names too (tab completion); not the __future__ import, which is no API
+    return sorted(set(globals()) - {"annotations"} | set(__all__))

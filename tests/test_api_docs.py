@@ -36,6 +36,13 @@ def test_profile_names_where_its_parameters_are_documented():
     assert "cuptiprof run --light" in session_doc   # the two meanings of light told apart
 
 
+def test_dir_lists_every_public_name():
+    """range, step and profile load on first use: dir() (and a notebook's tab completion) did
+    not list them."""
+    assert set(cuptiprof.__all__) <= set(dir(cuptiprof))
+    assert "annotations" not in dir(cuptiprof)   # the __future__ import is no API
+
+
 def test_readme_layout_lists_every_package_folder():
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
