@@ -12,12 +12,21 @@ imports `cupti`) loads on first use.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cuptiprof._version import __version__
+
+if TYPE_CHECKING:   # what the lazy names below are, for type checkers (py.typed)
+    import os
+
+    from cuptiprof.analyse.profile import Profile, Steps
+    from cuptiprof.collect.session import profile
+    from cuptiprof.markers import range, step
 
 __all__ = ["__version__", "range", "step", "profile", "open"]
 
 
-def open(path, steps=None):  # noqa: A001 - the public name users expect
+def open(path: str | os.PathLike, steps: Steps = None) -> Profile:  # noqa: A001 - the public name
     """Open a cuptiprof file read-only; report methods return DuckDB relations.
 
     steps: the steps reports look at, inclusive: an int N, a (first, last) pair with None for an
@@ -43,5 +52,5 @@ def __getattr__(name):
 
 
 def __dir__():
-    # the lazy names too (tab completion); not the __future__ import, which is no API
-    return sorted(set(globals()) - {"annotations"} | set(__all__))
+    # the lazy names too (tab completion); not the imports that are no API
+    return sorted(set(globals()) - {"annotations", "TYPE_CHECKING"} | set(__all__))

@@ -23,7 +23,7 @@ import math
 import operator
 import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, SupportsIndex
 
 from cuptiprof.errors import UsageError
 
@@ -387,7 +387,7 @@ def wrap_async_generator(func: Callable, whole: Callable) -> Callable:
     return async_generator_wrapper
 
 
-def step(i: int, **attrs: Any) -> range:
+def step(i: SupportsIndex, **attrs: Any) -> range:
     """`cuptiprof.range("step", step=i)`: one step of the loop (counted for warmup/steps)."""
     if callable(i):   # `@cuptiprof.step` above a function: see range.__init__
         raise UsageError(f"cuptiprof.step needs the step's number: cuptiprof.step(i), not "

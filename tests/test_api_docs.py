@@ -43,6 +43,20 @@ def test_dir_lists_every_public_name():
     assert "annotations" not in dir(cuptiprof)   # the __future__ import is no API
 
 
+def test_every_public_signature_is_annotated():
+    """cuptiprof ships py.typed: open() without annotations made every Profile a type checker
+    saw Any, and report methods without a return type handed their relations on untyped."""
+    public = [cuptiprof.open, cuptiprof.profile, cuptiprof.step, cuptiprof.range.__init__]
+    public += [m for name, m in inspect.getmembers(Profile, inspect.isfunction)
+               if not name.startswith("_")]
+    bare = [f"{f.__qualname__}({p.name})" for f in public
+            for p in inspect.signature(f).parameters.values()
+            if p.name != "self" and p.annotation is inspect.Parameter.empty]
+    bare += [f"{f.__qualname__} -> ?" for f in public if f.__name__ != "__init__"
+             and inspect.signature(f).return_annotation is inspect.Signature.empty]
+    assert not bare, f"public signatures without annotations: {bare}"
+
+
 def test_readme_layout_lists_every_package_folder():
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import duckdb
 
@@ -17,6 +18,10 @@ from cuptiprof.store.schema import file_schema_version
 from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
 from cuptiprof.store.files import connect_error, first_row
 from cuptiprof.analyse import catalog
+
+
+# What a `steps` argument of the Python API takes (steps_range says what each form means).
+Steps = int | str | range | tuple[int | None, int | None] | list[int | None] | None
 
 
 def stepless_processes(con, db: str = "", use_busy: bool = False) -> list[tuple[int, int]]:
@@ -136,7 +141,7 @@ def refused_statement(query: str) -> str | None:
 class Profile:
     """One cuptiprof file opened read-only. Report methods return DuckDB relations."""
 
-    def __init__(self, path: str | os.PathLike, steps=None, *, option: str | None = None):
+    def __init__(self, path: str | os.PathLike, steps: Steps = None, *, option: str | None = None):
         """steps: see set_steps. option: the command-line option `steps` came from (messages
         then name it, `--steps '3:5'`, instead of the Python argument)."""
         self.path = file_path("path", path)
@@ -193,7 +198,7 @@ class Profile:
         return stepless_processes(self._rep, use_busy=self.stored_busy)
 
     # -- scope -------------------------------------------------------------------------------
-    def set_steps(self, steps) -> None:
+    def set_steps(self, steps: Steps) -> None:
         """Choose the steps reports look at, inclusive: None or (None, None) (every recorded
         step, or every row when the file has no steps at all), an int N, a (first, last) pair
         with None for an open end, a range of consecutive steps, or a string 'A:B', 'A:', ':B'
@@ -269,7 +274,8 @@ class Profile:
             end()
         return self.con
 
-    def sql(self, query: str, params=None) -> duckdb.DuckDBPyRelation:
+    def sql(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+            ) -> duckdb.DuckDBPyRelation:
         """Read-only SQL over the file: queries (SELECT, EXPLAIN, PRAGMA, CALL) only. Anything
         else is refused, as by `cuptiprof sql`: COPY, EXPORT DATABASE, ATTACH, INSTALL/LOAD, SET,
         CREATE, PREPARE and writes (which the read-only connection refuses too). Unlike
@@ -304,43 +310,43 @@ class Profile:
         # a top beyond DuckDB's 64-bit LIMIT (a ConversionException there) is every row too
         return rel.limit(top) if top and top < 1 << 63 else rel
 
-    def ops(self, top: int | None = None):
+    def ops(self, top: int | None = None) -> duckdb.DuckDBPyRelation:
         """Top GPU ops in scope (kernels by readable name, copies per direction, memsets) with
         calls, total and per-call times and shares of GPU and busy time: report('ops')."""
         return self.report("ops", top)
 
-    def steps(self, top: int | None = None):
+    def steps(self, top: int | None = None) -> duckdb.DuckDBPyRelation:
         """One row per step and device in scope: host window, GPU window, busy and idle time,
         time per kind and the top op: report('steps'). (The scope itself is `step_range`.)"""
         return self.report("steps", top)
 
     steps_report = steps   # the name this report had before
 
-    def kinds(self):
+    def kinds(self) -> duckdb.DuckDBPyRelation:
         """GPU time in scope split by kind (kernel, memcpy per direction, memset, sync), with the
         copy and memset time no kernel on the device hides (exposed_ms): report('kinds')."""
         return self.report("kinds")
 
-    def devices(self):
+    def devices(self) -> duckdb.DuckDBPyRelation:
         """Per device: its specs and the GPU time recorded on it in scope: report('devices')."""
         return self.report("devices")
 
-    def streams(self, top: int | None = None):
+    def streams(self, top: int | None = None) -> duckdb.DuckDBPyRelation:
         """Per device and stream: work counts, summed time and share of the device's busy time
         in scope: report('streams')."""
         return self.report("streams", top)
 
-    def outliers(self, top: int | None = None):
+    def outliers(self, top: int | None = None) -> duckdb.DuckDBPyRelation:
         """Op instances in scope at least 3x (and 1 us) slower than their op's median, for ops
         with 5 or more calls, the most times their median first: report('outliers')."""
         return self.report("outliers", top)
 
-    def data_quality(self):
+    def data_quality(self) -> duckdb.DuckDBPyRelation:
         """Every row of the data_quality table (what the file does not contain), whatever the
         scope. report('quality') adds the program's ranges that ran outside every step."""
         return self._rep.sql("SELECT * FROM data_quality ORDER BY run_id, pid, check_name, subject")
 
-    def runs(self):
+    def runs(self) -> duckdb.DuckDBPyRelation:
         """Every row of the runs table (label, source, status, command, versions, settings)."""
         return self._rep.sql("SELECT * FROM runs ORDER BY run_id")
 
@@ -373,7 +379,8 @@ class _Closed:
                          "`with`); cuptiprof.open() the file again to read it")
 
 
-def open_profile(path: str | os.PathLike, steps=None, *, option: str | None = None) -> Profile:
+def open_profile(path: str | os.PathLike, steps: Steps = None, *,
+                 option: str | None = None) -> Profile:
     """Open a cuptiprof file read-only (the public `cuptiprof.open`; the commands pass the
     option their steps came from)."""
     return Profile(path, steps, option=option)
