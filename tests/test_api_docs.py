@@ -57,6 +57,23 @@ def test_every_public_signature_is_annotated():
     assert not bare, f"public signatures without annotations: {bare}"
 
 
+def test_repr_names_the_file_and_where_it_stands(tmp_path):
+    """A Profile or a profile() in a notebook's output was `<... object at 0x7f...>`."""
+    p = tmp_path / "r.duckdb"
+    s = cuptiprof.profile(p, warmup=1, steps=2, source="none", quiet=True)
+    assert repr(s) == f"<cuptiprof.profile({str(p)!r}, warmup=1, steps=2): not started>"
+    with s:
+        assert repr(s) == f"<cuptiprof.profile({str(p)!r}, warmup=1, steps=2): warm-up>"
+        for i in range(2):
+            with cuptiprof.step(i):
+                pass
+        assert repr(s) == f"<cuptiprof.profile({str(p)!r}, warmup=1, steps=2): recording, 1 step>"
+    assert repr(s) == f"<cuptiprof.profile({str(p)!r}, warmup=1, steps=2): stopped, 1 step>"
+    with cuptiprof.open(p, steps=1) as prof:
+        assert repr(prof) == f"<cuptiprof.Profile {str(p)!r}: steps 1:1>"
+    assert repr(prof) == f"<cuptiprof.Profile {str(p)!r}: closed>"
+
+
 def test_readme_layout_lists_every_package_folder():
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]

@@ -357,6 +357,10 @@ class Profile:
         self.con.close()
         self.con = self._rep = _Closed(self.path)
 
+    def __repr__(self) -> str:
+        state = "closed" if isinstance(self.con, _Closed) else self.scope
+        return f"<cuptiprof.Profile {str(self.path)!r}: {state}>"
+
     def __enter__(self) -> "Profile":
         return self
 

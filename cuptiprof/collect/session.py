@@ -80,6 +80,10 @@ class NullSource:
     def api_name(self, driver: bool, cbid: int) -> str: return str(cbid)
 
 
+_PHASE_WORDS = {"idle": "not started", "warmup": "warm-up", "record": "recording",
+                "done": "finished recording", "stopped": "stopped"}
+
+
 class Session:
     """One collection into one file. Prefer `profile(...)`; the launcher drives it directly.
 
@@ -437,6 +441,15 @@ class Session:
         raise UsageError(f"profile({str(self.path)!r}) is no decorator: write `with "
                          "cuptiprof.profile(...):` around the code (or call start() and "
                          "stop()); @cuptiprof.range(\"...\") marks a function's calls")
+
+    def __repr__(self) -> str:
+        state = ("standing aside for `cuptiprof run`" if self.passthrough else
+                 _PHASE_WORDS.get(self.phase, self.phase))
+        if self.phase in ("record", "done", "stopped") and not self.passthrough:
+            n = self.steps_recorded
+            state += f", {n} step{'' if n == 1 else 's'}"
+        return (f"<cuptiprof.profile({str(self.path)!r}, warmup={self.warmup}, "
+                f"steps={self.steps}): {state}>")
 
     def __enter__(self) -> "Session":
         self.start()
