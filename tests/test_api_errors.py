@@ -425,3 +425,18 @@ def test_a_top_beyond_every_row_gives_every_row(tmp_path):
     with cuptiprof.open(p) as prof:
         assert len(prof.steps(top=10**20).fetchall()) == 3
         assert len(prof.steps(top=(1 << 63) - 1).fetchall()) == 3
+
+
+def test_profile_into_an_existing_file_names_the_modes_that_write_it(tmp_path):
+    """The refusal told a Python user to choose another path or remove the file, not of
+    mode='overwrite' or mode='append', which the call takes."""
+    from cuptiprof.errors import InputError
+
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with pytest.raises(InputError) as err:
+        cuptiprof.profile(p, source="none", quiet=True).start()
+    assert str(err.value) == (f"{p}: already exists; profile(..., mode='overwrite') replaces it, "
+                              "mode='append' adds a run to it (or choose another path)")
+    with cuptiprof.open(p) as prof:
+        assert prof.sql("SELECT count(*) FROM runs").fetchall() == [(1,)]

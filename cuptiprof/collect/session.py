@@ -251,7 +251,9 @@ class Session:
         run.start_ns = run.start_ns or self._start_ns
         self._run = run
         if not self._launcher:   # the file is made now: a mode='create' over a file fails here
-            self.writer = Writer(self.path, run, mode=self.mode, pid=self.pid)
+            self.writer = Writer(self.path, run, mode=self.mode, pid=self.pid, taken_hint=(
+                "profile(..., mode='overwrite') replaces it, mode='append' adds a run to it "
+                "(or choose another path)"))
         try:
             self.source = self._open_source()
             self._sink = Sink(_kind_enum(self.source))

@@ -90,7 +90,9 @@ class Writer:
 
     def __init__(self, path: str | os.PathLike, run: RunInfo | None = None, *,
                  mode: str = "create", atomic: bool = False, pid: int | None = None,
-                 synced: bool = True):
+                 synced: bool = True, taken_hint: str = "choose another output path (or remove "
+                 "the file first)"):
+        """taken_hint: what to do when mode='create' finds the file there already."""
         self.path = Path(path)
         self.run = run or RunInfo()
         self.atomic = atomic
@@ -121,8 +123,7 @@ class Writer:
             raise InputError(f"{self.path}: is a directory; give a file name")
         exists = self.path.exists()
         if exists and mode == "create":
-            raise InputError(f"{self.path}: already exists; choose another output path "
-                             "(or remove the file first)")
+            raise InputError(f"{self.path}: already exists; {taken_hint}")
         key = str(self.path.resolve())
         with _open_lock:
             if key in _open_paths:
