@@ -440,3 +440,18 @@ def test_profile_into_an_existing_file_names_the_modes_that_write_it(tmp_path):
                               "mode='append' adds a run to it (or choose another path)")
     with cuptiprof.open(p) as prof:
         assert prof.sql("SELECT count(*) FROM runs").fetchall() == [(1,)]
+
+
+def test_a_source_class_instead_of_its_instance_is_refused_before_any_file(tmp_path):
+    """source=FakeCupti (the class) passed the check, then failed in start() with an
+    AttributeError ('kind_enum') and left a file of a failed run behind."""
+    from cuptiprof.collect.fake import FakeCupti
+
+    p = tmp_path / "s.duckdb"
+    with pytest.raises(UsageError, match=re.escape(
+            "source=FakeCupti is a class; pass an instance of it, such as FakeCupti(...)")):
+        cuptiprof.profile(p, source=FakeCupti, quiet=True).start()
+    assert list(tmp_path.iterdir()) == []
+    cuptiprof.profile(p, source=FakeCupti(auto=True), quiet=True).start().stop()
+    with cuptiprof.open(p) as prof:
+        assert prof.sql("SELECT source, status FROM runs").fetchall() == [("synthetic", "complete")]

@@ -1169,6 +1169,9 @@ def _check_source(source: Any) -> None:
     """A source Session can use: a name, a FakeCupti (activity_* functions as cupti has them)
     or an object with CuptiSource's methods; anything else failed in start(), after the file
     was made."""
+    if isinstance(source, type):   # the class has the methods its instances have
+        raise UsageError(f"source={source.__name__} is a class; pass an instance of it, such as "
+                         f"{source.__name__}(...)")
     if isinstance(source, str):
         ok = source in ("cupti", "fake", "none")
     else:
