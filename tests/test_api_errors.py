@@ -55,6 +55,10 @@ def test_unknown_source_leaves_no_file_and_the_retry_works(tmp_path):
     # a blank name marked no step and recorded a run without steps, as `run --step-range ""` did
     ({"step_range": ""}, "step_range '': empty; give the name of the range, or None"),
     ({"step_range": " "}, "step_range ' ': empty; give the name of the range, or None"),
+    # a blank glob (read from an unset variable) matched no range: every range of the program
+    # went unrecorded, silently
+    ({"range_filter": ""}, "range_filter '': empty; give a glob of range names, or None"),
+    ({"range_filter": ["attn*", " "]}, "range_filter ' ': empty; give a glob of range names, or None"),
 ])
 def test_profile_refuses_bad_arguments_in_python_words(tmp_path, kw, says):
     """A string count compared with an int (TypeError), a fractional step count (one more step

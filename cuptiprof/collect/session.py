@@ -1191,6 +1191,9 @@ def _make_filter(f: Any) -> Callable[[str], bool] | None:
     if pats is None or not all(isinstance(p, str) for p in pats):
         raise UsageError(f"range_filter must be a glob, a list of globs or a function of a range's "
                          f"name, not {f!r}")
+    for p in pats:
+        if not p.strip():   # matches no range: a glob read from an unset variable
+            raise UsageError(f"range_filter {p!r}: empty; give a glob of range names, or None")
     return lambda name: any(fnmatch.fnmatchcase(name, p) for p in pats)
 
 
