@@ -459,3 +459,18 @@ def test_a_source_class_instead_of_its_instance_is_refused_before_any_file(tmp_p
     cuptiprof.profile(p, source=FakeCupti(auto=True), quiet=True).start().stop()
     with cuptiprof.open(p) as prof:
         assert prof.sql("SELECT source, status FROM runs").fetchall() == [("synthetic", "complete")]
+
+
+@pytest.mark.parametrize("params", [3, "ab", {1, 2}])
+def test_profile_sql_refuses_params_that_are_no_list_or_dict(tmp_path, params):
+    """params=3 failed with Python's "'int' object is not iterable"; a string was taken as one
+    parameter per character, a set in no order."""
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with cuptiprof.open(p) as prof:
+        with pytest.raises(UsageError) as err:
+            prof.sql("SELECT ?::VARCHAR", params)
+        assert str(err.value) == (f"{p}: Profile.sql() takes params as a list or tuple (for ?) or "
+                                  f"a dict (for $name), not {params!r}")
+        assert prof.sql("SELECT ?::VARCHAR", ["ab"]).fetchall() == [("ab",)]
+        assert prof.sql("SELECT $x::INT", {"x": 3}).fetchall() == [(3,)]

@@ -289,6 +289,11 @@ class Profile:
         if not duckdb.extract_statements(query):   # DuckDB returned None, no relation
             raise UsageError(f"{self.path}: Profile.sql(): the query is empty; give one SQL "
                              "query, e.g. \"SELECT name, count(*) FROM kernels GROUP BY 1\"")
+        if params is not None and not isinstance(params, Mapping) and (
+                not isinstance(params, Sequence) or isinstance(params, (str, bytes))):
+            # an int failed with "not iterable", a string gave one parameter per character
+            raise UsageError(f"{self.path}: Profile.sql() takes params as a list or tuple (for ?) "
+                             f"or a dict (for $name), not {params!r}")
         kind = refused_statement(query)
         if kind is not None:
             raise UsageError(f"{self.path}: Profile.sql() runs read-only queries only (SELECT, "
