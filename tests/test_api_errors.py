@@ -474,3 +474,17 @@ def test_profile_sql_refuses_params_that_are_no_list_or_dict(tmp_path, params):
                                   f"a dict (for $name), not {params!r}")
         assert prof.sql("SELECT ?::VARCHAR", ["ab"]).fetchall() == [("ab",)]
         assert prof.sql("SELECT $x::INT", {"x": 3}).fetchall() == [(3,)]
+
+
+@pytest.mark.parametrize("status", ["done", "running", 3])
+def test_stop_refuses_a_status_the_file_has_no_meaning_for(tmp_path, status):
+    """stop('done') wrote runs.status 'done', which no report or diff knows (a run is complete,
+    interrupted or failed); the profile then stayed closed."""
+    p = tmp_path / "f.duckdb"
+    s = cuptiprof.profile(p, source="none", quiet=True).start()
+    with pytest.raises(UsageError, match=re.escape(
+            f"stop(status={status!r}): expected 'complete', 'interrupted' or 'failed'")):
+        s.stop(status)
+    s.stop("interrupted")   # still running: the corrected call ends it
+    with cuptiprof.open(p) as prof:
+        assert prof.sql("SELECT status FROM runs").fetchall() == [("interrupted",)]

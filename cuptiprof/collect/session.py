@@ -80,6 +80,7 @@ class NullSource:
     def api_name(self, driver: bool, cbid: int) -> str: return str(cbid)
 
 
+_END_STATUSES = ("complete", "interrupted", "failed")   # the runs.status of a run that ended
 _PHASE_WORDS = {"idle": "not started", "warmup": "warm-up", "record": "recording",
                 "done": "finished recording", "stopped": "stopped"}
 
@@ -364,8 +365,12 @@ class Session:
             self._devices_written = True
 
     def stop(self, status: str = "complete") -> Path:
-        """Last forced flush, data-quality rows, close the file. Safe to call twice."""
+        """Last forced flush, data-quality rows, close the file. Safe to call twice.
+        status: how the run ended, 'complete', 'interrupted' or 'failed' (runs.status)."""
         global _stopping
+        if status not in _END_STATUSES:   # before anything ends: the corrected call still can
+            raise UsageError(f"stop(status={status!r}): expected 'complete', 'interrupted' or "
+                             "'failed'")
         try:
             with self._flush_lock:   # a flush another thread's step began ends first
                 return self._stop(status)
