@@ -249,6 +249,38 @@ def test_a_forked_worker_writes_none_of_the_ranges_and_logs_its_parent_had_not_y
     assert q(out, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
 
 
+@pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
+def test_a_multiprocessing_worker_keeps_the_exit_status_its_parent_saw(tmp_path, method):
+    """Each worker's exit_status is what its Process.exitcode says (-N: 128+N), however it
+    started: fork and forkserver workers leave through os._exit, which the C library's exit()
+    never sees, and a SIGTERM that lands after a worker's recording closed (a Pool's
+    terminate() racing an idle worker's return) ends it, whatever its recording said."""
+    p = script(tmp_path, f"""
+        import multiprocessing as mp, os, signal, sys
+        from multiprocessing import util
+        def returns(): pass
+        def exits3(): sys.exit(3)
+        def raises(): raise ValueError("boom")
+        def terminated_late():   # after cuptiprof's own finalizer (exitpriority -100)
+            util.Finalize(None, os.kill, (os.getpid(), signal.SIGTERM), exitpriority=-200)
+        if __name__ == "__main__":
+            ctx = mp.get_context("{method}")
+            seen = {{}}
+            for fn in (returns, exits3, raises, terminated_late):
+                w = ctx.Process(target=fn)
+                w.start(); w.join()
+                seen[w.pid] = w.exitcode
+            print("seen", seen)
+    """)
+    r = cli(["run", "-o", "w.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    seen = eval(r.stdout.split("seen ", 1)[1])
+    assert sorted(seen.values()) == [-signal.SIGTERM, 0, 1, 3], seen
+    got = q(tmp_path / "w.duckdb", "SELECT pid, exit_status, ended_early FROM processes "
+                                   f"WHERE pid IN ({', '.join(map(str, seen))})")
+    assert sorted(got) == sorted((pid, 128 - c if c < 0 else c, False) for pid, c in seen.items())
+
+
 def test_a_forked_child_that_died_before_recording_anything_is_a_process_of_the_run(tmp_path):
     """A child forked (os.fork) that recorded nothing and ended without its exit handlers (a
     crash, os._exit) is still one of the run's processes, ended early, with its own start."""

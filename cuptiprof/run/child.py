@@ -68,6 +68,7 @@ def activate() -> None:
         _when_imported("torch", _patch_torch_nvtx)
         _when_imported("nvtx", _patch_nvtx_package)
     _when_imported("cuptiprof.markers", _patch_markers)
+    _when_imported("multiprocessing.process", _patch_mp_bootstrap)
     atexit.register(_at_exit, True)
     _chain_excepthook()
     _note_exit_status()
@@ -110,6 +111,35 @@ def _watch_exit() -> None:
         mod.watch(str(_rec.part_path(".exit")))
     except (OSError, ValueError):   # a parts path too long for the C buffer: not watched
         pass
+
+
+def _keep_exit(code: int) -> None:
+    """Write the status this process ends with where _watch_exit() has exit() write it, for
+    an ending exit() never sees (os._exit, a signal): it wins over the end marker's reading."""
+    if _rec is None:
+        return
+    try:
+        _rec.part_path(".exit").write_text(f"{code & 0xFF}\n")
+    except OSError:
+        pass
+
+
+def _patch_mp_bootstrap(process) -> None:
+    """A fork or forkserver multiprocessing worker ends with os._exit(what _bootstrap returned),
+    after its recording closed in a finalizer, before that status was known: keep it."""
+    base = process.BaseProcess
+    orig = base._bootstrap
+    if getattr(orig, "__cuptiprof_exit__", False):
+        return
+
+    @functools.wraps(orig)
+    def _bootstrap(self, *args, **kw):
+        code = orig(self, *args, **kw)
+        if isinstance(code, int):
+            _keep_exit(code)
+        return code
+    _bootstrap.__cuptiprof_exit__ = True
+    base._bootstrap = _bootstrap
 
 
 def _exec_state() -> dict | None:
@@ -906,6 +936,9 @@ def _install_sigterm() -> None:
         if retries[0] < 250:
             _at_exit(True)
         # else: never got out (5 s): die with what was committed rather than risk a hang
+        # The recording may have closed before (a worker's finalizer, atexit) with another
+        # status: the signal is how the process ends.
+        _keep_exit(128 + signum)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)   # die of the signal, as the program would have
 

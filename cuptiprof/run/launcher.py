@@ -606,7 +606,8 @@ def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = No
     ends = {pid: max((_ns(e.get("end_ns")) or 0 for _, _, e, _ in ims), default=0) or None
             for pid, ims in images.items() if pid not in early}
     # How the other processes exited, as their last program kept it (NULL where it could not:
-    # killed, or a multiprocessing worker's os._exit); the command's is the launcher's to say.
+    # killed by a signal it could not catch, os._exit outside a multiprocessing worker); the
+    # command's is the launcher's to say.
     statuses = {}
     for pid, ims in images.items():
         if pid not in early and pid != child_pid:
