@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import duckdb
 import pytest
 
 import hostile_corpus as H
+from _run_helpers import cli
 
 # A kernel name as hostile as a trace can carry: NUL, escape sequences, bell, bidi override,
 # markup, quotes, a CSV separator, a newline, a Markdown pipe.
@@ -382,3 +384,46 @@ def test_an_empty_output_path_is_named_as_empty(tmp_path, capsys, monkeypatch, c
         err = capsys.readouterr().err.splitlines()
         assert err == [f"cuptiprof: error: -o {out!r}: the output path is empty; give a file name"], err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+# A name as bytes that are no UTF-8 (Latin-1 é, an old archive's file): Python carries them as
+# surrogates, which DuckDB cannot take.
+NOT_UTF8 = b"caf\xe9.duckdb"
+
+
+BAD_IN = "argument FILE: caf\\xe9.duckdb: the file name is not UTF-8"
+BAD_OUT = "-o caf\\xe9-new.duckdb: the output path is not UTF-8"
+
+
+@pytest.mark.parametrize("args,said", [
+    (["report", "{bad}"], BAD_IN),
+    (["sql", "{bad}", "SELECT 1"], BAD_IN),
+    (["export", "{bad}", "--chrome", "out.json"], BAD_IN),
+    (["compare", "{bad}", "{good}"], BAD_IN),
+    (["diff", "{good}", "{bad}", "--fail-above", "5"], BAD_IN.replace("FILE", "NEW.duckdb")),
+    (["merge", "{good}", "{bad}", "-o", "m.duckdb"], BAD_IN),
+    (["import", "{badtrace}", "-o", "m.duckdb"],
+     "argument TRACE: caf\\xe9.json: the file name is not UTF-8"),
+    (["merge", "{good}", "{good2}", "-o", "{new}"], BAD_OUT),
+    (["import", "t.json", "-o", "{new}"], BAD_OUT),
+    (["run", "-o", "{new}", "--", PY, "-c", "pass"], BAD_OUT),
+    (["export", "{good}", "--parquet", "{newdir}"], "--parquet caf\\xe9-pq: the output path is not UTF-8"),
+])
+def test_a_file_name_that_is_not_utf8_is_refused_in_one_line(tmp_path, args, said):
+    """DuckDB opens and writes only UTF-8 file names: another name ended in a traceback
+    (std::bad_cast) or in DuckDB's conversion error; it is refused in one line, exit 2, and
+    nothing is written."""
+    from cuptiprof.synthetic import write_synthetic
+    good = write_synthetic(tmp_path / "good.duckdb", steps=2, kernels_per_step=5)
+    write_synthetic(tmp_path / "good2.duckdb", steps=2, kernels_per_step=5, seed=3)
+    shutil.copy(good, os.path.join(os.fsencode(tmp_path), NOT_UTF8))
+    (tmp_path / "t.json").write_text(json.dumps(H.good_trace()))
+    shutil.copy(tmp_path / "t.json", os.path.join(os.fsencode(tmp_path), b"caf\xe9.json"))
+    names = {"badtrace": os.fsdecode(b"caf\xe9.json"), "bad": os.fsdecode(NOT_UTF8), "good": "good.duckdb", "good2": "good2.duckdb",
+             "new": os.fsdecode(b"caf\xe9-new.duckdb"), "newdir": os.fsdecode(b"caf\xe9-pq")}
+    before = sorted(os.listdir(os.fsencode(tmp_path)))
+    r = cli([a.format(**names) for a in args], tmp_path)
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and said in lines[0], r.stderr[-2000:]
+    assert lines[0].startswith("cuptiprof: error:") and r.stdout == ""
+    assert sorted(os.listdir(os.fsencode(tmp_path))) == before

@@ -1,6 +1,7 @@
 """One module per subcommand; each has `register(subparsers)`."""
 
 import argparse
+import os
 
 from cuptiprof.errors import UsageError
 
@@ -31,6 +32,9 @@ def input_file(text: str) -> str:
     taken for the current directory."""
     if not text:
         raise argparse.ArgumentTypeError("the file name is empty; give the path of a file")
+    if not _utf8(text):
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: the file name is not UTF-8, which "
+                                         "DuckDB cannot take; rename the file")
     return text
 
 
@@ -39,4 +43,26 @@ def named_output(path: str) -> str:
     current folder."""
     if not path.strip():
         raise UsageError(f"-o {path!r}: the output path is empty; give a file name")
+    utf8_output(path, "-o")
     return path
+
+
+def utf8_output(path: str, option: str) -> None:
+    """An output DuckDB writes (a .duckdb file, Parquet datasets) must have a UTF-8 name: DuckDB
+    takes no other (a traceback, std::bad_cast)."""
+    if not _utf8(path):
+        raise UsageError(f"{option} {_shown(path)}: the output path is not UTF-8, which DuckDB "
+                         "cannot write; give a UTF-8 name")
+
+
+def _utf8(path: str) -> bool:
+    try:
+        path.encode("utf-8")   # bytes that are no UTF-8 come from argv as lone surrogates
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(path: str) -> str:
+    """The name as its bytes, those that are no UTF-8 as \\xNN."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
