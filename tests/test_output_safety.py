@@ -427,3 +427,48 @@ def test_a_file_name_that_is_not_utf8_is_refused_in_one_line(tmp_path, args, sai
     assert r.returncode == 2 and len(lines) == 1 and said in lines[0], r.stderr[-2000:]
     assert lines[0].startswith("cuptiprof: error:") and r.stdout == ""
     assert sorted(os.listdir(os.fsencode(tmp_path))) == before
+
+
+@pytest.mark.parametrize("args,option", [
+    (["export", "good.duckdb", "--chrome", "-"], "--chrome"),
+    (["export", "good.duckdb", "--parquet", "-"], "--parquet"),
+    (["report", "good.duckdb", "--html", "-"], "--html"),
+    (["compare", "good.duckdb", "good2.duckdb", "--html", "-"], "--html"),
+    (["import", "t.json", "-o", "-"], "-o"),
+    (["merge", "good.duckdb", "good2.duckdb", "-o", "-"], "-o"),
+    (["run", "-o", "-", "--", PY, "-c", "pass"], "-o"),
+])
+def test_an_output_named_dash_is_refused_not_written_as_a_file_named_dash(tmp_path, args, option):
+    """`--chrome -` reads as "to stdout", which cuptiprof does not write to: it wrote a file
+    named `-` into the current folder, and said `wrote ... -> -`. It is refused in one line;
+    `./-` still names such a file."""
+    from cuptiprof.synthetic import write_synthetic
+    write_synthetic(tmp_path / "good.duckdb", steps=2, kernels_per_step=5)
+    write_synthetic(tmp_path / "good2.duckdb", steps=2, kernels_per_step=5, seed=3)
+    (tmp_path / "t.json").write_text(json.dumps(H.good_trace()))
+    before = sorted(os.listdir(tmp_path))
+    r = cli(args, tmp_path)
+    assert r.returncode == 2 and r.stdout == "", r.stderr[-2000:]
+    assert r.stderr.splitlines() == [f"cuptiprof: error: {option} -: cuptiprof writes a file, not "
+                                     "stdout; give a file name (./- for a file named -)"]
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_an_output_named_dot_slash_dash_is_that_file(tmp_path):
+    from cuptiprof.synthetic import write_synthetic
+    write_synthetic(tmp_path / "good.duckdb", steps=2, kernels_per_step=5)
+    r = cli(["export", "good.duckdb", "--chrome", "./-"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "-").read_text())["traceEvents"]
+
+
+def test_outputs_python_writes_take_a_name_that_is_not_utf8(tmp_path):
+    """A Chrome trace and an HTML page are written by Python, which takes any file name: only
+    what DuckDB writes needs a UTF-8 one."""
+    from cuptiprof.synthetic import write_synthetic
+    write_synthetic(tmp_path / "good.duckdb", steps=2, kernels_per_step=5)
+    for args, name in ((["export", "good.duckdb", "--chrome"], b"caf\xe9.json"),
+                       (["report", "good.duckdb", "--html"], b"caf\xe9.html")):
+        r = cli([*args, os.fsdecode(name)], tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert os.path.getsize(os.path.join(os.fsencode(tmp_path), name)) > 0

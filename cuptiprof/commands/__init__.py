@@ -43,16 +43,20 @@ def named_output(path: str) -> str:
     current folder."""
     if not path.strip():
         raise UsageError(f"-o {path!r}: the output path is empty; give a file name")
-    utf8_output(path, "-o")
-    return path
+    return output_name(path, "-o")
 
 
-def utf8_output(path: str, option: str) -> None:
-    """An output DuckDB writes (a .duckdb file, Parquet datasets) must have a UTF-8 name: DuckDB
-    takes no other (a traceback, std::bad_cast)."""
-    if not _utf8(path):
+def output_name(path: str, option: str, *, utf8: bool = True) -> str:
+    """An output path given to `option`. `-` reads as stdout, which cuptiprof never writes a
+    file to: refused, not written as a file named -. One that DuckDB writes (utf8: a .duckdb
+    file, Parquet datasets) must have a UTF-8 name: DuckDB takes no other (std::bad_cast)."""
+    if path == "-":
+        raise UsageError(f"{option} -: cuptiprof writes a file, not stdout; give a file name "
+                         "(./- for a file named -)")
+    if utf8 and not _utf8(path):
         raise UsageError(f"{option} {_shown(path)}: the output path is not UTF-8, which DuckDB "
                          "cannot write; give a UTF-8 name")
+    return path
 
 
 def _utf8(path: str) -> bool:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY
-from cuptiprof.commands import FILES_HELP, FORMAT_HELP, input_file, top_rows
+from cuptiprof.commands import FILES_HELP, FORMAT_HELP, input_file, output_name, top_rows
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, md_escape, render, rows_of, write_json
 
@@ -60,6 +60,7 @@ def run(args) -> int:
                          "--bytes NAME=GB (the table is empty without it)")
     if args.html is not None:
         from cuptiprof.render.html import check_html_output
+        output_name(args.html, "--html", utf8=False)
         check_html_output(args.html, inputs=args.files)
     with Comparison(args.files, by=args.by, work=work) as cmp:
         if args.html is not None:

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from cuptiprof.commands import (FILE_HELP, STEPS_FORMS, STEPS_METAVAR, input_file,
-                                utf8_output)
+                                output_name)
 from cuptiprof.errors import UsageError
 from cuptiprof.outputs import write_failed
 
@@ -36,8 +36,10 @@ def run(args) -> int:
         raise UsageError("--parquet needs a directory name, e.g. --parquet pq")
     if not args.chrome and not args.parquet:
         raise UsageError("export: say what to write: --chrome OUT.json.gz and/or --parquet DIR")
-    if args.parquet:   # written by DuckDB (the Chrome trace by Python, which takes any name)
-        utf8_output(args.parquet, "--parquet")
+    if args.chrome:   # written by Python, which takes any name
+        output_name(args.chrome, "--chrome", utf8=False)
+    if args.parquet:   # written by DuckDB
+        output_name(args.parquet, "--parquet")
     if args.chrome and args.parquet and Path(args.chrome).resolve() == Path(args.parquet).resolve():
         raise UsageError(f"export: --chrome and --parquet name the same path ({args.chrome}); "
                          "give each its own")

@@ -7,7 +7,7 @@ import sys
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.profile import open_profile
 from cuptiprof.commands import (FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR, input_file,
-                                top_rows)
+                                output_name, top_rows)
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, md_escape, plain_table, render, rows_of
 
@@ -69,6 +69,7 @@ def run(args) -> int:
                              "prints none; add --by NAME to print one beside the page, or leave "
                              "out --format")
         from cuptiprof.render.html import check_html_output
+        output_name(args.html, "--html", utf8=False)
         check_html_output(args.html, inputs=[args.file])
     with open_profile(args.file, args.steps, option="--steps") as prof:
         if args.html is not None:

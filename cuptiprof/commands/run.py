@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from cuptiprof.commands import utf8_output
+from cuptiprof.commands import output_name
 from cuptiprof.errors import UsageError
 
 
@@ -60,7 +60,7 @@ def run(args) -> int:
         raise UsageError(f"--repeat {args.repeat} goes with --overhead (the runs of each kind it "
                          "measures); add --overhead or leave out --repeat")
     if args.output:
-        utf8_output(args.output, "-o")
+        output_name(args.output, "-o")
     args.kinds = split_kinds(args.kinds)
     if args.light and args.kinds:
         raise UsageError(f"--kinds {' '.join(args.kinds)} chooses CUPTI activity kinds and --light "
