@@ -145,6 +145,35 @@ def test_report_summary_leaves_out_the_ranges_of_a_program_without_any(tmp_path,
     assert capsys.readouterr().out.startswith("ranges: ")
 
 
+
+def test_report_summary_shows_quality_only_where_it_has_rows(tmp_path, capsys):
+    """A file whose data misses nothing gets no empty quality table in its summary; one that
+    misses something (here a memcpy after the last step) gets it."""
+    from cuptiprof.cli import main
+    f = write_synthetic(tmp_path / "q.duckdb", steps=3, kernels_per_step=6, devices=1)
+    assert main(["report", str(f)]) == 0
+    assert "\nquality: " in capsys.readouterr().out
+    with duckdb.connect(str(f)) as con:
+        con.execute("DELETE FROM data_quality")
+    for fmt in ("table", "markdown"):
+        assert main(["report", str(f), "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        assert "quality: " not in out and "step_spread: " in out
+    assert main(["report", str(f), "--by", "quality"]) == 0   # asked for: shown, empty
+    assert capsys.readouterr().out.startswith("quality: ")
+
+
+def test_report_summary_cuts_its_steps_where_the_help_says(tmp_path):
+    """`report --help` promises a summary's steps cut at "the first N rows": a summary shows N."""
+    import re
+    n = int(re.search(r"the first (\d+)\s+rows", " ".join(cli("report", "--help").stdout.split()))[1])
+    f = write_synthetic(tmp_path / "loop.duckdb", steps=n + 2, kernels_per_step=4, seed=1,
+                        devices=1, n_names=3, api=False)
+    r = cli("report", f)
+    steps = r.stdout.split("\nsteps:", 1)[1].split("\nstep_spread:", 1)[0]
+    assert len([ln for ln in steps.splitlines()[3:] if ln.strip() and not ln.startswith("...")]) == n
+    assert "... 2 more rows" in steps
+
 def test_long_names_that_share_their_start_stay_apart_in_a_table():
     # CUTLASS / Triton kernels and module paths often share far more than the 70 characters a
     # table cell shows: cut at the end, every row read the same
@@ -709,6 +738,8 @@ def test_an_empty_file_name_is_named_as_empty(tmp_path, args, command):
     (["run", "--warmup", "x", "--", "true"], "invalid int value", "run"),
     (["import", "t.json"], "-o/--output", "import"),
     (["merge", "a.duckdb"], "-o/--output", "merge"),
+    (["report", "x.duckdb", "--top", "1000000001"], "at most 1000000000", "report"),
+    (["compare", "a.duckdb", "b.duckdb", "--top", "0"], "at least 1", "compare"),
     (["--bogus"], "unrecognized arguments", ""),
     # given before the subcommand, it went to cuptiprof itself: its help lists what that takes
     (["--bogus", "report", "x.duckdb"], "unrecognized arguments: --bogus", ""),
