@@ -1332,3 +1332,20 @@ def test_the_median_step_of_an_even_count_is_the_earlier_of_the_two_middle_steps
                               "step": list(us), "name": ["k"] * 4, "stream_id": [7] * 4, "device_id": [0] * 4}})
     with open_profile(path) as prof:
         assert median_step(prof) == 0
+
+
+def test_markdown_legend_is_a_list_and_top_is_15_unless_given(tmp_path, capsys):
+    """--help: --top defaults to 15 keys; in Markdown the lines naming the files are list items,
+    one per line once rendered (plain lines would run together into one paragraph)."""
+    ops = {f"kernel_{i:02d}": (100.0 + 10 * i, 1, "aten::op") for i in range(20)}
+    a = make_run(tmp_path / "a.duckdb", ops=ops)
+    b = make_run(tmp_path / "b.duckdb", ops=ops, seed=2)
+
+    def keys(*top):
+        assert main(["compare", str(a), str(b), "--format", "json", *top]) == 0
+        return {r["key"] for r in json.loads(capsys.readouterr().out)["ops"]}
+
+    assert keys() == keys("--top", "15") != keys("--top", "14")
+    assert main(["compare", str(a), str(b), "--format", "markdown"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("- A = ") and lines[2].startswith("- B = "), lines[:3]
