@@ -460,6 +460,28 @@ def test_atomic_writer_whose_close_fails_leaves_nothing_behind(tmp_path, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+
+def test_a_ctrl_c_as_an_atomic_writer_closes_its_file_leaves_nothing_behind(tmp_path):
+    """A Ctrl-C that lands as close() closes the connection (`cuptiprof import`, interrupted
+    at its very end): the temporary file went neither into place nor away, and stayed beside
+    the output as .OUT.tmp-PID. It goes; the interrupt reaches the caller."""
+    w = Writer(tmp_path / "out.duckdb", atomic=True)
+    w.append({"kernels": kernels(3, ["k"])})
+    con = w._con
+
+    class Interrupted:   # the connection, whose close() is followed by a Ctrl-C
+        def __getattr__(self, name):
+            return getattr(con, name)
+
+        def close(self):
+            con.close()
+            raise KeyboardInterrupt
+
+    w._con = Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        w.close()
+    assert list(tmp_path.iterdir()) == []
+
 def test_a_writer_in_place_whose_close_fails_keeps_its_file(tmp_path, monkeypatch):
     """Only a temporary (atomic) file is removed when close() fails: a file written in place
     keeps every batch committed before."""

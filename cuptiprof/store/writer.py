@@ -533,11 +533,16 @@ class Writer:
                 raise
             raise
         finally:
-            self._con.close()
-            with _open_lock:
-                _open_paths.discard(self._key)
-            if not done and self.atomic:   # no output: the temporary file goes too
-                self.discard()
+            try:
+                self._con.close()
+            except BaseException:   # a Ctrl-C as it closed: no rename follows, so no output
+                done = False
+                raise
+            finally:
+                with _open_lock:
+                    _open_paths.discard(self._key)
+                if not done and self.atomic:   # no output: the temporary file goes too
+                    self.discard()
         if self.atomic:
             if status == "complete":
                 try:   # a failure here (the sync's EIO too) leaves no temporary file
