@@ -87,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"cuptiprof: error: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
-        say("cuptiprof: interrupted")
-        return 130
+        return _interrupted()
     except BrokenPipeError:
         # `cuptiprof report ... | head`: the reader went away; not an error.
         silence(sys.stdout)
@@ -97,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"cuptiprof: error: {exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": "))
         return 1
     except Exception as exc:
+        if type(exc) is RuntimeError and str(exc) == "Query interrupted":
+            return _interrupted()   # DuckDB's form of a Ctrl-C that landed in a statement
         duckdb = sys.modules.get("duckdb")
         if duckdb is None or not isinstance(exc, duckdb.Error):
             raise
@@ -104,3 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"cuptiprof: error: {storage_error(exc, getattr(args, 'file', None))}")
         return 2 if "orrupt" in str(exc) else 1
 
+
+def _interrupted() -> int:
+    say("cuptiprof: interrupted")
+    return 130

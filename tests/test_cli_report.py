@@ -791,6 +791,8 @@ def test_a_reader_that_went_away_is_no_error(run_file, args):
      "cuptiprof: error: out.duckdb: Permission denied"),
     (OSError(28, "No space left on device"), 1, "cuptiprof: error: No space left on device"),
     (KeyboardInterrupt(), 130, "cuptiprof: interrupted"),
+    # a Ctrl-C in a DuckDB statement (sql of a long query, merge): DuckDB raises this instead
+    (RuntimeError("Query interrupted"), 130, "cuptiprof: interrupted"),
     (duckdb.IOException("Corrupt database file: block checksum mismatch"), 2,
      "cuptiprof: error: the file is damaged (Corrupt database file: block checksum mismatch); it "
      "cannot be read in full"),
