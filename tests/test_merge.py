@@ -509,3 +509,28 @@ def test_a_merged_file_stores_the_busy_time_of_every_run(tmp_path):
     assert q(out, "SELECT run_id FROM step_busy_runs ORDER BY ALL") == [(1,), (2,)]
     assert q(out, "SELECT run_id, pid, step, busy_ns FROM step_busy ORDER BY ALL") == [
         (1, 11, 0, 10), (2, 22, 0, 11)]
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, lambda: RuntimeError("Query interrupted")])
+def test_a_merge_interrupted_as_it_creates_its_output_leaves_nothing(tmp_path, monkeypatch, capsys,
+                                                                    stop):
+    """A Ctrl-C that lands as the temporary output is created (a KeyboardInterrupt, or DuckDB's
+    'Query interrupted'): `cuptiprof merge` says interrupted, exits 130 and leaves no
+    .OUT.tmp-PID behind."""
+    from cuptiprof.cli import main
+    _file(tmp_path / "a.duckdb", ["gemm"], 11, "hostA")
+    _file(tmp_path / "b.duckdb", ["relu"], 22, "hostB")
+    before = sorted(os.listdir(tmp_path))
+    connect = duckdb.connect
+
+    def interrupted(path, *args, **kw):
+        con = connect(path, *args, **kw)
+        if ".tmp-" in str(path):   # the output being written, not an input being read
+            con.close()
+            raise stop()
+        return con
+    monkeypatch.setattr(duckdb, "connect", interrupted)
+    assert main(["merge", str(tmp_path / "a.duckdb"), str(tmp_path / "b.duckdb"), "-o",
+                 str(tmp_path / "all.duckdb")]) == 130
+    assert capsys.readouterr().err == "cuptiprof: interrupted\n"
+    assert sorted(os.listdir(tmp_path)) == before

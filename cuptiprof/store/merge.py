@@ -97,6 +97,9 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
         con = duckdb.connect(str(tmp))
     except duckdb.Error as exc:
         raise connect_error(tmp, exc, writing=True, target=given) from None
+    except BaseException:   # a Ctrl-C as the file was created
+        _unlink(tmp)
+        raise
     try:
         write_unsynced(con)
         con.execute("BEGIN")
