@@ -453,7 +453,8 @@ def test_same_file_through_a_symlink_is_named_in_the_order_given(tmp_path, capsy
 
 
 @pytest.mark.parametrize("value, hint", [("0.05", True), (".5", True), ("0.05%", False),
-                                         ("0", False), ("1", False), ("5", False)])
+                                         ("0.05% ", False), ("0", False), ("1", False),
+                                         ("5", False)])
 def test_a_fail_above_below_one_without_a_percent_sign_gets_a_hint(tmp_path, capsys, value, hint):
     """0.05 is 0.05% (it was probably meant as 5%): the gate keeps that meaning, and a line on
     stderr says how 5% is written, so that a CI log shows it."""
@@ -461,7 +462,7 @@ def test_a_fail_above_below_one_without_a_percent_sign_gets_a_hint(tmp_path, cap
     b = make_run(tmp_path / "b.duckdb", noise=0.02, seed=2)
     code = main(["diff", str(a), str(b), "--fail-above", value, "--format", "json"])
     cap = capsys.readouterr()
-    assert json.loads(cap.out)["fail_above_pct"] == float(value.rstrip("%"))
+    assert json.loads(cap.out)["fail_above_pct"] == float(value.strip().rstrip("%"))
     hints = [ln for ln in cap.err.splitlines() if "fraction" in ln]
     assert len(hints) == int(hint), cap.err
     if hint:

@@ -684,6 +684,9 @@ def test_a_killed_run_merged_from_its_parts_is_the_run_the_launcher_would_write(
     assert f"cuptiprof merge {parts.name}/*.duckdb -o k.duckdb" in one_line(hint.stderr)
     r = cli(["merge", *sorted(x.name for x in parts.glob("*.duckdb")), "-o", "../k.duckdb"], parts)
     assert r.returncode == 0, r.stderr
+    # what was written is said on stderr, as every other merge says it: stdout stays empty
+    n = len(list(parts.glob("*.duckdb")))
+    assert r.stdout == "" and f"../k.duckdb, the run of the {n} part files in" in r.stderr
     out = tmp_path / "k.duckdb"
     assert q(out, "SELECT label, status, command FROM runs") == \
         [("k", "interrupted", f"{PY} {p}")]
