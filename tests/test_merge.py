@@ -159,6 +159,11 @@ def test_merge_cli(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "merged 2 files (3 runs, 7 rows) into all.duckdb" in r.stderr
     assert q(tmp_path / "all.duckdb", "SELECT count(*) FROM runs") == [(3,)]
+    # one file of one run (a run's file rewritten): counted as one, and rows as import counts them
+    _file(tmp_path / "big.duckdb", [f"k{i}" for i in range(1200)], 4, "big")
+    r = cli(["merge", "big.duckdb", "-o", "one.duckdb"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "merged 1 file (1 run, 1,201 rows) into one.duckdb" in r.stderr
 
 
 @pytest.mark.parametrize("case", ["exists", "missing", "not_duckdb", "same_twice",

@@ -43,9 +43,13 @@ def run(args) -> int:
         return _recover(parts, args.files, args.output)
     res = merge_files_result(args.files, args.output)
     rows = sum(res.rows.values())
-    print(f"cuptiprof: merged {len(args.files)} files ({res.runs} runs, {rows} rows) into "
-          f"{res.path}", file=sys.stderr)
+    print(f"cuptiprof: merged {_count(len(args.files), 'file')} ({_count(res.runs, 'run')}, "
+          f"{_count(rows, 'row')}) into {res.path}", file=sys.stderr)
     return 0
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}" + ("" if n == 1 else "s")
 
 
 def _run_parts(files: list[str]) -> Path | None:
