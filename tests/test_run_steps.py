@@ -330,6 +330,11 @@ def test_logs_table(tmp_path):
     own = q(out, "SELECT message FROM logs WHERE logger='cuptiprof'")
     assert len(own) == 1 and own[0][0].startswith("step 0: ") and own[0][0].endswith(" ms")
     assert q(out, "SELECT thread_id IS NOT NULL AND time_ns > 0 FROM logs LIMIT 1") == [(True,)]
+    # INFO is the default level (run --help): without --log-level, the same records
+    r = cli(["run", "-o", "d.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "d.duckdb", "SELECT level, logger, message, step FROM logs WHERE "
+             "logger='app' ORDER BY time_ns") == rows
 
 
 def test_logs_of_warm_up_steps_and_steps_beyond_the_last_have_no_step_in_light_mode(tmp_path):
