@@ -344,7 +344,9 @@ def test_report_list_documents_every_report():
     for name in ("ops", "steps", "step_spread", "devices", "kinds", "streams", "outliers", "ranges",
                  "step_ranges"):
         assert any(line.startswith(name + " ") for line in r.stdout.splitlines()), name
-    listed = json.loads(cli("report", "--list", "--format", "json").stdout)
+    out = cli("report", "--list", "--format", "json").stdout
+    assert out.endswith("]\n")   # a whole last line, as every other output ends
+    listed = json.loads(out)
     ops = next(x for x in listed if x["report"] == "ops")
     assert "ALL GPU time" in ops["columns"]["pct_gpu_time"] and "BUSY" in ops["columns"]["pct_busy"]
     # --format csv and markdown are honoured, as for every report
