@@ -2516,10 +2516,10 @@ def test_export_and_import_status_lines_are_prefixed_on_stderr(tmp_path):
     assert 0 < with_rows < datasets, lines
     # --steps: the line names the steps written, and counts only their kernels
     r = run_cli("export", src, "--steps", "3", "--chrome", tmp_path / "s.json.gz")
-    assert r.returncode == 0 and "(1 kernels, scope: steps 3:3) -> " in r.stderr, r.stderr
+    assert r.returncode == 0 and "(1 kernel, scope: steps 3:3) -> " in r.stderr, r.stderr
     r = run_cli("import", tmp_path / "t.json.gz", "-o", tmp_path / "back.duckdb", "--no-progress")
     assert r.returncode == 0, r.stderr
-    assert r.stdout == "" and r.stderr.startswith("cuptiprof: imported 1 file(s) ("), r.stderr
+    assert r.stdout == "" and r.stderr.startswith("cuptiprof: imported 1 file ("), r.stderr
     assert len(r.stderr.splitlines()) == 1, r.stderr
 
 

@@ -1112,7 +1112,8 @@ def test_cli_import_and_existing_output(tmp_path):
     out = tmp_path / "o.duckdb"
     r = run_cli("import", src, "-o", out)
     assert r.returncode == 0, r.stderr
-    assert "1 kernels" in r.stderr and "1 step ->" in r.stderr and out.exists()
+    assert "1 kernel," in r.stderr and "1 kernels" not in r.stderr, r.stderr
+    assert "1 step ->" in r.stderr and out.exists()
     two = write(tmp_path / "rank1.json", modern())     # one file per rank: the same step in each
     r = run_cli("import", src, two, "-o", tmp_path / "ranks.duckdb")
     assert r.returncode == 0 and "1 step in each of the 2 files ->" in r.stderr, r.stderr

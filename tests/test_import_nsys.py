@@ -254,14 +254,14 @@ def test_summary_counts_input_files_not_processes(tmp_path):
     one = nsys_export(tmp_path / "one.sqlite", pid=6161, launches=_launches(1))
     r = run_cli("import", two, one, "-o", tmp_path / "o.duckdb")
     assert r.returncode == 0, r.stderr
-    assert r.stderr.startswith("cuptiprof: imported 2 file(s) (nsys, 3 processes): 3 kernels,"), r.stderr
+    assert r.stderr.startswith("cuptiprof: imported 2 files (nsys, 3 processes): 3 kernels,"), r.stderr
     # an export without any GPU activity is still one file read
     empty = nsys_export(tmp_path / "empty.sqlite")
     r = run_cli("import", empty, "-o", tmp_path / "e.duckdb")
     assert r.returncode == 0, r.stderr
-    assert r.stderr.startswith("cuptiprof: imported 1 file(s) (nsys, 0 processes): 0 kernels,"), r.stderr
+    assert r.stderr.startswith("cuptiprof: imported 1 file (nsys, 0 processes): 0 kernels,"), r.stderr
     r = run_cli("import", empty, two, "-o", tmp_path / "e2.duckdb")
-    assert r.stderr.startswith("cuptiprof: imported 2 file(s) (nsys, 2 processes): 2 kernels,"), r.stderr
+    assert r.stderr.startswith("cuptiprof: imported 2 files (nsys, 2 processes): 2 kernels,"), r.stderr
 
 
 def test_start_end_range_is_credited_only_with_work_launched_inside_it(tmp_path):

@@ -184,4 +184,4 @@ def test_steps_mixed_after_a_failed_exec_counts_only_the_steps_since(tmp_path, p
     assert q(out, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(5,)]
     rows = q(out, "SELECT detail FROM data_quality WHERE check_name = 'steps_mixed'")
     assert len(rows) == 1 and rows[0][0].startswith(
-        "1 steps came from --step-fn and 2 from the program's own"), rows
+        "1 step came from --step-fn and 2 from the program's own"), rows

@@ -70,3 +70,8 @@ def _utf8(path: str) -> bool:
 def _shown(path: str) -> str:
     """The name as its bytes, those that are no UTF-8 as \\xNN."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """'1 file', '2 files', '1,201 rows': a count in a command's status line."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"

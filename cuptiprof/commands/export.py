@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cuptiprof.commands import (FILE_HELP, STEPS_FORMS, STEPS_METAVAR, input_file,
+from cuptiprof.commands import (FILE_HELP, STEPS_FORMS, STEPS_METAVAR, counted, input_file,
                                 output_name)
 from cuptiprof.errors import UsageError
 from cuptiprof.outputs import write_failed
@@ -59,15 +59,16 @@ def run(args) -> int:
             except OSError as exc:  # e.g. a full disk mid-write: name the file the user asked for
                 raise write_failed(args.chrome, exc) from None
             scope = prof.scope if args.steps else "every row"
-            print(f"cuptiprof: wrote {c['events']:,} trace events ({c.get('kernels', 0):,} "
-                  f"kernels, scope: {scope}) -> {args.chrome}", file=sys.stderr)
+            print(f"cuptiprof: wrote {counted(c['events'], 'trace event')} ("
+                  f"{counted(c.get('kernels', 0), 'kernel')}, scope: {scope}) -> {args.chrome}",
+                  file=sys.stderr)
         if args.parquet:
             from cuptiprof.interop.parquet import export_parquet
             try:
                 c = export_parquet(prof, args.parquet, force=args.force)
             except OSError as exc:   # named by the directory asked for, not the temporary one
                 raise write_failed(args.parquet, exc) from None
-            print(f"cuptiprof: wrote {len(c)} Parquet datasets ({sum(1 for v in c.values() if v)} "
-                  f"with rows; {c.get('kernels', 0):,} kernel rows) -> {args.parquet}",
-                  file=sys.stderr)
+            print(f"cuptiprof: wrote {counted(len(c), 'Parquet dataset')} ("
+                  f"{sum(1 for v in c.values() if v)} with rows; "
+                  f"{counted(c.get('kernels', 0), 'kernel row')}) -> {args.parquet}", file=sys.stderr)
     return 0

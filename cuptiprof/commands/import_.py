@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from cuptiprof.commands import input_file, named_output
+from cuptiprof.commands import counted, input_file, named_output
 
 
 def register(sub) -> None:
@@ -34,21 +34,22 @@ def run(args) -> int:
     res = import_traces(args.traces, args.output, label=args.label, overwrite=args.force,
                         progress=False if args.no_progress else None)
     rows = res["rows"]
-    parts = [f"{rows.get(t, 0):,} {n}" for t, n in (
-        ("kernel_rows", "kernels"), ("memcpys", "memcpys"), ("memsets", "memsets"),
-        ("api_call_rows", "API calls"), ("range_rows", "ranges"))]
+    parts = [counted(rows.get(t, 0), n) for t, n in (
+        ("kernel_rows", "kernel"), ("memcpys", "memcpy"), ("memsets", "memset"),
+        ("api_call_rows", "API call"), ("range_rows", "range"))]
     if rows.get("logs"):   # a cuptiprof export's log records
-        parts.append(f"{rows['logs']:,} log records")
+        parts.append(counted(rows["logs"], "log record"))
     # one summary per process: a trace file holds one, an nsys export none or several, and
     # cuptiprof's exports of some steps of one process are that one process
     counts = [getattr(f, "steps", 0) for f in res["files"]]
     n_files = len(args.traces)   # import_traces refuses a file given twice
     one_each = len(counts) == n_files == len({getattr(f, "path", None) for f in res["files"]})
-    procs = "" if one_each else f", {len(counts):,} process{'' if len(counts) == 1 else 'es'}"
+    procs = "" if one_each else f", {counted(len(counts), 'process', 'processes')}"
     # one process per rank: each has the job's steps, so a sum would count every step N times
-    plural = lambda n: f"{n:,} step" + ("" if n == 1 else "s")  # noqa: E731
-    steps = (f"{plural(counts[0])} in each of the {len(counts)} {'processes' if procs else 'files'}"
-             if len(counts) > 1 and len(set(counts)) == 1 else plural(sum(counts)))
-    print(f"cuptiprof: imported {n_files} file(s) ({res['source']}{procs}): {', '.join(parts)}, "
+    steps = (f"{counted(counts[0], 'step')} in each of the {len(counts)} "
+             f"{'processes' if procs else 'files'}"
+             if len(counts) > 1 and len(set(counts)) == 1 else counted(sum(counts), 'step'))
+    print(f"cuptiprof: imported {counted(n_files, 'file')} ({res['source']}{procs}): "
+          f"{', '.join(parts)}, "
           f"{steps} -> {res['path']}", file=sys.stderr)
     return 0

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from cuptiprof.commands import FILES_HELP, input_file, named_output
+from cuptiprof.commands import FILES_HELP, counted, input_file, named_output
 from cuptiprof.errors import InputError, UsageError
 
 
@@ -43,13 +43,9 @@ def run(args) -> int:
         return _recover(parts, args.files, args.output)
     res = merge_files_result(args.files, args.output)
     rows = sum(res.rows.values())
-    print(f"cuptiprof: merged {_count(len(args.files), 'file')} ({_count(res.runs, 'run')}, "
-          f"{_count(rows, 'row')}) into {res.path}", file=sys.stderr)
+    print(f"cuptiprof: merged {counted(len(args.files), 'file')} ({counted(res.runs, 'run')}, "
+          f"{counted(rows, 'row')}) into {res.path}", file=sys.stderr)
     return 0
-
-
-def _count(n: int, what: str) -> str:
-    return f"{n:,} {what}" + ("" if n == 1 else "s")
 
 
 def _run_parts(files: list[str]) -> Path | None:

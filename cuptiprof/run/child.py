@@ -360,7 +360,8 @@ def _mixed_steps() -> str | None:
     if not _marked or own <= 0:
         return None
     how = "--step-fn" if _rec is not None and _rec.s.step_fn else "--step-range"
-    return (f"{_marked} steps came from {how} and {own} from the program's own "
+    steps = f"{_marked} step" + ("" if _marked == 1 else "s")
+    return (f"{steps} came from {how} and {own} from the program's own "
             "cuptiprof.range('step') outside them; they are counted (warm-up included) and "
             "numbered as one sequence: mark steps one way")
 
