@@ -134,6 +134,8 @@ def _patch_mp_bootstrap(process) -> None:
 
     @functools.wraps(orig)
     def _bootstrap(self, *args, **kw):
+        if _term_watch is not None:
+            _term_watch.resume()
         code = orig(self, *args, **kw)
         if isinstance(code, int):
             _keep_exit(code)
@@ -917,35 +919,56 @@ def _inside_recording(frame) -> bool:
     return False
 
 
+_term_watch = None   # hears a SIGTERM/SIGHUP whose handler a main thread blocked in C never runs
+
+
 def _install_sigterm() -> None:
     """SIGTERM and SIGHUP (a hung-up terminal or ssh session) flush this process's part file
     first, then end it by the same signal."""
+    global _term_watch
     if threading.current_thread() is not threading.main_thread():
         return
 
     retries = [0]
 
     def on_term(signum, frame):
-        global _status, _end_signal
         if _inside_recording(frame) and retries[0] < 250:
             # Landed inside the collector or a writer (maybe within a DuckDB statement, with
             # its locks held): stopping here would re-enter them and hang. Ask again shortly.
             retries[0] += 1
             threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
             return
-        _status, _end_signal = "interrupted", signum
-        if retries[0] < 250:
-            _at_exit(True)
+        if _term_watch is not None and not _term_watch.claim():
+            if _term_watch.owner == threading.get_ident():
+                return   # a repeated signal: the first one's ending is under way
+            threading.Event().wait()   # the watcher is ending the process: it kills this one
         # else: never got out (5 s): die with what was committed rather than risk a hang
-        # The recording may have closed before (a worker's finalizer, atexit) with another
-        # status: the signal is how the process ends.
-        _keep_exit(128 + signum)
+        end(signum, flush=retries[0] < 250)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)   # die of the signal, as the program would have
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) is signal.SIG_DFL:   # not the program's own, nor ignored (nohup)
-            signal.signal(sig, on_term)
+    def end(signum, flush=True):
+        global _status, _end_signal
+        _status, _end_signal = "interrupted", signum
+        if flush:
+            _at_exit(True)
+        # The recording may have closed before (a worker's finalizer, atexit) with another
+        # status: the signal is how the process ends.
+        _keep_exit(128 + signum)
+
+    def main_busy() -> bool:
+        return _inside_recording(sys._current_frames().get(threading.main_thread().ident))
+
+    ours = [sig for sig in (signal.SIGTERM, signal.SIGHUP)
+            # not the program's own, nor ignored (nohup)
+            if signal.getsignal(sig) is signal.SIG_DFL]
+    for sig in ours:
+        signal.signal(sig, on_term)
+    if ours:
+        from cuptiprof.run.term_watch import TermWatch
+
+        watch = TermWatch(lambda sig: signal.getsignal(sig) is on_term, main_busy, end)
+        _term_watch = watch if watch.start() else None
 
 
 def holds_process() -> bool:
@@ -960,6 +983,8 @@ def _after_fork() -> None:
     _marked_lock = threading.RLock()   # another thread of the parent may have held it
     _exit_arg = None   # the parent's, not how this process ends
     _rec.forget_after_fork()
+    if _term_watch is not None:
+        _term_watch.after_fork()
     if _collector is not None:
         # CUPTI's state does not survive fork: the child's steps and ranges are recorded
         # host-side (the Recorder, as with --light), the parent's collector left untouched.
