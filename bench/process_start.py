@@ -1,6 +1,7 @@
-"""What `cuptiprof run` adds to each profiled process for its exit status and its steps: loading
-the exit-status watch (cuptiprof/run/_exit_status.c) and calling watch() once per process, and
-the lock a `--step-fn` / `--step-range` step's start takes.
+"""What `cuptiprof run` adds to each profiled process for its exit status, its signals and its
+steps: loading the exit-status watch (cuptiprof/run/_exit_status.c) and calling watch() once per
+process, starting the SIGTERM/SIGHUP watcher (cuptiprof/run/term_watch.py: a pipe, the wakeup
+fd, a thread), and the lock a `--step-fn` / `--step-range` step's start takes.
 
     python bench/process_start.py [--rounds 5] [--n 200000]
 
@@ -19,26 +20,30 @@ import timeit
 from pathlib import Path
 
 _ONE = """
-import sys, time
+import signal, sys, threading, time, typing   # loaded by child.py before any of these
 from cuptiprof.native import load_extension
 t0 = time.perf_counter()
 mod = load_extension("cuptiprof.run._exit_status", api=1)
 t1 = time.perf_counter()
 mod.watch(sys.argv[1])
 t2 = time.perf_counter()
-print(t1 - t0, t2 - t1)
+from cuptiprof.run.term_watch import TermWatch
+TermWatch(lambda sig: True, lambda: False, lambda sig: None).start()
+t3 = time.perf_counter()
+print(t1 - t0, t2 - t1, t3 - t2)
 """
 
 
-def load_and_watch(rounds: int) -> tuple[list[float], list[float]]:
-    loads, watches = [], []
+def load_and_watch(rounds: int) -> tuple[list[float], list[float], list[float]]:
+    loads, watches, terms = [], [], []
     with tempfile.TemporaryDirectory() as d:
         for i in range(rounds):
             out = subprocess.run([sys.executable, "-c", _ONE, str(Path(d) / f"{i}.exit")],
                                  capture_output=True, text=True, check=True).stdout.split()
             loads.append(float(out[0]))
             watches.append(float(out[1]))
-    return loads, watches
+            terms.append(float(out[2]))
+    return loads, watches, terms
 
 
 def lock_ns(n: int) -> float:
@@ -59,10 +64,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--n", type=int, default=200_000)
     a = ap.parse_args()
-    loads, watches = load_and_watch(a.rounds)
+    loads, watches, terms = load_and_watch(a.rounds)
     print(f"extension load: median {statistics.median(loads) * 1e3:.3f} ms "
           f"(min {min(loads) * 1e3:.3f}, max {max(loads) * 1e3:.3f}) over {a.rounds} fresh processes")
     print(f"watch(): median {statistics.median(watches) * 1e6:.1f} us")
+    print(f"signal watcher (import and start): median {statistics.median(terms) * 1e6:.1f} us "
+          f"(max {max(terms) * 1e6:.1f})")
     print(f"step lock: {lock_ns(a.n):.0f} ns per step start")
     return 0
 

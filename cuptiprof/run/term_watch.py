@@ -19,7 +19,10 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 GRACE_S = 1.0        # the main thread's handler normally starts within microseconds
 BUSY_S = 5.0         # longer while the main thread is inside the recording's own code
