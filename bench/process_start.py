@@ -1,7 +1,8 @@
 """What `cuptiprof run` adds to each profiled process for its exit status, its signals and its
 steps: loading the exit-status watch (cuptiprof/run/_exit_status.c) and calling watch() once per
 process, starting the SIGTERM/SIGHUP watcher (cuptiprof/run/term_watch.py: a pipe, the wakeup
-fd, a thread), and the lock a `--step-fn` / `--step-range` step's start takes.
+fd, a thread) and what it adds to each os.fork() (the thread is stopped across it), and the
+lock a `--step-fn` / `--step-range` step's start takes.
 
     python bench/process_start.py [--rounds 5] [--n 200000]
 
@@ -32,6 +33,34 @@ TermWatch(lambda sig: True, lambda: False, lambda sig: None).start()
 t3 = time.perf_counter()
 print(t1 - t0, t2 - t1, t3 - t2)
 """
+
+# os.fork() + waitpid of a child that exits at once, median of 50, with and without the watcher
+_FORK = """
+import os, signal, sys, threading, time, typing
+if sys.argv[1] == "1":
+    from cuptiprof.run.term_watch import TermWatch
+    TermWatch(lambda sig: True, lambda: False, lambda sig: None).start()
+ts = []
+for i in range(50):
+    t = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    ts.append(time.perf_counter() - t)
+print(sorted(ts)[len(ts) // 2])
+"""
+
+
+def fork_ms(rounds: int) -> tuple[list[float], list[float]]:
+    """Median fork times without and with the watcher, alternating, one fresh process each."""
+    bare, watched = [], []
+    for _ in range(rounds):
+        for flag, into in (("0", bare), ("1", watched)):
+            out = subprocess.run([sys.executable, "-c", _FORK, flag], capture_output=True,
+                                 text=True, check=True).stdout
+            into.append(float(out) * 1e3)
+    return bare, watched
 
 
 def load_and_watch(rounds: int) -> tuple[list[float], list[float], list[float]]:
@@ -70,6 +99,9 @@ def main() -> int:
     print(f"watch(): median {statistics.median(watches) * 1e6:.1f} us")
     print(f"signal watcher (import and start): median {statistics.median(terms) * 1e6:.1f} us "
           f"(max {max(terms) * 1e6:.1f})")
+    bare, watched = fork_ms(a.rounds)
+    print(f"os.fork() + waitpid: median {statistics.median(bare):.2f} ms without the signal "
+          f"watcher, {statistics.median(watched):.2f} ms with it")
     print(f"step lock: {lock_ns(a.n):.0f} ns per step start")
     return 0
 

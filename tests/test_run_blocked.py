@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -27,15 +28,14 @@ def block():
 """
 
 
-def _ends(proc: subprocess.Popen, timeout: float = 40) -> str:
+def _ends(proc: subprocess.Popen, timeout: float = 40) -> tuple[str, str]:
     try:
-        _, err = proc.communicate(timeout=timeout)
+        return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         subprocess.run(["pkill", "-9", "-f", "blocked_prog.py"], check=False)
         proc.communicate()
         raise AssertionError("the profiled program outlived the signal") from None
-    return err
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
@@ -53,7 +53,7 @@ block()
     wait_for(ready, proc)
     t0 = time.monotonic()
     os.kill(proc.pid if to == "launcher" else int(ready.read_text()), sig)
-    err = _ends(proc)
+    _, err = _ends(proc)
     assert proc.returncode == 128 + sig, err
     assert time.monotonic() - t0 < 20, "ended, but late"
     out = tmp_path / "b.duckdb"
@@ -113,3 +113,54 @@ if __name__ == "__main__":
     assert (alive, code) == ("False", str(-signal.SIGTERM)), r.stdout
     assert q(tmp_path / "w.duckdb", f"SELECT exit_status FROM processes WHERE pid = {pid}") == \
         [(128 + signal.SIGTERM,)]
+
+
+def test_the_watcher_thread_is_stopped_across_a_fork(tmp_path):
+    """A fork sees no thread of cuptiprof's (Python 3.12+ warns of a process that forks with
+    threads), and the thread listens again after it, in the parent and in the child."""
+    p = script(tmp_path, """
+import os, signal, sys
+from cuptiprof.run.term_watch import TermWatch
+tasks = lambda: len(os.listdir("/proc/self/task"))
+at_fork = []
+os.register_at_fork(before=lambda: at_fork.append(tasks()))   # runs after cuptiprof's own
+w = TermWatch(lambda sig: True, lambda: False, lambda sig: None)
+assert w.start()
+before = tasks()
+pid = os.fork()
+if pid == 0:
+    w.after_fork()
+    os._exit(tasks())
+_, status = os.waitpid(pid, 0)
+print(before, at_fork, tasks(), os.waitstatus_to_exitcode(status))
+""")
+    r = subprocess.run([PY, p], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split(maxsplit=1) == ["2", "[1] 2 2\n"], r.stdout
+
+
+def test_a_forked_child_blocked_in_c_ends_by_sigterm(tmp_path):
+    """After an os.fork, the parent's watcher listens again and the child has its own."""
+    ready = tmp_path / "ready"
+    p = script(tmp_path, BLOCK + f"""
+import os, pathlib, signal, time
+pid = os.fork()
+if pid == 0:
+    block()
+time.sleep(0.5)
+t0 = time.monotonic()
+os.kill(pid, signal.SIGTERM)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status), time.monotonic() - t0 < 20, flush=True)
+pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))
+block()
+""", name="blocked_prog.py")
+    proc = popen(["run", "-o", "f.duckdb", "--no-report", "--", PY, p], tmp_path)
+    wait_for(ready, proc)
+    os.kill(int(ready.read_text()), signal.SIGTERM)
+    out, err = _ends(proc)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert f"child {-signal.SIGTERM} True" in out, out
+    codes = q(tmp_path / "f.duckdb", "SELECT exit_status FROM processes ORDER BY pid")
+    assert codes == [(128 + signal.SIGTERM,), (128 + signal.SIGTERM,)], (codes, out)

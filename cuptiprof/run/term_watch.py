@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 GRACE_S = 1.0        # the main thread's handler normally starts within microseconds
 BUSY_S = 5.0         # longer while the main thread is inside the recording's own code
 FLUSH_S = 10.0       # the most the flush may take before the process ends without it
+_STOP = b"\0"         # no signal is numbered 0: pause() writes it to stop the thread
+_forks_hooked = False
 
 
 class TermWatch:
@@ -40,6 +42,7 @@ class TermWatch:
         self._claim = threading.Lock()
         self.owner = 0   # the thread that claimed the ending
         self._fds: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
 
     def start(self) -> bool:
         """Listen (main thread only). False where the program already has a wakeup fd of its
@@ -56,9 +59,38 @@ class TermWatch:
             os.close(r), os.close(w)
             return False
         self._fds = (r, w)
-        threading.Thread(target=self._listen, args=(r,), name="cuptiprof-term-watch",
-                         daemon=True).start()
+        global _forks_hooked
+        if not _forks_hooked:   # once per program image: a forked child inherits the hooks
+            os.register_at_fork(before=self.pause, after_in_parent=self._listen_on)
+            _forks_hooked = True
+        self._listen_on()
         return True
+
+    def _listen_on(self) -> None:
+        if self._fds is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._listen, args=(self._fds[0],),
+                                            name="cuptiprof-term-watch", daemon=True)
+            self._thread.start()
+
+    def pause(self) -> None:
+        """Stop the thread for a fork (restarted after it): a process that forks while it has
+        threads gets a warning from Python 3.12 on, and a program that forks before it has
+        threads of its own must see none of ours. A signal that comes meanwhile waits in the
+        pipe."""
+        t, self._thread = self._thread, None
+        if t is not None and self._fds is not None:
+            try:
+                os.write(self._fds[1], _STOP)
+            except OSError:   # the pipe is full of signals: the thread is busy with them
+                pass
+            t.join(GRACE_S + 1.0)
+            # join() returns as the thread's Python part ends, just before the OS thread
+            # does; the count Python 3.12 checks is the OS's
+            gone = f"/proc/self/task/{t.native_id}"
+            for _ in range(100):
+                if not os.path.exists(gone):
+                    break
+                time.sleep(0.0005)
 
     def after_fork(self) -> None:
         """A forked child shares its parent's pipe and has no watcher thread: a fresh pipe
@@ -66,7 +98,7 @@ class TermWatch:
         if self._fds is None:
             return
         r, w = self._fds
-        self._fds, self._claim, self.owner = None, threading.Lock(), 0
+        self._fds, self._claim, self.owner, self._thread = None, threading.Lock(), 0, None
         try:
             current = signal.set_wakeup_fd(-1)
         except ValueError:
@@ -108,6 +140,8 @@ class TermWatch:
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 if signum in data and self._handled(signum):
                     self._end_if_unheard(signum)
+            if _STOP in data:   # pause(): a fork is under way
+                return
 
     def _end_if_unheard(self, signum: int) -> None:
         t0 = time.monotonic()
