@@ -791,6 +791,22 @@ def test_a_run_whose_launcher_was_killed_after_its_program_ended_keeps_its_exit_
     assert f"exit status {code}, as the program's own process recorded" in line, rep.stdout
 
 
+def test_the_merge_of_a_single_part_file_counts_it_in_the_singular(tmp_path):
+    """The line that says what the merge of a killed run's parts wrote counts them in words: a
+    run of one process left one part file, and the line says '1 part file', not '1 part files'."""
+    p = script(tmp_path, """
+        import cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+    """)
+    parts = _run_with_launcher_killed_at_the_end(tmp_path, p)
+    files = sorted(x.name for x in parts.glob("*.duckdb"))
+    assert len(files) == 1, files
+    m = cli(["merge", *files, "-o", "../k.duckdb"], parts)
+    assert m.returncode == 0, m.stderr
+    assert "the run of the 1 part file in " in m.stderr, m.stderr
+
+
 def test_without_the_native_part_the_end_marker_keeps_the_status_sys_exit_ends_with(tmp_path):
     """Without the native part, the status a merge of the parts takes is the end marker's own
     reading: sys.exit(300) ends the process with status 300 & 0xFF, as its parent sees it."""

@@ -74,6 +74,6 @@ def _recover(parts: Path, files: list[str], output: str) -> int:
                 f" ({parts.name} holds no part file: no process of that run wrote anything)")
             raise InputError(f"{f}: no such file{why}")
     out = recover(parts, [Path(f) for f in files], output)
-    print(f"cuptiprof: wrote {out}, the run of the {len(files)} part files in {parts}; that "
-          "folder can be removed", file=sys.stderr)
+    print(f"cuptiprof: wrote {out}, the run of the {counted(len(files), 'part file')} in "
+          f"{parts}; that folder can be removed", file=sys.stderr)
     return 0
