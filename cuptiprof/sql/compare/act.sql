@@ -11,7 +11,7 @@
 -- name: readable op name ('Memcpy HtoD', 'Memset', demangled kernel name)
 -- bytes: bytes moved or set (copies and memsets)
 -- family: normalised kernel family (cuptiprof.analyse.families)
--- range_key: name of the enclosing framework op, else of the innermost range (past Python frames of with_stack traces: the region), else '(no range)'
+-- range_key: name of the enclosing framework op, else of the innermost range (past Python frames of with_stack traces: the region), else '(step, no inner range)' inside a step, else '(no range)'
 -- range_key_type: 'op' | 'range' | 'none' (which of the above range_key is)
 -- region: the innermost of the program's own ranges around the launch, framework ops passed over (cmp_regions), else '(no range)'
 -- region_type: 'range' | 'none'
