@@ -296,6 +296,32 @@ def test_report_by_range_shows_15_ranges_unless_top_says_otherwise(tmp_path, cap
         assert len(json.loads(capsys.readouterr().out)) == rows
 
 
+def test_a_report_cut_at_its_default_length_says_how_many_rows_it_left_out(tmp_path):
+    """ops, ranges, streams and outliers stop at 15 rows unless --top is given: the table says
+    how many more there are and the command that prints them; CSV and JSON stay data alone
+    and say it on stderr."""
+    f = write_synthetic(tmp_path / "many.duckdb", steps=2, kernels_per_step=60, devices=1,
+                        n_names=40)
+    n = len(json.loads(cli("report", f, "--by", "op", "--format", "json", "--top", "1000").stdout))
+    assert n > 15
+    r = cli("report", f, "--by", "op")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    hint = f"... {n - 15} more rows: `cuptiprof report {f} --by ops --top {n}` shows every one"
+    assert hint in r.stdout.splitlines(), r.stdout[-400:]
+    whole = cli("report", f, "--by", "ops", "--top", str(n))
+    assert "more row" not in whole.stdout and len(whole.stdout.splitlines()) > n
+    r = cli("report", f, "--by", "op", "--format", "csv")
+    assert len(list(csv.reader(io.StringIO(r.stdout)))) == 16 and "more row" not in r.stdout
+    assert r.stderr == f"cuptiprof: note: ops: the first 15 of {n} rows; --top {n} gives every one\n"
+    r = cli("report", f, "--by", "op", "--format", "csv", "--top", "15")
+    assert len(list(csv.reader(io.StringIO(r.stdout)))) == 16 and r.stderr == ""
+    r = cli("report", f, "--format", "json")
+    assert len(json.loads(r.stdout)["reports"]["ops"]) == 15
+    assert f"ops: the first 15 of {n} rows" in r.stderr, r.stderr
+    r = cli("report", f)   # the summary: the ops table counts the rest too
+    assert f"... {n - 15} more rows: `cuptiprof report {f} --top {n}` shows every one" in r.stdout
+
+
 def test_steps_that_begin_with_a_minus_are_taken_as_written(run_file):
     """Step numbers may be negative: `--steps -2:1` failed with argparse's "expected one
     argument", and only `--steps=-2:1` worked."""

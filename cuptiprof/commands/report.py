@@ -6,8 +6,8 @@ import sys
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.profile import open_profile
-from cuptiprof.commands import (FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR, input_file,
-                                output_name, top_rows)
+from cuptiprof.commands import (FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR, counted,
+                                input_file, output_name, top_rows)
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, md_escape, plain_table, render, rows_of
 
@@ -39,7 +39,8 @@ def register(sub) -> None:
                    "written and this breakdown printed as well); a report's name (--list) works too")
     p.add_argument("--top", type=top_rows, default=None,
                    help="rows per breakdown (default: 15 for ops, ranges, streams and outliers, "
-                        "every row for the others; a summary's steps: the first 20 rows, the rest "
+                        "the rest counted below the table, or on stderr for csv and json; every "
+                        "row for the others; a summary's steps: the first 20 rows, the rest "
                         "counted); overview, kinds and quality are always shown whole")
     p.add_argument("--steps", metavar=STEPS_METAVAR, help=f"steps to include: {STEPS_FORMS}")
     p.add_argument("--format", choices=FORMATS, default="table",
@@ -97,11 +98,14 @@ def _summary(fmt: str) -> list[str]:
 def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=None) -> None:
     """Print reports one after the other (JSON: one object keyed by report name)."""
     out = out or sys.stdout
+    file = f" {prof.path}" if prof.path else ""
     if fmt == "json" and len(names) > 1:
         doc = {}
         for name in names:
-            cols, rows = rows_of(prof.report(name, _top(name, top)))
+            rel, cut, more = _report(prof, name, top)
+            cols, rows = rows_of(rel)
             doc[name] = [dict(zip(cols, r)) for r in rows]
+            _note_cut(name, cut, more)
         from cuptiprof.render.table import write_json
         write_json({"file": str(prof.path), "scope": prof.scope, "reports": doc}, out)
         return
@@ -111,25 +115,59 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
         out.write(_cpu_note(prof) + "\n")
     for name in names:
         # a summary's steps are cut here, by --top or at SUMMARY_STEP_ROWS, and the rest counted
-        counted = name == "steps" and len(names) > 1 and fmt in ("table", "markdown")
-        rel = prof.report(name, None if counted else _top(name, top))
-        if name in OPTIONAL and len(names) > 1 and not rel.limit(1).fetchall():
+        steps_cut = name == "steps" and len(names) > 1 and fmt in ("table", "markdown")
+        if steps_cut:
+            rel, cut, more = prof.report(name), 0, 0
+        else:
+            rel, cut, more = _report(prof, name, top)
+        if name in OPTIONAL and len(names) > 1 and not rel.fetchall()[:1]:
             continue
         doc = catalog.report_doc(name)
-        more = 0
-        if counted:
+        if steps_cut:
             shown = top or SUMMARY_STEP_ROWS
             more = rel.count("*").fetchall()[0][0] - shown
             if more > 0:
                 rel = rel.limit(shown)
         render(rel, fmt, out=out, title=f"{name}: {doc.summary}" if fmt != "csv" else None)
-        if more > 0:
-            file = f" {prof.path}" if prof.path else ""
-            rows = "row" if more == 1 else "rows"
-            out.write(f"... {more:,} more {rows}: `cuptiprof report{file} --by step` prints every "
-                      f"step (step_spread below sums them up)\n\n")
+        if more > 0 and steps_cut:
+            out.write(f"... {counted(more, 'more row')}: `cuptiprof report{file} --by step` "
+                      f"prints every step (step_spread below sums them up)\n\n")
+        elif more > 0 and fmt in ("table", "markdown"):
+            by = f" --by {name}" if len(names) == 1 else ""
+            out.write(f"... {counted(more, 'more row')}: `cuptiprof report{file}{by} --top "
+                      f"{cut + more}` shows every one\n\n")
+        else:
+            _note_cut(name, cut, more)
         if fmt == "csv" and len(names) > 1:
             out.write("\n")
+
+
+def _report(prof, name: str, top: int | None):
+    """(rows, cut, more): the report as printed, the default length it was cut at (0: not
+    cut there) and the rows that cut left out."""
+    cut = _top(name, None) if top is None else 0
+    if not cut:
+        return prof.report(name, _top(name, top)), 0, 0
+    # these reports hold a row per op, range or stream: fetched whole, then cut
+    cols, rows = rows_of(prof.report(name))
+    return _Rows(cols, rows[:cut]), cut, max(0, len(rows) - cut)
+
+
+def _note_cut(name: str, cut: int, more: int) -> None:
+    """CSV and JSON stay data alone: rows a default length left out are said on stderr."""
+    if more > 0:
+        print(f"cuptiprof: note: {name}: the first {cut} of {cut + more:,} rows; --top "
+              f"{cut + more} gives every one", file=sys.stderr)
+
+
+class _Rows:
+    """Rows already fetched, as render() reads a relation."""
+
+    def __init__(self, columns: list[str], rows: list[tuple]):
+        self.columns, self._rows = columns, rows
+
+    def fetchall(self) -> list[tuple]:
+        return self._rows
 
 
 def _cpu_note(prof) -> str:
