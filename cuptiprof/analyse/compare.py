@@ -394,6 +394,13 @@ class Comparison:
             "SELECT key FROM compare_ops GROUP BY key HAVING min(rank) <= ? "
             "ORDER BY max(ms) DESC, key", [top]).fetchall()]
 
+    def keys_left_out(self, top: int) -> tuple[int, int]:
+        """(keys that the top N of every file leaves out, the --top that shows every key)."""
+        n, need = self.con.execute(
+            "SELECT count(*), coalesce(max(r), 0) FROM "
+            "(SELECT min(rank) AS r FROM compare_ops GROUP BY key)").fetchall()[0]
+        return n - len(self.top_keys(top)), need
+
     # -- side by side ------------------------------------------------------------------------
     def side_by_side(self, top: int | None = 15) -> pa.Table:
         """One row per key (top N of any file), per file: ms, mad_ms, pct, rank; for files after

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY
-from cuptiprof.commands import FILES_HELP, FORMAT_HELP, input_file, output_name, top_rows
+from cuptiprof.commands import (FILES_HELP, FORMAT_HELP, counted, input_file, output_name,
+                                top_rows)
 from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, md_escape, render, rows_of, write_json
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:  # loaded in run(): reading commands do not load pyarrow
 
 # The tables compare prints, in order (throughput only with --flops or --bytes).
 TABLES = ("ops", "kinds", "devices", "bandwidth", "throughput")
+DEFAULT_TOP = 15   # keys of the ops table: those in the top N of any file
 _KEY_HELP = {"op": "exact op name (kernel name, 'Memcpy HtoD', 'Memset')",
              "family": "normalised kernel family (gemm, conv, softmax, elementwise, ...): "
                        "matches kernels across GPU architectures",
@@ -33,7 +35,9 @@ def register(sub) -> None:
                        "median over each file's recorded steps, with the median absolute deviation.")
     p.add_argument("files", nargs="*", metavar="FILE", type=input_file,
                    help=f"two or more {FILES_HELP}; the first is the baseline")
-    p.add_argument("--top", type=top_rows, default=15, help="keys in the top N of any file (default 15)")
+    p.add_argument("--top", type=top_rows, default=None,
+                   help="keys in the top N of any file (default 15, the keys left out counted "
+                        "below the ops table, or on stderr for csv and json)")
     p.add_argument("--by", choices=BY, default="op",
                    help="comparison key: " + "; ".join(f"{k}: {v}" for k, v in _KEY_HELP.items()))
     p.add_argument("--format", choices=FORMATS, default="table",
@@ -66,9 +70,10 @@ def run(args) -> int:
         if args.html is not None:
             from cuptiprof.render.html import write_compare
 
-            path = write_compare(cmp, args.html, top=args.top)
+            path = write_compare(cmp, args.html, top=args.top or DEFAULT_TOP)
             print(f"cuptiprof: wrote {path}", file=sys.stderr)
-        print_comparison(cmp, args.format, args.top, table=args.table)
+        print_comparison(cmp, args.format, args.top or DEFAULT_TOP, table=args.table,
+                         count_left_out=args.top is None)
     return 0
 
 
@@ -83,9 +88,14 @@ def shown_tables(cmp: Comparison, fmt: str, table: str | None) -> list[str]:
 
 
 def print_comparison(cmp: Comparison, fmt: str = "table", top: int = 15, out=None,
-                     table: str | None = None) -> None:
+                     table: str | None = None, count_left_out: bool = False) -> None:
+    """count_left_out: say how many keys the top N left out of the ops table (the default N)."""
     out = out or sys.stdout
     names = shown_tables(cmp, fmt, table)
+    more, need = cmp.keys_left_out(top) if count_left_out and "ops" in names else (0, 0)
+    if more > 0 and fmt in ("csv", "json"):   # they stay data alone
+        print(f"cuptiprof compare: note: ops: the keys in the top {top} of any file, "
+              f"{counted(more, 'key')} left out; --top {need} gives every one", file=sys.stderr)
     if fmt == "json":
         doc = {"files": [{"letter": r.letter, "path": str(r.path), "label": r.label, "devices": r.devices,
                           "steps": r.steps, "has_steps": r.has_steps} for r in cmp.runs],
@@ -120,6 +130,8 @@ def print_comparison(cmp: Comparison, fmt: str = "table", top: int = 15, out=Non
         if name == "throughput":
             title += "; peaks are datasheet estimates"
         render(tbl, fmt, out=out, title=title)
+        if name == "ops" and more > 0:
+            out.write(f"... {counted(more, 'more key')}: --top {need} shows every one\n\n")
 
 
 def _wide(cmp: Comparison, name: str, top: int):
