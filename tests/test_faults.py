@@ -261,6 +261,35 @@ def test_sigterm_while_recording_never_hangs(tmp_path, tally):
                   f"HAVING count(*) = {full})")[0][0] >= 3
 
 
+
+def test_sigterm_inside_the_flush_at_exit_still_ends_the_process_by_it(tmp_path, tally):
+    """A SIGTERM that lands inside the flush as the program exits is put off until the flush
+    is out of the writer's code; the retry, a timer thread, never ran once the interpreter was
+    finishing, and the process exited 0 as if no signal had come: without cuptiprof it dies
+    of it. (A multiprocessing worker's flush in its finalizers is followed by a wait for
+    threads, where the retry runs.)"""
+    p = script(tmp_path, """
+        import os, signal, cuptiprof
+        from cuptiprof.run import recorder
+        flush = recorder.Recorder.flush
+        def flush_at_close(self, *a, **kw):
+            if self.closed:   # within Recorder.close(): the last flush, as the program exits
+                os.kill(os.getpid(), signal.SIGTERM)
+            return flush(self, *a, **kw)
+        recorder.Recorder.flush = flush_at_close
+        for i in range(3):
+            with cuptiprof.range("step", step=i):
+                pass
+    """)
+    r = subprocess.run([PY, "-m", "cuptiprof", "run", "-o", "x.duckdb", "--no-report", "--",
+                        PY, p], cwd=tmp_path, env=env(CUPTIPROF_FLUSH_EVERY_S="600"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr
+    out = tmp_path / "x.duckdb"
+    assert q(out, "SELECT status FROM runs") == [("interrupted",)]
+    assert q(out, "SELECT exit_status FROM processes") == [(128 + signal.SIGTERM,)]
+    assert q(out, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(3,)]
+
 # -- the writer ---------------------------------------------------------------------------------
 WRITER = """
     import os, signal, sys

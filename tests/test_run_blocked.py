@@ -164,3 +164,102 @@ block()
     assert f"child {-signal.SIGTERM} True" in out, out
     codes = q(tmp_path / "f.duckdb", "SELECT exit_status FROM processes ORDER BY pid")
     assert codes == [(128 + signal.SIGTERM,), (128 + signal.SIGTERM,)], (codes, out)
+
+
+def test_the_program_finds_signals_as_it_would_without_cuptiprof(tmp_path):
+    """cuptiprof's SIGTERM handler and wakeup fd are not the program's to see: a handler that
+    chains to the one it found (`if callable(prev): prev(...)`) ran cuptiprof's, which ended
+    the process by SIGTERM instead of the program's own exit; a library that checks that no
+    wakeup fd was set before its own (trio warns) found one."""
+    ready = tmp_path / "ready"
+    p = script(tmp_path, f"""
+import os, pathlib, signal, socket, sys, time
+prev = signal.getsignal(signal.SIGTERM)
+r, w = socket.socketpair()
+w.setblocking(False)
+old_fd = signal.set_wakeup_fd(w.fileno())
+def on_term(signum, frame):
+    if callable(prev):
+        prev(signum, frame)
+    sys.exit(3)
+old = signal.signal(signal.SIGTERM, on_term)
+print(prev is signal.SIG_DFL, old is signal.SIG_DFL, old_fd, flush=True)
+pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))
+time.sleep(60)
+""")
+    proc = popen(["run", "-o", "c.duckdb", "--no-report", "--", PY, p], tmp_path)
+    wait_for(ready, proc)
+    os.kill(int(ready.read_text()), signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (3, "True True -1\n"), err
+
+
+@pytest.mark.parametrize("how", ["asyncio", "reraise"])
+def test_a_program_that_sets_the_default_back_is_still_flushed(tmp_path, how):
+    """SIG_DFL set back by the program (asyncio's loop removing its signal handlers as it
+    closes; a handler that cleans up, then re-raises the signal to die of it) is cuptiprof's
+    flush-then-die again, and its wakeup fd hears the signal again: the steps recorded before
+    are kept, a main thread blocked in C ends too."""
+    ready = tmp_path / "ready"
+    before = {
+        "asyncio": """
+import asyncio
+async def main():
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: None)
+    await asyncio.sleep(0)
+asyncio.run(main())
+""",
+        "reraise": """
+def on_term(signum, frame):
+    signal.signal(signum, signal.SIG_DFL)
+    signal.raise_signal(signum)
+signal.signal(signal.SIGTERM, on_term)
+""",
+    }[how]
+    p = script(tmp_path, BLOCK + "import os, pathlib, signal, cuptiprof\n" + before + f"""
+for i in range(3):
+    with cuptiprof.range("step", step=i):
+        pass
+pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))
+{"block()" if how == "asyncio" else "import time; time.sleep(60)"}
+""", name="blocked_prog.py")
+    # steps committed only as the process ends: what is kept is what the signal flushed
+    proc = popen(["run", "-o", "d.duckdb", "--no-report", "--", PY, p], tmp_path,
+                 CUPTIPROF_FLUSH_EVERY_S="600")
+    wait_for(ready, proc)
+    os.kill(int(ready.read_text()), signal.SIGTERM)
+    _, err = _ends(proc)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    out = tmp_path / "d.duckdb"
+    assert q(out, "SELECT status FROM runs") == [("interrupted",)]
+    assert q(out, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(3,)]
+    assert q(out, "SELECT exit_status FROM processes") == [(128 + signal.SIGTERM,)]
+
+
+def test_a_signal_the_main_thread_blocks_waits_until_it_unblocks_it(tmp_path):
+    """A program that blocks SIGTERM in its main thread (pthread_sigmask around a critical
+    section) gets it once it unblocks it, as without cuptiprof; another thread (the watcher, a
+    library's) took it at once and the process died inside the critical section."""
+    ready = tmp_path / "ready"
+    p = script(tmp_path, f"""
+import os, pathlib, signal, time, cuptiprof
+for i in range(3):
+    with cuptiprof.range("step", step=i):
+        pass
+signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM}})
+pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))
+time.sleep(2)   # longer than cuptiprof waits for its handler to start
+print("critical section done", flush=True)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGTERM}})
+print("not reached", flush=True)
+""")
+    proc = popen(["run", "-o", "m.duckdb", "--no-report", "--", PY, p], tmp_path,
+                 CUPTIPROF_FLUSH_EVERY_S="600")
+    wait_for(ready, proc)
+    os.kill(int(ready.read_text()), signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (128 + signal.SIGTERM, "critical section done\n"), err
+    db = tmp_path / "m.duckdb"
+    assert q(db, "SELECT status FROM runs") == [("interrupted",)]
+    assert q(db, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(3,)]
+    assert q(db, "SELECT exit_status FROM processes") == [(128 + signal.SIGTERM,)]

@@ -806,11 +806,19 @@ def _install_logging(level: str) -> None:
 def _at_exit(ending: bool = False) -> None:
     """`ending`: the interpreter's exit or a signal ends the process right after, so its exit
     status is known here (not so in a multiprocessing worker's finalizers, before its os._exit)."""
+    global _put_off
     _close_recording(_status, _exit_status() if ending else None)
     if _ctrl_c:
         _exit_as_sigint()
+    if _put_off and threading.current_thread() is threading.main_thread():
+        # A SIGTERM/SIGHUP that landed in this very flush was put off (on_term), and its
+        # retry, a timer thread, cannot run once the interpreter finishes: the process would
+        # exit as if none had come. Out of the recording now: have on_term end it.
+        signum, _put_off = _put_off, 0
+        os.kill(os.getpid(), signum)
 
 
+_put_off = 0          # a SIGTERM/SIGHUP that on_term put off: it landed inside the recording
 _exit_arg = None      # what the main thread last gave sys.exit(), exit() or quit()
 _end_signal = 0       # the signal this process is ending by (SIGTERM, SIGHUP)
 
@@ -932,19 +940,27 @@ def _install_sigterm() -> None:
     retries = [0]
 
     def on_term(signum, frame):
+        global _put_off
+        if signum in signal.pthread_sigmask(signal.SIG_BLOCK, ()):
+            # The main thread blocks it (a critical section of the program's): another thread
+            # took it. Without cuptiprof it would wait until unblocked: leave it pending there.
+            signal.pthread_kill(threading.get_ident(), signum)
+            return
         if _inside_recording(frame) and retries[0] < 250:
             # Landed inside the collector or a writer (maybe within a DuckDB statement, with
             # its locks held): stopping here would re-enter them and hang. Ask again shortly.
             retries[0] += 1
+            _put_off = signum
             threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
             return
+        _put_off = 0
         if _term_watch is not None and not _term_watch.claim():
             if _term_watch.owner == threading.get_ident():
                 return   # a repeated signal: the first one's ending is under way
             threading.Event().wait()   # the watcher is ending the process: it kills this one
         # else: never got out (5 s): die with what was committed rather than risk a hang
         end(signum, flush=retries[0] < 250)
-        signal.signal(signum, signal.SIG_DFL)
+        _signal(signum, signal.SIG_DFL)   # the real one: the program's would put on_term back
         os.kill(os.getpid(), signum)   # die of the signal, as the program would have
 
     def end(signum, flush=True):
@@ -961,14 +977,42 @@ def _install_sigterm() -> None:
 
     ours = [sig for sig in (signal.SIGTERM, signal.SIGHUP)
             # not the program's own, nor ignored (nohup)
-            if signal.getsignal(sig) is signal.SIG_DFL]
+            if _getsignal(sig) is signal.SIG_DFL]
     for sig in ours:
-        signal.signal(sig, on_term)
+        _signal(sig, on_term)
     if ours:
         from cuptiprof.run.term_watch import TermWatch
 
-        watch = TermWatch(lambda sig: signal.getsignal(sig) is on_term, main_busy, end)
+        _hide_handler(on_term, ours)
+        watch = TermWatch(lambda sig: _getsignal(sig) is on_term, main_busy, end)
         _term_watch = watch if watch.start() else None
+
+
+_signal, _getsignal = signal.signal, signal.getsignal   # the real ones (_hide_handler)
+
+
+def _hide_handler(on_term, sigs) -> None:
+    """The program finds SIG_DFL where on_term is, as it would without cuptiprof: a handler of
+    its own that chains to the one it found (`if callable(prev): prev(signum, frame)`) would
+    run on_term, which ends the process by the signal before the program's own ending. And
+    SIG_DFL set back (asyncio's loop as it closes, a handler that cleans up and re-raises the
+    signal to die of it) puts on_term back: the process dies of the signal all the same, with
+    its recording flushed."""
+    def shown(h):
+        return signal.SIG_DFL if h is on_term else h
+
+    @functools.wraps(_signal)
+    def signal_(signalnum, handler):
+        if type(handler) in (int, signal.Handlers) and handler == signal.SIG_DFL \
+                and signalnum in sigs:
+            handler = on_term
+        return shown(_signal(signalnum, handler))
+
+    @functools.wraps(_getsignal)
+    def getsignal(signalnum):
+        return shown(_getsignal(signalnum))
+
+    signal.signal, signal.getsignal = signal_, getsignal
 
 
 def holds_process() -> bool:

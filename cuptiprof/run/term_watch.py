@@ -14,6 +14,7 @@ bounded wait) and ends the process by the signal's default action, as it would h
 """
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -29,6 +30,8 @@ BUSY_S = 5.0         # longer while the main thread is inside the recording's ow
 FLUSH_S = 10.0       # the most the flush may take before the process ends without it
 _STOP = b"\0"         # no signal is numbered 0: pause() writes it to stop the thread
 _forks_hooked = False
+
+_set_wakeup_fd = signal.set_wakeup_fd   # the real one (see _hide_fd)
 
 
 class TermWatch:
@@ -50,15 +53,16 @@ class TermWatch:
         r, w = os.pipe()   # not inherited by exec'd programs
         os.set_blocking(w, False)
         try:
-            old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+            old = _set_wakeup_fd(w, warn_on_full_buffer=False)
         except (ValueError, OSError):   # not the main thread or interpreter
             os.close(r), os.close(w)
             return False
         if old != -1:
-            signal.set_wakeup_fd(old)     # the program's own (it set one before us): keep it
+            _set_wakeup_fd(old)     # the program's own (it set one before us): keep it
             os.close(r), os.close(w)
             return False
         self._fds = (r, w)
+        _hide_fd(self)
         global _forks_hooked
         if not _forks_hooked:   # once per program image: a forked child inherits the hooks
             os.register_at_fork(before=self.pause, after_in_parent=self._listen_on)
@@ -100,27 +104,28 @@ class TermWatch:
         r, w = self._fds
         self._fds, self._claim, self.owner, self._thread = None, threading.Lock(), 0, None
         try:
-            current = signal.set_wakeup_fd(-1)
+            current = _set_wakeup_fd(-1)
         except ValueError:
             return
         os.close(r), os.close(w)   # the parent's: never read them here
         if current == w:
             self.start()
         else:
-            signal.set_wakeup_fd(current)
+            _set_wakeup_fd(current)
 
     def resume(self) -> None:
         """Listen again in a forked child whose wakeup fd was cleared after the fork (the
         forkserver's workers: its server had a wakeup fd of its own)."""
-        if self._fds is None and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        if self._fds is None and (self._handled(signal.SIGTERM) or
+                                  self._handled(signal.SIGHUP)):
             try:
-                current = signal.set_wakeup_fd(-1)
+                current = _set_wakeup_fd(-1)
             except ValueError:
                 return
             if current == -1:
                 self.start()
             else:
-                signal.set_wakeup_fd(current)
+                _set_wakeup_fd(current)
 
     def claim(self) -> bool:
         """True for the first of the handler and the watcher to end the process."""
@@ -150,13 +155,49 @@ class TermWatch:
             if self._claim.locked():   # the handler started: it ends the process
                 return
             time.sleep(0.01)
-        if not self.claim():
-            return
+        if _main_blocks(signum) or not self.claim():
+            return   # blocked: pending on the main thread, heard again once it unblocks it
         flushing = threading.Thread(target=self._flush, args=(signum,), daemon=True,
                                     name="cuptiprof-term-flush")
         flushing.start()
         flushing.join(FLUSH_S)
         die_of(signum)
+
+
+def _main_blocks(signum: int) -> bool:
+    """The main thread blocks `signum` (the program's choice; on_term leaves it pending there)."""
+    try:
+        with open(f"/proc/self/task/{threading.main_thread().native_id}/status") as f:
+            blocked = next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
+    return bool(blocked >> (signum - 1) & 1)
+
+
+_watch: TermWatch | None = None
+
+
+def _hide_fd(watch: TermWatch) -> None:
+    """The program finds no wakeup fd where only the watcher's is set, as without cuptiprof (a
+    library that checks it set the first one, as trio does, warns otherwise), and clearing its
+    own (-1: an asyncio loop closing) puts the watcher's back, where it hears signals again."""
+    global _watch
+    _watch = watch
+    if getattr(signal.set_wakeup_fd, "__cuptiprof__", False):
+        return
+
+    @functools.wraps(_set_wakeup_fd)
+    def set_wakeup_fd(fd, /, *, warn_on_full_buffer=True):
+        ours = _watch._fds[1] if _watch is not None and _watch._fds is not None else -1
+        if fd == -1 and ours != -1:
+            old = _set_wakeup_fd(ours, warn_on_full_buffer=False)
+        else:
+            old = _set_wakeup_fd(fd, warn_on_full_buffer=warn_on_full_buffer)
+            if fd == -1 and _watch is not None:
+                _watch.resume()   # not listening since a fork where the program's fd was set
+        return -1 if old == ours != -1 else old
+    set_wakeup_fd.__cuptiprof__ = True
+    signal.set_wakeup_fd = set_wakeup_fd
 
 
 def die_of(signum: int) -> None:
