@@ -591,6 +591,67 @@ def test_sighup_is_forwarded_and_the_file_written(tmp_path):
     assert q(out, "SELECT bool_or(ended_early) FROM processes") == [(False,)]
 
 
+
+@pytest.mark.parametrize("report", [False, True])
+def test_a_terminal_that_went_away_keeps_the_status_of_the_sighup(tmp_path, report):
+    """A terminal closed under the run (SIGHUP, then every write to it fails with EIO): the
+    last lines the launcher printed there failed, and it exited 1, not 128+SIGHUP as the
+    program, which it passes on."""
+    import pty
+    import subprocess
+
+    from _run_helpers import env
+
+    ready = tmp_path / "ready"
+    p = script(tmp_path, f"""
+        import time, pathlib, cuptiprof
+        with cuptiprof.range("step", step=0):
+            pass
+        pathlib.Path({str(ready)!r}).write_text("x")
+        time.sleep(60)
+    """)
+    master, slave = pty.openpty()
+    args = ["run", "-o", "t.duckdb"] + ([] if report else ["--no-report"]) + ["--", PY, p]
+    proc = subprocess.Popen([PY, "-m", "cuptiprof", *args], cwd=tmp_path, env=env(),
+                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    try:
+        wait_for(ready, proc)
+    finally:
+        os.close(master)   # the terminal goes away
+    os.killpg(proc.pid, signal.SIGHUP)
+    assert proc.wait(timeout=60) == 128 + signal.SIGHUP
+    assert q(tmp_path / "t.duckdb", "SELECT status FROM runs") == [("interrupted",)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGINT])
+def test_a_signal_the_run_was_started_ignoring_stays_ignored(tmp_path, sig):
+    """`nohup cuptiprof run -- CMD` (SIGHUP ignored), or a background job of a script (SIGINT
+    ignored): the program inherits the ignored signal and survives it, as without cuptiprof.
+    The launcher's forwarding handler replaced the ignore, so the program started with the
+    default action and died of the hang-up it was started to survive."""
+    import subprocess
+
+    from _run_helpers import env
+
+    ready = tmp_path / "ready"
+    p = script(tmp_path, f"""
+        import os, pathlib, signal, time
+        print(signal.getsignal({int(sig)}) is signal.SIG_IGN, flush=True)
+        pathlib.Path({str(ready)!r}).write_text("x")
+        time.sleep(1)
+        print("survived", flush=True)
+    """)
+    proc = subprocess.Popen([PY, "-m", "cuptiprof", "run", "-o", "i.duckdb", "--no-report", "--",
+                             PY, p], cwd=tmp_path, env=env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(sig, signal.SIG_IGN))
+    wait_for(ready, proc)
+    os.killpg(proc.pid, sig)   # the whole job: the terminal's hang-up, a Ctrl-C
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (0, "True\nsurvived\n"), err
+    assert q(tmp_path / "i.duckdb", "SELECT status FROM runs") == [("complete",)]
+
 @pytest.mark.parametrize("given, kinds", [
     (["kernel,memcpy"], ["kernel", "memcpy"]),
     (["kernel,memcpy", "memset"], ["kernel", "memcpy", "memset"]),   # both forms, mixed

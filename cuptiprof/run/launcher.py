@@ -29,7 +29,7 @@ from pathlib import Path
 
 from cuptiprof.collect.cupti_source import ALL_KINDS as KINDS, split_kinds as _split
 from cuptiprof.errors import CuptiprofError, InputError, UsageError, WriterBusy, storage_error
-from cuptiprof.outputs import check_output, temp_beside
+from cuptiprof.outputs import check_output, silence, temp_beside
 from cuptiprof.run import settings as S
 from cuptiprof.store.files import alive, first_row, running_launcher
 
@@ -324,10 +324,18 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
         print(f"cuptiprof: warning: {msg} (the steps in {result.output} come from the processes "
               "that had it)", file=sys.stderr)
     shutil.rmtree(parts, ignore_errors=True)
-    if o.report:
-        print_summary(result, o)
-    elif not o.quiet:   # without -o the file's name is one the user has not seen
-        print(f"cuptiprof: wrote {result.output}", file=sys.stderr)
+    try:
+        if o.report:
+            print_summary(result, o)
+        elif not o.quiet:   # without -o the file's name is one the user has not seen
+            print(f"cuptiprof: wrote {result.output}", file=sys.stderr)
+    except OSError as exc:
+        # The terminal went away (EIO: the SIGHUP that ended the command), or the reader of
+        # the output did: OUT is written, and the exit status stays the command's.
+        if exc.errno not in (errno.EIO, errno.EPIPE):
+            raise
+        for stream in (sys.stdout, sys.stderr):
+            silence(stream)
     return result
 
 
@@ -370,7 +378,7 @@ def _signals_wait(out: Path):
         except OSError:   # the terminal went away (SIGHUP): write OUT all the same
             pass
 
-    old = {s: signal.signal(s, note) for s in FORWARDED}
+    old = {s: signal.signal(s, note) for s in _not_ignored()}
     try:
         yield
     finally:
@@ -381,6 +389,10 @@ def _signals_wait(out: Path):
 # Signals that end the run: passed on to the command, and never cost the merge. SIGHUP (the
 # terminal or ssh session went away) used to kill the launcher alone, leaving OUT.parts.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _not_ignored() -> list:
+    return [s for s in FORWARDED if signal.getsignal(s) is not signal.SIG_IGN]
 
 
 def _interactive() -> bool:
@@ -404,7 +416,9 @@ class _Forwarding:
 
     def __enter__(self) -> _Forwarding:
         if threading.current_thread() is threading.main_thread():
-            self.old = {s: signal.signal(s, self._on) for s in FORWARDED}
+            # One ignored as the run starts (nohup's SIGHUP, a script's background job's SIGINT)
+            # stays so: the command inherits the ignore and survives it, as without cuptiprof.
+            self.old = {s: signal.signal(s, self._on) for s in _not_ignored()}
         return self
 
     def __exit__(self, *exc) -> None:
