@@ -1067,3 +1067,20 @@ def test_a_pair_open_at_both_ends_is_every_step(tmp_path, both_open):
         assert prof.step_range is None
         assert prof.report("kinds").fetchall() == every.report("kinds").fetchall()
     assert _steps_rows(merged, steps=both_open) == _steps_rows(merged)
+
+
+def test_quality_counts_the_calls_outside_steps_in_words(tmp_path, capsys):
+    out = tmp_path / "q.duckdb"
+    with cuptiprof.profile(out):
+        with cuptiprof.range("load"):
+            pass
+        for _ in range(2):
+            with cuptiprof.range("prep"):
+                pass
+        with cuptiprof.range("step", step=0):
+            pass
+    capsys.readouterr()
+    with cuptiprof.open(out) as prof:
+        rows = {r[3]: r[6] for r in prof.report("quality").fetchall() if r[2] == "outside_steps"}
+    assert rows["load"].startswith("1 call of range 'load' ran outside every recorded step"), rows
+    assert rows["prep"].startswith("2 calls of range 'prep' ran outside"), rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from cuptiprof.analyse.families import BY
-from cuptiprof.commands import FORMAT_HELP, input_file
+from cuptiprof.commands import FORMAT_HELP, counted, input_file
 from cuptiprof.analyse.diff import MAX_MIN_MS, MAX_PCT, MAX_SIGMAS, NOISE_RULE, diff, parse_number
 from cuptiprof.outputs import say, silence
 from cuptiprof.render.table import FORMATS, md_escape, render, write_json
@@ -61,7 +61,7 @@ def run(args) -> int:
         silence(sys.stdout)
         reader_gone = True
     if res.failed and (reader_gone or args.format in ("table", "markdown")):
-        say(f"cuptiprof diff: {len(res.regressions)} regression(s)")
+        say(f"cuptiprof diff: {counted(len(res.regressions), 'regression')}")
     return 1 if res.failed else 0
 
 

@@ -21,7 +21,7 @@ SELECT run_id, pid, check_name, subject, count, value_ns / 1e6 AS value_ms, deta
 FROM data_quality
 UNION ALL
 SELECT run_id, pid, 'outside_steps', name, n, d / 1e6,
-       n || ' call(s) of range ''' || name || ''' ran outside every recorded step: out of the ' ||
+       n || CASE WHEN n = 1 THEN ' call' ELSE ' calls' END || ' of range ''' || name || ''' ran outside every recorded step: out of the ' ||
        'reports'' scope (in the file: ranges WHERE step IS NULL)'
 FROM outside
 UNION ALL   -- a writer killed mid-run (profile() in a killed program) could not say so itself
