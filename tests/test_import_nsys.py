@@ -743,6 +743,29 @@ def test_step_range_names(tmp_path):
         ("step 3 backward", "user", None), ("ProfilerStep#10", "step", 10)]
 
 
+def test_cuptiprof_step_ranges_take_their_step_from_the_payload(tmp_path):
+    """cuptiprof.range("step", step=N) pushes an NVTX range named 'step' with N as its integer
+    payload: under Nsight Systems that range is step N, and the launches inside it are its.
+    A 'step' range without an integer payload (or another name with one) marks no step."""
+    src = nsys_export(tmp_path / "p.sqlite", launches=[
+        (7, 1000, 1010, 1020, 1060), (7, 2000, 2010, 2020, 2060), (7, 3000, 3010, 3020, 3060)],
+        ranges=[(7, 900, 1500, 59, "step"), (7, 1900, 2500, 59, "step"),
+                (7, 2900, 3500, 59, "step"), (7, 3600, 3700, 59, "attn")])
+    with sqlite3.connect(src) as db:
+        db.execute("ALTER TABLE NVTX_EVENTS ADD COLUMN int64Value INTEGER")
+        db.execute("ALTER TABLE NVTX_EVENTS ADD COLUMN uint64Value INTEGER")
+        db.execute("UPDATE NVTX_EVENTS SET int64Value = 4 WHERE start = 900")
+        db.execute("UPDATE NVTX_EVENTS SET uint64Value = 5 WHERE start = 1900")
+        db.execute("UPDATE NVTX_EVENTS SET int64Value = 6 WHERE start = 3600")
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT name, kind, step FROM ranges ORDER BY start_ns").fetchall() == [
+        ("step", "step", 4), ("step", "step", 5), ("step", "user", None), ("attn", "user", None)]
+    assert con.execute("SELECT step FROM kernels ORDER BY start_ns").fetchall() == [
+        (4,), (5,), (None,)]
+
+
 def test_steps_are_per_process(tmp_path):
     """A process's step ranges give steps to its own calls and GPU rows only: another process's
     launch at the same time has none, and a call at the instant a step ends is in no step."""

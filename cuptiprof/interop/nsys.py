@@ -37,6 +37,17 @@ NVTX_RANGE_TYPES = (59, 60, 70, 71)   # push/pop and start/end ranges (NVTX and 
 NVTX_START_END = (60, 71)
 NVTX_DOMAIN_CREATE = 75
 _STEP_RE = re.compile(r"^(?:ProfilerStep#|step[ _#:=]?)(\d+)$", re.IGNORECASE)
+
+
+def _step_number(text: str | None, payload) -> int:
+    """The step an NVTX range marks, -1 for none: 'ProfilerStep#N' or 'step N' in its text, or
+    'step' with N as its integer payload (as cuptiprof.range("step", step=N) pushes it)."""
+    m = _STEP_RE.match(text or "")
+    if m:
+        return int(m.group(1))
+    if (text or "").lower() == "step" and type(payload) is int and 0 <= payload < 1 << 62:
+        return payload
+    return -1
 _ACTIVITY = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
              "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME")
 
@@ -269,10 +280,14 @@ class NsysFile:
         return out
 
     def _nvtx(self) -> dict:
-        out = {k: [] for k in ("start", "end", "gtid", "text", "domain", "type")}
+        out = {k: [] for k in ("start", "end", "gtid", "text", "domain", "type", "payload")}
         if "NVTX_EVENTS" not in self.tables:
             return out
         have = self._cols("NVTX_EVENTS")
+        # a range's integer payload: cuptiprof.range("step", step=N) pushes "step" with N there
+        ints = [f"e.{c}" for c in ("int64Value", "uint64Value", "int32Value", "uint32Value")
+                if c in have]
+        payload = f"coalesce({', '.join(ints)})" if len(ints) > 1 else (ints or ["NULL"])[0]
         text = "coalesce(e.text, s.value)" if "textId" in have else "e.text"
         join = "LEFT JOIN StringIds s ON s.id = e.textId" if "textId" in have else ""
         dom = "e.domainId" if "domainId" in have else "NULL"
@@ -283,13 +298,15 @@ class NsysFile:
             for g, d, t in self.db.execute("SELECT globalTid, domainId, text FROM NVTX_EVENTS "
                                            "WHERE eventType = ?", [NVTX_DOMAIN_CREATE]):
                 domains[(_pid(g), d)] = t
-        q = (f"SELECT e.start, e.\"end\", e.globalTid, {text}, {dom}, e.eventType FROM NVTX_EVENTS e {join} "
+        q = (f"SELECT e.start, e.\"end\", e.globalTid, {text}, {dom}, e.eventType, {payload} "
+             f"FROM NVTX_EVENTS e {join} "
              f"WHERE e.eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))}) AND e.\"end\" IS NOT NULL")
         for row in self.db.execute(q):
             for k, v in zip(("start", "end", "gtid", "text"), row):
                 out[k].append(v)
             out["domain"].append(domains.get((_pid(row[2]), row[4])))
             out["type"].append(row[5])
+            out["payload"].append(row[6])
         return out
 
     @staticmethod
@@ -368,8 +385,7 @@ class NsysFile:
         parent, depth, c_range = self._nest(ranges["type"], c_gtid, c_start, c_end, r_gtid, r_start,
                                             r_end)
         texts = ranges["text"]
-        step_n = np.array([int(m.group(1)) if (m := _STEP_RE.match(t or "")) else -1 for t in texts],
-                          np.int64)
+        step_n = np.array([_step_number(t, p) for t, p in zip(texts, ranges["payload"])], np.int64)
         is_step = step_n >= 0
         r_step = np.full(len(r_start), -1, np.int64)
         c_step = np.full(len(c_start), -1, np.int64)
@@ -506,7 +522,9 @@ class NsysFile:
             for p in who:
                 w.add_quality("missing_kind", "step", 0,
                               f"{self.path.name} has no step ranges (NVTX ranges named 'step N' "
-                              "or 'ProfilerStep#N'); rows carry no step", pid=p)
+                              "or 'ProfilerStep#N', or 'step' with N as payload, as "
+                              "cuptiprof.range('step', step=N) marks them); rows carry no step",
+                              pid=p)
 
 
 _COPY_FROM_ENUM = {v.upper(): v for v in COPY_KIND.values()}
