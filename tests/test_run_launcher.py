@@ -281,6 +281,109 @@ def test_a_multiprocessing_worker_keeps_the_exit_status_its_parent_saw(tmp_path,
     assert sorted(got) == sorted((pid, 128 - c if c < 0 else c, False) for pid, c in seen.items())
 
 
+@pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
+def test_a_multiprocessing_worker_killed_by_sigkill_keeps_the_status_its_parent_saw(tmp_path,
+                                                                                     method):
+    """A worker killed by SIGKILL (the OOM killer) cannot keep its status itself: its parent,
+    profiled too, saw it in Process.exitcode (-9), and that is its exit_status (137); it still
+    ended early."""
+    p = script(tmp_path, f"""
+        import multiprocessing as mp, os, signal
+        def killed():
+            os.kill(os.getpid(), signal.SIGKILL)
+        if __name__ == "__main__":
+            w = mp.get_context("{method}").Process(target=killed)
+            w.start(); w.join()
+            print("seen", w.pid, w.exitcode)
+    """)
+    r = cli(["run", "-o", "w.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    pid, code = map(int, r.stdout.split("seen ", 1)[1].split())
+    assert code == -signal.SIGKILL
+    assert q(tmp_path / "w.duckdb", f"SELECT exit_status, ended_early FROM processes "
+                                    f"WHERE pid = {pid}") == [(128 + signal.SIGKILL, True)]
+
+
+_ENDINGS = """
+    import os, signal, subprocess, sys, cuptiprof
+    with cuptiprof.range("step", step=0):
+        pass
+    endings = {"sigkill": "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+               "os_exit": "import os; os._exit(7)",
+               "sigusr1": "import os, signal; os.kill(os.getpid(), signal.SIGUSR1)",
+               # the status of the last program the process ran: a shell's, not Python's
+               "exec_sh": "import os; os.execv('/bin/sh', ['sh', '-c', 'exit 6'])"}
+    seen = {}
+    for name, src in endings.items():
+        child = subprocess.Popen([sys.executable, "-c", src])
+        child.wait()
+        seen[name] = (child.pid, child.returncode)
+    pid = os.fork()   # reaped by os.waitpid itself
+    if pid == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    seen["forked"] = (pid, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    print("seen", seen)
+    open("seen.txt", "w").write(repr(seen))
+"""
+
+
+def _children_seen(out, stdout: str) -> dict:
+    seen = eval(stdout.split("seen ", 1)[1])
+    rows = dict((pid, (code, early)) for pid, code, early in q(
+        out, "SELECT pid, exit_status, ended_early FROM processes"))
+    return {name: (code, rows.get(pid)) for name, (pid, code) in seen.items()}
+
+
+_EXPECTED = {"sigkill": (-signal.SIGKILL, (128 + signal.SIGKILL, True)),
+             "os_exit": (7, (7, True)),
+             "sigusr1": (-signal.SIGUSR1, (128 + signal.SIGUSR1, True)),
+             "exec_sh": (6, (6, False)),
+             "forked": (-signal.SIGKILL, (128 + signal.SIGKILL, True))}
+
+
+def test_a_child_that_could_not_keep_its_status_gets_the_one_its_parent_saw(tmp_path):
+    """A child killed by SIGKILL or by a signal cuptiprof does not handle (SIGUSR1), or ended by
+    os._exit outside multiprocessing, or whose last program was not Python, kept no status of
+    its own: its parent, profiled too, reaped it (subprocess.Popen.wait, os.waitpid) and that
+    status is its exit_status (128+N for signal N); each that did not close its recording
+    still ended early."""
+    p = script(tmp_path, _ENDINGS)
+    r = cli(["run", "-o", "c.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert _children_seen(tmp_path / "c.duckdb", r.stdout) == _EXPECTED
+
+
+def test_a_run_merged_from_its_parts_keeps_the_status_a_parent_saw(tmp_path):
+    """`cuptiprof merge` of the parts of a run whose launcher was killed reads the statuses the
+    parents saw as the launcher would have."""
+    p = script(tmp_path, _ENDINGS)
+    parts = _run_with_launcher_killed_at_the_end(tmp_path, p)
+    m = cli(["merge", *sorted(x.name for x in parts.glob("*.duckdb")), "-o", "../k.duckdb"], parts)
+    assert m.returncode == 0, m.stderr
+    seen = eval((tmp_path / "seen.txt").read_text())
+    rows = dict((pid, (code, early)) for pid, code, early in q(
+        tmp_path / "k.duckdb", "SELECT pid, exit_status, ended_early FROM processes"))
+    assert {name: (code, rows.get(pid)) for name, (pid, code) in seen.items()} == _EXPECTED
+
+
+def test_a_child_its_parent_never_waited_for_keeps_no_status(tmp_path):
+    """A child its parent left running (daemonized) and never reaped: nobody profiled saw how
+    it ended, and its exit_status stays NULL."""
+    p = script(tmp_path, """
+        import os, pathlib, subprocess, sys, time
+        src = "import os, pathlib, time; pathlib.Path('up').touch(); time.sleep(0.5); os._exit(7)"
+        child = subprocess.Popen([sys.executable, "-c", src], start_new_session=True)
+        while not os.path.exists("up"):
+            time.sleep(0.01)
+        print("child", child.pid)
+    """)
+    r = cli(["run", "-o", "d.duckdb", "--no-report", "--", PY, p], tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    pid = int(r.stdout.split("child ", 1)[1].split()[0])
+    assert q(tmp_path / "d.duckdb", f"SELECT exit_status, ended_early FROM processes "
+                                    f"WHERE pid = {pid}") == [(None, True)]
+
+
 def test_a_forked_child_that_died_before_recording_anything_is_a_process_of_the_run(tmp_path):
     """A child forked (os.fork) that recorded nothing and ended without its exit handlers (a
     crash, os._exit) is still one of the run's processes, ended early, with its own start."""

@@ -76,6 +76,10 @@ def activate() -> None:
     os.register_at_fork(after_in_child=_after_fork)
     _install_exec()
     _when_imported("subprocess", _carry_env_in_popen)
+    # how a child ended, as this process reaps it: from when it can have children
+    _when_imported("subprocess", _watch_popen_reaping)
+    _when_imported("multiprocessing", _watch_reaping)
+    os.register_at_fork(after_in_parent=_watch_reaping)
 
 
 def _open_recording(s: S.ChildSettings, parts: str, state: dict | None) -> None:
@@ -142,6 +146,87 @@ def _patch_mp_bootstrap(process) -> None:
         return code
     _bootstrap.__cuptiprof_exit__ = True
     base._bootstrap = _bootstrap
+
+
+# -- how a child ended, as this process saw it ----------------------------------------------------
+_reaping_watched = False
+_reaped: dict[int, int] = {}   # pid -> the status written for it last
+
+
+def _note_reaped(pid: int, sts: int) -> None:
+    """This process reaped child `pid` with wait status `sts`: where that child is one of the
+    run's profiled processes, write its exit status (128+N for signal N) to <host>-<pid>.waited,
+    which the launcher takes for a process that could not keep its own (SIGKILL, os._exit, a
+    signal cuptiprof does not handle). A failure to write is no concern of the program's."""
+    try:
+        if os.WIFEXITED(sts):
+            code = os.WEXITSTATUS(sts)
+        elif os.WIFSIGNALED(sts):
+            code = 128 + os.WTERMSIG(sts)
+        else:   # stopped or continued: not an ending
+            return
+        rec = _rec
+        if rec is None or pid <= 0 or _reaped.get(pid) == code:
+            return
+        base = os.path.join(str(rec.parts), f"{rec.host}-{pid}")
+        if not os.path.exists(base + ".start.json"):   # not profiled, or not of this run
+            return
+        tmp = f"{base}.waited.{os.getpid()}.tmp"
+        with open(tmp, "w") as fh:
+            fh.write(f"{code}\n")
+        os.replace(tmp, base + ".waited")   # whole or not at all
+        _reaped[pid] = code
+    except Exception:
+        pass
+
+
+def _watch_reaping(_module=None) -> None:
+    """os.waitpid, os.wait, os.wait3 and os.wait4 note the children they reap: multiprocessing's
+    Popen.poll (fork, spawn) and its forkserver reap workers with os.waitpid, as does a program
+    that forked. Done once, when the process first can have children."""
+    global _reaping_watched
+    if _reaping_watched:
+        return
+    _reaping_watched = True
+    for name in ("waitpid", "wait", "wait3", "wait4"):
+        orig = getattr(os, name, None)
+        if orig is None or getattr(orig, "__cuptiprof_wait__", False):
+            continue
+        setattr(os, name, _reaping(orig))
+
+
+def _reaping(orig):
+    @functools.wraps(orig)
+    def wait(*args, **kw):
+        res = orig(*args, **kw)   # (pid, status[, rusage]); (0, 0) where none was ready
+        try:
+            if res[0] > 0:
+                _note_reaped(res[0], res[1])
+        except Exception:
+            pass
+        return res
+    wait.__cuptiprof_wait__ = True
+    return wait
+
+
+def _watch_popen_reaping(subprocess) -> None:
+    """subprocess.Popen learns its child's status in _handle_exitstatus (wait, poll, its
+    __del__), whichever waitpid it called: note it there too."""
+    _watch_reaping()
+    popen = subprocess.Popen
+    orig = getattr(popen, "_handle_exitstatus", None)   # CPython 3.10-3.13, POSIX
+    if orig is None or getattr(orig, "__cuptiprof_wait__", False):
+        return
+
+    @functools.wraps(orig)
+    def _handle_exitstatus(self, sts, *args, **kw):
+        orig(self, sts, *args, **kw)
+        try:
+            _note_reaped(self.pid, sts)
+        except Exception:
+            pass
+    _handle_exitstatus.__cuptiprof_wait__ = True
+    popen._handle_exitstatus = _handle_exitstatus
 
 
 def _exec_state() -> dict | None:

@@ -580,6 +580,12 @@ def _with_exit(parts: Path, key: str, end) -> dict | None:
     return end if isinstance(code, int) and not isinstance(code, bool) else None
 
 
+def _waited(parts: Path, host, pid: int) -> int | None:
+    """The exit status process `pid`'s parent saw as it reaped it, where that parent was
+    profiled too (child._note_reaped): that of the last program the process ran."""
+    return _exit_written(parts / f"{host}-{pid}.waited") if isinstance(host, str) else None
+
+
 def _exit_written(path: Path) -> int | None:
     """The exit status the C library wrote as the process ended (child._watch_exit)."""
     try:
@@ -619,15 +625,17 @@ def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = No
     # part has no other record of it); the command's own, when the launcher saw it end.
     ends = {pid: max((_ns(e.get("end_ns")) or 0 for _, _, e, _ in ims), default=0) or None
             for pid, ims in images.items() if pid not in early}
-    # How the other processes exited, as their last program kept it (NULL where it could not:
-    # killed by a signal it could not catch, os._exit outside a multiprocessing worker); the
-    # command's is the launcher's to say.
+    # How the other processes exited, as their last program kept it; where it could not (killed
+    # by a signal it could not catch, os._exit outside a multiprocessing worker), as a profiled
+    # parent saw it as it reaped the process (NULL where none did); the command's is the
+    # launcher's to say.
     statuses = {}
     for pid, ims in images.items():
-        if pid not in early and pid != child_pid:
+        if pid != child_pid:
             _, _, e, key = max(ims, key=lambda x: x[0])
-            end = _with_exit(parts, key, e)
-            statuses[pid] = end["exit_status"] if end is not None else None
+            end = _with_exit(parts, key, e) if pid not in early else None
+            statuses[pid] = end["exit_status"] if end is not None else \
+                _waited(parts, starts[pid].get("host"), pid)
     if record.get("end_ns") is not None and child_pid is not None:
         ends[child_pid] = ends.get(child_pid) or record["end_ns"]
     # the programs each process ran (an image after an exec that failed is the same program)
