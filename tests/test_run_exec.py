@@ -38,6 +38,8 @@ def test_exec_keeps_both_programs_steps(tmp_path, path):
         == [(1, False, 0)]
     assert q(out, "SELECT count(*) FROM data_quality WHERE check_name = 'process_ended_early'") == [(0,)]
     assert q(out, "SELECT count FROM data_quality WHERE check_name = 'process_exec'") == [(1,)]
+    [(detail,)] = q(out, "SELECT detail FROM data_quality WHERE check_name = 'process_exec'")
+    assert " replaced its program once (exec): " in detail, detail
     assert q(out, "SELECT check_name, count(*) FROM data_quality GROUP BY ALL HAVING count(*) > 1") == []
     assert not (tmp_path / "x.duckdb.parts").exists()
 

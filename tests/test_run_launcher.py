@@ -1193,7 +1193,7 @@ def test_a_process_that_ended_early_is_named_under_the_report(tmp_path):
     """)
     r = cli(["run", "-o", "e.duckdb", "--", PY, p], tmp_path)
     assert r.returncode == 5, r.stderr
-    assert ("cuptiprof: notice: 1 process(es) ended before their collector closed (see "
+    assert ("cuptiprof: notice: 1 process ended before its collector closed (see "
             "processes.ended_early)") in r.stderr, r.stderr[-800:]
 
 

@@ -675,7 +675,8 @@ def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = No
     quality = list(notes)
     for pid, ds in sorted(execs.items()):
         quality.append((pid, "process_exec", str(pid), len(ds) - 1,
-                        f"process {pid} replaced its program {len(ds) - 1} time(s) (exec): "
+                        f"process {pid} replaced its program "
+                        f"{'once' if len(ds) == 2 else f'{len(ds) - 1} times'} (exec): "
                         + " -> ".join(d.get("command") or shlex.join(d.get("argv") or [])
                                       for d in ds)
                         + "; one process: its steps and ranges are those of every program it ran"))
@@ -854,6 +855,9 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
     elif steps == 0 and res.profiled and res.exit_code < 128:   # not cut short by a signal
         print(f"cuptiprof: notice: {_no_steps(o, named)}", file=sys.stderr)
     if early:
-        print(f"cuptiprof: notice: {early} process(es) ended before their collector closed "
-              "(see processes.ended_early)", file=sys.stderr)
+        from cuptiprof.commands import counted
+
+        whose = "its collector" if early == 1 else "their collectors"
+        print(f"cuptiprof: notice: {counted(early, 'process', 'processes')} ended before {whose} "
+              "closed (see processes.ended_early)", file=sys.stderr)
     print(f"cuptiprof: wrote {res.output}", file=sys.stderr)
