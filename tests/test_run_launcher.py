@@ -159,16 +159,21 @@ def test_sigkill_child_keeps_flushed_steps(tmp_path):
     assert q(out, "SELECT bool_and(ended_early) FROM processes") == [(True,)]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signals_are_forwarded(tmp_path, sig):
-    ready = tmp_path / "ready"
-    p = script(tmp_path, f"""
+def _one_step_then_sleep(tmp_path, ready):
+    """A program that records step 0, writes `ready`, then sleeps a minute."""
+    return script(tmp_path, f"""
         import time, pathlib, cuptiprof
         with cuptiprof.range("step", step=0):
             pass
         pathlib.Path({str(ready)!r}).write_text("x")
         time.sleep(60)
     """)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_are_forwarded(tmp_path, sig):
+    ready = tmp_path / "ready"
+    p = _one_step_then_sleep(tmp_path, ready)
     proc = popen(["run", "-o", "s.duckdb", "--no-report", "--", PY, p], tmp_path)
     wait_for(ready, proc)
     proc.send_signal(sig)
@@ -706,13 +711,7 @@ def test_a_terminal_that_went_away_keeps_the_status_of_the_sighup(tmp_path, repo
     from _run_helpers import env
 
     ready = tmp_path / "ready"
-    p = script(tmp_path, f"""
-        import time, pathlib, cuptiprof
-        with cuptiprof.range("step", step=0):
-            pass
-        pathlib.Path({str(ready)!r}).write_text("x")
-        time.sleep(60)
-    """)
+    p = _one_step_then_sleep(tmp_path, ready)
     master, slave = pty.openpty()
     args = ["run", "-o", "t.duckdb"] + ([] if report else ["--no-report"]) + ["--", PY, p]
     proc = subprocess.Popen([PY, "-m", "cuptiprof", *args], cwd=tmp_path, env=env(),
