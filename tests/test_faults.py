@@ -262,18 +262,25 @@ def test_sigterm_while_recording_never_hangs(tmp_path, tally):
 
 
 
-def test_sigterm_inside_the_flush_at_exit_still_ends_the_process_by_it(tmp_path, tally):
+@pytest.mark.parametrize("no_new_threads", [False, True])
+def test_sigterm_inside_the_flush_at_exit_still_ends_the_process_by_it(tmp_path, tally,
+                                                                        no_new_threads):
     """A SIGTERM that lands inside the flush as the program exits is put off until the flush
     is out of the writer's code; the retry, a timer thread, never ran once the interpreter was
     finishing, and the process exited 0 as if no signal had come: without cuptiprof it dies
     of it. (A multiprocessing worker's flush in its finalizers is followed by a wait for
-    threads, where the retry runs.)"""
-    p = script(tmp_path, """
-        import os, signal, cuptiprof
+    threads, where the retry runs.) Python 3.12+ starts no thread at that point at all
+    (no_new_threads: as it does): the flush must still end whole."""
+    p = script(tmp_path, f"""
+        import os, signal, threading, cuptiprof
         from cuptiprof.run import recorder
         flush = recorder.Recorder.flush
+        def no_thread(self):
+            raise RuntimeError("can't create new thread at interpreter shutdown")
         def flush_at_close(self, *a, **kw):
             if self.closed:   # within Recorder.close(): the last flush, as the program exits
+                if {no_new_threads}:
+                    threading.Thread.start = no_thread
                 os.kill(os.getpid(), signal.SIGTERM)
             return flush(self, *a, **kw)
         recorder.Recorder.flush = flush_at_close

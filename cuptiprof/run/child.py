@@ -1036,7 +1036,13 @@ def _install_sigterm() -> None:
             # its locks held): stopping here would re-enter them and hang. Ask again shortly.
             retries[0] += 1
             _put_off = signum
-            threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
+            try:
+                threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
+            except RuntimeError:
+                # Python 3.12+ starts no thread once the interpreter is finishing (the flush
+                # at exit): _at_exit sends it again as the flush is done. Raised from here, the
+                # error would end that flush halfway.
+                pass
             return
         _put_off = 0
         if _term_watch is not None and not _term_watch.claim():

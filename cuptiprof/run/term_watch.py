@@ -72,9 +72,13 @@ class TermWatch:
 
     def _listen_on(self) -> None:
         if self._fds is not None and self._thread is None:
-            self._thread = threading.Thread(target=self._listen, args=(self._fds[0],),
-                                            name="cuptiprof-term-watch", daemon=True)
-            self._thread.start()
+            t = threading.Thread(target=self._listen, args=(self._fds[0],),
+                                 name="cuptiprof-term-watch", daemon=True)
+            try:
+                t.start()
+            except RuntimeError:   # a fork as the interpreter finishes (3.12+): no new thread
+                return
+            self._thread = t
 
     def pause(self) -> None:
         """Stop the thread for a fork (restarted after it): a process that forks while it has
@@ -159,8 +163,12 @@ class TermWatch:
             return   # blocked: pending on the main thread, heard again once it unblocks it
         flushing = threading.Thread(target=self._flush, args=(signum,), daemon=True,
                                     name="cuptiprof-term-flush")
-        flushing.start()
-        flushing.join(FLUSH_S)
+        try:
+            flushing.start()
+        except RuntimeError:   # Python 3.12+ starts no thread once the interpreter finishes
+            pass
+        else:
+            flushing.join(FLUSH_S)
         die_of(signum)
 
 
