@@ -138,8 +138,6 @@ def _patch_mp_bootstrap(process) -> None:
 
     @functools.wraps(orig)
     def _bootstrap(self, *args, **kw):
-        if _term_watch is not None:
-            _term_watch.resume()
         code = orig(self, *args, **kw)
         if isinstance(code, int):
             _keep_exit(code)
@@ -1049,7 +1047,7 @@ def _install_sigterm() -> None:
             if _term_watch.owner == threading.get_ident():
                 return   # a repeated signal: the first one's ending is under way
             threading.Event().wait()   # the watcher is ending the process: it kills this one
-        # else: never got out (5 s): die with what was committed rather than risk a hang
+        # never got out of the recording (5 s): die with what was committed, not risk a hang
         end(signum, flush=retries[0] < 250)
         _signal(signum, signal.SIG_DFL)   # the real one: the program's would put on_term back
         os.kill(os.getpid(), signum)   # die of the signal, as the program would have
