@@ -120,7 +120,7 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
             rel, cut, more = prof.report(name), 0, 0
         else:
             rel, cut, more = _report(prof, name, top)
-        if name in OPTIONAL and len(names) > 1 and not rel.fetchall()[:1]:
+        if name in OPTIONAL and len(names) > 1 and not rel.limit(1).fetchall():
             continue
         doc = catalog.report_doc(name)
         if steps_cut:
@@ -168,6 +168,9 @@ class _Rows:
 
     def fetchall(self) -> list[tuple]:
         return self._rows
+
+    def limit(self, n: int) -> _Rows:
+        return _Rows(self.columns, self._rows[:n])
 
 
 def _cpu_note(prof) -> str:
