@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import duckdb
@@ -402,10 +403,16 @@ def test_an_atomic_writer_replaces_a_temporary_file_a_killed_writer_left(tmp_pat
 
 
 def test_atomic_writer_syncs_the_file_once_before_the_rename(tmp_path, monkeypatch):
-    """A temporary file nobody reads is written without DuckDB's syncs at each commit; close()
-    syncs it once, before the rename makes it the output. A file written in place keeps
-    DuckDB's syncs."""
+    """A temporary file nobody reads is written without DuckDB's syncs at each commit; what a
+    commit wrote is synced behind it on a thread of its own, and close() syncs the rest,
+    before the rename makes it the output. A file written in place keeps DuckDB's syncs."""
     events = syncs_and_renames(monkeypatch)
+    fsync, threads = os.fsync, []
+
+    def noted(fd):
+        threads.append(threading.current_thread().name)
+        fsync(fd)
+    monkeypatch.setattr(os, "fsync", noted)
     path = tmp_path / "atomic.duckdb"
     w = Writer(path, RunInfo(source="kineto"), atomic=True)
     has_setting = w.query("SELECT count(*) FROM duckdb_settings() WHERE name = 'fsync_mode'")
@@ -414,7 +421,9 @@ def test_atomic_writer_syncs_the_file_once_before_the_rename(tmp_path, monkeypat
     w.append({"kernels": kernels(10, ["k"])})
     temp = str(w.path)
     w.close()
-    assert events == [("fsync", temp), ("replace", temp)]
+    assert events == [("fsync", temp), ("fsync", temp), ("replace", temp)]
+    assert threads == ["cuptiprof-sync", threading.current_thread().name]
+    del events[0]
     if has_setting == [(1,)]:
         with Writer(tmp_path / "inplace.duckdb", RunInfo(source="test")) as w:
             assert w.query("SELECT current_setting('fsync_mode')") == [("STANDARD",)]

@@ -112,6 +112,7 @@ class Writer:
         self._committed = False
         self._busy: BusySummary | None = None
         self._summary_stale = False
+        self._syncer: threading.Thread | None = None   # an atomic output's early sync
         parent = self.path.parent if str(self.path.parent) else Path(".")
         if not parent.is_dir():
             raise InputError(f"{self.path}: directory {parent} does not exist")
@@ -318,6 +319,8 @@ class Writer:
                                                   zip((id_col, *cols), zip(*new))}))
             con.execute("COMMIT")
             self._committed = True
+            if self.atomic:
+                self._sync_behind()
         except BaseException:
             try:
                 con.execute("ROLLBACK")
@@ -548,6 +551,8 @@ class Writer:
                 try:   # a failure here (the sync's EIO too) leaves no temporary file
                     if before_rename is not None:
                         before_rename(self.path)
+                    if self._syncer is not None:
+                        self._syncer.join()
                     sync_file(self.path)
                     os.replace(self.path, self._target)
                 except BaseException:
@@ -559,6 +564,21 @@ class Writer:
         if stop is not None:
             raise stop
         return self.path
+
+    def _sync_behind(self) -> None:
+        """Start syncing what the commits wrote so far, on a thread of its own (unless one is
+        still at it): the sync before the rename then waits only on what was written since
+        (rank0 of the shared traces: ~2 instead of ~13 ms after the import's work)."""
+        if self._syncer is not None and self._syncer.is_alive():
+            return
+
+        def work(path=self.path):
+            try:
+                sync_file(path)
+            except OSError:   # (the file removed after a failure); the last sync reports
+                pass
+        self._syncer = threading.Thread(target=work, name="cuptiprof-sync", daemon=True)
+        self._syncer.start()
 
     def _write_busy(self) -> None:
         """Store this run's busy time per step (step_busy) and list the run in step_busy_runs.
