@@ -28,7 +28,9 @@ m AS (
     SELECT m.*, m.calls_per_step * m.gflop_per_call / nullif(m.ms, 0) AS tflops,
            1000.0 * m.calls_per_step * m.gb_per_call / nullif(m.ms, 0) AS gbps, d.tensor, d.fp32, d.hbm,
            d.link, d.nvl, d.src,
-           copy_peak_of(CASE WHEN m.kind = 'memcpy' AND m.key_type = 'name' THEN substr(m.key, 8) END) AS memory_peak_of
+           -- a copy keyed by its name: --by op, and --by family, whose family of a copy is its name
+           copy_peak_of(CASE WHEN m.kind = 'memcpy' AND m.key_type IN ('name', 'family') THEN substr(m.key, 8) END)
+               AS memory_peak_of
     FROM m LEFT JOIN dev d USING (run)
 )
 SELECT run, key, key_type, pattern, calls_per_step, ms, gflop_per_call, tflops,
