@@ -879,6 +879,33 @@ def test_long_names_that_share_a_prefix_are_cut_apart_with_the_full_name_on_hove
         assert all(t.startswith("void cutlass::Kernel") for t in shown.values())
 
 
+def test_bar_labels_of_names_that_share_a_long_start_are_cut_apart():
+    """The ops plots label each bar with its name cut to fit beside the bar: names that share
+    their first 46 characters (CloverLeaf's `void clover::par_ranged2d_kernel<advec_mom_kernel(`
+    lambdas, CUTLASS templates) are cut where they differ, as in the tables, not to one label."""
+    from cuptiprof.render.html import grouped_hbars, hbars
+
+    head = "void clover::par_ranged2d_kernel<advec_mom_kernel(int, int, int, int, clover::Buffer2D"
+    names = [head + f"<double>&)::{{lambda(int, int)#{k}}}>(clover::Range2d)" for k in (1, 2, 3)]
+
+    def labels(svg):   # the text drawn left of each bar (its name), unescaped
+        return [html.unescape(t) for t in re.findall(r'text-anchor="end">(?:<title>[^<]*</title>)?([^<]*)<', svg)]
+
+    for svg in (hbars([(n, 3.0 - i, n) for i, n in enumerate(names)]),
+                grouped_hbars(names, [("A", [3.0, 2.0, 1.0])])):
+        shown = labels(svg)
+        assert len(shown) == 3 and len(set(shown)) == 3, shown   # told apart
+        assert all(len(t) <= 46 and t.startswith("void clover::") for t in shown), shown
+        assert any(f"#{k}" in t for t in shown for k in (1, 2, 3)), shown
+    assert labels(hbars([("kernel", 1.0, "")])) == ["kernel"]   # a short name stays whole
+    # the rank-shift chart labels each file's first and last ranks the same way
+    from cuptiprof.render.html import bump_chart
+    svg = bump_chart(names, ["A", "B"], {n: [i + 1, 3 - i] for i, n in enumerate(names)})
+    for side in ("left", "right"):
+        shown = [html.unescape(t) for t in re.findall(rf'<text class="{side}"[^>]*>\d+\. ([^<]*)<', svg)]
+        assert len(shown) == 3 and len(set(shown)) == 3, shown
+
+
 # -- plot geometry ------------------------------------------------------------------------------
 def _rects(svg: str) -> list[tuple[float, float, float, float]]:
     return [tuple(float(v) for v in m) for m in

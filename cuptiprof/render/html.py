@@ -88,6 +88,14 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "\u2026"
 
 
+def _labels(names: Sequence, n: int) -> list[str]:
+    """Bar labels of names cut to n characters: names that share their first n characters
+    (C++ templates, a kernel's lambdas) cut where they differ, as table cells are, not all to
+    one label."""
+    texts = [" ".join(str(t).split()) for t in names]
+    return [c[0] for c in cut_cells([(t,) for t in texts], [[t] for t in texts], n)]
+
+
 # -- SVG primitives -------------------------------------------------------------------------
 def _legend(items: Iterable[tuple[str, str]]) -> str:
     # labels are range names too: a long one is cut (in full on hover), or one unbreakable
@@ -107,11 +115,12 @@ def hbars(items: Sequence[tuple[str, float, str]], unit: str = "ms", width: int 
     plot_w = width - label_w - 90
     h = len(items) * (bar_h + gap) + 6
     out = [f'<svg class="{cls}" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img">']
+    labels = _labels([label for label, _, _ in items], 46)
     for i, (label, v, tip) in enumerate(items):
         y = 3 + i * (bar_h + gap)
         w = max(1.0, plot_w * (v or 0) / vmax)
         out.append(f'<g><title>{esc(tip)}</title>'
-                   f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{esc(_short(label, 46))}</text>'
+                   f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{esc(labels[i])}</text>'
                    f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{color}"></rect>'
                    f'<text x="{label_w + w + 4:.1f}" y="{y + 12}">{esc(fmt_value(v))} {esc(unit)}</text></g>')
     out.append("</svg>")
@@ -129,10 +138,11 @@ def grouped_hbars(keys: Sequence[str], series: Sequence[tuple[str, Sequence[floa
     group_h = len(series) * bar_h + gap
     h = len(keys) * group_h + 6
     out = [f'<svg class="plot" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img">']
+    labels = _labels(keys, 46)
     for i, key in enumerate(keys):
         y0 = 3 + i * group_h
         out.append(f'<text x="{label_w - 6}" y="{y0 + bar_h * len(series) / 2 + 4:.1f}" '
-                   f'text-anchor="end"><title>{esc(key)}</title>{esc(_short(key, 46))}</text>')
+                   f'text-anchor="end"><title>{esc(key)}</title>{esc(labels[i])}</text>')
         for j, (name, vals) in enumerate(series):
             v = vals[i]
             y = y0 + j * bar_h
@@ -410,6 +420,7 @@ def bump_chart(keys: Sequence[str], letters: Sequence[str], ranks: dict[str, lis
     right_rows.update(place({k: ranks[k][last[k]] for k in last
                              if last[k] < n - 1 and ranks[k][0] is None}, set(right_rows.values())))
     h = int(30 + max([row_of(max_rank), *left_rows.values(), *right_rows.values()]) * row_h + row_h)
+    left_text, right_text = (dict(zip(keys, _labels(keys, n))) for n in (48, 44))
     out = [f'<svg class="plot bump" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img">']
     for j, L in enumerate(letters):
         out.append(f'<text x="{left + j * step_x:.1f}" y="14" text-anchor="middle">{esc(L)}</text>')
@@ -433,7 +444,7 @@ def bump_chart(keys: Sequence[str], letters: Sequence[str], ranks: dict[str, lis
                 out.append(f'<polyline fill="none" stroke-width="1" stroke-dasharray="2,2" stroke="{c}" '
                            f'points="{left - 5},{y_of(ranks[key][0]):.1f} {left - 6},{ly:.1f}"></polyline>')
             out.append(f'<text class="left" x="{left - 8}" y="{ly + 4:.1f}" '
-                       f'text-anchor="end">{rank_text(ranks[key][0])} {esc(_short(key, 48))}</text>')
+                       f'text-anchor="end">{rank_text(ranks[key][0])} {esc(left_text[key])}</text>')
         if key in right_rows:
             j = last[key]
             ly = 30 + right_rows[key] * row_h
@@ -443,7 +454,7 @@ def bump_chart(keys: Sequence[str], letters: Sequence[str], ranks: dict[str, lis
                            f'{x_end + 4:.1f},{ly:.1f}"></polyline>')
             where = "" if j == n - 1 else f"{letters[j]} "
             out.append(f'<text class="right" x="{x_end + 10:.1f}" y="{ly + 4:.1f}">'
-                       f'{esc(where)}{rank_text(ranks[key][j])} {esc(_short(key, 44))}</text>')
+                       f'{esc(where)}{rank_text(ranks[key][j])} {esc(right_text[key])}</text>')
         out.append("</g>")
     out.append("</svg>")
     return "".join(out)
