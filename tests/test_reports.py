@@ -1084,3 +1084,26 @@ def test_quality_counts_the_calls_outside_steps_in_words(tmp_path, capsys):
         rows = {r[3]: r[6] for r in prof.report("quality").fetchall() if r[2] == "outside_steps"}
     assert rows["load"].startswith("1 call of range 'load' ran outside every recorded step"), rows
     assert rows["prep"].startswith("2 calls of range 'prep' ran outside"), rows
+
+
+def test_one_kernel_recorded_mangled_in_one_run_and_readable_in_another_is_one_op(tmp_path):
+    """A merged file of an Nsight Systems export (mangled names) and a Kineto trace (readable
+    ones) of the same program holds one kernel under two names that read the same: it is one op,
+    as compare and diff key it, not two rows of one name that split its calls and time."""
+    from cuptiprof.store.merge import merge_files
+
+    paths = []
+    for i, name in enumerate(["_Z6squarePfi", "square(float*, int)"]):
+        path = tmp_path / f"r{i}.duckdb"
+        with Writer(path, RunInfo(source="synthetic", label=f"r{i}", host=f"h{i}"), pid=10 + i) as w:
+            w.append({"kernels": {"name": [name, name, "other"], "device_id": pa.array([0] * 3, pa.int32()),
+                                  "step": pa.array([0, 1, 1], pa.int32()),
+                                  "start_ns": [0, 1_000_000, 2_000_000],
+                                  "end_ns": [10_000 * (i + 1), 1_000_000 + 10_000 * (i + 1), 2_001_000]}})
+        paths.append(path)
+    with cuptiprof.open(merge_files(paths, tmp_path / "all.duckdb")) as prof:
+        ops = [r[:3] for r in prof.ops().fetchall()]
+        steps = {(r["run_id"], r["step"]): r["top_op"] for r in
+                 (dict(zip(prof.steps().columns, r)) for r in prof.steps().fetchall())}
+    assert ops == [("square(float*, int)", "kernel", 4), ("other", "kernel", 2)]
+    assert set(steps.values()) == {"square(float*, int)"}
