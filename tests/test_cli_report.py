@@ -163,6 +163,26 @@ def test_report_summary_shows_quality_only_where_it_has_rows(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("quality: ")
 
 
+def test_quality_details_are_shown_whole_in_a_table(tmp_path, capsys):
+    """A quality row's detail is the sentence that says what the data misses and where it is
+    still found: a table shows it whole (the last column), not cut at a name's 70 characters
+    as the summary and --by quality cut it before."""
+    from cuptiprof.cli import main
+    f = write_synthetic(tmp_path / "q.duckdb", steps=3, kernels_per_step=6, devices=1)
+    detail = ("705 kernel rows in rank0.json.gz were launched outside every ProfilerStep (or by "
+              "no recorded API call); they have no step")
+    with duckdb.connect(str(f)) as con:
+        con.execute("DELETE FROM data_quality")
+        con.execute("INSERT INTO data_quality (run_id, pid, check_name, subject, count, detail) "
+                    "SELECT run_id, 1, 'unclaimed_records', 'kernel', 705, ? FROM runs", [detail])
+    for args in ([], ["--by", "quality"]):
+        assert main(["report", str(f), *args]) == 0
+        out = capsys.readouterr().out
+        assert detail in out, out
+    # names in other tables are still cut to fit
+    assert main(["report", str(f), "--by", "overview"]) == 0
+
+
 def test_report_summary_cuts_its_steps_where_the_help_says(tmp_path):
     """`report --help` promises a summary's steps cut at "the first N rows": a summary shows N."""
     import re

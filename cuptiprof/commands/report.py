@@ -17,6 +17,9 @@ BY = catalog.BY
 SUMMARY = ("overview", "ops", "ranges", "kinds", "steps", "step_spread", "quality")
 # Left out of a summary where they have no rows (a program without ranges of its own).
 OPTIONAL = ("ranges", "quality")
+# Columns of sentences a table shows whole: quality's detail says what the data misses and
+# where it is still found, which a cut sentence loses.
+WHOLE = {"quality": ("detail",)}
 # Rows of the steps report a summary prints (a decode loop has thousands of steps, per device):
 # the rest are counted in a line; --by step prints them all, step_spread sums them up.
 SUMMARY_STEP_ROWS = 20
@@ -128,7 +131,8 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
             more = rel.count("*").fetchall()[0][0] - shown
             if more > 0:
                 rel = rel.limit(shown)
-        render(rel, fmt, out=out, title=f"{name}: {doc.summary}" if fmt != "csv" else None)
+        render(rel, fmt, out=out, title=f"{name}: {doc.summary}" if fmt != "csv" else None,
+               whole=WHOLE.get(name, ()))
         if more > 0 and steps_cut:
             out.write(f"... {counted(more, 'more row')}: `cuptiprof report{file} --by step` "
                       f"prints every step (step_spread below sums them up)\n\n")

@@ -91,9 +91,10 @@ def _quiet(cols: list[str], rows: list[tuple]) -> tuple[list[str], list[tuple]]:
 
 
 def render(rel, fmt: str = "table", out=None, title: str | None = None,
-           max_width: int = 70, quiet: bool = True) -> None:
+           max_width: int = 70, quiet: bool = True, whole: Sequence[str] = ()) -> None:
     """quiet: in the table format, leave out key columns (run_id, pid, ...) that hold one value
-    (the reports); `cuptiprof sql` shows every column the query selected."""
+    (the reports); `cuptiprof sql` shows every column the query selected. whole: columns of
+    sentences (quality's detail) that a table shows uncut, where names are cut to max_width."""
     out = out or sys.stdout
     cols, rows = rows_of(rel)
     if fmt == "csv":
@@ -127,6 +128,9 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
     cols = [clean(c) for c in cols]   # a query's column names are text like any cell's
     texts = [[fmt_value(v) for v in r] for r in rows]
     cells = cut_cells(rows, texts, max_width)
+    for i in (i for i, c in enumerate(cols) if c in whole):
+        for r, t in zip(cells, texts):
+            r[i] = t[i]
     if _is_tty(out):
         from rich.console import Console
         from rich.table import Table
