@@ -13,7 +13,7 @@ import pytest
 
 from cuptiprof.analyse.compare import Comparison, known_gpu, work_list
 from cuptiprof.cli import main
-from cuptiprof.errors import InputError, SchemaVersionError
+from cuptiprof.errors import InputError, SchemaVersionError, UsageError
 from cuptiprof.store.writer import RunInfo, Writer
 
 GEMM_H100 = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel"
@@ -234,6 +234,18 @@ def test_copy_throughput_against_the_peak_of_its_direction(pair, by):
     s = t[(0, softmax)]
     assert s["memory_peak_of"] == "device memory"
     assert s["pct_memory_peak"] == pytest.approx(100 * s["gbps"] / 3352.0, rel=1e-6)
+
+
+def test_work_given_twice_for_one_name_is_refused_not_overwritten():
+    """--flops gemm=1 --flops gemm=2 (a value edited in one place of a CI script and not the
+    other) is refused in one line naming both values, not read as the last one silently; the same
+    value twice, or --flops and --bytes of one name, is no conflict."""
+    with pytest.raises(UsageError, match=r"--flops 'gemm' is given twice \(1 and 2\)"):
+        work_list(["gemm=1", "*softmax*=3", "gemm=2"])
+    with pytest.raises(UsageError, match=r"--bytes 'Memcpy HtoD' is given twice"):
+        work_list([], ["Memcpy HtoD=0.5", "Memcpy HtoD=0.25"])
+    (w,) = work_list(["gemm=1", "gemm=1.0"], ["gemm=0.5"])
+    assert (w.pattern, w.gflop, w.gbytes) == ("gemm", 1.0, 0.5)
 
 
 def test_work_that_matches_no_key_is_noted(pair, capsys):

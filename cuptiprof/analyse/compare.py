@@ -620,10 +620,14 @@ def parse_work(specs: Sequence[str], unit: str, option: str = "") -> list[tuple[
 
 def work_list(flops: Sequence[str] = (), bytes_: Sequence[str] = ()) -> list[Work]:
     merged: dict[str, Work] = {}
-    for name, v in parse_work(flops, "GFLOP", "--flops"):
-        merged.setdefault(name, Work(name)).gflop = v
-    for name, v in parse_work(bytes_, "GB", "--bytes"):
-        merged.setdefault(name, Work(name)).gbytes = v
+    for specs, unit, option, attr in ((flops, "GFLOP", "--flops", "gflop"), (bytes_, "GB", "--bytes", "gbytes")):
+        for name, v in parse_work(specs, unit, option):
+            w = merged.setdefault(name, Work(name))
+            old = getattr(w, attr)
+            if old is not None and old != v:   # one would be dropped without a word
+                raise UsageError(f"{option} {name!r} is given twice ({old:g} and {v:g}); give "
+                                 "one work per call for each NAME")
+            setattr(w, attr, v)
     return list(merged.values())
 
 
