@@ -342,6 +342,31 @@ def test_a_report_cut_at_its_default_length_says_how_many_rows_it_left_out(tmp_p
     assert f"... {n - 15} more rows: `cuptiprof report {f} --top {n}` shows every one" in r.stdout
 
 
+def test_the_command_a_cut_report_names_keeps_its_steps(tmp_path, capsys):
+    """A report of some steps, cut at its default length, names the command that shows every
+    row of those steps: with its --steps, as the count it gives is of them (without, the command
+    printed the rows of every step); a path with a space is quoted to paste as one argument."""
+    import shlex
+
+    from cuptiprof.cli import main
+    f = write_synthetic(tmp_path / "my run.duckdb", steps=4, kernels_per_step=60, devices=1,
+                        n_names=40, seed=2)
+    assert main(["report", str(f), "--by", "op", "--steps", "1:2", "--format", "json", "--top", "1000"]) == 0
+    n = len(json.loads(capsys.readouterr().out))
+    assert n > 15
+    path = shlex.quote(str(f))
+    for args, hint in ((["--by", "op"], f"`cuptiprof report {path} --by ops --steps 1:2 --top {n}`"),
+                       ([], f"`cuptiprof report {path} --steps 1:2 --top {n}`")):
+        assert main(["report", str(f), *args, "--steps", "1:2"]) == 0
+        out = capsys.readouterr().out
+        assert f"... {n - 15} more rows: {hint} shows every one" in out, out[-600:]
+        assert main(shlex.split(hint.strip("`"))[1:]) == 0   # as pasted: every row, none left out
+        assert "more row" not in capsys.readouterr().out.split("\nranges:")[0]
+    # an open or negative range is given as written
+    assert main(["report", str(f), "--by", "op", "--steps=-5:"]) == 0
+    assert f"`cuptiprof report {path} --by ops --steps=-5: --top" in capsys.readouterr().out
+
+
 def test_steps_that_begin_with_a_minus_are_taken_as_written(run_file):
     """Step numbers may be negative: `--steps -2:1` failed with argparse's "expected one
     argument", and only `--steps=-2:1` worked."""

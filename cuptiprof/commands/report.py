@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 from cuptiprof.analyse import catalog
@@ -101,7 +102,8 @@ def _summary(fmt: str) -> list[str]:
 def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=None) -> None:
     """Print reports one after the other (JSON: one object keyed by report name)."""
     out = out or sys.stdout
-    file = f" {prof.path}" if prof.path else ""
+    file = f" {shlex.quote(str(prof.path))}" if prof.path else ""
+    steps = _steps_option(prof)
     if fmt == "json" and len(names) > 1:
         doc = {}
         for name in names:
@@ -134,16 +136,27 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
         render(rel, fmt, out=out, title=f"{name}: {doc.summary}" if fmt != "csv" else None,
                whole=WHOLE.get(name, ()))
         if more > 0 and steps_cut:
-            out.write(f"... {counted(more, 'more row')}: `cuptiprof report{file} --by step` "
+            out.write(f"... {counted(more, 'more row')}: `cuptiprof report{file} --by step{steps}` "
                       f"prints every step (step_spread below sums them up)\n\n")
         elif more > 0 and fmt in ("table", "markdown"):
             by = f" --by {name}" if len(names) == 1 else ""
-            out.write(f"... {counted(more, 'more row')}: `cuptiprof report{file}{by} --top "
+            out.write(f"... {counted(more, 'more row')}: `cuptiprof report{file}{by}{steps} --top "
                       f"{cut + more}` shows every one\n\n")
         else:
             _note_cut(name, cut, more)
         if fmt == "csv" and len(names) > 1:
             out.write("\n")
+
+
+def _steps_option(prof) -> str:
+    """The --steps of the scope, for the commands a cut table names: the rows it counts are
+    those of these steps ('' for the default scope)."""
+    rng = getattr(prof, "step_range", None)
+    if rng is None:
+        return ""
+    lo, hi = ("" if v is None else str(v) for v in rng)
+    text = f"{lo}:{hi}"
+    return f" --steps={text}" if text.startswith("-") else f" --steps {text}"
 
 
 def _report(prof, name: str, top: int | None):
