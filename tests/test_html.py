@@ -473,6 +473,23 @@ def test_text_report_of_a_run_without_a_gpu_says_its_gpu_time_is_cpu_op_time(tmp
     assert capsys.readouterr().out.splitlines()[1] == ""
 
 
+def test_one_text_report_of_a_run_without_a_gpu_says_its_gpu_time_is_cpu_op_time(tmp_path, evil, capsys):
+    """`report --by op` (one table, 'top GPU ops', pct_gpu_time) of a file recorded without a GPU
+    says above its table what GPU time means there, as the summary does; CSV and JSON stay the
+    table alone, and a GPU file gets no such line."""
+    db = _cpu_run(tmp_path / "cpu.duckdb")
+    for fmt in ("table", "markdown"):
+        assert main(["report", str(db), "--by", "op", "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("no GPU activity in this file: it holds CPU op times from torch.profiler"), out
+        assert "ops: top GPU ops" in out
+    for fmt in ("csv", "json"):
+        assert main(["report", str(db), "--by", "op", "--format", fmt]) == 0
+        assert "no GPU activity" not in capsys.readouterr().out
+    assert main(["report", str(evil[1]), "--by", "op"]) == 0
+    assert capsys.readouterr().out.startswith("ops: top GPU ops")
+
+
 def test_report_of_host_side_ranges_only_claims_no_cpu_op_times(tmp_path, capsys):
     """profile() without a GPU records host-side ranges only (a 'cpu' device, no op rows): the
     report does not say that the file holds CPU op times from torch.profiler."""

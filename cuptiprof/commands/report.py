@@ -118,6 +118,10 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
         path = md_escape(str(prof.path)) if fmt == "markdown" else prof.path   # the user's text
         out.write(f"cuptiprof report: {path}  (scope: {prof.scope})\n")
         out.write(_cpu_note(prof) + "\n")
+    elif fmt in ("table", "markdown"):   # one table says GPU as well: what that means here
+        note = _cpu_note(prof)
+        if note:
+            out.write(note + "\n")
     for name in names:
         # a summary's steps are cut here, by --top or at SUMMARY_STEP_ROWS, and the rest counted
         steps_cut = name == "steps" and len(names) > 1 and fmt in ("table", "markdown")
