@@ -5,15 +5,16 @@
 -- and are left out.
 SELECT 'kernel' AS kind, run_id, pid, device_id, stream_id, step, start_ns, end_ns, name_id,
        NULL::VARCHAR AS name, NULL::BIGINT AS bytes
-FROM (SELECT l.run_id, l.pid, l.device_id, l.stream_id, k.step, k.start_ns, k.end_ns, c.name_id
+FROM (SELECT l.run_id, l.pid, l.device_id, l.stream_id, k.step, k.start_ns, k.end_ns, coalesce(m.key_id, c.name_id) AS name_id
       FROM kernel_rows k JOIN lanes l ON l.lane_id = k.lane_id
-      LEFT JOIN (
-          -- one name_id per readable name: a kernel recorded mangled in one run (an Nsight Systems
-          -- export) and readable in another (a Kineto trace) of a merged file is one op, as compare
-          -- and diff key it by its readable name (launch_configs is small: no cost per row)
-          SELECT lc.config_id, min(lc.name_id) OVER (PARTITION BY coalesce(s.demangled, s.value)) AS name_id
-          FROM launch_configs lc LEFT JOIN strings s ON s.string_id = lc.name_id
-      ) c ON c.config_id = k.config_id) WHERE {where}
+      LEFT JOIN launch_configs c ON c.config_id = k.config_id
+      -- a kernel recorded mangled in one run (an Nsight Systems export) and readable in
+      -- another (a Kineto trace) of a merged file is one op, as compare and diff key it by its
+      -- readable name: such names (no others: most files have none) map to one name_id
+      LEFT JOIN (SELECT string_id, key_id FROM (
+                     SELECT string_id, min(string_id) OVER (PARTITION BY coalesce(demangled, value)) AS key_id
+                     FROM strings WHERE string_id IN (SELECT name_id FROM launch_configs))
+                 WHERE key_id <> string_id) m ON m.string_id = c.name_id) WHERE {where}
 UNION ALL
 SELECT 'memcpy', run_id, pid, device_id, stream_id, step, start_ns, end_ns, NULL, 'Memcpy ' || copy_kind, bytes
 FROM memcpys WHERE {where}
