@@ -16,8 +16,8 @@ from cuptiprof.errors import UsageError
 
 _SQL = resources.files("cuptiprof").joinpath("sql")
 # Scope views in dependency order.
-SCOPE_VIEWS = ("sel_activities", "sel_work", "sel_kernel_spans", "sel_kernel_time", "sel_busy",
-               "sel_steps", "sel_ranges", "sel_range_up", "sel_cut_steps", "sel_step_busy")
+SCOPE_VIEWS = ("sel_name_keys", "sel_activities", "sel_work", "sel_kernel_spans", "sel_kernel_time",
+               "sel_busy", "sel_steps", "sel_ranges", "sel_range_up", "sel_cut_steps", "sel_step_busy")
 # `cuptiprof report --by` name -> report name; Profile.report() takes either.
 BY = {"op": "ops", "step": "steps", "device": "devices", "kind": "kinds", "stream": "streams",
       "outliers": "outliers", "spread": "step_spread", "quality": "quality", "overview": "overview",

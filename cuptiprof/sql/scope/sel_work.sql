@@ -8,13 +8,7 @@ SELECT 'kernel' AS kind, run_id, pid, device_id, stream_id, step, start_ns, end_
 FROM (SELECT l.run_id, l.pid, l.device_id, l.stream_id, k.step, k.start_ns, k.end_ns, coalesce(m.key_id, c.name_id) AS name_id
       FROM kernel_rows k JOIN lanes l ON l.lane_id = k.lane_id
       LEFT JOIN launch_configs c ON c.config_id = k.config_id
-      -- a kernel recorded mangled in one run (an Nsight Systems export) and readable in
-      -- another (a Kineto trace) of a merged file is one op, as compare and diff key it by its
-      -- readable name: such names (no others: most files have none) map to one name_id
-      LEFT JOIN (SELECT string_id, key_id FROM (
-                     SELECT string_id, min(string_id) OVER (PARTITION BY coalesce(demangled, value)) AS key_id
-                     FROM strings WHERE string_id IN (SELECT name_id FROM launch_configs))
-                 WHERE key_id <> string_id) m ON m.string_id = c.name_id) WHERE {where}
+      LEFT JOIN sel_name_keys m ON m.string_id = c.name_id) WHERE {where}
 UNION ALL
 SELECT 'memcpy', run_id, pid, device_id, stream_id, step, start_ns, end_ns, NULL, 'Memcpy ' || copy_kind, bytes
 FROM memcpys WHERE {where}
