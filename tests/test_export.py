@@ -3030,3 +3030,32 @@ def test_readme_pyarrow_read_of_an_imported_traces_parquet_export(tmp_path, monk
     t = space["kernels"].to_table()
     assert t.num_rows == 3 and t.column("host").null_count == 3
     assert t.schema.field("pid").type == pa.int32()
+
+
+def test_a_gpu_annotation_keeps_its_step_through_a_round_trip(tmp_path):
+    """A GPU-side annotation takes the step of the host annotation it mirrors, whose GPU work
+    often runs in the next step: the export says that step, and the import reads it back, not
+    the step open (or none) at the annotation's time on the GPU."""
+    def x(cat, name, ts, dur, pid=1, tid=1, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+                "args": args}
+    ev = [x("user_annotation", "ProfilerStep#1", 0, 100, **{"External id": 1}),
+          x("user_annotation", "ProfilerStep#2", 100, 100, **{"External id": 2}),
+          x("user_annotation", "fwd", 10, 10, **{"External id": 5}),
+          x("user_annotation", "opt", 110, 10, **{"External id": 6}),
+          # each runs on the GPU after its step ended: in the next step, then in none
+          x("gpu_user_annotation", "fwd", 150, 10, pid=0, tid=7, **{"External id": 5}),
+          x("gpu_user_annotation", "opt", 250, 10, pid=0, tid=7, **{"External id": 6}),
+          x("kernel", "k", 150, 10, pid=0, tid=7, device=0, stream=7, correlation=9,
+            **{"External id": 5}),
+          x("cuda_runtime", "cudaLaunchKernel", 12, 2, correlation=9, **{"External id": 5})]
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"traceEvents": ev}))
+    first, out, back = tmp_path / "first.duckdb", tmp_path / "t.json.gz", tmp_path / "back.duckdb"
+    import_traces([src], first)
+    chrome_round_trip(first, out, back)
+    sql = ("SELECT name, step FROM ranges WHERE domain = 'gpu_user_annotation' ORDER BY start_ns")
+    for path in (first, back):
+        con = duckdb.connect(str(path), read_only=True)
+        assert con.execute(sql).fetchall() == [("fwd", 1), ("opt", 2)], path.name
+        con.close()

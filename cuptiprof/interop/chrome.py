@@ -527,8 +527,11 @@ def _ranges(source: str, base: int, pids: _Pids, last: int | None = None,
     gpu_pid = pids.gpu_sql(f"CASE WHEN {dev} IS NULL THEN 0 ELSE TRY_CAST({dev} AS BIGINT) END")
     # an annotation of no device is drawn on device 0's pid, which the importer reads as its
     # device where the args name none: where that pid is not the ordinal, args name device 0
+    # and its step as recorded, that of the host annotation it mirrors (by time on the GPU,
+    # the importer would put it in the step its work ran in, often a later one)
     gpu_args = _concat(_obj(("device", _val(f"coalesce({dev}, '0')" if pids.single and
-                                            pids.gpu_base else dev)), ("stream", _val(stream))))
+                                            pids.gpu_base else dev)), ("stream", _val(stream)),
+                            _optional("cuptiprof step", "step IS NOT NULL", _val("step"))))
     # What the category cannot say, in args of cuptiprof's own (Kineto readers show them and
     # read nothing into them): a domain other than the category (an NVTX domain, 'cuptiprof';
     # null: NVTX's default domain), and a warm-up step, which is not a step (no ProfilerStep#:
