@@ -830,3 +830,37 @@ def test_ranges_opening_together_nest_the_longer_outside(tmp_path):
         ("long", None, 0), ("short", "long", 1)]
     assert con.execute("""SELECT r.name FROM api_calls c JOIN ranges r
         ON r.pid = c.pid AND r.range_id = c.range_id""").fetchall() == [("short",)]
+
+
+@pytest.mark.parametrize("table,column", [("CUPTI_ACTIVITY_KIND_KERNEL", "end"),
+                                          ("CUPTI_ACTIVITY_KIND_RUNTIME", "end"),
+                                          ("NVTX_EVENTS", "end")])
+def test_a_row_that_ends_before_it_starts_is_one_line(tmp_path, table, column):
+    """A negative span is not time (the Kineto importer refuses one too): not a row whose
+    duration would subtract from every sum it is in."""
+    src = nsys_export(tmp_path / "bad.sqlite", launches=[(1, 100, 110, 120, 200)],
+                      ranges=[(1, 90, 115, 59, "step 0")])
+    db = sqlite3.connect(src)
+    db.execute(f'UPDATE {table} SET "{column}" = start - 5')
+    db.commit()
+    db.close()
+    r = run_cli("import", src, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("cuptiprof: error: ")
+    assert str(src) in r.stderr and table in r.stderr and "ends before it starts" in r.stderr
+    assert not (tmp_path / "o.duckdb").exists()
+
+
+def test_a_name_stored_as_bytes_is_one_line(tmp_path):
+    """A StringIds value that is a BLOB, not text (a damaged or hand-made export), fails as
+    text that is not UTF-8 does: one line naming the file, no traceback."""
+    src = nsys_export(tmp_path / "bad.sqlite", launches=[(1, 100, 110, 120, 200)])
+    db = sqlite3.connect(src)
+    db.execute("UPDATE StringIds SET value = x'ff00' WHERE id = 2")
+    db.commit()
+    db.close()
+    r = run_cli("import", src, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("cuptiprof: error: ")
+    assert str(src) in r.stderr and "StringIds" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o.duckdb").exists()

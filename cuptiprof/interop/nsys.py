@@ -115,6 +115,9 @@ class NsysFile:
     def _strings(self) -> pa.Array:
         ids, vals = [], []
         for i, v in self.db.execute("SELECT id, value FROM StringIds"):
+            if type(v) is bytes:   # a BLOB: refused as text that is not UTF-8 is (_reading)
+                raise InputError(f"{self.path}: cannot read the Nsight Systems export (StringIds "
+                                 f"id {i} holds bytes, not text)")
             ids.append(i)
             vals.append(v)
         if not ids:
@@ -147,7 +150,26 @@ class NsysFile:
             rows = cur.fetchmany(BATCH_ROWS)
             if not rows:
                 return
-            yield [list(c) for c in zip(*rows)]
+            cols = [list(c) for c in zip(*rows)]
+            if wanted[:2] == ["start", "end"]:
+                self._check_spans(table, cols[0], cols[1])
+            yield cols
+
+    def _check_spans(self, table: str, start: list, end: list) -> None:
+        """A row that ends before it starts is no span of time (a damaged export): refused, as
+        the Kineto importer refuses a negative duration, not summed into every total."""
+        try:
+            (s, s_ok), (e, e_ok) = AC.ints(start), AC.ints(end)
+        except (TypeError, ValueError, OverflowError):
+            return   # not integers: the columns' conversion says so
+        bad = e < s
+        for ok in (s_ok, e_ok):
+            if ok is not None:
+                bad &= ok
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InputError(f"{self.path}: {table}: a row ends before it starts (start {s[i]}, "
+                             f"end {e[i]}); the export is damaged")
 
     def _names(self, ids) -> pa.Array:
         arr, ok = AC.ints(ids)
@@ -307,6 +329,7 @@ class NsysFile:
             out["domain"].append(domains.get((_pid(row[2]), row[4])))
             out["type"].append(row[5])
             out["payload"].append(row[6])
+        self._check_spans("NVTX_EVENTS", out["start"], out["end"])
         return out
 
     @staticmethod
