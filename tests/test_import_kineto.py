@@ -1493,3 +1493,32 @@ def test_a_wrongly_typed_arg_is_named_by_its_key_not_its_place_in_a_piece(tmp_pa
         import_traces([write(tmp_path / "t.json", doc)], tmp_path / "o.duckdb")
     assert str(exc.value).endswith("t.json: event #4: Expected `int | null`, got `str` at "
                                    "`.args.correlation`")
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_an_event_without_a_name_is_unnamed_not_another_events(tmp_path, monkeypatch, native):
+    """A kernel, copy, call or range whose "name" is null or absent has no name (NULL, which
+    reports show as '(unnamed)'), not the name of the last event read; a range without one is
+    no step, whatever the names around it."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    gpu = {"pid": 0, "tid": 7, "dur": 2}
+    ev = [{"ph": "X", "cat": "kernel", "name": "a", "ts": 1, **gpu,
+           "args": {"device": 0, "stream": 7, "correlation": 1}},
+          {"ph": "X", "cat": "kernel", "name": None, "ts": 5, **gpu,
+           "args": {"device": 0, "stream": 7, "correlation": 2}},
+          {"ph": "X", "cat": "gpu_memcpy", "ts": 9, **gpu,
+           "args": {"device": 0, "stream": 7, "correlation": 3, "bytes": 8}},
+          {"ph": "X", "cat": "cuda_runtime", "pid": 1, "tid": 1, "ts": 1, "dur": 1,
+           "args": {"correlation": 2}},
+          {"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": 0, "dur": 30},
+          {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "pid": 1, "tid": 1,
+           "ts": 40, "dur": 10}]
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", trace(ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT name FROM kernels ORDER BY start_ns").fetchall() == [
+            ("a",), (None,)]
+        assert one(con, "SELECT copy_kind FROM memcpys") == ("unknown",)
+        assert one(con, "SELECT name FROM api_calls") == (None,)
+        assert con.execute("SELECT name, kind, step FROM ranges ORDER BY start_ns").fetchall() \
+            == [(None, "user", None), ("ProfilerStep#4", "step", 4)]

@@ -491,11 +491,17 @@ def _per_name(ids: np.ndarray, names: list, fn) -> tuple[np.ndarray, list]:
     """Apply `fn` once per distinct name id; codes into the distinct results. (Also keeps a
     table's dictionary to the names it uses: the writer interns every dictionary value.)"""
     uniq, inv = np.unique(ids, return_inverse=True)
-    return inv, [fn(names[u]) for u in uniq.tolist()]
+    return inv, [fn(names[u] if u >= 0 else None) for u in uniq.tolist()]   # -1: no name
 
 
 def _names(ids: np.ndarray, names: list) -> pa.DictionaryArray:
-    return AC.dictionary(*_per_name(ids, names, _same))
+    """Names by id; an event without one (null or absent: id -1) has none (NULL)."""
+    inv, values = _per_name(ids, names, _same)
+    if None not in values:
+        return AC.dictionary(inv, values)
+    none = values.index(None)
+    return pa.DictionaryArray.from_arrays(AC.array(np.where(inv == none, 0, inv), pa.int32(),
+                                                   inv != none), AC.strings(values))
 
 
 class KinetoFile:
@@ -1273,7 +1279,8 @@ class KinetoFile:
         c_corr = np.where(c_corr_ok, C.get("corr"), -1)
         names = self.name_list
         # ProfilerStep#N ranges are the steps.
-        step_of_name = np.full(len(names), -1, np.int64)
+        # (one more entry, for id -1: a range without a name, which is no step)
+        step_of_name = np.full(len(names) + 1, -1, np.int64)
         for i, n in enumerate(names):
             m = _STEP_RE.match(n) if type(n) is str else None
             if m:
@@ -1284,7 +1291,8 @@ class KinetoFile:
         # later torch writes them as user_annotation, and they are not ops (cuptiprof's export
         # writes a range's kind as recorded: an op stays one)
         annot = np.fromiter((type(n) is str and "#" in n and not n.startswith("aten::")
-                             and step_of_name[i] < 0 for i, n in enumerate(names)), bool, len(names))
+                             and step_of_name[i] < 0 for i, n in enumerate([*names, None])),
+                            bool, len(names) + 1)
         if len(r_name) and annot.any() and not self.links:
             r_code = np.where((r_code == 0) & annot[r_name], np.int8(1), r_code)
         is_step = (r_stepn >= 0) & (r_code != 3)
@@ -1531,7 +1539,7 @@ class KinetoFile:
         at = np.full(len(event), -1, np.int64)
         at[idx] = np.arange(len(idx))
         names = self.name_list
-        work = idx[intervals_work([names[i] for i in r_name[idx].tolist()],
+        work = idx[intervals_work([names[i] if i >= 0 else None for i in r_name[idx].tolist()],
                                   np.where(up[idx] >= 0, at[up[idx]], -1),
                                   r_end[idx] - r_start[idx])]
         n = len(work)
