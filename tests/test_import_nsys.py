@@ -864,3 +864,18 @@ def test_a_name_stored_as_bytes_is_one_line(tmp_path):
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("cuptiprof: error: ")
     assert str(src) in r.stderr and "StringIds" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "o.duckdb").exists()
+
+
+def test_a_gzipped_export_says_to_decompress_it(tmp_path):
+    """An export gzipped to ship it is not a trace with invalid JSON: the line says what it is
+    and what to do."""
+    import gzip
+    src = nsys_export(tmp_path / "run.sqlite", launches=[(1, 100, 110, 120, 200)])
+    gz = tmp_path / "run.sqlite.gz"
+    gz.write_bytes(gzip.compress(src.read_bytes()))
+    r = run_cli("import", gz, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("cuptiprof: error: ")
+    assert str(gz) in r.stderr and "gzipped SQLite" in r.stderr and "gunzip" in r.stderr
+    assert "JSON" not in r.stderr
+    assert not (tmp_path / "o.duckdb").exists()

@@ -28,15 +28,20 @@ from cuptiprof.store.writer import RunInfo, Writer
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def _is_tar(path: Path, head: bytes) -> bool:
-    """A tar archive (gzipped or not): its first header names 'ustar' at byte 257."""
+def _first_block(path: Path, head: bytes) -> bytes:
+    """The file's first 512 bytes, decompressed where it is gzipped (b"": unreadable)."""
     try:
         with open(path, "rb") as fh:
             block = fh.read(4096)
         if head[:2] == b"\x1f\x8b":
             block = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(block, 512)
     except (OSError, zlib.error):
-        return False
+        return b""
+    return block[:512]
+
+
+def _is_tar(block: bytes) -> bool:
+    """A tar archive (gzipped or not): its first header names 'ustar' at byte 257."""
     return block[257:262] == b"ustar"
 
 
@@ -45,9 +50,14 @@ def trace_kind(path: Path) -> str:
     head = read_head(path, "a trace file")
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
-    if _is_tar(path, head):
+    block = _first_block(path, head)
+    if _is_tar(block):
         raise InputError(f"{path}: a tar archive, not a trace; extract it (tar xf {path}) and "
                          "import the trace files inside")
+    if head[:2] == b"\x1f\x8b" and block.startswith(SQLITE_MAGIC):
+        raise InputError(f"{path}: a gzipped SQLite file (an Nsight Systems export?), which is "
+                         f"imported uncompressed; decompress it (gunzip -k {path}) and import "
+                         "the .sqlite file")
     if looks_like_json(path, head):
         return "kineto"
     if head[8:12] == b"DUCK":   # a cuptiprof file given to import, alone or beside traces
