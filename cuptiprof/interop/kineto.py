@@ -1335,9 +1335,10 @@ class KinetoFile:
                 hit = h_ext[pos] == g_ext
                 r_step[g_at[hit]] = r_step[a_at[~a_gpu][first[pos[hit]]]]
         if self.links and len(r_step):
-            # cuptiprof's export says a GPU-side annotation's step as recorded (none: none)
-            gpu_ann = r_code == 3
-            r_step[gpu_ann] = _step_arg(R)[gpu_ann]
+            # cuptiprof's export says a GPU-side annotation's step as recorded, where it had one
+            said = _step_arg(R)
+            gpu_ann = (r_code == 3) & (said >= 0)
+            r_step[gpu_ann] = said[gpu_ann]
         # a call takes a step, never a warm-up (whose work has no step, as recorded): as the
         # collector gives it, its own thread's step or warm-up first (in a warm-up: none), else
         # the latest-started step of any thread that holds it
