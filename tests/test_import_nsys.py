@@ -851,18 +851,23 @@ def test_a_row_that_ends_before_it_starts_is_one_line(tmp_path, table, column):
     assert not (tmp_path / "o.duckdb").exists()
 
 
-def test_a_name_stored_as_bytes_is_one_line(tmp_path):
-    """A StringIds value that is a BLOB, not text (a damaged or hand-made export), fails as
-    text that is not UTF-8 does: one line naming the file, no traceback."""
-    src = nsys_export(tmp_path / "bad.sqlite", launches=[(1, 100, 110, 120, 200)])
+@pytest.mark.parametrize("table,sql", [
+    ("StringIds", "UPDATE StringIds SET value = x'ff00' WHERE id = 2"),
+    ("NVTX_EVENTS", "UPDATE NVTX_EVENTS SET text = x'ff00'")])
+def test_a_name_stored_as_bytes_is_one_line(tmp_path, table, sql):
+    """A StringIds value or an NVTX range's text that is a BLOB, not text (a damaged or
+    hand-made export), fails as text that is not UTF-8 does: one line naming the file, no
+    traceback."""
+    src = nsys_export(tmp_path / "bad.sqlite", launches=[(1, 100, 110, 120, 200)],
+                      ranges=[(1, 90, 115, 59, "step 0")])
     db = sqlite3.connect(src)
-    db.execute("UPDATE StringIds SET value = x'ff00' WHERE id = 2")
+    db.execute(sql)
     db.commit()
     db.close()
     r = run_cli("import", src, "-o", tmp_path / "o.duckdb")
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("cuptiprof: error: ")
-    assert str(src) in r.stderr and "StringIds" in r.stderr and "Traceback" not in r.stderr
+    assert str(src) in r.stderr and table in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "o.duckdb").exists()
 
 

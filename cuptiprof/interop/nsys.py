@@ -324,6 +324,9 @@ class NsysFile:
              f"FROM NVTX_EVENTS e {join} "
              f"WHERE e.eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))}) AND e.\"end\" IS NOT NULL")
         for row in self.db.execute(q):
+            if type(row[3]) is bytes:   # a BLOB: refused as text that is not UTF-8 is
+                raise InputError(f"{self.path}: cannot read the Nsight Systems export (an "
+                                 "NVTX_EVENTS range's text holds bytes, not text)")
             for k, v in zip(("start", "end", "gtid", "text"), row):
                 out[k].append(v)
             out["domain"].append(domains.get((_pid(row[2]), row[4])))
