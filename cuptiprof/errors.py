@@ -85,9 +85,25 @@ def storage_error(exc: Exception, path: str | None = None) -> str:
 
 def env_seconds(name: str, default: float) -> float:
     """A number of seconds from the environment variable `name`; `default` where it is unset,
-    not a number or negative (a tuning knob: a typo must not stop the profiled program)."""
+    empty, not a number or negative (a tuning knob: a typo must not stop the profiled program;
+    `cuptiprof run` says so once, env_seconds_problem)."""
+    v = _seconds(os.environ.get(name, ""))
+    return default if v is None else v
+
+
+def env_seconds_problem(name: str, default: float) -> str | None:
+    """Why env_seconds(name, default) falls back to its default for a value that is set, or
+    None where it is unset, empty or usable."""
+    raw = os.environ.get(name, "")
+    if not raw.strip() or _seconds(raw) is not None:
+        return None
+    return (f"{name}={raw!r} is not a number of seconds >= 0; using the default, {default:g} s "
+            f"(set it to a number such as {default:g}, or unset it)")
+
+
+def _seconds(raw: str) -> float | None:
     try:
-        v = float(os.environ.get(name, default))
+        v = float(raw)
     except ValueError:
-        return default
-    return v if v >= 0 else default
+        return None
+    return v if v >= 0 else None   # NaN too

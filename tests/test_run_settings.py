@@ -115,3 +115,44 @@ def test_a_run_under_settings_that_are_not_an_object_records_its_command(tmp_pat
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
     assert q(tmp_path / "own.duckdb", "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
+
+
+def test_a_tuning_knob_that_is_not_a_number_is_said_once_and_the_program_runs(tmp_path):
+    """CUPTIPROF_FLUSH_EVERY_S / CUPTIPROF_OPS_EVERY_S with a typo fall back to their default:
+    the launcher says so in one warning line each (not once per profiled process), and the
+    program runs to its end."""
+    from _run_helpers import cli, q, script
+    import sys
+
+    script(tmp_path, "import cuptiprof\nwith cuptiprof.range('step', step=0):\n    pass\n",
+           name="child.py")
+    p = script(tmp_path, f"""\
+        import subprocess, sys
+        import cuptiprof
+        with cuptiprof.range('step', step=0):
+            pass
+        sys.exit(subprocess.call([sys.executable, {str(tmp_path / 'child.py')!r}]))
+        """)
+    r = cli(["run", "-o", "knob.duckdb", "--no-report", "--light", "--", sys.executable, p],
+            tmp_path, CUPTIPROF_FLUSH_EVERY_S="1s", CUPTIPROF_OPS_EVERY_S="-2")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("cuptiprof: warning:")]
+    assert len(warnings) == 2, r.stderr
+    flush, = [w for w in warnings if "CUPTIPROF_FLUSH_EVERY_S" in w]
+    assert "'1s'" in flush and "default" in flush and "1" in flush.split("default", 1)[1]
+    ops, = [w for w in warnings if "CUPTIPROF_OPS_EVERY_S" in w]
+    assert "'-2'" in ops and "default" in ops
+    assert q(tmp_path / "knob.duckdb", "SELECT count(*) FROM processes") == [(2,)]
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "2", " 3 ", ""])
+def test_a_tuning_knob_that_is_a_number_or_empty_gets_no_warning(tmp_path, value):
+    from _run_helpers import cli, script
+    import sys
+
+    p = script(tmp_path, "print('ran')\n")
+    r = cli(["run", "-o", "ok.duckdb", "--no-report", "--light", "--", sys.executable, p],
+            tmp_path, CUPTIPROF_FLUSH_EVERY_S=value, CUPTIPROF_OPS_EVERY_S=value)
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr, r.stderr

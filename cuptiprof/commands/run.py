@@ -49,7 +49,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from cuptiprof.run.launcher import (LaunchOptions, launch, outer_run, split_kinds, stand_aside,
-                                        validate)
+                                        validate, warn_knobs)
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -71,7 +71,8 @@ def run(args) -> int:
     outer = outer_run()
     if outer is not None:
         validate(cmd, opts)
-        return stand_aside(cmd, outer, args.output)
+        return stand_aside(cmd, outer, args.output)   # the outer run warned of its knobs
+    validate(cmd, opts)   # a mistake gets its one error line, before any warning
     if args.overhead:
         from cuptiprof.run.overhead import measure
 
@@ -84,5 +85,7 @@ def run(args) -> int:
         repeat = 3 if args.repeat is None else args.repeat
         if repeat < 1:
             raise UsageError(f"--repeat {repeat}: must be at least 1")
+        warn_knobs()
         return measure(cmd, opts, repeat)
+    warn_knobs()
     return launch(cmd, opts).exit_code

@@ -139,6 +139,18 @@ def _check_step_fn(spec: str, cmd: list[str]) -> None:
         raise InputError(f"--step-fn {spec}: cannot import {top!r} (not on the command's Python path)")
 
 
+def warn_knobs() -> None:
+    """One warning line per tuning knob set to what is not a number of seconds: each profiled
+    process falls back to its default silently (a typo must not stop the program), so the
+    launcher says it, once for the run."""
+    from cuptiprof.errors import env_seconds_problem
+
+    for name, default in S.KNOBS.items():
+        msg = env_seconds_problem(name, default)
+        if msg:
+            print(f"cuptiprof: warning: {msg}", file=sys.stderr)
+
+
 def output_path(requested: str | None) -> Path:
     if requested is not None and not requested.strip():
         # -o "$OUT" with OUT unset: not a request for the default name

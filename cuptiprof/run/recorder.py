@@ -27,6 +27,7 @@ from cuptiprof import ranks
 from cuptiprof.errors import env_seconds
 from cuptiprof.forking import keep_forever
 from cuptiprof.markers import attrs_json, left_inside
+from cuptiprof.run import settings as S
 from cuptiprof.run.settings import ChildSettings
 from cuptiprof.work_ops import is_kernel as _is_kernel
 from cuptiprof.work_ops import judge_names as _judge_names
@@ -90,10 +91,10 @@ class Recorder:
         self.step_now = None                   # the collector's current step, when it has the steps
         # torch.profiler hands its ops over only when stopped: it is cycled at a step's end, at
         # most this often (each cycle costs tens of ms of host time between steps)
-        self.ops_every_s = env_seconds("CUPTIPROF_OPS_EVERY_S", 1.0)
+        self.ops_every_s = env_seconds(S.OPS_EVERY_S, S.KNOBS[S.OPS_EVERY_S])
         # ranges and logs are committed at a step's end at most this often, or with the ops (a
         # commit costs milliseconds however little it holds: at every step it doubled 5 ms steps)
-        self.flush_every_s = env_seconds("CUPTIPROF_FLUSH_EVERY_S", 1.0)
+        self.flush_every_s = env_seconds(S.FLUSH_EVERY_S, S.KNOBS[S.FLUSH_EVERY_S])
         self._flushed_at = time.monotonic()
         self._prof_thread = None               # the thread that started it (cycled there only)
         self.op_steps: set = set()             # recorded steps with ops written

@@ -32,6 +32,14 @@ FAKE_CUPTI = "CUPTIPROF_FAKE_CUPTI"
 # Kineto's log level: the CPU fallback uses torch.profiler, whose start/stop lines are noise.
 KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"
 
+# Tuning knobs the user may set, read by each profiled process (recorder.py), with their
+# defaults in seconds: how often torch.profiler hands its ops over without a GPU, and how often
+# a step's end commits. A value that is not a number falls back to the default; the launcher
+# says so once (launcher.warn_knobs).
+OPS_EVERY_S = "CUPTIPROF_OPS_EVERY_S"
+FLUSH_EVERY_S = "CUPTIPROF_FLUSH_EVERY_S"
+KNOBS = {OPS_EVERY_S: 1.0, FLUSH_EVERY_S: 1.0}
+
 # Modes of a child: 'profile' records (CUPTI, or the CPU fallback); 'light' records ranges and
 # logs only; 'time' only times the steps (the baseline of --overhead).
 MODES = ("profile", "light", "time")
