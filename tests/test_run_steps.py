@@ -293,6 +293,34 @@ def test_warmup_and_steps_with_cuptiprof_range(tmp_path):
         == [([0, 1, 2, 3, 4, 5, 6],)]
 
 
+@pytest.mark.parametrize("mode, extra", [(["--light"], {}), ([], {}),
+                                         ([], {"CUPTIPROF_FAKE_CUPTI": "1"})],
+                         ids=["light", "cpu", "collector"])
+@pytest.mark.parametrize("counts, short", [
+    (["--warmup", "1", "--steps", "5"], (2, "5 steps were asked for after 1 warm-up steps; 2 were recorded")),
+    (["--warmup", "5"], (0, "3 steps were marked, all within the 5 warm-up steps")),
+    (["--warmup", "1", "--steps", "2"], None)])
+def test_fewer_steps_than_asked_for_are_said_in_data_quality(tmp_path, mode, extra, counts, short):
+    """A program that marks fewer steps than --warmup/--steps ask for gets a steps_short row,
+    with the CUPTI collector and without (the CPU ops, --light) alike."""
+    p = script(tmp_path, """
+        import subprocess, sys, cuptiprof
+        subprocess.run([sys.executable, "-c", "pass"], check=True)   # a helper marks no step
+        for i in range(3):
+            with cuptiprof.step(i):
+                pass
+    """)
+    r = cli(["run", "-o", "s.duckdb", "--no-report", *mode, *counts, "--", PY, p], tmp_path,
+            **extra)
+    assert r.returncode == 0, r.stderr
+    rows = q(tmp_path / "s.duckdb", "SELECT count, detail FROM data_quality "
+                                    "WHERE check_name = 'steps_short'")
+    if short is None:
+        assert rows == []
+    else:
+        assert len(rows) == 1 and rows[0][0] == short[0] and rows[0][1].startswith(short[1]), rows
+
+
 def test_a_step_inside_a_step_is_a_range_of_it(tmp_path):
     """Steps do not nest: a range named step opened inside a step is a range of that step, and
     counts for neither warm-up nor --steps."""

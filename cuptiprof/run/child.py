@@ -315,6 +315,7 @@ def _close_for_exec() -> dict | None:
         state = {"pid": os.getpid(), "image": _rec.image + 1, "seen": seen, "recorded": recorded}
         if _collector is not None:
             _collector.steps = None   # not short of steps: the next image goes on counting
+        _rec.goes_on = True
         _close_recording("complete")
         return state
     except Exception as exc:

@@ -74,6 +74,7 @@ class Recorder:
         self.seen = 0                          # step ranges begun (warm-up included)
         self.recorded = 0                      # recorded steps finished
         self.done = False                      # N steps recorded: collection off
+        self.goes_on = False                   # closed for an exec: the next image counts on
         self.ranges: list[tuple] = []          # finished range rows waiting for a flush
         self.logs: list[tuple] = []
         self.step_times: list[tuple] = []      # (step, duration_ns) of recorded steps
@@ -501,6 +502,7 @@ class Recorder:
                               "inside it): CPU ops that ran while both were open are credited to "
                               "the step begun last",
                               count=self._interleaved)
+            self._steps_short()
             self.closed = True
             # Ranges still open (a crash inside a step) are written without an end.
             for st in self._stack():
@@ -520,6 +522,20 @@ class Recorder:
                 self.writer.close(status, end_ns=end)
         except Exception as exc:
             print(f"cuptiprof: could not finish {self.part_path('.duckdb')}: {exc}", file=sys.stderr)
+
+    def _steps_short(self) -> None:
+        """Fewer steps than --warmup/--steps ask for, as the collector says it: not for a
+        process that marked none (a helper), nor for an image whose process goes on in another
+        program (exec), which counts on from its steps; with the collector, it counts them."""
+        if not self.seen or self.goes_on or self.mode == "logs":
+            return
+        s = self.s
+        if s.steps is not None and self.recorded < s.steps:
+            self._quality("steps_short", None, f"{s.steps} steps were asked for after {s.warmup} "
+                          f"warm-up steps; {self.recorded} were recorded", count=self.recorded)
+        elif s.steps is None and s.warmup and not self.recorded:
+            self._quality("steps_short", None, f"{self.seen} steps were marked, all within the "
+                          f"{s.warmup} warm-up steps: no step was recorded", count=0)
 
     def forget_after_fork(self) -> None:
         """In a forked child: the parent's writer, buffers and step counts are not ours (a
