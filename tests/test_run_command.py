@@ -59,6 +59,8 @@ def test_spawned_workers_show_their_own_command(tmp_path, path):
 @pytest.mark.parametrize("args,says", [
     ([], "run needs a command after --"),
     (["--"], "run needs a command after --"),
+    (["--", ""], "the command is empty ('')"),      # `cuptiprof run -- "$CMD"` with CMD unset
+    (["--", " "], "the command is empty (' ')"),
     (["--overhead", "--repeat", "0", "--", PY, "-c", "print('ran')"], "--repeat 0: must be at least 1"),
     (["--overhead", "--repeat", "-2", "--", PY, "-c", "print('ran')"], "--repeat -2: must be at least 1"),
 ])

@@ -79,6 +79,9 @@ def validate(cmd: list[str], o: LaunchOptions) -> str:
     """Check everything the user gave before anything starts; returns the resolved executable."""
     if not cmd:
         raise UsageError("run needs a command after --, e.g. cuptiprof run -- python infer.py")
+    if not cmd[0].strip():   # `cuptiprof run -- "$CMD"` with CMD unset
+        raise UsageError(f"the command is empty ({cmd[0]!r}); give the program to run after --, "
+                         "e.g. cuptiprof run -- python infer.py")
     if o.steps is not None and o.steps < 1:
         raise UsageError(f"--steps {o.steps}: must be at least 1 (leave it out to record every step)")
     if o.warmup < 0:
