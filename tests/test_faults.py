@@ -224,6 +224,32 @@ def test_signal_to_launcher_is_forwarded_and_data_flushed(tmp_path, tally, sig):
     assert q(out, "SELECT exit_status FROM processes") == [(128 + sig,)]
 
 
+@pytest.mark.parametrize("mode, extra", [([], FAKE), ([], {}), (["--light"], {})],
+                         ids=["collector", "cpu", "light"])
+def test_a_step_a_signal_cut_short_is_marked_incomplete(tmp_path, tally, mode, extra):
+    """SIGTERM ends the program inside step 3 without unwinding it: that step is written open
+    and marked step_incomplete, so the steps report does not call it complete, with the CUPTI
+    collector and without alike."""
+    p = script(tmp_path, LOOP)
+    proc = subprocess.Popen([PY, "-m", "cuptiprof", "run", "-o", "c.duckdb", "--no-report", *mode,
+                             "--", PY, p], cwd=tmp_path, env=env(**extra), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(tmp_path / "ready", proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    out = tmp_path / "c.duckdb"
+    assert q(out, "SELECT step FROM ranges WHERE kind = 'step' AND end_ns IS NULL") == [(3,)]
+    assert q(out, "SELECT subject FROM data_quality WHERE check_name = 'step_incomplete'") \
+        == [("3",)]
+    r = cli(["report", out, "--by", "step", "--format", "csv"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    import csv, io
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert {row["step"]: row["complete"] for row in rows} == \
+        {"0": "True", "1": "True", "2": "True", "3": "False"}
+
+
 def test_sigterm_while_recording_never_hangs(tmp_path, tally):
     """A program that spends most of its time inside the collector and its commits: SIGTERM
     lands there (possibly inside a DuckDB statement). The child must still stop, promptly,

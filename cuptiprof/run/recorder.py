@@ -503,6 +503,13 @@ class Recorder:
                               "the step begun last",
                               count=self._interleaved)
             self._steps_short()
+            # A step still open (a signal ended the process inside it, a thread's step at exit)
+            # holds only the part that ran, as one an exception ended does
+            from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
+
+            for _, step in sorted(self._open_steps.values()):
+                self._quality(STEP_INCOMPLETE, str(step),
+                              incomplete_detail(step, "the process's end inside it"))
             self.closed = True
             # Ranges still open (a crash inside a step) are written without an end.
             for st in self._stack():
