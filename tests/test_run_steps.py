@@ -321,6 +321,49 @@ def test_fewer_steps_than_asked_for_are_said_in_data_quality(tmp_path, mode, ext
         assert len(rows) == 1 and rows[0][0] == short[0] and rows[0][1].startswith(short[1]), rows
 
 
+@pytest.mark.parametrize("option, says", [
+    (["--step-range", "nope"], "--step-range nope: the program opened no range named 'nope'"),
+    (["--step-fn", "stepmod:never"], "--step-fn stepmod:never: the program never called it"),
+])
+def test_a_step_option_that_marked_nothing_beside_the_programs_own_steps_is_said(
+        tmp_path, option, says):
+    """The steps then are the program's own cuptiprof.range('step'), not those the option
+    asked for: a line says so, where it said nothing."""
+    script(tmp_path, "def never():\n    pass\n", name="stepmod.py")
+    p = script(tmp_path, """
+        import cuptiprof, stepmod
+        for i in range(3):
+            with cuptiprof.step(i):
+                pass
+    """)
+    r = cli(["run", "-o", "o.duckdb", "--no-report", "--light", *option, "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("cuptiprof: warning:")]
+    assert len(warnings) == 1 and says in warnings[0], r.stderr
+    assert "cuptiprof.range('step')" in warnings[0]
+    assert [s for k, s in _steps(tmp_path / "o.duckdb")] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("mode, extra", [(["--light"], {})], ids=["light"])
+@pytest.mark.parametrize("name", ["step", "iteration"])
+def test_a_step_range_the_program_opens_with_cuptiprof_range_is_the_step(tmp_path, name, mode,
+                                                                         extra):
+    """--step-range NAME makes a cuptiprof.range(NAME) a step, with the CUPTI collector as
+    without it (the collector took it for a user range: a run without steps), and no warning."""
+    p = script(tmp_path, f"""
+        import cuptiprof
+        for i in range(3):
+            with cuptiprof.range({name!r}):
+                pass
+    """)
+    r = cli(["run", "-o", "o.duckdb", "--no-report", *mode, "--step-range", name, "--", PY, p],
+            tmp_path, **extra)
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr, r.stderr
+    assert q(tmp_path / "o.duckdb", "SELECT name, step FROM ranges WHERE kind = 'step' "
+                                    "ORDER BY step") == [(name, 0), (name, 1), (name, 2)]
+
+
 def test_a_step_inside_a_step_is_a_range_of_it(tmp_path):
     """Steps do not nest: a range named step opened inside a step is a range of that step, and
     counts for neither warm-up nor --steps."""

@@ -946,7 +946,19 @@ def _note_exit_status() -> None:
         quitter.__call__ = noting(quitter.__call__, 1)
 
 
+def _note_step_option() -> None:
+    """Whether --step-range/--step-fn began steps here, or only the program's own
+    cuptiprof.range('step') did: the launcher says it when no process got one from the option."""
+    if _rec is None or not (_rec.s.step_range or _rec.s.step_fn) or _rec.s.step_range == "step":
+        return   # --step-range step: the program's own cuptiprof.range('step') is what it names
+    if _marked or getattr(_rec, "step_range_seen", False):   # a cuptiprof.range of that name
+        _step_fn_mark("steps.option-marked", "")
+    elif _steps_seen() - _seen_base > 0:
+        _step_fn_mark("steps.own-only", "")
+
+
 def _close_recording(status: str, exit_status: int | None = None) -> None:
+    _note_step_option()
     mixed = _mixed_steps()
     if mixed is not None:
         warn(mixed)

@@ -338,6 +338,9 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
     if msg:   # one process could not hook it, others did and marked steps: not a failed run
         print(f"cuptiprof: warning: {msg} (the steps in {result.output} come from the processes "
               "that had it)", file=sys.stderr)
+    elif not o.quiet and _own_steps_only(parts):
+        print(f"cuptiprof: warning: {_unmatched(o)}; the steps in {result.output} are the ones "
+              "it marks itself with cuptiprof.range('step')", file=sys.stderr)
     shutil.rmtree(parts, ignore_errors=True)
     try:
         if o.report:
@@ -367,6 +370,19 @@ def _has_steps(out: Path) -> bool:
             con.close()
     except duckdb.Error:
         return False
+
+
+def _own_steps_only(parts: Path) -> bool:
+    """--step-range/--step-fn began no step in any process, while the program marked steps of
+    its own (child._note_step_option): those are the run's steps, silently, where the user
+    asked for others."""
+    return (parts / "steps.own-only").exists() and not (parts / "steps.option-marked").exists()
+
+
+def _unmatched(o: LaunchOptions) -> str:
+    if o.step_range:
+        return f"--step-range {o.step_range}: the program opened no range named {o.step_range!r}"
+    return f"--step-fn {o.step_fn}: the program never called it"
 
 
 def _step_fn_problem(parts: Path) -> str | None:

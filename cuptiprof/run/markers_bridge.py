@@ -14,7 +14,10 @@ class RecorderRanges:
         self.rec = rec
 
     def _enter(self, name: str, attrs: dict):
-        step_name = name == "step" or (self.rec.s.step_range is not None and name == self.rec.s.step_range)
+        named = self.rec.s.step_range is not None and name == self.rec.s.step_range
+        if named:
+            self.rec.step_range_seen = True   # --step-range matched (child._note_step_option)
+        step_name = name == "step" or named
         if step_name:
             return self.rec.begin(name, is_step=True, step=step_number(attrs.get("step")),
                                   attrs={k: v for k, v in attrs.items() if k != "step"} or None)
