@@ -108,6 +108,16 @@ def test_runs_without_steps_say_so_and_end_to_end_is_still_compared(monkeypatch,
         "cuptiprof: overhead run 1/1 without profiling: 1.00 s"
 
 
+def test_runs_whose_steps_were_all_warm_up_do_not_read_as_unmarked(monkeypatch, tmp_path):
+    """With --warmup W, a program that marked W steps or fewer recorded none: not "no steps
+    marked", which sent the user looking for markers that are there."""
+    _fake_runs(monkeypatch, tmp_path, [(None, 1.0)], [(None, 2.0)])
+    out = io.StringIO()
+    overhead.measure(["cmd"], LaunchOptions(warmup=9), 1, out)
+    assert _row(out.getvalue(), "per step")[1:] == ["no step recorded (none marked, or all "
+                                                    "within --warmup 9)"]
+
+
 @pytest.mark.parametrize("failed,words", [(("base", 0), "an unprofiled run"),
                                           (("prof", 1), "a profiled run")])
 def test_a_command_that_fails_in_any_run_ends_the_measurement(monkeypatch, tmp_path, failed, words):

@@ -72,7 +72,9 @@ def measure(cmd: list[str], opts: LaunchOptions, repeat: int, out=None) -> int:
         b = [x[idx] for x in runs["base"] if x[idx] is not None]
         p = [x[idx] for x in runs["prof"] if x[idx] is not None]
         if not b or not p:
-            rows.append([label, "", "", "", "", "no steps marked"])
+            # with a warm-up, steps may be marked and every one of them warm-up
+            rows.append([label, "", "", "", "", "no steps marked" if not opts.warmup else
+                         f"no step recorded (none marked, or all within --warmup {opts.warmup})"])
             continue
         mb, mp = statistics.median(b), statistics.median(p)
         rows.append([label, f"{mb:.3f} {unit}", f"{mp:.3f} {unit}", f"{100 * (mp - mb) / mb:+.1f}",
