@@ -344,7 +344,8 @@ def test_a_step_option_that_marked_nothing_beside_the_programs_own_steps_is_said
     assert [s for k, s in _steps(tmp_path / "o.duckdb")] == [0, 1, 2]
 
 
-@pytest.mark.parametrize("mode, extra", [(["--light"], {})], ids=["light"])
+@pytest.mark.parametrize("mode, extra", [(["--light"], {}), ([], {"CUPTIPROF_FAKE_CUPTI": "1"})],
+                         ids=["light", "collector"])
 @pytest.mark.parametrize("name", ["step", "iteration"])
 def test_a_step_range_the_program_opens_with_cuptiprof_range_is_the_step(tmp_path, name, mode,
                                                                          extra):

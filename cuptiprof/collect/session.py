@@ -175,6 +175,10 @@ class Session:
         # empty. A tuple: a task's change never reaches another's.
         self._stack_var: contextvars.ContextVar = contextvars.ContextVar("cuptiprof_ranges", default=())
         self._launcher = False   # the Session `cuptiprof run` starts in each profiled process
+        # `cuptiprof run --step-range NAME`: a cuptiprof.range(NAME) is a step, as without the
+        # collector (its NVTX pushes drive steps of their own, so step_range stays None)
+        self._range_step: str | None = None
+        self._range_step_seen = False
         # CUPTI's external-correlation stack is per OS thread: the ids pushed on each thread,
         # and ids whose range ended elsewhere (another thread, out of order) still to come off
         self._pushed = threading.local()
@@ -545,6 +549,8 @@ class Session:
         if not self.active:
             return None
         step_name = name == "step" or (self.step_range is not None and name == self.step_range)
+        if self._range_step is not None and name == self._range_step:
+            step_name = self._range_step_seen = True
         is_step = step_name
         stack = self._stack()
         if is_step and any(t[9] is not None for t in stack):

@@ -364,6 +364,7 @@ def _start_collector(s: S.ChildSettings, rec: Recorder, state: dict | None = Non
                              kinds=s.kinds, step_range=None, light=False,
                              run_info=RunInfo(label=s.run_label, command=rec.command))
         _collector._launcher = True   # the program's own profile() calls then stand aside
+        _collector._range_step = s.step_range
         if state:   # an exec'd image: steps go on from the old image's count
             _collector.steps_seen, _collector.steps_recorded = state["seen"], state["recorded"]
         _collector.start()
@@ -951,7 +952,8 @@ def _note_step_option() -> None:
     cuptiprof.range('step') did: the launcher says it when no process got one from the option."""
     if _rec is None or not (_rec.s.step_range or _rec.s.step_fn) or _rec.s.step_range == "step":
         return   # --step-range step: the program's own cuptiprof.range('step') is what it names
-    if _marked or getattr(_rec, "step_range_seen", False):   # a cuptiprof.range of that name
+    if _marked or getattr(_rec, "step_range_seen", False) or \
+            getattr(_collector, "_range_step_seen", False):   # a cuptiprof.range of that name
         _step_fn_mark("steps.option-marked", "")
     elif _steps_seen() - _seen_base > 0:
         _step_fn_mark("steps.own-only", "")
