@@ -156,3 +156,16 @@ def test_a_tuning_knob_that_is_a_number_or_empty_gets_no_warning(tmp_path, value
             tmp_path, CUPTIPROF_FLUSH_EVERY_S=value, CUPTIPROF_OPS_EVERY_S=value)
     assert r.returncode == 0, r.stderr
     assert "warning" not in r.stderr, r.stderr
+
+
+def test_a_tuning_knob_warning_does_not_join_a_mistakes_one_error_line(tmp_path):
+    from _run_helpers import cli, script
+    import sys
+
+    p = script(tmp_path, "print('ran')\n")
+    (tmp_path / "taken.duckdb").write_text("")
+    r = cli(["run", "-o", "taken.duckdb", "--light", "--", sys.executable, p], tmp_path,
+            CUPTIPROF_FLUSH_EVERY_S="fast")
+    assert r.returncode == 2 and "ran" not in r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cuptiprof: error: taken.duckdb"), r.stderr

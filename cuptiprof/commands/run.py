@@ -72,7 +72,6 @@ def run(args) -> int:
     if outer is not None:
         validate(cmd, opts)
         return stand_aside(cmd, outer, args.output)   # the outer run warned of its knobs
-    validate(cmd, opts)   # a mistake gets its one error line, before any warning
     if args.overhead:
         from cuptiprof.run.overhead import measure
 
@@ -85,7 +84,7 @@ def run(args) -> int:
         repeat = 3 if args.repeat is None else args.repeat
         if repeat < 1:
             raise UsageError(f"--repeat {repeat}: must be at least 1")
-        warn_knobs()
+        validate(cmd, opts)   # a mistake gets its one error line, before any warning
+        warn_knobs()   # once, not for each of its runs (launch() says it for a run)
         return measure(cmd, opts, repeat)
-    warn_knobs()
     return launch(cmd, opts).exit_code

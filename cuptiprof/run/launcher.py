@@ -273,6 +273,8 @@ def launch(cmd: list[str], o: LaunchOptions) -> LaunchResult:
     except BaseException:
         fwd.__exit__()
         raise
+    if not o.quiet:   # after the checks: a mistake gets its one error line alone
+        warn_knobs()
     try:
         return _run(cmd, o, out, parts, fwd)
     except BaseException:
