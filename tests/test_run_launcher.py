@@ -650,6 +650,18 @@ def test_cuptiprof_disable_left_set_for_the_whole_command_says_so(tmp_path):
             "Python processes") in r.stderr, r.stderr[-500:]
 
 
+def test_a_run_that_profiled_no_process_says_so_without_the_report_too(tmp_path):
+    """--no-report leaves out the report, not the one line saying the file holds nothing of
+    the command: CUPTIPROF_DISABLE left set wrote an empty file without a word."""
+    p = script(tmp_path, "print('ran')\n")
+    r = cli(["run", "-o", "d.duckdb", "--no-report", "--", PY, p], tmp_path, CUPTIPROF_DISABLE="1")
+    assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
+    assert r.stderr.splitlines() == [
+        "cuptiprof: notice: no process of the command was profiled: CUPTIPROF_DISABLE=1 is set "
+        "in the environment, which keeps every process out; unset it (unset CUPTIPROF_DISABLE) "
+        "and run again", "cuptiprof: wrote d.duckdb"]
+
+
 def test_kinds_without_a_gpu_says_it_has_no_effect(tmp_path):
     p = script(tmp_path, "import cuptiprof\nwith cuptiprof.range('step', step=0): pass\n")
     r = cli(["run", "-o", "k.duckdb", "--kinds", "kernel", "memcpy", "--", PY, p], tmp_path,

@@ -41,7 +41,8 @@ def register(sub) -> None:
     p.add_argument("--repeat", type=int, default=None, metavar="R",
                    help="runs of each kind for --overhead (default 3)")
     p.add_argument("--no-report", action="store_true", help="do not print the report at the end "
-                   "(only the line naming the file written)")
+                   "(only the line naming the file written, after a notice where no process of "
+                   "the command was profiled)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command to profile, with its arguments, after --")
     p.set_defaults(func=run)

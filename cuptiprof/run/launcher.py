@@ -348,6 +348,8 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
         if o.report:
             print_summary(result, o)
         elif not o.quiet:   # without -o the file's name is one the user has not seen
+            if not result.profiled:   # not the report: the file holds nothing of the command
+                print(f"cuptiprof: notice: {_none_profiled()}", file=sys.stderr)
             print(f"cuptiprof: wrote {result.output}", file=sys.stderr)
     except OSError as exc:
         # The terminal went away (EIO: the SIGHUP that ended the command), or the reader of
