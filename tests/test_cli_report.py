@@ -342,6 +342,32 @@ def test_a_report_cut_at_its_default_length_says_how_many_rows_it_left_out(tmp_p
     assert f"... {n - 15} more rows: `cuptiprof report {f} --top {n}` shows every one" in r.stdout
 
 
+def test_a_report_cut_by_an_explicit_top_says_how_many_rows_it_left_out(tmp_path, capsys):
+    """--top 3 cuts the ops and ranges tables (alone or in a summary) as the default length
+    does: the rows left out are counted in the same words, or the table reads as complete."""
+    from cuptiprof.cli import main
+    f = write_synthetic(tmp_path / "top.duckdb", steps=2, kernels_per_step=40, devices=1,
+                        n_names=30, blocks=20)
+    import cuptiprof
+    with cuptiprof.open(f) as prof:
+        n_ops, n_ranges = len(prof.report("ops").fetchall()), len(prof.report("ranges").fetchall())
+    assert n_ops > 3 and n_ranges > 3
+    for by, n in (("ops", n_ops), ("ranges", n_ranges)):
+        assert main(["report", str(f), "--by", by, "--top", "3"]) == 0
+        out = capsys.readouterr().out
+        assert f"... {n - 3} more rows: `cuptiprof report {f} --by {by} --top {n}` shows every one" \
+            in out.splitlines(), out[-400:]
+    assert main(["report", str(f), "--top", "3"]) == 0   # the summary
+    out = capsys.readouterr().out
+    ops = out.split("\nops:", 1)[1].split("\nranges:", 1)[0]
+    ranges = out.split("\nranges:", 1)[1].split("\nkinds:", 1)[0]
+    assert f"... {n_ops - 3} more rows: `cuptiprof report {f} --top {n_ops}` shows every one" in ops
+    assert f"... {n_ranges - 3} more rows: `cuptiprof report {f} --top {n_ranges}` shows every one" in ranges
+    # a --top that leaves nothing out says nothing
+    assert main(["report", str(f), "--by", "ops", "--top", str(n_ops)]) == 0
+    assert "more row" not in capsys.readouterr().out
+
+
 def test_the_command_a_cut_report_names_keeps_its_steps(tmp_path, capsys):
     """A report of some steps, cut at its default length, names the command that shows every
     row of those steps: with its --steps, as the count it gives is of them (without, the command

@@ -42,10 +42,10 @@ def register(sub) -> None:
                    help="one breakdown (default: a summary of several; with --html, the page is "
                    "written and this breakdown printed as well); a report's name (--list) works too")
     p.add_argument("--top", type=top_rows, default=None,
-                   help="rows per breakdown (default: 15 for ops, ranges, streams and outliers, "
-                        "the rest counted below the table, or on stderr for csv and json; every "
-                        "row for the others; a summary's steps: the first 20 rows, the rest "
-                        "counted); overview, kinds and quality are always shown whole")
+                   help="rows per breakdown, the rest counted below the table (default: 15 "
+                        "for ops, ranges, streams and outliers, the rest also counted on stderr "
+                        "for csv and json; every row for the others; a summary's steps: the "
+                        "first 20 rows); overview, kinds and quality are always shown whole")
     p.add_argument("--steps", metavar=STEPS_METAVAR, help=f"steps to include: {STEPS_FORMS}")
     p.add_argument("--format", choices=FORMATS, default="table",
                    help=f"{FORMAT_HELP}; csv is one table: the --by breakdown, without --by the "
@@ -110,7 +110,8 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
             rel, cut, more = _report(prof, name, top)
             cols, rows = rows_of(rel)
             doc[name] = [dict(zip(cols, r)) for r in rows]
-            _note_cut(name, cut, more)
+            if top is None:   # a --top given cuts the data as asked: nothing to note
+                _note_cut(name, cut, more)
         from cuptiprof.render.table import write_json
         write_json({"file": str(prof.path), "scope": prof.scope, "reports": doc}, out)
         return
@@ -146,7 +147,7 @@ def print_reports(prof, names, fmt: str = "table", top: int | None = None, out=N
             by = f" --by {name}" if len(names) == 1 else ""
             out.write(f"... {counted(more, 'more row')}: `cuptiprof report{file}{by}{steps} --top "
                       f"{cut + more}` shows every one\n\n")
-        else:
+        elif top is None:
             _note_cut(name, cut, more)
         if fmt == "csv" and len(names) > 1:
             out.write("\n")
@@ -164,12 +165,13 @@ def _steps_option(prof) -> str:
 
 
 def _report(prof, name: str, top: int | None):
-    """(rows, cut, more): the report as printed, the default length it was cut at (0: not
-    cut there) and the rows that cut left out."""
-    cut = _top(name, None) if top is None else 0
+    """(rows, cut, more): the report as printed, the length it was cut at (the default or
+    --top; 0: not cut) and the rows that cut left out: a table cut by --top is counted as one
+    cut by default, or it reads as complete."""
+    cut = _top(name, top)
     if not cut:
-        return prof.report(name, _top(name, top)), 0, 0
-    # these reports hold a row per op, range or stream: fetched whole, then cut
+        return prof.report(name), 0, 0
+    # fetched whole, then cut: the rows left out are counted without running the report twice
     cols, rows = rows_of(prof.report(name))
     return _Rows(cols, rows[:cut]), cut, max(0, len(rows) - cut)
 
