@@ -30,13 +30,14 @@ BASE_OPS = {GEMM_H100: (400.0, 4, "aten::mm"), SOFTMAX: (100.0, 2, "aten::softma
 
 def make_run(path, ops=None, copies=(("HtoD", 8 << 20, 400.0),), steps=5, noise=0.0, seed=0,
              device="NVIDIA H100 80GB HBM3", gap_us=5.0, warmup=1, peaks=True, label=None,
-             record_warmup=False, outside_us=0.0, empty=()):
+             record_warmup=False, outside_us=0.0, empty=(), sync_us=30.0):
     """A small run through the Writer: every step launches the same ops in order on one stream
     (each under a framework op range inside the step range), then the copies on a copy stream,
     one memset and a stream sync. `noise` is the relative step-to-step jitter of durations.
     record_warmup: the warm-up steps' kernels are recorded too (no step, as a run records them);
     outside_us: one kernel of that length launched after the last step, outside every range;
-    empty: steps whose range is recorded but whose GPU work is not (a step that launched none)."""
+    empty: steps whose range is recorded but whose GPU work is not (a step that launched none);
+    sync_us: the length of each step's stream sync (the host waiting after the kernels)."""
     ops = BASE_OPS if ops is None else ops
     rng = np.random.default_rng(seed)
     k = {c: [] for c in ("start_ns", "end_ns", "step", "name", "stream_id", "device_id", "range_id", "op_id")}
@@ -76,10 +77,10 @@ def make_run(path, ops=None, copies=(("HtoD", 8 << 20, 400.0),), steps=5, noise=
             for c, v in (("start_ns", t), ("end_ns", t + 20_000), ("step", s), ("bytes", 1 << 20),
                          ("stream_id", 7), ("device_id", 0)):
                 ms[c].append(v)
-            for c, v in (("start_ns", t), ("end_ns", t + 30_000), ("step", s),
+            for c, v in (("start_ns", t), ("end_ns", t + int(sync_us * 1000)), ("step", s),
                          ("sync_type", "stream_synchronize"), ("device_id", 0)):
                 sy[c].append(v)
-        t = max(t, ct) + 30_000
+        t = max(max(t, ct) + 30_000, t + int(sync_us * 1000))
         r["range_id"].append(step_rid); r["parent_id"].append(None); r["depth"].append(0)
         r["name"].append("step" if recorded else "warmup"); r["start_ns"].append(step_start)
         r["end_ns"].append(t); r["kind"].append("step" if recorded else "warmup")

@@ -796,7 +796,7 @@ def test_a_bar_of_many_steps_is_their_mean_and_names_the_slowest():
     assert len(tips) == 667 and svg.count("<rect") == 2 * 667   # 3 steps a bar
     spike = next(t for t in tips if t.startswith("steps 1233\u20131235"))
     assert spike == ("steps 1233\u20131235 (3 steps), mean per step | slowest: step 1234*, 32.000 ms"
-                     " | kernel: 11.000 ms | memcpy: 0 ms | memset: 0 ms | sync: 0 ms | idle: 1.000 ms")
+                     " | kernel: 11.000 ms | memcpy: 0 ms | memset: 0 ms | idle: 1.000 ms")
     assert tips[-1].startswith("steps 1998\u20131999 (2 steps)")
     # labelled by its first step, starred as a step ended early is
     from cuptiprof.render.html import PARTS, _buckets
@@ -971,6 +971,93 @@ def test_stacked_columns_stack_parts_and_the_tallest_fills_the_plot():
     assert (hk, hi) == (plot_h * 0.75, plot_h * 0.25) and yk + hk == base and yi + hi == yk
     assert (hk2, hi2) == (plot_h * 0.25, plot_h * 0.25) and yk2 + hk2 == base and yi2 + hi2 == yk2
     assert x1 < x2 and '<text x="4" y="12">4.000 ms</text>' in svg
+
+
+def _beside(svg: str) -> list[tuple[float, float, float, float]]:
+    """The bars drawn beside a stacked column (host sync time), not stacked on it."""
+    return [tuple(float(v) for v in m) for m in re.findall(
+        r'<rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)" fill="[^"]*" class="beside"', svg)]
+
+
+def test_sync_time_is_a_bar_beside_the_gpu_work_not_stacked_on_it():
+    """Host sync time is the host waiting, not GPU work: a bar of its own beside the column, on
+    the same scale, so that the stacked column is the step's GPU work and idle time alone."""
+    from cuptiprof.render.html import stacked_columns
+    svg = stacked_columns([("1", {"kernel": 3.0, "idle": 1.0, "sync": 6.0}),
+                           ("2", {"kernel": 2.0, "idle": 1.0})], height=240)
+    base, plot_h = 240 - 28, 240 - 40
+    stacked = [r for r in _rects(svg) if r not in _beside(svg)]
+    (x1, yk, wk, hk), (_, yi, _, hi), (x2, _, _, hk2), (_, _, _, hi2) = stacked
+    # the scale is the tallest bar of either: the 6 ms sync
+    assert '<text x="4" y="12">6.000 ms</text>' in svg
+    assert (hk, hi) == (plot_h / 2, pytest.approx(plot_h / 6, abs=0.05)) and yk + hk == base
+    assert yi + hi == yk
+    assert hk2 + hi2 == pytest.approx(plot_h / 2)
+    (xs, ys, ws, hs), = _beside(svg)   # step 2 has no sync: no bar
+    assert hs == plot_h and ys + hs == base and x1 + wk <= xs < x2
+    tip = re.findall(r"<g><title>([^<]*)</title>", svg)[0]
+    assert tip == "1 | kernel: 3.000 ms | memcpy: 0 ms | memset: 0 ms | idle: 1.000 ms | sync (host wait): 6.000 ms"
+    assert "sync (host wait, beside the bar)" in svg
+    # steps grouped into bars: the sync beside each is the mean of its steps' too
+    from cuptiprof.render.html import BESIDE, PLOT_COLUMNS, STACKED, _buckets
+    cols = [(str(i), {"kernel": 1.0, "sync": 4.0 if i % 2 else 2.0}) for i in range(2 * PLOT_COLUMNS)]
+    assert {d["sync"] for _, d in _buckets(cols, STACKED, "ms", BESIDE)[0]} == {3.0}
+
+
+def test_report_html_steps_plot_stacks_gpu_work_and_draws_sync_beside(tmp_path):
+    """A run whose host waits in syncs far longer than its GPU works: each step's stacked bar is
+    its kernel, copy, memset and idle time as `report --by step` gives them, the sync time a bar
+    of its own (stacked on top it made the bar several times the step's GPU window)."""
+    db = make_run(tmp_path / "s.duckdb", steps=3, sync_us=5000.0)
+    out = tmp_path / "s.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    with cuptiprof.open(db) as prof:
+        rows = _dicts_of(prof.report("steps"))
+    text = out.read_text()
+    steps = text.split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
+    vmax = float(re.search(r'<text x="4" y="12">([\d.,]+) ms</text>', steps).group(1).replace(",", ""))
+    plot_h = 240 - 40
+    groups = re.findall(r"<g><title>(\d+) \|[^<]*</title>(.*?)</g>", steps)
+    assert len(groups) == len(rows) == 3
+    for (step, g), r in zip(groups, rows):
+        assert int(step) == r["step"] and r["sync_ms"] == pytest.approx(5.0)
+        work = r["kernel_ms"] + r["memcpy_ms"] + r["memset_ms"] + r["idle_ms"]
+        stacked = sum(h for _, _, _, h in _rects(g)) - sum(h for _, _, _, h in _beside(g))
+        assert stacked * vmax / plot_h == pytest.approx(work, rel=1e-2)
+        (_, _, _, hs), = _beside(g)
+        assert hs * vmax / plot_h == pytest.approx(r["sync_ms"], rel=1e-2)
+    assert "not GPU work" in steps
+    kinds = text.split("<h2>Kinds</h2>", 1)[1].split("<h2>", 1)[0]
+    assert re.search(r"<title>sync stream_synchronize: [\d.]+ ms, 3 calls, host wait \(not GPU time\)</title>", kinds)
+    # the comparison's kinds and steps per file: sync beside, not stacked, as well
+    out = tmp_path / "c.html"
+    with Comparison([db, make_run(tmp_path / "t.duckdb", steps=3, seed=1)]) as cmp:
+        write_compare(cmp, out, top=15)
+    text = out.read_text()
+    kinds = text.split("<h2>Kinds per file</h2>", 1)[1].split("<h2>", 1)[0]
+    assert len(_beside(kinds)) == 2 and "sync (host wait, beside the bar)" in kinds
+    per_file = text.split("<h2>Steps per file</h2>", 1)[1].split("<h2>", 1)[0]
+    assert len(_beside(per_file)) == 6
+
+
+def _dicts_of(rel) -> list[dict]:
+    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+
+
+def test_cloverleaf_steps_bar_is_its_gpu_window_and_its_syncs_a_bar_beside(shared_traces, tmp_path):
+    """CloverLeaf (nsys) waits 301 ms in event syncs in a 342 ms GPU window: the whole-file bar
+    is the window (kernels, copies and idle), the syncs a bar of their own, as the tables say."""
+    src = shared_traces / "pipit-nsys/cloverleaf-nsys/perlmutter-cloverleaf-cuda.sqlite"
+    db = tmp_path / "clover.duckdb"
+    assert main(["import", str(src), "-o", str(db)]) == 0
+    out = tmp_path / "clover.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    with cuptiprof.open(db) as prof:
+        (window, sync), = prof.report("steps").select("gpu_window_ms, sync_ms").fetchall()
+    steps = out.read_text().split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
+    assert f'<text x="4" y="12">{fmt_value(window)} ms</text>' in steps   # the tallest: the window
+    (_, _, _, hs), = _beside(steps)
+    assert hs * window / (240 - 40) == pytest.approx(sync, rel=1e-2)
 
 
 def test_the_last_bar_of_fewer_steps_is_their_mean():

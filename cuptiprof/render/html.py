@@ -26,6 +26,12 @@ KIND_COLORS = {"kernel": "#4c78a8", "memcpy": "#f58518", "memset": "#54a24b", "s
                "idle": "#bab0ac"}
 RUN_COLORS = ("#4c78a8", "#e45756", "#54a24b", "#f58518", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d")
 PARTS = ("kernel", "memcpy", "memset", "sync", "idle")
+# A step's bar: its GPU work and idle time stacked; host sync time (the host waiting, not GPU
+# work: it overlaps the work it waits for) is a bar of its own beside it, else the stack would
+# stand many times taller than the step's GPU window.
+STACKED = tuple(p for p in PARTS if p != "sync")
+BESIDE = ("sync",)
+BESIDE_LABELS = {"sync": "sync (host wait, beside the bar)"}
 # Characters a table cell shows of a name: about what fits the cell's 520 pixels (_CSS) at 12px.
 CELL_CHARS = 72
 TIMELINE_STEPS = 6  # steps whose timeline is embedded (the typical one and its neighbours)
@@ -158,14 +164,18 @@ def grouped_hbars(keys: Sequence[str], series: Sequence[tuple[str, Sequence[floa
     return "".join(out)
 
 
-def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = PARTS,
+def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = STACKED,
                     unit: str = "ms", height: int = 240, width: int | None = None,
-                    colors: dict | None = None) -> str:
-    """Vertical stacked bars: (label, {part: value}); `colors`: part -> colour (else by kind)."""
+                    colors: dict | None = None, beside: Sequence[str] = BESIDE) -> str:
+    """Vertical stacked bars: (label, {part: value}); `colors`: part -> colour (else by kind).
+    `beside`: parts drawn as a thin bar of their own right of the stack, on the same scale
+    (host sync time: not GPU work, so never stacked on it)."""
     colors = colors or KIND_COLORS
     if not columns:
         return '<p class="note">(nothing to plot)</p>'
-    columns, tips, note = _buckets(columns, parts, unit)
+    columns, tips, note = _buckets(columns, parts, unit, beside)
+    # room is made beside the stacks only where some column has a part to draw there
+    beside = [p for p in beside if any((d.get(p) or 0) > 0 for _, d in columns)]
     n = len(columns)
     # a step number (starred where cut short) is shown whole, a name cut to 8 characters
     labels = [label if _STEP_LABEL.fullmatch(str(label)) else _short(label, 8) for label, _ in columns]
@@ -179,7 +189,9 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
     col_w = min(48, slot - 4) if slot >= 10 else slot * (0.6 if slot >= 3 else 1.0)
     width = width or max(300, round(60 + n * slot + 20))
     plot_h = height - 40
-    vmax = max(sum((d.get(p) or 0) for p in parts) for _, d in columns) or 1.0
+    vmax = max(max([sum((d.get(p) or 0) for p in parts)] + [d.get(p) or 0 for p in beside])
+               for _, d in columns) or 1.0
+    stack_w = col_w * 0.7 if beside else col_w   # the rest of the column: the bars beside
     # every so many columns is labelled, so that the longest label clears the next one shown
     stride = max(1 if n <= 40 else n // 20, math.ceil(need / slot))
     out = [f'<svg class="plot" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
@@ -189,6 +201,7 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
         x = round(60 + i * slot, 2)
         y = height - 28
         tip = [tips[i] if tips else f"{label}"] + [f"{p}: {fmt_value(d.get(p) or 0)} {unit}" for p in parts]
+        tip += [f"{p} (host wait): {fmt_value(d.get(p) or 0)} {unit}" for p in beside]
         out.append(f'<g><title>{esc(" | ".join(tip))}</title>')
         for p in parts:
             v = d.get(p) or 0
@@ -196,24 +209,35 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
                 continue
             hh = plot_h * v / vmax
             y -= hh
-            out.append(f'<rect x="{x}" y="{y:.1f}" width="{col_w:.4g}" height="{hh:.1f}" '
+            out.append(f'<rect x="{x}" y="{y:.1f}" width="{stack_w:.4g}" height="{hh:.1f}" '
                        f'fill="{colors.get(p, "#888")}"></rect>')
+        for j, p in enumerate(beside):
+            v = d.get(p) or 0
+            if v <= 0:
+                continue
+            hh = plot_h * v / vmax
+            w = (col_w - stack_w) / len(beside)
+            out.append(f'<rect x="{x + stack_w + j * w:.2f}" y="{height - 28 - hh:.1f}" width="{w:.4g}" '
+                       f'height="{hh:.1f}" fill="{colors.get(p, "#888")}" class="beside"></rect>')
         out.append("</g>")
         if i % stride == 0:
             out.append(f'<text x="{x + col_w / 2:.1f}" y="{height - 14}" text-anchor="middle">'
                        f'{esc(labels[i])}</text>')
     out.append("</svg>")
-    return "".join(out) + _legend((p, colors.get(p, "#888")) for p in parts) + note
+    return "".join(out) + _legend([(p, colors.get(p, "#888")) for p in parts] +
+                                  [(BESIDE_LABELS.get(p, p), colors.get(p, "#888")) for p in beside]) + note
 
 
 PLOT_COLUMNS = 860   # columns a stacked plot draws at most: about one pixel each across the page
 
 
-def _buckets(columns: Sequence[tuple[str, dict]], parts: Sequence[str], unit: str):
+def _buckets(columns: Sequence[tuple[str, dict]], parts: Sequence[str], unit: str,
+             beside: Sequence[str] = ()):
     """Steps beyond PLOT_COLUMNS (a decode loop of thousands) drawn as runs of consecutive
     steps, each bar the run's mean: (columns, a tooltip per column or None, a note).
     Narrower than a pixel, one column a step could be neither seen nor hovered, and made pages
-    of many MB; the tooltip names each run's slowest column, so a spike is not averaged away."""
+    of many MB; the tooltip names each run's slowest column (by its stacked parts), so a spike
+    is not averaged away. The parts `beside` the stack are averaged too."""
     n = len(columns)
     if n <= PLOT_COLUMNS:
         return columns, None, ""
@@ -223,7 +247,7 @@ def _buckets(columns: Sequence[tuple[str, dict]], parts: Sequence[str], unit: st
         run = columns[i:i + k]
         totals = [sum((d.get(p) or 0) for p in parts) for _, d in run]
         slow = max(range(len(run)), key=totals.__getitem__)
-        mean = {p: sum((d.get(p) or 0) for _, d in run) / len(run) for p in parts}
+        mean = {p: sum((d.get(p) or 0) for _, d in run) / len(run) for p in (*parts, *beside)}
         first, last = str(run[0][0]), str(run[-1][0])
         # a starred step (ended early) keeps its star on the run's label
         label = first.rstrip("*") + ("*" if any(str(c).endswith("*") for c, _ in run) else "")
@@ -619,14 +643,15 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
                 host.setdefault(s["step"], {})[(s["run_id"], s["pid"])] = s["host_ms"] or 0.0
         body.append("<h2>Steps</h2><p class=\"note\">Host time of each step (summed over processes).</p>")
         body.append(stacked_columns(_by_step({k: {"host": sum(v.values())} for k, v in host.items()}, cut),
-                                    ("host",), colors={"host": "#9d755d"}))
+                                    ("host",), colors={"host": "#9d755d"}, beside=()))
     elif only_cpu:
         body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: CPU op time (shown as "
                     "kernel; summed durations) and the time between ops inside the step's window "
                     "(idle).</p>")
     else:
         body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: kernel, copy and memset "
-                    "time (summed durations), host sync time, and GPU idle time inside the step's GPU window.</p>")
+                    "time (summed durations) and GPU idle time in the step's GPU window; the thin bar "
+                    "beside it: host sync time (the host waiting, not GPU work).</p>")
     if not host_only and not per_step and any(whole.values()):
         body.append('<p class="note">No steps recorded: the bar is the whole file.</p>'
                     + stacked_columns([("all", whole)]))
@@ -639,7 +664,8 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
         body.append(_steps_by_range(profile, cut, what, sorted(per_step)))
     body.append("<h2>Kinds</h2>")
     body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["total_ms"],
-                        f'{k["kind"]} {k["detail"] or ""}'.strip() + f': {fmt_value(k["total_ms"])} ms, {_calls(k["count"])}')
+                        f'{k["kind"]} {k["detail"] or ""}'.strip() + f': {fmt_value(k["total_ms"])} ms, {_calls(k["count"])}'
+                        + (", host wait (not GPU time)" if k["kind"] == "sync" else ""))
                        for k in kinds], cls="plot kinds"))
     body.append(table(profile.kinds()))
     if host_only:   # nothing to draw: said once, not as one empty timeline per step
@@ -683,7 +709,7 @@ def _steps_by_range(profile, cut: set, what: str = "GPU", steps: Sequence = ()) 
     colors.update({other: "#bab0ac", "(no range)": "#dddddd"})
     return (f"<h2>Steps by range</h2><p class=\"note\">Each step's {what} time split by the innermost "
             "of the program's own ranges open when it was launched (each piece counted once).</p>"
-            + stacked_columns(_by_step(per, cut), parts, colors=colors))
+            + stacked_columns(_by_step(per, cut), parts, colors=colors, beside=()))
 
 
 def _timelines(profile, step_ids: list, median_step, step_timeline, timeline_processes,
@@ -741,7 +767,8 @@ def write_compare(cmp, out: str | os.PathLike, top: int = 15) -> Path:
                 "file (1 = most time per step); on the right each op at its last rank (a letter "
                 "first where that is not the last file). Hover a line for all its ranks.</p>")
     body.append(bump_chart(shown, letters, ranks))
-    body.append("<h2>Kinds per file</h2><p class=\"note\">Median ms per step of each kind.</p>")
+    body.append("<h2>Kinds per file</h2><p class=\"note\">Median ms per step of each kind: GPU work "
+                "and idle time stacked, host sync time (not GPU work) the thin bar beside.</p>")
     per_run: dict[int, dict] = {r.index: {p: 0.0 for p in PARTS} for r in cmp.runs}
     for k in _dicts(cmp.kinds()):
         per_run[k["run"]][k["kind"]] = per_run[k["run"]].get(k["kind"], 0.0) + (k["ms"] or 0.0)
