@@ -121,6 +121,44 @@ def rows(rel):
     return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
 
 
+def test_kinds_shares_of_gpu_time_add_to_100_and_syncs_are_host_wait_time(tmp_path, capsys):
+    """A run whose host waits 5 ms a step in syncs: sync is host wait time, not GPU work, so the
+    kinds' shares of GPU time (kernel, memcpy, memset) add to 100%, as `report --by kind`'s do,
+    and sync (with idle) is given as a share of the step's GPU window, in a column of its own."""
+    import cuptiprof
+    a = make_run(tmp_path / "a.duckdb", sync_us=5000.0)
+    b = make_run(tmp_path / "b.duckdb", sync_us=5000.0, seed=3)
+    with Comparison([a, b]) as c:
+        kinds = rows(c.kinds())
+        steps = rows(c.steps())
+        wide = c.kinds_side_by_side().to_pylist()
+    for run in (0, 1):
+        mine = {(r["kind"], r["detail"]): r for r in kinds if r["run"] == run}
+        work = [r for (kind, _), r in mine.items() if kind in ("kernel", "memcpy", "memset")]
+        assert sum(r["pct_gpu_time"] for r in work) == pytest.approx(100.0)
+        assert all(r["pct_window"] is None for r in work)
+        window = sorted(s["window_ms"] for s in steps if s["run"] == run)[2]   # the median of 5
+        sync, idle = mine[("sync", None)], mine[("idle", None)]
+        assert sync["pct_gpu_time"] is None and idle["pct_gpu_time"] is None
+        assert sync["pct_window"] == pytest.approx(100 * 5.0 / window) and sync["pct_window"] > 100
+        assert idle["pct_window"] == pytest.approx(100 * idle["ms"] / window)
+        # report --by kind gives the same shares (every step alike: medians are totals / steps)
+        with cuptiprof.open([a, b][run]) as prof:
+            rep = {(r["kind"], r["detail"]): r for r in rows(prof.kinds())}
+        for key, r in mine.items():
+            if key[0] != "idle":
+                assert rep[key if key[0] != "sync" else ("sync", "stream_synchronize")][
+                    "pct_gpu_time"] == (None if r["pct_gpu_time"] is None else pytest.approx(r["pct_gpu_time"]))
+        assert rep[("sync", "stream_synchronize")]["pct_window"] == pytest.approx(sync["pct_window"])
+    # the printed table: each file's pct column adds to 100 over the GPU work kinds
+    assert sum(r["A_pct"] for r in wide if r["kind"] in ("kernel", "memcpy", "memset")) == pytest.approx(100.0)
+    assert [r["A_pct"] for r in wide if r["kind"] in ("sync", "idle")] == [None, None]
+    assert [r["A_pct_window"] is not None for r in wide] == [r["kind"] in ("sync", "idle") for r in wide]
+    assert main(["compare", str(a), str(b), "--table", "kinds"]) == 0
+    out = capsys.readouterr().out
+    assert "pct = share of the step's GPU work" in out and "host wait" in out
+
+
 def test_ops_by_name_show_ratio_rank_and_only_in(pair):
     with Comparison(pair) as c:
         ops = {(r["run"], r["key"]): r for r in rows(c.ops())}
@@ -845,7 +883,9 @@ def test_a_step_without_gpu_work_counts_as_a_step_of_0(tmp_path, capsys):
     with Comparison([a, c]) as cmp:
         kinds = rows(cmp.kinds())
     assert {r["pct_window"] for r in kinds if r["run"] == 1} == {None}
-    assert all(r["pct_window"] > 0 for r in kinds if r["run"] == 0)
+    assert {r["pct_gpu_time"] for r in kinds if r["run"] == 1} == {None}   # no GPU work: no share of it
+    assert all(r["pct_window"] > 0 for r in kinds if r["run"] == 0 and r["kind"] in ("sync", "idle"))
+    assert all(r["pct_gpu_time"] > 0 for r in kinds if r["run"] == 0 and r["kind"] not in ("sync", "idle"))
 
 
 def test_real_trace_with_an_empty_step_compares_both_steps(shared_traces, tmp_path):
@@ -1192,10 +1232,11 @@ def test_per_step_figures_are_medians_over_the_steps_not_the_busiest_step(tmp_pa
         kinds = {(r["run"], r["kind"], r["detail"]): r for r in rows(cmp.kinds())}
         copy = kinds[(0, "memcpy", "HtoD")]
         assert copy["bytes_per_step"] == 1 << 20 and copy["ms"] == pytest.approx(0.01)
-        # windows per step 0.2, 0.2, 0.3 ms: the median step's is 0.2 ms, the copy 5% of it
-        assert copy["pct_window"] == pytest.approx(5.0)
-        assert kinds[(0, "kernel", None)]["pct_window"] == pytest.approx(100.0)
-        assert kinds[(1, "kernel", None)]["pct_window"] == pytest.approx(100.0)
+        # the median step's GPU work: 0.2 ms of kernels and the 0.01 ms copy
+        assert copy["pct_gpu_time"] == pytest.approx(100 * 0.01 / 0.21)
+        assert kinds[(0, "kernel", None)]["pct_gpu_time"] == pytest.approx(100 * 0.2 / 0.21)
+        # windows per step 0.2, 0.2, 0.3 ms, kernels back to back: idle 0% of the median's
+        assert kinds[(0, "idle", None)]["pct_window"] == 0
         # the wide table: 0.2 of the median step's 0.21 ms of GPU work; rows lettered by file
         (wide,) = [r for r in cmp.side_by_side(top=5).to_pylist() if r["key"] == "k"]
         assert (wide["A_ms"], wide["B_x"]) == (0.2, 2.0) and wide["A_pct"] == pytest.approx(100 * 0.2 / 0.21)

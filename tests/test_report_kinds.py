@@ -119,12 +119,13 @@ def test_exposed_copy_time_matches_brute_force(kinds_file, steps):
     assert any(v[2] < v[1] for v in want.values()), "the fixture must hide some copy time"
     assert any(v[2] > 0 for v in want.values()), "the fixture must expose some copy time"
     with cuptiprof.open(path, steps=steps) as prof:
-        got = {(r[0], r[1]): r for r in prof.kinds().fetchall()}
+        rel = prof.kinds()
+        got = {(r["kind"], r["detail"]): r for r in (dict(zip(rel.columns, v)) for v in rel.fetchall())}
     assert {k for k in got if k[0] != "kernel"} == set(want)
     for key, (count, total_ns, exposed_ns) in want.items():
         r = got[key]
-        assert r[2] == count
-        assert round(r[3] * 1e6) == total_ns
-        assert round(r[5] * 1e6) == exposed_ns, key
+        assert r["count"] == count
+        assert round(r["total_ms"] * 1e6) == total_ns
+        assert round(r["exposed_ms"] * 1e6) == exposed_ns, key
     n_kernels = sum(1 for r in rows if r["kind"] == "kernel" and lo <= r["step"] <= hi)
-    assert got[("kernel", None)][2] == n_kernels
+    assert got[("kernel", None)]["count"] == n_kernels

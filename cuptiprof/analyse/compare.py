@@ -436,7 +436,8 @@ class Comparison:
             L, i = r.letter, r.index
             sel += [f"max(ms) FILTER (WHERE run = {i}) AS {L}_ms",
                     f"max(mad_ms) FILTER (WHERE run = {i}) AS {L}_mad",
-                    f"max(pct_window) FILTER (WHERE run = {i}) AS {L}_pct"]
+                    f"max(pct_gpu_time) FILTER (WHERE run = {i}) AS {L}_pct",
+                    f"max(pct_window) FILTER (WHERE run = {i}) AS {L}_pct_window"]
             if i:
                 sel.append(f"max(ratio) FILTER (WHERE run = {i}) AS {L}_x")
         q = (f"SELECT {', '.join(sel)} FROM compare_kinds GROUP BY kind, detail ORDER BY "

@@ -328,8 +328,9 @@ class Profile:
     steps_report = steps   # the name this report had before
 
     def kinds(self) -> duckdb.DuckDBPyRelation:
-        """GPU time in scope split by kind (kernel, memcpy per direction, memset, sync), with the
-        copy and memset time no kernel on the device hides (exposed_ms): report('kinds')."""
+        """GPU time in scope split by kind (kernel, memcpy per direction, memset) and host sync
+        time (a share of the GPU window, not of GPU time), with the copy and memset time no
+        kernel on the device hides (exposed_ms): report('kinds')."""
         return self.report("kinds")
 
     def devices(self) -> duckdb.DuckDBPyRelation:

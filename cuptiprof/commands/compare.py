@@ -146,8 +146,9 @@ def _wide(cmp: Comparison, name: str, top: int):
 _TITLES = {
     "ops": "ops: ms per step (median over steps), mad = median absolute deviation, pct = share of the "
            "step's GPU work, x = ratio to A, drank = rank change against A (+ moved up)",
-    "kinds": "kinds: ms per step of each kind (idle = GPU window minus busy time), pct = share of the "
-             "step's GPU window, x = ratio to A",
+    "kinds": "kinds: ms per step of each kind, x = ratio to A; pct = share of the step's GPU work "
+             "(kernel, memcpy, memset: they add to 100%); pct_window = share of the step's GPU window, "
+             "for idle (GPU window minus busy time) and sync (host wait time, not GPU work)",
     "devices": "devices",
     "bandwidth": "bandwidth",
     "throughput": "throughput",

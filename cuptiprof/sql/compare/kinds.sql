@@ -8,7 +8,8 @@
 -- mad_ms: median absolute deviation of the per-step time
 -- p75_ms: upper quartile of the per-step time (a quarter of the steps took longer)
 -- p25_ms: lower quartile of the per-step time (a quarter of the steps took less)
--- pct_window: ms as a share of the median step's GPU window (summed over devices)
+-- pct_gpu_time: for kernel, memcpy and memset, ms as a share of the step's GPU work (the sum of their ms), so that they add to 100%, as report --by kind's pct_gpu_time; NULL for sync and idle, which are no GPU work
+-- pct_window: for sync (host wait time, which overlaps the GPU work it waits for) and idle, ms as a share of the median step's GPU window (summed over devices); NULL for GPU work, whose share is pct_gpu_time
 -- bytes_per_step: median bytes moved or set per step (copies and memsets)
 -- base_ms: the same kind's ms in the first file
 -- ratio: ms / base_ms
@@ -37,7 +38,11 @@ filled AS (
 ), win AS (SELECT run, median(window_ms) AS w FROM cmp_steps GROUP BY run),
 res AS (
     SELECT med.run, med.kind, med.detail, med.m / 1e6 AS ms, med.lo / 1e6 AS min_ms, med.hi / 1e6 AS max_ms,
-           mad.mad / 1e6 AS mad_ms, med.p75 / 1e6 AS p75_ms, med.p25 / 1e6 AS p25_ms, 100.0 * med.m / 1e6 / nullif(win.w, 0) AS pct_window,
+           mad.mad / 1e6 AS mad_ms, med.p75 / 1e6 AS p75_ms, med.p25 / 1e6 AS p25_ms,
+           CASE WHEN med.kind IN ('kernel', 'memcpy', 'memset') THEN 100.0 * med.m / nullif(sum(med.m)
+                FILTER (WHERE med.kind IN ('kernel', 'memcpy', 'memset')) OVER (PARTITION BY med.run), 0)
+           END AS pct_gpu_time,
+           CASE WHEN med.kind IN ('sync', 'idle') THEN 100.0 * med.m / 1e6 / nullif(win.w, 0) END AS pct_window,
            med.bytes_per_step
     FROM med JOIN mad ON mad.run = med.run AND mad.kind = med.kind AND mad.detail IS NOT DISTINCT FROM med.detail
     LEFT JOIN win ON win.run = med.run

@@ -1,9 +1,10 @@
--- kinds: time split by kind (kernel, memcpy per direction, memset, sync) with exposed copy time
+-- kinds: time split by kind (kernel, memcpy per direction, memset; sync: host wait time, not GPU work) with exposed copy time
 -- kind: 'kernel' | 'memcpy' | 'memset' | 'sync'
 -- detail: copy direction for memcpys, sync type for syncs
 -- count: instances in scope
 -- total_ms: summed duration
--- pct_gpu_time: share of summed GPU work (kernel + memcpy + memset; NULL for syncs, which are host waits)
+-- pct_gpu_time: share of summed GPU work (kernel + memcpy + memset: they add to 100%; NULL for syncs, which are host waits)
+-- pct_window: for syncs, host wait time as a share of the GPU windows in scope (first start to last end of the GPU work, summed over steps and devices, as report --by step's gpu_window_ms); NULL for GPU work, whose share is pct_gpu_time
 -- exposed_ms: for memcpys and memsets, the time not hidden under kernels running on the same device
 -- bytes: bytes moved or set
 -- gbps: achieved bandwidth, bytes / total time (GB/s)
@@ -75,6 +76,8 @@ WITH c AS MATERIALIZED (
 SELECT a.kind, a.detail, n AS count, t / 1e6 AS total_ms,
        CASE WHEN a.kind <> 'sync'
             THEN 100.0 * t / nullif(sum(t) FILTER (WHERE a.kind <> 'sync') OVER (), 0) END AS pct_gpu_time,
+       CASE WHEN a.kind = 'sync'
+            THEN 100.0 * t / nullif((SELECT sum(end_ns - start_ns) FROM sel_busy), 0) END AS pct_window,
        CASE WHEN a.kind IN ('memcpy', 'memset') THEN (t - coalesce(h.hidden_ns, 0)) / 1e6 END AS exposed_ms,
        bytes::BIGINT AS bytes, bytes / nullif(t, 0) AS gbps
 FROM a LEFT JOIN hidden h ON h.kind = a.kind AND h.detail IS NOT DISTINCT FROM a.detail
