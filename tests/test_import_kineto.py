@@ -1331,6 +1331,38 @@ def test_unknown_categories_are_counted_as_written(tmp_path):
             ("MTIA_Runtime", 3, True)]
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_chrome_trace_of_no_kineto_category_is_refused(tmp_path, monkeypatch, native):
+    """A Chrome trace that is not torch.profiler's (an XLA/JAX trace: complete events without a
+    category, or of categories cuptiprof does not read) is refused in one line naming what it
+    holds, not imported as an empty run that says it had no GPU; one whose unknown events sit
+    beside Kineto's imports, counting them."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    ev = [{"ph": "X", "pid": 1, "tid": 2, "ts": 1, "dur": 2, "name": "fusion.1"},
+          {"ph": "X", "cat": "XlaModule", "pid": 1, "tid": 2, "ts": 4, "dur": 2, "name": "jit_f"},
+          {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:TPU:0"}}]
+    src = write(tmp_path / "x.json", trace(ev))
+    r = run_cli("import", src, "-o", tmp_path / "x.duckdb", "--no-progress",
+                cwd=tmp_path) if native == "1" else None
+    if r is not None:
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith(f"cuptiprof: error: {src}: a Chrome trace but not a "
+                                   "torch.profiler/Kineto one"), r.stderr
+        assert "Traceback" not in r.stderr and not (tmp_path / "x.duckdb").exists()
+    with pytest.raises(InputError) as err:
+        import_traces([src], tmp_path / "y.duckdb")
+    msg = str(err.value)
+    assert "2 complete events" in msg and "'XlaModule'" in msg and "no category" in msg, msg
+    assert "kernel" in msg and "cpu_op" in msg, msg
+    assert not (tmp_path / "y.duckdb").exists()
+    # beside Kineto's events the same events are imported as unknown, and counted
+    out = tmp_path / "ok.duckdb"
+    import_traces([write(tmp_path / "ok.json", trace(modern()["traceEvents"][:7] + ev))], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT subject, count FROM data_quality WHERE check_name = "
+                           "'unknown_category'").fetchall() == [("XlaModule", 1)]
+
+
 def test_a_gpu_side_annotation_that_mirrors_no_host_one_takes_its_step_by_time(tmp_path):
     """A GPU-side annotation whose External id no host annotation has takes the step open when
     it runs; one that mirrors a host annotation takes that one's step."""

@@ -247,6 +247,9 @@ IGNORED = {"ac2g", "async", "async_cpu_to_gpu", "fwdbwd", "trace", "cpu_instant_
 # cuptiprof's export: a row of the `logs` table, as an instant event on its thread's track
 # (the message its name; args level, logger and "cuptiprof step")
 LOG_CATEGORY = "cuptiprof_log"
+# the categories named where a trace of none of them is refused (modern spellings)
+_READ = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cuda_sync",
+         "cpu_op", "user_annotation", "gpu_user_annotation", "python_function")
 RANGE_KIND = {"op": "op", "user": "user", "python": "user", "gpu_user": "user"}
 RANGE_DOMAIN = {"op": "cpu_op", "user": "user_annotation", "python": "python_function",
                 "gpu_user": "gpu_user_annotation"}
@@ -528,6 +531,8 @@ class KinetoFile:
         self.gpu = {t: _Cols() for t in ("kernels", "memcpys", "memsets", "syncs", "memory_events")}
         self.logs = _Cols()
         self.unknown: dict[str, int] = {}
+        self.complete = 0          # complete ('X') events, and those of no category or none
+        self.uncategorised = 0     # cuptiprof reads (unknown counts those of a category)
         self.devprops: list[DevProp] = []
         self.dist: DistInfo | None = None
         self.host: str | None = None
@@ -625,11 +630,27 @@ class KinetoFile:
         if n_events == 0:
             raise InputError(f"{self.path}: a trace without events (\"traceEvents\" is empty); "
                              "nothing to import (was the profiler's schedule ever active?)")
+        if self.complete and self.complete == self.uncategorised + sum(self.unknown.values()):
+            raise self._foreign()
         if self.procs and all(len(c.get("proc")) == len(c) for c in (self.ranges, self.calls,
                                                                      self.logs, *self.gpu.values())):
             yield from self._split()
         else:
             yield self
+
+    def _foreign(self) -> InputError:
+        """The refusal of a Chrome trace none of whose complete events is of a category the
+        importer reads (an XLA/JAX or other tool's trace): imported, it would be an empty run."""
+        seen = sorted(self.unknown.items(), key=lambda kv: -kv[1])
+        shown = [f"{c!r} ({n:,})" for c, n in seen[:4]]
+        if self.uncategorised:
+            shown.append(f"no category ({self.uncategorised:,})")
+        more = f" and {len(seen) - 4} more" if len(seen) > 4 else ""
+        return InputError(
+            f"{self.path}: a Chrome trace but not a torch.profiler/Kineto one: none of its "
+            f"{self.complete:,} complete events is of a category cuptiprof reads (seen: "
+            f"{', '.join(shown)}{more}); the importer reads torch.profiler's categories "
+            f"({', '.join(_READ)})")
 
     def _split(self) -> Iterator["KinetoFile"]:
         """One KinetoFile per process of a trace cuptiprof exported from a file of several: each
@@ -982,15 +1003,17 @@ class KinetoFile:
             name = strings[c] if c >= 0 else None
             low = name.lower() if name else None
             what = CATEGORIES.get(low)
+            n = int(np.count_nonzero(ph[rows] == _PH_X))
+            self.complete += n
             if what is None:
                 if low is None or low == "cpu_instant_event":
                     self._instants(rows)
+                    if low is None:
+                        self.uncategorised += n
                 elif low == LOG_CATEGORY:
                     self._logs(rows[ph[rows] == _PH_I])
-                elif low not in IGNORED:
-                    n = int(np.count_nonzero(ph[rows] == _PH_X))
-                    if n:
-                        self.unknown[name] = self.unknown.get(name, 0) + n
+                elif low not in IGNORED and n:
+                    self.unknown[name] = self.unknown.get(name, 0) + n
                 continue
             rows = rows[ph[rows] == _PH_X]
             if not len(rows):
