@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 import cuptiprof
-from cuptiprof.interop.chrome import export_chrome
+from cuptiprof.interop.chrome import NO_THREAD, export_chrome
 from cuptiprof.interop.importing import import_traces
 from cuptiprof.interop.parquet import export_parquet
 from cuptiprof.store.merge import merge_files
@@ -283,12 +283,13 @@ def test_odd_names_and_nulls_survive(odd_trace):
     doc = load_trace(out)
     ev = doc["traceEvents"]
     assert counts["events"] == len(ev)
-    assert all(e["tid"] is not None for e in ev)   # no thread or stream: track -1, never null
-    # every pid has its process named, the GPU rows of no device's (pid -1) too, and the
+    # no thread or stream: track -1 as an unsigned 32-bit number, never null nor negative
+    assert all(e["tid"] is not None and e["tid"] >= 0 and e["pid"] >= 0 for e in ev)
+    # every pid has its process named, the GPU rows of no device's too, and the
     # track of a context-wide sync (no stream) is named so
     assert {e["pid"] for e in ev if e["name"] == "process_name"} == {e["pid"] for e in ev}
     tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["name"] == "thread_name"}
-    assert tracks[(1, -1)] == "no stream" and tracks[(1, 7)] == "stream 7"
+    assert tracks[(1, NO_THREAD)] == "no stream" and tracks[(1, 7)] == "stream 7"
     x = [e for e in ev if e["ph"] == "X"]
     names = lambda *cats: Counter(e["name"] for e in x if e["cat"] in cats)  # noqa: E731
     assert names("kernel") == names("cuda_runtime", "cuda_driver") == Counter(ODD)
@@ -301,13 +302,13 @@ def test_odd_names_and_nulls_survive(odd_trace):
         Decimal(e["ts"]) + Decimal(e["dur"]) for e in x if e["cat"] == "kernel")
     k = {e["name"]: e for e in x if e["cat"] == "kernel"}
     assert k["with \"quotes\""]["args"]["registers per thread"] is None
-    assert k["with \"quotes\""]["args"]["device"] is None and k["with \"quotes\""]["pid"] == -1
+    assert k["with \"quotes\""]["args"]["device"] is None and k["with \"quotes\""]["pid"] == 999_999
     assert "grid" not in k["with \"quotes\""]["args"] and "grid" not in k["back\\slash\\"]["args"]
     assert k["plain"]["args"]["grid"] == [1, 1, 1]   # a grid of unknown y is left out, not [2, null, 1]
     assert k["plain"]["args"]["correlation"] == 100 and k["with \"quotes\""]["args"]["correlation"] is None
     copies = sorted((e for e in x if e["cat"] == "gpu_memcpy"), key=lambda e: e["ts"])  # row order
-    # a copy of no stream is on track -1, its stream arg left null as recorded
-    assert (copies[2]["tid"], copies[2]["args"]["stream"]) == (-1, None)
+    # a copy of no stream is on track -1 (unsigned), its stream arg left null as recorded
+    assert (copies[2]["tid"], copies[2]["args"]["stream"]) == (NO_THREAD, None)
     assert copies[1]["name"] == "Memcpy None (Unknown -> Device)" and copies[1]["args"]["bytes"] is None
     assert copies[1]["args"]["memory bandwidth (GB/s)"] == 0.0
     assert copies[0]["args"]["memory bandwidth (GB/s)"] == 4096 / 1001
@@ -317,7 +318,7 @@ def test_odd_names_and_nulls_survive(odd_trace):
     syncs = [e for e in x if e["cat"] == "cuda_sync"]
     assert sorted(e["name"] for e in syncs) == ["Context Sync", "Event Sync", "Stream Sync",
                                                 "Stream Wait Event", "Sync", "Sync", "Sync"]
-    assert {e["tid"] for e in syncs if e["args"]["stream"] == -1} == {-1}  # the context-wide sync
+    assert {e["tid"] for e in syncs if e["args"]["stream"] == -1} == {NO_THREAD}  # context-wide
     calls = {e["name"]: e for e in x if e["cat"].startswith("cuda_") and e["cat"] != "cuda_sync"}
     assert "cbid" not in calls["plain"]["args"] and calls["with \"quotes\""]["args"]["cbid"] == 1
     assert calls["with \"quotes\""]["cat"] == "cuda_driver" and calls[None]["cat"] == "cuda_runtime"
@@ -329,7 +330,7 @@ def test_odd_names_and_nulls_survive(odd_trace):
                   not in ("kernel", "cuda_runtime", "cuda_driver")) == ["cpu_op"] * 3
     # a GPU's process is labelled with its device, device 0 too; rows of no device are CPU ops
     labels = {e["pid"]: e["args"]["labels"] for e in ev if e["name"] == "process_labels"}
-    assert (labels[0], labels[1], labels[-1]) == ("GPU 0", "GPU 1", "CPU ops")
+    assert (labels[0], labels[1], labels[999_999]) == ("GPU 0", "GPU 1", "CPU ops")
 
 
 def test_a_partial_grid_exports_to_a_trace_that_imports_back(tmp_path):
@@ -1139,9 +1140,54 @@ def test_round_trip_of_a_run_without_a_gpu_keeps_its_cpu_ops_in_their_steps(tmp_
         ("aten::addmm", -1, 0, "aten::addmm", "aten::addmm"), ("aten::relu", -1, 1, "aten::relu", "aten::relu")]
     assert con.execute("SELECT device_id, kind, name FROM devices").fetchall() == [(-1, "cpu", "AMD EPYC")]
     assert con.execute("SELECT check_name FROM data_quality ORDER BY 1").fetchall() == [("no_gpu",)]
-    # the ops' process in a viewer is no GPU's
-    meta = {e["name"]: e["args"] for e in load_trace(out)["traceEvents"] if e["ph"] == "M" and e["pid"] == -1}
+    # the ops' process in a viewer is no GPU's (an unused positive pid: a viewer reads -1 as none)
+    doc = load_trace(out)
+    assert doc["cuptiprofNegativeIds"]["pids"] == {"999999": -1}
+    meta = {e["name"]: e["args"] for e in doc["traceEvents"] if e["ph"] == "M" and e["pid"] == 999_999}
     assert meta["process_name"] == {"name": "CPU ops (no GPU)"} and meta["process_labels"] == {"labels": "CPU ops"}
+
+
+@pytest.fixture(scope="module")
+def denoise_run(tmp_path_factory) -> Path:
+    """`cuptiprof run` of the bundled example on this machine (without a GPU: CPU op times)."""
+    out = tmp_path_factory.mktemp("denoise") / "a.duckdb"
+    example = Path(__file__).resolve().parent.parent / "examples" / "denoise.py"
+    r = run_cli("run", "-o", out, "--", sys.executable, example)
+    assert r.returncode == 0 and out.exists(), r.stderr[-2000:]
+    return out
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_recorded_run_without_a_gpu_exports_no_negative_pid_or_tid(tmp_path, monkeypatch,
+                                                                      native, denoise_run):
+    """Perfetto UI reads a negative pid or tid as none (pid 0, the process's main thread): the
+    CPU ops' process (device -1) and the track of rows of no thread (`[memory]` instants) are
+    written as unused positive numbers, named, and imported back as -1: every row keeps its
+    device, pid and thread."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    out, back = tmp_path / "a.json.gz", tmp_path / "back.duckdb"
+    chrome_round_trip(denoise_run, out, back)
+    ev = load_trace(out)["traceEvents"]
+    bad = [e for e in ev if any(isinstance(e.get(k), int) and e[k] < 0 for k in ("pid", "tid"))]
+    assert not bad, bad[:3]
+    names = {(e["pid"], e.get("tid"), e["name"]): e["args"] for e in ev if e["ph"] == "M"}
+    ops = {e["pid"] for e in ev if e.get("cat") == "kernel"}
+    assert len(ops) == 1 and names[(*ops, 0, "process_name")] == {"name": "CPU ops (no GPU)"}
+    # (range ids are numbered anew on import: a kernel's op and a range's parent by name; a
+    # step's name is ProfilerStep#N in the trace)
+    named = lambda r: f"CASE WHEN {r}.kind = 'step' THEN NULL ELSE {r}.name END"  # noqa: E731
+    rows = {"kernels k LEFT JOIN ranges o ON o.range_id = k.op_id":
+            "k.device_id, k.stream_id, k.pid, k.name, k.start_ns, k.end_ns, k.step, o.name",
+            "ranges r LEFT JOIN ranges u ON u.range_id = r.parent_id":
+            f"r.pid, r.thread_id, {named('r')}, r.kind, r.start_ns, r.end_ns, r.step, {named('u')}",
+            "api_calls": "pid, thread_id, name, start_ns", "logs": "pid, thread_id, message",
+            "memory_events": "pid, device_id, time_ns, bytes, step", "devices": "device_id, kind"}
+    with duckdb.connect(str(denoise_run), read_only=True) as a, \
+            duckdb.connect(str(back), read_only=True) as b:
+        assert a.execute("SELECT count(*) FROM kernels").fetchone()[0] > 0
+        for t, cols in rows.items():
+            q = f"SELECT {cols} FROM {t} ORDER BY ALL"
+            assert a.execute(q).fetchall() == b.execute(q).fetchall(), t
 
 
 def test_an_imported_trace_without_a_host_is_not_given_the_importing_host(tmp_path):
@@ -1206,7 +1252,7 @@ def test_memory_events_survive_a_round_trip(tmp_path):
         # on the process's track of no thread (none is recorded); device memory, Kineto's
         # only kind, is said by no arg of cuptiprof's own
         mem_ev = [e for e in load_trace(out)["traceEvents"] if e["name"] == "[memory]"]
-        assert {e["tid"] for e in mem_ev} == {-1}
+        assert {e["tid"] for e in mem_ev} == {NO_THREAD}   # -1 as an unsigned 32-bit number
         assert not any("cuptiprof kind" in e["args"] for e in mem_ev)
         con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
         want = orig.execute(mem).fetchall()
@@ -2737,7 +2783,9 @@ def test_a_process_of_pid_minus_1_shares_no_trace_process_with_rows_of_no_device
     ev = load_trace(out)["traceEvents"]
     cpu = {e["pid"] for e in ev if e.get("cat") == "cuda_runtime"}
     gpu = {e["name"]: e["pid"] for e in ev if e.get("cat") == "kernel"}
-    assert cpu == {-1} and -1 not in gpu.values() and len(set(gpu.values())) == 2
+    # pid -1 is written as an unused positive pid (a viewer reads a negative one as none)
+    assert cpu == {999_998} and cpu.isdisjoint(gpu.values()) and len(set(gpu.values())) == 2
+    assert min(gpu.values()) >= 0
     names = Counter(e["pid"] for e in ev if e["name"] == "process_name")
     assert set(names) == cpu | set(gpu.values()) and set(names.values()) == {1}
     with duckdb.connect(str(back), read_only=True) as con:

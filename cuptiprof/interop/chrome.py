@@ -282,26 +282,48 @@ class _Pids:
     def __init__(self, procs: list[tuple], devices=()):
         self.single = len(procs) <= 1
         self.index = {p: i for i, p in enumerate(procs)}
-        self.gpu_base = self.GPU_APART if self.single and procs and procs[0][1] in devices else 0
+        self.own = procs[0][1] if self.single and procs else None
+        self.gpu_base = self.GPU_APART if self.own is not None and self.own in devices else 0
+        # Perfetto UI reads a negative pid as none (pid 0): one that would be negative (the CPU
+        # ops of a run without a GPU, device -1, and rows of no device; an imported process of
+        # a negative pid) is written as an unused positive one, which `written` maps back to
+        # what it stands for (the trace's cuptiprofNegativeIds, read back by the importer)
+        self.written: dict[int, int] = {}
+        taken = {d + self.gpu_base for d in devices if d is not None and d + self.gpu_base >= 0}
+        if self.own is not None and self.own >= 0:
+            taken.add(self.own)
+        free = (p for p in range(self.GPU_APART - 1, 0, -1) if p not in taken)
+        self.no_gpu = next(free) if self.single and not self.gpu_base else None
+        if self.no_gpu is not None:
+            self.written[self.no_gpu] = -1
+        self.own_out = self.own
+        if self.own is not None and self.own < 0:
+            self.own_out = next(free)
+            self.written[self.own_out] = self.own
 
     def gpu(self, run_id, pid, dev) -> int:
         if self.single:
-            return (-1 if dev is None else dev) + self.gpu_base
+            p = (-1 if dev is None else dev) + self.gpu_base
+            return self.no_gpu if p < 0 and self.no_gpu is not None else p
         dev = -1 if dev is None else dev
         return 1_000_000 + self.index.get((run_id, pid), 0) * 1000 + dev
 
     def cpu(self, run_id, pid) -> int:
-        return pid if self.single else 2_000_000 + self.index.get((run_id, pid), 0)
+        return self.own_out if self.single else 2_000_000 + self.index.get((run_id, pid), 0)
 
     # The same in SQL, over a row that has run_id, pid and (after `join`) p_idx.
     def gpu_sql(self, dev: str) -> str:
         dev = f"coalesce({dev}, -1)"
         if self.single and self.gpu_base:
             return f"({self.gpu_base} + {dev})"
-        return dev if self.single else f"(1000000 + coalesce(p_idx, 0) * 1000 + {dev})"
+        if self.single:
+            return f"CASE WHEN {dev} < 0 THEN {self.no_gpu} ELSE {dev} END"
+        return f"(1000000 + coalesce(p_idx, 0) * 1000 + {dev})"
 
     def cpu_sql(self) -> str:
-        return "pid" if self.single else "(2000000 + coalesce(p_idx, 0))"
+        if self.single:
+            return "pid" if self.own_out == self.own else _lit(self.own_out)
+        return "(2000000 + coalesce(p_idx, 0))"
 
     def join(self) -> str:
         if self.single:
@@ -559,8 +581,20 @@ def _ranges(source: str, base: int, pids: _Pids, last: int | None = None,
     return _select(source, cols, event)
 
 
-# A row without a thread or stream goes on track -1: a JSON null tid is no track to a viewer.
-_TID = "coalesce(thread_id, -1)"
+# A row without a thread or stream goes on track -1 (a JSON null tid is no track to a viewer),
+# and Perfetto UI reads a negative tid as none (the process's main thread): negative tids are
+# written as unsigned 32-bit numbers (-1: 4294967295), which the importer reads back
+# (cuptiprofNegativeIds).
+def _track(col: str) -> str:
+    return f"CASE WHEN {col} >= 0 THEN {col} ELSE {1 << 32} + coalesce({col}, -1) END"
+
+
+def _unsigned(tid: int) -> int:
+    return tid if tid >= 0 else tid + (1 << 32)
+
+
+NO_THREAD = _unsigned(-1)
+_TID = _track("thread_id")
 
 
 def _api_calls(source: str, base: int, pids: _Pids) -> str:
@@ -596,7 +630,7 @@ def _gpu(source: str, base: int, pids: _Pids, cat: str, name: _Sql, extra: tuple
     """Kernels, copies, memsets and syncs: one frame, their own name and extra args (the
     stream as recorded; the track of a row without one is -1)."""
     cols = {**_times(base), "_pid": pids.gpu_sql("device_id"), "_stream": stream,
-            "_track": f"coalesce({stream}, -1)"}
+            "_track": _track(stream)}
     # A row whose launching call is not in the export (API calls not recorded, or a sync's)
     # says its step and innermost range, which the importer would otherwise take from that
     # call; so does one whose range is not its call's (an NVTX range the call does not name).
@@ -695,7 +729,7 @@ def _memory_events(source: str, base: int, pids: _Pids) -> str:
                 _optional("cuptiprof kind", "memory_kind IS NOT NULL AND memory_kind <> 'device'",
                           _str("memory_kind")))
     event = _obj(("ph", "i"), ("s", "t"), ("cat", "cpu_instant_event"), ("name", "[memory]"),
-                 ("pid", _val("_pid")), ("tid", -1), ("ts", _Sql("_ts")), ("args", args))
+                 ("pid", _val("_pid")), ("tid", NO_THREAD), ("ts", _Sql("_ts")), ("args", args))
     return _select(source, cols, event)
 
 
@@ -732,7 +766,11 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple], lanes: dict[tuple, di
     head = {"schemaVersion": 1, "baseTimeNanoseconds": base, "displayTimeUnit": "ms",
             "deviceProperties": devices,
             # not Kineto's: the External ids are range ids (see LINKS), which the importer links by
-            "cuptiprofLinks": LINKS}
+            "cuptiprofLinks": LINKS,
+            # not Kineto's: the pids written for negative ones, and negative tids written as
+            # unsigned 32-bit numbers (see _Pids and _track), which the importer maps back
+            "cuptiprofNegativeIds": {"pids": {str(k): v for k, v in pids.written.items()},
+                                     "tids": "uint32"}}
     if not single:   # not Kineto's: what the importer needs to take the processes apart again
         head["cuptiprofProcesses"] = _processes(con, pids, procs, lanes)
     dist = first_row(con.execute("SELECT rank, world_size, local_rank FROM processes WHERE (rank IS NOT NULL "
@@ -900,7 +938,7 @@ def _with_used(con, proc: tuple, props: list[dict], used) -> list[dict]:
 def _lanes(con, procs, streams: dict[str, int] | None = None, where: str = "TRUE",
            ranges_where: str = "TRUE") -> dict[tuple, dict]:
     """Per process, the GPU tracks its rows in the export (`where`; ranges: `ranges_where`) go
-    on: {device: [streams]} (device None: rows of no device, on pid -1 as device -1's)."""
+    on: {device: [streams]} (device None: rows of no device, on device -1's pid)."""
     out: dict[tuple, dict] = {p: {} for p in procs}
     for run_id, pid, dev, stream in con.execute(
             "SELECT DISTINCT run_id, pid, device_id, coalesce(stream_id, -1) FROM gpu_activities "
@@ -928,6 +966,12 @@ def _lanes(con, procs, streams: dict[str, int] | None = None, where: str = "TRUE
 def _metadata(con, procs, pids: _Pids, lanes_of: dict[tuple, dict]) -> list[dict]:
     ev = []
     hosts = dict(((r, p), h) for r, p, h in con.execute("SELECT run_id, pid, host FROM processes").fetchall())
+    # the processes with a row on the track of no thread (NO_THREAD), which is named
+    threadless = set(con.execute(
+        "SELECT run_id, pid FROM memory_events UNION SELECT run_id, pid FROM api_calls WHERE "
+        "thread_id IS NULL OR thread_id < 0 UNION SELECT run_id, pid FROM logs WHERE thread_id "
+        "IS NULL OR thread_id < 0 UNION SELECT run_id, pid FROM ranges WHERE (thread_id IS NULL "
+        "OR thread_id < 0) AND domain IS DISTINCT FROM 'gpu_user_annotation'").fetchall())
     for run_id, pid in procs:
         label = f"pid {pid}" + (f" ({hosts[(run_id, pid)]})" if hosts.get((run_id, pid)) else "")
         cp = pids.cpu(run_id, pid)
@@ -944,6 +988,9 @@ def _metadata(con, procs, pids: _Pids, lanes_of: dict[tuple, dict]) -> list[dict
             ev.append({"name": "process_labels", "ph": "M", "pid": gp, "tid": 0,
                        "args": {"labels": "CPU ops" if cpu_ops else f"GPU {dev}"}})
             for s in streams:   # Kineto's track names: "stream 7"
-                ev.append({"name": "thread_name", "ph": "M", "pid": gp, "tid": s,
+                ev.append({"name": "thread_name", "ph": "M", "pid": gp, "tid": _unsigned(s),
                            "args": {"name": f"stream {s}" if s >= 0 else "no stream"}})
+        if (run_id, pid) in threadless:
+            ev.append({"name": "thread_name", "ph": "M", "pid": cp, "tid": NO_THREAD,
+                       "args": {"name": "no thread ([memory] events, rows of no thread)"}})
     return ev

@@ -215,6 +215,13 @@ _INT32_KEYS = {ProcInfo: {"exitStatus", "pid"}, QualityEntry: {"pid"},
                DistInfo: {"rank", "world_size", "local_rank"}}
 
 
+class NegativeIds(msgspec.Struct):
+    """cuptiprof's export: the pids written for negative ones (a viewer reads a negative pid or
+    tid as none), and "uint32" where negative tids are written as unsigned 32-bit numbers."""
+    pids: dict[int, int] = msgspec.field(default_factory=dict)
+    tids: Union[str, None] = None
+
+
 class Doc(msgspec.Struct):
     traceEvents: Union[list[Ev], None] = None
     deviceProperties: Union[list[DevProp], None] = None
@@ -228,6 +235,7 @@ class Doc(msgspec.Struct):
     cuptiprofRun: Union[RunEntry, None] = None   # and its run
     cuptiprofDataQuality: Union[list[QualityEntry], None] = None   # the exported file's
     cuptiprofLinks: Union[str, None] = None    # cuptiprof's export: External ids are range ids
+    cuptiprofNegativeIds: Union[NegativeIds, None] = None
 
 
 _DECODER = msgspec.json.Decoder(Doc)
@@ -551,6 +559,7 @@ class KinetoFile:
         # calls and GPU rows are linked by them (as recorded), not by time; its ranges may say
         # their domain and a warm-up in args of cuptiprof's own.
         self.links = False
+        self.negative: NegativeIds | None = None   # its pids and tids written for negative ones
         self.cpu_ops = 0           # CPU ops made kernels (a trace without CUDA activity)
         # Kineto's user annotations by External id (range index, id, GPU-side): a GPU-side
         # annotation says the id of the host annotation it mirrors
@@ -805,6 +814,8 @@ class KinetoFile:
             self.quality = doc.cuptiprofDataQuality
         if doc.cuptiprofLinks == "range_id" and self.events == 0:
             self.links = True
+        if doc.cuptiprofNegativeIds is not None and self.events == 0:
+            self.negative = doc.cuptiprofNegativeIds
         if doc.cuptiprofProcesses and len(doc.cuptiprofProcesses) > 1 and self.events == 0:
             self.procs = doc.cuptiprofProcesses
             cpu = sorted((e.pid, i) for i, e in enumerate(self.procs))
@@ -945,6 +956,20 @@ class KinetoFile:
         if no.any():
             raise self._bad(rows[int(np.argmax(no))], "no \"args\" (device, stream, correlation)")
 
+    def _unmap(self, I: np.ndarray) -> None:
+        """cuptiprof's export: the negative pids and tids it wrote as positive numbers (device
+        -1's pid, the track of no thread) back to what was recorded, before anything reads them."""
+        neg = self.negative
+        if neg.pids:
+            is_int, col = I[:, P.C_PIDK] == P.ID_INT, I[:, P.C_PID]
+            hits = [(is_int & (col == w), v) for w, v in neg.pids.items()]
+            for hit, v in hits:
+                I[hit, P.C_PID] = v
+        if neg.tids == "uint32":
+            col = I[:, P.C_TID]
+            hit = (I[:, P.C_TIDK] == P.ID_INT) & (col >= 1 << 31) & (col < 1 << 32)
+            I[hit, P.C_TID] -= 1 << 32
+
     def _decide_pid(self, cats: list) -> None:
         I = self.piece.I
         for c, rows in cats:
@@ -979,6 +1004,8 @@ class KinetoFile:
         """One piece's events, category by category (in the order each first appears)."""
         self.piece = piece
         I = piece.I
+        if self.negative is not None:
+            self._unmap(I)
         cat = I[:, P.C_CAT]
         uniq, first = np.unique(cat, return_index=True)
         order = uniq[np.argsort(first)].tolist()
