@@ -541,6 +541,21 @@ def test_a_run_never_stopped_keeps_how_the_program_ended(tmp_path, end, rc, stat
     assert q(out, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
 
 
+@pytest.mark.parametrize("code, rc, status", [
+    ("5", 5, "failed"), ("0", 0, "complete"), ("None", 0, "complete"), ("'bye'", 1, "failed")],
+    ids=["exit-5", "exit-0", "exit-none", "exit-message"])
+def test_an_exit_inside_the_with_block_is_the_exit_status(tmp_path, code, rc, status):
+    """sys.exit(N) inside `with profile(...)`: the block sees the SystemExit, so its code is
+    the process's exit status (it was left NULL though the run was marked failed)."""
+    r = run_py("import cuptiprof, sys\n"
+               "with cuptiprof.profile('a.duckdb', source='none', quiet=True):\n"
+               f"    sys.exit({code})\n", tmp_path)
+    assert r.returncode == rc, r.stderr
+    out = tmp_path / "a.duckdb"
+    assert q(out, "SELECT status FROM runs") == [(status,)]
+    assert q(out, "SELECT exit_status, ended_early FROM processes") == [(rc, False)]
+
+
 def test_an_error_printed_before_start_does_not_mark_the_run_failed(tmp_path):
     """An interactive session keeps the last error it printed in sys.last_value: a run started
     after it and never stopped ends complete, not failed."""

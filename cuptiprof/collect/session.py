@@ -471,8 +471,13 @@ class Session:
         self._with_depth -= 1
         if self._with_depth > 0:   # a `with` of this profile inside another: the outer one ends it
             return False
-        if exc_type is None or (issubclass(exc_type, SystemExit) and exc.code in (0, None)):
-            self.stop("complete")   # sys.exit(0) inside the block is a normal end
+        if exc_type is not None and issubclass(exc_type, SystemExit):
+            # the program is exiting: its exit status is the one this code gives the process
+            # (sys.exit(0) inside the block is a normal end)
+            self._exit_status = _os_exit_status(exc.code)
+            self.stop("complete" if self._exit_status == 0 else "failed")
+        elif exc_type is None:
+            self.stop("complete")
         else:
             self.stop("interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed")
         return False
