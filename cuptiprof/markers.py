@@ -186,7 +186,7 @@ def _report(exc: BaseException) -> None:
     global _failed, _session
     if not _failed:
         _failed = True
-        print(f"cuptiprof: range bookkeeping failed ({type(exc).__name__}: {exc}); "
+        print(f"cuptiprof: warning: range bookkeeping failed ({type(exc).__name__}: {exc}); "
               "ranges are no longer recorded", file=sys.stderr)
     s, _session = _session, None
     if s is not None:

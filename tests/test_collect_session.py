@@ -319,7 +319,7 @@ def test_no_gpu_default_source_writes_a_valid_file(tmp_path, capsys, monkeypatch
                 with cuptiprof.range("work"):
                     pass
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no GPU activity captured" in err[0]
+    assert len(err) == 1 and err[0].startswith("cuptiprof: notice: no GPU activity captured")
     assert q(p, "SELECT source, status FROM runs") == [("cpu", "complete")]
     assert q(p, "SELECT check_name FROM data_quality") == [("no_gpu",)]
     assert q(p, "SELECT kind, step FROM ranges WHERE depth = 0 ORDER BY start_ns") == [
@@ -459,7 +459,7 @@ def test_disable_env_turns_ranges_off(tmp_path, monkeypatch, capsys):
             (f"{off}: no step or range of the program was recorded",)]
         assert capsys.readouterr().err == ""   # quiet
         Session(tmp_path / "said.duckdb", source="none").start().stop()
-        assert capsys.readouterr().err == (f"cuptiprof: {off}; {tmp_path / 'said.duckdb'} gets no "
+        assert capsys.readouterr().err == (f"cuptiprof: notice: {off}; {tmp_path / 'said.duckdb'} gets no "
                                            "step and no range of the program\n")
     finally:
         monkeypatch.delenv("CUPTIPROF_DISABLE")
@@ -882,7 +882,7 @@ def test_a_range_filter_that_raises_keeps_the_ranges_going(tmp_path, capsys):
     why = ("range_filter raised ValueError (no such layer) for the range 'odd': ranges it fails "
            "on are recorded")
     assert q(p, "SELECT check_name, detail FROM data_quality") == [("range_filter_failed", why)]
-    assert capsys.readouterr().err == f"cuptiprof: {why}\n"
+    assert capsys.readouterr().err == f"cuptiprof: warning: {why}\n"
 
 
 def test_the_last_step_begun_while_the_one_before_ends_keeps_recording(tmp_path):

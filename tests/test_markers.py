@@ -251,7 +251,7 @@ def test_a_failure_of_the_range_bookkeeping_is_said_once_and_ranges_stop(monkeyp
         monkeypatch.setattr(markers, "_session", Broken())
         with cuptiprof.range("a"):
             assert markers._session is None
-    assert capsys.readouterr().err == ("cuptiprof: range bookkeeping failed (RuntimeError: "
+    assert capsys.readouterr().err == ("cuptiprof: warning: range bookkeeping failed (RuntimeError: "
                                        "lost); ranges are no longer recorded\n")
 
 

@@ -238,7 +238,8 @@ def test_profile_inside_cuptiprof_run_stands_aside(tmp_path, env):
     r = run_py(UNDER_RUN, tmp_path, "-m", "cuptiprof", "run", "-o", "o.duckdb", "--no-report", "--",
                PY, **env)
     assert r.returncode == 0 and "done" in r.stdout, r.stderr
-    assert "runs under `cuptiprof run`" in r.stderr and "writes no file" in r.stderr
+    assert "cuptiprof: notice: profile(" in r.stderr and "runs under `cuptiprof run`" in r.stderr \
+        and "writes no file" in r.stderr
     out = tmp_path / "o.duckdb"
     assert q(out, "SELECT list(step ORDER BY step) FROM ranges WHERE kind = 'step'") == [([0, 1, 2, 3],)]
     assert q(out, "SELECT status FROM runs") == [("complete",)]

@@ -237,7 +237,7 @@ class Session:
             # for CUPTI. The program's steps and ranges go to the run.
             self.passthrough = True
             if not self.quiet:
-                print(f"cuptiprof: profile({str(self.path)!r}) runs under `cuptiprof run`, which "
+                print(f"cuptiprof: notice: profile({str(self.path)!r}) runs under `cuptiprof run`, which "
                       "records this process: this profile writes no file and its warmup and "
                       "steps are not used", file=sys.stderr)
             return self
@@ -283,7 +283,7 @@ class Session:
             self._collect(True)
         markers._set_session(self)
         if markers._disabled and not self.quiet:
-            print(f"cuptiprof: {_RANGES_OFF}; {self.path} gets no step and no range of the "
+            print(f"cuptiprof: notice: {_RANGES_OFF}; {self.path} gets no step and no range of the "
                   "program", file=sys.stderr)
         if self._atexit is None:
             self._atexit = self._at_exit
@@ -328,7 +328,7 @@ class Session:
         self.problem = exc
         self.source = NullSource()
         if exc is not None and not self.quiet:
-            print(f"cuptiprof: no GPU activity captured: {exc}; recording host-side ranges "
+            print(f"cuptiprof: notice: no GPU activity captured: {exc}; recording host-side ranges "
                   f"only into {self.path}", file=sys.stderr)
 
     def _file(self) -> Any:
@@ -444,7 +444,7 @@ class Session:
         try:
             self.stop(status)
         except Exception as exc:
-            print(f"cuptiprof: could not finish {self.path}: {exc}", file=sys.stderr)
+            print(f"cuptiprof: warning: could not finish {self.path}: {exc}", file=sys.stderr)
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         # `@cuptiprof.profile(...)` above a function: Python's "'Session' object is not
@@ -501,7 +501,7 @@ class Session:
         self._note_problem("cupti_error", f"CUPTI failed mid-run ({exc}); GPU records after this "
                            "point were not captured")
         if not self.quiet:
-            print(f"cuptiprof: CUPTI failed ({exc}); no further GPU activity is captured",
+            print(f"cuptiprof: warning: CUPTI failed ({exc}); no further GPU activity is captured",
                   file=sys.stderr)
         try:
             self.source.close()
@@ -649,7 +649,7 @@ class Session:
                 self._filter_failed = (f"range_filter raised {type(exc).__name__} ({exc}) for "
                                        f"the range {name!r}: ranges it fails on are recorded")
                 if not self.quiet:
-                    print(f"cuptiprof: {self._filter_failed}", file=sys.stderr)
+                    print(f"cuptiprof: warning: {self._filter_failed}", file=sys.stderr)
             return True
 
     def _open_step(self) -> int | None:

@@ -528,7 +528,7 @@ class Recorder:
                                         "'no_gpu' AND pid = ?", [NO_OPS, self.pid])
                 self.writer.close(status, end_ns=end)
         except Exception as exc:
-            print(f"cuptiprof: could not finish {self.part_path('.duckdb')}: {exc}", file=sys.stderr)
+            print(f"cuptiprof: warning: could not finish {self.part_path('.duckdb')}: {exc}", file=sys.stderr)
 
     def _steps_short(self) -> None:
         """Fewer steps than --warmup/--steps ask for, as the collector says it: not for a
