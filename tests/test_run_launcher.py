@@ -555,6 +555,15 @@ def test_unwritable_output_dir(tmp_path):
     one_line_error(r.stderr)
 
 
+def test_an_output_the_system_refuses_names_the_output_given(tmp_path):
+    """/proc passes the writable check as root, then refuses the file: the line names the
+    output the user gave and why, not the run's internal parts folder."""
+    r = cli(["run", "-o", "/proc/x.duckdb", "--", PY, "-c", "pass"], tmp_path)
+    assert r.returncode == 2
+    one_line_error(r.stderr)
+    assert "/proc/x.duckdb" in r.stderr and ".parts" not in r.stderr, r.stderr
+
+
 def test_output_another_run_is_writing(tmp_path):
     parts = tmp_path / "busy.duckdb.parts"
     parts.mkdir()

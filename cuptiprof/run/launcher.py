@@ -29,7 +29,7 @@ from pathlib import Path
 
 from cuptiprof.collect.cupti_source import ALL_KINDS as KINDS, split_kinds as _split
 from cuptiprof.errors import CuptiprofError, InputError, UsageError, WriterBusy, storage_error
-from cuptiprof.outputs import check_output, silence, temp_beside
+from cuptiprof.outputs import check_output, silence, temp_beside, write_failed
 from cuptiprof.run import settings as S
 from cuptiprof.store.files import alive, first_row, running_launcher
 
@@ -188,9 +188,13 @@ def reserve(out: Path) -> Path:
         raise WriterBusy(f"{out}: {parts} is left from a run that did not finish; merge its "
                          f"parts (cuptiprof merge {parts}/*.duckdb -o {out}) or remove that "
                          "folder, or choose another -o") from None
+    except OSError as exc:   # the user gave OUT: say that, not the internal folder beside it
+        raise write_failed(out, exc) from None
+    try:
+        (parts / "launcher.pid").write_text(str(os.getpid()))
     except OSError as exc:
-        raise InputError(f"{out}: cannot create {parts} ({exc.strerror})") from None
-    (parts / "launcher.pid").write_text(str(os.getpid()))
+        shutil.rmtree(parts, ignore_errors=True)
+        raise write_failed(out, exc) from None
     return parts
 
 
