@@ -198,6 +198,33 @@ def test_step_fn_naming_something_not_a_function(tmp_path):
     assert "--step-fn mod_c:LIMIT: LIMIT is not a function" in r.stderr
 
 
+@pytest.mark.parametrize("spec", ["builtins:len", "builtins:str.join"])
+def test_step_fn_naming_a_builtin_is_refused_before_the_program_runs(tmp_path, spec):
+    """--step-fn builtins:len wrapped every len() of the process, cuptiprof's own included: a
+    C function has no step of the program in it. The launcher tells before the program runs."""
+    r = cli(["run", "-o", "b.duckdb", "--no-report", "--step-fn", spec, "--", PY, "-c",
+             "print('ran')"], tmp_path)
+    assert r.returncode == 2
+    one_line_error(r.stderr)
+    assert f"--step-fn {spec}:" in r.stderr and "needs a Python function" in r.stderr, r.stderr
+    assert "ran" not in r.stdout and not (tmp_path / "b.duckdb").exists()
+
+
+@pytest.mark.parametrize("qual", ["fast", "Words.join"])
+def test_step_fn_naming_a_c_function_of_a_python_module_is_refused(tmp_path, qual):
+    """A C function (a builtin under another name, a method a class inherits from a C type)
+    is found only as the process imports the module: refused there, said by the launcher."""
+    script(tmp_path, "fast = len\nclass Words(str):\n    pass\n", name="mod_k.py")
+    p = script(tmp_path, "import mod_k\nprint(mod_k.fast('ab'), mod_k.Words(',').join('xy'))\n")
+    r = cli(["run", "-o", "k.duckdb", "--no-report", "--step-fn", f"mod_k:{qual}", "--", PY, p],
+            tmp_path)
+    assert "2 x,y" in r.stdout, r.stderr
+    assert r.returncode == 2
+    one_line_error(r.stderr)
+    assert f"--step-fn mod_k:{qual}:" in r.stderr and "needs a Python function" in r.stderr, \
+        r.stderr
+
+
 def test_step_fn_naming_a_class_leaves_the_class_alone(tmp_path):
     """--step-fn naming a class (its method left off): the class stays a class, so the
     program's isinstance checks and subclasses still work, and the one error says to name a

@@ -587,6 +587,10 @@ def _hook_step_fn(spec: str) -> None:
             else:
                 _step_fn_error(msg)
             return
+        why = main_hook.not_python(spec, qual, raw)
+        if why:
+            _step_fn_error(why)
+            return
         if isinstance(raw, staticmethod):
             new = staticmethod(_wrap_step(raw.__func__))
         elif isinstance(raw, classmethod):

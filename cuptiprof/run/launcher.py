@@ -125,6 +125,8 @@ def _check_step_fn(spec: str, cmd: list[str]) -> None:
     # (python -m), PYTHONPATH, then this interpreter's path. Only the top-level package is looked
     # up here, so no user code runs in the launcher.
     top = module.split(".")[0]
+    if module in sys.builtin_module_names and "<locals>" not in qual:
+        _check_builtin_step_fn(spec, module, qual)
     extra = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     for a in cmd[1:]:
         if a.endswith(".py") and os.path.isfile(a):
@@ -140,6 +142,23 @@ def _check_step_fn(spec: str, cmd: list[str]) -> None:
         sys.path[:] = saved
     if not found:
         raise InputError(f"--step-fn {spec}: cannot import {top!r} (not on the command's Python path)")
+
+
+def _check_builtin_step_fn(spec: str, module: str, qual: str) -> None:
+    """A module compiled into Python (builtins, sys) runs no user code on import: what it
+    names is looked up here, and a C function refused before the program starts. A name it
+    lacks is left to the process, which says so as for any module."""
+    from cuptiprof.run import main_hook
+
+    obj = importlib.import_module(module)
+    for p in qual.split("."):
+        try:
+            obj = getattr(obj, p)
+        except AttributeError:
+            return
+    why = main_hook.not_python(spec, qual, obj)
+    if why:
+        raise UsageError(why)
 
 
 def warn_knobs() -> None:

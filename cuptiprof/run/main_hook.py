@@ -62,6 +62,24 @@ def as_function(obj) -> types.FunctionType | None:
     return f if isinstance(f, types.FunctionType) else None
 
 
+# C callables (builtins, methods of C types): no Python code of a step in them, and wrapping one
+# (builtins:len) wraps every call of it in the process, cuptiprof's own included
+_C_CALLABLES = (types.BuiltinFunctionType, types.MethodDescriptorType,
+                types.WrapperDescriptorType, types.MethodWrapperType,
+                types.ClassMethodDescriptorType)
+
+
+def not_python(spec: str, qual: str, obj) -> str | None:
+    """Why --step-fn cannot wrap `obj` (as stored: a staticmethod's function counts): a C
+    function; None for anything else."""
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    if not isinstance(obj, _C_CALLABLES):
+        return None
+    return (f"--step-fn {spec}: {qual} is a built-in (C) function: --step-fn needs a Python "
+            "function (a step's function, e.g. a model's forward)")
+
+
 def walk(obj, parts: list[str]) -> tuple[object, list[str]]:
     """Follow attribute names from `obj`, stopping early at a function: the names left over
     name functions defined inside it (main.denoise_step). Raises AttributeError."""
