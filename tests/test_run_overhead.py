@@ -16,12 +16,13 @@ from cuptiprof.run.launcher import LaunchOptions, LaunchResult
 
 def _fake_runs(monkeypatch, tmp_path, base, prof, codes=None):
     """launch() stood in for: the i-th run of each kind takes base[i] / prof[i] as its
-    (ms per step, wall s). Returns the list of (kind, run, mode) in the order the runs were made."""
+    (ms per step, wall s); the untimed warm-up run ('warm', 0) takes 99 s, which no column may
+    show. Returns the list of (kind, run, mode) in the order the runs were made."""
     made = []
     codes = codes or {}
 
     def launch(cmd, o):
-        kind, r = re.fullmatch(r"(base|prof)-(\d+)\.duckdb", o.output.rsplit("/", 1)[1]).groups()
+        kind, r = re.fullmatch(r"(base|prof|warm)-(\d+)\.duckdb", o.output.rsplit("/", 1)[1]).groups()
         r = int(r)
         made.append((kind, r, o.mode))
         # the command's own output would break up the table; each run's report too
@@ -29,6 +30,8 @@ def _fake_runs(monkeypatch, tmp_path, base, prof, codes=None):
         parts = tmp_path / f"{kind}-{r}.parts"
         parts.mkdir()
         (parts / "marker").write_text(kind)
+        if kind == "warm":
+            return LaunchResult(codes.get((kind, r), 0), 0, tmp_path / "w", parts, 99.0)
         step, wall = (base if kind == "base" else prof)[r]
         return LaunchResult(codes.get((kind, r), 0), 0, parts if kind == "base" else tmp_path / f"p{r}",
                             parts, wall)
@@ -59,7 +62,8 @@ def test_the_table_compares_the_medians_of_the_runs_against_the_unprofiled_ones(
     out = io.StringIO()
     assert overhead.measure(["python", "x.py"], LaunchOptions(), 3, out) == 0
     text = out.getvalue()
-    assert text.splitlines()[0] == "cuptiprof overhead: 3 runs each, interleaved: python x.py"
+    assert text.splitlines()[0] == ("cuptiprof overhead: 3 runs each, interleaved, after one "
+                                    "untimed warm-up run: python x.py")
     # 3.0 -> 5.0 ms: +66.7 %; (3 + 5 + 100) / 3 = 36 ms would be the mean
     assert _row(text, "per step") == ["per step (median of recorded steps)", "3.000 ms", "5.000 ms",
                                       "+66.7", "2.000-4.000", "3.000-100.000"]
@@ -70,9 +74,11 @@ def test_the_table_compares_the_medians_of_the_runs_against_the_unprofiled_ones(
     notes = [l for l in text.splitlines() if l.startswith("note:")]
     assert len(notes) == 1 and notes[0].startswith("note: per step:")
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == "cuptiprof: overhead run 1/3 without profiling: 1.00 s, 2.000 ms/step"
-    assert err[1] == "cuptiprof: overhead run 1/3 with profiling: 1.50 s, 3.000 ms/step"
-    assert len(err) == 6
+    assert err[0] == ("cuptiprof: overhead warm-up run, with profiling, untimed (it pays for "
+                      "cold caches): 99.00 s")
+    assert err[1] == "cuptiprof: overhead run 1/3 without profiling: 1.00 s, 2.000 ms/step"
+    assert err[2] == "cuptiprof: overhead run 1/3 with profiling: 1.50 s, 3.000 ms/step"
+    assert len(err) == 7
 
 
 def test_a_faster_profiled_run_reads_as_a_negative_difference(monkeypatch, tmp_path):
@@ -85,16 +91,18 @@ def test_a_faster_profiled_run_reads_as_a_negative_difference(monkeypatch, tmp_p
 
 @pytest.mark.parametrize("repeat", [1, 2, 4])
 def test_the_runs_alternate_which_kind_goes_first_and_the_baseline_only_times(monkeypatch, tmp_path, repeat):
-    """base, prof, prof, base, ...: drift in the machine hits both kinds alike. The baseline
-    runs in time mode; the profiled runs in the mode asked for."""
+    """An untimed profiled run first, so that neither kind's first run pays for cold caches
+    (the command's files, Python's imports, cuptiprof's own: `--repeat 1` read 0.48 s without
+    profiling, 0.15 s with); then base, prof, prof, base, ...: drift in the machine hits both
+    kinds alike. The baseline runs in time mode; the profiled runs in the mode asked for."""
     made = _fake_runs(monkeypatch, tmp_path, [(1.0, 1.0)] * repeat, [(1.0, 1.0)] * repeat)
     overhead.measure(["cmd"], LaunchOptions(mode=None), repeat, io.StringIO())
     order = [(k, r) for k, r, _ in made]
-    expect = []
+    expect = [("warm", 0)]
     for r in range(repeat):
         expect += [("base", r), ("prof", r)] if r % 2 == 0 else [("prof", r), ("base", r)]
     assert order == expect
-    assert {(k, m) for k, _, m in made} == {("base", "time"), ("prof", None)}
+    assert {(k, m) for k, _, m in made} == {("warm", None), ("base", "time"), ("prof", None)}
     assert not list(tmp_path.glob("*.parts"))   # each run's parts folder is removed
 
 
@@ -104,7 +112,7 @@ def test_runs_without_steps_say_so_and_end_to_end_is_still_compared(monkeypatch,
     overhead.measure(["cmd"], LaunchOptions(), 1, out)
     assert _row(out.getvalue(), "per step") == ["per step (median of recorded steps)", "no steps marked"]
     assert _row(out.getvalue(), "end to end")[1:4] == ["1.000 s", "2.000 s", "+100.0"]
-    assert capsys.readouterr().err.splitlines()[0] == \
+    assert capsys.readouterr().err.splitlines()[1] == \
         "cuptiprof: overhead run 1/1 without profiling: 1.00 s"
 
 
@@ -119,7 +127,8 @@ def test_runs_whose_steps_were_all_warm_up_do_not_read_as_unmarked(monkeypatch, 
 
 
 @pytest.mark.parametrize("failed,words", [(("base", 0), "an unprofiled run"),
-                                          (("prof", 1), "a profiled run")])
+                                          (("prof", 1), "a profiled run"),
+                                          (("warm", 0), "the warm-up run")])
 def test_a_command_that_fails_in_any_run_ends_the_measurement(monkeypatch, tmp_path, failed, words):
     _fake_runs(monkeypatch, tmp_path, [(1.0, 1.0)] * 2, [(1.0, 1.0)] * 2, codes={failed: 1})
     with pytest.raises(CuptiprofError) as e:
