@@ -1,12 +1,12 @@
 """`cuptiprof run --overhead [--repeat R] -- CMD`: what profiling costs, measured by the tool.
 
 First CMD runs once, profiled and untimed: the first run of a command pays for cold caches (its
-files, Python's imports, cuptiprof's own; `--repeat 1` read 0.48 s without profiling and 0.15 s
-with), and a profiled run warms what both kinds read. Then CMD runs R times without profiling
-(only its steps are timed, in memory, no DuckDB) and R times with it, interleaved (base,
-profiled, profiled, base, ...) so that drift in the machine hits both alike. Per-step latency is the median host duration of the recorded steps of each run; end to
-end is the wall time of the whole command. The table shows the median of the runs and their
-spread (min-max).
+files, Python's imports, cuptiprof's own), which would make profiling look cheaper than no
+profiling, and a profiled run warms what both kinds read. Then CMD runs R times without
+profiling (only its steps are timed, in memory, no DuckDB) and R times with it, interleaved
+(base, profiled, profiled, base, ...) so that drift in the machine hits both alike. Per-step
+latency is the median host duration of the recorded steps of each run; end to end is the wall
+time of the whole command. The table shows the median of the runs and their spread (min-max).
 """
 from __future__ import annotations
 
