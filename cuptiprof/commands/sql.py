@@ -25,7 +25,8 @@ def register(sub) -> None:
                    "calls and time per step and name), sel_kernel_spans (kernel intervals only), "
                    "sel_range_up (the program's own ranges around each launch), sel_cut_steps "
                    "(steps an exception ended early), sel_step_busy (busy time of every step, the "
-                   "steps without GPU work as 0)")
+                   "steps without GPU work as 0), sel_name_keys (kernel names counted under "
+                   "another string_id: mangled and readable spellings of one kernel)")
     p.add_argument("--steps", metavar=STEPS_METAVAR,
                    help=f"scope of the sel_* views: {STEPS_FORMS}; default: every recorded step")
     p.add_argument("--format", choices=FORMATS, default="table",
