@@ -102,11 +102,13 @@ def test_doctor_notes_another_python_on_path(tmp_path, monkeypatch, capsys):
 ])
 def test_doctor_says_run_records_cpu_ops_without_a_gpu(monkeypatch, capsys, failing, cpu_ops):
     """No CUDA GPU found: the last line says `cuptiprof run` records a torch program's CPU op
-    times; CUPTI held by another profiler (a GPU is there) and a missing package do not."""
+    times; CUPTI held by another profiler (a GPU is there) and a missing package do not, and
+    without a package profile() records nothing at all."""
     monkeypatch.setattr(doctor, "checks", lambda: [("python", True, "", "", 1)] + failing)
-    doctor.run(None)
+    status = doctor.run(None)
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "profile() still records host-side ranges" in err
+    assert err.count("\n") == 1
+    assert ("profile() still records host-side ranges" in err) is (status == 3), err
     assert ("`cuptiprof run` records a torch program's CPU op times instead (no CUDA GPU "
             "found)" in err) is cpu_ops, err
 
@@ -280,3 +282,29 @@ def test_doctor_takes_a_link_to_its_libcupti_for_that_library(monkeypatch, tmp_p
         monkeypatch.setenv(nvtx_setup.ENV, str(tmp_path / env))
         got = {what: (ok, detail) for what, ok, detail, _, _ in doctor.checks()}
         assert got["NVTX injection"][0] is ok, got["NVTX injection"]
+
+
+@pytest.mark.parametrize("mod", ["duckdb", "pyarrow", "numpy", "msgspec"])
+def test_doctor_says_a_required_package_that_cannot_be_imported(monkeypatch, mod):
+    """Only duckdb was checked, and by its metadata alone: a pyarrow that cannot be imported (or
+    a broken duckdb) read as all ok, exit 3 for the missing GPU instead of 1."""
+    monkeypatch.setitem(sys.modules, mod, None)   # `import mod` now raises ImportError
+    lines = {what: (ok, detail, code) for what, ok, detail, fix, code in doctor.checks()}
+    ok, detail, code = lines[mod]
+    assert not ok and code == 1 and "cannot be imported" in detail
+
+
+def test_doctor_says_a_required_package_that_is_too_old(monkeypatch):
+    real = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda d: "1.0.0" if d == "duckdb" else real(d))
+    ok, detail, fix = next((ok, detail, fix) for what, ok, detail, fix, code in doctor.checks()
+                           if what == "duckdb")
+    assert not ok and "1.0.0" in detail and "1.1" in detail and "pip install -U duckdb" in fix
+
+
+def test_doctor_checks_every_package_pyproject_requires():
+    import re
+    text = (ROOT / "pyproject.toml").read_text()
+    deps = text.split("dependencies = [", 1)[1].split("]", 1)[0]
+    wanted = {m.group(1): m.group(2) for m in re.finditer(r'^\s*"([\w-]+)>=([\d.]+)"', deps, re.M)}
+    assert wanted and {d: ".".join(map(str, v)) for d, v in doctor.REQUIRED.items()} == wanted

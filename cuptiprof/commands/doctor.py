@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -44,8 +45,7 @@ def checks() -> list[tuple[str, bool, str, str, int]]:
     out.append(("python", py_ok, f"{platform.python_version()} ({sys.executable})",
                 "use Python 3.10 or newer", 1))
     out.append(("cuptiprof", True, __version__, "", 1))
-    duck = _version("duckdb")
-    out.append(("duckdb", duck is not None, duck or "not installed", "pip install duckdb", 1))
+    out.extend(_required(dist, least) for dist, least in REQUIRED.items())
     torch = _version("torch")
     out.append(("torch", True, torch or "not installed (only needed for torch programs)", "", 1))
     out.extend(_path_pythons())
@@ -90,6 +90,32 @@ def checks() -> list[tuple[str, bool, str, str, int]]:
     if drv is not None and n > 0 and bindings:
         out.append(_subscriber_check())
     return out
+
+
+# pyproject's dependencies (distribution and module share a name) and the oldest version each
+# takes (isal left out: zlib stands in where it is missing)
+REQUIRED = {"duckdb": (1, 1), "pyarrow": (14,), "numpy": (1, 23), "rich": (13,),
+            "nvtx": (0, 2, 10), "msgspec": (0, 18)}
+
+
+def _required(dist: str, least: tuple[int, ...]) -> tuple[str, bool, str, str, int]:
+    """A required package: installed, importable (its metadata alone said ok for a broken or
+    shadowed one) and not older than pyproject asks."""
+    import importlib
+
+    at_least = ".".join(map(str, least))
+    fix = f"pip install -U {dist}"
+    have = _version(dist)
+    if have is None:
+        return dist, False, "not installed", fix, 1
+    m = re.match(r"\d+(?:\.\d+)*", have)
+    if m and tuple(int(x) for x in m.group().split(".")) < least:
+        return dist, False, f"{have} is too old: cuptiprof needs {at_least} or newer", fix, 1
+    try:
+        importlib.import_module(dist)
+    except Exception as exc:
+        return dist, False, f"{have} cannot be imported ({type(exc).__name__}: {exc})", fix, 1
+    return dist, True, have, fix, 1
 
 
 def _cuda_bindings_missing() -> str | None:
@@ -170,8 +196,10 @@ def run(args) -> int:
         # run would not start at all.
         cpu = (", and `cuptiprof run` records a torch program's CPU op times instead (no CUDA "
                "GPU found)") if no_gpu and status == 3 else ""
-        say("cuptiprof doctor: GPU profiling would NOT work here (exit "
-             f"{status}); profile() still records host-side ranges{cpu}")
+        # exit 1: profile() cannot record even host-side ranges without its packages
+        then = (f"profile() still records host-side ranges{cpu}" if status == 3 else
+                "neither does anything else of cuptiprof's until the problems above are fixed")
+        say(f"cuptiprof doctor: GPU profiling would NOT work here (exit {status}); {then}")
     else:
         say("cuptiprof doctor: GPU profiling would work here", sys.stdout)
     return status
