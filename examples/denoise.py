@@ -214,11 +214,17 @@ def parse_args(argv=None):
             hidden, depth, heads, latent = (int(v) for v in args.size.split(","))
         except ValueError:
             p.error(f"--size {args.size!r}: a preset ({', '.join(SIZES)}) or HIDDEN,DEPTH,HEADS,LATENT")
+        if min(hidden, depth, heads, latent) < 1:
+            p.error(f"--size {args.size!r}: HIDDEN, DEPTH, HEADS and LATENT must be at least 1")
         if hidden % heads or latent % 2:
             p.error(f"--size {args.size!r}: HIDDEN must divide by HEADS and LATENT must be even")
         args.cfg = dict(hidden=hidden, depth=depth, heads=heads, latent=latent, patch=2, dec=64)
     if args.steps < 1 or args.warmup < 0 or args.batch < 1:
         p.error("--steps and --batch must be at least 1, --warmup at least 0")
+    try:
+        torch.device(args.device if args.device != "auto" else "cpu")
+    except RuntimeError:
+        p.error(f"--device {args.device!r}: expected cuda, cuda:N or cpu")
     return args
 
 

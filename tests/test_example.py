@@ -26,6 +26,16 @@ def test_example_bad_size(tmp_path):
     assert r.returncode == 2 and "--size" in r.stderr
 
 
+@pytest.mark.parametrize("args, says", [(["--size", "0,1,1,2"], "--size"),
+                                        (["--size", "8,0,2,4"], "--size"),
+                                        (["--device", "gpu"], "--device")])
+def test_example_bad_size_or_device_is_one_line(tmp_path, args, says):
+    """A zero in --size or a device torch does not know ended in a torch traceback."""
+    r = __import__("subprocess").run([PY, EXAMPLE, *args, "--steps", "1", "--warmup", "0"],
+                                     capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
 def test_cpu_path_end_to_end(tmp_path):
     r = cli(["run", "-o", "denoise.duckdb", "--", PY, EXAMPLE, "--size", "tiny", "--warmup", "1",
              "--steps", "3"], tmp_path, timeout=300)
