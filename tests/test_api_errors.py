@@ -422,6 +422,17 @@ def test_profile_sql_refuses_a_query_that_is_none_or_empty(tmp_path, query, says
         assert prof.sql("SELECT count(*) FROM ranges").fetchall() == [(3,)]
 
 
+def test_profile_sql_refuses_several_queries_as_the_command_does(tmp_path):
+    """"SELECT 1; SELECT 2" returned the last query's rows alone, the first one's silently lost
+    (`cuptiprof sql` refuses it)."""
+    p = tmp_path / "f.duckdb"
+    record(p)
+    with cuptiprof.open(p) as prof:
+        with pytest.raises(UsageError, match="holds 2 queries; give one at a time"):
+            prof.sql("SELECT count(*) FROM ranges; SELECT 2")
+        assert prof.sql("SELECT count(*) FROM ranges;").fetchall() == [(3,)]
+
+
 def test_a_top_beyond_every_row_gives_every_row(tmp_path):
     """A top beyond 64 bits failed inside DuckDB with a ConversionException."""
     p = tmp_path / "f.duckdb"

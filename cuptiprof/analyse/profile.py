@@ -276,8 +276,8 @@ class Profile:
 
     def sql(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None
             ) -> duckdb.DuckDBPyRelation:
-        """Read-only SQL over the file: queries (SELECT, EXPLAIN, PRAGMA, CALL) only. Anything
-        else is refused, as by `cuptiprof sql`: COPY, EXPORT DATABASE, ATTACH, INSTALL/LOAD, SET,
+        """Read-only SQL over the file: one query (SELECT, EXPLAIN, PRAGMA, CALL) at a time.
+        Anything else is refused, as by `cuptiprof sql`: COPY, EXPORT DATABASE, ATTACH, INSTALL/LOAD, SET,
         CREATE, PREPARE and writes (which the read-only connection refuses too). Unlike
         `cuptiprof sql`, a query may read other files (read_parquet(...)). To save a result, call
         .write_parquet(path) or .to_csv(path) on the relation it returns.
@@ -286,7 +286,8 @@ class Profile:
         """
         if not isinstance(query, str):   # DuckDB's TypeError spread over several lines
             raise UsageError(f"{self.path}: Profile.sql() takes the query as a str, not {query!r}")
-        if not duckdb.extract_statements(query):   # DuckDB returned None, no relation
+        n = len(duckdb.extract_statements(query))
+        if not n:   # DuckDB returned None, no relation
             raise UsageError(f"{self.path}: Profile.sql(): the query is empty; give one SQL "
                              "query, e.g. \"SELECT name, count(*) FROM kernels GROUP BY 1\"")
         if params is not None and not isinstance(params, Mapping) and (
@@ -300,6 +301,9 @@ class Profile:
                              f"EXPLAIN, PRAGMA, CALL); {kind} is refused and nothing "
                              "ran. To save a result, call .write_parquet(path) or .to_csv(path) "
                              "on the relation of a query")
+        if n > 1:   # DuckDB runs them all and returns the last one's rows alone
+            raise UsageError(f"{self.path}: Profile.sql(): the query holds {n} queries; give one "
+                             "at a time (only the last one's rows would be returned)")
         con = self._ready()
         return con.sql(query, params=params) if params else con.sql(query)
 
