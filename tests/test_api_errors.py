@@ -315,6 +315,21 @@ def test_steps_of_a_file_without_steps_says_it_has_none(tmp_path, cmd):
         cuptiprof.open(p, 1)
 
 
+def test_steps_of_a_file_whose_steps_are_all_warm_up_say_so(tmp_path):
+    """A warm-up longer than the loop: "has no recorded steps (no row is tagged with a step)"
+    read as if the program had marked none, when it marked 3 that all went to the warm-up."""
+    p = tmp_path / "f.duckdb"
+    with cuptiprof.profile(p, source="none", quiet=True, warmup=5):
+        for i in range(3):
+            with cuptiprof.step(i):
+                pass
+    with pytest.raises(UsageError) as err:
+        cuptiprof.open(p, 1)
+    assert str(err.value) == (f"{p}: has no recorded steps: its 3 steps are all warm-up (a "
+                              "warm-up as long as the loop or longer), so steps=1 selects "
+                              "nothing; leave out steps= to read every row")
+
+
 # -- Profile.sql() refuses what `cuptiprof sql` refuses ------------------------------------------
 @pytest.mark.parametrize("query, kind", [
     ("COPY (SELECT * FROM ranges) TO '{d}/out.csv'", "COPY"),

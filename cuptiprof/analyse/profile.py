@@ -237,8 +237,14 @@ class Profile:
                 f"(SELECT 1 FROM ranges WHERE kind = 'step' AND {where})"))[0]
             if not found and not has_steps:   # pointing at the steps it has would not help
                 leave = f"leave out {self._option}" if self._option else "leave out steps="
-                raise UsageError(f"{self.path}: has no recorded steps (no row is tagged with a "
-                                 f"step), so {label} selects nothing; {leave} to read every row")
+                # steps marked but all warm-up (a warm-up as long as the loop) are not "none"
+                warm = first_row(self._rep.execute(
+                    "SELECT count(*) FROM ranges WHERE kind = 'warmup'"))[0]
+                why = (f": its {warm} step{'s are' if warm > 1 else ' is'} all warm-up (a "
+                       "warm-up as long as the loop or longer)" if warm else
+                       " (no row is tagged with a step)")
+                raise UsageError(f"{self.path}: has no recorded steps{why}, so {label} selects "
+                                 f"nothing; {leave} to read every row")
             if not found:
                 see = (f"`cuptiprof report {self.path} --by step` lists them" if self._option
                        else f"cuptiprof.open({str(self.path)!r}).steps() lists them")
