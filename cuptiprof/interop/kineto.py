@@ -1030,7 +1030,8 @@ class KinetoFile:
             name = strings[c] if c >= 0 else None
             low = name.lower() if name else None
             what = CATEGORIES.get(low)
-            n = int(np.count_nonzero(ph[rows] == _PH_X))
+            x = ph[rows] == _PH_X   # complete events: every category but instants reads these
+            n = int(np.count_nonzero(x))
             self.complete += n
             if what is None:
                 if low is None or low == "cpu_instant_event":
@@ -1042,9 +1043,9 @@ class KinetoFile:
                 elif low not in IGNORED and n:
                     self.unknown[name] = self.unknown.get(name, 0) + n
                 continue
-            rows = rows[ph[rows] == _PH_X]
-            if not len(rows):
+            if not n:
                 continue
+            rows = rows[x]
             if what in ("kernel", "memcpy", "memset", "sync"):
                 self._gpu(what, rows)
             elif what in ("runtime", "driver"):
