@@ -263,3 +263,33 @@ print("not reached", flush=True)
     assert q(db, "SELECT status FROM runs") == [("interrupted",)]
     assert q(db, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(3,)]
     assert q(db, "SELECT exit_status FROM processes") == [(128 + signal.SIGTERM,)]
+
+
+@pytest.mark.parametrize("second", [signal.SIGHUP, signal.SIGTERM])
+def test_a_second_signal_as_the_handler_claims_the_ending_is_ignored(tmp_path, second):
+    """A hang-up reaches a process twice (the launcher forwards the one its process group also
+    got): the second ran the handler again inside the first's claim of the ending, found the
+    ending taken by a thread it did not know yet, and waited for the watcher to end the
+    process, forever. Here the second signal comes in exactly that window."""
+    ready = tmp_path / "ready"
+    p = script(tmp_path, f"""
+import os, pathlib, cuptiprof
+from cuptiprof.run import child
+w = child._term_watch
+def claim():
+    if not w._claim.acquire(blocking=False):
+        return False
+    os.kill(os.getpid(), {int(second)})   # its handler runs before claim() returns
+    return True
+w.claim = claim
+with cuptiprof.range("step", step=0):
+    pass
+pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))
+import time; time.sleep(60)
+""", name="blocked_prog.py")
+    proc = popen(["run", "-o", "b.duckdb", "--no-report", "--", PY, p], tmp_path)
+    wait_for(ready, proc)
+    os.kill(int(ready.read_text()), signal.SIGHUP)
+    _, err = _ends(proc)
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    assert q(tmp_path / "b.duckdb", "SELECT status FROM runs") == [("interrupted",)]

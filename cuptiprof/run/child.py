@@ -1040,6 +1040,7 @@ def _install_sigterm() -> None:
         return
 
     retries = [0]
+    ending: list[int] = []   # the signal whose ending the main thread's handler took on
 
     def on_term(signum, frame):
         global _put_off
@@ -1062,9 +1063,13 @@ def _install_sigterm() -> None:
                 pass
             return
         _put_off = 0
+        if ending:
+            # A repeated signal (a hang-up the launcher forwards as well): this handler, which
+            # it interrupted, is ending the process, maybe between claiming the ending and
+            # noting its owner. Only this flag, one store before the claim, is never half-set.
+            return
+        ending.append(signum)
         if _term_watch is not None and not _term_watch.claim():
-            if _term_watch.owner == threading.get_ident():
-                return   # a repeated signal: the first one's ending is under way
             threading.Event().wait()   # the watcher is ending the process: it kills this one
         # never got out of the recording (5 s): die with what was committed, not risk a hang
         end(signum, flush=retries[0] < 250)

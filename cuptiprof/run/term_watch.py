@@ -43,7 +43,6 @@ class TermWatch:
                  flush: Callable[[int], None]):
         self._handled, self._busy, self._flush = handled, busy, flush
         self._claim = threading.Lock()
-        self.owner = 0   # the thread that claimed the ending
         self._fds: tuple[int, int] | None = None
         self._thread: threading.Thread | None = None
 
@@ -106,7 +105,7 @@ class TermWatch:
         if self._fds is None:
             return
         r, w = self._fds
-        self._fds, self._claim, self.owner, self._thread = None, threading.Lock(), 0, None
+        self._fds, self._claim, self._thread = None, threading.Lock(), None
         try:
             current = _set_wakeup_fd(-1)
         except ValueError:
@@ -133,10 +132,7 @@ class TermWatch:
 
     def claim(self) -> bool:
         """True for the first of the handler and the watcher to end the process."""
-        if not self._claim.acquire(blocking=False):
-            return False
-        self.owner = threading.get_ident()
-        return True
+        return self._claim.acquire(blocking=False)
 
     def _listen(self, r: int) -> None:
         while True:
