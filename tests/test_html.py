@@ -1006,7 +1006,8 @@ def test_sync_time_is_a_bar_beside_the_gpu_work_not_stacked_on_it():
 
 def test_report_html_steps_plot_stacks_gpu_work_and_draws_sync_beside(tmp_path):
     """A run whose host waits in syncs far longer than its GPU works: each step's stacked bar is
-    its kernel, copy, memset and idle time as `report --by step` gives them, the sync time a bar
+    its GPU window as `report --by step` gives it (its copies run under its kernels: the summed
+    kernel, copy, memset and idle times made a bar taller than the window), the sync time a bar
     of its own (stacked on top it made the bar several times the step's GPU window)."""
     db = make_run(tmp_path / "s.duckdb", steps=3, sync_us=5000.0)
     out = tmp_path / "s.html"
@@ -1021,9 +1022,9 @@ def test_report_html_steps_plot_stacks_gpu_work_and_draws_sync_beside(tmp_path):
     assert len(groups) == len(rows) == 3
     for (step, g), r in zip(groups, rows):
         assert int(step) == r["step"] and r["sync_ms"] == pytest.approx(5.0)
-        work = r["kernel_ms"] + r["memcpy_ms"] + r["memset_ms"] + r["idle_ms"]
+        assert r["kernel_ms"] + r["memcpy_ms"] + r["memset_ms"] + r["idle_ms"] > r["gpu_window_ms"] * 1.1
         stacked = sum(h for _, _, _, h in _rects(g)) - sum(h for _, _, _, h in _beside(g))
-        assert stacked * vmax / plot_h == pytest.approx(work, rel=1e-2)
+        assert stacked * vmax / plot_h == pytest.approx(r["gpu_window_ms"], rel=1e-2)
         (_, _, _, hs), = _beside(g)
         assert hs * vmax / plot_h == pytest.approx(r["sync_ms"], rel=1e-2)
     assert "not GPU work" in steps
@@ -1038,6 +1039,54 @@ def test_report_html_steps_plot_stacks_gpu_work_and_draws_sync_beside(tmp_path):
     assert len(_beside(kinds)) == 2 and "sync (host wait, beside the bar)" in kinds
     per_file = text.split("<h2>Steps per file</h2>", 1)[1].split("<h2>", 1)[0]
     assert len(_beside(per_file)) == 6
+
+
+def _overlapping_step(path: Path) -> Path:
+    """One step on one device: kernels on streams 7 and 8 that overlap, a copy on stream 21 that
+    starts under them and runs on past them, a memset under the copy's end and past it, a gap,
+    one more kernel: window 3.0 ms; 2.0 ms under kernels, 0.5 ms of copy and 0.2 ms of memset
+    under neither, 0.3 ms idle (summed: kernels 2.5 ms, copy 0.8 ms, memset 0.4 ms)."""
+    import pyarrow as pa
+    from cuptiprof.store.writer import RunInfo, Writer
+    t, us = 1_000_000, 1000
+    k = {"start_ns": [t, t + 500 * us, t + 2500 * us], "end_ns": [t + 1000 * us, t + 1500 * us, t + 3000 * us],
+         "step": [0] * 3, "name": ["gemm", "softmax", "gelu"], "stream_id": [7, 8, 7], "device_id": [0] * 3}
+    m = {"start_ns": [t + 1200 * us], "end_ns": [t + 2000 * us], "step": [0], "copy_kind": ["HtoD"],
+         "bytes": [1 << 20], "stream_id": [21], "device_id": [0]}
+    ms = {"start_ns": [t + 1800 * us], "end_ns": [t + 2200 * us], "step": [0], "bytes": [1 << 20],
+          "stream_id": [7], "device_id": [0]}
+    r = {"range_id": pa.array([1], pa.int64()), "depth": pa.array([0], pa.int32()), "name": ["step"],
+         "start_ns": pa.array([t], pa.int64()), "end_ns": pa.array([t + 3100 * us], pa.int64()),
+         "kind": ["step"], "step": pa.array([0], pa.int32())}
+    with Writer(path, RunInfo(source="synthetic")) as w:
+        w.append({"kernels": k, "ranges": r})
+        w.append({"memcpys": m, "memsets": ms})
+    return path
+
+
+def test_a_steps_bar_splits_its_gpu_window_where_work_overlaps(tmp_path):
+    """Kernels on two streams at once and a copy beside them: each moment of the step's GPU
+    window is in one piece of its bar (a kernel, else a copy, else a memset, else idle), so the
+    bar is the window `report --by step` gives, not the summed durations (4.0 ms of bar for a
+    3.0 ms step); the summed durations are on hover, and the note says what the bar holds."""
+    db = _overlapping_step(tmp_path / "o.duckdb")
+    out = tmp_path / "o.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    with cuptiprof.open(db) as prof:
+        (row,) = _dicts_of(prof.report("steps"))
+    assert row["gpu_window_ms"] == pytest.approx(3.0) and row["idle_ms"] == pytest.approx(0.3)
+    assert (row["kernel_ms"], row["memcpy_ms"], row["memset_ms"]) == pytest.approx((2.5, 0.8, 0.4))
+    steps = out.read_text().split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
+    tip, g = re.search(r"<g><title>(0 \|[^<]*)</title>(.*?)</g>", steps).groups()
+    parts = dict(re.findall(r"(kernel|memcpy|memset|idle): ([\d.]+) ms", tip))
+    assert {p: float(v) for p, v in parts.items()} == pytest.approx(
+        {"kernel": 2.0, "memcpy": 0.5, "memset": 0.2, "idle": 0.3})
+    for p, summed in (("kernel", 2.5), ("memcpy", 0.8), ("memset", 0.4)):
+        assert f"{p}: {parts[p]} ms (summed durations: {fmt_value(summed)} ms)" in tip
+    vmax = float(re.search(r'<text x="4" y="12">([\d.,]+) ms</text>', steps).group(1))
+    assert vmax == pytest.approx(3.0)   # the tallest bar: the window
+    assert sum(h for _, _, _, h in _rects(g)) == pytest.approx(240 - 40, abs=0.5)
+    assert "splits its GPU window" in steps and "counts once" in steps
 
 
 def _dicts_of(rel) -> list[dict]:

@@ -578,6 +578,13 @@ def cpu_time(profile) -> duckdb.DuckDBPyRelation:
     return profile.sql(catalog.compare_sql("cpu_time"))
 
 
+def step_parts(profile) -> duckdb.DuckDBPyRelation:
+    """Each step's GPU window in an open Profile's scope split into time under kernels, copies
+    alone, memsets alone and idle time, which add up to the window (sql/compare/step_parts.sql):
+    the bars of the HTML report's steps plot."""
+    return profile.sql(catalog.compare_sql("step_parts"))
+
+
 def timeline_processes(profile) -> duckdb.DuckDBPyRelation:
     """Run label, host and rank of each process, to name timeline lanes
     (sql/compare/timeline_processes.sql)."""

@@ -31,6 +31,9 @@ PARTS = ("kernel", "memcpy", "memset", "sync", "idle")
 # stand many times taller than the step's GPU window.
 STACKED = tuple(p for p in PARTS if p != "sync")
 BESIDE = ("sync",)
+# A column's "<part> summed" value: the part's summed durations, given on hover beside the part
+# where they differ from it (a steps bar's parts are wall time, overlapping work counted once).
+SUMMED = " summed"
 BESIDE_LABELS = {"sync": "sync (host wait, beside the bar)"}
 # Characters a table cell shows of a name: about what fits the cell's 520 pixels (_CSS) at 12px.
 CELL_CHARS = 72
@@ -200,7 +203,7 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
     for i, (label, d) in enumerate(columns):
         x = round(60 + i * slot, 2)
         y = height - 28
-        tip = [tips[i] if tips else f"{label}"] + [f"{p}: {fmt_value(d.get(p) or 0)} {unit}" for p in parts]
+        tip = [tips[i] if tips else f"{label}"] + [_part_tip(p, d, unit) for p in parts]
         tip += [f"{p} (host wait): {fmt_value(d.get(p) or 0)} {unit}" for p in beside]
         out.append(f'<g><title>{esc(" | ".join(tip))}</title>')
         for p in parts:
@@ -228,6 +231,14 @@ def stacked_columns(columns: Sequence[tuple[str, dict]], parts: Sequence[str] = 
                                   [(BESIDE_LABELS.get(p, p), colors.get(p, "#888")) for p in beside]) + note
 
 
+def _part_tip(p: str, d: dict, unit: str) -> str:
+    """A part's line of a column's tooltip, with its summed durations where they differ."""
+    v, summed = fmt_value(d.get(p) or 0), d.get(p + SUMMED)
+    more = f" (summed durations: {fmt_value(summed)} {unit})" if summed is not None and \
+        fmt_value(summed) != v else ""
+    return f"{p}: {v} {unit}{more}"
+
+
 PLOT_COLUMNS = 860   # columns a stacked plot draws at most: about one pixel each across the page
 
 
@@ -247,7 +258,8 @@ def _buckets(columns: Sequence[tuple[str, dict]], parts: Sequence[str], unit: st
         run = columns[i:i + k]
         totals = [sum((d.get(p) or 0) for p in parts) for _, d in run]
         slow = max(range(len(run)), key=totals.__getitem__)
-        mean = {p: sum((d.get(p) or 0) for _, d in run) / len(run) for p in (*parts, *beside)}
+        keys = (*parts, *beside, *(p + SUMMED for p in parts if any(p + SUMMED in d for _, d in run)))
+        mean = {p: sum((d.get(p) or 0) for _, d in run) / len(run) for p in keys}
         first, last = str(run[0][0]), str(run[-1][0])
         # a starred step (ended early) keeps its star on the run's label
         label = first.rstrip("*") + ("*" if any(str(c).endswith("*") for c, _ in run) else "")
@@ -570,7 +582,8 @@ def _dicts(rel) -> list[dict]:
 # -- one file ---------------------------------------------------------------------------------
 def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     """The HTML report of one file: top ops, steps as stacked bars, kinds, a step's timeline."""
-    from cuptiprof.analyse.compare import cpu_time, median_step, step_timeline, timeline_processes
+    from cuptiprof.analyse.compare import (cpu_time, median_step, step_parts, step_timeline,
+                                           timeline_processes)
 
     overview = profile.report("overview")
     ops = _dicts(profile.ops(top))
@@ -622,20 +635,26 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
                             f'{r["range"]}: {fmt_value(r["gpu_ms"])} ms in {_calls(r["calls"])}, '
                             f'{fmt_value(r["pct_gpu_time"])}% of {what} time') for r in ranges],
                           cls="plot ranges"))
-    # per step, summed over devices and processes
+    # per step, summed over devices and processes: the bar splits the step's GPU window (each
+    # moment counted once, as busy and idle time are), the summed durations of the steps report
+    # on hover; sync from the steps report
     per_step: dict = {}
     cut = set()  # steps an exception ended early: labelled so, as their bars are short
     whole = {p: 0.0 for p in PARTS}   # a file without steps: its one row (step NULL) per device
+
+    def _add(step, key, v):
+        d = whole if step is None else per_step.setdefault(step, {p: 0.0 for p in PARTS})
+        d[key] = d.get(key, 0.0) + (v or 0.0)
+
     for s in steps:
-        if s["step"] is None:
-            for p in PARTS:
-                whole[p] += s.get(f"{p}_ms") or 0.0
-            continue
-        d = per_step.setdefault(s["step"], {p: 0.0 for p in PARTS})
-        for p in PARTS:
-            d[p] += s.get(f"{p}_ms") or 0.0
-        if s.get("complete") is False:
+        _add(s["step"], "sync", s["sync_ms"])
+        for p in STACKED[:-1]:   # kernel, memcpy, memset: summed durations
+            _add(s["step"], p + SUMMED, s[f"{p}_ms"])
+        if s["step"] is not None and s.get("complete") is False:
             cut.add(s["step"])
+    for s in _dicts(step_parts(profile)):
+        for p in STACKED:
+            _add(s["step"], p, s[f"{p}_ms"])
     if host_only:
         host: dict = {}   # step -> {process: host ms}: a step's rows repeat it per device
         for s in steps:
@@ -645,13 +664,18 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
         body.append(stacked_columns(_by_step({k: {"host": sum(v.values())} for k, v in host.items()}, cut),
                                     ("host",), colors={"host": "#9d755d"}, beside=()))
     elif only_cpu:
-        body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: CPU op time (shown as "
-                    "kernel; summed durations) and the time between ops inside the step's window "
-                    "(idle).</p>")
+        body.append("<h2>Steps</h2><p class=\"note\">Each step's bar splits its window (first op's start "
+                    "to last op's end) by what ran: a CPU op (shown as kernel; ops of several threads "
+                    "at once count once), else nothing (idle).<br>Hover a bar for the ops' summed "
+                    "durations.</p>")
     else:
-        body.append("<h2>Steps</h2><p class=\"note\">Each step as a stacked bar: kernel, copy and memset "
-                    "time (summed durations) and GPU idle time in the step's GPU window; the thin bar "
-                    "beside it: host sync time (the host waiting, not GPU work).</p>")
+        body.append("<h2>Steps</h2><p class=\"note\">Each step's bar splits its GPU window (first start "
+                    "to last end of its GPU work, summed over devices: <code>report --by step</code>'s "
+                    "gpu_window_ms) by what ran: a kernel; else a copy; else a memset; else nothing "
+                    "(idle).<br>Work on several streams at once counts once, so the bar is the window; "
+                    "hover a bar for each kind's summed durations (its kernel_ms, memcpy_ms and "
+                    "memset_ms).<br>The "
+                    "thin bar beside it: host sync time (the host waiting, not GPU work).</p>")
     if not host_only and not per_step and any(whole.values()):
         body.append('<p class="note">No steps recorded: the bar is the whole file.</p>'
                     + stacked_columns([("all", whole)]))
