@@ -1089,6 +1089,27 @@ def test_a_steps_bar_splits_its_gpu_window_where_work_overlaps(tmp_path):
     assert "splits its GPU window" in steps and "counts once" in steps
 
 
+def test_the_comparisons_steps_bars_split_each_steps_gpu_window_too(tmp_path):
+    """compare --html's steps per file: each bar is the step's GPU window (the comparison's
+    window_ms), split as the report's steps plot splits it, not its summed durations."""
+    a, b = _overlapping_step(tmp_path / "a.duckdb"), _overlapping_step(tmp_path / "b.duckdb")
+    out = tmp_path / "c.html"
+    with Comparison([a, b]) as cmp:
+        assert [r["window_ms"] for r in _dicts_of(cmp.steps())] == pytest.approx([3.0, 3.0])
+        write_compare(cmp, out)
+    per_file = out.read_text().split("<h2>Steps per file</h2>", 1)[1].split("<h2>", 1)[0]
+    tips = re.findall(r"<g><title>(0 \|[^<]*)</title>", per_file)
+    assert len(tips) == 2
+    for tip in tips:
+        parts = dict(re.findall(r"(kernel|memcpy|memset|idle): ([\d.]+) ms", tip))
+        assert {p: float(v) for p, v in parts.items()} == pytest.approx(
+            {"kernel": 2.0, "memcpy": 0.5, "memset": 0.2, "idle": 0.3})
+        assert f"memcpy: {parts['memcpy']} ms (summed durations: {fmt_value(0.8)} ms)" in tip
+    assert all(f'<text x="4" y="12">{fmt_value(3.0)} ms</text>' in svg
+               for svg in re.findall(r"<svg.*?</svg>", per_file))
+    assert "splits" in per_file and "counts once" in per_file
+
+
 def _dicts_of(rel) -> list[dict]:
     return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
 
@@ -1320,9 +1341,11 @@ def test_compare_html_kinds_sum_copy_directions_and_rank_each_files_top(tmp_path
     assert [(L, float(ms)) for L, ms in memcpy] == [("A", pytest.approx(0.7)), ("B", pytest.approx(0.7))]
     # about 24 lines in the rank-shift chart: each of 2 files' top 12
     assert "Rank of each file's top 12 ops in every file" in text
-    # each file's steps: both copy directions in its memcpy part, as in the steps report
+    # each file's steps: both copy directions in its memcpy part's summed durations, as in the
+    # steps report (the copies run under the kernels: almost none of the bar)
     steps = text.split("<h2>Steps per file</h2>", 1)[1].split("<h2>", 1)[0]
-    parts = re.findall(r"<title>(\d+) \| kernel: [\d.]+ ms \| memcpy: ([\d.]+) ms \| memset: ([\d.]+) ms", steps)
+    parts = re.findall(r"<title>(\d+) \| kernel: [\d.]+ ms \| memcpy: 0.004 ms \(summed durations: "
+                       r"([\d.]+) ms\) \| memset: ([\d.]+) ms", steps)
     assert len(parts) == 4 and all(float(cp) == pytest.approx(0.7) and float(ms) < 0.7 for _, cp, ms in parts)
 
 

@@ -370,6 +370,11 @@ class Comparison:
     def steps(self) -> duckdb.DuckDBPyRelation:
         return self.con.sql("SELECT * FROM cmp_steps ORDER BY run, step")
 
+    def steps_wall(self) -> duckdb.DuckDBPyRelation:
+        """Each step's GPU window split into time under kernels, copies alone, memsets alone and
+        idle time, which add up to steps()' window_ms (sql/compare/steps_wall.sql)."""
+        return self.con.sql(catalog.compare_sql("steps_wall"))
+
     def devices(self) -> duckdb.DuckDBPyRelation:
         return self.con.sql("SELECT * FROM compare_devices")
 

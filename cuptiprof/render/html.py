@@ -798,14 +798,19 @@ def write_compare(cmp, out: str | os.PathLike, top: int = 15) -> Path:
         per_run[k["run"]][k["kind"]] = per_run[k["run"]].get(k["kind"], 0.0) + (k["ms"] or 0.0)
     body.append(stacked_columns([(r.letter, per_run[r.index]) for r in cmp.runs], width=420))
     body.append(table(cmp.kinds_side_by_side()))
-    body.append("<h2>Steps per file</h2>")
+    body.append("<h2>Steps per file</h2><p class=\"note\">Each step's bar splits its GPU window (summed "
+                "over devices) by what ran: a kernel; else a copy; else a memset; else nothing (idle)."
+                "<br>Work on several streams at once counts once, so the bar is the window; hover a "
+                "bar for each kind's summed durations.<br>The thin bar beside it: host sync time (the "
+                "host waiting, not GPU work).</p>")
     steps = _dicts(cmp.steps())
+    wall = {(w["run"], w["step"]): w for w in _dicts(cmp.steps_wall())}
     for r in cmp.runs:
         # a file without steps is one step 0 to the comparison: its bar is the whole file, "all"
         # as in the report's HTML, not a step 0 that the file never recorded
         cols = [(str(s["step"]) if r.has_steps else "all",
-                 {"kernel": s["kernel_ms"], "memcpy": s["memcpy_ms"], "memset": s["memset_ms"],
-                  "sync": s["sync_ms"], "idle": s["idle_ms"]})
+                 {**{p: (wall.get((r.index, s["step"])) or {}).get(f"{p}_ms") or 0.0 for p in STACKED},
+                  **{p + SUMMED: s[f"{p}_ms"] for p in STACKED[:-1]}, "sync": s["sync_ms"]})
                 for s in steps if s["run"] == r.index]
         whole = "" if r.has_steps else " (no steps recorded: the bar is the whole file)"
         body.append(f"<p>{esc(r.letter)}: {esc(r.label)}{whole}</p>" + stacked_columns(cols, height=180))
