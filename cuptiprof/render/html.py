@@ -674,8 +674,8 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
                     "gpu_window_ms) by what ran: a kernel; else a copy; else a memset; else nothing "
                     "(idle).<br>Work on several streams at once counts once, so the bar is the window; "
                     "hover a bar for each kind's summed durations (its kernel_ms, memcpy_ms and "
-                    "memset_ms).<br>The "
-                    "thin bar beside it: host sync time (the host waiting, not GPU work).</p>")
+                    "memset_ms).<br>The thin bar beside it: host sync time (the host waiting, not GPU "
+                    "work).</p>")
     if not host_only and not per_step and any(whole.values()):
         body.append('<p class="note">No steps recorded: the bar is the whole file.</p>'
                     + stacked_columns([("all", whole)]))
