@@ -1108,6 +1108,11 @@ def test_the_comparisons_steps_bars_split_each_steps_gpu_window_too(tmp_path):
     assert all(f'<text x="4" y="12">{fmt_value(3.0)} ms</text>' in svg
                for svg in re.findall(r"<svg.*?</svg>", per_file))
     assert "splits" in per_file and "counts once" in per_file
+    # the kinds per file stack each kind's summed durations, as the kinds table beside them does
+    # (4.0 ms here, for 3.0 ms steps): the note says so, not that the bar is a step
+    kinds = out.read_text().split("<h2>Kinds per file</h2>", 1)[1].split("<h2>", 1)[0]
+    assert f'<text x="4" y="12">{fmt_value(4.0)} ms</text>' in kinds
+    assert "summed durations" in kinds and "taller than" in kinds
 
 
 def _dicts_of(rel) -> list[dict]:

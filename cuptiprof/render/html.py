@@ -791,8 +791,10 @@ def write_compare(cmp, out: str | os.PathLike, top: int = 15) -> Path:
                 "file (1 = most time per step); on the right each op at its last rank (a letter "
                 "first where that is not the last file). Hover a line for all its ranks.</p>")
     body.append(bump_chart(shown, letters, ranks))
-    body.append("<h2>Kinds per file</h2><p class=\"note\">Median ms per step of each kind: GPU work "
-                "and idle time stacked, host sync time (not GPU work) the thin bar beside.</p>")
+    body.append("<h2>Kinds per file</h2><p class=\"note\">Median ms per step of each kind, as the table "
+                "gives them: GPU work (summed durations) and idle time stacked, host sync time (not "
+                "GPU work) the thin bar beside.<br>Work on several streams at once counts each time, "
+                "so a bar can stand taller than a step's GPU window (Steps per file splits it).</p>")
     per_run: dict[int, dict] = {r.index: {p: 0.0 for p in PARTS} for r in cmp.runs}
     for k in _dicts(cmp.kinds()):
         per_run[k["run"]][k["kind"]] = per_run[k["run"]].get(k["kind"], 0.0) + (k["ms"] or 0.0)
