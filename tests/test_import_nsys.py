@@ -187,6 +187,38 @@ def test_corrupt_sqlite(tmp_path):
     assert not (tmp_path / "o.duckdb").exists()
 
 
+@pytest.mark.parametrize("table, column, value, says", [
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid", None, "NULL"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid", "abc", "the text 'abc'"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "start", None, "NULL"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "end", None, "NULL"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId", "x", "the text 'x'"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "returnValue", "x", "the text 'x'"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "start", "x", "the text 'x'"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "end", None, "NULL"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId", None, "NULL"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "streamId", "x", "the text 'x'"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid", "x", "the text 'x'"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "mangledName", "x", "the text 'x'"),
+    ("NVTX_EVENTS", "globalTid", None, "NULL"),
+    ("NVTX_EVENTS", "start", None, "NULL"),
+    ("NVTX_EVENTS", "end", "x", "the text 'x'"),
+])
+def test_a_value_of_the_wrong_type_is_named(tmp_path, table, column, value, says):
+    """A value no importer could read (a NULL thread or time, text where an integer belongs)
+    is named with its table, row and column, not as Python's own TypeError."""
+    src = nsys_export(tmp_path / "bad.sqlite", launches=_launches(3),
+                      ranges=[(7, 990, 1150, 59, "step 0"), (7, 1150, 1300, 59, "step 1")])
+    with sqlite3.connect(src) as db:
+        db.execute(f'UPDATE {table} SET "{column}" = ? WHERE rowid = 2', [value])
+    r = run_cli("import", src, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (f"cuptiprof: error: {src}: {table} rowid 2: {column} is {says}, where an "
+                        "integer belongs; the export is damaged or was edited: export it again "
+                        "(nsys export --type sqlite REPORT.nsys-rep)\n")
+    assert not (tmp_path / "o.duckdb").exists()
+
+
 def _launches(n, t0=1000, tid=7):
     return [(tid, t0 + i * 100, t0 + i * 100 + 10, t0 + i * 100 + 20, t0 + i * 100 + 60)
             for i in range(n)]

@@ -36,6 +36,10 @@ SYNC_TYPE = {0: "unknown", 1: "event_synchronize", 2: "stream_wait_event",
 NVTX_RANGE_TYPES = (59, 60, 70, 71)   # push/pop and start/end ranges (NVTX and NVTXT)
 NVTX_START_END = (60, 71)
 NVTX_DOMAIN_CREATE = 75
+# columns the importer cannot do without: no row is placed in time, a thread or a device without
+# them (any other integer column read may be NULL, as older exports lack some)
+_NOT_NULL = ("start", "end", "globalTid", "deviceId")
+_NVTX_READ = f"eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))}) AND \"end\" IS NOT NULL"
 _STEP_RE = re.compile(r"^(?:ProfilerStep#|step[ _#:=]?)(\d+)$", re.IGNORECASE)
 
 
@@ -89,6 +93,7 @@ class NsysFile:
         self.devices: dict[int, set[int]] = {}
         self.spans: dict[int, list[int]] = {}
         self.pid_of: dict[int, int] = {}   # the export's pid -> the pid its rows are written with
+        self.read: dict[str, list[str]] = {}   # table -> the integer columns read from it
 
     # helpers --------------------------------------------------------------------------------
     def _own(self, pid: int) -> int:
@@ -145,6 +150,7 @@ class NsysFile:
         for c in wanted:
             alts = [a for a in c.split("|") if a in have]
             exprs.append(f'"{alts[0]}"' if alts else "NULL")
+            self.read.setdefault(table, []).extend(alts[:1])
         cur = self.db.execute(f"SELECT {', '.join(exprs)} FROM {table} ORDER BY 1")
         while True:
             rows = cur.fetchmany(BATCH_ROWS)
@@ -170,6 +176,28 @@ class NsysFile:
             i = int(np.argmax(bad))
             raise InputError(f"{self.path}: {table}: a row ends before it starts (start {s[i]}, "
                              f"end {e[i]}); the export is damaged")
+
+    def _bad_value(self) -> InputError | None:
+        """The first value read that is not what its column holds (a NULL time or thread, text
+        where an integer belongs), named by table, rowid and column; None where none is."""
+        for table, cols in self.read.items():
+            only = f" AND {_NVTX_READ}" if table == "NVTX_EVENTS" else ""
+            for c in cols:
+                allowed = "'integer'" if c in _NOT_NULL else "'integer', 'null'"
+                try:
+                    row = self.db.execute(
+                        f'SELECT rowid, typeof("{c}"), substr(quote("{c}"), 1, 40) FROM "{table}" '
+                        f'WHERE typeof("{c}") NOT IN ({allowed}){only} LIMIT 1').fetchone()
+                except sqlite3.Error:
+                    continue
+                if row:
+                    what = {"null": "NULL", "text": f"the text {row[2]}", "real": f"the number {row[2]}",
+                            "blob": "bytes"}.get(row[1], row[1])
+                    return InputError(
+                        f"{self.path}: {table} rowid {row[0]}: {c} is {what}, where an integer "
+                        "belongs; the export is damaged or was edited: export it again "
+                        "(nsys export --type sqlite REPORT.nsys-rep)")
+        return None
 
     def _names(self, ids) -> pa.Array:
         arr, ok = AC.ints(ids)
@@ -209,6 +237,12 @@ class NsysFile:
                 ranges = self._nvtx()
                 self._link(calls, ranges)
                 self._meta()
+        except (TypeError, ValueError, OverflowError):
+            # Python's own words say what failed, not where in the file: find the value
+            bad = self._bad_value()
+            if bad is None:
+                raise
+            raise bad from None
         finally:
             self.db.close()
         return [FileSummary(str(self.path), pid, None, 0, dict(self.rows), {},
@@ -306,6 +340,7 @@ class NsysFile:
         if "NVTX_EVENTS" not in self.tables:
             return out
         have = self._cols("NVTX_EVENTS")
+        self.read["NVTX_EVENTS"] = ["start", "end", "globalTid"]   # a payload of text is no step
         # a range's integer payload: cuptiprof.range("step", step=N) pushes "step" with N there
         ints = [f"e.{c}" for c in ("int64Value", "uint64Value", "int32Value", "uint32Value")
                 if c in have]
@@ -322,7 +357,7 @@ class NsysFile:
                 domains[(_pid(g), d)] = t
         q = (f"SELECT e.start, e.\"end\", e.globalTid, {text}, {dom}, e.eventType, {payload} "
              f"FROM NVTX_EVENTS e {join} "
-             f"WHERE e.eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))}) AND e.\"end\" IS NOT NULL")
+             f"WHERE {_NVTX_READ}")
         for row in self.db.execute(q):
             if type(row[3]) is bytes:   # a BLOB: refused as text that is not UTF-8 is
                 raise InputError(f"{self.path}: cannot read the Nsight Systems export (an "
