@@ -100,6 +100,22 @@ def step_index(value: Any) -> int | None:
         return None
 
 
+def _check_step(value: Any) -> None:
+    """A step's number that is no integer ("10", 3.0, True) was numbered by its position, and
+    the step the program meant was not the one recorded: a mistake in the program, refused at
+    its call whether profiled or not. None is no number (as if not given)."""
+    if value is None or type(value) is int or step_index(value) is not None:
+        return
+    try:
+        shown = repr(value) if isinstance(value, (str, bytes)) else str(value)
+    except Exception:
+        shown = "?"
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    raise TypeError(f"cuptiprof.step: a step's number is an integer (int, numpy integer, 0-d "
+                    f"integer array or tensor), not {type(value).__name__} {shown}; give int(...) "
+                    "of it, or no number to number steps by their position")
+
+
 # The step columns are INTEGER: a larger number would fail the whole commit it is in.
 STEP_MIN, STEP_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -207,8 +223,9 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     attrs: extra attributes stored with the range as strict JSON (ranges.attrs): a NaN or
     infinite float is stored as null, a value JSON cannot hold as its text. `step` may be any
     integer (int, numpy integer, 0-d integer tensor) from -2**31 to 2**31 - 1 and is also sent as
-    the NVTX payload (anything else: the step is numbered by its position); on a range that is
-    no step it is one more attribute.
+    the NVTX payload (a larger one, or none: the step is numbered by its position); another
+    type (a str, a float, a bool) raises TypeError. On a range that is no step it is one more
+    attribute.
 
     One object may be entered again after it exits (and recursively); as a decorator every call
     opens its own range. Several threads or asyncio tasks may be inside one object at once: each
@@ -235,6 +252,8 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
                              f"{getattr(name, '__qualname__', name)!s}, not @cuptiprof.range")
         self.name = str(name)
         self.attrs = attrs
+        if self.name == "step":
+            _check_step(attrs.get("step"))
 
     def _open(self) -> Any:
         """Open the range; returns what _close needs, or None when ranges are off."""

@@ -123,9 +123,9 @@ def test_nvtx_push_pop_in_cuptiprof_domain_when_a_tool_listens(monkeypatch):
     events.clear()
     with cuptiprof.step(np.int64(999)):   # e.g. a scheduler's timestep
         pass
-    with cuptiprof.step(True):
+    with cuptiprof.step(5):
         pass
-    assert events == [("push", ("step", 999)), ("pop",), ("push", ("step", None)), ("pop",)]
+    assert events == [("push", ("step", 999)), ("pop",), ("push", ("step", 5)), ("pop",)]
     assert type(events[0][1][1]) is int
 
 
@@ -187,6 +187,36 @@ def test_a_range_without_a_name_as_decorator_is_refused():
         cuptiprof.step(decode)
     assert cuptiprof.range("decode")(decode)(3) == 6
     assert cuptiprof.range(7).name == "7"   # a name of another type is its text
+
+
+def not_step_numbers():
+    """Values a step's number is refused as, each with how the refusal names it."""
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    return [("10", "str '10'"), (3.0, "float 3.0"), (np.float64(3.0), "float64 3.0"),
+            (True, "bool True"), (np.bool_(True), "bool True"),
+            (torch.tensor(True), "Tensor tensor(True)"), ([1], "list [1]")]
+
+
+def test_a_step_number_that_is_no_integer_is_refused_at_the_call():
+    """step("10"), step(3.0) and step(True) were numbered by their position, silently: the
+    step the program meant was not the one recorded. Refused where the mistake is, profiled or
+    not, unless the range is no step (there `step` is one more attribute)."""
+    for value, shown in not_step_numbers():
+        for make in (lambda: cuptiprof.step(value), lambda: cuptiprof.range("step", step=value)):
+            with pytest.raises(TypeError) as e:
+                make()
+            assert str(e.value) == (
+                f"cuptiprof.step: a step's number is an integer (int, numpy integer, 0-d integer "
+                f"array or tensor), not {shown}; give int(...) of it, or no number to number "
+                "steps by their position")
+        assert cuptiprof.range("denoise", step=value).attrs == {"step": value}
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    for value in (7, np.int64(7), np.uint16(7), np.array(7), torch.tensor(7)):
+        assert cuptiprof.step(value).attrs == {"step": value}
+    assert cuptiprof.range("step").attrs == {}
+    assert cuptiprof.range("step", step=None).attrs == {"step": None}   # as if not given
 
 
 def test_step_numbers_are_those_the_step_columns_hold():

@@ -151,13 +151,12 @@ def test_one_range_object_shared_by_threads_closes_each_threads_own(tmp_path):
 
 # -- step numbers of any integer type ----------------------------------------------------------
 def integer_steps():
-    """(value given to cuptiprof.step, step stored): integers of every kind keep their number;
-    a bool or a float is no step number, so the step is numbered by its position."""
+    """(value given to cuptiprof.step, step stored): integers of every kind keep their number
+    (a bool, a float or a str is refused at the call: test_markers.py)."""
     np = pytest.importorskip("numpy")
     torch = pytest.importorskip("torch")
     return [(np.int64(999), 999), (np.uint16(979), 979), (np.array(959), 959),
-            (torch.tensor(939), 939), (True, 4), (torch.tensor(True), 5), (2.0, 6),
-            (np.float64(3.0), 7), ("8", 8), (7, 7)]
+            (torch.tensor(939), 939), (7, 7)]
 
 
 def test_numpy_and_tensor_step_numbers_are_stored_as_given(tmp_path):
@@ -183,9 +182,23 @@ def test_numpy_step_numbers_without_a_gpu_collector(tmp_path):
             pass
     """)
     r = cli(["run", "-o", "r.duckdb", "--no-report", "--light", "--", sys.executable, p], tmp_path)
-    assert r.returncode == 0, r.stderr
+    # step(True) was numbered by its position, 3; the program now learns of its mistake
+    assert r.returncode == 1, r.stderr
+    assert "TypeError: cuptiprof.step: a step's number is an integer" in r.stderr
     assert q(tmp_path / "r.duckdb", "SELECT step FROM ranges WHERE kind = 'step' "
-                                     "ORDER BY start_ns") == [(999,), (979,), (959,), (3,)]
+                                     "ORDER BY start_ns") == [(999,), (979,), (959,)]
+
+
+def test_a_step_number_that_is_no_integer_under_profile(tmp_path):
+    p = tmp_path / "p.duckdb"
+    with pytest.raises(TypeError, match="not str '10'"):
+        with cuptiprof.profile(p, source=FakeCupti(), quiet=True):
+            with cuptiprof.step(1):
+                pass
+            with cuptiprof.step("10"):
+                pass
+    assert q(p, "SELECT step FROM ranges WHERE kind = 'step'") == [(1,)]
+    assert q(p, "SELECT status FROM runs") == [("failed",)]
 
 
 class Unprintable:
