@@ -182,6 +182,7 @@ def test_open_takes_python_step_forms(tmp_path, steps, scope):
     # `--steps ""` is refused and not read as every step
     ("", "steps='': empty; give A:B, A:, :B or N (step numbers, inclusive), or leave it out"),
     ("  ", "steps='  ': empty; give A:B"),
+    ("\u0663", "steps='\u0663': step numbers are written in ASCII digits (0-9); '\u0663' is not one"),
 ])
 def test_open_refuses_bad_steps_in_python_words(tmp_path, steps, says):
     p = tmp_path / "f.duckdb"

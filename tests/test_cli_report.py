@@ -725,9 +725,19 @@ def test_bad_file_one_line(bad_files, case, command):
     (["report", "{f}", "--steps", "90:99"], "no recorded step"),
     (["report", "{f}", "--top", "0"], "at least 1"),
     (["report", "{f}", "--by", "op", "--top", "999999999999999999999"], "at most"),
+    (["report", "{f}", "--by", "op", "--top", "\u0663"], "'\u0663' is not a whole number in ASCII digits"),
     (["report"], "needs a FILE"),
     (["report", "{f}", "--html", "{f}"], "is also an input; write to another path"),
     (["sql", "{f}", "SELECT 1", "--steps", "5:2"], "--steps '5:2': the end (2) is before the start (5)"),
+    # int() reads every script's digits: Arabic-Indic 3:5 was steps 3 to 5, full-width 3 step 3
+    (["report", "{f}", "--steps", "\u0663:\u0665"], "--steps '\u0663:\u0665': step numbers are "
+     "written in ASCII digits (0-9); '\u0663' is not one"),
+    (["report", "{f}", "--steps", "\uff13"], "ASCII digits (0-9); '\uff13' is not one"),
+    (["sql", "{f}", "SELECT 1", "--steps", "1:\u0663"], "ASCII digits (0-9); '\u0663' is not one"),
+    (["export", "{f}", "--chrome", "{f}.json", "--steps", "\u0661"], "ASCII digits (0-9)"),
+    # a number longer than int() converts was a traceback
+    (["report", "{f}", "--steps", "9" * 5000], "a step number of 5000 digits is no step"),
+    (["sql", "{f}", "SELECT 1", "--steps", "1:" + "9" * 30], "a step number of 30 digits is no step"),
     (["sql", "{f}", "SELEC count(*) FROM kernels"], "SQL error"),
     (["sql", "{f}", "SELECT no_such_column FROM kernels"], "SQL error"),
     (["sql", "{f}", "DELETE FROM kernel_rows"], "read-only"),
@@ -834,7 +844,7 @@ def test_an_empty_file_name_is_named_as_empty(tmp_path, args, command):
 @pytest.mark.parametrize("args,word,command", [
     (["report", "x.duckdb", "--by", "nonsense"], "invalid choice", "report"),
     (["diff", "a.duckdb", "b.duckdb"], "--fail-above", "diff"),
-    (["run", "--warmup", "x", "--", "true"], "invalid int value", "run"),
+    (["run", "--warmup", "x", "--", "true"], "is not a whole number", "run"),
     (["import", "t.json"], "-o/--output", "import"),
     (["merge", "a.duckdb"], "-o/--output", "merge"),
     (["report", "x.duckdb", "--top", "1000000001"], "at most 1000000000", "report"),

@@ -75,6 +75,21 @@ def test_run_usage_mistakes_are_one_line_and_run_nothing(tmp_path, capsys, monke
     assert "ran" not in out and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args,says", [
+    # int() reads every script's digits: an Arabic-Indic 3 recorded 3 steps
+    (["--steps", "\u0663"], "argument --steps: '\u0663' is not a whole number in ASCII digits (0-9)"),
+    (["--warmup", "\uff12"], "argument --warmup: '\uff12' is not a whole number"),
+    (["--overhead", "--repeat", "1_0"], "argument --repeat: '1_0' is not a whole number"),
+    (["--steps", "9" * 5000], "argument --steps: a number of 5000 digits is beyond any count"),
+])
+def test_run_counts_are_ascii_whole_numbers(tmp_path, args, says):
+    r = cli(["run", *args, "--", PY, "-c", "print('ran')"], tmp_path)
+    assert r.returncode == 2 and "ran" not in r.stdout
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"cuptiprof: error: {says}"), r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("given,runs", [([], 3), (["--repeat", "5"], 5)])
 def test_overhead_runs_each_kind_3_times_unless_repeat_says(monkeypatch, given, runs):
     """--help: --repeat R runs of each kind, 3 by default; the command goes as typed."""

@@ -58,7 +58,12 @@ def parse_steps(spec: str | None, label: str | None = None) -> tuple[int | None,
     if not str(spec).strip():   # `--steps "$STEPS"` with STEPS unset: not every step
         raise UsageError(f"{label}: empty; give A:B, A:, :B or N (step numbers, inclusive), "
                          "or leave it out")
-    m = re.fullmatch(r"\s*(-?\d+)?\s*(:)?\s*(-?\d+)?\s*", str(spec))
+    # ASCII digits only: \d and int() read every script's (Arabic-Indic, full-width)
+    m = re.fullmatch(r"\s*(-?[0-9]+)?\s*(:)?\s*(-?[0-9]+)?\s*", str(spec))
+    other = next((c for c in str(spec) if c.isdigit() and not c.isascii()), None)
+    if other is not None:
+        raise UsageError(f"{label}: step numbers are written in ASCII digits (0-9); {other!r} is "
+                         "not one")
     if not m or (m.group(1) is None and m.group(3) is None):
         raise UsageError(f"{label}: expected A:B, A:, :B or N (step numbers, inclusive)")
     if m.group(2) is None and m.group(1) is not None and m.group(3) is not None:
@@ -66,6 +71,10 @@ def parse_steps(spec: str | None, label: str | None = None) -> tuple[int | None,
         raise UsageError(f"{label}: expected A:B, A:, :B or N (step numbers, inclusive); steps "
                          f"{m.group(1)} to {m.group(3).lstrip('-')} are "
                          f"{m.group(1)}:{m.group(3).lstrip('-')}")
+    for g in (m.group(1), m.group(3)):
+        if g is not None and len(g.lstrip("-")) > 19:   # beyond 64 bits (and int()'s limit)
+            raise UsageError(f"{label}: a step number of {len(g.lstrip('-'))} digits is no step "
+                             f"(steps are numbered from {-(1 << 31)} to {(1 << 31) - 1})")
     lo = int(m.group(1)) if m.group(1) is not None else None
     hi = int(m.group(3)) if m.group(3) is not None else None
     if m.group(2) is None:

@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import re
 
 from cuptiprof.errors import UsageError
 
@@ -16,12 +17,21 @@ STEPS_METAVAR = "A:B"
 STEPS_FORMS = "step numbers A:B (inclusive), A:, :B or N (step N alone)"
 
 
+def whole_number(text: str) -> int:
+    """An option's whole number, in ASCII digits: int() also reads every script's digits
+    (Arabic-Indic, full-width) and underscores, which no one types for a count."""
+    if not re.fullmatch(r"\s*-?[0-9]+\s*", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in ASCII digits (0-9)")
+    try:
+        return int(text)
+    except ValueError:   # more digits than int() converts
+        raise argparse.ArgumentTypeError(f"a number of {len(text.strip().lstrip('-'))} digits "
+                                         "is beyond any count") from None
+
+
 def top_rows(text: str) -> int:
     """--top N: rows per table, 1 to a billion (a larger N would overflow the SQL LIMIT)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    n = whole_number(text)
     if not 1 <= n <= 1_000_000_000:
         raise argparse.ArgumentTypeError(f"{text}: must be at least 1 and at most 1000000000")
     return n

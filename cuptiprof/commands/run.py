@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from cuptiprof.commands import output_name
+from cuptiprof.commands import output_name, whole_number
 from cuptiprof.errors import UsageError
 
 
@@ -17,8 +17,8 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", metavar="OUT.duckdb",
                    help="output file, which must not exist (default: a new cuptiprof-DATE-TIME.duckdb "
                         "in the current folder)")
-    p.add_argument("--warmup", type=int, default=0, metavar="K", help="steps to skip before recording (default 0)")
-    p.add_argument("--steps", type=int, default=None, metavar="N",
+    p.add_argument("--warmup", type=whole_number, default=0, metavar="K", help="steps to skip before recording (default 0)")
+    p.add_argument("--steps", type=whole_number, default=None, metavar="N",
                    help="how many steps to record after the warm-up, then collection stops "
                         "(default: all); a count, where report --steps takes step numbers")
     p.add_argument("--step-range", metavar="NAME",
@@ -38,7 +38,7 @@ def register(sub) -> None:
     p.add_argument("--overhead", action="store_true",
                    help="run CMD with and without profiling, interleaved, and print the difference "
                         "(writes no file)")
-    p.add_argument("--repeat", type=int, default=None, metavar="R",
+    p.add_argument("--repeat", type=whole_number, default=None, metavar="R",
                    help="runs of each kind for --overhead (default 3)")
     p.add_argument("--no-report", action="store_true", help="do not print the report at the end "
                    "(only the line naming the file written, after a notice where no process of "
