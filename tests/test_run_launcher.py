@@ -1379,6 +1379,32 @@ def test_parts_of_a_run_that_kept_no_record_merge_under_the_output_name(tmp_path
     assert "exit status is unknown" in detail[0], detail
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, None])
+def test_a_program_that_ends_itself_on_a_signal_is_interrupted_only_when_one_came(tmp_path, sig):
+    """A handler of the program's own that exits 128+N: interrupted when the run got signal N
+    (passed on to the program); the same status chosen with no signal is the program's failure,
+    as any other non-zero status (cuptiprof cannot tell it from a signal sent to the program's
+    pid alone, which the program then also chose to end on)."""
+    ready = tmp_path / "ready"
+    p = script(tmp_path, f"""
+        import pathlib, signal, sys, time, cuptiprof
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, lambda n, f: sys.exit(128 + n))
+        with cuptiprof.range("step", step=0):
+            pass
+        pathlib.Path({str(ready)!r}).write_text("x")
+        {"time.sleep(60)" if sig else "sys.exit(143)"}
+    """)
+    proc = popen(["run", "-o", "h.duckdb", "--light", "--no-report", "--", PY, p], tmp_path)
+    if sig:
+        wait_for(ready, proc)
+        proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + (sig or signal.SIGTERM), err
+    assert q(tmp_path / "h.duckdb", "SELECT status FROM runs") == [
+        ("interrupted" if sig else "failed",)]
+
+
 def test_a_program_run_under_nohup_keeps_ignoring_sighup(tmp_path):
     """`nohup python prog.py`: SIGHUP ignored, as the program chose; cuptiprof does not put a
     handler of its own in place of that (one that ended the program)."""
