@@ -343,6 +343,9 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, pair):
     assert "not a DuckDB file" in capsys.readouterr().err
     assert main(["compare", str(a), str(b), "--flops", "gemm"]) == 2
     assert "NAME=GFLOP" in capsys.readouterr().err
+    for spec in ("gemm=\u0663", "gemm=\uff14.3", "gemm=1_000"):   # float() reads these
+        assert main(["compare", str(a), str(b), "--flops", spec]) == 2
+        assert "NAME=GFLOP with a positive number" in capsys.readouterr().err
     for top in ("0", "99999999999999999999"):   # refused as the arguments are read
         with pytest.raises(SystemExit) as stop:
             main(["compare", str(a), str(b), "--top", top])

@@ -166,6 +166,11 @@ def test_parse_number():
     assert parse_number("0.5ms", "--min-ms", unit="ms") == parse_number(" 0.5 ms", "--min-ms", unit="ms") == 0.5
     with pytest.raises(UsageError, match="expected e.g. --min-ms 5 or 5ms"):
         parse_number("0.5s", "--min-ms", unit="ms")
+    # float() and \d read every script's digits: an Arabic-Indic 3 was a 3% gate
+    for text in ("\u0663", "\uff15%", "1\u0660.5", "1_0"):
+        with pytest.raises(UsageError, match=r"not a number in ASCII digits \(expected e.g. "
+                                             r"--fail-above 5 or 5%\)"):
+            parse_number(text, "--fail-above", unit="%")
 
 
 def test_real_trace_against_a_copy_of_itself_passes(shared_traces, tmp_path, capsys):

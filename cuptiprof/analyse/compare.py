@@ -619,8 +619,8 @@ def parse_work(specs: Sequence[str], unit: str, option: str = "") -> list[tuple[
     out = []
     for spec in specs or ():
         name, sep, num = spec.rpartition("=")
-        try:
-            val = float(num)
+        try:   # ASCII digits only: float() reads every script's, and 1_000
+            val = float(num) if num.isascii() and "_" not in num else None
         except ValueError:
             val = None
         if not sep or not name or val is None or not 0 < val <= MAX_WORK:   # NaN fails too

@@ -57,9 +57,11 @@ def parse_number(text, option: str, *, unit: str | None = None,
     s = str(text).strip()
     if unit and s.endswith(unit):   # the unit the option is in, written out: --fail-above 5%
         s = s[:-len(unit)].strip()
-    # 'inf' is a number, only not a usable one: in_range says it is infinite
-    if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]?inf(inity)?", s, re.I):
-        raise UsageError(f"{option} {text!r}: not a number (expected e.g. {option} 5"
+    # 'inf' is a number, only not a usable one: in_range says it is infinite. ASCII digits only:
+    # \d and float() read every script's (Arabic-Indic, full-width)
+    if not re.fullmatch(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?inf(inity)?", s,
+                        re.I):
+        raise UsageError(f"{option} {text!r}: not a number in ASCII digits (expected e.g. {option} 5"
                          f"{f' or 5{unit}' if unit else ''})")
     return in_range(float(s), option, most, shown=text)
 
