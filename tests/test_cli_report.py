@@ -740,6 +740,10 @@ def test_bad_file_one_line(bad_files, case, command):
     (["sql", "{f}", "SELECT 1", "--steps", "1:" + "9" * 30], "a step number of 30 digits is no step"),
     (["sql", "{f}", "SELEC count(*) FROM kernels"], "SQL error"),
     (["sql", "{f}", "SELECT no_such_column FROM kernels"], "SQL error"),
+    # a placeholder: DuckDB's words say values were not given, not that none can be
+    (["sql", "{f}", "SELECT * FROM kernels WHERE step = ?"], "Values were not provided for the "
+     "following parameters: 1; cuptiprof sql takes no parameter values: write the value into "
+     "the query in place of ? or $1"),
     (["sql", "{f}", "DELETE FROM kernel_rows"], "read-only"),
     (["sql", "{f}", "DROP TABLE strings"], "read-only"),
     (["sql", "{f}", "UPDATE runs SET label = 'x'"], "read-only"),

@@ -104,6 +104,9 @@ def as_duckdb_text(rel, fmt: str):
 def _hint(error: str) -> str:
     """What to do about a name the query got wrong: DuckDB's suggestion (on a line of its own,
     which one line of error would drop) and where the names are documented."""
+    if "Values were not provided for the following parameters" in error:
+        return ("; cuptiprof sql takes no parameter values: write the value into the query in "
+                "place of ? or $1")
     if not error.startswith(("Catalog Error", "Binder Error")):
         return ""
     lines = [ln.strip() for ln in error.splitlines()[1:]]
