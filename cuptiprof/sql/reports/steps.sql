@@ -9,7 +9,7 @@
 -- idle_ms: gpu_window_ms - busy_ms
 -- idle_pct: idle share of the GPU window
 -- kernels: kernel launches in the step
--- kernel_ms: summed kernel time
+-- kernel_ms: summed kernel time (kernels on several streams at once each count: with memcpy_ms and memset_ms it can add up to more than busy_ms)
 -- memcpy_ms: summed copy time
 -- memset_ms: summed memset time
 -- sync_ms: host time spent waiting in synchronization calls
