@@ -2303,6 +2303,117 @@ def test_exports_of_some_steps_of_a_merged_file_import_as_its_runs_and_processes
     assert per_kernel(back) == per_kernel(src, "step BETWEEN 1 AND 4")
 
 
+def _run_of_steps(path: Path, label: str, pid: int, steps, t: int, dropped: int | None = None,
+                  mode: str = "create") -> Path:
+    """A run (or, with mode="append", another process of it) of one process `pid`: per step
+    number of `steps`, a ProfilerStep range with a launch and its kernel inside; `dropped`: a
+    dropped_records row."""
+    us = lambda x: t + x * 1000  # noqa: E731
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    rows = [(k + 1, None, 0, f"ProfilerStep#{s}", "step", s, 5, us(100 * k), us(100 * k + 90))
+            for k, s in enumerate(steps)]
+    at = [us(100 * k + 10) for k in range(len(steps))]
+    with Writer(path, RunInfo(label=label, source="synthetic", command=f"python {label}.py",
+                              start_ns=t), mode=mode, pid=pid) as w:
+        w.append({"ranges": _range_rows(rows),
+                  "api_calls": {"thread_id": [5] * len(steps), "api_kind": ["runtime"] * len(steps),
+                                "name": ["cudaLaunchKernel"] * len(steps),
+                                "correlation_id": list(range(1, len(steps) + 1)),
+                                "start_ns": at, "end_ns": [a + 2_000 for a in at],
+                                "step": i32(list(steps)), "range_id": [r[0] for r in rows]},
+                  "kernels": {"device_id": i32([0] * len(steps)), "stream_id": i32([7] * len(steps)),
+                              "name": [f"{label}_k{s}" for s in steps],
+                              "correlation_id": list(range(1, len(steps) + 1)),
+                              "step": i32(list(steps)), "range_id": [r[0] for r in rows],
+                              "start_ns": [a + 5_000 for a in at],
+                              "end_ns": [a + 9_000 for a in at]}})
+        if dropped is not None:
+            w.add_quality("dropped_records", None, dropped, f"CUPTI dropped {dropped} records")
+    return path
+
+
+def _merge_of_disjoint_steps(tmp_path: Path, pid_b: int = 41) -> Path:
+    """A merge of run "a" (pid 40, steps 1-2, 3 records dropped) and run "b" (pid `pid_b`,
+    steps 11-12, 5 dropped): no step number is in both."""
+    t = 1_700_000_000_000_000_000
+    return merge_files([_run_of_steps(tmp_path / "a.duckdb", "a", 40, (1, 2), t, dropped=3),
+                        _run_of_steps(tmp_path / "b.duckdb", "b", pid_b, (11, 12), t + 10**9,
+                                      dropped=5)], tmp_path / "m.duckdb")
+
+
+def _quality_of(path: Path) -> list:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute("SELECT r.label, q.pid, q.check_name, q.count FROM data_quality q "
+                           "JOIN runs r USING (run_id) ORDER BY ALL").fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("steps, run, pid_b", [("1:2", "a", 41), ("11:12", "b", 41),
+                                               ("11:12", "b", 40)])
+def test_an_export_of_one_runs_steps_of_a_merged_file_imports_as_that_run_alone(tmp_path, steps,
+                                                                                 run, pid_b):
+    """`export --steps` of a merged file that holds rows of one run only imports back as that
+    run alone, with its pid (another run's of the same pid is not there to take it): no empty
+    run or process beside it (a false no_gpu row would say it had no GPU), and only its own
+    data_quality rows."""
+    src = _merge_of_disjoint_steps(tmp_path, pid_b)
+    out, back = tmp_path / "s.json.gz", tmp_path / "back.duckdb"
+    r = run_cli("export", src, "--chrome", out, "--steps", steps)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("import", out, "-o", back, "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "(kineto): " in r.stderr, r.stderr   # one process
+    pid = {"a": 40, "b": pid_b}[run]
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT run_id, label, command FROM runs").fetchall() == \
+        [(1, run, f"python {run}.py")]
+    assert con.execute("SELECT run_id, pid FROM processes").fetchall() == [(1, pid)]
+    con.close()
+    assert _quality_of(back) == [(run, pid, "dropped_records", 3 if run == "a" else 5)]
+    lo, hi = (int(x) for x in steps.split(":"))
+    assert per_kernel(back) == per_kernel(src, f"step BETWEEN {lo} AND {hi}")
+
+
+def test_exports_of_each_runs_steps_of_a_merged_file_import_together_as_its_runs(tmp_path):
+    """`--steps 1:2` (run a's) and `--steps 11:12` (run b's) of one merged file, imported
+    together in either order, are its two runs again, in its order (each trace names both),
+    each with its process, rows and data_quality rows once, and no empty process."""
+    src = _merge_of_disjoint_steps(tmp_path)
+    back = tmp_path / "back.duckdb"
+    for k, order in enumerate((["1:2", "11:12"], ["11:12", "1:2"])):
+        (tmp_path / str(k)).mkdir()
+        import_traces(_export_steps(src, order, tmp_path / str(k)), back, overwrite=True)
+        con = duckdb.connect(str(back), read_only=True)
+        assert con.execute("SELECT run_id, label FROM runs ORDER BY 1").fetchall() == \
+            [(1, "a"), (2, "b")]
+        assert con.execute("SELECT r.label, p.pid FROM processes p JOIN runs r USING (run_id) "
+                           "ORDER BY 1").fetchall() == [("a", 40), ("b", 41)]
+        con.close()
+        assert _quality_of(back) == [("a", 40, "dropped_records", 3), ("b", 41, "dropped_records", 5)]
+        assert per_kernel(back) == per_kernel(src)
+
+
+def test_an_export_of_steps_one_process_of_a_run_has_no_rows_in_leaves_it_out(tmp_path):
+    """A run of two processes (one in steps 1-2, one in steps 1-4) exported as `--steps 3:4`
+    imports back as the one process with rows there: no empty process, no no_gpu row."""
+    t = 1_700_000_000_000_000_000
+    src = _run_of_steps(tmp_path / "r.duckdb", "job", 40, (1, 2), t)
+    _run_of_steps(src, "job", 41, (1, 2, 3, 4), t, mode="append")
+    out, back = tmp_path / "s.json", tmp_path / "back.duckdb"
+    with cuptiprof.open(src, "3:4") as prof:
+        export_chrome(prof, out)
+    import_traces([out], back)
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute("SELECT run_id, pid FROM processes").fetchall() == [(1, 41)]
+    assert con.execute("SELECT label FROM runs").fetchall() == [("job",)]
+    assert con.execute("SELECT count(*) FROM data_quality WHERE check_name = 'no_gpu'"
+                       ).fetchall() == [(0,)]
+    con.close()
+    assert per_kernel(back) == per_kernel(src, "step BETWEEN 3 AND 4")
+
+
 def test_exports_of_each_process_of_one_run_add_its_quality_rows_once(tmp_path):
     """The export of each process of a run carries every row of the run: imported together,
     each row is there once, with its process as imported (moved, beside a trace that took its

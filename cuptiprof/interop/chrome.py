@@ -36,8 +36,11 @@ code", "cuptiprof pool", a [memory] instant's "cuptiprof correlation" and, other
 command line, start and end) is a top-level key (`cuptiprofProcess`, or per process in
 `cuptiprofProcesses`), as are the run of an export of one process (`cuptiprofRun`; each
 process's in `cuptiprofProcesses`; its wall-clock `startTime` in ISO 8601 with its UTC offset)
-and the data_quality rows of the runs exported (`cuptiprofDataQuality`), which an import adds
-back beside its own. The import refuses these keys hand-edited or damaged in one line naming
+and the data_quality rows of the runs exported (`cuptiprofDataQuality`; of an export of some
+steps, those of the runs it holds rows of), which an import adds back beside its own. An
+export of some steps of several processes names each in `cuptiprofProcesses`, those it holds
+no row of too (so that exports of other steps of the file import as its runs, in its order);
+the importer makes no process of those. The import refuses these keys hand-edited or damaged in one line naming
 the key: a value of the wrong type, a `startTime` without its offset (the time it names is
 not known) or not ISO 8601, a data_quality entry without its `check`, an integer beyond the
 column it goes to (64 bits for times, counts and values, 32 for pids, ranks (distributedInfo's
@@ -129,13 +132,13 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
     tmp = temp_beside(out)
     counts: dict[str, int] = {}
     try:
+        # pids are the file's processes' (an export of other steps numbers them alike);
+        # names, those of the processes, devices and streams the export holds
+        held = _held(con, where, wheres["ranges"]) if prof.step_range is not None else set(procs)
         with _open(tmp, out.name if out.name.lower().endswith(".gz") else None) as fh:
-            fh.write(_head(con, base, pids, procs, lanes))
+            fh.write(_head(con, base, pids, procs, lanes, [p for p in procs if p in held]))
             sink = _Sink(fh)
-            # pids are the file's processes' (an export of other steps numbers them alike);
-            # names, those of the processes, devices and streams the export holds
             if prof.step_range is not None:
-                held = _held(con, where, wheres["ranges"])
                 meta = _metadata(con, [p for p in procs if p in held], pids,
                                  _lanes(con, procs, streams, where, wheres["ranges"]))
             else:
@@ -752,7 +755,8 @@ _EVENTS = {"ranges": _ranges, "api_calls": _api_calls, "kernels": _kernels, "mem
 
 # -- header and metadata (a few rows: Python) ----------------------------------------------------
 
-def _head(con, base: int, pids: _Pids, procs: list[tuple], lanes: dict[tuple, dict]) -> bytes:
+def _head(con, base: int, pids: _Pids, procs: list[tuple], lanes: dict[tuple, dict],
+          held: list[tuple]) -> bytes:
     single = pids.single
     # One process's trace says what the file knows of that process, not of another one it holds
     # (a rank that recorded nothing, beside it in a merge): its devices (where none is its own,
@@ -800,7 +804,8 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple], lanes: dict[tuple, di
         run = _runs(con).get(procs[0][0])
         if run:
             head["cuptiprofRun"] = run
-    quality = _quality(con, procs)
+    # (of the runs it holds rows of: another run's would go to the one an import makes of it)
+    quality = _quality(con, held)
     if quality:   # not Kineto's: what the file does not contain, which an import adds back
         head["cuptiprofDataQuality"] = quality
     return msgspec.json.encode(head)[:-1] + b', "traceEvents": [\n'

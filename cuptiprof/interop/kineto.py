@@ -552,6 +552,7 @@ class KinetoFile:
         self.from_run: RunEntry | None = None   # cuptiprof's export: the run exported
         self.quality: list[QualityEntry] = []   # and the exported file's data_quality rows
         self.original_pid: int | None = None    # the process's pid in the exported file
+        self.hollow = False   # a process the export names that the trace holds no row of
         self.local_rank: int | None = None
         self.proc = ProcInfo()     # what cuptiprof's export says of the process
         self.rank_known = False    # a rank of None is the answer (not: read the file name)
@@ -664,10 +665,17 @@ class KinetoFile:
     def _split(self) -> Iterator["KinetoFile"]:
         """One KinetoFile per process of a trace cuptiprof exported from a file of several: each
         with its own rows, correlation ids moved back, and its host, rank and devices (made one
-        at a time: one process's copies of the columns exist at once)."""
+        at a time: one process's copies of the columns exist at once). A process the trace
+        holds no row of (an export of steps it has none in) is `hollow`: it says the process
+        (what ties exports of one file together, and their order), but is no process of the
+        import; what the trace says of itself goes with its first process of rows."""
+        tables = (self.ranges, self.calls, self.logs, *self.gpu.values())
+        held = set(np.unique(np.concatenate([c.get("proc", np.int32) for c in tables])).tolist())
+        first = min(held, default=0)
         for i, e in enumerate(self.procs):
             part = copy.copy(self)
             part.procs = None
+            part.hollow = bool(held) and i not in held
             part.ranges = self.ranges.subset(self.ranges.get("proc", np.int32) == i)
             part.calls = self.calls.subset(self.calls.get("proc", np.int32) == i)
             part.logs = self.logs.subset(self.logs.get("proc", np.int32) == i)
@@ -682,16 +690,16 @@ class KinetoFile:
             part.devprops = list(e.devices or [])
             part.host, part.local_rank, part.rank_known = e.host, e.localRank, True
             part.dist = DistInfo(rank=e.rank, world_size=e.worldSize)
-            part.unknown = self.unknown if i == 0 else {}   # counted once, with the first
-            part.big_args = self.big_args if i == 0 else {}
+            part.unknown = self.unknown if i == first else {}   # counted once, with the first
+            part.big_args = self.big_args if i == first else {}
             part.host_pids = set() if e.originalPid is None else {e.originalPid}
             part.from_run = e.run
-            part.quality = self.quality if i == 0 else []   # added back once
+            part.quality = self.quality if i == first else []   # added back once
             part.original_pid = e.originalPid
             part.proc = ProcInfo(exitStatus=e.exitStatus, endedEarly=e.endedEarly,
                                  command=e.command, startNs=e.startNs, endNs=e.endNs)
             part.pid = None
-            if e.originalPid is not None:
+            if e.originalPid is not None and not part.hollow:   # (a hollow one takes none)
                 part._set_pid(e.originalPid)
             yield part
 
@@ -1878,19 +1886,23 @@ def import_kineto(w, paths: list[Path], on_read=None) -> list[FileSummary]:
             for j, part in enumerate(KinetoFile(w, p, i, used, on_read).parts()):
                 key = part.identity()
                 if key in shared and (key in held or shared[key] > i):
-                    if part.pid is None:   # its pid now, as a trace not held takes its own
+                    # its pid now, as a trace not held takes its own
+                    if part.pid is None and not part.hollow:
                         part._set_pid(part.proc.pid if part.proc.pid is not None else i)
+                    # (a hollow one too: its place is the process's, where it comes first)
                     held.setdefault(key, []).append(((i, j), part))
-                else:
+                elif not part.hollow:
                     done.append(((i, j), part._finish()))
         for key in [k for k in held if shared[k] <= i]:
             group = held.pop(key)
             parts = [m for _, m in group]
             with _named(parts[0].path):
+                if all(m.hollow for m in parts):
+                    continue   # a process no trace holds a row of
                 if _alike(parts):
                     done.append((group[0][0], _merge_parts(parts, used)._finish()))
                 else:   # (not as cuptiprof's export writes them) apart, as any other traces
-                    done.extend((place, m._finish()) for place, m in group)
+                    done.extend((place, m._finish()) for place, m in group if not m.hollow)
     return [s for _, s in sorted(done, key=lambda d: d[0])]
 
 
@@ -1990,6 +2002,7 @@ def _merge_parts(parts: list[KinetoFile], used: set[int]) -> KinetoFile:
     first.pid = pid
     for m in parts[1:]:
         first._absorb(m)
+    first.hollow = all(m.hollow for m in parts)
     return first
 
 
