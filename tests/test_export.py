@@ -1953,6 +1953,22 @@ def test_a_merged_file_of_several_runs_imports_back_as_those_runs(tmp_path):
         [(1, 40), (2, 41)]
 
 
+
+def test_processes_of_a_merged_file_with_the_same_pid_keep_it_in_their_runs(tmp_path):
+    """Two runs of one program (the same pid, as in two containers) merged: imported back,
+    each run's process has its pid again, with its rows and data_quality rows (in one run,
+    two processes of one pid would need another pid; in two, they do not)."""
+    srcs = [write_synthetic(tmp_path / f"s{k}.duckdb", steps=2, kernels_per_step=5, seed=k,
+                            label=f"s{k}") for k in (1, 2)]
+    src = merge_files(srcs, tmp_path / "m.duckdb")
+    back = chrome_round_trip(src, tmp_path / "m.json.gz", tmp_path / "back.duckdb")
+    q = ("SELECT run_id, pid, count(*) FROM {} GROUP BY ALL ORDER BY ALL")
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    for table in ("processes", "kernels", "api_calls", "ranges", "devices"):
+        assert con.execute(q.format(table)).fetchall() == orig.execute(q.format(table)).fetchall()
+    assert con.execute("SELECT DISTINCT run_id, pid FROM data_quality ORDER BY ALL").fetchall() \
+        == [(1, 4242), (2, 4242)]
+
 def test_a_merged_export_whose_processes_say_no_rank_takes_none_from_its_file_name(tmp_path):
     """A process of a merged file's export says its rank, none included: a trace named like a
     rank's (rank3.json.gz) does not give it one."""

@@ -314,6 +314,7 @@ def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
                         "WHERE run_id = ?", [f"{label}/{new}" if label else run.label,
                                              run.source, run.status, run.command,
                                              run.startNs, _start_time(run), new])
+        _own_pids(con, tables, files, new_run)
         # each run ends with its processes, where all of them say an end
         con.execute("UPDATE runs SET end_ns = coalesce((SELECT CASE WHEN count(*) = "
                     "count(p.end_ns) THEN max(p.end_ns) END FROM processes p WHERE "
@@ -327,6 +328,34 @@ def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
         con.execute("CHECKPOINT")   # no write-ahead log left beside the file that is renamed
     finally:
         con.close()
+
+
+def _own_pids(con, tables: list[str], files: list, new_run: dict) -> None:
+    """Each exported process, now in its own run, takes its pid in the exported file again
+    where the import gave it another (one that another run's process of the same pid took
+    first: two runs of one program, as in two containers), unless a process of its run has
+    that pid. Its FileSummary says the pid it ends with."""
+    moves: dict = {}   # run -> {pid as imported: pid exported}
+    for f in files:
+        run = new_run.get((f.path, f.run.id)) if getattr(f, "run", None) is not None else None
+        if run is not None and f.original_pid is not None and f.pid != f.original_pid:
+            moves.setdefault(run, {})[f.pid] = f
+    for run, by_pid in moves.items():
+        taken = {p for (p,) in con.execute("SELECT pid FROM processes WHERE run_id = ?",
+                                           [run]).fetchall()} - set(by_pid)
+        move = {}
+        for pid, f in by_pid.items():
+            if f.original_pid not in taken:
+                taken.add(f.original_pid)
+                move[pid] = f
+        if not move:
+            continue
+        case = " ".join(f"WHEN {int(p)} THEN {int(f.original_pid)}" for p, f in move.items())
+        for t in tables:
+            con.execute(f"UPDATE {t} SET pid = CASE pid {case} END WHERE run_id = ? AND "
+                        "list_contains(?, pid)", [run, list(move)])
+        for f in move.values():
+            f.pid = f.original_pid
 
 
 _QUALITY_COLS = {"run_id": pa.int32(), "pid": pa.int32(), "check_name": pa.string(),
