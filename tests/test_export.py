@@ -1969,6 +1969,45 @@ def test_processes_of_a_merged_file_with_the_same_pid_keep_it_in_their_runs(tmp_
     assert con.execute("SELECT DISTINCT run_id, pid FROM data_quality ORDER BY ALL").fetchall() \
         == [(1, 4242), (2, 4242)]
 
+@pytest.mark.parametrize("busy", [1, 2])
+def test_a_process_that_recorded_nothing_survives_a_round_trip(tmp_path, busy):
+    """A process of the run that recorded no row (a helper, multiprocessing's resource
+    tracker) is listed in `processes` with how it ended: an export of every row carries it,
+    imported back as it was (no data_quality row says it had no GPU); an export of some steps
+    leaves it out, as every process it holds no row of."""
+    t = 1_700_000_000_000_000_000
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "s.duckdb"
+    with Writer(src, RunInfo(label="job", source="synthetic"), pid=11) as w:
+        for pid in range(11, 11 + busy):
+            w.append({"api_calls": {"pid": i32([pid]), "thread_id": [5], "api_kind": ["runtime"],
+                                    "name": ["cudaLaunchKernel"], "correlation_id": [1],
+                                    "step": i32([1]), "start_ns": [t], "end_ns": [t + 50]},
+                      "kernels": {"pid": i32([pid]), "device_id": i32([0]), "stream_id": i32([7]),
+                                  "name": [f"k{pid}"], "correlation_id": [1], "step": i32([1]),
+                                  "start_ns": [t + 100], "end_ns": [t + 200]}})
+        w.append({"processes": {"pid": i32([20]), "host": ["h"], "command": ["python -c helper"],
+                                "start_ns": [t - 10], "end_ns": [t + 10],
+                                "exit_status": i32([3]), "ended_early": [False]}})
+    procs = ("SELECT run_id, pid, host, rank, world_size, local_rank, command, start_ns, end_ns, "
+             "exit_status, ended_early FROM processes ORDER BY pid")
+    back = chrome_round_trip(src, tmp_path / "s.json.gz", tmp_path / "back.duckdb")
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    helper = orig.execute(procs).fetchall()[-1]
+    assert helper[1:] == (20, "h", None, None, None, "python -c helper", t - 10, t + 10, 3, False)
+    assert con.execute(procs).fetchall()[-1] == helper
+    assert con.execute("SELECT count(*) FROM processes").fetchall() == [(busy + 1,)]
+    assert con.execute("SELECT count(*) FROM data_quality WHERE pid = 20").fetchall() == [(0,)]
+    assert con.execute("SELECT label FROM runs").fetchall() == [("job",)]
+    con.close()
+    some = tmp_path / "some.duckdb"
+    with cuptiprof.open(src, "1") as prof:
+        export_chrome(prof, tmp_path / "some.json")
+    import_traces([tmp_path / "some.json"], some)
+    con = duckdb.connect(str(some), read_only=True)
+    assert con.execute("SELECT pid FROM processes ORDER BY 1").fetchall() == \
+        [(p,) for p in range(11, 11 + busy)]
+
 def test_a_merged_export_whose_processes_say_no_rank_takes_none_from_its_file_name(tmp_path):
     """A process of a merged file's export says its rank, none included: a trace named like a
     rank's (rank3.json.gz) does not give it one."""

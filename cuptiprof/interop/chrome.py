@@ -40,7 +40,9 @@ and the data_quality rows of the runs exported (`cuptiprofDataQuality`; of an ex
 steps, those of the runs it holds rows of), which an import adds back beside its own. An
 export of some steps of several processes names each in `cuptiprofProcesses`, those it holds
 no row of too (so that exports of other steps of the file import as its runs, in its order);
-the importer makes no process of those. The import refuses these keys hand-edited or damaged in one line naming
+the importer makes no process of those. An export of every row says the processes of its runs
+that recorded no row (`cuptiprofQuietProcesses`: what the `processes` table says of them),
+which an import adds back. The import refuses these keys hand-edited or damaged in one line naming
 the key: a value of the wrong type, a `startTime` without its offset (the time it names is
 not known) or not ISO 8601, a data_quality entry without its `check`, an integer beyond the
 column it goes to (64 bits for times, counts and values, 32 for pids, ranks (distributedInfo's
@@ -136,7 +138,8 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
         # names, those of the processes, devices and streams the export holds
         held = _held(con, where, wheres["ranges"]) if prof.step_range is not None else set(procs)
         with _open(tmp, out.name if out.name.lower().endswith(".gz") else None) as fh:
-            fh.write(_head(con, base, pids, procs, lanes, [p for p in procs if p in held]))
+            fh.write(_head(con, base, pids, procs, lanes, [p for p in procs if p in held],
+                           _quiet(con, procs) if prof.step_range is None else []))
             sink = _Sink(fh)
             if prof.step_range is not None:
                 meta = _metadata(con, [p for p in procs if p in held], pids,
@@ -756,7 +759,7 @@ _EVENTS = {"ranges": _ranges, "api_calls": _api_calls, "kernels": _kernels, "mem
 # -- header and metadata (a few rows: Python) ----------------------------------------------------
 
 def _head(con, base: int, pids: _Pids, procs: list[tuple], lanes: dict[tuple, dict],
-          held: list[tuple]) -> bytes:
+          held: list[tuple], quiet: list[dict]) -> bytes:
     single = pids.single
     # One process's trace says what the file knows of that process, not of another one it holds
     # (a rank that recorded nothing, beside it in a merge): its devices (where none is its own,
@@ -808,6 +811,8 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple], lanes: dict[tuple, di
     quality = _quality(con, held)
     if quality:   # not Kineto's: what the file does not contain, which an import adds back
         head["cuptiprofDataQuality"] = quality
+    if quiet:   # not Kineto's: processes without a row, which an import adds back
+        head["cuptiprofQuietProcesses"] = quiet
     return msgspec.json.encode(head)[:-1] + b', "traceEvents": [\n'
 
 
@@ -849,6 +854,21 @@ def _quality(con, procs: list[tuple]) -> list[dict]:
     return [dict(zip(keys, r)) for r in con.execute(
         "SELECT run_id, pid, check_name, subject, count, value_ns, detail FROM data_quality "
         f"WHERE run_id IN ({', '.join(map(_lit, runs))}) ORDER BY rowid").fetchall()]
+
+
+def _quiet(con, procs: list[tuple]) -> list[dict]:
+    """The processes of the runs exported that recorded no row (a helper, multiprocessing's
+    resource tracker), which the `processes` table lists with how they ended: no event says
+    them, so the head does (an export of some steps holds no process it has no row of)."""
+    runs = sorted({r for r, _ in procs if r is not None})
+    if not runs:
+        return []
+    keys = ("run", "pid", "host", "rank", "localRank", "worldSize", *_PROC_KEYS)
+    have = set(procs)
+    return [dict(zip(keys, r)) for r in con.execute(
+        "SELECT run_id, pid, host, rank, local_rank, world_size, exit_status, ended_early, "
+        f"command, start_ns, end_ns FROM processes WHERE run_id IN ({', '.join(map(_lit, runs))}) "
+        "ORDER BY run_id, pid").fetchall() if (r[0], r[1]) not in have]
 
 
 def _runs(con) -> dict[int, dict]:

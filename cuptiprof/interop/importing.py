@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from cuptiprof.errors import InputError, UsageError
 from cuptiprof.outputs import check_output
-from cuptiprof.interop.kineto import import_kineto
+from cuptiprof.interop.kineto import claim_pid, import_kineto
 from cuptiprof.interop.textsource import looks_like_json
 from cuptiprof.store import arrow
 from cuptiprof.store.files import read_head, write_unsynced
@@ -244,6 +244,11 @@ def _restore_one_run(w: Writer, files: list, label: str | None):
                   "command = coalesce(?, command), start_time = coalesce(?, start_time) "
                   "WHERE run_id = ?", [label or run.label, run.source, run.command,
                                        _start_time(run), w.run_id])
+    quiet = _quiet_rows(files, {}, w.query("SELECT run_id, pid FROM processes"), w.run_id)
+    if quiet:
+        w.execute(f"INSERT INTO processes ({', '.join(_QUIET_COLS)}) VALUES "
+                  + ", ".join(["(" + ", ".join("?" * len(_QUIET_COLS)) + ")"] * len(quiet)),
+                  [v for row in quiet for v in row])
     if not any(getattr(f, "quality", None) for f in files):
         return run
     own = w.query("SELECT run_id, pid, check_name, subject FROM data_quality")
@@ -315,6 +320,11 @@ def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
                                              run.source, run.status, run.command,
                                              run.startNs, _start_time(run), new])
         _own_pids(con, tables, files, new_run)
+        quiet = _quiet_rows(files, new_run, con.execute("SELECT run_id, pid FROM processes"
+                                                        ).fetchall(), 1)
+        if quiet:
+            con.executemany(f"INSERT INTO processes ({', '.join(_QUIET_COLS)}) VALUES "
+                            f"({', '.join('?' * len(_QUIET_COLS))})", quiet)
         # each run ends with its processes, where all of them say an end
         con.execute("UPDATE runs SET end_ns = coalesce((SELECT CASE WHEN count(*) = "
                     "count(p.end_ns) THEN max(p.end_ns) END FROM processes p WHERE "
@@ -356,6 +366,31 @@ def _own_pids(con, tables: list[str], files: list, new_run: dict) -> None:
                         "list_contains(?, pid)", [run, list(move)])
         for f in move.values():
             f.pid = f.original_pid
+
+
+_QUIET_COLS = ("run_id", "pid", "host", "rank", "local_rank", "world_size", "exit_status",
+               "ended_early", "command", "start_ns", "end_ns")
+
+
+def _quiet_rows(files: list, new_run: dict, own: list, default_run: int) -> list[tuple]:
+    """The processes of the file cuptiprof exported that recorded no row (a helper, a
+    resource tracker), as `processes` rows of their run (`new_run`, else `default_run`), each
+    with its pid unless a process of its run (`own`: run_id, pid) has it (then, as
+    kineto.claim_pid gives another). No row says anything else of them: no data_quality row
+    says that they had no GPU."""
+    taken: dict = {}
+    for run, pid in own:
+        taken.setdefault(run, set()).add(pid)
+    rows = []
+    for f in files:
+        for q in getattr(f, "quiet", None) or ():
+            if q.pid is None:
+                continue
+            run = new_run.get((f.path, q.run), default_run)
+            rows.append((run, claim_pid(taken.setdefault(run, set()), q.pid), q.host, q.rank,
+                         q.localRank, q.worldSize, q.exitStatus, q.endedEarly, q.command,
+                         q.startNs, q.endNs))
+    return rows
 
 
 _QUALITY_COLS = {"run_id": pa.int32(), "pid": pa.int32(), "check_name": pa.string(),

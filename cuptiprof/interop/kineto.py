@@ -180,6 +180,23 @@ class QualityEntry(msgspec.Struct):
     detail: Union[str, None] = None
 
 
+class QuietEntry(msgspec.Struct):
+    """A process of the file cuptiprof exported that recorded no row
+    (`cuptiprofQuietProcesses`, not a Kineto key): its run and pid there, and what the
+    `processes` table says of it. The import adds it back (importing._quiet_rows)."""
+    run: Union[int, None] = None
+    pid: Union[int, None] = None
+    host: Union[str, None] = None
+    rank: Union[int, None] = None
+    localRank: Union[int, None] = None
+    worldSize: Union[int, None] = None
+    exitStatus: Union[int, None] = None
+    endedEarly: Union[bool, None] = None
+    command: Union[str, None] = None
+    startNs: Union[int, None] = None
+    endNs: Union[int, None] = None
+
+
 class ProcEntry(msgspec.Struct):
     """One process of a trace cuptiprof exported from a file of several (`cuptiprofProcesses`,
     not a Kineto key): its pids in the trace, how far its ids were moved, what it was."""
@@ -212,7 +229,8 @@ class DistInfo(msgspec.Struct):
 # value_ns) or is a key
 _INT32_KEYS = {ProcInfo: {"exitStatus", "pid"}, QualityEntry: {"pid"},
                ProcEntry: {"exitStatus", "originalPid", "rank", "localRank", "worldSize"},
-               DistInfo: {"rank", "world_size", "local_rank"}}
+               DistInfo: {"rank", "world_size", "local_rank"},
+               QuietEntry: {"pid", "rank", "localRank", "worldSize", "exitStatus"}}
 
 
 class NegativeIds(msgspec.Struct):
@@ -234,6 +252,7 @@ class Doc(msgspec.Struct):
     cuptiprofProcess: Union[ProcInfo, None] = None   # cuptiprof's export of one process
     cuptiprofRun: Union[RunEntry, None] = None   # and its run
     cuptiprofDataQuality: Union[list[QualityEntry], None] = None   # the exported file's
+    cuptiprofQuietProcesses: Union[list[QuietEntry], None] = None   # and its processes of no row
     cuptiprofLinks: Union[str, None] = None    # cuptiprof's export: External ids are range ids
     cuptiprofNegativeIds: Union[NegativeIds, None] = None
 
@@ -435,6 +454,7 @@ class FileSummary:
     # trace), and this process's pid there
     quality: list = field(default_factory=list)
     original_pid: int | None = None
+    quiet: list = field(default_factory=list)   # (with quality) its processes of no row
 
 
 class _Cols:
@@ -551,6 +571,7 @@ class KinetoFile:
         self.procs: list[ProcEntry] | None = None   # several processes: rows carry "proc"
         self.from_run: RunEntry | None = None   # cuptiprof's export: the run exported
         self.quality: list[QualityEntry] = []   # and the exported file's data_quality rows
+        self.quiet: list[QuietEntry] = []       # and its processes that recorded no row
         self.original_pid: int | None = None    # the process's pid in the exported file
         self.hollow = False   # a process the export names that the trace holds no row of
         self.local_rank: int | None = None
@@ -695,6 +716,7 @@ class KinetoFile:
             part.host_pids = set() if e.originalPid is None else {e.originalPid}
             part.from_run = e.run
             part.quality = self.quality if i == first else []   # added back once
+            part.quiet = self.quiet if i == first else []
             part.original_pid = e.originalPid
             part.proc = ProcInfo(exitStatus=e.exitStatus, endedEarly=e.endedEarly,
                                  command=e.command, startNs=e.startNs, endNs=e.endNs)
@@ -797,6 +819,7 @@ class KinetoFile:
         self.devprops = self.devprops + [d for d in other.devprops if d.id not in have]
         self.host_pids = self.host_pids | other.host_pids
         self.quality = self.quality or other.quality   # each export carries the run's all
+        self.quiet = self.quiet or other.quiet
 
     def _meta(self, doc: Doc) -> None:
         if doc.deviceProperties:
@@ -820,6 +843,8 @@ class KinetoFile:
             self.from_run = doc.cuptiprofRun
         if doc.cuptiprofDataQuality:
             self.quality = doc.cuptiprofDataQuality
+        if doc.cuptiprofQuietProcesses:
+            self.quiet = doc.cuptiprofQuietProcesses
         if doc.cuptiprofLinks == "range_id" and self.events == 0:
             self.links = True
         if doc.cuptiprofNegativeIds is not None and self.events == 0:
@@ -847,6 +872,8 @@ class KinetoFile:
             keyed.append((f"cuptiprofProcesses[{i}]", e))
             if e.run is not None:
                 keyed.append((f"cuptiprofProcesses[{i}].run", e.run))
+        for i, e in enumerate(doc.cuptiprofQuietProcesses or ()):
+            keyed.append((f"cuptiprofQuietProcesses[{i}]", e))
         for i, q in enumerate(doc.cuptiprofDataQuality or ()):
             keyed.append((f"cuptiprofDataQuality[{i}]", q))
             if q.check is None:
@@ -1581,7 +1608,7 @@ class KinetoFile:
             original = next(iter(self.host_pids))
         return FileSummary(str(self.path), pid, self.dist.rank if self.dist else None,
                            self.events, dict(self.rows), dict(self.unknown), len(s_n),
-                           self.from_run, list(self.quality), original)
+                           self.from_run, list(self.quality), original, list(self.quiet))
 
     def _has_gpu_work(self) -> bool:
         """Any kernel, copy or memset read so far."""
