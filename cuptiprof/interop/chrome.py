@@ -873,10 +873,10 @@ def _quiet(con, procs: list[tuple]) -> list[dict]:
 
 def _runs(con) -> dict[int, dict]:
     """What each run was (a merged file holds several): the importer makes them runs again."""
-    keys = ("id", "label", "source", "status", "command", "startNs", "startTime")
+    keys = ("id", "label", "source", "status", "command", "startNs", "startTime", "endNs")
     return {r[0]: dict(zip(keys, r)) for r in con.execute(
         "SELECT run_id, label, source, status, command, start_ns, strftime(start_time AT TIME "
-        "ZONE 'UTC', '%Y-%m-%dT%H:%M:%S.%f+00:00') FROM runs").fetchall()}
+        "ZONE 'UTC', '%Y-%m-%dT%H:%M:%S.%f+00:00'), end_ns FROM runs").fetchall()}
 
 
 # devices columns Kineto's deviceProperties have no key for, under keys of cuptiprof's own

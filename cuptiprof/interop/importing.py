@@ -196,7 +196,9 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
             gc.enable()
     # the runs of a merged file's export are restored in the temporary file: the file renamed
     # into place holds all of them or is not there
-    path = w.close("complete", end_ns=hi if lo is not None else time.time_ns(),
+    end = run.endNs if run is not None and run.endNs is not None else \
+        hi if lo is not None else time.time_ns()
+    path = w.close("complete", end_ns=end,
                    start_ns=run.startNs if run is not None and run.startNs is not None else lo,
                    run_status=run.status if run is not None else None,
                    before_rename=(lambda tmp: _restore_runs(tmp, files, label))
@@ -232,7 +234,7 @@ def _several_runs(files: list) -> bool:
 def _restore_one_run(w: Writer, files: list, label: str | None):
     """An export of one run (every file of the import says the same run): the import's run
     takes its label (unless the import was given one), source, command and wall-clock start
-    here, and its status and start when the writer closes (returned: the RunEntry, else None).
+    here, and its status, start and end when the writer closes (returned: the RunEntry, else None).
     What says how the file came about stays the import's, as for every import: settings
     (`imported_from`, `format`: the trace files read), host (the writer's) and versions. The
     command is the program profiled (runs.command), which the trace's file names are not:
@@ -272,8 +274,8 @@ def _start_time(run):
 
 def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
     """An export of a file of several runs (a merge) says each process's run: imported back,
-    the processes go to those runs again (label, source, status, command, start), not to one,
-    and the exported file's data_quality rows go to their runs (_quality_rows). Each trace's
+    the processes go to those runs again (label, source, status, command, start, end), not to
+    one, and the exported file's data_quality rows go to their runs (_quality_rows). Each trace's
     runs are its own (two merged exports imported together give the runs of both). The
     processes of torch.profiler's own traces imported beside it (no run said) are a run of
     their own, as their import alone would be (the import's label, source, command, start),
@@ -325,10 +327,14 @@ def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
         if quiet:
             con.executemany(f"INSERT INTO processes ({', '.join(_QUIET_COLS)}) VALUES "
                             f"({', '.join('?' * len(_QUIET_COLS))})", quiet)
-        # each run ends with its processes, where all of them say an end
+        # each run ends as the export says (an older export's, with its processes, where
+        # all of them say an end)
         con.execute("UPDATE runs SET end_ns = coalesce((SELECT CASE WHEN count(*) = "
                     "count(p.end_ns) THEN max(p.end_ns) END FROM processes p WHERE "
                     "p.run_id = runs.run_id), end_ns)")
+        con.executemany("UPDATE runs SET end_ns = ? WHERE run_id = ?",
+                        [(run.endNs, new_run[key]) for key, (run, _) in groups.items()
+                         if run is not None and run.endNs is not None])
         rows = _quality_rows(files, new_run, con.execute(
             "SELECT run_id, pid, check_name, subject FROM data_quality").fetchall(), 1)
         if rows:

@@ -147,6 +147,7 @@ class RunEntry(msgspec.Struct):
     command: Union[str, None] = None
     startNs: Union[int, None] = None
     startTime: Union[str, None] = None   # runs.start_time, ISO 8601 with its offset
+    endNs: Union[int, None] = None   # runs.end_ns (an older export's: none)
 
 
 _Unset = msgspec.UnsetType
