@@ -188,6 +188,23 @@ def test_every_option_the_readme_names_is_an_option_of_cuptiprof():
     assert not unknown, f"README names options no cuptiprof command has: {unknown}"
 
 
+def test_every_option_of_cuptiprof_is_in_the_readme():
+    """The other way round: each option a subcommand's --help lists (under one of its
+    spellings) is shown in README.md, the user's manual (`run --no-report`, `diff --all` and
+    `report --top` were in --help alone)."""
+    import argparse
+    from pathlib import Path
+
+    from cuptiprof.cli import build_parser
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    named = set(re.findall(r"(?<![\w-])--?[a-z][a-z-]*[a-z]?", readme))
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = sorted(f"{cmd} {a.option_strings[-1]}" for cmd, p in sub.choices.items()
+                     for a in p._actions if a.option_strings and a.dest != "help"
+                     and not named & set(a.option_strings))
+    assert not missing, f"options README.md does not show: {missing}"
+
+
 def _fresh_file_relations():
     """name -> (type, columns) of every table and view of a file made from the schema."""
     import duckdb
