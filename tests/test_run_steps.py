@@ -1360,3 +1360,29 @@ def test_a_forked_baseline_process_times_its_own_steps_only(tmp_path):
     rec.close()
     (steps,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.steps.json")]
     assert [s for s, _ in steps["steps"]] == [0]
+
+
+@pytest.mark.parametrize("collector", [False, True], ids=["recorder", "collector"])
+def test_step_range_of_cuptiprof_ranges_and_the_programs_own_steps_mixed_are_flagged(
+        tmp_path, collector):
+    """--step-range NAME over cuptiprof.range(NAME) (the bundled example's `transformer` in its
+    warm-up) beside the program's own cuptiprof.range('step') outside them: one numbering, as
+    with --step-fn, which the run says (it said nothing, and both had steps 0 and 1)."""
+    p = script(tmp_path, """
+        import cuptiprof
+        for i in range(2):
+            with cuptiprof.range("iteration"):
+                pass
+        for i in range(3):
+            with cuptiprof.range("step"):
+                pass
+    """)
+    extra = {"CUPTIPROF_FAKE_CUPTI": "1"} if collector else {}
+    r = cli(["run", "-o", "m.duckdb", "--no-report", "--step-range", "iteration", "--", PY, p],
+            tmp_path, **extra)
+    assert r.returncode == 0, r.stderr
+    rows = q(tmp_path / "m.duckdb", "SELECT detail FROM data_quality "
+                                    "WHERE check_name = 'steps_mixed'")
+    assert len(rows) == 1 and rows[0][0].startswith(
+        "2 steps came from --step-range and 3 from the program's own"), rows
+    assert "numbered as one sequence" in r.stderr

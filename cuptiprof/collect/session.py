@@ -179,6 +179,7 @@ class Session:
         # collector (its NVTX pushes drive steps of their own, so step_range stays None)
         self._range_step: str | None = None
         self._range_step_seen = False
+        self.range_steps_seen = 0    # steps a cuptiprof.range(_range_step) began
         # CUPTI's external-correlation stack is per OS thread: the ids pushed on each thread,
         # and ids whose range ended elsewhere (another thread, out of order) still to come off
         self._pushed = threading.local()
@@ -554,7 +555,8 @@ class Session:
         if not self.active:
             return None
         step_name = name == "step" or (self.step_range is not None and name == self.step_range)
-        if self._range_step is not None and name == self._range_step:
+        by_option = self._range_step is not None and name == self._range_step
+        if by_option:
             step_name = self._range_step_seen = True
         is_step = step_name
         stack = self._stack()
@@ -578,6 +580,8 @@ class Session:
             with self._phase_lock, no_gc():
                 ordinal = self.steps_seen
                 self.steps_seen = ordinal + 1
+                if by_option:   # --step-range's, told from the program's own (steps_mixed)
+                    self.range_steps_seen += 1
                 # until it is open, this step counts as running for _recording_over, which code
                 # this thread runs in between (a step ended by a finalizer) may call
                 self._beginning += 1

@@ -397,15 +397,13 @@ class _Step:
             # update of _marked lost to a thread switch would read as the program's own step
             # (a spurious steps_mixed). Well under 1 us a step, nothing for other ranges.
             with _marked_lock:
-                before = _steps_seen()
                 if _collector is not None:
                     import cuptiprof
 
                     self.h = cuptiprof.range("step") if self.step is None else cuptiprof.range("step", step=self.step)
-                    self.h.__enter__()
+                    _count_marked(self.h.__enter__)
                 elif _rec is not None:
-                    self.h = _rec.begin(self.name, is_step=True, step=self.step)
-                _marked += _steps_seen() - before   # 0 where it opened inside a step: not a step
+                    self.h = _count_marked(lambda: _rec.begin(self.name, is_step=True, step=self.step))
         except Exception as exc:  # the program's step runs whatever happens here
             self.h = None
             _steps_failed(exc)
@@ -430,6 +428,17 @@ _marked_lock = threading.RLock()   # re-entrant: a step range could reach a patc
 _seen_base = 0  # steps begun before this process forked, or before this part (an exec), counted elsewhere
 
 
+def _count_marked(begin):
+    """begin() a step of --step-fn/--step-range, counted in _marked (0 where it opened inside a
+    step: not a step)."""
+    global _marked
+    with _marked_lock:
+        before = _steps_seen()
+        h = begin()
+        _marked += _steps_seen() - before
+    return h
+
+
 def _steps_seen() -> int:
     """Steps (warm-up included) that whoever records this process has begun so far."""
     if _collector is not None:
@@ -443,11 +452,13 @@ MIXED_STEPS = "steps_mixed"
 def _mixed_steps() -> str | None:
     """When --step-fn/--step-range and the program's own cuptiprof.range('step') both began
     steps (neither inside the other), the two are numbered as one sequence: say so."""
-    own = _steps_seen() - _seen_base - _marked
-    if not _marked or own <= 0:
+    # the collector counts the cuptiprof.range(NAME) steps of --step-range NAME itself
+    marked = _marked + getattr(_collector, "range_steps_seen", 0)
+    own = _steps_seen() - _seen_base - marked
+    if not marked or own <= 0:
         return None
     how = "--step-fn" if _rec is not None and _rec.s.step_fn else "--step-range"
-    steps = f"{_marked} step" + ("" if _marked == 1 else "s")
+    steps = f"{marked} step" + ("" if marked == 1 else "s")
     return (f"{steps} came from {how} and {own} from the program's own "
             "cuptiprof.range('step') outside them; they are counted (warm-up included) and "
             "numbered as one sequence: mark steps one way")

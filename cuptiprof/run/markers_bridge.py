@@ -17,10 +17,14 @@ class RecorderRanges:
         named = self.rec.s.step_range is not None and name == self.rec.s.step_range
         if named:
             self.rec.step_range_seen = True   # --step-range matched (child._note_step_option)
-        step_name = name == "step" or named
-        if step_name:
-            return self.rec.begin(name, is_step=True, step=step_number(attrs.get("step")),
-                                  attrs={k: v for k, v in attrs.items() if k != "step"} or None)
+        if name == "step" or named:
+            def begin():
+                return self.rec.begin(name, is_step=True, step=step_number(attrs.get("step")),
+                                      attrs={k: v for k, v in attrs.items() if k != "step"} or None)
+            if not named or name == "step":
+                return begin()
+            from cuptiprof.run import child   # told from the program's own steps (steps_mixed)
+            return child._count_marked(begin)
         return self.rec.begin(name, attrs=attrs or None)
 
     def _exit(self, tok, exc_type=None) -> None:
