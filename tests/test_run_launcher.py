@@ -659,6 +659,24 @@ def test_cuptiprof_disable_left_set_for_the_whole_command_says_so(tmp_path):
             "Python processes") in r.stderr, r.stderr[-500:]
 
 
+@pytest.mark.parametrize("how", ["env", "sh"])
+def test_a_command_that_sets_pythonpath_over_cuptiprofs_says_so(tmp_path, how):
+    """`env PYTHONPATH=src python app.py` replaces the PYTHONPATH that loads cuptiprof in every
+    Python: nothing was profiled, and the notice blamed a Python that cannot import cuptiprof."""
+    p = script(tmp_path, "print('ran')\n")
+    cmd = (["env", f"PYTHONPATH={tmp_path}", PY, p] if how == "env"
+           else ["sh", "-c", f"PYTHONPATH={tmp_path} {PY} {p}"])
+    r = cli(["run", "-o", "p.duckdb", "--no-report", "--", *cmd], tmp_path)
+    assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
+    notice = [ln for ln in r.stderr.splitlines() if ln.startswith("cuptiprof: notice:")]
+    assert len(notice) == 1 and "sets PYTHONPATH" in notice[0] and "$PYTHONPATH" in notice[0], \
+        r.stderr
+    # one that adds to it is profiled
+    cmd = ["sh", "-c", f"PYTHONPATH={tmp_path}:$PYTHONPATH {PY} {p}"]
+    r = cli(["run", "-o", "q.duckdb", "--no-report", "--", *cmd], tmp_path)
+    assert r.returncode == 0 and "notice" not in r.stderr, r.stderr
+
+
 def test_a_run_that_profiled_no_process_says_so_without_the_report_too(tmp_path):
     """--no-report leaves out the report, not the one line saying the file holds nothing of
     the command: CUPTIPROF_DISABLE left set wrote an empty file without a word."""

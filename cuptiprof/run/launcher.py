@@ -16,6 +16,7 @@ import errno
 import importlib.util
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -61,6 +62,7 @@ class LaunchResult:
     wall_s: float
     no_gpu: bool = False
     profiled: int = 0      # processes of the command that cuptiprof recorded
+    command: list[str] = field(default_factory=list)
 
 
 def split_kinds(given: list[str] | None) -> list[str] | None:
@@ -347,7 +349,7 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
     record.update(status=status, exit_code=code, end_ns=ended_ns)
     save_record(parts, record)
     result = LaunchResult(code, rc, None, parts, wall, no_gpu=mode == "profile" and not gpu,
-                          profiled=len(list(parts.glob("*.start.json"))))
+                          profiled=len(list(parts.glob("*.start.json"))), command=list(cmd))
     try:
         with _signals_wait(out):
             result.output = finish(out, parts, record)
@@ -372,7 +374,7 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
             print_summary(result, o)
         elif not o.quiet:   # without -o the file's name is one the user has not seen
             if not result.profiled:   # not the report: the file holds nothing of the command
-                print(f"cuptiprof: notice: {_none_profiled()}", file=sys.stderr)
+                print(f"cuptiprof: notice: {_none_profiled(cmd)}", file=sys.stderr)
             print(f"cuptiprof: wrote {result.output}", file=sys.stderr)
     except OSError as exc:
         # The terminal went away (EIO: the SIGHUP that ended the command), or the reader of
@@ -833,9 +835,10 @@ def _zombie(pid: int) -> bool:
         return False
 
 
-def _none_profiled() -> str:
+def _none_profiled(cmd: list[str]) -> str:
     """Why no process of the command was profiled: CUPTIPROF_DISABLE left set in the shell
-    keeps out every process, not only the ones it was meant for."""
+    keeps out every process, not only the ones it was meant for; a command that sets
+    PYTHONPATH (`env PYTHONPATH=src python ...`) drops the bootstrap folder cuptiprof put there."""
     from cuptiprof.run.settings import DISABLE
 
     value = os.environ.get(DISABLE, "")
@@ -843,6 +846,10 @@ def _none_profiled() -> str:
         return (f"no process of the command was profiled: {DISABLE}={value} is set in the "
                 f"environment, which keeps every process out; unset it (unset {DISABLE}) and run "
                 "again")
+    if any(re.search(r"(?:^|\s)PYTHONPATH=(?!\S*\$\{?PYTHONPATH\b)", a) for a in cmd):
+        return ("no process of the command was profiled: the command sets PYTHONPATH, which "
+                "replaces the one through which cuptiprof loads in every Python; add to it "
+                "instead (PYTHONPATH=src:$PYTHONPATH)")
     return ("no process of the command was profiled: cuptiprof records the Python processes a "
             "command starts, with a Python that can import cuptiprof and its libraries (see any "
             "warning above)")
@@ -895,7 +902,7 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
         named = []
     sys.stdout.flush()
     if not res.profiled:
-        print(f"cuptiprof: notice: {_none_profiled()}", file=sys.stderr)
+        print(f"cuptiprof: notice: {_none_profiled(res.command)}", file=sys.stderr)
     elif res.no_gpu:
         if ops is False:   # a program that ran no torch op: no CPU op times to show either
             print("cuptiprof: notice: no GPU activity was captured (no CUDA GPU found), and no "
