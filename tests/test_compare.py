@@ -306,6 +306,23 @@ def test_work_that_matches_no_key_is_noted(pair, capsys):
     assert "cuptiprof compare: note: --flops 'nothing' matches no key" in got.err
 
 
+def test_work_beyond_the_peak_is_noted(pair, capsys):
+    """--flops/--bytes that make a key run faster than its device's peak (a GFLOP per call given
+    for a whole step, MB written as GB) say so, instead of leaving 700% of peak in the table as
+    if measured; work within the peak keeps quiet."""
+    a, b = pair
+    with Comparison(pair, work=work_list(["*gemm*=1000"], ["*softmax*=100"])) as c:
+        notes = [n for n in c.legend() if n.startswith("note:") and "beyond what" in n]
+    assert len(notes) == 2, notes
+    assert "--flops '*gemm*'" in notes[0] and "tensor-core peak" in notes[0]
+    assert "--bytes '*softmax*'" in notes[1] and "device memory" in notes[1]
+    with Comparison(pair, work=work_list(["*gemm*=1.0"], ["*softmax*=0.01"])) as c:
+        assert not [n for n in c.legend() if n.startswith("note:") and "beyond what" in n]
+    assert main(["compare", str(a), str(b), "--flops", "*gemm*=1000", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any("beyond" in n and "--flops '*gemm*'" in n for n in doc["notes"])
+
+
 def test_known_gpu_table():
     assert known_gpu("NVIDIA A100-SXM4-80GB")["peak_memory_bw_gbps"] == 2039
     assert known_gpu("NVIDIA A100-PG509-200")["peak_memory_bw_gbps"] == 1555

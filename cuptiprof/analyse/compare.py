@@ -515,6 +515,7 @@ class Comparison:
                            f"{of:,} activities) ran outside every step and is not compared (files are "
                            f"compared step by step); `cuptiprof report {r.path} --by quality` shows it")
         out += self._unmatched_work()
+        out += self._beyond_peak()
         hint = self._key_hint()
         if hint:
             out.append(hint)
@@ -536,6 +537,33 @@ class Comparison:
             out.append(f"note: {opts} {w.pattern!r} matches no key (--by {self.by}) in any file, "
                        "so it has no throughput row: give a key as the ops table names it, or a "
                        "glob pattern ('gemm*')")
+        return out
+
+    def _beyond_peak(self) -> list[str]:
+        """A line for each --flops/--bytes NAME whose throughput comes out above the device's
+        peak: work given per step instead of per call, or MB written as GB, would otherwise
+        stand in the table as hundreds of percent of peak, read as measured."""
+        if not self.work:
+            return []
+        letters = [r.letter for r in self.runs]
+        top = {p: (t, tr, m, mr, of) for p, t, tr, m, mr, of in self.con.execute(
+            "SELECT pattern, max(coalesce(pct_tensor_peak, pct_fp32_peak)), "
+            "arg_max(run, coalesce(pct_tensor_peak, pct_fp32_peak)), max(pct_memory_peak), "
+            "arg_max(run, pct_memory_peak), arg_max(memory_peak_of, pct_memory_peak) "
+            "FROM compare_throughput GROUP BY pattern").fetchall()}
+        out = []
+        for w in self.work:
+            t, tr, m, mr, of = top.get(w.pattern, (None,) * 5)
+            if w.gflop and t is not None and t > 100:
+                # the dense 16-bit tensor peak is the highest cuptiprof knows; FP8 and sparse math go past it
+                out.append(f"note: --flops {w.pattern!r} gives {letters[tr]} {t:,.0f}% of the device's "
+                           "tensor-core peak (an estimate), beyond what it can do unless the key runs "
+                           "FP8 or sparse math: check the GFLOP per call")
+            if w.gbytes and m is not None and m > 100:
+                # data that stays in cache can outrun DRAM, never a link; else the bytes are too many
+                cache = " unless the data stays in cache" if of == "device memory" else ""
+                out.append(f"note: --bytes {w.pattern!r} gives {letters[mr]} {m:,.0f}% of the peak of "
+                           f"its {of} (an estimate), beyond what it can do{cache}: check the GB per call")
         return out
 
     def _key_hint(self) -> str | None:
