@@ -242,6 +242,25 @@ def test_gpu_run_against_a_run_without_a_gpu_is_refused_by_diff_and_noted_by_com
     assert "CPU op times" not in capsys.readouterr().out
 
 
+def test_a_merge_of_gpu_work_and_cpu_op_times_is_refused_by_diff_and_noted_by_compare(tmp_path, capsys):
+    """`cuptiprof merge` of a GPU run and a run without a GPU pools CPU op times with kernel
+    times by step number: a gate over that sum passes or fails by accident, as one over CPU op
+    times against GPU work would."""
+    gpu = make_run(tmp_path / "gpu.duckdb")
+    cpu = _cpu_op_run(tmp_path / "cpu.duckdb")
+    mixed = tmp_path / "mixed.duckdb"
+    assert main(["merge", str(gpu), str(cpu), "-o", str(mixed)]) == 0
+    capsys.readouterr()
+    for pair in ((gpu, mixed), (mixed, gpu)):
+        assert main(["diff", *map(str, pair), "--fail-above", "5"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1
+        assert err.startswith(f"cuptiprof: error: {mixed} holds both CPU op times (recorded without a "
+                              "GPU) and GPU work")
+    assert main(["compare", str(gpu), str(mixed)]) == 0
+    assert "note: B holds both CPU op times (no GPU) and GPU work" in capsys.readouterr().out
+
+
 def test_a_single_step_is_named_as_unknown_noise(tmp_path, capsys):
     """The MAD of one step is 0: the gate then has no noise band at all, and says so."""
     a = make_run(tmp_path / "a.duckdb", steps=1, seed=1)

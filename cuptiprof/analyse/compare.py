@@ -90,6 +90,7 @@ class RunFile:
     mixed_runs: int = 0    # runs of unlike kinds or devices in the file (0: none), pooled by step
     stepless: tuple = ()   # (processes, GPU activities, GPU ms) without steps, left out (merged files)
     cpu_ops: bool = False  # every activity is a CPU op time (a run without a GPU), no GPU work
+    cpu_mixed: bool = False   # CPU op times and GPU work both (a merge of both kinds of run)
     lanes: int = 0         # (process, device) pairs with work in the compared steps
     outside: tuple = ()    # (activities, of all, share of the time) of GPU work outside every step
     stored_busy: bool = False  # step_busy holds every run's busy time (read, not folded from rows)
@@ -213,11 +214,15 @@ class Comparison:
                 f"d.name, ',' ORDER BY d.name) FROM {db}.devices d WHERE d.run_id = u.run_id "
                 f"AND d.kind = 'gpu'), ''))) FROM {db}.runs u"))
             r.mixed_runs = n_runs if kinds > 1 else 0
-            r.cpu_ops = first_row(con.execute(   # a file without a CPU device is read no further
-                f"SELECT EXISTS (SELECT 1 FROM {db}.devices WHERE kind = 'cpu') AND NOT EXISTS "
-                f"(SELECT 1 FROM {db}.gpu_activities a WHERE NOT EXISTS (SELECT 1 FROM {db}.devices d "
-                f"WHERE d.run_id = a.run_id AND d.pid = a.pid AND d.device_id = a.device_id "
-                f"AND d.kind = 'cpu'))"))[0]
+            # every activity on a CPU device: CPU op times (a run without a GPU); some of them
+            # beside GPU work: a merge of both kinds of run, whose CPU op times pool with kernel
+            # times. One pass, and none over a file without a CPU device.
+            if first_row(con.execute(f"SELECT EXISTS (SELECT 1 FROM {db}.devices WHERE kind = 'cpu')"))[0]:
+                on_cpu, off_cpu = first_row(con.execute(
+                    f"SELECT coalesce(bool_or(d.kind IS NOT NULL), FALSE), coalesce(bool_or(d.kind IS NULL), FALSE) "
+                    f"FROM {db}.gpu_activities a LEFT JOIN {db}.devices d ON d.run_id = a.run_id "
+                    f"AND d.pid = a.pid AND d.device_id = a.device_id AND d.kind = 'cpu'"))
+                r.cpu_ops, r.cpu_mixed = not off_cpu, on_cpu and off_cpu
             names.update(n for (n,) in con.execute(
                 f"SELECT DISTINCT name FROM {db}.gpu_activities WHERE name IS NOT NULL").fetchall())
         fam = families(names)
@@ -500,6 +505,10 @@ class Comparison:
         if cpu and len(cpu) < len(self.runs):
             out.append(f"note: {', '.join(r.letter for r in cpu)} recorded CPU op times (no GPU), the "
                        "others GPU work: their times are not comparable")
+        for r in self.runs:
+            if r.cpu_mixed:
+                out.append(f"note: {r.letter} holds both CPU op times (no GPU) and GPU work (a merge of "
+                           "both kinds of run): its times per step sum them, comparable to neither")
         for r in self.runs:
             if r.stepless:
                 k, n, ms = r.stepless

@@ -117,6 +117,11 @@ def diff(base: str | os.PathLike, new: str | os.PathLike, fail_above_pct: float,
             raise InputError(f"{cpu[0].path} holds CPU op times (recorded without a GPU) and {gpu.path} "
                              "GPU work: they cannot be compared; diff runs recorded the same way "
                              "(`cuptiprof doctor` tells why a machine records no GPU work)")
+        for r in cmp.runs:
+            if r.cpu_mixed:   # CPU op times summed with kernel times: a gate over them means nothing
+                raise InputError(f"{r.path} holds both CPU op times (recorded without a GPU) and GPU work "
+                                 "(a merge of both kinds of run): diff runs recorded the same way, "
+                                 "each merged only with runs like it")
         sql = catalog.compare_sql("diff")
         items = cmp.con.sql(sql, params={"pct": float(fail_above_pct), "sigmas": float(sigmas),
                                          "min_ms": float(min_ms)}).to_arrow_table()

@@ -2,7 +2,7 @@
 
 Exit 0: nothing got slower by more than PCT beyond the step-to-step noise; 1: regressions
 (listed); 2: a usage error (bad threshold, same file twice, no recorded steps, different
-schema versions, CPU op times of a run without a GPU against GPU work), so a CI job can
+schema versions, CPU op times of a run without a GPU against or merged with GPU work), so a CI job can
 tell a regression from a misuse.
 """
 from __future__ import annotations
