@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -171,6 +172,18 @@ def test_parse_number():
         with pytest.raises(UsageError, match=r"not a number in ASCII digits \(expected e.g. "
                                              r"--fail-above 5 or 5%\)"):
             parse_number(text, "--fail-above", unit="%")
+
+
+def test_negative_zero_settings_read_as_zero(tmp_path, capsys):
+    """--fail-above -0 is 0 (not negative): the CI log and the JSON say 0, not -0."""
+    assert math.copysign(1, parse_number("-0", "--fail-above", unit="%")) == 1
+    a = make_run(tmp_path / "a.duckdb", seed=1)
+    b = make_run(tmp_path / "b.duckdb", seed=1)
+    main(["diff", str(a), str(b), "--fail-above", "-0", "--sigmas", "-0.0", "--min-ms=-0ms"])
+    assert "fail above 0% + 0 robust sigmas" in capsys.readouterr().out
+    main(["diff", str(a), str(b), "--fail-above", "-0", "--sigmas", "-0", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert [math.copysign(1, doc[k]) for k in ("fail_above_pct", "sigmas")] == [1, 1]
 
 
 def test_real_trace_against_a_copy_of_itself_passes(shared_traces, tmp_path, capsys):

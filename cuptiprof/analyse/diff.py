@@ -81,7 +81,7 @@ def in_range(v: float, option: str, most: float = math.inf, shown=None) -> float
         large = math.isfinite(v) or (shown is not None and any(c.isdigit() for c in str(shown)))
         raise UsageError(f"{what}: {'too large' if large else 'infinite'} ({bound}: a larger "
                          "value lets no slowdown fail the gate)")
-    return v
+    return v + 0.0   # -0 is 0: the CI log and the JSON say 0, not -0
 
 
 @dataclass
