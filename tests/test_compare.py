@@ -850,6 +850,15 @@ def _kernels_only_run(path, name, steps=3, dur_us=400):
     return path
 
 
+def test_json_devices_of_a_file_without_a_gpu_listed_is_null(tmp_path, capsys, pair):
+    """The table says 'no GPU listed'; JSON says null, not an empty string a reader takes for a
+    GPU's name."""
+    a = _kernels_only_run(tmp_path / "a.duckdb", GEMM_H100)
+    assert main(["compare", str(a), str(pair[0]), "--format", "json"]) == 0
+    files = json.loads(capsys.readouterr().out)["files"]
+    assert files[0]["devices"] is None and files[1]["devices"]
+
+
 def test_files_that_share_no_key_at_all_get_the_key_hint(tmp_path):
     """Kernels of another GPU and no copy or memset in common: none of B's time is on a key A
     has, and the legend names the key that lines them up, as it does for a small share; among

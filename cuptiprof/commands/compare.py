@@ -97,7 +97,7 @@ def print_comparison(cmp: Comparison, fmt: str = "table", top: int = 15, out=Non
         print(f"cuptiprof compare: note: ops: the keys in the top {top} of any file, "
               f"{counted(more, 'key')} left out; --top {need} gives every one", file=sys.stderr)
     if fmt == "json":
-        doc = {"files": [{"letter": r.letter, "path": str(r.path), "label": r.label, "devices": r.devices,
+        doc = {"files": [{"letter": r.letter, "path": str(r.path), "label": r.label, "devices": r.devices or None,
                           "steps": r.steps, "has_steps": r.has_steps} for r in cmp.runs],
                "by": cmp.by, "notes": [n for n in cmp.legend() if n.startswith("note:")]}
         for name in names:
