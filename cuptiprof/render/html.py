@@ -35,6 +35,11 @@ BESIDE = ("sync",)
 # where they differ from it (a steps bar's parts are wall time, overlapping work counted once).
 SUMMED = " summed"
 BESIDE_LABELS = {"sync": "sync (host wait, beside the bar)"}
+# The notes of the steps plots (report and compare): how a bar splits a step's GPU window.
+_SPLIT = ("by what ran: a kernel; else a copy; else a memset; else nothing (idle).<br>Work on "
+          "several streams at once counts once, so the bar is the window; hover a bar for each "
+          "kind's summed durations")
+_SYNC_BESIDE = "The thin bar beside it: host sync time (the host waiting, not GPU work)."
 # Characters a table cell shows of a name: about what fits the cell's 520 pixels (_CSS) at 12px.
 CELL_CHARS = 72
 TIMELINE_STEPS = 6  # steps whose timeline is embedded (the typical one and its neighbours)
@@ -671,11 +676,7 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     else:
         body.append("<h2>Steps</h2><p class=\"note\">Each step's bar splits its GPU window (first start "
                     "to last end of its GPU work, summed over devices: <code>report --by step</code>'s "
-                    "gpu_window_ms) by what ran: a kernel; else a copy; else a memset; else nothing "
-                    "(idle).<br>Work on several streams at once counts once, so the bar is the window; "
-                    "hover a bar for each kind's summed durations (its kernel_ms, memcpy_ms and "
-                    "memset_ms).<br>The thin bar beside it: host sync time (the host waiting, not GPU "
-                    "work).</p>")
+                    f"gpu_window_ms) {_SPLIT} (its kernel_ms, memcpy_ms and memset_ms).<br>{_SYNC_BESIDE}</p>")
     if not host_only and not per_step and any(whole.values()):
         body.append('<p class="note">No steps recorded: the bar is the whole file.</p>'
                     + stacked_columns([("all", whole)]))
@@ -801,10 +802,7 @@ def write_compare(cmp, out: str | os.PathLike, top: int = 15) -> Path:
     body.append(stacked_columns([(r.letter, per_run[r.index]) for r in cmp.runs], width=420))
     body.append(table(cmp.kinds_side_by_side()))
     body.append("<h2>Steps per file</h2><p class=\"note\">Each step's bar splits its GPU window (summed "
-                "over devices) by what ran: a kernel; else a copy; else a memset; else nothing (idle)."
-                "<br>Work on several streams at once counts once, so the bar is the window; hover a "
-                "bar for each kind's summed durations.<br>The thin bar beside it: host sync time (the "
-                "host waiting, not GPU work).</p>")
+                f"over devices) {_SPLIT}.<br>{_SYNC_BESIDE}</p>")
     steps = _dicts(cmp.steps())
     wall = {(w["run"], w["step"]): w for w in _dicts(cmp.steps_wall())}
     for r in cmp.runs:
