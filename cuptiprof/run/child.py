@@ -391,19 +391,14 @@ class _Step:
         self.name, self.step, self.h = name, step, None
 
     def __enter__(self):
-        global _marked
         try:
-            # Under the lock: a step another thread began meanwhile would count twice, and an
-            # update of _marked lost to a thread switch would read as the program's own step
-            # (a spurious steps_mixed). Well under 1 us a step, nothing for other ranges.
-            with _marked_lock:
-                if _collector is not None:
-                    import cuptiprof
+            if _collector is not None:
+                import cuptiprof
 
-                    self.h = cuptiprof.range("step") if self.step is None else cuptiprof.range("step", step=self.step)
-                    _count_marked(self.h.__enter__)
-                elif _rec is not None:
-                    self.h = _count_marked(lambda: _rec.begin(self.name, is_step=True, step=self.step))
+                self.h = cuptiprof.range("step") if self.step is None else cuptiprof.range("step", step=self.step)
+                _count_marked(self.h.__enter__)
+            elif _rec is not None:
+                self.h = _count_marked(lambda: _rec.begin(self.name, is_step=True, step=self.step))
         except Exception as exc:  # the program's step runs whatever happens here
             self.h = None
             _steps_failed(exc)
@@ -430,7 +425,9 @@ _seen_base = 0  # steps begun before this process forked, or before this part (a
 
 def _count_marked(begin):
     """begin() a step of --step-fn/--step-range, counted in _marked (0 where it opened inside a
-    step: not a step)."""
+    step: not a step). Under the lock: a step another thread began meanwhile would count twice,
+    and an update of _marked lost to a thread switch would read as the program's own step (a
+    spurious steps_mixed). Well under 1 us a step, nothing for other ranges."""
     global _marked
     with _marked_lock:
         before = _steps_seen()
@@ -1076,8 +1073,8 @@ def _install_sigterm() -> None:
         _put_off = 0
         if ending:
             # A repeated signal (a hang-up the launcher forwards as well): this handler, which
-            # it interrupted, is ending the process, maybe between claiming the ending and
-            # noting its owner. Only this flag, one store before the claim, is never half-set.
+            # it interrupted, is ending the process, maybe inside its claim of the ending. Only
+            # this flag, one store before the claim, is never half-set.
             return
         ending.append(signum)
         if _term_watch is not None and not _term_watch.claim():
