@@ -185,12 +185,13 @@ class NsysFile:
             for c in cols:
                 allowed = "'integer'" if c in _NOT_NULL else "'integer', 'null'"
                 try:
-                    row = self.db.execute(
+                    rows = self.db.execute(
                         f'SELECT rowid, typeof("{c}"), substr(quote("{c}"), 1, 40) FROM "{table}" '
-                        f'WHERE typeof("{c}") NOT IN ({allowed}){only} LIMIT 1').fetchone()
+                        f'WHERE typeof("{c}") NOT IN ({allowed}){only} LIMIT 1').fetchall()
                 except sqlite3.Error:
                     continue
-                if row:
+                if rows:
+                    row = rows[0]
                     what = {"null": "NULL", "text": f"the text {row[2]}", "real": f"the number {row[2]}",
                             "blob": "bytes"}.get(row[1], row[1])
                     return InputError(
