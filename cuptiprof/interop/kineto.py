@@ -522,8 +522,17 @@ def _same(x):
 def _per_name(ids: np.ndarray, names: list, fn) -> tuple[np.ndarray, list]:
     """Apply `fn` once per distinct name id; codes into the distinct results. (Also keeps a
     table's dictionary to the names it uses: the writer interns every dictionary value.)"""
-    uniq, inv = np.unique(ids, return_inverse=True)
+    uniq, inv = _dense_unique(ids, len(names))
     return inv, [fn(names[u] if u >= 0 else None) for u in uniq.tolist()]   # -1: no name
+
+
+def _dense_unique(ids: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(ids, return_inverse=True) for ids in -1..size-1 (names, categories): marks
+    and a running count instead of a sort (a few ms per table of a large trace)."""
+    seen = np.zeros(size + 1, bool)
+    seen[ids + 1] = True
+    code = np.cumsum(seen, dtype=np.int32) - 1
+    return np.flatnonzero(seen) - 1, code[ids + 1]
 
 
 def _names(ids: np.ndarray, names: list) -> pa.DictionaryArray:
@@ -945,7 +954,7 @@ class KinetoFile:
         out = np.where(kind == P.ID_INT, v, 0)
         s = kind == P.ID_STR
         if s.any():
-            uniq, inv = np.unique(v[s], return_inverse=True)
+            uniq, inv = _dense_unique(v[s], self.small.size())
             c, strings = self.tid_cache, self.small.strings
             nums = []
             for u in uniq.tolist():
@@ -1043,15 +1052,16 @@ class KinetoFile:
         if self.negative is not None:
             self._unmap(I)
         cat = I[:, P.C_CAT]
-        uniq, first = np.unique(cat, return_index=True)
-        order = uniq[np.argsort(first)].tolist()
-        if len(order) == 1:
-            cats = [(order[0], np.arange(len(I)))]
+        uniq, inv = _dense_unique(cat, self.small.size())
+        if len(uniq) == 1:
+            cats = [(int(uniq[0]), np.arange(len(I)))]
+        elif len(uniq) <= 32:   # a trace's few categories: one pass each, no sort
+            cats = sorted(((c, np.flatnonzero(inv == i)) for i, c in enumerate(uniq.tolist())),
+                          key=lambda x: x[1][0])
         else:
-            srt = np.argsort(cat, kind="stable")
-            bounds = np.searchsorted(cat[srt], uniq)
-            split = dict(zip(uniq.tolist(), np.split(srt, bounds[1:])))
-            cats = [(c, split[c]) for c in order]
+            srt = np.argsort(inv, kind="stable")
+            split = np.split(srt, np.cumsum(np.bincount(inv))[:-1])
+            cats = sorted(zip(uniq.tolist(), split), key=lambda x: x[1][0])
         if self.pid is None and self.events == 0:
             if len(I):
                 ts = piece.F[:, 0]
