@@ -981,8 +981,8 @@ def test_a_problem_noted_on_one_thread_while_another_flushes_is_kept(tmp_path, m
     p = tmp_path / "n.duckdb"
     insert, done = writer_mod._insert, []
 
-    def insert_then_note(con, table, tbl):
-        insert(con, table, tbl)
+    def insert_then_note(con, table, tbl, *order):
+        insert(con, table, tbl, *order)
         if not done and threading.current_thread() is threading.main_thread():
             done.append(True)
             t = threading.Thread(target=s._note_problem, args=("cupti_error", "noted by X"))

@@ -627,12 +627,12 @@ def _ctrl_c_on_kernel_inserts(monkeypatch, at: set) -> None:
 
     real_insert, calls = W._insert, []
 
-    def insert(con, table, tbl):
+    def insert(con, table, tbl, *order):
         if table == "kernel_rows":
             calls.append(table)
             if len(calls) in at:
                 raise KeyboardInterrupt
-        real_insert(con, table, tbl)
+        real_insert(con, table, tbl, *order)
 
     monkeypatch.setattr(W, "_insert", insert)
 
