@@ -10,7 +10,7 @@ from cuptiprof.analyse.profile import open_profile
 from cuptiprof.commands import (FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR, counted,
                                 input_file, output_name, top_rows)
 from cuptiprof.errors import UsageError
-from cuptiprof.render.table import FORMATS, md_escape, plain_table, render, rows_of
+from cuptiprof.render.table import FORMATS, Fetched, md_escape, plain_table, render, rows_of
 
 # --by value -> report name
 BY = catalog.BY
@@ -173,7 +173,7 @@ def _report(prof, name: str, top: int | None):
         return prof.report(name), 0, 0
     # fetched whole, then cut: the rows left out are counted without running the report twice
     cols, rows = rows_of(prof.report(name))
-    return _Rows(cols, rows[:cut]), cut, max(0, len(rows) - cut)
+    return Fetched(cols, rows[:cut]), cut, max(0, len(rows) - cut)
 
 
 def _note_cut(name: str, cut: int, more: int) -> None:
@@ -181,19 +181,6 @@ def _note_cut(name: str, cut: int, more: int) -> None:
     if more > 0:
         print(f"cuptiprof: note: {name}: the first {cut} of {cut + more:,} rows; --top "
               f"{cut + more} gives every one", file=sys.stderr)
-
-
-class _Rows:
-    """Rows already fetched, as render() reads a relation."""
-
-    def __init__(self, columns: list[str], rows: list[tuple]):
-        self.columns, self._rows = columns, rows
-
-    def fetchall(self) -> list[tuple]:
-        return self._rows
-
-    def limit(self, n: int) -> _Rows:
-        return _Rows(self.columns, self._rows[:n])
 
 
 def _cpu_note(prof) -> str:
@@ -232,8 +219,7 @@ def list_reports(fmt: str) -> int:
         return 0
     cols = ["report", "--by", "description"]
     if fmt in ("csv", "markdown"):   # the format asked for, not the terminal table
-        from types import SimpleNamespace
-        render(SimpleNamespace(columns=cols, fetchall=lambda: rows), fmt, quiet=False)
+        render(Fetched(cols, rows), fmt, quiet=False)
         return 0
     sys.stdout.write(plain_table(cols, [list(r) for r in rows], [False] * 3))
     return 0

@@ -1,12 +1,16 @@
 """`cuptiprof sql FILE "SELECT ..."`: ad-hoc SQL over a file, through a read-only connection."""
+import itertools
 import re
+import sys
 
 import duckdb
 
 from cuptiprof.analyse.profile import open_profile, refused_statement
 from cuptiprof.commands import FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR, input_file
 from cuptiprof.errors import UsageError
-from cuptiprof.render.table import FORMATS, render, unique_names
+from cuptiprof.render.table import FORMATS, Fetched, render, stream_of, unique_names
+
+TABLE_ROWS = 10_000   # the most rows a terminal table shows (the other formats: all)
 
 
 def register(sub) -> None:
@@ -30,7 +34,8 @@ def register(sub) -> None:
     p.add_argument("--steps", metavar=STEPS_METAVAR,
                    help=f"scope of the sel_* views: {STEPS_FORMS}; default: every recorded step")
     p.add_argument("--format", choices=FORMATS, default="table",
-                   help=f"{FORMAT_HELP}; csv is the result as one table")
+                   help=f"{FORMAT_HELP}; csv is the result as one table. csv, json and "
+                   f"markdown write every row as it comes; a table shows the first {TABLE_ROWS:,}")
     p.set_defaults(func=run)
 
 
@@ -56,7 +61,16 @@ def run(args) -> int:
             statement = duckdb.extract_statements(args.query)[0]
             if rel is None or _ran_nothing(statement, rel):
                 raise UsageError("the statement returned no rows to show (only queries are allowed)")
-            render(as_duckdb_text(rel, args.format), args.format, quiet=False)
+            shown = as_duckdb_text(rel, args.format)
+            if args.format == "table":   # held whole to size its columns: the first rows only
+                cols, rows = stream_of(shown)
+                first = list(itertools.islice(rows, TABLE_ROWS + 1))
+                render(Fetched(cols, first[:TABLE_ROWS]), args.format, quiet=False)
+                if len(first) > TABLE_ROWS:
+                    print(f"cuptiprof: note: the first {TABLE_ROWS:,} rows; --format csv, json "
+                          "or markdown writes every row", file=sys.stderr)
+            else:
+                render(shown, args.format, quiet=False)
         except duckdb.Error as exc:
             msg = str(exc).splitlines()[0]
             if "read-only" in msg or "disabled by configuration" in msg \

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 import os
@@ -41,9 +42,43 @@ def clean(text: str) -> str:
 def rows_of(rel) -> tuple[list[str], list[tuple]]:
     if hasattr(rel, "columns") and hasattr(rel, "fetchall"):
         return unique_names(rel.columns), rel.fetchall()
+    return _arrow_rows(rel)
+
+
+def stream_of(rel) -> tuple[list[str], Iterable[tuple]]:
+    """Like rows_of, but the rows of a DuckDB relation come a batch at a time: Python holds
+    one batch, not a result of millions of rows (each value a Python object)."""
+    if hasattr(rel, "iter_rows"):        # DuckDB 2
+        return unique_names(rel.columns), rel.iter_rows()
+    if hasattr(rel, "fetchmany") and hasattr(rel, "columns"):   # DuckDB 1
+
+        def batches():
+            while True:
+                rows = rel.fetchmany(10_000)
+                if not rows:
+                    return
+                yield from rows
+        return unique_names(rel.columns), batches()
+    return rows_of(rel)
+
+
+def _arrow_rows(rel) -> tuple[list[str], list[tuple]]:
     tbl = rel  # pyarrow.Table: by column, as to_pylist()'s dicts keep one of two equal names
     rows = list(zip(*(c.to_pylist() for c in tbl.columns))) if tbl.num_columns else [()] * tbl.num_rows
     return unique_names(tbl.column_names), rows
+
+
+class Fetched:
+    """Rows already fetched, as render() reads a relation."""
+
+    def __init__(self, columns: list[str], rows: list[tuple]):
+        self.columns, self._rows = columns, rows
+
+    def fetchall(self) -> list[tuple]:
+        return self._rows
+
+    def limit(self, n: int) -> Fetched:
+        return Fetched(self.columns, self._rows[:n])
 
 
 def unique_names(names: Iterable[str]) -> list[str]:
@@ -94,9 +129,14 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
            max_width: int = 70, quiet: bool = True, whole: Sequence[str] = ()) -> None:
     """quiet: in the table format, leave out key columns (run_id, pid, ...) that hold one value
     (the reports); `cuptiprof sql` shows every column the query selected. whole: columns of
-    sentences (quality's detail) that a table shows uncut, where names are cut to max_width."""
+    sentences (quality's detail) that a table shows uncut, where names are cut to max_width.
+    CSV, JSON and Markdown are written as the rows come (any number of them); a table holds
+    all of its rows, to size its columns."""
     out = out or sys.stdout
-    cols, rows = rows_of(rel)
+    if fmt in ("csv", "json", "markdown"):   # written row by row: any number of rows
+        cols, rows = stream_of(rel)
+    else:
+        cols, rows = rows_of(rel)
     if fmt == "csv":
         w = csv.writer(out, lineterminator="\n")
         # csv quotes a field holding "\n" but not a lone "\r", which readers take as a line end
@@ -110,7 +150,7 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
             (wq if any(isinstance(v, str) and "\r" in v for v in cells) else w).writerow(cells)
         return
     if fmt == "json":
-        write_json([dict(zip(cols, r)) for r in rows], out)
+        _write_json_rows(cols, rows, out)
         return
     if fmt == "markdown":
         if title:
@@ -214,6 +254,17 @@ def _is_tty(out) -> bool:
         return out.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def _write_json_rows(cols: list[str], rows: Iterable[tuple], out) -> None:
+    """The rows as write_json writes a list of one object per row, byte for byte, written
+    one row at a time."""
+    first, rows = True, iter(rows)
+    while batch := [finite(dict(zip(cols, r))) for r in itertools.islice(rows, 1000)]:
+        text = json.dumps(batch, default=_json_default, indent=1, allow_nan=False)
+        out.write(("[\n" if first else ",\n") + text[2:-2])   # inside the list's brackets
+        first = False
+    out.write("[]\n" if first else "\n]\n")
 
 
 def write_json(doc, out) -> None:
