@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         command.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
+        say("cuptiprof: error: no command given; name one of those above, e.g. "
+            "`cuptiprof run -- python app.py` (see cuptiprof COMMAND --help)")
         return 2
     try:
         return int(args.func(args) or 0)

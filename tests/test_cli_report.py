@@ -875,12 +875,14 @@ def test_argument_mistakes_begin_like_every_other_error(tmp_path, args, word, co
 
 def test_no_command_prints_the_commands_on_stderr_and_exits_2(capsys):
     """`cuptiprof` alone: the usage with every command, on stderr (stdout stays empty for a
-    script that reads it), and exit 2 as for any other usage mistake."""
+    script that reads it), an error line, and exit 2 as for any other usage mistake."""
     from cuptiprof.cli import COMMANDS, main
     assert main([]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("usage: cuptiprof")
     assert all(name in err for name in COMMANDS)
+    # and ends as every usage mistake does: one error line saying what to do
+    assert err.splitlines()[-1].startswith("cuptiprof: error: no command given")
 
 
 @pytest.mark.parametrize("args", [["report", "{f}"], ["sql", "{f}", "SELECT * FROM kernels"],
