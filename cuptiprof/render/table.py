@@ -258,7 +258,7 @@ def _is_tty(out) -> bool:
 
 def _write_json_rows(cols: list[str], rows: Iterable[tuple], out) -> None:
     """The rows as write_json writes a list of one object per row, byte for byte, written
-    one row at a time."""
+    a thousand rows at a time (one json.dumps per row took twice as long)."""
     first, rows = True, iter(rows)
     while batch := [finite(dict(zip(cols, r))) for r in itertools.islice(rows, 1000)]:
         text = json.dumps(batch, default=_json_default, indent=1, allow_nan=False)
