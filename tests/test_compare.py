@@ -1456,3 +1456,20 @@ def test_markdown_legend_is_a_list_and_top_is_15_unless_given(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--format", "markdown"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].startswith("- A = ") and lines[2].startswith("- B = "), lines[:3]
+
+
+def test_compare_notes_a_run_that_did_not_complete(tmp_path, capsys):
+    """A program that crashed or was stopped after a few steps may have stopped before its
+    slow part: compare says so, as diff does, in its legend and in the JSON notes."""
+    import duckdb
+    a = make_run(tmp_path / "a.duckdb", seed=1)
+    b = make_run(tmp_path / "b.duckdb", seed=2, steps=2)
+    assert main(["compare", str(a), str(b), "--format", "json"]) == 0
+    assert not any("did not complete" in n for n in json.loads(capsys.readouterr().out)["notes"])
+    with duckdb.connect(str(b)) as con:
+        con.execute("UPDATE runs SET status = 'interrupted'")
+    note = "note: B (b.duckdb) is a run that did not complete (interrupted); only its 2 complete steps are compared"
+    assert main(["compare", str(a), str(b)]) == 0
+    assert note in capsys.readouterr().out
+    assert main(["compare", str(a), str(b), "--format", "json"]) == 0
+    assert note in json.loads(capsys.readouterr().out)["notes"]

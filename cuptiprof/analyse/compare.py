@@ -94,6 +94,7 @@ class RunFile:
     lanes: int = 0         # (process, device) pairs with work in the compared steps
     outside: tuple = ()    # (activities, of all, share of the time) of GPU work outside every step
     stored_busy: bool = False  # step_busy holds every run's busy time (read, not folded from rows)
+    unfinished: str = ""   # the statuses of its runs that did not complete ('failed, interrupted')
 
 
 @dataclass
@@ -205,6 +206,9 @@ class Comparison:
                 f"FROM {db}.runs GROUP BY label)), (SELECT string_agg(source, '+' ORDER BY f) FROM "
                 f"(SELECT source, min(run_id) f FROM {db}.runs GROUP BY source))"))
             r.label, r.sources = labels[0] or r.path.stem, labels[1] or ""
+            r.unfinished = first_row(con.execute(
+                f"SELECT string_agg(DISTINCT status, ', ' ORDER BY status) FROM {db}.runs "
+                "WHERE status <> 'complete'"))[0] or ""
             r.devices = first_row(con.execute(
                 f"SELECT string_agg(DISTINCT name, ', ' ORDER BY name) FROM {db}.devices "
                 "WHERE kind = 'gpu'"))[0] or ""
@@ -486,6 +490,10 @@ class Comparison:
                 steps += f", {r.incomplete} left out (ended early by an exception)"
             out.append(f"{r.letter} = {r.path} (label {r.label}; {r.sources or '?'}; "
                        f"{r.devices or 'no GPU listed'}; {steps})")
+        for r in self.runs:
+            if r.unfinished:   # the program crashed or was killed: it may have stopped before the slow part
+                out.append(f"note: {r.letter} ({r.path.name}) is a run that did not complete ({r.unfinished}); "
+                           f"only its {r.steps} complete step{'s are' if r.steps != 1 else ' is'} compared")
         for r in self.runs:
             if r.mixed_runs:
                 out.append(f"note: {r.letter} ({r.path.name}) holds {r.mixed_runs} runs of different sources or "

@@ -109,7 +109,6 @@ def diff(base: str | os.PathLike, new: str | os.PathLike, fail_above_pct: float,
     min_ms = in_range(float(min_ms), "min_ms", MAX_MIN_MS)
     sigmas = in_range(float(sigmas), "sigmas", MAX_SIGMAS)
     from cuptiprof.analyse.compare import Comparison  # DuckDB and pyarrow: only when diffing
-    from cuptiprof.store.files import first_row
     with Comparison([base, new], by=by, require_steps=True, names=("BASE", "NEW")) as cmp:
         cpu = [r for r in cmp.runs if r.cpu_ops]
         if len(cpu) == 1:   # e.g. a CI machine that lost its GPU: a gate over CPU op times means nothing
@@ -132,12 +131,6 @@ def diff(base: str | os.PathLike, new: str | os.PathLike, fail_above_pct: float,
             # a CI pool with mixed GPUs: the gate would fail or pass on the hardware, not the change
             notes.append(f"note: BASE ran on {old.devices} and NEW on {new_.devices}: a gate compares "
                          "runs on the same GPU (`cuptiprof compare --by family` compares GPUs)")
-        for r in cmp.runs:
-            status = first_row(cmp.con.execute(f"SELECT string_agg(DISTINCT status, ', ' ORDER BY status) FROM "
-                                               f"f{r.index}.runs WHERE status <> 'complete'"))[0]
-            if status:   # the program crashed or was killed: it may have stopped before the slow part
-                notes.append(f"note: {r.letter} ({r.path.name}) is a run that did not complete ({status}); "
-                             f"only its {r.steps} complete step{'s are' if r.steps != 1 else ' is'} compared")
     regs = [r for r in items.to_pylist() if r["status"] == "regression"]
     return DiffResult(Path(base), Path(new), float(fail_above_pct), float(min_ms), float(sigmas), by,
                       steps, items, regs, notes)
