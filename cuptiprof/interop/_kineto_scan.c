@@ -7,7 +7,10 @@
  *         in a Block (writable memory with the buffer protocol: numpy.frombuffer reads it)
  * floats: kept x 2 float64 (ts, dur; NaN where null or absent)
  * kept:   events that carry at least one field kineto.py reads (an event with none of them,
- *         such as {}, can never change an import; its position is still counted)
+ *         such as {}, can never change an import; its position is still counted), flow
+ *         arrows left out (an event of a flow category, ac2g, async, async_cpu_to_gpu or
+ *         fwdbwd, any case, whose ph is not "X": kineto.py reads nothing of them, and they
+ *         are a third of a modern trace's events)
  * events: every event of the array
  * meta:   (key, value_start, value_end) of the other top-level keys
  * Strings are interned into the two Interner objects (names: event names, first seen first
@@ -383,6 +386,7 @@ typedef struct {
     struct meta { const char *k; Py_ssize_t n, vs, ve; } *meta;
     Py_ssize_t nmeta, capmeta;
     Py_ssize_t last[10];            /* intern_memo: the last id per field (L_*), or -1 */
+    signed char flow[64];           /* is_flow_cat per category id below 64; -1: not known yet */
 } S;
 
 enum { L_CAT, L_PH, L_NAME, L_PID, L_TID, L_LABELS, L_XDOMAIN, L_XKIND, L_XLEVEL, L_XLOGGER };
@@ -398,6 +402,31 @@ static inline Py_ssize_t intern_memo(S *s, Interner *it, const char *u, Py_ssize
 }
 
 #define DECLINE (-1)
+
+/* A flow category (kineto.IGNORED's flow arrows), compared as kineto.py does, lowercased. */
+static int flow_name(const char *k, Py_ssize_t n) {
+    static const char *const names[] = {"ac2g", "async", "async_cpu_to_gpu", "fwdbwd"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        Py_ssize_t m = (Py_ssize_t)strlen(names[i]);
+        if (m != n) continue;
+        Py_ssize_t j = 0;
+        while (j < n && (k[j] >= 'A' && k[j] <= 'Z' ? k[j] + 32 : k[j]) == names[i][j]) j++;
+        if (j == n) return 1;
+    }
+    return 0;
+}
+
+/* An event kineto.py reads nothing of: a flow category, and a ph other than "X" (whose
+ * events it counts, whatever their category). */
+static int is_flow(S *s, int64_t cat, int64_t ph) {
+    if (cat < 0) return 0;
+    if (ph >= 0 && s->small->lens[ph] == 1 && s->small->keys[ph][0] == 'X') return 0;
+    if (cat < 64) {
+        if (s->flow[cat] < 0) s->flow[cat] = (signed char)flow_name(s->small->keys[cat], s->small->lens[cat]);
+        return s->flow[cat];
+    }
+    return flow_name(s->small->keys[cat], s->small->lens[cat]);
+}
 #define WS(c) ((c) == ' ' || (c) == '\n' || (c) == '\r' || (c) == '\t')
 
 /* Past the whitespace at p. Compact JSON has none (one test); pretty JSON mostly has one
@@ -1250,7 +1279,7 @@ static int read_event(S *s, int64_t index) {
         if (*s->p == '}') { s->p++; break; }
         return DECLINE;
     }
-    if (any) s->kept++;
+    if (any && !is_flow(s, row[C_CAT], row[C_PH])) s->kept++;
     return 0;
 }
 
@@ -1325,6 +1354,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     s.names = (Interner *)names;
     s.small = (Interner *)small;
     for (int i = 0; i < 10; i++) s.last[i] = -1;
+    memset(s.flow, -1, sizeof(s.flow));
     /* Kineto events take 150-400 bytes of text: room for most pieces without growing (pages
      * are only touched as rows are written) */
     s.hint = view.len / 160 > 4096 ? view.len / 160 : 4096;
