@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from cuptiprof.interop import kineto
 from cuptiprof.interop import pieces as P
 from cuptiprof.interop.kineto import _DECODER, iter_docs
 
@@ -33,9 +34,6 @@ def both(text: bytes):
     return got, ref, names, small
 
 
-FLOW = {"ac2g", "async", "async_cpu_to_gpu", "fwdbwd"}   # kineto.IGNORED's flow arrows
-
-
 def assert_same(got: P.Piece, ref: P.Piece, small) -> None:
     assert got.events == ref.events
     assert got.has_events == ref.has_events
@@ -48,13 +46,13 @@ def assert_same(got: P.Piece, ref: P.Piece, small) -> None:
     if len(rest):
         R = ref.I[rest]
         text = lambda i: small.strings[i].lower() if i >= 0 else None  # noqa: E731
-        flow = np.array([text(c) in FLOW and text(ph) != "x"
+        flow = np.array([text(c) in kineto.FLOW and text(ph) != "x"
                          for c, ph in zip(R[:, P.C_CAT].tolist(), R[:, P.C_PH].tolist())], bool)
         R, F = R[~flow], ref.F[rest[~flow]]
         assert (R[:, [P.C_CAT, P.C_NAME, P.C_LABELS]] == -1).all()
         assert (R[:, [P.C_PIDK, P.C_TIDK, P.C_HASARGS]] == 0).all()
         assert np.isnan(F).all()
-    kept_flow = [small.strings[c].lower() in FLOW and small.strings[ph] != "X"
+    kept_flow = [small.strings[c].lower() in kineto.FLOW and small.strings[ph] != "X"
                  for c, ph in zip(got.I[:, P.C_CAT].tolist(), got.I[:, P.C_PH].tolist())
                  if c >= 0 and ph >= 0]
     assert not any(kept_flow), "a flow arrow was kept"
@@ -638,3 +636,7 @@ def test_flow_arrows_are_left_out_and_counted():
     assert got.events == ref.events == 9
     kept = sorted(got.I[:, P.C_IDX].tolist())
     assert kept == [1, 6, 7]   # the kernel, the "X" of a flow category, an unknown category
+    # the scanner's list of flow categories is the importer's
+    for cat in sorted(kineto.FLOW) + ["AC2G"]:
+        got, _, _, _ = both(doc({"ph": "s", "cat": cat, "ts": 1}, KERNEL))
+        assert got.events == 2 and got.I[:, P.C_IDX].tolist() == [1], cat

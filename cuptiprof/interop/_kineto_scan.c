@@ -386,7 +386,7 @@ typedef struct {
     struct meta { const char *k; Py_ssize_t n, vs, ve; } *meta;
     Py_ssize_t nmeta, capmeta;
     Py_ssize_t last[10];            /* intern_memo: the last id per field (L_*), or -1 */
-    signed char flow[64];           /* is_flow_cat per category id below 64; -1: not known yet */
+    signed char flow[64];           /* flow_name of each category id below 64; -1: not yet */
 } S;
 
 enum { L_CAT, L_PH, L_NAME, L_PID, L_TID, L_LABELS, L_XDOMAIN, L_XKIND, L_XLEVEL, L_XLOGGER };
@@ -403,7 +403,8 @@ static inline Py_ssize_t intern_memo(S *s, Interner *it, const char *u, Py_ssize
 
 #define DECLINE (-1)
 
-/* A flow category (kineto.IGNORED's flow arrows), compared as kineto.py does, lowercased. */
+/* A flow category (kineto.FLOW, which a test holds this list to), compared as kineto.py
+ * does, lowercased. */
 static int flow_name(const char *k, Py_ssize_t n) {
     static const char *const names[] = {"ac2g", "async", "async_cpu_to_gpu", "fwdbwd"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {

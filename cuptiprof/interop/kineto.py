@@ -269,9 +269,10 @@ CATEGORIES = {
     "cpu_op": "op", "operator": "op",
     "user_annotation": "user", "gpu_user_annotation": "gpu_user", "python_function": "python",
 }
+# Flow arrows: their events (but "X" ones, counted) the native scanner keeps no row for.
+FLOW = {"ac2g", "async", "async_cpu_to_gpu", "fwdbwd"}
 # Known categories that carry nothing cuptiprof stores (flow arrows, trace spans, instants).
-IGNORED = {"ac2g", "async", "async_cpu_to_gpu", "fwdbwd", "trace", "cpu_instant_event",
-           "overhead", "cuda_profiler_range"}
+IGNORED = FLOW | {"trace", "cpu_instant_event", "overhead", "cuda_profiler_range"}
 # cuptiprof's export: a row of the `logs` table, as an instant event on its thread's track
 # (the message its name; args level, logger and "cuptiprof step")
 LOG_CATEGORY = "cuptiprof_log"
