@@ -247,10 +247,8 @@ def _restore_one_run(w: Writer, files: list, label: str | None):
                   "WHERE run_id = ?", [label or run.label, run.source, run.command,
                                        _start_time(run), w.run_id])
     quiet = _quiet_rows(files, {}, w.query("SELECT run_id, pid FROM processes"), w.run_id)
-    if quiet:
-        w.execute(f"INSERT INTO processes ({', '.join(_QUIET_COLS)}) VALUES "
-                  + ", ".join(["(" + ", ".join("?" * len(_QUIET_COLS)) + ")"] * len(quiet)),
-                  [v for row in quiet for v in row])
+    for row in quiet:   # (a few: the processes of the run that recorded nothing)
+        w.execute(_QUIET_SQL, list(row))
     if not any(getattr(f, "quality", None) for f in files):
         return run
     own = w.query("SELECT run_id, pid, check_name, subject FROM data_quality")
@@ -325,8 +323,7 @@ def _restore_runs(path: Path, files: list, label: str | None = None) -> None:
         quiet = _quiet_rows(files, new_run, con.execute("SELECT run_id, pid FROM processes"
                                                         ).fetchall(), 1)
         if quiet:
-            con.executemany(f"INSERT INTO processes ({', '.join(_QUIET_COLS)}) VALUES "
-                            f"({', '.join('?' * len(_QUIET_COLS))})", quiet)
+            con.executemany(_QUIET_SQL, quiet)
         # each run ends as the export says (an older export's, with its processes, where
         # all of them say an end)
         con.execute("UPDATE runs SET end_ns = coalesce((SELECT CASE WHEN count(*) = "
@@ -376,6 +373,8 @@ def _own_pids(con, tables: list[str], files: list, new_run: dict) -> None:
 
 _QUIET_COLS = ("run_id", "pid", "host", "rank", "local_rank", "world_size", "exit_status",
                "ended_early", "command", "start_ns", "end_ns")
+_QUIET_SQL = (f"INSERT INTO processes ({', '.join(_QUIET_COLS)}) "
+              f"VALUES ({', '.join('?' * len(_QUIET_COLS))})")   # one row of _quiet_rows
 
 
 def _quiet_rows(files: list, new_run: dict, own: list, default_run: int) -> list[tuple]:

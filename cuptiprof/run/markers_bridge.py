@@ -21,9 +21,9 @@ class RecorderRanges:
             def begin():
                 return self.rec.begin(name, is_step=True, step=step_number(attrs.get("step")),
                                       attrs={k: v for k, v in attrs.items() if k != "step"} or None)
-            if not named or name == "step":
+            if name == "step":   # the program's own step
                 return begin()
-            from cuptiprof.run import child   # told from the program's own steps (steps_mixed)
+            from cuptiprof.run import child   # --step-range's, told from the program's (steps_mixed)
             return child._count_marked(begin)
         return self.rec.begin(name, attrs=attrs or None)
 
