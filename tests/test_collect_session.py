@@ -293,7 +293,8 @@ def test_subscriber_conflict_one_line_and_program_continues(tmp_path, capsys):
         loop(f, 2)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Nsight Systems" in err[0] and "no GPU activity" in err[0]
-    assert q(p, "SELECT check_name FROM data_quality") == [("subscriber_conflict",)]
+    # the subject names what was not captured, as `cuptiprof run` and the importers do
+    assert q(p, "SELECT check_name, subject FROM data_quality") == [("subscriber_conflict", "gpu")]
     assert q(p, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(2,)]
     assert q(p, "SELECT count(*) FROM kernels") == [(0,)]
     assert not any(c[0] in ("enable", "push") for c in f.calls)
@@ -461,6 +462,8 @@ def test_disable_env_turns_ranges_off(tmp_path, monkeypatch, capsys):
         Session(tmp_path / "said.duckdb", source="none").start().stop()
         assert capsys.readouterr().err == (f"cuptiprof: notice: {off}; {tmp_path / 'said.duckdb'} gets no "
                                            "step and no range of the program\n")
+        assert q(tmp_path / "said.duckdb", "SELECT subject FROM data_quality WHERE check_name = "
+                 "'no_gpu'") == [("gpu",)]
     finally:
         monkeypatch.delenv("CUPTIPROF_DISABLE")
         markers.reload_env()

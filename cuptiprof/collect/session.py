@@ -967,10 +967,11 @@ class Session:
             for k, v in zip(batch, (check, subject, count, value_ns, detail)):
                 batch[k].append(v)
 
+        # subject 'gpu', as `cuptiprof run` and the importers name what was not captured
         if self.problem is not None:
-            add(self.problem.check, None, None, f"No GPU activity was captured: {self.problem}")
+            add(self.problem.check, "gpu", None, f"No GPU activity was captured: {self.problem}")
         elif not src.gpu and self._source_arg == "none":
-            add("no_gpu", None, None, "No GPU activity was captured: profiling ran host-side only")
+            add("no_gpu", "gpu", None, "No GPU activity was captured: profiling ran host-side only")
         if self.dropped_total:
             add("dropped_records", None, self.dropped_total,
                 f"CUPTI dropped {self.dropped_total} activity records (buffers full); totals "
