@@ -539,3 +539,88 @@ def test_a_merge_interrupted_as_it_creates_its_output_leaves_nothing(tmp_path, m
                  str(tmp_path / "all.duckdb")]) == 130
     assert capsys.readouterr().err == "cuptiprof: interrupted\n"
     assert sorted(os.listdir(tmp_path)) == before
+
+
+def _tree(d):
+    """Every file under `d` with its bytes: what a refused or failed command must leave alone."""
+    return {p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_merge_replaces_an_existing_output_only_with_force(tmp_path):
+    for name in "abc":
+        _file(tmp_path / f"{name}.duckdb", [f"k{name}"], ord(name), name)
+    assert cli(["merge", "a.duckdb", "b.duckdb", "-o", "all.duckdb"], tmp_path).returncode == 0
+    before = _tree(tmp_path)
+    r = cli(["merge", "a.duckdb", "c.duckdb", "-o", "all.duckdb"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == ("cuptiprof: error: all.duckdb: already exists; choose another "
+                                "path or pass --force")
+    assert _tree(tmp_path) == before
+    r = cli(["merge", "a.duckdb", "c.duckdb", "-o", "all.duckdb", "--force"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "merged 2 files (2 runs" in r.stderr and "into all.duckdb" in r.stderr
+    assert q(tmp_path / "all.duckdb", "SELECT label FROM runs ORDER BY run_id") == [("a",), ("c",)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "all.duckdb", "b.duckdb",
+                                                          "c.duckdb"]
+
+
+@pytest.mark.parametrize("case", ["missing", "not_duckdb", "run_held_twice"])
+def test_a_failed_merge_with_force_leaves_the_old_output_as_it_was(tmp_path, case):
+    """--force replaces OUT only once the merge is written: one that fails, before its temporary
+    file is made (an input missing or no DuckDB file) or after (a run two inputs hold), leaves
+    OUT byte for byte and no temporary file."""
+    _file(tmp_path / "a.duckdb", ["x"], 1, "a")
+    _file(tmp_path / "b.duckdb", ["y"], 2, "b")
+    assert cli(["merge", "a.duckdb", "b.duckdb", "-o", "all.duckdb"], tmp_path).returncode == 0
+    (tmp_path / "text.duckdb").write_text("not a database at all, just text" * 10)
+    shutil.copy(tmp_path / "a.duckdb", tmp_path / "copy.duckdb")   # the same run again
+    second = {"missing": "nope.duckdb", "not_duckdb": "text.duckdb",
+              "run_held_twice": "copy.duckdb"}[case]
+    before = _tree(tmp_path)
+    r = cli(["merge", "a.duckdb", second, "-o", "all.duckdb", "--force"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert second in r.stderr and ".tmp-" not in r.stderr
+    assert _tree(tmp_path) == before   # no temporary file (nor its .wal) either
+    assert q(tmp_path / "all.duckdb", "SELECT label FROM runs ORDER BY run_id") == [("a",), ("b",)]
+
+
+def test_merge_with_force_into_one_of_its_inputs_is_refused_as_import_refuses_it(tmp_path):
+    """It would read the file it replaces: one line, the same as import's for a trace that is
+    also its output, and nothing changed."""
+    _file(tmp_path / "a.duckdb", ["x"], 1, "a")
+    _file(tmp_path / "b.duckdb", ["y"], 2, "b")
+    (tmp_path / "t.json").write_text('{"traceEvents": []}')
+    before = _tree(tmp_path)
+    r = cli(["merge", "a.duckdb", "b.duckdb", "-o", "./a.duckdb", "--force"], tmp_path)
+    i = cli(["import", "t.json", "-o", "./t.json", "--force"], tmp_path)
+    assert r.returncode == i.returncode == 2, (r.stderr, i.stderr)
+    assert r.stderr == "cuptiprof: error: a.duckdb: is also an input; write to another path\n"
+    assert i.stderr == "cuptiprof: error: t.json: is also an input; write to another path\n"
+    assert _tree(tmp_path) == before
+
+
+def test_merging_a_runs_parts_over_an_existing_output_needs_force(tmp_path):
+    """The parts of a run that did not finish, merged over an OUT that is there (the file a
+    `run --force` was to replace): refused in one line without --force, replaced with it."""
+    import subprocess
+
+    parts = tmp_path / "r.duckdb.parts"
+    parts.mkdir()
+    with Writer(parts / "h-11.duckdb", RunInfo(source="cpu"), pid=11) as w:
+        w.append({"processes": {"pid": [11]}})
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (parts / "launcher.pid").write_text(str(gone.pid))
+    (tmp_path / "r.duckdb").write_text("the old output")
+    before = _tree(tmp_path)
+    r = cli(["merge", "r.duckdb.parts/h-11.duckdb", "-o", "r.duckdb"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == ("cuptiprof: error: r.duckdb: already exists; choose another "
+                                "path or pass --force")
+    assert _tree(tmp_path) == before
+    r = cli(["merge", "r.duckdb.parts/h-11.duckdb", "-o", "r.duckdb", "--force"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "r.duckdb", "SELECT count(*) FROM runs") == [(1,)]
+    assert q(tmp_path / "r.duckdb", "SELECT pid FROM processes") == [(11,)]
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]

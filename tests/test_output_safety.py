@@ -218,8 +218,10 @@ def test_outputs_never_write_through_a_symlink(tmp_path, inputs, dangling):
         link.symlink_to(victim)
         victims[name] = (victim, link)
         argv = _argv(name, link, inputs)
-        if name.startswith("export"):
+        if name.startswith("export") or name in ("import", "merge"):
             argv.append("--force")       # even when asked to replace the output
+        elif name == "run":
+            argv.insert(1, "--force")    # before the command's `--`
         tasks.append((name, argv, {"cwd": str(tmp_path)}))
     res = H.cli_batch(tasks, tmp_path / "work", timeout=120)
     for name, (victim, link) in victims.items():
@@ -247,8 +249,10 @@ def test_outputs_never_replace_a_device_or_a_pipe(tmp_path, inputs):
         os.mkfifo(fifo)
         fifos[name] = fifo
         argv = _argv(name, fifo, inputs)
-        if name in ("import", "export_chrome"):
+        if name in ("import", "export_chrome", "merge"):
             argv.append("--force")
+        elif name == "run":
+            argv.insert(1, "--force")
         tasks.append((name, argv, {"cwd": str(tmp_path)}))
     res = H.cli_batch(tasks, tmp_path / "work", timeout=120)
     for name, fifo in fifos.items():
@@ -311,6 +315,9 @@ def test_outputs_never_replace_inputs_or_unrelated_files(nasty, tmp_path):
         "import_same_trace_twice": ["import", "t.json", "./t.json", "-o", "tw.duckdb"],
         "merge_a_trace": ["merge", "p.duckdb", "t.json", "-o", "m.duckdb"],
         "merge_a_directory": ["merge", "p.duckdb", "keep", "-o", "m.duckdb"],
+        "merge_over_input": ["merge", "p.duckdb", "q.duckdb", "-o", "q.duckdb", "--force"],
+        "merge_into_directory": ["merge", "p.duckdb", "q.duckdb", "-o", "keep", "--force"],
+        "run_into_directory": ["run", "-o", "keep", "--force", "--", PY, "-c", "pass"],
     }
     tasks = [(n, a, {"cwd": str(w)}) for n, a in refused.items()]
     # An HTML report and a Parquet export are replaced by the same command run again.

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from _run_helpers import cli, q, script
+from _run_helpers import cli, one_line_error, q, script
 
 PY = sys.executable
 PATHS = {"fake_cupti": {"CUPTIPROF_FAKE_CUPTI": "1"}, "no_gpu": {"CUDA_VISIBLE_DEVICES": ""}}
@@ -63,6 +63,9 @@ def test_spawned_workers_show_their_own_command(tmp_path, path):
     (["--", " "], "the command is empty (' ')"),
     (["--overhead", "--repeat", "0", "--", PY, "-c", "print('ran')"], "--repeat 0: must be at least 1"),
     (["--overhead", "--repeat", "-2", "--", PY, "-c", "print('ran')"], "--repeat -2: must be at least 1"),
+    # without -o the output is a new file: there is nothing for --force to replace
+    (["--force", "--", PY, "-c", "print('ran')"], "--force replaces the file -o names"),
+    (["--overhead", "--force", "--", PY, "-c", "print('ran')"], "writes no file; leave out --force"),
 ])
 def test_run_usage_mistakes_are_one_line_and_run_nothing(tmp_path, capsys, monkeypatch, args, says):
     """No command, or --overhead with no run of each kind: one line, exit 2, nothing run."""
@@ -134,3 +137,78 @@ def test_a_helper_that_records_nothing_adds_only_its_processes_row(tmp_path, pat
     for table in ("devices", "data_quality", "ranges", "kernels"):
         assert q(out, f"SELECT count(*) FROM {table} WHERE pid = {helper}") == [(0,)], table
     assert q(out, "SELECT step FROM ranges WHERE kind = 'step' ORDER BY step") == [(0,), (1,)]
+
+
+def _tree(d):
+    """Every file under `d` with its bytes: what a refused run must leave alone."""
+    return {p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_run_replaces_an_existing_output_only_with_force(tmp_path, path):
+    p = script(tmp_path, """
+        import sys, cuptiprof
+        print("ran", sys.argv[1])
+        with cuptiprof.step(0):
+            pass
+    """)
+    r = cli(["run", "-o", "o.duckdb", "--no-report", "--", PY, p, "first"], tmp_path, **PATHS[path])
+    assert r.returncode == 0, r.stderr
+    before = _tree(tmp_path)
+    r = cli(["run", "-o", "o.duckdb", "--no-report", "--", PY, p, "second"], tmp_path, **PATHS[path])
+    assert r.returncode == 2 and "ran" not in r.stdout, r.stderr
+    assert r.stderr.strip() == ("cuptiprof: error: o.duckdb: already exists; choose another "
+                                "path or pass --force")
+    assert _tree(tmp_path) == before
+    r = cli(["run", "-o", "o.duckdb", "--force", "--no-report", "--", PY, p, "third"], tmp_path,
+            **PATHS[path])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "ran third\n" and "wrote o.duckdb" in r.stderr
+    assert q(tmp_path / "o.duckdb", "SELECT command FROM processes") \
+        == [(shlex.join([PY, str(p), "third"]),)]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["o.duckdb", "prog.py"]
+
+
+@pytest.mark.parametrize("case", ["not_found", "missing_interpreter"])
+def test_run_with_force_whose_command_cannot_start_leaves_the_old_output(tmp_path, case):
+    """A command that does not exist is refused before anything; one whose #! interpreter is
+    missing fails as it is started, after the run's parts folder was made: either way the old
+    OUT is as it was and nothing else is left."""
+    (tmp_path / "o.duckdb").write_text("the old output")
+    bad = tmp_path / "bad"
+    bad.write_text("#!/no/such/interpreter\n")
+    bad.chmod(0o755)
+    cmd = {"not_found": ["no-such-command-cuptiprof"], "missing_interpreter": [str(bad)]}[case]
+    before = _tree(tmp_path)
+    r = cli(["run", "-o", "o.duckdb", "--force", "--no-report", "--", *cmd], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert cmd[0] in r.stderr
+    assert _tree(tmp_path) == before
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["bad", "o.duckdb"]
+
+
+def test_run_with_force_keeps_the_parts_a_run_that_did_not_finish_left(tmp_path):
+    """OUT.parts of a run whose launcher is gone holds its recorded steps: --force replaces
+    OUT, never that folder. Refused in one line that says so and how to recover them (with
+    --force: the merge would otherwise refuse the OUT that is there); nothing runs."""
+    import subprocess
+
+    from cuptiprof.store.writer import RunInfo, Writer
+
+    parts = tmp_path / "o.duckdb.parts"
+    parts.mkdir()
+    with Writer(parts / "h-11.duckdb", RunInfo(source="cpu"), pid=11) as w:
+        w.append({"processes": {"pid": [11]}})
+    gone = subprocess.Popen([PY, "-c", "pass"])
+    gone.wait()
+    (parts / "launcher.pid").write_text(str(gone.pid))
+    (tmp_path / "o.duckdb").write_text("the old output")
+    before = _tree(tmp_path)
+    r = cli(["run", "-o", "o.duckdb", "--force", "--", PY, "-c", "print('ran')"], tmp_path)
+    assert r.returncode == 2 and "ran" not in r.stdout, r.stderr
+    one_line_error(r.stderr)
+    assert ("o.duckdb.parts is left from a run that did not finish; merge its parts (cuptiprof "
+            "merge o.duckdb.parts/*.duckdb -o o.duckdb --force) or remove that folder (--force "
+            "does not remove it)") in r.stderr, r.stderr
+    assert _tree(tmp_path) == before

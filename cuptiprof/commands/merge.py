@@ -18,7 +18,8 @@ def register(sub) -> None:
                        "not finish (OUT.duckdb.parts/*.duckdb) are merged as that one run.")
     p.add_argument("files", nargs="+", metavar="FILE", type=input_file, help=FILES_HELP)
     p.add_argument("-o", "--output", required=True, metavar="ALL.duckdb",
-                   help="the merged file (must not exist; written atomically)")
+                   help="the merged file (must not exist, unless --force; written atomically)")
+    p.add_argument("--force", action="store_true", help="replace ALL.duckdb if it exists")
     p.set_defaults(func=run)
 
 
@@ -40,8 +41,8 @@ def run(args) -> int:
         seen[key] = f
     parts = _run_parts(args.files)
     if parts is not None:
-        return _recover(parts, args.files, args.output)
-    res = merge_files_result(args.files, args.output)
+        return _recover(parts, args.files, args.output, args.force)
+    res = merge_files_result(args.files, args.output, overwrite=args.force)
     rows = sum(res.rows.values())
     print(f"cuptiprof: merged {counted(len(args.files), 'file')} ({counted(res.runs, 'run')}, "
           f"{counted(rows, 'row')}) into {res.path}", file=sys.stderr)
@@ -65,7 +66,8 @@ def _run_parts(files: list[str]) -> Path | None:
     return parts[0]
 
 
-def _recover(parts: Path, files: list[str], output: str) -> int:
+def _recover(parts: Path, files: list[str], output: str, force: bool) -> int:
+    from cuptiprof.outputs import check_output
     from cuptiprof.run.launcher import recover
 
     for f in files:   # `PARTS/*.duckdb` that matched nothing reaches us as that very name
@@ -73,7 +75,9 @@ def _recover(parts: Path, files: list[str], output: str) -> int:
             why = "" if any(parts.glob("*.duckdb")) else (
                 f" ({parts.name} holds no part file: no process of that run wrote anything)")
             raise InputError(f"{f}: no such file{why}")
-    out = recover(parts, [Path(f) for f in files], output)
+    # refused here in its own line, not as a failed merge of the run's parts
+    check_output(output, inputs=files, force=force)
+    out = recover(parts, [Path(f) for f in files], output, overwrite=force)
     print(f"cuptiprof: wrote {out}, the run of the {counted(len(files), 'part file')} in "
           f"{parts}; that folder can be removed", file=sys.stderr)
     return 0

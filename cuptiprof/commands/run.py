@@ -15,8 +15,11 @@ def register(sub) -> None:
                     "are recorded through torch.profiler instead.",
         usage="cuptiprof run [options] -- CMD [ARGS...]")
     p.add_argument("-o", "--output", metavar="OUT.duckdb",
-                   help="output file, which must not exist (default: a new cuptiprof-DATE-TIME.duckdb "
-                        "in the current folder)")
+                   help="output file, which must not exist, unless --force (default: a new "
+                        "cuptiprof-DATE-TIME.duckdb in the current folder)")
+    p.add_argument("--force", action="store_true",
+                   help="replace OUT.duckdb if it exists, once the run's output is written (a "
+                        "leftover OUT.duckdb.parts of a run that did not finish is still refused)")
     p.add_argument("--warmup", type=whole_number, default=0, metavar="K", help="steps to skip before recording (default 0)")
     p.add_argument("--steps", type=whole_number, default=None, metavar="N",
                    help="how many steps to record after the warm-up, then collection stops "
@@ -62,13 +65,17 @@ def run(args) -> int:
                          "measures); add --overhead or leave out --repeat")
     if args.output:
         output_name(args.output, "-o")
+    if args.force and args.output is None and not args.overhead:   # --overhead: refused below
+        raise UsageError("--force replaces the file -o names, and without -o the output is a new "
+                         "file; add -o OUT.duckdb or leave out --force")
     args.kinds = split_kinds(args.kinds)
     if args.light and args.kinds:
         raise UsageError(f"--kinds {' '.join(args.kinds)} chooses CUPTI activity kinds and --light "
                          "collects none (ranges and logs only); leave out one of them")
     opts = LaunchOptions(output=args.output, warmup=args.warmup, steps=args.steps,
                          step_range=args.step_range, step_fn=args.step_fn, kinds=args.kinds,
-                         light=args.light, log_level=args.log_level, report=not args.no_report)
+                         light=args.light, log_level=args.log_level, report=not args.no_report,
+                         force=args.force)
     outer = outer_run()
     if outer is not None:
         validate(cmd, opts)
@@ -76,9 +83,10 @@ def run(args) -> int:
     if args.overhead:
         from cuptiprof.run.overhead import measure
 
-        if args.output is not None:
+        if args.output is not None or args.force:
+            given = "-o" if args.output is not None else "--force"
             raise UsageError("--overhead measures runs with and without profiling and writes no "
-                             "file; leave out -o")
+                             f"file; leave out {given}")
         if args.no_report:
             raise UsageError("--overhead prints its measurement and no report, so --no-report "
                              "changes nothing; leave it out")

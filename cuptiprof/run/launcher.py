@@ -51,6 +51,7 @@ class LaunchOptions:
     report: bool = True
     quiet: bool = False
     extra_env: dict = field(default_factory=dict)
+    force: bool = False              # an existing output is replaced once the run's is written
 
 
 @dataclass
@@ -175,13 +176,14 @@ def warn_knobs() -> None:
             print(f"cuptiprof: warning: {msg}", file=sys.stderr)
 
 
-def output_path(requested: str | None) -> Path:
+def output_path(requested: str | None, force: bool = False) -> Path:
     if requested is not None and not requested.strip():
         # -o "$OUT" with OUT unset: not a request for the default name
         raise InputError(f"-o {requested!r}: the output path is empty; give a file name, or leave "
                          "-o out for a new default name")
     if requested:
-        return check_output(requested, taken_hint="choose another output path (or remove the file first)")
+        # only checked here: with force the old file stays until the run's output replaces it
+        return check_output(requested, force=force)
     if not os.access(".", os.W_OK):
         raise InputError("the current directory is not writable; give an output file with -o")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -196,8 +198,16 @@ def parts_dir(out: Path) -> Path:
     return out.with_name(out.name + ".parts")
 
 
-def reserve(out: Path) -> Path:
-    """Create OUT.parts exclusively: the lock that says this run writes OUT."""
+def recover_command(parts: Path, out: Path) -> str:
+    """The command that writes OUT from the parts a run left; --force where an OUT is there
+    (the old file a run with --force was to replace), which a merge would otherwise refuse."""
+    return f"cuptiprof merge {parts}/*.duckdb -o {out}{' --force' if out.exists() else ''}"
+
+
+def reserve(out: Path, force: bool = False) -> Path:
+    """Create OUT.parts exclusively: the lock that says this run writes OUT. A leftover OUT.parts
+    is refused, force or not: it holds the steps of a run that did not finish, which only
+    a merge of it recovers."""
     parts = parts_dir(out)
     try:
         parts.mkdir()
@@ -206,9 +216,10 @@ def reserve(out: Path) -> Path:
         if owner:
             raise WriterBusy(f"{out}: another cuptiprof run (pid {owner}) is writing this file; "
                              "wait for it to finish or choose another -o") from None
+        kept = " (--force does not remove it)" if force else ""
         raise WriterBusy(f"{out}: {parts} is left from a run that did not finish; merge its "
-                         f"parts (cuptiprof merge {parts}/*.duckdb -o {out}) or remove that "
-                         "folder, or choose another -o") from None
+                         f"parts ({recover_command(parts, out)}) or remove that folder{kept}, "
+                         "or choose another -o") from None
     except OSError as exc:   # the user gave OUT: say that, not the internal folder beside it
         raise write_failed(out, exc) from None
     try:
@@ -288,13 +299,13 @@ def _cannot_run(cmd: list[str], exc: OSError) -> InputError:
 
 def launch(cmd: list[str], o: LaunchOptions) -> LaunchResult:
     validate(cmd, o)
-    out = output_path(o.output)
+    out = output_path(o.output, o.force)
     # From here until the command has ended, SIGTERM and the like are passed on to it: one that
     # came while it was being started would otherwise kill the launcher alone, leaving the
     # command running unprofiled and OUT.parts unmerged.
     fwd = _Forwarding().__enter__()
     try:
-        parts = reserve(out)
+        parts = reserve(out, o.force)
     except BaseException:
         fwd.__exit__()
         raise
@@ -352,7 +363,7 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
                           profiled=len(list(parts.glob("*.start.json"))), command=list(cmd))
     try:
         with _signals_wait(out):
-            result.output = finish(out, parts, record)
+            result.output = finish(out, parts, record, overwrite=o.force)
     except MergeFailed as exc:
         print(f"cuptiprof: error: {exc}", file=sys.stderr)
         result.exit_code = exc.exit_code
@@ -558,7 +569,7 @@ def is_run_parts(folder: Path) -> bool:
         (folder / n).is_file() for n in ("launcher.pid", RECORD))
 
 
-def recover(parts: Path, sources: list[Path], out: str) -> Path:
+def recover(parts: Path, sources: list[Path], out: str, overwrite: bool = False) -> Path:
     """Write OUT from the part files of a run whose launcher did not finish (killed, or its
     merge failed), as the launcher would have: one run, processes that never closed marked
     ended early. A run whose launcher was killed says so in data_quality."""
@@ -594,7 +605,8 @@ def recover(parts: Path, sources: list[Path], out: str) -> Path:
                       f"killed before it learnt how its program ended; this file was merged "
                       f"afterwards from {parts.name}: each process holds the steps it had "
                       "flushed"))
-    return finish(Path(out), parts, record, sources=sources, notes=notes, wait=False)
+    return finish(Path(out), parts, record, sources=sources, notes=notes, wait=False,
+                  overwrite=overwrite)
 
 
 def _root_end(parts: Path, child_pid: int | None) -> dict | None:
@@ -656,10 +668,11 @@ def _exit_written(path: Path) -> int | None:
 
 
 def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = None,
-           notes: list[tuple] = (), wait: bool = True) -> Path:
+           notes: list[tuple] = (), wait: bool = True, overwrite: bool = False) -> Path:
     """Merge the part files into OUT as one run; add processes that wrote no part and say which
-    processes ended early. `record` is run_record()'s with the command's child_pid, status and
-    exit_code; `notes` are more data_quality rows (pid, check_name, subject, count, detail)."""
+    processes ended early; `overwrite` replaces an OUT that is there. `record` is run_record()'s
+    with the command's child_pid, status and exit_code; `notes` are more data_quality rows (pid,
+    check_name, subject, count, detail)."""
     from cuptiprof.store.merge import merge_files
     from cuptiprof.store.writer import RunInfo
 
@@ -753,7 +766,7 @@ def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = No
     status = record.get("status")
     try:
         return merge_files(sources, out, one_run=True, run_info=info, status=status,
-                           extra=extra, ended_early=early)
+                           extra=extra, ended_early=early, overwrite=overwrite)
     except Exception as exc:
         duckdb = sys.modules.get("duckdb")
         if isinstance(exc, CuptiprofError):
@@ -765,8 +778,8 @@ def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = No
         tmp = temp_beside(out)
         reason = reason.replace(str(tmp), str(out)).replace(tmp.name, out.name)
         raise MergeFailed(
-            f"{reason}; the part files are kept in {parts} (later: cuptiprof merge "
-            f"{parts}/*.duckdb -o {out})", exit_code or 0) from None
+            f"{reason}; the part files are kept in {parts} (later: "
+            f"{recover_command(parts, out)})", exit_code or 0) from None
 
 
 class MergeFailed(CuptiprofError):

@@ -88,8 +88,7 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
             continue
         if not skip:
             require_duckdb(s)   # missing, a directory, a run still writing it, not DuckDB
-    check_output(given, inputs=sources, force=overwrite,
-                 taken_hint="choose another output path (or remove the file first)")
+    check_output(given, inputs=sources, force=overwrite)
     tmp = temp_beside(dest)
     _unlink(tmp)
     result = MergeResult(dest)
