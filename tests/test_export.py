@@ -3001,6 +3001,50 @@ def test_a_gpu_annotation_on_a_stream_that_is_not_a_number_gets_a_numeric_track(
         assert [r[1] for r in a.execute(q).fetchall()] == [want[n] for n in "abcde"]
 
 
+def test_a_gpu_annotation_on_a_negative_stream_shares_its_kernels_track(tmp_path):
+    """A GPU user annotation whose stream is negative is on the track of that stream's
+    kernels (its tid unsigned, as theirs, not negative: a viewer reads a negative tid as
+    none), a named one; imported back it keeps its stream, read from its args or, without
+    them, from its tid."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "neg.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({"kernels": {"device_id": pa.array([0, 0], pa.int32()),
+                              "stream_id": pa.array([-1, 7], pa.int32()), "name": ["k", "k7"],
+                              "start_ns": [t, t + 2_000], "end_ns": [t + 1_000, t + 3_000]},
+                  "ranges": {"range_id": [1, 2], "name": ["ann", "ann7"], "kind": ["user"] * 2,
+                             "domain": ["gpu_user_annotation"] * 2, "thread_id": [5, 5],
+                             "start_ns": [t, t + 2_000], "end_ns": [t + 500, t + 2_500],
+                             "attrs": ['{"device": 0, "stream": -1}',
+                                       '{"device": 0, "stream": 7}']}})
+    out, back = tmp_path / "neg.json", tmp_path / "back.duckdb"
+    chrome_round_trip(src, out, back)
+    doc = load_trace(out)
+    ev = doc["traceEvents"]
+    track = {e["name"]: (e["pid"], e["tid"]) for e in ev
+             if e.get("cat") in ("kernel", "gpu_user_annotation")}
+    assert track["ann"] == track["k"] == (0, NO_THREAD)
+    assert track["ann7"] == track["k7"] == (0, 7)
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    assert names[(0, NO_THREAD)] == "no stream"
+    q = "SELECT name, attrs FROM ranges WHERE domain = 'gpu_user_annotation' ORDER BY name"
+    with duckdb.connect(str(src), read_only=True) as con:
+        want = con.execute(q).fetchall()
+    assert want[0] == ("ann", '{"device": 0, "stream": -1}')
+    for e in ev:   # the stream from the tid alone
+        if e.get("cat") == "gpu_user_annotation":
+            del e["args"]["stream"]
+    plain, back2 = tmp_path / "plain.json", tmp_path / "back2.duckdb"
+    plain.write_text(json.dumps(doc))
+    import_traces([plain], back2)
+    for path in (back, back2):
+        with duckdb.connect(str(path), read_only=True) as con:
+            assert con.execute(q).fetchall() == want, path.name
+            # an imported GPU annotation's thread is its stream
+            assert con.execute(q.replace("attrs", "thread_id")).fetchall() == \
+                [("ann", -1), ("ann7", 7)], path.name
+
+
 def test_every_row_of_a_graph_launch_has_an_arrow_from_the_launch(tmp_path):
     """A CUDA graph launch (one call, its correlation id on several kernels, a copy and a
     memset): an arrow from the launch to each of them, each a flow of its own (one flow ends

@@ -573,10 +573,14 @@ def _ranges(source: str, base: int, pids: _Pids, last: int | None = None,
     # A range never closed (one entered around a serving loop and never left, say) ends at the
     # export's last time, which holds what ran inside it; "cuptiprof open" says it had no end.
     end = f"coalesce(end_ns, greatest({last if last is not None else 'start_ns'}, start_ns))"
+    # an annotation's track is its stream's, as its kernels' (_track: a negative stream as an
+    # unsigned 32-bit number, which the importer maps back)
+    s = f"TRY_CAST({stream} AS BIGINT)"
     cols = {"_ts": _us(f"(start_ns - {base})"), "_dur": _us(f"({end} - start_ns)"),
             "_cat": cat,
             "_pid": f"CASE WHEN {gpu} THEN {gpu_pid} ELSE {pids.cpu_sql()} END",
-            "_tid": f"CASE WHEN {gpu} THEN coalesce(CAST({stream} AS VARCHAR), {_val(_TID)}) "
+            "_tid": f"CASE WHEN {gpu} THEN coalesce(CAST(CASE WHEN {s} IS NOT NULL THEN "
+                    f"{_track(s)} END AS VARCHAR), CAST({stream} AS VARCHAR), {_val(_TID)}) "
                     f"ELSE {_val(_TID)} END",
             "_args": f"CASE WHEN {gpu} THEN {gpu_args} ELSE {host_args} END"}
     # A step is ProfilerStep#N whatever the program called it: how torch.profiler marks steps,
