@@ -2471,6 +2471,64 @@ def test_an_export_of_steps_one_process_of_a_run_has_no_rows_in_leaves_it_out(tm
     assert per_kernel(back) == per_kernel(src, "step BETWEEN 3 AND 4")
 
 
+_ORPHANS = ("SELECT count(*) FROM data_quality q WHERE pid IS NOT NULL AND NOT EXISTS (SELECT 1 "
+            "FROM processes p WHERE p.run_id = q.run_id AND p.pid = q.pid)")
+_QUALITY = ("SELECT pid, check_name, count, detail FROM data_quality WHERE check_name IN "
+            "('no_gpu', 'dropped_records', 'process_ended_early', 'unreadable_part') ORDER BY ALL")
+
+
+def test_an_export_of_steps_carries_the_quality_rows_of_the_processes_it_holds(tmp_path):
+    """One run of two processes (40 in steps 1-4, with a dropped_records row and another row
+    twice; 41 in steps 1-2, with a no_gpu and a dropped_records row) and a row of the run as a
+    whole: `--steps 3:4` holds process 40 alone and carries its rows and the run's, not 41's,
+    which, imported, would name a process the import does not have. `--steps 1:2` and
+    `--steps 3:4` imported together, in either order, give every row of the file as often as
+    it holds it, each with its process, whichever trace carried it."""
+    t = 1_700_000_000_000_000_000
+    i32 = lambda v: pa.array(v, pa.int32())  # noqa: E731
+    src = tmp_path / "r.duckdb"
+    with Writer(src, RunInfo(label="job", source="synthetic"), pid=40) as w:
+        for pid, steps in ((40, [1, 2, 3, 4]), (41, [1, 2])):
+            n, at, ids = len(steps), [t + 1_000 * s for s in steps], list(range(1, len(steps) + 1))
+            ranges = _range_rows([(i, None, 0, f"ProfilerStep#{s}", "step", s, 5, a - 10, a + 300)
+                                  for i, s, a in zip(ids, steps, at)])
+            w.append({"ranges": {**ranges, "pid": i32([pid] * n)},
+                      "api_calls": {"pid": i32([pid] * n), "thread_id": [5] * n,
+                                    "api_kind": ["runtime"] * n, "name": ["cudaLaunchKernel"] * n,
+                                    "correlation_id": ids, "step": i32(steps), "range_id": ids,
+                                    "start_ns": at, "end_ns": [a + 50 for a in at]},
+                      "kernels": {"pid": i32([pid] * n), "device_id": i32([0] * n),
+                                  "stream_id": i32([7] * n), "name": [f"k{pid}"] * n,
+                                  "correlation_id": ids, "step": i32(steps), "range_id": ids,
+                                  "start_ns": [a + 100 for a in at],
+                                  "end_ns": [a + 200 for a in at]}})
+        w.add_quality("dropped_records", None, 5, "dropped 5", pid=40)
+        for _ in range(2):
+            w.add_quality("process_ended_early", "40", None, "killed", pid=40)
+        w.add_quality("no_gpu", "gpu", None, "process 41 saw no GPU", pid=41)
+        w.add_quality("dropped_records", None, 3, "dropped 3", pid=41)
+        w.execute("INSERT INTO data_quality (run_id, pid, check_name, detail) VALUES "
+                  "(?, NULL, 'unreadable_part', 'a part of the run')", [w.run_id])
+    with duckdb.connect(str(src), read_only=True) as con:
+        every = con.execute(_QUALITY).fetchall()
+    assert len(every) == 6
+    back = tmp_path / "back.duckdb"
+    first, second = _export_steps(src, ["1:2", "3:4"], tmp_path)
+    import_traces([second], back)
+    with duckdb.connect(str(back), read_only=True) as con:
+        assert con.execute("SELECT pid FROM processes").fetchall() == [(40,)]
+        assert con.execute(_ORPHANS).fetchall() == [(0,)]
+        assert con.execute(_QUALITY).fetchall() == [r for r in every if r[0] in (40, None)]
+    assert per_kernel(back) == per_kernel(src, "step BETWEEN 3 AND 4")
+    for order in ([first, second], [second, first]):
+        import_traces(order, back, overwrite=True)
+        with duckdb.connect(str(back), read_only=True) as con:
+            assert con.execute("SELECT pid FROM processes ORDER BY 1").fetchall() == [(40,), (41,)]
+            assert con.execute(_ORPHANS).fetchall() == [(0,)]
+            assert con.execute(_QUALITY).fetchall() == every, order[0].name
+        assert per_kernel(back) == per_kernel(src)
+
+
 def test_exports_of_each_process_of_one_run_add_its_quality_rows_once(tmp_path):
     """The export of each process of a run carries every row of the run: imported together,
     each row is there once, with its process as imported (moved, beside a trace that took its

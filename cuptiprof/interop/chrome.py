@@ -37,16 +37,16 @@ command line, start and end) is a top-level key (`cuptiprofProcess`, or per proc
 `cuptiprofProcesses`), as are the run of an export of one process (`cuptiprofRun`; each
 process's in `cuptiprofProcesses`; its wall-clock `startTime` in ISO 8601 with its UTC offset)
 and the data_quality rows of the runs exported (`cuptiprofDataQuality`; of an export of some
-steps, those of the runs it holds rows of), which an import adds back beside its own. An
-export of some steps of several processes names each in `cuptiprofProcesses`, those it holds
-no row of too (so that exports of other steps of the file import as its runs, in its order);
-the importer makes no process of those. An export of every row says the processes of its runs
-that recorded no row (`cuptiprofQuietProcesses`: what the `processes` table says of them),
-which an import adds back. The import refuses these keys hand-edited or damaged in one line naming
-the key: a value of the wrong type, a `startTime` without its offset (the time it names is
-not known) or not ISO 8601, a data_quality entry without its `check`, an integer beyond the
-column it goes to (64 bits for times, counts and values, 32 for pids, ranks (distributedInfo's
-too) and exit statuses).
+steps, those of the processes it holds rows of and of their runs as a whole), which an import
+adds back beside its own. An export of some steps of several processes names each in
+`cuptiprofProcesses`, those it holds no row of too (so that exports of other steps of the file
+import as its runs, in its order); the importer makes no process of those. An export of every
+row says the processes of its runs that recorded no row (`cuptiprofQuietProcesses`: what the
+`processes` table says of them), which an import adds back. The import refuses these keys
+hand-edited or damaged in one line naming the key: a value of the wrong type, a `startTime`
+without its offset (the time it names is not known) or not ISO 8601, a data_quality entry
+without its `check`, an integer beyond the column it goes to (64 bits for times, counts and
+values, 32 for pids, ranks (distributedInfo's too) and exit statuses).
 
 Timestamps are microseconds relative to `baseTimeNanoseconds`, written as exact decimals with
 three places so that every nanosecond survives (absolute epoch microseconds in a double would
@@ -139,7 +139,8 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
         held = _held(con, where, wheres["ranges"]) if prof.step_range is not None else set(procs)
         with _open(tmp, out.name if out.name.lower().endswith(".gz") else None) as fh:
             fh.write(_head(con, base, pids, procs, lanes, [p for p in procs if p in held],
-                           _quiet(con, procs) if prof.step_range is None else []))
+                           _quiet(con, procs) if prof.step_range is None else [],
+                           some=prof.step_range is not None))
             sink = _Sink(fh)
             if prof.step_range is not None:
                 meta = _metadata(con, [p for p in procs if p in held], pids,
@@ -763,7 +764,7 @@ _EVENTS = {"ranges": _ranges, "api_calls": _api_calls, "kernels": _kernels, "mem
 # -- header and metadata (a few rows: Python) ----------------------------------------------------
 
 def _head(con, base: int, pids: _Pids, procs: list[tuple], lanes: dict[tuple, dict],
-          held: list[tuple], quiet: list[dict]) -> bytes:
+          held: list[tuple], quiet: list[dict], some: bool = False) -> bytes:
     single = pids.single
     # One process's trace says what the file knows of that process, not of another one it holds
     # (a rank that recorded nothing, beside it in a merge): its devices (where none is its own,
@@ -811,8 +812,9 @@ def _head(con, base: int, pids: _Pids, procs: list[tuple], lanes: dict[tuple, di
         run = _runs(con).get(procs[0][0])
         if run:
             head["cuptiprofRun"] = run
-    # (of the runs it holds rows of: another run's would go to the one an import makes of it)
-    quality = _quality(con, held)
+    # (of the runs it holds rows of: another run's would go to the one an import makes of it;
+    # of some steps, of the processes it holds rows of)
+    quality = _quality(con, held, some)
     if quality:   # not Kineto's: what the file does not contain, which an import adds back
         head["cuptiprofDataQuality"] = quality
     if quiet:   # not Kineto's: processes without a row, which an import adds back
@@ -847,17 +849,21 @@ def _processes(con, pids: _Pids, procs: list[tuple], lanes: dict[tuple, dict]) -
 _PROC_KEYS = ("exitStatus", "endedEarly", "command", "startNs", "endNs")
 
 
-def _quality(con, procs: list[tuple]) -> list[dict]:
+def _quality(con, procs: list[tuple], some: bool = False) -> list[dict]:
     """The data_quality rows of the runs exported, in the order written: what the file does
     not contain (dropped records, steps an exception ended, ...) is not in a trace of it
-    either. An export of some steps carries them all (they are about the run)."""
+    either. An export of some steps (`some`) carries those of the processes `procs` and of
+    their runs as a whole (pid NULL): a row of a process it holds no row of would name,
+    imported, a process the import does not make."""
     runs = sorted({r for r, _ in procs if r is not None})
     if not runs:
         return []
     keys = ("run", "pid", "check", "subject", "count", "valueNs", "detail")
+    held = set(procs)
     return [dict(zip(keys, r)) for r in con.execute(
         "SELECT run_id, pid, check_name, subject, count, value_ns, detail FROM data_quality "
-        f"WHERE run_id IN ({', '.join(map(_lit, runs))}) ORDER BY rowid").fetchall()]
+        f"WHERE run_id IN ({', '.join(map(_lit, runs))}) ORDER BY rowid").fetchall()
+        if not some or r[1] is None or (r[0], r[1]) in held]
 
 
 def _quiet(con, procs: list[tuple]) -> list[dict]:

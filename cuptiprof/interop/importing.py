@@ -414,11 +414,11 @@ def _quality_rows(files: list, new_run: dict, own: list, default_run: int) -> li
     and a second round trip adds nothing. Rows of what the import cannot see again (dropped
     records, steps an exception ended, a process that ended early, ...) are kept.
 
-    Each trace exported of a run carries all of that run's rows (an export of some steps, the
-    export of each of its processes): a row of one exported run and process that an earlier
-    trace of the import brought already, the same in every column, is that row again, and is
-    added once (with the first trace's pid of the process). Rows repeated in one trace stay,
-    as the exported file held them."""
+    Traces exported of one run carry its rows again (exports of some steps, those of the
+    processes each holds and of the run as a whole; the export of each of its processes): a row
+    of one exported run and process that an earlier trace of the import brought already, the
+    same in every column, is that row again, and is added once (with the first trace's pid of
+    the process). Rows repeated in one trace stay, as the exported file held them."""
     runs = {(f.path, f.run.id): f.run for f in files if getattr(f, "run", None) is not None}
 
     def exported(path, run_id) -> tuple:
@@ -443,11 +443,13 @@ def _quality_rows(files: list, new_run: dict, own: list, default_run: int) -> li
     rows = []
     first: dict = {}   # a row as exported -> the trace that brought it first
     for f in files:
-        for q in getattr(f, "quality", None) or ():
+        # (`trace`: the one that carried the row; a process of several traces, f.path is the
+        # first of them)
+        for trace, q in getattr(f, "quality", None) or ():
             run = new_run.get((f.path, q.run), default_run)
             key = (run, exported(f.path, q.run), q.pid, q.check, q.subject, q.count, q.valueNs,
                    q.detail)
-            if first.setdefault(key, f.path) != f.path:
+            if first.setdefault(key, trace) != trace:
                 continue   # brought by an earlier trace of the same run
             pid = pid_of.get((f.path, q.run, q.pid), pid_in_run.get(key[:3], q.pid))
             again = subjects.get((run, pid, q.check))

@@ -453,7 +453,7 @@ class FileSummary:
     steps: int = 0
     run: RunEntry | None = None   # the run it was exported from (cuptiprof's export)
     # cuptiprof's export: the exported file's data_quality rows (with the first process of a
-    # trace), and this process's pid there
+    # trace), each as (the trace that carried it, QualityEntry), and this process's pid there
     quality: list = field(default_factory=list)
     original_pid: int | None = None
     quiet: list = field(default_factory=list)   # (with quality) its processes of no row
@@ -581,7 +581,7 @@ class KinetoFile:
         self.rows: dict[str, int] = {}
         self.procs: list[ProcEntry] | None = None   # several processes: rows carry "proc"
         self.from_run: RunEntry | None = None   # cuptiprof's export: the run exported
-        self.quality: list[QualityEntry] = []   # and the exported file's data_quality rows
+        self.quality: list[tuple] = []   # and the exported file's data_quality rows (FileSummary)
         self.quiet: list[QuietEntry] = []       # and its processes that recorded no row
         self.original_pid: int | None = None    # the process's pid in the exported file
         self.hollow = False   # a process the export names that the trace holds no row of
@@ -829,7 +829,9 @@ class KinetoFile:
         have = {d.id for d in self.devprops}
         self.devprops = self.devprops + [d for d in other.devprops if d.id not in have]
         self.host_pids = self.host_pids | other.host_pids
-        self.quality = self.quality or other.quality   # each export carries the run's all
+        # each export carries the rows of the processes it holds: both traces' (_quality_rows
+        # adds a row two traces carry once)
+        self.quality = self.quality + other.quality
         self.quiet = self.quiet or other.quiet
 
     def _meta(self, doc: Doc) -> None:
@@ -853,7 +855,7 @@ class KinetoFile:
         if doc.cuptiprofRun is not None:
             self.from_run = doc.cuptiprofRun
         if doc.cuptiprofDataQuality:
-            self.quality = doc.cuptiprofDataQuality
+            self.quality = [(str(self.path), q) for q in doc.cuptiprofDataQuality]
         if doc.cuptiprofQuietProcesses:
             self.quiet = doc.cuptiprofQuietProcesses
         if doc.cuptiprofLinks == "range_id" and self.events == 0:
