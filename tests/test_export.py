@@ -3103,6 +3103,23 @@ def test_a_gpu_annotation_on_a_negative_stream_shares_its_kernels_track(tmp_path
                 [("ann", -1), ("ann7", 7)], path.name
 
 
+def test_a_gpu_annotation_whose_stream_is_null_is_on_a_track(tmp_path):
+    """attrs with a JSON null stream: the annotation goes where one without a stream goes (its
+    thread's track), not to a null tid, which a viewer draws on no track."""
+    t = 1_700_000_000_000_000_000
+    src = tmp_path / "null.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({"ranges": {"range_id": [1, 2], "name": ["null", "none"], "kind": ["user"] * 2,
+                             "domain": ["gpu_user_annotation"] * 2, "thread_id": [5, 5],
+                             "start_ns": [t, t + 2_000], "end_ns": [t + 500, t + 2_500],
+                             "attrs": ['{"device": 0, "stream": null}', '{"device": 0}']}})
+    out = tmp_path / "null.json"
+    chrome_round_trip(src, out, tmp_path / "back.duckdb")
+    track = {e["name"]: (e["pid"], e["tid"]) for e in load_trace(out)["traceEvents"]
+             if e.get("cat") == "gpu_user_annotation"}
+    assert track["null"] == track["none"] and track["null"][1] is not None
+
+
 def test_every_row_of_a_graph_launch_has_an_arrow_from_the_launch(tmp_path):
     """A CUDA graph launch (one call, its correlation id on several kernels, a copy and a
     memset): an arrow from the launch to each of them, each a flow of its own (one flow ends

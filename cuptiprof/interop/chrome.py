@@ -936,7 +936,8 @@ def _stream_tids(con) -> dict[str, int]:
 
 def _stream_sql(stream: str, streams: dict[str, int]) -> str:
     """A GPU user annotation's stream (JSON) as a JSON integer: its own, or its number in
-    `streams` (NULL: none)."""
+    `streams` (NULL: none, a JSON null too)."""
+    stream = f"CASE WHEN json_type({stream}) <> 'NULL' THEN {stream} END"
     if not streams:
         return stream
     whens = " ".join(f"WHEN {_q(k)} THEN {v}" for k, v in streams.items())
