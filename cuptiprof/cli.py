@@ -104,8 +104,21 @@ def main(argv: list[str] | None = None) -> int:
         if duckdb is None or not isinstance(exc, duckdb.Error):
             raise
         # DuckDB finds a full disk or a corrupt block only when a statement gets there.
-        say(f"cuptiprof: error: {storage_error(exc, getattr(args, 'file', None))}")
+        say(f"cuptiprof: error: {storage_error(exc, _read_from(args, exc))}")
         return 2 if "orrupt" in str(exc) else 1
+
+
+def _read_from(args, exc: Exception) -> str | None:
+    """The input a DuckDB error is about: the command's one file, or which of its several
+    (compare, diff, merge) a damaged block came from, which DuckDB's message does not say."""
+    from cuptiprof.store.files import damage_said, damaged_among
+
+    paths = [p for p in (getattr(args, "files", None) or [getattr(args, "file", None),
+             getattr(args, "base", None), getattr(args, "new", None)]) if p]
+    if len(paths) < 2 or not damage_said(str(exc)):
+        return paths[0] if paths else None
+    found = damaged_among(paths)
+    return None if found is None else str(found)
 
 
 def _interrupted() -> int:

@@ -643,6 +643,10 @@ def test_old_new_and_damaged_files_through_every_command(damaged, tmp_path):
             why = f"does not say old: {lines[0]}"
         elif fname == "meta_only" and (d["rc"] != 2 or "not a complete cuptiprof file" not in lines[0]):
             why = f"exit {d['rc']}, does not say incomplete: {lines[0]}"
+        elif fname.startswith(("truncated_half", "corrupt_")) and (
+                str(files[fname]) not in lines[0] or "not a cuptiprof file" in lines[0]):
+            # beside a good file (compare, diff) too: the line names the damaged one, as damaged
+            why = f"does not name {files[fname].name} as damaged: {lines[0]}"
         elif d["rc"] != 0 and cname != "diff" and d["rc"] != 2:
             why = f"exit {d['rc']} for bad input: {lines[0]}"
         if not why and d["rc"] != 0:

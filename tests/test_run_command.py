@@ -212,3 +212,48 @@ def test_run_with_force_keeps_the_parts_a_run_that_did_not_finish_left(tmp_path)
             "merge o.duckdb.parts/*.duckdb -o o.duckdb --force) or remove that folder (--force "
             "does not remove it)") in r.stderr, r.stderr
     assert _tree(tmp_path) == before
+
+
+def test_the_file_a_run_with_force_replaces_is_not_read_as_if_current(tmp_path):
+    """While a `run --force` writes a new OUT, or after it was killed, OUT is still the run
+    before: report, sql and compare refuse it in one line that says so (naming the live run,
+    or how to recover the killed one's steps) instead of showing the older results; its own
+    report at the end reads the new file."""
+    import subprocess
+
+    from cuptiprof.store.writer import RunInfo, Writer
+
+    p = script(tmp_path, """
+        import sys, cuptiprof
+        with cuptiprof.step(0):
+            pass
+    """)
+    r = cli(["run", "-o", "o.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = cli(["run", "-o", "o.duckdb", "--force", "--", PY, p], tmp_path)   # with its report
+    assert r.returncode == 0 and "cuptiprof report: o.duckdb" in r.stderr, r.stderr
+    parts = tmp_path / "o.duckdb.parts"
+    parts.mkdir()
+    with Writer(parts / "h-11.duckdb", RunInfo(source="cpu"), pid=11) as w:
+        w.append({"processes": {"pid": [11]}})
+    live = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
+    try:
+        (parts / "launcher.pid").write_text(str(live.pid))
+        for argv in (["report", "o.duckdb"], ["sql", "o.duckdb", "SELECT 1"]):
+            r = cli(argv, tmp_path)
+            assert r.returncode == 2, r.stderr
+            one_line_error(r.stderr)
+            assert r.stderr.strip() == (
+                f"cuptiprof: error: o.duckdb: a cuptiprof run (pid {live.pid}) is writing a new "
+                "o.duckdb to replace this one; wait for it to end")
+    finally:
+        live.kill()
+        live.wait()
+    (parts / "launcher.pid").write_text(str(live.pid))   # now gone: a run killed mid-way
+    r = cli(["compare", "o.duckdb", "o.duckdb"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert r.stderr.strip() == (
+        "cuptiprof: error: o.duckdb: a run that was to replace this file did not finish; its "
+        "records are in o.duckdb.parts: cuptiprof merge o.duckdb.parts/*.duckdb -o o.duckdb "
+        "--force (or remove o.duckdb.parts to read the older file)")

@@ -23,8 +23,9 @@ import pyarrow as pa
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY, families
 from cuptiprof.analyse.profile import has_stored_busy, stepless_processes
-from cuptiprof.errors import InputError, SchemaVersionError, StoreError, UsageError
+from cuptiprof.errors import InputError, SchemaVersionError, UsageError
 from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
+from cuptiprof.store.files import schema_version
 from cuptiprof.store import arrow
 from cuptiprof.store.files import connect_error, first_row
 from cuptiprof.store.quality import STEP_INCOMPLETE
@@ -153,15 +154,8 @@ class Comparison:
                 self.con.execute(f"ATTACH '{_sql_str(str(p))}' AS f{i} (READ_ONLY)")
             except duckdb.Error as exc:
                 raise connect_error(p, exc, writing=False) from None
-            try:
-                row = first_row(self.con.execute(
-                    f"SELECT value FROM f{i}.meta WHERE key = 'schema_version'"))
-            except duckdb.Error:
-                row = None
-            if not row or not str(row[0]).isdigit():
-                raise StoreError(f"{p}: a DuckDB file, but not a cuptiprof file (no schema version)")
             self.runs.append(RunFile(i, self._names[i] if self._names else letter(i), p,
-                                     int(row[0])))
+                                     schema_version(self.con, p, f"f{i}")))
         for r in self.runs:   # one newer than this cuptiprof: upgrading is the answer
             check_schema_version(r.path, r.schema_version)
             check_core_tables(self.con, r.path, f"f{r.index}")

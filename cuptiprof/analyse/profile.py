@@ -13,9 +13,9 @@ from typing import Any, Mapping, Sequence
 
 import duckdb
 
-from cuptiprof.errors import StoreError, UsageError, file_path, whole_number
-from cuptiprof.store.schema import file_schema_version
+from cuptiprof.errors import UsageError, file_path, whole_number
 from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
+from cuptiprof.store.files import schema_version
 from cuptiprof.store.files import connect_error, first_row
 from cuptiprof.analyse import catalog
 
@@ -177,19 +177,7 @@ class Profile:
             raise
 
     def _check_and_scope(self, steps) -> None:
-        try:
-            version = file_schema_version(self._rep)
-        except duckdb.Error as exc:
-            raise StoreError(f"{self.path}: corrupt DuckDB file ({str(exc).splitlines()[0][:160]})") from None
-        if version is None:
-            try:  # a cut-off copy still lists its tables but cannot read them
-                self._rep.execute("SELECT * FROM meta").fetchall()
-                why = "a DuckDB file, but not a cuptiprof file (no schema version)"
-            except duckdb.CatalogException:
-                why = "a DuckDB file, but not a cuptiprof file (no schema version)"
-            except duckdb.Error as exc:
-                why = f"truncated or corrupt ({str(exc).splitlines()[0][:160]})"
-            raise StoreError(f"{self.path}: {why}")
+        version = schema_version(self._rep, self.path)
         check_schema_version(self.path, version)
         check_core_tables(self._rep, self.path)
         self.schema_version = version

@@ -86,9 +86,20 @@ def alive(pid: int) -> bool:
 
 def require_duckdb(path: Path) -> None:
     """A cuptiprof file must at least be a DuckDB file (checked before DuckDB opens it); a run
-    still writing it is told apart from a missing file."""
+    still writing it is told apart from a missing file, and from the older file that a
+    `run --force` writing it (or killed while it did) replaces."""
+    parts = path.with_name(path.name + ".parts")
+    if path.exists() and (parts / "launcher.pid").is_file():
+        # read now, it would show the run before, with nothing to say so
+        owner = running_launcher(parts)
+        if owner:
+            raise WriterBusy(f"{path}: a cuptiprof run (pid {owner}) is writing a new {path.name} "
+                             "to replace this one; wait for it to end")
+        if any(parts.glob("*.duckdb")):
+            raise WriterBusy(f"{path}: a run that was to replace this file did not finish; its "
+                             f"records are in {parts}: cuptiprof merge {parts}/*.duckdb -o {path} "
+                             f"--force (or remove {parts} to read the older file)")
     if not path.exists():
-        parts = path.with_name(path.name + ".parts")
         if parts.is_dir():  # `cuptiprof run` writes OUT only when the command has ended
             owner = running_launcher(parts)
             if owner:
@@ -126,6 +137,50 @@ def check_schema_version(path: Path, version: int, action: str = "read") -> None
     if version < OLDEST_READABLE:  # no released cuptiprof wrote it: its tables cannot be trusted
         raise SchemaVersionError(f"{path}: schema {version} is too old for this cuptiprof; "
                                  "record or import it again with this version")
+
+
+def schema_version(con, path: Path, db: str | None = None) -> int:
+    """The schema version `path` records in `meta` (`db`: the attached database's name), or a
+    StoreError saying why there is none: no `meta` table (not a cuptiprof file), or one that
+    cannot be read (a file cut off or damaged still lists its tables: said as such, not as
+    some other program's file)."""
+    import duckdb
+
+    try:
+        row = first_row(con.execute(f"SELECT value FROM {db + '.' if db else ''}meta "
+                                    "WHERE key = 'schema_version'"))
+    except (duckdb.CatalogException, duckdb.BinderException):   # no meta table, or not ours
+        row = None
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: truncated or corrupt ({str(exc).splitlines()[0][:160]}); "
+                         "record or import it again") from None
+    if not row or not str(row[0]).isdigit():
+        raise StoreError(f"{path}: a DuckDB file, but not a cuptiprof file (no schema version)")
+    return int(row[0])
+
+
+def damaged_among(paths) -> Path | None:
+    """Which of several files a "corrupt block" met mid-query came from (DuckDB's message
+    names none): the first whose tables cannot be read in full. Only on that error's path: it
+    reads every column of every table."""
+    import duckdb
+
+    for path in paths:
+        try:
+            with duckdb.connect(str(path), read_only=True) as con:
+                for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT "
+                                        "internal AND database_name = current_database()"
+                                        ).fetchall():
+                    con.execute(f'SELECT max(hash(COLUMNS(*))) FROM "{t}"').fetchall()
+        except duckdb.Error as exc:
+            if damage_said(str(exc)):
+                return Path(path)
+    return None
+
+
+def damage_said(msg: str) -> bool:
+    """A DuckDB error that says the file it read is damaged or cut off."""
+    return "orrupt" in msg or "checksum" in msg or "Could not read enough bytes" in msg
 
 
 # Tables and views every file of a readable schema (2 and later) holds; readers start from them.

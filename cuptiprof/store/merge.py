@@ -27,7 +27,7 @@ from cuptiprof.errors import InputError, StoreError
 from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.store import arrow
 from cuptiprof.store.files import (check_core_tables, check_schema_version, first_row,
-                                   require_duckdb, sync_file, write_unsynced)
+                                   require_duckdb, schema_version, sync_file, write_unsynced)
 from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, table_columns
 from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
@@ -168,12 +168,13 @@ class _Merger:
                 return
             raise err from None
         try:
-            version = self._version(src)
-            if version is None:
+            try:
+                version = schema_version(con, src, "src")
+            except StoreError as exc:
                 if skip:
-                    self._skipped(src, f"{src}: not a cuptiprof file")
+                    self._skipped(src, str(exc))
                     return
-                raise StoreError(f"{src}: a DuckDB file, but not a cuptiprof file (no schema version)")
+                raise
             check_schema_version(src, version, "merge")
             try:
                 check_core_tables(con, src, "src")
@@ -206,13 +207,6 @@ class _Merger:
         what = "part file" if self.one_run else "input file"
         self.quality.append((None, "unreadable_part", src.name, None,
                              f"{what} {src.name} could not be read and was left out: {why}"))
-
-    def _version(self, src: Path) -> int | None:
-        try:
-            row = first_row(self.con.execute("SELECT value FROM src.meta WHERE key='schema_version'"))
-        except duckdb.Error:
-            return None
-        return int(row[0]) if row and str(row[0]).isdigit() else None
 
     def _refuse_runs_seen(self, src: Path) -> None:
         """Refuse a run that an earlier input already brought (a merged file with one of its
