@@ -188,6 +188,71 @@ def test_run_with_force_whose_command_cannot_start_leaves_the_old_output(tmp_pat
     assert sorted(x.name for x in tmp_path.iterdir()) == ["bad", "o.duckdb"]
 
 
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("report", [True, False])
+def test_run_with_force_whose_command_records_nothing_leaves_the_old_output(tmp_path, path, report):
+    """Python starts and exits 2 on a script that is not there: nothing recorded, so the old
+    OUT stays (an empty failed run would replace a good one) and a notice says so; nothing
+    else is left, and the exit status is the program's."""
+    p = script(tmp_path, """
+        import cuptiprof
+        with cuptiprof.step(0):
+            pass
+    """)
+    r = cli(["run", "-o", "o.duckdb", "--no-report", "--", PY, p], tmp_path, **PATHS[path])
+    assert r.returncode == 0, r.stderr
+    before = _tree(tmp_path)
+    quiet = [] if report else ["--no-report"]
+    r = cli(["run", "-o", "o.duckdb", "--force", *quiet, "--", PY, tmp_path / "missing.py"],
+            tmp_path, **PATHS[path])
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines()[-1] == ("cuptiprof: notice: the command exited with status 2 "
+                                         "before anything was recorded; o.duckdb left as it was")
+    assert "wrote" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert _tree(tmp_path) == before
+
+
+def test_run_with_force_and_a_step_fn_problem_names_the_old_output_as_kept(tmp_path):
+    """--step-fn naming nothing the script defines is still the error, and it says OUT was
+    left as it was (not that OUT has no steps from the command)."""
+    p = script(tmp_path, """
+        import sys
+        sys.exit(3)
+    """)
+    (tmp_path / "o.duckdb").write_text("the old output")
+    before = _tree(tmp_path)
+    r = cli(["run", "-o", "o.duckdb", "--force", "--step-fn", "__main__:nothere", "--", PY, p],
+            tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert r.stderr.rstrip().endswith("(the command ran; o.duckdb was left as it was)"), r.stderr
+    assert _tree(tmp_path) == before
+
+
+def test_run_with_force_replaces_the_output_with_a_failed_run_that_recorded(tmp_path):
+    """Only a run that recorded nothing keeps the old OUT: a failed one that recorded a step
+    replaces it, and without an OUT to replace, one that recorded nothing is written (the
+    record of the failure)."""
+    p = script(tmp_path, """
+        import sys, cuptiprof
+        with cuptiprof.step(0):
+            pass
+        sys.exit(int(sys.argv[1]))
+    """)
+    (tmp_path / "o.duckdb").write_text("the old output")
+    r = cli(["run", "-o", "o.duckdb", "--force", "--no-report", "--", PY, p, "3"], tmp_path)
+    assert r.returncode == 3 and "wrote o.duckdb" in r.stderr, r.stderr
+    assert q(tmp_path / "o.duckdb", "SELECT status FROM runs") == [("failed",)]
+    r = cli(["run", "-o", "n.duckdb", "--force", "--", PY, tmp_path / "missing.py"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines()[-2:] == [
+        "cuptiprof: notice: the command exited with status 2 before anything was recorded; no "
+        "report", "cuptiprof: wrote n.duckdb"]
+    assert q(tmp_path / "n.duckdb", "SELECT status, count(*) FROM runs GROUP BY ALL") \
+        == [("failed", 1)]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["n.duckdb", "o.duckdb", "prog.py"]
+
+
 def test_run_with_force_keeps_the_parts_a_run_that_did_not_finish_left(tmp_path):
     """OUT.parts of a run whose launcher is gone holds its recorded steps: --force replaces
     OUT, never that folder. Refused in one line that says so and how to recover them (with

@@ -64,6 +64,8 @@ class LaunchResult:
     no_gpu: bool = False
     profiled: int = 0      # processes of the command that cuptiprof recorded
     command: list[str] = field(default_factory=list)
+    # the command failed before any process recorded a range or GPU activity (a missing script)
+    recorded_nothing: bool = False
 
 
 def split_kinds(given: list[str] | None) -> list[str] | None:
@@ -361,6 +363,12 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
     save_record(parts, record)
     result = LaunchResult(code, rc, None, parts, wall, no_gpu=mode == "profile" and not gpu,
                           profiled=len(list(parts.glob("*.start.json"))), command=list(cmd))
+    if code != 0 and result.profiled:
+        _wait_for_stragglers(parts)   # a helper still writing may yet record something
+        result.recorded_nothing = not _recorded_anything(parts)
+    if result.recorded_nothing and o.force and out.exists():
+        # an empty failed run is no replacement for the file --force was to replace
+        return _keep_old_output(result, o, out, parts)
     try:
         with _signals_wait(out):
             result.output = finish(out, parts, record, overwrite=o.force)
@@ -394,6 +402,47 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
             raise
         for stream in (sys.stdout, sys.stderr):
             silence(stream)
+    return result
+
+
+def _recorded_anything(parts: Path) -> bool:
+    """A part file holds a range or a GPU activity (CPU ops without a GPU); one that cannot be
+    read counts as recorded: the run's output is written as it would be."""
+    import duckdb
+
+    from cuptiprof.store.schema import ACTIVITY_TABLES
+
+    query = "SELECT " + " OR ".join(f"EXISTS (SELECT 1 FROM {t})"
+                                    for t in ("range_rows", *ACTIVITY_TABLES))
+    for part in sorted(parts.glob("*.duckdb")):
+        try:
+            con = duckdb.connect(str(part), read_only=True)
+            try:
+                if first_row(con.execute(query))[0]:
+                    return True
+            finally:
+                con.close()
+        except duckdb.Error:
+            return True
+    return False
+
+
+def _keep_old_output(result: LaunchResult, o: LaunchOptions, out: Path,
+                     parts: Path) -> LaunchResult:
+    """--force, and the command failed before anything was recorded: OUT stays as it was."""
+    msg = _step_fn_problem(parts) if o.step_fn else None
+    shutil.rmtree(parts, ignore_errors=True)
+    if msg:
+        raise InputError(f"{msg} (the command ran; {out} was left as it was)")
+    if not o.quiet:
+        try:
+            print(f"cuptiprof: notice: the command exited with status {result.exit_code} before "
+                  f"anything was recorded; {out} left as it was", file=sys.stderr)
+        except OSError as exc:   # as at the end of _run: the exit status stays the command's
+            if exc.errno not in (errno.EIO, errno.EPIPE):
+                raise
+            for stream in (sys.stdout, sys.stderr):
+                silence(stream)
     return result
 
 
@@ -889,9 +938,7 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
     sys.stdout.flush()
     try:   # on stderr: the program's stdout (a result file, a pipe) stays its own
         with open_profile(res.output) as prof:
-            if res.exit_code != 0 and res.profiled and not first_row(prof.con.execute(
-                    "SELECT EXISTS (SELECT 1 FROM ranges) OR EXISTS (SELECT 1 FROM "
-                    "gpu_activities)"))[0]:
+            if res.recorded_nothing:
                 # the program failed before it did anything (a missing script, a bad argument):
                 # empty tables and hints about marking steps would hide its own error
                 print(f"cuptiprof: notice: the command exited with status {res.exit_code} before "
