@@ -1420,16 +1420,23 @@ def test_the_median_step_of_an_even_count_is_the_earlier_of_the_two_middle_steps
         assert median_step(prof) == 0
 
 
-def test_keys_the_default_top_leaves_out_are_counted(tmp_path, capsys):
-    """The ops table holds the keys in the top 15 of any file: the keys it leaves out are
-    counted below it (on stderr for csv and json, which stay data alone), with the --top that
-    shows every one; an explicit --top is taken as meant."""
+def test_keys_the_top_leaves_out_are_counted(tmp_path, capsys):
+    """The ops table holds the keys in the top 15 of any file, or the top N --top gives: the
+    keys it leaves out are counted below it, with the --top that shows every one (a table cut
+    by --top would otherwise read as complete, as report counts its rows); csv and json stay
+    data alone and say so on stderr for the default 15, an explicit --top taken as meant
+    there."""
     ops = {f"kernel_{i:02d}": (100.0 + 10 * i, 1, "aten::op") for i in range(20)}
     a = make_run(tmp_path / "a.duckdb", ops=ops)
     b = make_run(tmp_path / "b.duckdb", ops=ops, seed=2)
     assert main(["compare", str(a), str(b)]) == 0
     out, err = capsys.readouterr()
     assert "... 7 more keys: --top 22 shows every one" in out.splitlines(), out   # and copies
+    assert main(["compare", str(a), str(b), "--top", "17"]) == 0
+    out = capsys.readouterr().out
+    assert "... 5 more keys: --top 22 shows every one" in out.splitlines(), out
+    assert main(["compare", str(a), str(b), "--top", "17", "--format", "markdown"]) == 0
+    assert "... 5 more keys: --top 22 shows every one" in capsys.readouterr().out.splitlines()
     assert main(["compare", str(a), str(b), "--top", "22"]) == 0
     assert "more key" not in capsys.readouterr().out
     assert main(["compare", str(a), str(b), "--format", "csv"]) == 0
@@ -1437,8 +1444,10 @@ def test_keys_the_default_top_leaves_out_are_counted(tmp_path, capsys):
     assert len(out.splitlines()) == 16 and "more key" not in out
     assert "cuptiprof compare: note: ops: the keys in the top 15 of any file, 7 keys left out; " \
            "--top 22 gives every one" in err, err
-    assert main(["compare", str(a), str(b), "--format", "csv", "--top", "15"]) == 0
-    assert "left out" not in capsys.readouterr().err
+    for fmt in ("csv", "json"):
+        assert main(["compare", str(a), str(b), "--format", fmt, "--top", "15"]) == 0
+        out, err = capsys.readouterr()
+        assert "left out" not in err and "more key" not in out, (fmt, err)
 
 
 def test_markdown_legend_is_a_list_and_top_is_15_unless_given(tmp_path, capsys):

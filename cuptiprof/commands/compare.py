@@ -36,8 +36,9 @@ def register(sub) -> None:
     p.add_argument("files", nargs="*", metavar="FILE", type=input_file,
                    help=f"two or more {FILES_HELP}; the first is the baseline")
     p.add_argument("--top", type=top_rows, default=None,
-                   help="keys in the top N of any file (default 15, the keys left out counted "
-                        "below the ops table, or on stderr for csv and json)")
+                   help="keys in the top N of any file (default 15); the keys left out are "
+                        "counted below the ops table (on stderr for csv and json, with the "
+                        "default N only)")
     p.add_argument("--by", choices=BY, default="op",
                    help="comparison key: " + "; ".join(f"{k}: {v}" for k, v in _KEY_HELP.items()))
     p.add_argument("--format", choices=FORMATS, default="table",
@@ -72,8 +73,7 @@ def run(args) -> int:
 
             path = write_compare(cmp, args.html, top=args.top or DEFAULT_TOP)
             print(f"cuptiprof: wrote {path}", file=sys.stderr)
-        print_comparison(cmp, args.format, args.top or DEFAULT_TOP, table=args.table,
-                         count_left_out=args.top is None)
+        print_comparison(cmp, args.format, args.top, table=args.table)
     return 0
 
 
@@ -87,13 +87,17 @@ def shown_tables(cmp: Comparison, fmt: str, table: str | None) -> list[str]:
     return [t for t in TABLES if t != "throughput" or cmp.work]
 
 
-def print_comparison(cmp: Comparison, fmt: str = "table", top: int = 15, out=None,
-                     table: str | None = None, count_left_out: bool = False) -> None:
-    """count_left_out: say how many keys the top N left out of the ops table (the default N)."""
+def print_comparison(cmp: Comparison, fmt: str = "table", top: int | None = None, out=None,
+                     table: str | None = None) -> None:
+    """top: the ops table's keys are those in the top N of any file (None: the default N).
+    The keys it leaves out are counted below the table, or it would read as complete; csv and
+    json, data alone, say so on stderr for the default N only (as report does): an N given
+    there is the data asked for."""
     out = out or sys.stdout
+    given, top = top is not None, top or DEFAULT_TOP
     names = shown_tables(cmp, fmt, table)
-    more, need = cmp.keys_left_out(top) if count_left_out and "ops" in names else (0, 0)
-    if more > 0 and fmt in ("csv", "json"):   # they stay data alone
+    more, need = cmp.keys_left_out(top) if "ops" in names else (0, 0)
+    if more > 0 and fmt in ("csv", "json") and not given:
         print(f"cuptiprof compare: note: ops: the keys in the top {top} of any file, "
               f"{counted(more, 'key')} left out; --top {need} gives every one", file=sys.stderr)
     if fmt == "json":
