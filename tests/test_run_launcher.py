@@ -712,6 +712,29 @@ def test_no_gpu_and_no_torch_op_does_not_claim_cpu_op_times(tmp_path):
     assert "and no CPU op" in detail[0] and "kernels holds" not in detail[0], detail
 
 
+@pytest.mark.parametrize("step", ["cuptiprof.step(i)", "cuptiprof.range('step', step=i)"])
+def test_no_gpu_and_every_step_warm_up_does_not_say_no_torch_op_ran(tmp_path, step):
+    """Without a GPU, torch ops are recorded in the steps after the warm-up: a run whose steps
+    were all warm-up has none, though the program ran some. The first notice says why, next
+    to the warm-up one, not that the program ran no torch op."""
+    p = script(tmp_path, f"""
+        import torch, cuptiprof
+        x = torch.ones(8)
+        for i in range(7):
+            with {step}:
+                x = x @ torch.ones(8, 8)
+    """)
+    r = cli(["run", "-o", "w.duckdb", "--warmup", "10", "--", PY, p], tmp_path,
+            CUDA_VISIBLE_DEVICES="")
+    assert r.returncode == 0, r.stderr
+    notices = [l for l in r.stderr.splitlines() if l.startswith("cuptiprof: notice:")]
+    assert notices == [
+        "cuptiprof: notice: no GPU activity was captured (no CUDA GPU found), and no CPU op was "
+        "recorded: no step got past the warm-up",
+        "cuptiprof: notice: every step the program marked (7) was warm-up (--warmup 10); lower "
+        "--warmup or run more steps"], r.stderr[-800:]
+
+
 def test_sighup_is_forwarded_and_the_file_written(tmp_path):
     """A hung-up terminal or ssh session (SIGHUP) ends the program as SIGTERM does: the launcher
     passes it on and writes OUT (no OUT.parts left behind), and the program writes the step it
