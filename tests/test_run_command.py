@@ -322,3 +322,9 @@ def test_the_file_a_run_with_force_replaces_is_not_read_as_if_current(tmp_path):
         "cuptiprof: error: o.duckdb: a run that was to replace this file did not finish; its "
         "records are in o.duckdb.parts: cuptiprof merge o.duckdb.parts/*.duckdb -o o.duckdb "
         "--force (or remove o.duckdb.parts to read the older file)")
+    # the merge it names writes a file newer than the parts, which is read, the folder still there
+    r = cli(["merge", "o.duckdb.parts/h-11.duckdb", "-o", "o.duckdb", "--force"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert parts.is_dir()
+    r = cli(["sql", "o.duckdb", "SELECT pid FROM processes"], tmp_path)
+    assert r.returncode == 0 and "11" in r.stdout, r.stderr

@@ -89,8 +89,9 @@ def require_duckdb(path: Path) -> None:
     still writing it is told apart from a missing file, and from the older file that a
     `run --force` writing it (or killed while it did) replaces."""
     parts = path.with_name(path.name + ".parts")
-    if path.exists() and (parts / "launcher.pid").is_file():
-        # read now, it would show the run before, with nothing to say so
+    if path.exists() and (parts / "launcher.pid").is_file() and _older_than(path, parts):
+        # read now, it would show the run before, with nothing to say so (a file newer than
+        # the run's parts is read: merged from them, or written by that run as it ended)
         owner = running_launcher(parts)
         if owner:
             raise WriterBusy(f"{path}: a cuptiprof run (pid {owner}) is writing a new {path.name} "
@@ -118,6 +119,15 @@ def require_duckdb(path: Path) -> None:
                              f"cuptiprof file; import it first: cuptiprof import {path} -o "
                              "OUT.duckdb")
         raise StoreError(f"{path}: not a DuckDB file (expected a cuptiprof .duckdb file)")
+
+
+def _older_than(path: Path, folder: Path) -> bool:
+    """`path` was last written before something in `folder` was."""
+    try:
+        mine = path.stat().st_mtime_ns
+        return any(p.stat().st_mtime_ns > mine for p in folder.iterdir())
+    except OSError:
+        return False
 
 
 def _looks_importable(path: Path, head: bytes) -> bool:
