@@ -212,6 +212,26 @@ def test_run_with_force_whose_command_records_nothing_leaves_the_old_output(tmp_
     assert _tree(tmp_path) == before
 
 
+def test_run_with_force_of_which_no_process_was_profiled_leaves_the_old_output(tmp_path):
+    """A command none of whose processes cuptiprof records (here CUPTIPROF_DISABLE is set; a
+    Python that cannot import cuptiprof is the same) gives an empty run: with --force the old
+    OUT stays, and the notice says why nothing was profiled and that OUT was kept."""
+    p = script(tmp_path, """
+        print("ran")
+    """)
+    (tmp_path / "o.duckdb").write_text("the old output")
+    before = _tree(tmp_path)
+    r = cli(["run", "-o", "o.duckdb", "--force", "--", PY, p], tmp_path,
+            CUPTIPROF_DISABLE="1")
+    assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith("cuptiprof: notice: no process of the command was profiled: "
+                           "CUPTIPROF_DISABLE=1 is set") and last.endswith(
+                               "; o.duckdb left as it was"), r.stderr
+    assert "wrote" not in r.stderr, r.stderr
+    assert _tree(tmp_path) == before
+
+
 def test_run_with_force_and_a_step_fn_problem_names_the_old_output_as_kept(tmp_path):
     """--step-fn naming nothing the script defines is still the error, and it says OUT was
     left as it was (not that OUT has no steps from the command)."""

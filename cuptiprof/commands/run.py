@@ -19,7 +19,8 @@ def register(sub) -> None:
                         "cuptiprof-DATE-TIME.duckdb in the current folder)")
     p.add_argument("--force", action="store_true",
                    help="replace OUT.duckdb if it exists, once the run's output is written (a "
-                        "command that fails before anything is recorded leaves it; a leftover "
+                        "command that fails before anything is recorded, or of which no process "
+                        "was profiled, leaves it; a leftover "
                         "OUT.duckdb.parts of a run that did not finish is still refused)")
     p.add_argument("--warmup", type=whole_number, default=0, metavar="K", help="steps to skip before recording (default 0)")
     p.add_argument("--steps", type=whole_number, default=None, metavar="N",

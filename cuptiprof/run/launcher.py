@@ -366,8 +366,9 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
     if code != 0 and result.profiled:
         _wait_for_stragglers(parts)   # a helper still writing may yet record something
         result.recorded_nothing = not _recorded_anything(parts)
-    if result.recorded_nothing and o.force and out.exists():
-        # an empty failed run is no replacement for the file --force was to replace
+    if (result.recorded_nothing or not result.profiled) and o.force and out.exists():
+        # an empty run (a failed start, or no process profiled) is no replacement for the file
+        # --force was to replace
         return _keep_old_output(result, o, out, parts)
     try:
         with _signals_wait(out):
@@ -429,15 +430,17 @@ def _recorded_anything(parts: Path) -> bool:
 
 def _keep_old_output(result: LaunchResult, o: LaunchOptions, out: Path,
                      parts: Path) -> LaunchResult:
-    """--force, and the command failed before anything was recorded: OUT stays as it was."""
+    """--force, and the command failed before anything was recorded, or no process of it was
+    profiled: OUT stays as it was."""
     msg = _step_fn_problem(parts) if o.step_fn else None
     shutil.rmtree(parts, ignore_errors=True)
     if msg:
         raise InputError(f"{msg} (the command ran; {out} was left as it was)")
     if not o.quiet:
         try:
-            print(f"cuptiprof: notice: the command exited with status {result.exit_code} before "
-                  f"anything was recorded; {out} left as it was", file=sys.stderr)
+            why = (f"the command exited with status {result.exit_code} before anything was "
+                   "recorded" if result.profiled else _none_profiled(result.command))
+            print(f"cuptiprof: notice: {why}; {out} left as it was", file=sys.stderr)
         except OSError as exc:   # as at the end of _run: the exit status stays the command's
             if exc.errno not in (errno.EIO, errno.EPIPE):
                 raise
