@@ -12,7 +12,7 @@ import re
 import sys
 
 from cuptiprof._version import __version__
-from cuptiprof.errors import CuptiprofError, storage_error
+from cuptiprof.errors import CuptiprofError, damage_said, storage_error
 from cuptiprof.outputs import say, silence
 
 # Order shown in --help.
@@ -105,13 +105,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # DuckDB finds a full disk or a corrupt block only when a statement gets there.
         say(f"cuptiprof: error: {storage_error(exc, _read_from(args, exc))}")
-        return 2 if "orrupt" in str(exc) else 1
+        return 2 if damage_said(str(exc)) else 1
 
 
 def _read_from(args, exc: Exception) -> str | None:
     """The input a DuckDB error is about: the command's one file, or which of its several
     (compare, diff, merge) a damaged block came from, which DuckDB's message does not say."""
-    from cuptiprof.store.files import damage_said, damaged_among
+    from cuptiprof.store.files import damaged_among
 
     paths = [p for p in (getattr(args, "files", None) or [getattr(args, "file", None),
              getattr(args, "base", None), getattr(args, "new", None)]) if p]

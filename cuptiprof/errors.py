@@ -71,6 +71,11 @@ def file_path(name: str, v) -> Path:
         raise UsageError(f"{name} must be a file's path (a str or os.PathLike), not {v!r}") from None
 
 
+def damage_said(msg: str) -> bool:
+    """A DuckDB error that says the file it read is damaged or cut off."""
+    return "orrupt" in msg or "checksum" in msg or "Could not read enough bytes" in msg
+
+
 def storage_error(exc: Exception, path: str | None = None) -> str:
     """One line for a DuckDB failure met mid-command (disk full, damaged file)."""
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -78,7 +83,7 @@ def storage_error(exc: Exception, path: str | None = None) -> str:
     where = f"{m.group(1)}: " if m else (f"{path}: " if isinstance(path, str) else "")
     if "No space left" in msg or "File too large" in msg or "Disk quota" in msg:
         return f"{where}cannot write: the disk is full (or a file-size limit was reached)"
-    if "orrupt" in msg or "checksum" in msg:
+    if damage_said(msg):
         return f"{where}the file is damaged ({msg[:200]}); it cannot be read in full"
     return msg[:300]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
+from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy, damage_said
 from cuptiprof.store.schema import SCHEMA_VERSION
 
 # Lowest schema version this cuptiprof still reads (nothing older was ever released; schema 1
@@ -186,11 +186,6 @@ def damaged_among(paths) -> Path | None:
             if damage_said(str(exc)):
                 return Path(path)
     return None
-
-
-def damage_said(msg: str) -> bool:
-    """A DuckDB error that says the file it read is damaged or cut off."""
-    return "orrupt" in msg or "checksum" in msg or "Could not read enough bytes" in msg
 
 
 # Tables and views every file of a readable schema (2 and later) holds; readers start from them.
