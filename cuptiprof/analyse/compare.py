@@ -24,10 +24,9 @@ from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY, families
 from cuptiprof.analyse.profile import has_stored_busy, stepless_processes
 from cuptiprof.errors import InputError, SchemaVersionError, UsageError
-from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
-from cuptiprof.store.files import schema_version
 from cuptiprof.store import arrow
-from cuptiprof.store.files import connect_error, first_row
+from cuptiprof.store.files import (check_core_tables, check_schema_version, connect_error,
+                                   first_row, require_duckdb, schema_version)
 from cuptiprof.store.quality import STEP_INCOMPLETE
 
 # A file whose GPU work lies mostly outside its steps (launched before the first step, between

@@ -14,9 +14,8 @@ from typing import Any, Mapping, Sequence
 import duckdb
 
 from cuptiprof.errors import UsageError, file_path, whole_number
-from cuptiprof.store.files import check_core_tables, check_schema_version, require_duckdb
-from cuptiprof.store.files import schema_version
-from cuptiprof.store.files import connect_error, first_row
+from cuptiprof.store.files import (check_core_tables, check_schema_version, connect_error,
+                                   first_row, require_duckdb, schema_version)
 from cuptiprof.analyse import catalog
 
 

@@ -49,14 +49,3 @@ def table_columns(con, table: str) -> list[tuple[str, str]]:
         "WHERE table_name = ? AND table_schema = 'main' ORDER BY ordinal_position",
         [table],
     ).fetchall()
-
-
-def file_schema_version(con) -> int | None:
-    """Schema version recorded in an open file, or None when it is not a cuptiprof file."""
-    from cuptiprof.store.files import first_row   # files imports this module
-
-    try:
-        row = first_row(con.execute("SELECT value FROM meta WHERE key = 'schema_version'"))
-    except Exception:
-        return None
-    return int(row[0]) if row and str(row[0]).isdigit() else None

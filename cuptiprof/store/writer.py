@@ -33,7 +33,7 @@ from cuptiprof.store.arrow import rows_as_lists, valid as _valid, values as _val
 from cuptiprof.store.demangle import demangle
 from cuptiprof.store.files import first_row
 from cuptiprof.store.files import (check_schema_version, connect_error,  # noqa: F401 (re-exported)
-                                   sync_file, write_unsynced)
+                                   schema_version, sync_file, write_unsynced)
 from cuptiprof.store.summary import BUSY_SQL, BusySummary, work_part
 from cuptiprof.store.schema import (
     INTERNED,
@@ -41,7 +41,6 @@ from cuptiprof.store.schema import (
     LAUNCH_CONFIG,
     SCHEMA_VERSION,
     STORAGE_TABLE,
-    file_schema_version,
     schema_sql,
 )
 
@@ -186,11 +185,12 @@ class Writer:
         elif not self.synced:
             write_unsynced(self._con)
         if reuse:
-            version = file_schema_version(self._con)
             named = self._final_path()   # not the temporary copy
-            if version is None:
+            try:
+                version = schema_version(self._con, named)
+            except StoreError:
                 self._con.close()
-                raise StoreError(f"{named}: not a cuptiprof file (no schema version)")
+                raise
             if version > SCHEMA_VERSION:
                 self._con.close()
                 check_schema_version(named, version, "append to")
