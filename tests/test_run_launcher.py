@@ -733,6 +733,10 @@ def test_no_gpu_and_every_step_warm_up_does_not_say_no_torch_op_ran(tmp_path, st
         "recorded: no step got past the warm-up",
         "cuptiprof: notice: every step the program marked (7) was warm-up (--warmup 10); lower "
         "--warmup or run more steps"], r.stderr[-800:]
+    # the file says so too, not that kernels holds CPU ops
+    assert q(tmp_path / "w.duckdb", "SELECT detail FROM data_quality WHERE check_name = "
+             "'no_gpu'") == [("no GPU activity was captured (no CUDA GPU found), and no CPU op "
+                              "was recorded: no step got past the warm-up",)]
 
 
 def test_sighup_is_forwarded_and_the_file_written(tmp_path):

@@ -968,8 +968,9 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
         print(f"cuptiprof: notice: {_none_profiled(res.command)}", file=sys.stderr)
     elif res.no_gpu:
         if ops is False and steps == 0 and warm:   # torch ops ran, in the warm-up alone
-            print("cuptiprof: notice: no GPU activity was captured (no CUDA GPU found), and no "
-                  "CPU op was recorded: no step got past the warm-up", file=sys.stderr)
+            from cuptiprof.run.recorder import WARM_UP_ONLY   # as the file says it
+
+            print(f"cuptiprof: notice: {WARM_UP_ONLY}", file=sys.stderr)
         elif ops is False:   # a program that ran no torch op: no CPU op times to show either
             print("cuptiprof: notice: no GPU activity was captured (no CUDA GPU found), and no "
                   "CPU op: without a GPU, run records the torch ops a program runs "

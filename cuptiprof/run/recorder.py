@@ -40,6 +40,9 @@ _SOURCE = {"cpu": "cpu", "light": "light"}
 # The no_gpu detail of a process without a GPU in which torch.profiler never ran (no torch op).
 NO_OPS = ("no GPU activity was captured (no CUDA GPU found), and no CPU op: torch.profiler "
           "records the ops of a process that runs torch, and this one ran none")
+# ... and of one whose steps were all warm-up: the ops of warm-up steps are not kept.
+WARM_UP_ONLY = ("no GPU activity was captured (no CUDA GPU found), and no CPU op was recorded: "
+                "no step got past the warm-up")
 
 class _Open:
     __slots__ = ("range_id", "parent_id", "depth", "name", "kind", "step", "thread", "start", "attrs",
@@ -523,9 +526,15 @@ class Recorder:
                 if self.mode != "logs":
                     self.writer.execute("UPDATE processes SET end_ns = ?, ended_early = FALSE WHERE pid = ?",
                                         [end, self.pid])
+                none = None
                 if self.mode == "cpu" and not profiled:   # torch.profiler never ran: no CPU op
+                    none = NO_OPS
+                elif self.mode == "cpu" and self.seen and not any(
+                        w[0] is not None for w in self.windows):   # steps, every one warm-up
+                    none = WARM_UP_ONLY
+                if none:
                     self.writer.execute("UPDATE data_quality SET detail = ? WHERE check_name = "
-                                        "'no_gpu' AND pid = ?", [NO_OPS, self.pid])
+                                        "'no_gpu' AND pid = ?", [none, self.pid])
                 self.writer.close(status, end_ns=end)
         except Exception as exc:
             print(f"cuptiprof: warning: could not finish {self.part_path('.duckdb')}: {exc}", file=sys.stderr)
