@@ -28,6 +28,30 @@ def script(tmp: Path, body: str, name: str = "prog.py") -> Path:
     return p
 
 
+def tree(d: Path) -> dict:
+    """Every file under `d` with its bytes: what a refused or failed command must leave alone."""
+    return {p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def gone_pid() -> int:
+    """The pid of a process that has ended."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def left_parts(parts: Path, launcher: int | None = None) -> Path:
+    """OUT.parts as a run whose launcher was killed leaves it: one part file (pid 11's) and
+    launcher.pid naming `launcher` (default: a process that has ended)."""
+    from cuptiprof.store.writer import RunInfo, Writer
+
+    parts.mkdir()
+    with Writer(parts / "h-11.duckdb", RunInfo(source="cpu"), pid=11) as w:
+        w.append({"processes": {"pid": [11]}})
+    (parts / "launcher.pid").write_text(str(gone_pid() if launcher is None else launcher))
+    return parts
+
+
 def driver(tmp: Path, patch: str) -> Path:
     """A script that runs the cuptiprof command line given to it after `patch`, Python that
     replaces a piece of cuptiprof (the launcher's wait, its merge) to stage a failure."""

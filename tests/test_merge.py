@@ -11,7 +11,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from _run_helpers import cli, one_line_error, q, syncs_and_renames
+from _run_helpers import cli, left_parts, one_line_error, q, syncs_and_renames, tree
 from cuptiprof.errors import InputError, SchemaVersionError
 from cuptiprof.store.merge import merge_files
 from cuptiprof.store.writer import RunInfo, Writer
@@ -541,21 +541,16 @@ def test_a_merge_interrupted_as_it_creates_its_output_leaves_nothing(tmp_path, m
     assert sorted(os.listdir(tmp_path)) == before
 
 
-def _tree(d):
-    """Every file under `d` with its bytes: what a refused or failed command must leave alone."""
-    return {p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
-
-
 def test_merge_replaces_an_existing_output_only_with_force(tmp_path):
     for name in "abc":
         _file(tmp_path / f"{name}.duckdb", [f"k{name}"], ord(name), name)
     assert cli(["merge", "a.duckdb", "b.duckdb", "-o", "all.duckdb"], tmp_path).returncode == 0
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     r = cli(["merge", "a.duckdb", "c.duckdb", "-o", "all.duckdb"], tmp_path)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == ("cuptiprof: error: all.duckdb: already exists; choose another "
                                 "path or pass --force")
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before
     r = cli(["merge", "a.duckdb", "c.duckdb", "-o", "all.duckdb", "--force"], tmp_path)
     assert r.returncode == 0, r.stderr
     assert "merged 2 files (2 runs" in r.stderr and "into all.duckdb" in r.stderr
@@ -576,12 +571,12 @@ def test_a_failed_merge_with_force_leaves_the_old_output_as_it_was(tmp_path, cas
     shutil.copy(tmp_path / "a.duckdb", tmp_path / "copy.duckdb")   # the same run again
     second = {"missing": "nope.duckdb", "not_duckdb": "text.duckdb",
               "run_held_twice": "copy.duckdb"}[case]
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     r = cli(["merge", "a.duckdb", second, "-o", "all.duckdb", "--force"], tmp_path)
     assert r.returncode == 2, r.stderr
     one_line_error(r.stderr)
     assert second in r.stderr and ".tmp-" not in r.stderr
-    assert _tree(tmp_path) == before   # no temporary file (nor its .wal) either
+    assert tree(tmp_path) == before   # no temporary file (nor its .wal) either
     assert q(tmp_path / "all.duckdb", "SELECT label FROM runs ORDER BY run_id") == [("a",), ("b",)]
 
 
@@ -591,34 +586,26 @@ def test_merge_with_force_into_one_of_its_inputs_is_refused_as_import_refuses_it
     _file(tmp_path / "a.duckdb", ["x"], 1, "a")
     _file(tmp_path / "b.duckdb", ["y"], 2, "b")
     (tmp_path / "t.json").write_text('{"traceEvents": []}')
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     r = cli(["merge", "a.duckdb", "b.duckdb", "-o", "./a.duckdb", "--force"], tmp_path)
     i = cli(["import", "t.json", "-o", "./t.json", "--force"], tmp_path)
     assert r.returncode == i.returncode == 2, (r.stderr, i.stderr)
     assert r.stderr == "cuptiprof: error: a.duckdb: is also an input; write to another path\n"
     assert i.stderr == "cuptiprof: error: t.json: is also an input; write to another path\n"
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before
 
 
 def test_merging_a_runs_parts_over_an_existing_output_needs_force(tmp_path):
     """The parts of a run that did not finish, merged over an OUT that is there (the file a
     `run --force` was to replace): refused in one line without --force, replaced with it."""
-    import subprocess
-
-    parts = tmp_path / "r.duckdb.parts"
-    parts.mkdir()
-    with Writer(parts / "h-11.duckdb", RunInfo(source="cpu"), pid=11) as w:
-        w.append({"processes": {"pid": [11]}})
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    (parts / "launcher.pid").write_text(str(gone.pid))
+    left_parts(tmp_path / "r.duckdb.parts")
     (tmp_path / "r.duckdb").write_text("the old output")
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     r = cli(["merge", "r.duckdb.parts/h-11.duckdb", "-o", "r.duckdb"], tmp_path)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == ("cuptiprof: error: r.duckdb: already exists; choose another "
                                 "path or pass --force")
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before
     r = cli(["merge", "r.duckdb.parts/h-11.duckdb", "-o", "r.duckdb", "--force"], tmp_path)
     assert r.returncode == 0, r.stderr
     assert q(tmp_path / "r.duckdb", "SELECT count(*) FROM runs") == [(1,)]

@@ -2,12 +2,13 @@
 same with the CUPTI collector and without a GPU."""
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 
 import pytest
 
-from _run_helpers import cli, one_line_error, q, script
+from _run_helpers import cli, gone_pid, left_parts, one_line_error, q, script, tree
 
 PY = sys.executable
 PATHS = {"fake_cupti": {"CUPTIPROF_FAKE_CUPTI": "1"}, "no_gpu": {"CUDA_VISIBLE_DEVICES": ""}}
@@ -139,11 +140,6 @@ def test_a_helper_that_records_nothing_adds_only_its_processes_row(tmp_path, pat
     assert q(out, "SELECT step FROM ranges WHERE kind = 'step' ORDER BY step") == [(0,), (1,)]
 
 
-def _tree(d):
-    """Every file under `d` with its bytes: what a refused run must leave alone."""
-    return {p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
-
-
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_run_replaces_an_existing_output_only_with_force(tmp_path, path):
     p = script(tmp_path, """
@@ -154,12 +150,12 @@ def test_run_replaces_an_existing_output_only_with_force(tmp_path, path):
     """)
     r = cli(["run", "-o", "o.duckdb", "--no-report", "--", PY, p, "first"], tmp_path, **PATHS[path])
     assert r.returncode == 0, r.stderr
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     r = cli(["run", "-o", "o.duckdb", "--no-report", "--", PY, p, "second"], tmp_path, **PATHS[path])
     assert r.returncode == 2 and "ran" not in r.stdout, r.stderr
     assert r.stderr.strip() == ("cuptiprof: error: o.duckdb: already exists; choose another "
                                 "path or pass --force")
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before
     r = cli(["run", "-o", "o.duckdb", "--force", "--no-report", "--", PY, p, "third"], tmp_path,
             **PATHS[path])
     assert r.returncode == 0, r.stderr
@@ -179,12 +175,12 @@ def test_run_with_force_whose_command_cannot_start_leaves_the_old_output(tmp_pat
     bad.write_text("#!/no/such/interpreter\n")
     bad.chmod(0o755)
     cmd = {"not_found": ["no-such-command-cuptiprof"], "missing_interpreter": [str(bad)]}[case]
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     r = cli(["run", "-o", "o.duckdb", "--force", "--no-report", "--", *cmd], tmp_path)
     assert r.returncode == 2, r.stderr
     one_line_error(r.stderr)
     assert cmd[0] in r.stderr
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before
     assert sorted(x.name for x in tmp_path.iterdir()) == ["bad", "o.duckdb"]
 
 
@@ -201,7 +197,7 @@ def test_run_with_force_whose_command_records_nothing_leaves_the_old_output(tmp_
     """)
     r = cli(["run", "-o", "o.duckdb", "--no-report", "--", PY, p], tmp_path, **PATHS[path])
     assert r.returncode == 0, r.stderr
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     quiet = [] if report else ["--no-report"]
     r = cli(["run", "-o", "o.duckdb", "--force", *quiet, "--", PY, tmp_path / "missing.py"],
             tmp_path, **PATHS[path])
@@ -209,7 +205,7 @@ def test_run_with_force_whose_command_records_nothing_leaves_the_old_output(tmp_
     assert r.stderr.splitlines()[-1] == ("cuptiprof: notice: the command exited with status 2 "
                                          "before anything was recorded; o.duckdb left as it was")
     assert "wrote" not in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before
 
 
 def test_run_with_force_of_which_no_process_was_profiled_leaves_the_old_output(tmp_path):
@@ -220,7 +216,7 @@ def test_run_with_force_of_which_no_process_was_profiled_leaves_the_old_output(t
         print("ran")
     """)
     (tmp_path / "o.duckdb").write_text("the old output")
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     r = cli(["run", "-o", "o.duckdb", "--force", "--", PY, p], tmp_path,
             CUPTIPROF_DISABLE="1")
     assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
@@ -229,7 +225,7 @@ def test_run_with_force_of_which_no_process_was_profiled_leaves_the_old_output(t
                            "CUPTIPROF_DISABLE=1 is set") and last.endswith(
                                "; o.duckdb left as it was"), r.stderr
     assert "wrote" not in r.stderr, r.stderr
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before
 
 
 def test_run_with_force_and_a_step_fn_problem_names_the_old_output_as_kept(tmp_path):
@@ -240,13 +236,13 @@ def test_run_with_force_and_a_step_fn_problem_names_the_old_output_as_kept(tmp_p
         sys.exit(3)
     """)
     (tmp_path / "o.duckdb").write_text("the old output")
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     r = cli(["run", "-o", "o.duckdb", "--force", "--step-fn", "__main__:nothere", "--", PY, p],
             tmp_path)
     assert r.returncode == 2, r.stderr
     one_line_error(r.stderr)
     assert r.stderr.rstrip().endswith("(the command ran; o.duckdb was left as it was)"), r.stderr
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before
 
 
 def test_run_with_force_replaces_the_output_with_a_failed_run_that_recorded(tmp_path):
@@ -277,26 +273,16 @@ def test_run_with_force_keeps_the_parts_a_run_that_did_not_finish_left(tmp_path)
     """OUT.parts of a run whose launcher is gone holds its recorded steps: --force replaces
     OUT, never that folder. Refused in one line that says so and how to recover them (with
     --force: the merge would otherwise refuse the OUT that is there); nothing runs."""
-    import subprocess
-
-    from cuptiprof.store.writer import RunInfo, Writer
-
-    parts = tmp_path / "o.duckdb.parts"
-    parts.mkdir()
-    with Writer(parts / "h-11.duckdb", RunInfo(source="cpu"), pid=11) as w:
-        w.append({"processes": {"pid": [11]}})
-    gone = subprocess.Popen([PY, "-c", "pass"])
-    gone.wait()
-    (parts / "launcher.pid").write_text(str(gone.pid))
+    left_parts(tmp_path / "o.duckdb.parts")
     (tmp_path / "o.duckdb").write_text("the old output")
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     r = cli(["run", "-o", "o.duckdb", "--force", "--", PY, "-c", "print('ran')"], tmp_path)
     assert r.returncode == 2 and "ran" not in r.stdout, r.stderr
     one_line_error(r.stderr)
     assert ("o.duckdb.parts is left from a run that did not finish; merge its parts (cuptiprof "
             "merge o.duckdb.parts/*.duckdb -o o.duckdb --force) or remove that folder (--force "
             "does not remove it)") in r.stderr, r.stderr
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before
 
 
 def test_the_file_a_run_with_force_replaces_is_not_read_as_if_current(tmp_path):
@@ -304,10 +290,6 @@ def test_the_file_a_run_with_force_replaces_is_not_read_as_if_current(tmp_path):
     before: report, sql and compare refuse it in one line that says so (naming the live run,
     or how to recover the killed one's steps) instead of showing the older results; its own
     report at the end reads the new file."""
-    import subprocess
-
-    from cuptiprof.store.writer import RunInfo, Writer
-
     p = script(tmp_path, """
         import sys, cuptiprof
         with cuptiprof.step(0):
@@ -317,24 +299,15 @@ def test_the_file_a_run_with_force_replaces_is_not_read_as_if_current(tmp_path):
     assert r.returncode == 0, r.stderr
     r = cli(["run", "-o", "o.duckdb", "--force", "--", PY, p], tmp_path)   # with its report
     assert r.returncode == 0 and "cuptiprof report: o.duckdb" in r.stderr, r.stderr
-    parts = tmp_path / "o.duckdb.parts"
-    parts.mkdir()
-    with Writer(parts / "h-11.duckdb", RunInfo(source="cpu"), pid=11) as w:
-        w.append({"processes": {"pid": [11]}})
-    live = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
-    try:
-        (parts / "launcher.pid").write_text(str(live.pid))
-        for argv in (["report", "o.duckdb"], ["sql", "o.duckdb", "SELECT 1"]):
-            r = cli(argv, tmp_path)
-            assert r.returncode == 2, r.stderr
-            one_line_error(r.stderr)
-            assert r.stderr.strip() == (
-                f"cuptiprof: error: o.duckdb: a cuptiprof run (pid {live.pid}) is writing a new "
-                "o.duckdb to replace this one; wait for it to end")
-    finally:
-        live.kill()
-        live.wait()
-    (parts / "launcher.pid").write_text(str(live.pid))   # now gone: a run killed mid-way
+    parts = left_parts(tmp_path / "o.duckdb.parts", launcher=os.getpid())   # alive: this test
+    for argv in (["report", "o.duckdb"], ["sql", "o.duckdb", "SELECT 1"]):
+        r = cli(argv, tmp_path)
+        assert r.returncode == 2, r.stderr
+        one_line_error(r.stderr)
+        assert r.stderr.strip() == (
+            f"cuptiprof: error: o.duckdb: a cuptiprof run (pid {os.getpid()}) is writing a new "
+            "o.duckdb to replace this one; wait for it to end")
+    (parts / "launcher.pid").write_text(str(gone_pid()))   # a run killed mid-way
     r = cli(["compare", "o.duckdb", "o.duckdb"], tmp_path)
     assert r.returncode == 2, r.stderr
     one_line_error(r.stderr)

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from _run_helpers import cli, cli_driven, driver, one_line_error, popen, q, script, wait_for
+from _run_helpers import (cli, cli_driven, driver, gone_pid, left_parts, one_line_error, popen,
+                          q, script, wait_for)
 
 PY = sys.executable
 
@@ -1265,13 +1266,9 @@ def test_a_process_that_ended_early_is_named_under_the_report(tmp_path):
 def test_output_left_by_a_run_that_did_not_finish_says_how_to_recover_it(tmp_path):
     """OUT.parts of a launcher that is gone (killed before it merged): not "another run is
     writing", but how to merge what it left, and nothing is touched."""
-    import subprocess
-
     parts = tmp_path / "old.duckdb.parts"
     parts.mkdir()
-    gone = subprocess.Popen([PY, "-c", "pass"])
-    gone.wait()
-    (parts / "launcher.pid").write_text(str(gone.pid))
+    (parts / "launcher.pid").write_text(str(gone_pid()))
     r = cli(["run", "-o", "old.duckdb", "--", PY, "-c", "pass"], tmp_path)
     assert r.returncode == 2, r.stderr
     one_line_error(r.stderr)
@@ -1492,20 +1489,10 @@ def test_merging_the_parts_of_a_run_still_going_is_refused(tmp_path, who):
     """`cuptiprof merge OUT.parts/*.duckdb` while the run's launcher, or one of its processes
     on this host, still writes there: one line saying so, no OUT, the parts left as they are."""
     import socket
-    import subprocess
 
-    from cuptiprof.store.writer import RunInfo, Writer
-
-    parts = tmp_path / "r.duckdb.parts"
-    parts.mkdir()
-    with Writer(parts / "h-11.duckdb", RunInfo(source="cpu"), pid=11) as w:
-        w.append({"processes": {"pid": [11]}})
-    if who == "launcher":
-        (parts / "launcher.pid").write_text(str(os.getpid()))   # alive: this test
-    else:
-        gone = subprocess.Popen([PY, "-c", "pass"])
-        gone.wait()
-        (parts / "launcher.pid").write_text(str(gone.pid))
+    # alive: this test (else a launcher that has ended)
+    parts = left_parts(tmp_path / "r.duckdb.parts", os.getpid() if who == "launcher" else None)
+    if who == "process":
         me = f"{socket.gethostname()}-{os.getpid()}"   # started, never ended, alive
         (parts / f"{me}.start.json").write_text(json.dumps({"pid": os.getpid(),
                                                             "host": socket.gethostname()}))

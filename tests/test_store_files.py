@@ -5,13 +5,12 @@ from __future__ import annotations
 import gzip
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from _run_helpers import gone_pid
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
 from cuptiprof.store import files
 from cuptiprof.store.schema import SCHEMA_VERSION
@@ -70,7 +69,7 @@ def test_require_duckdb_of_a_missing_file_with_parts_left_by_a_run(tmp_path):
     parts.mkdir()
     with pytest.raises(WriterBusy, match=r"recorded nothing .* remove .*o\.duckdb\.parts"):
         files.require_duckdb(out)
-    (parts / "launcher.pid").write_text(_gone_pid())   # its launcher gone: still nothing to merge
+    (parts / "launcher.pid").write_text(str(gone_pid()))   # its launcher gone: still nothing to merge
     with pytest.raises(WriterBusy, match="recorded nothing"):
         files.require_duckdb(out)
     (parts / "p1.duckdb").write_bytes(b"")
@@ -81,16 +80,11 @@ def test_require_duckdb_of_a_missing_file_with_parts_left_by_a_run(tmp_path):
         files.require_duckdb(out)
 
 
-def _gone_pid() -> str:
-    return subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
-
-
 def test_running_launcher_is_a_live_pid_only(tmp_path):
     assert files.running_launcher(tmp_path) is None          # no launcher.pid
     (tmp_path / "launcher.pid").write_text("not a pid")
     assert files.running_launcher(tmp_path) is None
-    for pid in (_gone_pid(), "-1", "0"):   # ended, or no process of its own (a damaged file)
+    for pid in (str(gone_pid()), "-1", "0"):   # ended, or no process of its own (a damaged file)
         (tmp_path / "launcher.pid").write_text(pid)
         assert files.running_launcher(tmp_path) is None, pid
     (tmp_path / "launcher.pid").write_text(f" {os.getpid()}\n")
