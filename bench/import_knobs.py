@@ -24,10 +24,11 @@ DEFAULT = ["hta/df_index_resolver/df_index_resolver.json.gz",
 
 RUN = r"""
 import os, sys, tempfile, time
-from cuptiprof.interop import importing, kineto
+from cuptiprof.interop import importing
+from cuptiprof.interop.kineto import file
 from cuptiprof.store import files, writer
 piece_mb, synced = int(sys.argv[2]), sys.argv[3] == "1"
-kineto.PIECE_BYTES = piece_mb << 20
+file.PIECE_BYTES = piece_mb << 20
 if synced:   # DuckDB's syncs at every commit, as a writer of a file in place has them
     importing.write_unsynced = writer.write_unsynced = files.write_unsynced = lambda con: None
 out = os.path.join(tempfile.mkdtemp(), "o.duckdb")

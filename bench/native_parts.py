@@ -28,7 +28,9 @@ from ingest import kernel_batches  # noqa: E402
 
 import cuptiprof.store.summary as S  # noqa: E402
 import cuptiprof.store.writer as W  # noqa: E402
-from cuptiprof.interop import kineto as K, pieces as P  # noqa: E402
+from cuptiprof.interop import pieces as P  # noqa: E402
+# iter_docs and the _decode it calls (replaced in decoding(): the pieces it decodes are kept)
+from cuptiprof.interop.kineto import text as K  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 TRACES = ["hta/df_index_resolver/df_index_resolver.json.gz",

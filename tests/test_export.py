@@ -1520,11 +1520,11 @@ def test_a_warm_up_beside_another_threads_step_keeps_each_launchs_step(tmp_path,
     range or not; what it launches after the warm-up ended, in a range begun inside it, takes
     the step open then (the range gives none). A round trip keeps each as recorded, looking up
     the step or warm-up each range began in once."""
-    from cuptiprof.interop import kineto
+    from cuptiprof.interop.kineto import finish
 
     monkeypatch.setenv("CUPTIPROF_NATIVE", native)
-    looked_up, steps_at = [], kineto.steps_at
-    monkeypatch.setattr(kineto, "steps_at", lambda times, *a, **k: looked_up.append(len(times))
+    looked_up, steps_at = [], finish.steps_at
+    monkeypatch.setattr(finish, "steps_at", lambda times, *a, **k: looked_up.append(len(times))
                         or steps_at(times, *a, **k))
     t = 1_700_000_000_000_000_000
     us = lambda x: t + x * 1000  # noqa: E731

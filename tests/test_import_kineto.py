@@ -304,8 +304,8 @@ def test_a_trace_of_many_pieces_counts_and_names_events_over_the_whole_file(tmp_
     """A trace read in many pieces: the complete events of an unknown category are counted
     over all of them (an instant of it is no such event), and a bad event is named by its
     place in the file, not in its piece."""
-    from cuptiprof.interop import kineto
-    monkeypatch.setattr(kineto, "PIECE_BYTES", 16 << 10)
+    from cuptiprof.interop.kineto import file
+    monkeypatch.setattr(file, "PIECE_BYTES", 16 << 10)
     monkeypatch.setattr("cuptiprof.interop.textsource.BLOCK", 16 << 10)
     ev = modern()["traceEvents"][:7]
     ev += [{"ph": "X", "cat": "mystery_cat", "name": f"x{i}", "pid": 10, "tid": 10, "ts": i,
@@ -1254,8 +1254,8 @@ def test_import_command_hands_on_no_progress_and_counts_log_records(monkeypatch,
 def test_invalid_json_is_placed_at_its_byte_of_the_file(tmp_path, monkeypatch, bare, lead):
     """Invalid JSON far into a trace read in many pieces (an object, or a bare array of
     events) is said to be near the byte of the file where it is."""
-    from cuptiprof.interop import kineto
-    monkeypatch.setattr(kineto, "PIECE_BYTES", 16 << 10)
+    from cuptiprof.interop.kineto import file
+    monkeypatch.setattr(file, "PIECE_BYTES", 16 << 10)
     monkeypatch.setattr("cuptiprof.interop.textsource.BLOCK", 16 << 10)
     ev = [{"ph": "X", "cat": "cpu_op", "name": f"aten::x{i}", "pid": 10, "tid": 10, "ts": i,
            "dur": 1} for i in range(2000)]
@@ -1285,8 +1285,8 @@ def test_a_wrongly_typed_event_of_a_later_piece_is_named_by_its_place_in_the_fil
                                                                                   monkeypatch):
     """An event whose args have the wrong type, far into a trace read in many pieces, is named
     by its place in the whole file (not in its piece)."""
-    from cuptiprof.interop import kineto
-    monkeypatch.setattr(kineto, "PIECE_BYTES", 16 << 10)
+    from cuptiprof.interop.kineto import file
+    monkeypatch.setattr(file, "PIECE_BYTES", 16 << 10)
     monkeypatch.setattr("cuptiprof.interop.textsource.BLOCK", 16 << 10)
     ev = modern()["traceEvents"][:7]
     ev += [{"ph": "X", "cat": "cpu_op", "name": f"aten::x{i}", "pid": 10, "tid": 10, "ts": i,
@@ -1304,8 +1304,8 @@ def test_a_timestamp_that_is_no_number_in_a_later_piece_is_named_by_its_place(tm
                                                                              monkeypatch):
     """A "ts" that is a string, far into a trace read in many pieces, is named by the event's
     place in the whole file."""
-    from cuptiprof.interop import kineto
-    monkeypatch.setattr(kineto, "PIECE_BYTES", 16 << 10)
+    from cuptiprof.interop.kineto import file
+    monkeypatch.setattr(file, "PIECE_BYTES", 16 << 10)
     monkeypatch.setattr("cuptiprof.interop.textsource.BLOCK", 16 << 10)
     ev = [{"ph": "X", "cat": "cpu_op", "name": f"aten::x{i}", "pid": 10, "tid": 10, "ts": i,
            "dur": 1} for i in range(2000)]

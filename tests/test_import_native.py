@@ -465,22 +465,24 @@ def test_crafted_trace_imports_identically(tmp_path, monkeypatch):
 def test_declined_pieces_fall_back_to_msgspec(tmp_path, monkeypatch):
     """A trace cut into many pieces, some of which the scanner declines: only those go to
     msgspec, and the import is the same."""
-    from cuptiprof.interop import kineto
+    from cuptiprof.interop.kineto import file, text
     ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1,
            "args": {"device": 0, "stream": 7, "correlation": i,
                     "grid": [1, 1] if i % 1000 == 999 else [1, 1, 1]}} for i in range(5000)]
     src = tmp_path / "t.json"
     src.write_bytes(json.dumps({"traceEvents": ev}).encode())
     seen = []
-    real = kineto._DECODER
-    monkeypatch.setattr(kineto, "PIECE_BYTES", 64 << 10)
+    real = text._DECODER
+    monkeypatch.setattr(file, "PIECE_BYTES", 64 << 10)
     monkeypatch.setattr("cuptiprof.interop.textsource.BLOCK", 50_000)
 
     class Counting:
         def decode(self, b):
             seen.append(len(b))
             return real.decode(b)
-    monkeypatch.setattr(kineto, "_DECODER", Counting())
+    counting = Counting()   # every piece msgspec decodes, and the top-level keys of the scanner's
+    monkeypatch.setattr(text, "_DECODER", counting)
+    monkeypatch.setattr(file, "_DECODER", counting)
     res = import_both([src], tmp_path / "o", monkeypatch, calls=seen)
     assert 0 < len(res["1calls"]) < len(res["0calls"])  # some pieces native, some not
     assert len(res["1"]["kernel_rows"]) == 5000
@@ -538,15 +540,15 @@ def test_import_in_parts_writes_the_same_rows(tmp_path, monkeypatch):
     their ids, parents, steps, op links, names, data quality and busy time per step."""
     if not SHARED.is_dir():
         pytest.skip("../shared/traces is not present")
-    from cuptiprof.interop import kineto
     from cuptiprof.interop.importing import import_traces
+    from cuptiprof.interop.kineto import finish
     # kernels launched outside every step: their count in data_quality adds up over parts
     src = [SHARED / "hta/negative_queue_length_values_check/rank0.json.gz"]
     trims = []
-    monkeypatch.setattr(kineto, "_release_freed_memory", lambda: trims.append(1))
+    monkeypatch.setattr(finish, "_release_freed_memory", lambda: trims.append(1))
     res = {}
     for rows in (1 << 30, 997):
-        monkeypatch.setattr(kineto, "APPEND_ROWS", rows)
+        monkeypatch.setattr(finish, "APPEND_ROWS", rows)
         trims.clear()
         out = tmp_path / str(rows) / "out.duckdb"
         out.parent.mkdir()

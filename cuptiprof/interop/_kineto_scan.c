@@ -6,10 +6,10 @@
  * ints:   kept x NI int64, row-major (columns: see the C_* constants, mirrored in pieces.py),
  *         in a Block (writable memory with the buffer protocol: numpy.frombuffer reads it)
  * floats: kept x 2 float64 (ts, dur; NaN where null or absent)
- * kept:   events that carry at least one field kineto.py reads (an event with none of them,
+ * kept:   events that carry at least one field the importer reads (an event with none of them,
  *         such as {}, can never change an import; its position is still counted), flow
  *         arrows left out (an event of a flow category, ac2g, async, async_cpu_to_gpu or
- *         fwdbwd, any case, whose ph is not "X": kineto.py reads nothing of them, and they
+ *         fwdbwd, any case, whose ph is not "X": the importer reads nothing of them, and they
  *         are a third of a modern trace's events)
  * events: every event of the array
  * meta:   (key, value_start, value_end) of the other top-level keys
@@ -403,7 +403,7 @@ static inline Py_ssize_t intern_memo(S *s, Interner *it, const char *u, Py_ssize
 
 #define DECLINE (-1)
 
-/* A flow category (kineto.FLOW, which a test holds this list to), compared as kineto.py
+/* A flow category (kineto.FLOW, which a test holds this list to), compared as the importer
  * does, lowercased. */
 static int flow_name(const char *k, Py_ssize_t n) {
     static const char *const names[] = {"ac2g", "async", "async_cpu_to_gpu", "fwdbwd"};
@@ -417,7 +417,7 @@ static int flow_name(const char *k, Py_ssize_t n) {
     return 0;
 }
 
-/* An event kineto.py reads nothing of: a flow category, and a ph other than "X" (whose
+/* An event the importer reads nothing of: a flow category, and a ph other than "X" (whose
  * events it counts, whatever their category). */
 static int is_flow(S *s, int64_t cat, int64_t ph) {
     if (cat < 0) return 0;
