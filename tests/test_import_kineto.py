@@ -1031,13 +1031,8 @@ def test_pieces_split_at_event_boundaries(tmp_path):
         events[-4]["args"]["correlation"] = events[-2]["args"]["correlation"] = i
         events[-2]["name"] = "k}, {weird"  # a separator-like string inside a value
     src = write(tmp_path / "big.json", trace(events))
-    old = kineto.PIECE_BYTES
-    kineto.PIECE_BYTES = 64 << 10
-    try:
-        docs = list(kineto.iter_docs([src.read_bytes()[i:i + 50_000]
-                                      for i in range(0, src.stat().st_size, 50_000)], 64 << 10))
-    finally:
-        kineto.PIECE_BYTES = old
+    docs = list(kineto.iter_docs([src.read_bytes()[i:i + 50_000]
+                                  for i in range(0, src.stat().st_size, 50_000)], 64 << 10))
     assert len(docs) > 3
     assert sum(len(d.traceEvents) for d in docs) == len(events)
 

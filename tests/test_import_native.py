@@ -383,7 +383,6 @@ def tables(path) -> dict:
 
 
 def import_both(paths, tmp_path, monkeypatch, calls=None):
-    from cuptiprof.interop import kineto
     from cuptiprof.interop.importing import import_traces
     res = {}
     for mode in ("1", "0"):

@@ -4,17 +4,17 @@ Every dialect from 2021 on: capitalised categories (`Kernel`, `Runtime`, `Operat
 modern ones (`kernel`, `cuda_runtime`, `cpu_op`, ...), string thread ids ("stream 7"), integer
 or fractional microsecond timestamps, `baseTimeNanoseconds`.
 
-How it stays fast and bounded: the uncompressed text is cut at event boundaries into pieces
-of ~16 MB, each read by the native scanner (`_kineto_scan.c`) straight into per-event columns,
-or, where it declines a piece (anything unusual) or is not built, decoded by msgspec into
-small typed Structs that are then turned into the same columns (pieces.py). Everything after
-that works on columns, category by category (no Python object per event). Rows are kept as
-compact columns until the file ends, because a launch is attributed to the innermost op open
+How it stays fast and bounded: the uncompressed text is cut at event boundaries into pieces of
+~2 MB (PIECE_BYTES), each read by the native scanner (`_kineto_scan.c`) straight into per-event
+columns, or, where it declines a piece (anything unusual) or is not built, decoded by msgspec
+into small typed Structs that are then turned into the same columns (pieces.py). Everything
+after that works on columns, category by category (no Python object per event). Rows are kept
+as compact columns until the file ends, because a launch is attributed to the innermost op open
 on its thread, and a GPU row to the step of the call that launched it, which needs the whole
 host timeline (a trace cuptiprof exported says each call's range and each GPU row's op by
-External id, `cuptiprofLinks`: those links are kept as they were, not found by time); then the file's rows go to the writer: in one append, or for a large trace
-APPEND_ROWS rows of each table per append, so that its Arrow and DuckDB copies exist for
-one part at a time.
+External id, `cuptiprofLinks`: those links are kept as they were, not found by time); then the
+file's rows go to the writer: in one append, or for a large trace APPEND_ROWS rows of each
+table per append, so that its Arrow and DuckDB copies exist for one part at a time.
 
     importer    import_kineto: the files of one import, each process written once whole
     file        KinetoFile: one trace file, its state and main loop (file.py lists its parts)
@@ -29,8 +29,7 @@ APPEND_ROWS, steps_at and _release_freed_memory in finish, _DECODER in text and 
 """
 from __future__ import annotations
 
-from cuptiprof.interop.kineto.categories import (CATEGORIES, FLOW, IGNORED, LOG_CATEGORY,
-                                                 RANGE_DOMAIN, RANGE_KIND)
+from cuptiprof.interop.kineto.categories import CATEGORIES, FLOW, IGNORED, LOG_CATEGORY
 from cuptiprof.interop.kineto.document import (Args, DevProp, DistInfo, Doc, Ev, NegativeIds,
                                                ProcEntry, ProcInfo, QualityEntry, QuietEntry,
                                                RunEntry)
@@ -48,5 +47,4 @@ from cuptiprof.interop.nesting import steps_at  # noqa: F401
 
 __all__ = ["import_kineto", "claim_pid", "FileSummary", "KinetoFile", "iter_docs",
            "PIECE_BYTES", "APPEND_ROWS", "CATEGORIES", "FLOW", "IGNORED", "LOG_CATEGORY",
-           "RANGE_KIND", "RANGE_DOMAIN", "Args", "DevProp", "DistInfo", "Doc", "Ev",
-           "NegativeIds", "ProcEntry", "ProcInfo", "QualityEntry", "QuietEntry", "RunEntry"]
+           "Args", "DevProp", "DistInfo", "Doc", "Ev", "NegativeIds", "ProcEntry", "ProcInfo", "QualityEntry", "QuietEntry", "RunEntry"]

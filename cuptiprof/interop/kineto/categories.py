@@ -24,9 +24,6 @@ LOG_CATEGORY = "cuptiprof_log"
 # the categories named where a trace of none of them is refused (modern spellings)
 _READ = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cuda_sync",
          "cpu_op", "user_annotation", "gpu_user_annotation", "python_function")
-RANGE_KIND = {"op": "op", "user": "user", "python": "user", "gpu_user": "user"}
-RANGE_DOMAIN = {"op": "cpu_op", "user": "user_annotation", "python": "python_function",
-                "gpu_user": "gpu_user_annotation"}
 _STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
 # CUPTI's memory kinds as Kineto words them ("Device Static": a __device__ variable's memory)
 _MEMKIND = {"pageable": "pageable", "pinned": "pinned", "device": "device", "array": "array",
