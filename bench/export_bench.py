@@ -18,7 +18,7 @@ import tempfile
 import time
 
 from cuptiprof.analyse.profile import open_profile
-from cuptiprof.interop import chrome
+from cuptiprof.interop.chrome import export as chrome_export   # the module that reads _gzip
 
 WRITERS = {"isal 0": ("isal", 0), "isal 1": ("isal", 1), "isal 2": ("isal", 2),
            "isal 3": ("isal", 3), "zlib 6": ("zlib", 6), "zlib 9": ("zlib", 9)}
@@ -42,9 +42,10 @@ def main() -> int:
             for name, (lib, level) in WRITERS.items():
                 if lib == "isal" and igzip is None:
                     continue
-                chrome._gzip, chrome._GZIP_LEVEL = (igzip if lib == "isal" else gzip), level
+                chrome_export._gzip = igzip if lib == "isal" else gzip
+                chrome_export._GZIP_LEVEL = level
                 t = time.perf_counter()
-                chrome.export_chrome(prof, out, force=True)
+                chrome_export.export_chrome(prof, out, force=True)
                 times[name].append(time.perf_counter() - t)
                 sizes[name] = os.path.getsize(out)
     print(f"# {args.file}, steps {args.steps or 'all'}, {args.rounds} rounds, "

@@ -449,9 +449,9 @@ def test_plain_json_and_two_processes_pids(tmp_path_factory, tmp_path):
 
 
 def test_zlib_when_isal_is_missing(odd, odd_trace, tmp_path, monkeypatch):
-    import cuptiprof.interop.chrome as chrome
-    monkeypatch.setattr(chrome, "_gzip", gzip)
-    monkeypatch.setattr(chrome, "_GZIP_LEVEL", 6)
+    import cuptiprof.interop.chrome.export as chrome_export   # the module that reads them
+    monkeypatch.setattr(chrome_export, "_gzip", gzip)
+    monkeypatch.setattr(chrome_export, "_GZIP_LEVEL", 6)
     out = tmp_path / "zlib.json.gz"
     with cuptiprof.open(odd) as prof:
         export_chrome(prof, out)
@@ -465,9 +465,9 @@ def test_zlib_when_isal_is_missing(odd, odd_trace, tmp_path, monkeypatch):
 def test_gzip_header_names_the_output_not_the_temporary_file(odd, tmp_path, monkeypatch, lib):
     """The name in a .gz header is what `gunzip -N` restores and `file` shows: the trace's own
     name, not the hidden name it was written under before the rename."""
-    import cuptiprof.interop.chrome as chrome
+    import cuptiprof.interop.chrome.export as chrome_export   # the module that reads it
     if lib == "zlib":
-        monkeypatch.setattr(chrome, "_gzip", gzip)
+        monkeypatch.setattr(chrome_export, "_gzip", gzip)
     out = tmp_path / "run.json.gz"
     with cuptiprof.open(odd) as prof:
         export_chrome(prof, out)

@@ -38,7 +38,7 @@ from cuptiprof.interop.kineto.finish import APPEND_ROWS, FileSummary
 from cuptiprof.interop.kineto.importer import import_kineto
 from cuptiprof.interop.kineto.text import PIECE_BYTES, iter_docs
 
-# private names that chrome.py, the tests and bench scripts import from here
+# private names that the chrome package, the tests and bench scripts import from here
 from cuptiprof.interop.kineto.categories import _tid_number  # noqa: F401
 from cuptiprof.interop.kineto.document import _DECODER  # noqa: F401
 from cuptiprof.interop.kineto.processes import _said_processes  # noqa: F401

@@ -83,7 +83,7 @@ class DevProp(msgspec.Struct):
     major: Union[int, None] = None
     minor: Union[int, None] = None
     multiProcessorCount: Union[int, None] = None
-    # written by cuptiprof's own Chrome export, so that a round trip keeps them (chrome.py's
+    # written by cuptiprof's own Chrome export, so that a round trip keeps them (chrome/head.py's
     # DEVICE_KEYS)
     peakMemoryBandwidthGBps: Union[float, None] = None
     uuid: Union[str, None] = None
