@@ -449,12 +449,19 @@ def test_plain_json_and_two_processes_pids(tmp_path_factory, tmp_path):
 
 
 def test_zlib_when_isal_is_missing(odd, odd_trace, tmp_path, monkeypatch):
+    import types
     import cuptiprof.interop.chrome.export as chrome_export   # the module that reads them
-    monkeypatch.setattr(chrome_export, "_gzip", gzip)
+    levels = []
+
+    def zlib_file(*a, **k):   # the standard library's writer, seen to be the one used
+        levels.append(k.get("compresslevel"))
+        return gzip.GzipFile(*a, **k)
+    monkeypatch.setattr(chrome_export, "_gzip", types.SimpleNamespace(GzipFile=zlib_file))
     monkeypatch.setattr(chrome_export, "_GZIP_LEVEL", 6)
     out = tmp_path / "zlib.json.gz"
     with cuptiprof.open(odd) as prof:
         export_chrome(prof, out)
+    assert levels == [6]
     a, b = load_trace(out), load_trace(odd_trace[0])
     key = lambda e: json.dumps(e, sort_keys=True)  # noqa: E731 - events in any order
     assert sorted(a.pop("traceEvents"), key=key) == sorted(b.pop("traceEvents"), key=key)

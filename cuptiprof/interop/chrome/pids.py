@@ -15,7 +15,7 @@ class _Pids:
     devices 0 stay apart."""
 
     GPU_APART = 1_000_000
-    flow_stride = 1 << 32   # see _fid; export_chrome sets it above the export's ids
+    flow_stride = 1 << 32   # flow ids: see scope.py; export_chrome sets it above the export's ids
 
     def __init__(self, procs: list[tuple], devices=()):
         self.single = len(procs) <= 1
