@@ -13,7 +13,7 @@ import sys
 
 from cuptiprof._version import __version__
 from cuptiprof.errors import CuptiprofError, damage_said, storage_error
-from cuptiprof.outputs import say, silence
+from cuptiprof.outputs import closed_std_streams, say, silence
 
 # Order shown in --help.
 COMMANDS = ("run", "report", "sql", "schema", "import", "export", "merge", "compare", "diff",
@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         before = argv[:argv.index(name)] if name in argv else argv
         command = parser if any(a in before for a in extra) else args._commands.get(name, parser)
         command.error(f"unrecognized arguments: {' '.join(extra)}")
+    closed_std_streams()   # (after parsing: --help to a closed stdout goes to stderr)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         say("cuptiprof: error: no command given; name one of those above, e.g. "

@@ -5,12 +5,13 @@ end, so that a crash or Ctrl-C leaves no partial output.
 """
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cuptiprof.errors import CuptiprofError, InputError
+from cuptiprof.errors import CuptiprofError, InputError, UsageError
 
 
 def temp_beside(out: Path) -> Path:
@@ -97,3 +98,33 @@ def say(line: str, stream=None) -> None:
         print(line, file=stream, flush=True)
     except BrokenPipeError:
         silence(stream)
+
+
+class _ClosedStdout(io.TextIOBase):
+    """sys.stdout of a command started with its stdout closed (`>&-`), where Python leaves
+    None: the first line of a report, a query's rows or the schema failed with an
+    AttributeError traceback. A write says what is wrong, in one line."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise UsageError("standard output is closed, so the output has nowhere to go; "
+                         "redirect it to a file, or to /dev/null to discard it")
+
+
+def closed_std_streams() -> None:
+    """stdout or stderr closed when the command started (`>&-`, `2>&-`, a job started without
+    them): a closed descriptor gets /dev/null, so that no file the command opens (a DuckDB
+    file being written) takes its number and a write meant for stdout or stderr (a C
+    library's warning) lands in it; the command's children still find it closed. What goes
+    to stderr is dropped (one that read sys.stderr.isatty() failed with a traceback, and
+    messages went to stdout); a write to stdout is refused by _ClosedStdout."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd, inheritable=False)
+            os.close(null)
+        setattr(sys, name, _ClosedStdout() if fd == 1 else open(os.devnull, "w"))

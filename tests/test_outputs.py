@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +151,35 @@ def test_a_line_to_a_reader_gone_is_dropped_and_later_lines_too(tmp_path):
         print("at exit", file=stream, flush=True)   # Python's own flush at exit must not fail
     finally:
         stream.close()
+
+
+def _started_without(fd: int, args, cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI started with descriptor `fd` (1: stdout, 2: stderr) closed, as `>&-` does."""
+    from _run_helpers import env
+    return subprocess.run([sys.executable, "-m", "cuptiprof", *map(str, args)], cwd=cwd, env=env(),
+                          capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: os.close(fd))
+
+
+def test_a_closed_stdout_is_one_line_and_an_output_file_is_still_written(run_file, tmp_path):
+    """`cuptiprof report f >&-`: Python leaves sys.stdout None, and the first line printed
+    failed with an AttributeError traceback."""
+    for args in (["schema"], ["report", run_file], ["sql", run_file, "SELECT 1"]):
+        r = _started_without(1, args, tmp_path)
+        assert (r.returncode, r.stderr) == (2, "cuptiprof: error: standard output is closed, so the "
+                                            "output has nowhere to go; redirect it to a file, or to "
+                                            "/dev/null to discard it\n"), args
+    r = _started_without(1, ["report", run_file, "--html", tmp_path / "r.html"], tmp_path)
+    assert r.returncode == 0 and (tmp_path / "r.html").is_file(), r.stderr
+
+
+def test_a_closed_stderr_drops_the_messages_not_the_work(tmp_path):
+    """`2>&-`: import read sys.stderr.isatty() and failed (exit 1, its traceback unseen), and
+    error lines went to stdout, into what a --format csv > out.csv was writing."""
+    from cuptiprof.synthetic import write_synthetic
+    run = write_synthetic(tmp_path / "run.duckdb", steps=2, kernels_per_step=3)
+    assert main(["export", str(run), "--chrome", str(tmp_path / "t.json")]) == 0   # to import
+    r = _started_without(2, ["import", tmp_path / "t.json", "-o", tmp_path / "i.duckdb"], tmp_path)
+    assert r.returncode == 0 and (tmp_path / "i.duckdb").is_file() and r.stdout == ""
+    r = _started_without(2, ["report", tmp_path / "missing.duckdb"], tmp_path)
+    assert (r.returncode, r.stdout) == (2, "")
