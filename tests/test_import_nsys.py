@@ -372,6 +372,16 @@ def test_unknown_file_and_mixed_inputs(tmp_path):
         f"cuptiprof: error: {d}: a DuckDB file, not a trace; a cuptiprof file needs no import: "
         f"read it as it is (cuptiprof report {d}), or combine files with cuptiprof merge")
     assert not (tmp_path / "o.duckdb").exists()
+    # another program's DuckDB file: `cuptiprof report` would refuse it, so the line does not
+    # send the user there
+    other = tmp_path / "other.duckdb"
+    duckdb.connect(str(other)).execute("CREATE TABLE t (a INT)").close()
+    r = run_cli("import", other, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"cuptiprof: error: {other}: a DuckDB file, but neither a trace nor a cuptiprof file; "
+        "import reads torch.profiler traces (.json/.json.gz) and Nsight Systems SQLite exports "
+        "(nsys export --type sqlite)")
+    assert not (tmp_path / "o.duckdb").exists()
 
 
 def test_a_process_without_gpu_work_is_a_process_of_the_file(tmp_path):

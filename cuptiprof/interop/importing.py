@@ -61,6 +61,10 @@ def trace_kind(path: Path) -> str:
     if looks_like_json(path, head):
         return "kineto"
     if head[8:12] == b"DUCK":   # a cuptiprof file given to import, alone or beside traces
+        if not _cuptiprof_file(path):   # another program's: `cuptiprof report` refuses it too
+            raise InputError(f"{path}: a DuckDB file, but neither a trace nor a cuptiprof file; "
+                             "import reads torch.profiler traces (.json/.json.gz) and Nsight "
+                             "Systems SQLite exports (nsys export --type sqlite)")
         raise InputError(f"{path}: a DuckDB file, not a trace; a cuptiprof file needs no import: "
                          f"read it as it is (cuptiprof report {path}), or combine files with "
                          "cuptiprof merge")
@@ -69,6 +73,20 @@ def trace_kind(path: Path) -> str:
                          "(.json/.json.gz) or an Nsight Systems SQLite export")
     raise InputError(f"{path}: not a torch.profiler trace (.json/.json.gz) nor an Nsight Systems "
                      "SQLite export (nsys export --type sqlite)")
+
+
+def _cuptiprof_file(path: Path) -> bool:
+    """Whether a DuckDB file has cuptiprof's meta table, as schema_version asks (one DuckDB
+    cannot open is taken for one: `cuptiprof report` on it says what is wrong)."""
+    import duckdb
+    try:
+        with duckdb.connect(str(path), read_only=True) as con:
+            con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+    except (duckdb.CatalogException, duckdb.BinderException):   # no meta table, or not ours
+        return False
+    except duckdb.Error:
+        return True
+    return True
 
 
 def _progress(paths: list[Path], show: bool | None):
