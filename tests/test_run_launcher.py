@@ -545,6 +545,18 @@ def test_bad_input_one_line(tmp_path, args, words):
     assert not any(p.suffix == ".duckdb" or p.name.endswith(".parts") for p in tmp_path.iterdir())
 
 
+def test_an_output_that_is_a_file_the_command_names(tmp_path):
+    """`-o infer.py` for `-o infer.duckdb`: with --force the run's file replaced the script it
+    ran, and without it the line said to pass --force."""
+    p = script(tmp_path, "pass\n", name="infer.py")
+    for force in ([], ["--force"]):
+        r = cli(["run", "-o", "infer.py", *force, "--", PY, p], tmp_path)
+        assert r.returncode == 2, r.stderr
+        one_line_error(r.stderr)
+        assert "error: infer.py: is also an input; write to another path" in r.stderr
+    assert p.read_text() == "pass\n" and os.listdir(tmp_path) == ["infer.py"]
+
+
 def test_unwritable_output_dir(tmp_path):
     if os.geteuid() == 0:
         pytest.skip("root can write anywhere")

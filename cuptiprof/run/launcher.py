@@ -178,14 +178,16 @@ def warn_knobs() -> None:
             print(f"cuptiprof: warning: {msg}", file=sys.stderr)
 
 
-def output_path(requested: str | None, force: bool = False) -> Path:
+def output_path(requested: str | None, force: bool = False, inputs=()) -> Path:
+    """inputs: the files the command names (its script, a weights file): -o may not replace
+    one, --force or not (`-o infer.py --force -- python infer.py` replaced the script)."""
     if requested is not None and not requested.strip():
         # -o "$OUT" with OUT unset: not a request for the default name
         raise InputError(f"-o {requested!r}: the output path is empty; give a file name, or leave "
                          "-o out for a new default name")
     if requested:
         # only checked here: with force the old file stays until the run's output replaces it
-        return check_output(requested, force=force)
+        return check_output(requested, inputs=inputs, force=force)
     if not os.access(".", os.W_OK):
         raise InputError("the current directory is not writable; give an output file with -o")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -301,7 +303,7 @@ def _cannot_run(cmd: list[str], exc: OSError) -> InputError:
 
 def launch(cmd: list[str], o: LaunchOptions) -> LaunchResult:
     validate(cmd, o)
-    out = output_path(o.output, o.force)
+    out = output_path(o.output, o.force, [a for a in cmd if os.path.isfile(a)])
     # From here until the command has ended, SIGTERM and the like are passed on to it: one that
     # came while it was being started would otherwise kill the launcher alone, leaving the
     # command running unprofiled and OUT.parts unmerged.
