@@ -1262,6 +1262,20 @@ def test_a_command_whose_interpreter_is_missing_is_one_line_and_leaves_nothing(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tool"]
 
 
+def test_an_executable_script_without_its_interpreter_line_is_one_line_that_says_how(tmp_path):
+    """An executable file the system cannot start (a script without #!): the line said only
+    "cannot run (Exec format error)"."""
+    p = script(tmp_path, "print('hi')\n", name="app.py")
+    p.chmod(0o755)
+    r = cli(["run", "-o", "x.duckdb", "--", "./app.py"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert ("./app.py: cannot run (Exec format error): a script without a #! line, or a program "
+            "for another system; give its interpreter (cuptiprof run -- python ./app.py) or begin "
+            "the script with a #! line") in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py"]
+
+
 def test_a_process_that_ended_early_is_named_under_the_report(tmp_path):
     p = script(tmp_path, """
         import os, cuptiprof

@@ -298,6 +298,11 @@ def _cannot_run(cmd: list[str], exc: OSError) -> InputError:
         if interp and not os.path.exists(interp[0]):
             return InputError(f"{cmd[0]}: cannot run: its #! interpreter "
                               f"{os.fsdecode(interp[0])} does not exist")
+    if exc.errno == errno.ENOEXEC:   # an executable text file without a #! line, as a rule
+        how = f"python {cmd[0]}" if cmd[0].endswith(".py") else f"INTERPRETER {cmd[0]}"
+        return InputError(f"{cmd[0]}: cannot run ({exc.strerror}): a script without a #! line, or "
+                          f"a program for another system; give its interpreter (cuptiprof run -- "
+                          f"{how}) or begin the script with a #! line")
     return InputError(f"{cmd[0]}: cannot run ({exc.strerror})")
 
 
