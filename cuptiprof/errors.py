@@ -84,7 +84,8 @@ def storage_error(exc: Exception, path: str | None = None) -> str:
     if "No space left" in msg or "File too large" in msg or "Disk quota" in msg:
         return f"{where}cannot write: the disk is full (or a file-size limit was reached)"
     if damage_said(msg):
-        return f"{where}the file is damaged ({msg[:200]}); it cannot be read in full"
+        return (f"{where}the file is damaged ({msg[:200]}); it cannot be read in full: record or "
+                "import it again")
     return msg[:300]
 
 

@@ -910,7 +910,7 @@ def test_a_reader_that_went_away_is_no_error(run_file, args):
     (RuntimeError("Query interrupted"), 130, "cuptiprof: interrupted"),
     (duckdb.IOException("Corrupt database file: block checksum mismatch"), 2,
      "cuptiprof: error: the file is damaged (Corrupt database file: block checksum mismatch); it "
-     "cannot be read in full"),
+     "cannot be read in full: record or import it again"),   # what to do, as on opening it
     (duckdb.IOException("Could not write file: No space left on device"), 1,
      "cuptiprof: error: cannot write: the disk is full (or a file-size limit was reached)"),
     # the file DuckDB names is the one the line names
