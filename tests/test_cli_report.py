@@ -660,7 +660,8 @@ def bad_files(tmp_path_factory, run_file):
 
 EXPECT = {  # a word the one line must contain
     "missing": "no such file", "not_duckdb": "not a DuckDB file", "empty": "not a DuckDB file",
-    "truncated": "", "corrupt": "", "foreign": "not a cuptiprof file", "newer": "newer cuptiprof",
+    "truncated": "", "corrupt": "", "foreign": "not a cuptiprof file (no schema version); give one that cuptiprof run, import or merge "
+    "wrote", "newer": "newer cuptiprof",
 }
 
 

@@ -165,7 +165,8 @@ def schema_version(con, path: Path, db: str | None = None) -> int:
         raise StoreError(f"{path}: truncated or corrupt ({str(exc).splitlines()[0][:160]}); "
                          "record or import it again") from None
     if not row or not str(row[0]).isdigit():
-        raise StoreError(f"{path}: a DuckDB file, but not a cuptiprof file (no schema version)")
+        raise StoreError(f"{path}: a DuckDB file, but not a cuptiprof file (no schema version); "
+                         "give one that cuptiprof run, import or merge wrote")
     return int(row[0])
 
 
