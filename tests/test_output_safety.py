@@ -456,8 +456,9 @@ def test_an_output_named_dash_is_refused_not_written_as_a_file_named_dash(tmp_pa
     before = sorted(os.listdir(tmp_path))
     r = cli(args, tmp_path)
     assert r.returncode == 2 and r.stdout == "", r.stderr[-2000:]
-    assert r.stderr.splitlines() == [f"cuptiprof: error: {option} -: cuptiprof writes a file, not "
-                                     "stdout; give a file name (./- for a file named -)"]
+    what = "directory" if option == "--parquet" else "file"   # --parquet writes a directory
+    assert r.stderr.splitlines() == [f"cuptiprof: error: {option} -: cuptiprof writes a {what}, "
+                                     f"not stdout; give a {what} name (./- for a {what} named -)"]
     assert sorted(os.listdir(tmp_path)) == before
 
 

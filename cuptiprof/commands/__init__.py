@@ -56,13 +56,14 @@ def named_output(path: str) -> str:
     return output_name(path, "-o")
 
 
-def output_name(path: str, option: str, *, utf8: bool = True) -> str:
-    """An output path given to `option`. `-` reads as stdout, which cuptiprof never writes a
-    file to: refused, not written as a file named -. One that DuckDB writes (utf8: a .duckdb
-    file, Parquet datasets) must have a UTF-8 name: DuckDB takes no other (std::bad_cast)."""
+def output_name(path: str, option: str, *, utf8: bool = True, what: str = "file") -> str:
+    """An output path given to `option`, a `what` (file, or directory for --parquet). `-` reads
+    as stdout, which cuptiprof never writes to: refused, not written as a file named -. One that
+    DuckDB writes (utf8: a .duckdb file, Parquet datasets) must have a UTF-8 name: DuckDB takes
+    no other (std::bad_cast)."""
     if path == "-":
-        raise UsageError(f"{option} -: cuptiprof writes a file, not stdout; give a file name "
-                         "(./- for a file named -)")
+        raise UsageError(f"{option} -: cuptiprof writes a {what}, not stdout; give a {what} name "
+                         f"(./- for a {what} named -)")
     if utf8 and not _utf8(path):
         raise UsageError(f"{option} {_shown(path)}: the output path is not UTF-8, which DuckDB "
                          "cannot write; give a UTF-8 name")

@@ -39,7 +39,7 @@ def run(args) -> int:
     if args.chrome:   # written by Python, which takes any name
         output_name(args.chrome, "--chrome", utf8=False)
     if args.parquet:   # written by DuckDB
-        output_name(args.parquet, "--parquet")
+        output_name(args.parquet, "--parquet", what="directory")
     if args.chrome and args.parquet and Path(args.chrome).resolve() == Path(args.parquet).resolve():
         raise UsageError(f"export: --chrome and --parquet name the same path ({args.chrome}); "
                          "give each its own")
