@@ -926,3 +926,12 @@ def test_a_gzipped_export_says_to_decompress_it(tmp_path):
     assert str(gz) in r.stderr and "gzipped SQLite" in r.stderr and "gunzip" in r.stderr
     assert "JSON" not in r.stderr
     assert not (tmp_path / "o.duckdb").exists()
+    # the command the line gives works: gunzip -k takes a name ending in .gz only
+    assert f"(gunzip -k {gz})" in r.stderr
+    named = tmp_path / "plain.sqlite"
+    named.write_bytes(gz.read_bytes())
+    r = run_cli("import", named, "-o", tmp_path / "o.duckdb")
+    out = tmp_path / "plain-unzipped.sqlite"
+    assert f"(gunzip -c {named} > {out})" in r.stderr, r.stderr
+    subprocess.run(f"gunzip -c {named} > {out}", shell=True, check=True)
+    assert out.read_bytes() == src.read_bytes()

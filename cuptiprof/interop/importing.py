@@ -55,9 +55,12 @@ def trace_kind(path: Path) -> str:
         raise InputError(f"{path}: a tar archive, not a trace; extract it (tar xf {path}) and "
                          "import the trace files inside")
     if head[:2] == b"\x1f\x8b" and block.startswith(SQLITE_MAGIC):
+        # gunzip -k takes a name ending in .gz only ("unknown suffix -- ignored")
+        how = f"gunzip -k {path}" if path.name.endswith(".gz") else \
+            f"gunzip -c {path} > {path.with_name(path.stem + '-unzipped.sqlite')}"
         raise InputError(f"{path}: a gzipped SQLite file (an Nsight Systems export?), which is "
-                         f"imported uncompressed; decompress it (gunzip -k {path}) and import "
-                         "the .sqlite file")
+                         f"imported uncompressed; decompress it ({how}) and import the .sqlite "
+                         "file")
     if looks_like_json(path, head):
         return "kineto"
     if head[8:12] == b"DUCK":   # a cuptiprof file given to import, alone or beside traces
