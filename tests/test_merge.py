@@ -189,6 +189,22 @@ def test_merge_cli_bad_input(tmp_path, case):
         assert "given twice" in r.stderr and args[1] in r.stderr
 
 
+def test_the_folder_of_a_runs_parts_given_for_a_file_says_how_to_merge_it(tmp_path):
+    """`merge r.duckdb.parts -o r.duckdb` (or report of it): the line said only "is a
+    directory"; it gives the merge of its part files, which works."""
+    left_parts(tmp_path / "r.duckdb.parts")
+    for args in (["merge", "r.duckdb.parts", "-o", "r.duckdb"], ["report", "r.duckdb.parts"]):
+        r = cli(args, tmp_path)
+        assert r.returncode == 2, r.stderr
+        one_line_error(r.stderr)
+        assert r.stderr == ("cuptiprof: error: r.duckdb.parts: the folder of a cuptiprof run's "
+                            "part files, not a file; merge them into one: cuptiprof merge "
+                            "r.duckdb.parts/*.duckdb -o r.duckdb\n")
+    assert not (tmp_path / "r.duckdb").exists()
+    r = cli(["merge", "r.duckdb.parts/h-11.duckdb", "-o", "r.duckdb"], tmp_path)
+    assert r.returncode == 0 and (tmp_path / "r.duckdb").is_file(), r.stderr
+
+
 def test_merge_through_main_refuses_one_path_string_given_twice(tmp_path, capsys):
     """main(["merge", str(a), str(a), ...]) hands over one string object twice (a Path keeps its
     str): the input was merged with itself, every row counted twice."""

@@ -111,6 +111,12 @@ def require_duckdb(path: Path) -> None:
                                  f"({parts} holds no part file); remove {parts} and run again")
             raise WriterBusy(f"{path}: the run writing it did not finish; its records are in "
                              f"{parts}: cuptiprof merge {parts}/*.duckdb -o {path}")
+    if path.is_dir() and path.name.endswith(".parts"):   # `report OUT.duckdb.parts`
+        from cuptiprof.run.launcher import is_run_parts, recover_command   # (this path only)
+        if is_run_parts(path) and any(path.glob("*.duckdb")):
+            out = path.with_name(path.name[:-len(".parts")])
+            raise InputError(f"{path}: the folder of a cuptiprof run's part files, not a file; "
+                             f"merge them into one: {recover_command(path, out)}")
     head = read_head(path)
     if len(head) < 12 or head[8:12] != b"DUCK":
         # a trace handed to report/compare/...: say how to read it
