@@ -128,9 +128,11 @@ def test_check_core_tables_names_up_to_three_missing_and_counts_the_rest(tmp_pat
 
 @pytest.mark.parametrize("msg, writing, want", [
     ('IO Error: Could not set lock on file "f.duckdb": Conflicting lock is held in python (PID 4242)',
-     True, r"another process \(pid 4242\) is writing this file; wait for it to finish before writing it"),
+     True, r"another process \(pid 4242\) is writing this file; wait for it to finish before writing it"
+     r", or write to another path$"),
+    # a reader (report, sql) is not told to write elsewhere
     ('IO Error: Could not set lock on file "f.duckdb": Resource temporarily unavailable', False,
-     r"another process is writing this file; wait for it to finish before opening it"),
+     r"another process is writing this file; wait for it to finish before opening it$"),
     ('Connection Error: Can\'t open a connection to same database file with a different configuration',
      True, r"already open in this process .* before profiling into it"),
     ("IO Error: The file \"f.duckdb\" exists, but it is not a valid DuckDB database file!", False,

@@ -230,10 +230,11 @@ def connect_error(path: Path, exc: Exception, *, writing: bool,
         pid = ""
         if "(PID " in msg:
             pid = " (pid " + msg.split("(PID ", 1)[1].split(")", 1)[0] + ")"
-        what = "writing" if writing else "opening"
+        # a reader has no other path to write to
+        what = "writing it, or write to another path" if writing else "opening it"
         return WriterBusy(
             f"{path}: another process{pid} is writing this file; wait for it to finish "
-            f"before {what} it, or write to another path"
+            f"before {what}"
         )
     # DuckDB opens a file once per process: a second connection with other settings (read-only
     # beside read-write) or an ATTACH of it is refused with a message that names the
