@@ -80,7 +80,29 @@ def check_output(out: str | os.PathLike, *, inputs: Iterable = (), force: bool =
         why = replaceable(out)
         if why:
             raise InputError(f"{out}: {why}")
+    if taken and not directory:
+        _not_being_written(out)
     return out
+
+
+def _not_being_written(out: Path) -> None:
+    """Refuse to replace a DuckDB file another process is writing (a profile() in a notebook):
+    it would go on writing into a file no longer there, and lose all it records, as
+    Writer(mode="overwrite") refuses it."""
+    try:
+        with open(out, "rb") as fh:
+            if fh.read(12)[8:12] != b"DUCK":
+                return
+    except OSError:
+        return
+    import duckdb
+
+    from cuptiprof.store.files import connect_error
+    try:
+        duckdb.connect(str(out), read_only=True).close()
+    except duckdb.Error as exc:   # held (its lock), or anything else: replaceable
+        if "lock" in str(exc).lower():
+            raise connect_error(out, exc, writing=True) from None
 
 
 def silence(stream) -> None:

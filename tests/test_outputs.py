@@ -183,3 +183,27 @@ def test_a_closed_stderr_drops_the_messages_not_the_work(tmp_path):
     assert r.returncode == 0 and (tmp_path / "i.duckdb").is_file() and r.stdout == ""
     r = _started_without(2, ["report", tmp_path / "missing.duckdb"], tmp_path)
     assert (r.returncode, r.stdout) == (2, "")
+
+
+def test_force_does_not_replace_a_file_another_process_is_writing(run_file, tmp_path, capsys):
+    """A profile() writing x.duckdb in a notebook, and `import ... -o x.duckdb --force` in a
+    terminal: the file was replaced under the writer, which went on writing into a file no
+    longer there (all it recorded lost), as Writer(mode="overwrite") refuses."""
+    import shutil
+    out = tmp_path / "x.duckdb"
+    shutil.copyfile(run_file, out)
+    held = subprocess.Popen([sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
+                             "print('held', flush=True); sys.stdin.read()", str(out)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert held.stdout.readline() == "held\n"
+        before = out.read_bytes()
+        for argv in (["merge", run_file, "-o", out, "--force"],
+                     ["export", run_file, "--chrome", out, "--force"],
+                     ["run", "-o", out, "--force", "--", sys.executable, "-c", "pass"]):
+            assert refused(argv, capsys) == (f"{out}: another process (pid {held.pid}) is writing "
+                                             "this file; wait for it to finish before writing it, "
+                                             "or write to another path"), argv
+        assert out.read_bytes() == before and listing(tmp_path) == ["x.duckdb"]
+    finally:
+        held.communicate("")
