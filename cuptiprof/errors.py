@@ -71,6 +71,13 @@ def file_path(name: str, v) -> Path:
         raise UsageError(f"{name} must be a file's path (a str or os.PathLike), not {v!r}") from None
 
 
+def shell_word(path) -> str:
+    """A path as one shell word in a command a message gives to run: one with a space or a
+    quote, pasted as it was written, ran as several words."""
+    import shlex
+    return shlex.quote(os.fspath(path))
+
+
 def damage_said(msg: str) -> bool:
     """A DuckDB error that says the file it read is damaged or cut off."""
     return "orrupt" in msg or "checksum" in msg or "Could not read enough bytes" in msg

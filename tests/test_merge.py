@@ -205,6 +205,23 @@ def test_the_folder_of_a_runs_parts_given_for_a_file_says_how_to_merge_it(tmp_pa
     assert r.returncode == 0 and (tmp_path / "r.duckdb").is_file(), r.stderr
 
 
+def test_the_commands_a_line_gives_work_pasted_for_paths_with_spaces(tmp_path):
+    """`my run.duckdb` left as parts: the merge the line gave ran as several words."""
+    left_parts(tmp_path / "my run.duckdb.parts")
+    r = cli(["report", "my run.duckdb"], tmp_path)
+    one_line_error(r.stderr)
+    merge = r.stderr.rstrip().rsplit(": ", 1)[1]
+    assert merge == "cuptiprof merge 'my run.duckdb.parts'/*.duckdb -o 'my run.duckdb'", r.stderr
+    pasted = subprocess.run(merge.replace("cuptiprof", f"{sys.executable} -m cuptiprof", 1),
+                            shell=True, cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert pasted.returncode == 0 and (tmp_path / "my run.duckdb").is_file(), pasted.stderr
+    # a trace given for a cuptiprof file: the import the line gives
+    (tmp_path / "a trace.json").write_text('{"traceEvents": []}')
+    r = cli(["report", "a trace.json"], tmp_path)
+    assert "import it first: cuptiprof import 'a trace.json' -o OUT.duckdb" in r.stderr, r.stderr
+
+
 def test_merge_through_main_refuses_one_path_string_given_twice(tmp_path, capsys):
     """main(["merge", str(a), str(a), ...]) hands over one string object twice (a Path keeps its
     str): the input was merged with itself, every row counted twice."""

@@ -23,7 +23,7 @@ import pyarrow as pa
 from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY, families
 from cuptiprof.analyse.profile import has_stored_busy, stepless_processes
-from cuptiprof.errors import InputError, SchemaVersionError, UsageError
+from cuptiprof.errors import InputError, SchemaVersionError, UsageError, shell_word
 from cuptiprof.store import arrow
 from cuptiprof.store.files import (check_core_tables, check_schema_version, connect_error,
                                    first_row, require_duckdb, schema_version)
@@ -523,7 +523,8 @@ class Comparison:
                 pct = f"{100 * share:.0f}" if share >= 1 or round(100 * share) < 100 else "99+"
                 out.append(f"note: {r.letter} ({r.path.name}): {pct}% of its {what} ({n:,} of "
                            f"{of:,} activities) ran outside every step and is not compared (files are "
-                           f"compared step by step); `cuptiprof report {r.path} --by quality` shows it")
+                           f"compared step by step); `cuptiprof report {shell_word(r.path)} --by "
+                           "quality` shows it")
         out += self._unmatched_work()
         out += self._beyond_peak()
         hint = self._key_hint()

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import duckdb
 
-from cuptiprof.errors import UsageError, file_path, whole_number
+from cuptiprof.errors import UsageError, file_path, shell_word, whole_number
 from cuptiprof.store.files import (check_core_tables, check_schema_version, connect_error,
                                    first_row, require_duckdb, schema_version)
 from cuptiprof.analyse import catalog
@@ -242,8 +242,8 @@ class Profile:
                 raise UsageError(f"{self.path}: has no recorded steps{why}, so {label} selects "
                                  f"nothing; {leave} to read every row")
             if not found:
-                see = (f"`cuptiprof report {self.path} --by step` lists them" if self._option
-                       else f"cuptiprof.open({str(self.path)!r}).steps() lists them")
+                see = (f"`cuptiprof report {shell_word(self.path)} --by step` lists them"
+                       if self._option else f"cuptiprof.open({str(self.path)!r}).steps() lists them")
                 raise UsageError(f"{self.path}: no recorded step in {label}; "
                                  f"{self._step_span()} ({see})")
         # A scope refused above leaves the one before in place, its description included.

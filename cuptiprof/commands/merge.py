@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from cuptiprof.commands import FILES_HELP, counted, input_file, named_output
-from cuptiprof.errors import InputError, UsageError
+from cuptiprof.errors import InputError, UsageError, shell_word
 
 
 def register(sub) -> None:
@@ -61,8 +61,8 @@ def _run_parts(files: list[str]) -> Path | None:
     if len(folders) > 1:
         d = parts[0]
         raise UsageError(f"{d}: the part files of one cuptiprof run are merged alone, as that run "
-                         f"(cuptiprof merge {d}/*.duckdb -o OUT.duckdb); then merge OUT.duckdb "
-                         "with the other files")
+                         f"(cuptiprof merge {shell_word(d)}/*.duckdb -o OUT.duckdb); then merge "
+                         "OUT.duckdb with the other files")
     return parts[0]
 
 

@@ -17,7 +17,7 @@ from typing import Callable
 import msgspec
 import pyarrow as pa
 
-from cuptiprof.errors import InputError, UsageError
+from cuptiprof.errors import InputError, UsageError, shell_word
 from cuptiprof.outputs import check_output
 from cuptiprof.interop.kineto import claim_pid, import_kineto
 from cuptiprof.interop.textsource import looks_like_json
@@ -52,12 +52,13 @@ def trace_kind(path: Path) -> str:
         return "nsys"
     block = _first_block(path, head)
     if _is_tar(block):
-        raise InputError(f"{path}: a tar archive, not a trace; extract it (tar xf {path}) and "
-                         "import the trace files inside")
+        raise InputError(f"{path}: a tar archive, not a trace; extract it (tar xf "
+                         f"{shell_word(path)}) and import the trace files inside")
     if head[:2] == b"\x1f\x8b" and block.startswith(SQLITE_MAGIC):
         # gunzip -k takes a name ending in .gz only ("unknown suffix -- ignored")
-        how = f"gunzip -k {path}" if path.name.endswith(".gz") else \
-            f"gunzip -c {path} > {path.with_name(path.stem + '-unzipped.sqlite')}"
+        plain = path.with_name(path.stem + "-unzipped.sqlite")
+        how = f"gunzip -k {shell_word(path)}" if path.name.endswith(".gz") else \
+            f"gunzip -c {shell_word(path)} > {shell_word(plain)}"
         raise InputError(f"{path}: a gzipped SQLite file (an Nsight Systems export?), which is "
                          f"imported uncompressed; decompress it ({how}) and import the .sqlite "
                          "file")
@@ -69,8 +70,8 @@ def trace_kind(path: Path) -> str:
                              "import reads torch.profiler traces (.json/.json.gz) and Nsight "
                              "Systems SQLite exports (nsys export --type sqlite)")
         raise InputError(f"{path}: a DuckDB file, not a trace; a cuptiprof file needs no import: "
-                         f"read it as it is (cuptiprof report {path}), or combine files with "
-                         "cuptiprof merge")
+                         f"read it as it is (cuptiprof report {shell_word(path)}), or combine "
+                         "files with cuptiprof merge")
     if not head:
         raise InputError(f"{path}: the file is empty; expected a torch.profiler trace "
                          "(.json/.json.gz) or an Nsight Systems SQLite export")

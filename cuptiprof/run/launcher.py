@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuptiprof.collect.cupti_source import ALL_KINDS as KINDS, split_kinds as _split
-from cuptiprof.errors import CuptiprofError, InputError, UsageError, WriterBusy, storage_error
+from cuptiprof.errors import (CuptiprofError, InputError, UsageError, WriterBusy, shell_word,
+                              storage_error)
 from cuptiprof.outputs import check_output, silence, temp_beside, write_failed
 from cuptiprof.run import settings as S
-from cuptiprof.store.files import alive, first_row, running_launcher
+from cuptiprof.store.files import alive, first_row, recover_command, running_launcher
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 
@@ -111,8 +112,9 @@ def validate(cmd: list[str], o: LaunchOptions) -> str:
         elif path.is_dir():
             what = "is a directory, not a command"
         elif path.exists():
-            what = (f"not executable; run it with python (cuptiprof run -- python {cmd[0]}) or "
-                    f"chmod +x {cmd[0]}" if path.suffix == ".py" else f"not executable; chmod +x {cmd[0]}")
+            word = shell_word(cmd[0])
+            what = (f"not executable; run it with python (cuptiprof run -- python {word}) or "
+                    f"chmod +x {word}" if path.suffix == ".py" else f"not executable; chmod +x {word}")
         else:
             what = "no such file"
         raise InputError(f"{cmd[0]}: {what}")
@@ -200,12 +202,6 @@ def output_path(requested: str | None, force: bool = False, inputs=()) -> Path:
 
 def parts_dir(out: Path) -> Path:
     return out.with_name(out.name + ".parts")
-
-
-def recover_command(parts: Path, out: Path) -> str:
-    """The command that writes OUT from the parts a run left; --force where an OUT is there
-    (the old file a run with --force was to replace), which a merge would otherwise refuse."""
-    return f"cuptiprof merge {parts}/*.duckdb -o {out}{' --force' if out.exists() else ''}"
 
 
 def reserve(out: Path, force: bool = False) -> Path:
@@ -299,7 +295,7 @@ def _cannot_run(cmd: list[str], exc: OSError) -> InputError:
             return InputError(f"{cmd[0]}: cannot run: its #! interpreter "
                               f"{os.fsdecode(interp[0])} does not exist")
     if exc.errno == errno.ENOEXEC:   # an executable text file without a #! line, as a rule
-        how = f"python {cmd[0]}" if cmd[0].endswith(".py") else f"INTERPRETER {cmd[0]}"
+        how = f"{'python' if cmd[0].endswith('.py') else 'INTERPRETER'} {shell_word(cmd[0])}"
         return InputError(f"{cmd[0]}: cannot run ({exc.strerror}): a script without a #! line, or "
                           f"a program for another system; give its interpreter (cuptiprof run -- "
                           f"{how}) or begin the script with a #! line")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy, damage_said
+from cuptiprof.errors import (InputError, SchemaVersionError, StoreError, WriterBusy, damage_said,
+                              shell_word)
 from cuptiprof.store.schema import SCHEMA_VERSION
 
 # Lowest schema version this cuptiprof still reads (nothing older was ever released; schema 1
@@ -72,6 +73,13 @@ def running_launcher(parts: Path) -> int | None:
     return pid if pid > 0 and alive(pid) else None
 
 
+def recover_command(parts: Path, out: Path) -> str:
+    """The command that writes OUT from the parts a run left; --force where an OUT is there
+    (the old file a run with --force was to replace), which a merge would otherwise refuse."""
+    return (f"cuptiprof merge {shell_word(parts)}/*.duckdb -o {shell_word(out)}"
+            f"{' --force' if out.exists() else ''}")
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -98,8 +106,8 @@ def require_duckdb(path: Path) -> None:
                              "to replace this one; wait for it to end")
         if any(parts.glob("*.duckdb")):
             raise WriterBusy(f"{path}: a run that was to replace this file did not finish; its "
-                             f"records are in {parts}: cuptiprof merge {parts}/*.duckdb -o {path} "
-                             f"--force (or remove {parts} to read the older file)")
+                             f"records are in {parts}: {recover_command(parts, path)} (or remove "
+                             f"{parts} to read the older file)")
     if not path.exists():
         if parts.is_dir():  # `cuptiprof run` writes OUT only when the command has ended
             owner = running_launcher(parts)
@@ -110,9 +118,9 @@ def require_duckdb(path: Path) -> None:
                 raise WriterBusy(f"{path}: the run writing it did not finish and recorded nothing "
                                  f"({parts} holds no part file); remove {parts} and run again")
             raise WriterBusy(f"{path}: the run writing it did not finish; its records are in "
-                             f"{parts}: cuptiprof merge {parts}/*.duckdb -o {path}")
+                             f"{parts}: {recover_command(parts, path)}")
     if path.is_dir() and path.name.endswith(".parts"):   # `report OUT.duckdb.parts`
-        from cuptiprof.run.launcher import is_run_parts, recover_command   # (this path only)
+        from cuptiprof.run.launcher import is_run_parts   # (this path only)
         if is_run_parts(path) and any(path.glob("*.duckdb")):
             out = path.with_name(path.name[:-len(".parts")])
             raise InputError(f"{path}: the folder of a cuptiprof run's part files, not a file; "
@@ -122,8 +130,8 @@ def require_duckdb(path: Path) -> None:
         # a trace handed to report/compare/...: say how to read it
         if _looks_importable(path, head):
             raise StoreError(f"{path}: looks like a trace or an Nsight Systems export, not a "
-                             f"cuptiprof file; import it first: cuptiprof import {path} -o "
-                             "OUT.duckdb")
+                             f"cuptiprof file; import it first: cuptiprof import "
+                             f"{shell_word(path)} -o OUT.duckdb")
         raise StoreError(f"{path}: not a DuckDB file (expected a cuptiprof .duckdb file)")
 
 
