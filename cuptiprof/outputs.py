@@ -135,18 +135,31 @@ class _ClosedStdout(io.TextIOBase):
                          "redirect it to a file, or to /dev/null to discard it")
 
 
-def closed_std_streams() -> None:
-    """stdout or stderr closed when the command started (`>&-`, `2>&-`, a job started without
-    them): a closed descriptor gets /dev/null, so that no file the command opens (a DuckDB
-    file being written) takes its number and a write meant for stdout or stderr (a C
-    library's warning) lands in it; the command's children still find it closed. What goes
-    to stderr is dropped (one that read sys.stderr.isatty() failed with a traceback, and
-    messages went to stdout); a write to stdout is refused by _ClosedStdout."""
-    for fd, name in ((1, "stdout"), (2, "stderr")):
-        if getattr(sys, name) is not None:
+def hold_closed_std_fds() -> None:
+    """Give each of descriptors 0, 1 and 2 that is closed (`>&-`, a job started without them)
+    /dev/null, not inherited (a command started from here finds it closed, as it would without
+    cuptiprof). Left free, the next file or pipe opened takes that number, and what the program
+    or a C library writes to stdout or stderr lands in it: a DuckDB file being written, or the
+    wakeup pipe of `cuptiprof run`'s SIGTERM watcher, where a byte 15 read as a SIGTERM and
+    ended the program."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
             continue
-        null = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)   # the lowest free number: fd itself, as a rule
         if null != fd:
             os.dup2(null, fd, inheritable=False)
             os.close(null)
-        setattr(sys, name, _ClosedStdout() if fd == 1 else open(os.devnull, "w"))
+
+
+def closed_std_streams() -> None:
+    """stdout or stderr closed when the command started: hold_closed_std_fds, and what goes to
+    stderr is dropped (one that read sys.stderr.isatty() failed with a traceback, and messages
+    went to stdout); a write to stdout is refused by _ClosedStdout."""
+    hold_closed_std_fds()
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")

@@ -779,6 +779,29 @@ def test_sighup_is_forwarded_and_the_file_written(tmp_path):
 
 
 
+def test_a_run_started_with_stdout_and_stderr_closed_is_not_ended_by_what_the_program_writes(
+        tmp_path):
+    """`cuptiprof run ... >&- 2>&-`: the SIGTERM watcher's wakeup pipe took descriptors 1 and 2
+    of the program, so a line a C library wrote to stderr went into it, and one that began with
+    byte 15 ended the program as a SIGTERM (exit 143, the run failed)."""
+    import subprocess
+    from _run_helpers import env
+    p = script(tmp_path, """
+        import os, time, cuptiprof
+        with cuptiprof.range("step", step=0):
+            try:
+                os.write(2, bytes([15]) + b" a C library's warning\\n")
+            except OSError:
+                pass
+            time.sleep(1.5)   # past the watcher's wait for a handler that never runs
+    """)
+    r = subprocess.run([PY, "-m", "cuptiprof", "run", "-o", "c.duckdb", "--no-report", "--", PY,
+                        str(p)], cwd=tmp_path, env=env(), timeout=120,
+                       preexec_fn=lambda: (os.close(1), os.close(2)))
+    assert r.returncode == 0
+    assert q(tmp_path / "c.duckdb", "SELECT status FROM runs") == [("complete",)]
+
+
 @pytest.mark.parametrize("report", [False, True])
 def test_a_terminal_that_went_away_keeps_the_status_of_the_sighup(tmp_path, report):
     """A terminal closed under the run (SIGHUP, then every write to it fails with EIO): the

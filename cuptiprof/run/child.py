@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 
+from cuptiprof.outputs import hold_closed_std_fds
 from cuptiprof.run import main_hook
 from cuptiprof.run import settings as S
 from cuptiprof.run.recorder import Recorder
@@ -48,6 +49,7 @@ def activate() -> None:
     parts = os.environ.get(S.PARTS_DIR)
     if s is None or not parts or not os.path.isdir(parts) or _rec is not None:
         return
+    hold_closed_std_fds()   # before the part file and the SIGTERM watcher's pipe are opened
     # A command may start a Python other than the one cuptiprof is installed in (the bootstrap
     # still finds cuptiprof itself); without the store's libraries it cannot record anything.
     missing = [m for m in ("numpy", "pyarrow", "duckdb") if importlib.util.find_spec(m) is None]
