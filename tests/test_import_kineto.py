@@ -1045,7 +1045,9 @@ def run_cli(*args, cwd=None):
 
 @pytest.mark.parametrize("case", ["truncated_gzip", "invalid_json", "not_a_trace", "missing_dur",
                                   "wrong_type", "empty", "garbage_gzip", "no_events",
-                                  "bare_empty_array", "tar_gz", "events_not_a_list"])
+                                  "bare_empty_array", "tar_gz", "events_not_a_list",
+                                  "truncated_json", "events_not_objects", "metadata_only",
+                                  "no_phase"])
 def test_bad_input_is_one_line_exit_2_no_output(tmp_path, case):
     good = json.dumps(modern(), indent=1)
     if case == "truncated_gzip":
@@ -1075,6 +1077,17 @@ def test_bad_input_is_one_line_exit_2_no_output(tmp_path, case):
     elif case == "events_not_a_list":   # valid JSON: not "invalid JSON"
         src = write(tmp_path / "t.json", {"traceEvents": 5})
         want = '"traceEvents" is not a list of events (expected `array | null`, got `int`)'
+    elif case == "truncated_json":   # plain text cut off: said as gzip's is
+        src = write(tmp_path / "t.json", None, text=good[: len(good) // 2])
+        want = "truncated JSON (the text ends inside the trace); the file was cut off"
+    elif case == "events_not_objects":
+        src = write(tmp_path / "t.json", [1, 2, 3])
+        want = "event #0: Expected `object`, got `int`; the trace is damaged there (fix or delete"
+    elif case in ("metadata_only", "no_phase"):   # imported, either would be an empty run
+        src = write(tmp_path / "t.json", trace(
+            [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}}]
+            if case == "metadata_only" else [{"name": "x"}, {"name": "y"}]))
+        want = f"none of its {1 if case == 'metadata_only' else 2} events is one cuptiprof reads"
     elif case in ("no_events", "bare_empty_array"):   # a profiler schedule that never ran
         src = write(tmp_path / "t.json", trace([]) if case == "no_events" else [])
         want = "a trace without events"
@@ -1519,7 +1532,8 @@ def test_a_wrongly_typed_arg_is_named_by_its_key_not_its_place_in_a_piece(tmp_pa
     with pytest.raises(InputError) as exc:
         import_traces([write(tmp_path / "t.json", doc)], tmp_path / "o.duckdb")
     assert str(exc.value).endswith("t.json: event #4: Expected `int | null`, got `str` at "
-                                   "`.args.correlation`")
+                                   "`.args.correlation`; the trace is damaged there (fix or "
+                                   "delete that event to import the rest)")
 
 
 @pytest.mark.parametrize("native", ["1", "0"])

@@ -106,8 +106,11 @@ class KinetoFile(_PieceReader, _EventRows, _Processes, _Finish, _GpuRows, _MetaR
     def _err(self, exc: _Malformed) -> InputError:
         msg = str(exc)
         if exc.index is not None:
-            detail = re.sub(r"\s*-\s*at `\$\.traceEvents\[\d+\]", " at `", msg).replace("at ``", "")
-            return InputError(f"{self.path}: event #{exc.index}: {detail}")
+            # msgspec's path counts from its piece: the event's own part of it is kept
+            detail = re.sub(r"\s*-\s*at `\$\.traceEvents\[\d+\]", " at `", msg)
+            detail = detail.replace(" at ``", "")
+            return InputError(f"{self.path}: event #{exc.index}: {detail}; the trace is damaged "
+                              "there (fix or delete that event to import the rest)")
         if msg == "the file is empty":
             return InputError(f"{self.path}: the file is empty; expected a torch.profiler trace")
         m = re.fullmatch(r"(.+) - at `\$\.([^`]+)`", msg, re.S)
@@ -122,6 +125,9 @@ class KinetoFile(_PieceReader, _EventRows, _Processes, _Finish, _GpuRows, _MetaR
             return InputError(f"{self.path}: {key}: {what[:1].lower()}{what[1:]}; the trace's "
                               f"{'cuptiprof ' if own else ''}metadata is damaged ({fix} the key "
                               "to import the events without it)")
+        if msg == "Input data was truncated":   # plain text cut off (gzip says so in textsource)
+            return InputError(f"{self.path}: truncated JSON (the text ends inside the trace); "
+                              "the file was cut off while being written or copied")
         where = f" near byte {exc.offset:,} of the uncompressed text" if exc.offset is not None else ""
         return InputError(f"{self.path}: invalid JSON{where}: {msg}")
 
@@ -164,6 +170,12 @@ class KinetoFile(_PieceReader, _EventRows, _Processes, _Finish, _GpuRows, _MetaR
                              "nothing to import (was the profiler's schedule ever active?)")
         if self.complete and self.complete == self.uncategorised + sum(self.unknown.values()):
             raise self._foreign()
+        if not self.complete and self.procs is None and self.from_run is None and not any(
+                map(len, (self.ranges, self.calls, self.logs, *self.gpu.values()))):
+            # only metadata or events without "ph": imported, it would be an empty run
+            raise InputError(f"{self.path}: none of its {n_events:,} events is one cuptiprof "
+                             "reads (no complete \"X\" event among them); expected a "
+                             "torch.profiler / Kineto Chrome trace with kernels, ops or steps")
         if self.procs and all(len(c.get("proc")) == len(c) for c in (self.ranges, self.calls,
                                                                      self.logs, *self.gpu.values())):
             yield from self._split()
