@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from cuptiprof import ranks
+from cuptiprof.cpu_device import cpu_name
 from cuptiprof.store import arrow
 
 
@@ -51,7 +52,7 @@ class _StartRows:
             "ended_early": [True]}})
         if not src.gpu:
             self.writer.append({"devices": {"device_id": [-1], "kind": ["cpu"],
-                                            "name": [_cpu_name()], "source": ["cpu"]}})
+                                            "name": [cpu_name()], "source": ["cpu"]}})
             self._devices_written = True
 
 
@@ -61,16 +62,3 @@ def _command_line() -> str:
     import shlex
 
     return shlex.join(getattr(sys, "orig_argv", None) or sys.argv)
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine() or "cpu"

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from cuptiprof import ranks
+from cuptiprof.cpu_device import cpu_name
 from cuptiprof.errors import env_seconds
 from cuptiprof.forking import keep_forever
 from cuptiprof.markers import attrs_json, left_inside
@@ -419,7 +420,7 @@ class Recorder:
             **{k: pa_int(v) for k, v in ranks.from_env(os.environ)._asdict().items()},
             "command": [self.command], "start_ns": [self.start_ns], "ended_early": [None]}})
         if self.mode == "cpu":
-            self.writer.append({"devices": {"device_id": [-1], "kind": ["cpu"], "name": [_cpu_name()],
+            self.writer.append({"devices": {"device_id": [-1], "kind": ["cpu"], "name": [cpu_name()],
                                             "source": ["torch"]}})
             self._quality("no_gpu", "gpu",
                           "no GPU activity was captured (no CUDA GPU found): kernels holds CPU ops "
@@ -642,15 +643,3 @@ def pa_col(values, typ: str):
     from cuptiprof.store import arrow
 
     return arrow.array(list(values), getattr(pa, typ)())
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine() or "cpu"
