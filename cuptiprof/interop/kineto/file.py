@@ -170,12 +170,6 @@ class KinetoFile(_PieceReader, _EventRows, _Processes, _Finish, _GpuRows, _MetaR
                              "nothing to import (was the profiler's schedule ever active?)")
         if self.complete and self.complete == self.uncategorised + sum(self.unknown.values()):
             raise self._foreign()
-        if not self.complete and self.procs is None and self.from_run is None and not any(
-                map(len, (self.ranges, self.calls, self.logs, *self.gpu.values()))):
-            # only metadata or events without "ph": imported, it would be an empty run
-            raise InputError(f"{self.path}: none of its {n_events:,} events is one cuptiprof "
-                             "reads (no complete \"X\" event among them); expected a "
-                             "torch.profiler / Kineto Chrome trace with kernels, ops or steps")
         if self.procs and all(len(c.get("proc")) == len(c) for c in (self.ranges, self.calls,
                                                                      self.logs, *self.gpu.values())):
             yield from self._split()
