@@ -52,7 +52,7 @@ def run(args) -> int:
 def _run_parts(files: list[str]) -> Path | None:
     """The OUT.parts folder of a `cuptiprof run` when the inputs are its part files: they are
     merged as that run. Mixed with other files, they are refused."""
-    from cuptiprof.run.launcher import is_run_parts
+    from cuptiprof.store.files import is_run_parts
 
     folders = {Path(f).absolute().parent for f in files}
     parts = [d for d in folders if is_run_parts(d)]

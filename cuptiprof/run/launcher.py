@@ -33,7 +33,7 @@ from cuptiprof.errors import (CuptiprofError, InputError, UsageError, WriterBusy
                               storage_error)
 from cuptiprof.outputs import check_output, silence, temp_beside, write_failed
 from cuptiprof.run import settings as S
-from cuptiprof.store.files import alive, first_row, recover_command, running_launcher
+from cuptiprof.store.files import RECORD, alive, first_row, recover_command, running_launcher
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 
@@ -590,9 +590,9 @@ def _wait_forwarding(child: subprocess.Popen, fwd: _Forwarding | None = None) ->
             fwd.__exit__()
 
 
-# What the launcher knows of its run, kept in OUT.parts/run.json from the start: `cuptiprof
-# merge` of the parts of a run whose launcher was killed writes the same `runs` row from it.
-RECORD = "run.json"
+# What the launcher knows of its run, kept in OUT.parts/run.json (RECORD) from the start:
+# `cuptiprof merge` of the parts of a run whose launcher was killed writes the same `runs` row
+# from it.
 
 
 def run_record(st: S.ChildSettings, cmd: list[str], start_ns: int) -> dict:
@@ -616,12 +616,6 @@ def load_record(parts: Path) -> dict:
         return d if isinstance(d, dict) else {}
     except (OSError, ValueError):
         return {}
-
-
-def is_run_parts(folder: Path) -> bool:
-    """A `cuptiprof run`'s OUT.parts folder (its lock file or its record in it)."""
-    return folder.name.endswith(".parts") and any(
-        (folder / n).is_file() for n in ("launcher.pid", RECORD))
 
 
 def recover(parts: Path, sources: list[Path], out: str, overwrite: bool = False) -> Path:

@@ -62,6 +62,15 @@ def first_row(result) -> tuple | None:
     return rows[0] if rows else None
 
 
+RECORD = "run.json"   # what a `cuptiprof run` knows of its run, in OUT.parts (run.launcher)
+
+
+def is_run_parts(folder: Path) -> bool:
+    """A `cuptiprof run`'s OUT.parts folder (its lock file or its record in it)."""
+    return folder.name.endswith(".parts") and any(
+        (folder / n).is_file() for n in ("launcher.pid", RECORD))
+
+
 def running_launcher(parts: Path) -> int | None:
     """The pid of the `cuptiprof run` that writes into `parts` (its launcher.pid), while it is
     alive."""
@@ -120,7 +129,6 @@ def require_duckdb(path: Path) -> None:
             raise WriterBusy(f"{path}: the run writing it did not finish; its records are in "
                              f"{parts}: {recover_command(parts, path)}")
     if path.is_dir() and path.name.endswith(".parts"):   # `report OUT.duckdb.parts`
-        from cuptiprof.run.launcher import is_run_parts   # (this path only)
         if is_run_parts(path) and any(path.glob("*.duckdb")):
             out = path.with_name(path.name[:-len(".parts")])
             raise InputError(f"{path}: the folder of a cuptiprof run's part files, not a file; "
