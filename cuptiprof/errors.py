@@ -33,6 +33,10 @@ class StoreError(InputError):
     """A DuckDB file cannot be opened or is not a cuptiprof file."""
 
 
+class NotCuptiprofFile(StoreError):
+    """A DuckDB file without cuptiprof's schema version: some other program's file."""
+
+
 class SchemaVersionError(StoreError):
     """The file was written by a newer (or unsupported older) schema version."""
 

@@ -17,7 +17,7 @@ from typing import Callable
 import msgspec
 import pyarrow as pa
 
-from cuptiprof.errors import InputError, UsageError, shell_word
+from cuptiprof.errors import InputError, NotCuptiprofFile, UsageError, shell_word
 from cuptiprof.outputs import check_output
 from cuptiprof.interop.kineto import claim_pid, import_kineto
 from cuptiprof.interop.textsource import looks_like_json
@@ -80,15 +80,17 @@ def trace_kind(path: Path) -> str:
 
 
 def _cuptiprof_file(path: Path) -> bool:
-    """Whether a DuckDB file has cuptiprof's meta table, as schema_version asks (one DuckDB
-    cannot open is taken for one: `cuptiprof report` on it says what is wrong)."""
+    """Whether a DuckDB file says cuptiprof's schema version, as every reader asks (one that
+    cannot be read is taken for one: `cuptiprof report` on it says what is wrong)."""
     import duckdb
+
+    from cuptiprof.store.files import schema_version
     try:
         with duckdb.connect(str(path), read_only=True) as con:
-            con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
-    except (duckdb.CatalogException, duckdb.BinderException):   # no meta table, or not ours
+            schema_version(con, path)
+    except NotCuptiprofFile:
         return False
-    except duckdb.Error:
+    except (duckdb.Error, InputError):
         return True
     return True
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cuptiprof.errors import (InputError, SchemaVersionError, StoreError, WriterBusy, damage_said,
-                              shell_word)
+from cuptiprof.errors import (InputError, NotCuptiprofFile, SchemaVersionError, StoreError,
+                              WriterBusy, damage_said, shell_word)
 from cuptiprof.store.schema import SCHEMA_VERSION
 
 # Lowest schema version this cuptiprof still reads (nothing older was ever released; schema 1
@@ -187,8 +187,8 @@ def schema_version(con, path: Path, db: str | None = None) -> int:
         raise StoreError(f"{path}: truncated or corrupt ({str(exc).splitlines()[0][:160]}); "
                          "record or import it again") from None
     if not row or not str(row[0]).isdigit():
-        raise StoreError(f"{path}: a DuckDB file, but not a cuptiprof file (no schema version); "
-                         "give one that cuptiprof run, import or merge wrote")
+        raise NotCuptiprofFile(f"{path}: a DuckDB file, but not a cuptiprof file (no schema "
+                               "version); give one that cuptiprof run, import or merge wrote")
     return int(row[0])
 
 
