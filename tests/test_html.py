@@ -678,6 +678,8 @@ def test_report_html_of_a_light_run_plots_host_times(tmp_path):
             with cuptiprof.range("step", step=i):
                 with cuptiprof.range("attention"):
                     time.sleep(0.02 * (i + 1))
+                with cuptiprof.range("mlp"):
+                    time.sleep(0.001)
     """)
     res = H.cli(["run", "-o", "li.duckdb", "--no-report", "--light", "--", sys.executable, prog], tmp_path)
     assert res.returncode == 0, res.stderr
@@ -703,6 +705,14 @@ def test_report_html_of_a_light_run_plots_host_times(tmp_path):
     assert "there is no timeline to draw" in timeline and text.count("no timeline to draw") == 1
     assert "(typical)" not in text and "no GPU work in this step" not in text
     assert 'class="timeline"' not in text and "step-select" not in timeline
+    # ranges cut by --top: the page counts those left out
+    assert "not shown" not in ranges
+    with cuptiprof.open(tmp_path / "li.duckdb") as prof:
+        n = len(prof.report("ranges").fetchall())
+    assert n >= 2
+    assert main(["report", str(tmp_path / "li.duckdb"), "--html", str(out), "--top", "1"]) == 0
+    ranges = out.read_text().split("<h2>The program's ranges</h2>", 1)[1].split("<h2>", 1)[0]
+    assert f"{n - 1} more range{'s' if n > 2 else ''} not shown; <code>--top {n}</code>" in ranges
 
 
 def test_a_page_interrupted_while_written_leaves_nothing(evil, tmp_path, monkeypatch):
@@ -1323,6 +1333,38 @@ def test_top_limits_the_ops_plotted_to_the_biggest(tmp_path):
         svg = re.search(rf'<svg class="plot {cls}".*?</svg>', text, re.S).group(0)
         return [html.unescape(t) for t in re.findall(r'text-anchor="end">([^<]*)</text>', svg)]
     assert bars("ops") == [o[:45] + "\u2026" if len(o) > 46 else o for o in ops[:2]]
+    # the page says how many ops the cut left out, and the --top that shows them all, under
+    # the plot and under the table
+    left = len(ops) - 2
+    say = f"{left:,} more op{'s' if left != 1 else ''} not shown; <code>--top {len(ops)}</code>"
+    assert text.count(say) == 2
+
+
+def test_a_report_cut_at_no_op_says_nothing_left_out(tmp_path):
+    db = make_run(tmp_path / "a.duckdb", steps=2)
+    out = tmp_path / "r.html"
+    with cuptiprof.open(db) as prof:
+        n = len(prof.ops().fetchall())
+        write_report(prof, out, top=n)
+    assert "not shown" not in out.read_text()
+
+
+def test_compare_html_counts_the_keys_its_top_leaves_out(tmp_path):
+    runs = [make_run(tmp_path / "a.duckdb", ops={GEMM_H100: (400.0, 2, "aten::mm"), SOFTMAX: (90.0, 1, "s"),
+                                                  ADD: (50.0, 1, "a")}, copies=()),
+            make_run(tmp_path / "b.duckdb", ops={FLASH: (300.0, 1, "f"), ADD: (100.0, 1, "a")},
+                     copies=())]
+    out = tmp_path / "c.html"
+    with Comparison(runs) as cmp:
+        more, need = cmp.keys_left_out(1)
+        write_compare(cmp, out, top=1)
+    assert more >= 2 and need >= 2
+    text = out.read_text()
+    say = f"{more:,} more keys not shown; <code>--top {need}</code> shows every one."
+    assert text.count(say) == 2   # under the heading of the plot and under the table
+    with Comparison(runs) as cmp:
+        write_compare(cmp, out, top=50)
+    assert "not shown" not in out.read_text()
 
 
 def test_a_step_thinned_in_one_busy_lane_says_so_not_that_the_step_is_too_big(tmp_path):

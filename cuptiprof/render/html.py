@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError
 from cuptiprof.outputs import check_output, temp_beside, write_failed
-from cuptiprof.render.table import clean, cut_cells, fmt_value, rows_of
+from cuptiprof.render.table import Fetched, clean, cut_cells, fmt_value, rows_of
 
 KIND_COLORS = {"kernel": "#4c78a8", "memcpy": "#f58518", "memset": "#54a24b", "sync": "#b279a2",
                "idle": "#bab0ac"}
@@ -591,7 +591,11 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
                                            timeline_processes)
 
     overview = profile.report("overview")
-    ops = _dicts(profile.ops(top))
+    # fetched whole, then cut: the ops left out are counted (the page would read as complete)
+    ops_cols, ops_rows = rows_of(profile.ops())
+    ops_left = max(0, len(ops_rows) - top)
+    ops_top = Fetched(ops_cols, ops_rows[:top])
+    ops = _dicts(ops_top)
     kinds = _dicts(profile.kinds())
     steps = _dicts(profile.report("steps"))
     quality = profile.report("quality").to_arrow_table()   # run once: tested, then shown
@@ -624,18 +628,22 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
         body.append("<h2>Data quality</h2><p class=\"note\">What the data does not contain, or holds "
                     "only in part (<code>cuptiprof report --by quality</code>).</p>" + table(quality, wrap=True))
     body.append(f"<h2>Top {len(ops)} ops by {what} time</h2>"
-                '<p class="note">Summed duration in scope; hover a bar for the full name.</p>')
+                '<p class="note">Summed duration in scope; hover a bar for the full name.'
+                f'{_left_out(ops_left, "op", top)}</p>')
     body.append(hbars([(o["name"], o["total_ms"],
                         f'{o["name"]}: {fmt_value(o["total_ms"])} ms, {_calls(o["calls"])}, '
                         f'{fmt_value(o["pct_gpu_time"])}% of {what} time') for o in ops], cls="plot ops"))
-    ranges = _dicts(profile.report("ranges", top))
+    r_cols, r_rows = rows_of(profile.report("ranges"))
+    ranges = _dicts(Fetched(r_cols, r_rows[:top]))
+    ranges_left = _left_out(len(r_rows) - top, "range", top)
     if ranges and host_only:
-        body.append("<h2>The program's ranges</h2><p class=\"note\">Host time of each range, in scope.</p>")
+        body.append(f"<h2>The program's ranges</h2><p class=\"note\">Host time of each range, in scope."
+                    f"{ranges_left}</p>")
         body.append(hbars([(r["range"], r["host_ms"], f'{r["range"]}: {fmt_value(r["host_ms"])} ms on the '
                             f'host in {_calls(r["calls"])}') for r in ranges], cls="plot ranges"))
     elif ranges:
         body.append(f"<h2>The program's ranges</h2><p class=\"note\">{what} time of the work launched "
-                    "inside each range (nested ranges included), in scope.</p>")
+                    f"inside each range (nested ranges included), in scope.{ranges_left}</p>")
         body.append(hbars([(r["range"], r["gpu_ms"],
                             f'{r["range"]}: {fmt_value(r["gpu_ms"])} ms in {_calls(r["calls"])}, '
                             f'{fmt_value(r["pct_gpu_time"])}% of {what} time') for r in ranges],
@@ -699,8 +707,19 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     else:
         body.append(_timelines(profile, sorted(per_step), median_step, step_timeline,
                                timeline_processes, only_cpu))
-    body.append("<h2>Ops</h2>" + table(profile.ops(top)))
+    body.append("<h2>Ops</h2>" + table(ops_top))
+    if ops_left:
+        body.append(f'<p class="note">{_left_out(ops_left, "op", top).strip()}</p>')
     return _write(_page(f"cuptiprof report: {profile.path.name}", body), out)
+
+
+def _left_out(more: int, what: str, top: int, need: int | None = None) -> str:
+    """A sentence counting the rows (ops, keys) a top-N cut left out, and the --top that shows
+    them all; empty where none was."""
+    if more <= 0:
+        return ""
+    return (f" {more:,} more {what}{'s' if more != 1 else ''} not shown; <code>--top "
+            f"{need if need is not None else top + more}</code> shows every one.")
 
 
 RANGES_SHOWN = 6   # ranges with a colour of their own in the steps-by-range plot; the rest: "other"
@@ -775,8 +794,10 @@ def write_compare(cmp, out: str | os.PathLike, top: int = 15) -> Path:
     body.append("</ul>")
     wide = cmp.side_by_side(top).to_pylist()
     keys = [r["key"] for r in wide]
+    more, need = cmp.keys_left_out(top)
     body.append(f"<h2>Top ops per file</h2><p class=\"note\">ms per step (median over the recorded "
-                f"steps); key: {esc(cmp.by)}.</p>")
+                f"steps); key: {esc(cmp.by)}; the keys in the top {top} of any file."
+                f"{_left_out(more, 'key', top, need)}</p>")
     body.append(_legend((f"{r.letter}: {r.label}", RUN_COLORS[i % len(RUN_COLORS)])
                         for i, r in enumerate(cmp.runs)))
     body.append(grouped_hbars(keys, [(L, [r[f"{L}_ms"] for r in wide]) for L in letters]))
@@ -815,6 +836,9 @@ def write_compare(cmp, out: str | os.PathLike, top: int = 15) -> Path:
         whole = "" if r.has_steps else " (no steps recorded: the bar is the whole file)"
         body.append(f"<p>{esc(r.letter)}: {esc(r.label)}{whole}</p>" + stacked_columns(cols, height=180))
     body.append("<h2>Ops side by side</h2>" + table(cmp.side_by_side(top)))
+    if more > 0:
+        body.append(f'<p class="note">The keys in the top {top} of any file;'
+                    f'{_left_out(more, "key", top, need)}</p>')
     body.append("<h2>Devices</h2>" + table(cmp.devices_side_by_side()))
     body.append("<h2>Copy bandwidth against peak</h2><p class=\"note\">Peaks marked 'estimate' come from "
                 "cuptiprof's table of known GPUs, not from the file.</p>" + table(cmp.lettered("bandwidth")))
