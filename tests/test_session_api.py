@@ -568,3 +568,25 @@ def test_an_error_printed_before_start_does_not_mark_the_run_failed(tmp_path):
     """, tmp_path)
     assert r.returncode == 0, r.stderr
     assert q(tmp_path / "a.duckdb", "SELECT status FROM runs") == [("complete",)]
+
+
+@pytest.mark.parametrize("fd", [1, 2])
+def test_profile_in_a_process_started_with_stdout_or_stderr_closed(tmp_path, fd):
+    """`python prog.py >&-` (or `2>&-`): the profile's file took descriptor 1 (or 2), and what
+    the program or a C library wrote there landed in the DuckDB file. The closed descriptor gets
+    /dev/null first, and writes to it go nowhere."""
+    from _run_helpers import env
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent(f"""
+        import os, cuptiprof
+        p = cuptiprof.profile("a.duckdb", source="none", quiet=True).start()
+        with cuptiprof.step(0):
+            pass
+        assert os.path.samestat(os.fstat({fd}), os.stat(os.devnull)), "fd {fd} is not /dev/null"
+        os.write({fd}, b"written to a closed descriptor " * 4096)
+        p.stop()
+    """))
+    r = subprocess.run([sys.executable, str(prog)], cwd=tmp_path, env=env(), capture_output=True,
+                       text=True, timeout=120, preexec_fn=lambda: os.close(fd))
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "a.duckdb", "SELECT status FROM runs") == [("complete",)]

@@ -234,6 +234,7 @@ class Session(_Sources, _StartRows, _Ranges, _Steps, _Flushing, _Quality, _ExitS
                              "stop it before starting another")
         from cuptiprof.collect.decode import Sink
         from cuptiprof.collect.resolve import Resolver
+        from cuptiprof.outputs import hold_closed_std_fds
         from cuptiprof.store.writer import RunInfo, Writer
 
         run = self.run_info or RunInfo()
@@ -244,6 +245,9 @@ class Session(_Sources, _StartRows, _Ranges, _Steps, _Flushing, _Quality, _ExitS
         run.start_ns = run.start_ns or self._start_ns
         self._run = run
         if not self._launcher:   # the file is made now: a mode='create' over a file fails here
+            # a process started with stdout or stderr closed: the file would take that number,
+            # and what a C library writes there would land in it
+            hold_closed_std_fds()
             self.writer = Writer(self.path, run, mode=self.mode, pid=self.pid, taken_hint=(
                 "profile(..., mode='overwrite') replaces it, mode='append' adds a run to it "
                 "(or choose another path)"))
