@@ -7,10 +7,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cuptiprof.store import writer as W
+from cuptiprof.store import distinct as W
 from cuptiprof.store.merge import merge_files
 from cuptiprof.store.schema import LAUNCH_CONFIG
-from cuptiprof.store.writer import Writer, distinct_rows
+from cuptiprof.store.distinct import distinct_rows
+from cuptiprof.store.writer import Writer
 from _run_helpers import q as rows
 
 CFG_COLS = ", ".join(LAUNCH_CONFIG)
@@ -441,7 +442,7 @@ def test_native_guesses_are_widened_and_given_up_on(monkeypatch):
 
 def test_values_of_a_sliced_array_are_its_own():
     """A slice of an Arrow array starts `offset` elements (not bytes) into its buffer."""
-    from cuptiprof.store.writer import _filled, _values
+    from cuptiprof.store.distinct import _filled, _values
     for typ in (pa.int32(), pa.int64(), pa.uint64()):
         a = pa.array(list(range(10)), typ).slice(3, 4)
         assert _values(a).tolist() == [3, 4, 5, 6]

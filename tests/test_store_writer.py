@@ -588,7 +588,8 @@ def test_appends_with_nulls_do_not_import_pandas():
     pandas (when installed), ~0.3 s inside an append."""
     import subprocess, sys
     code = ("import sys, numpy as np, pyarrow as pa\n"
-            "from cuptiprof.store.writer import _int_array, _valid\n"
+            "from cuptiprof.store.arrow import valid as _valid\n"
+            "from cuptiprof.store.distinct import _int_array\n"
             "ok = np.arange(35) % 5 % 2 == 0\n"
             "a = _int_array(np.arange(35, dtype=np.int32), valid=ok).slice(3)\n"
             "assert _valid(a).tolist() == ok[3:].tolist()\n"

@@ -20,6 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cuptiprof.native import extensions_enabled, load_extension
+from cuptiprof.store.arrow import rows_as_lists, valid as _valid, values as _values
+from cuptiprof.store.distinct import _one_row_each, distinct_rows
 
 _islands = load_extension("cuptiprof.store._islands", api=1)  # None: the numpy path does it all
 
@@ -146,9 +148,6 @@ def work_part(t: pa.Table, groups: tuple[list[tuple], np.ndarray] | None = None)
     """The work of one table (columns pid, device_id, step, start_ns, end_ns; a missing
     device_id or step is NULL). `groups`: the (keys, code per row) when the caller already has
     them; otherwise they are found here."""
-    from cuptiprof.store.arrow import rows_as_lists
-    from cuptiprof.store.writer import _one_row_each, _valid, _values, distinct_rows
-
     if not t.num_rows or "start_ns" not in t.column_names or "end_ns" not in t.column_names:
         return [], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     s_arr, e_arr = (_as(t.column(c), pa.int64()) for c in ("start_ns", "end_ns"))
