@@ -58,7 +58,7 @@ CREATE TABLE processes (
     command     VARCHAR,   -- the command line the process was started with (python -m pkg x y, a spawned worker's own; for a Kineto import, the trace file)
     start_ns    BIGINT,                 -- process start on the record clock
     end_ns      BIGINT,    -- process end on the record clock, as the process said when it ended (a `cuptiprof run` helper that recorded nothing: its end marker); for the command of `cuptiprof run`, when the launcher saw it end if it did not say so; NULL when the process ended before it could say so
-    exit_status INTEGER,   -- exit code; 128+signal for a signal; NULL when unknown
+    exit_status INTEGER,   -- exit code; 128+signal for a signal; for a profile() ended by an uncaught exception (its `with` block left by one), the code Python exits with for it: 1, 130 for Ctrl-C; NULL when unknown
     ended_early BOOLEAN    -- TRUE when the process stopped before its collector closed (kill, crash, os._exit); NULL for an imported trace
 );
 

@@ -557,6 +557,34 @@ def test_an_exit_inside_the_with_block_is_the_exit_status(tmp_path, code, rc, st
     assert q(out, "SELECT exit_status, ended_early FROM processes") == [(rc, False)]
 
 
+@pytest.mark.parametrize("raise_, rc, status, exit_status", [
+    ("raise RuntimeError('boom')", 1, "failed", 1),
+    ("raise KeyboardInterrupt", 130, "interrupted", 130),
+], ids=["exception", "ctrl-c"])
+def test_an_exception_leaving_the_with_block_is_the_exit_status(tmp_path, raise_, rc, status,
+                                                                  exit_status):
+    """An exception that leaves `with profile(...)` ends the run with the exit status Python
+    gives the process for it, as a run never stopped does (it was left NULL); the exception
+    still reaches the program."""
+    r = run_py("import cuptiprof\n"
+               "with cuptiprof.profile('a.duckdb', source='none', quiet=True):\n"
+               "    with cuptiprof.step(0): pass\n"
+               f"    {raise_}\n", tmp_path)
+    code = 128 - r.returncode if r.returncode < 0 else r.returncode   # -2: ended by SIGINT
+    assert code == rc, r.stderr
+    out = tmp_path / "a.duckdb"
+    assert q(out, "SELECT status FROM runs") == [(status,)]
+    assert q(out, "SELECT exit_status, ended_early FROM processes") == [(exit_status, False)]
+
+
+def test_an_exception_leaving_the_with_block_propagates(tmp_path):
+    import cuptiprof
+    with pytest.raises(ValueError, match="mine"):
+        with cuptiprof.profile(tmp_path / "a.duckdb", source="none", quiet=True):
+            raise ValueError("mine")
+    assert q(tmp_path / "a.duckdb", "SELECT exit_status FROM processes") == [(1,)]
+
+
 def test_an_error_printed_before_start_does_not_mark_the_run_failed(tmp_path):
     """An interactive session keeps the last error it printed in sys.last_value: a run started
     after it and never stopped ends complete, not failed."""

@@ -59,6 +59,13 @@ def _os_exit_status(code: Any) -> int:
     return 1
 
 
+def _uncaught_status(exc_type: type) -> int:
+    """The status the process exits with when an exception of exc_type reaches the top
+    uncaught: 1 (Python prints the traceback), 130 for a KeyboardInterrupt (Python ends itself
+    by SIGINT)."""
+    return 130 if exc_type is KeyboardInterrupt else 1
+
+
 class _ExitStatus:
     """Session's atexit handler."""
 
@@ -76,7 +83,7 @@ class _ExitStatus:
             exc = None
         if exc is not None:   # Python exits 1, or by SIGINT for a KeyboardInterrupt itself
             status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            self._exit_status = 130 if type(exc) is KeyboardInterrupt else 1
+            self._exit_status = _uncaught_status(type(exc))
         elif _exit_code:      # sys.exit(code) ended the program (_ExitWatch)
             self._exit_status = _os_exit_status(_exit_code[0])
             status = "complete" if self._exit_status == 0 else "failed"

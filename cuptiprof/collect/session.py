@@ -41,7 +41,8 @@ from typing import Any, Callable, Iterable
 
 from cuptiprof import markers
 from cuptiprof.collect.errors import CollectorProblem
-from cuptiprof.collect.exit_status import _ExitStatus, _os_exit_status, _watch_exit
+from cuptiprof.collect.exit_status import (_ExitStatus, _os_exit_status, _uncaught_status,
+                                           _watch_exit)
 from cuptiprof.collect.flushing import _Flushing
 from cuptiprof.collect.options import WRITE_MODES, _check_source, _chosen_kinds, _make_filter
 from cuptiprof.collect.quality import _RANGES_OFF, _Quality
@@ -212,7 +213,8 @@ class Session(_Sources, _StartRows, _Ranges, _Steps, _Flushing, _Quality, _ExitS
         at exit as failed when an uncaught exception or `sys.exit(N)` with N not 0 ended it
         (processes.exit_status: 1, or N), interrupted on Ctrl-C (130), and complete otherwise.
         A `raise SystemExit(N)` (or the `exit()` builtin) is not seen: the run is complete
-        then, its exit status unknown (NULL)."""
+        then, its exit status unknown (NULL). In `with`, an exception leaving the block ends
+        the run the same way (failed and 1, interrupted and 130) and propagates."""
         global _active
         if self.active or self.passthrough:
             return self
@@ -370,6 +372,9 @@ class Session(_Sources, _StartRows, _Ranges, _Steps, _Flushing, _Quality, _ExitS
         elif exc_type is None:
             self.stop("complete")
         else:
+            # an exception leaving the block ends the run as it ends the program when nothing
+            # catches it: the exit status Python gives it (1; 130 for Ctrl-C). It propagates.
+            self._exit_status = _uncaught_status(exc_type)
             self.stop("interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed")
         return False
 
