@@ -89,12 +89,16 @@ def _nvtx_attrs(domain: Any, name: str, payload: Any) -> Any:
 
 def step_index(value: Any) -> int | None:
     """The integer `value` stands for: an int, a numpy integer, a 0-d integer array or tensor
-    (what operator.index() takes); None for anything else, bool included."""
+    (what operator.index() takes); None for anything else, bool included, and an array or
+    tensor of one element or more dimensions (torch's index() takes a one-element tensor,
+    numpy's refuses a one-element array: neither is taken, alike)."""
     if type(value) is int:
         return value
     if value is None or isinstance(value, bool) or "bool" in str(getattr(value, "dtype", "")):
         return None
     try:
+        if getattr(value, "ndim", 0) != 0:
+            return None
         return operator.index(value)
     except Exception:
         return None

@@ -195,7 +195,9 @@ def not_step_numbers():
     torch = pytest.importorskip("torch")
     return [("10", "str '10'"), (3.0, "float 3.0"), (np.float64(3.0), "float64 3.0"),
             (True, "bool True"), (np.bool_(True), "bool True"),
-            (torch.tensor(True), "Tensor tensor(True)"), ([1], "list [1]")]
+            (torch.tensor(True), "Tensor tensor(True)"), ([1], "list [1]"),
+            # one element is no 0-d integer: numpy and torch alike (torch's was taken)
+            (np.array([1]), "ndarray [1]"), (torch.tensor([1]), "Tensor tensor([1])")]
 
 
 def test_a_step_number_that_is_no_integer_is_refused_at_the_call():
@@ -222,9 +224,9 @@ def test_a_step_number_that_is_no_integer_is_refused_at_the_call():
 def test_step_numbers_are_those_the_step_columns_hold():
     np = pytest.importorskip("numpy")
     lo, hi = -(1 << 31), (1 << 31) - 1
-    values = [lo, hi, lo - 1, hi + 1, np.int64(hi), True, 1.0, "3", None]
+    values = [lo, hi, lo - 1, hi + 1, np.int64(hi), True, 1.0, "3", None, np.array([3])]
     assert [markers.step_number(v) for v in values] == [lo, hi, None, None, hi, None, None,
-                                                       None, None]
+                                                       None, None, None]
 
 
 def test_nvtx_attributes_kept_for_reuse_are_bounded(monkeypatch):
