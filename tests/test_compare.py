@@ -428,6 +428,23 @@ def test_cli_formats(pair, capsys):
     assert "| key |" in capsys.readouterr().out
 
 
+def test_csv_and_json_name_a_key_of_one_file_alike(pair, capsys):
+    """A key only one file has is "B only" in CSV and in JSON alike (JSON gave the file's
+    position, 1, where CSV said "B only")."""
+    import csv
+    import io
+    a, b = pair
+    assert main(["compare", str(a), str(b), "--format", "csv"]) == 0
+    by_csv = {r["key"]: r["only_in"] for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert main(["compare", str(a), str(b), "--format", "json"]) == 0
+    by_json = {}
+    for r in json.loads(capsys.readouterr().out)["ops"]:
+        by_json.setdefault(r["key"], set()).add(r["only_in"])
+    assert by_csv[FLASH] == "B only" and by_json[FLASH] == {"B only"}
+    assert by_json[SOFTMAX] == {None} and by_csv[SOFTMAX] == ""
+    assert {k: v.pop() or "" for k, v in by_json.items()} == by_csv
+
+
 def test_throughput_is_shown_only_with_work_per_call(pair, capsys):
     """Without --flops or --bytes the throughput table would be empty: it is left out of the
     table and JSON outputs, and shown once work is given."""

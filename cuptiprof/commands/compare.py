@@ -110,6 +110,12 @@ def print_comparison(cmp: Comparison, fmt: str = "table", top: int | None = None
             if name == "ops":
                 keys = set(cmp.top_keys(top))
                 recs = [r for r in recs if r["key"] in keys]
+                # the file a key is only in, as the other formats name it ("B only"), not
+                # by its position
+                letters = [r.letter for r in cmp.runs]
+                for r in recs:
+                    if r.get("only_in") is not None:
+                        r["only_in"] = f"{letters[r['only_in']]} only"
             doc[name] = recs
         write_json(doc, out)
         return
