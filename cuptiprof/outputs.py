@@ -39,9 +39,13 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
+# what the commands say of an output that exists already
+FORCE_HINT = "choose another path or pass --force"
+
+
 def check_output(out: str | os.PathLike, *, inputs: Iterable = (), force: bool = False,
                  directory: bool = False, replaceable: Callable[[Path], str | None] | None = None,
-                 taken_hint: str = "choose another path or pass --force") -> Path:
+                 taken_hint: str = FORCE_HINT) -> Path:
     """Refuse an output path before anything is computed. `inputs`: files the command reads (an
     output may not replace one, nor, for a directory, hold one). `directory`: the output is a
     directory (an empty one is no conflict). An existing output needs `force`; `replaceable`,

@@ -366,6 +366,27 @@ def test_a_file_with_a_schema_version_and_few_tables_names_what_it_lacks(tmp_pat
 
 # -- modes ---------------------------------------------------------------------------------
 
+def test_an_existing_file_is_refused_with_what_replaces_it(tmp_path, monkeypatch):
+    """The Writer says what replaces a file there, in the words of whoever asked for it: its
+    own mode='overwrite' by default, --force for the import command, as every other command
+    whose output exists (it said "or remove the file first")."""
+    from cuptiprof.interop import importing
+    path = tmp_path / "m.duckdb"
+    write_synthetic(path, steps=1, kernels_per_step=20)
+    with pytest.raises(InputError) as err:
+        Writer(path)
+    assert str(err.value) == f"{path}: already exists; choose another path or pass " \
+                             "mode='overwrite'"
+    # a file made after the import's own check of its output (a race): the same words as that
+    # check's
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    monkeypatch.setattr(importing, "check_output", lambda out, **kw: Path(out))
+    with pytest.raises(InputError) as err:
+        importing.import_traces([trace], path)
+    assert str(err.value) == f"{path}: already exists; choose another path or pass --force"
+
+
 def test_modes(tmp_path):
     path = tmp_path / "m.duckdb"
     write_synthetic(path, steps=1, kernels_per_step=20)

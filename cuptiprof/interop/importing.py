@@ -18,7 +18,7 @@ import msgspec
 import pyarrow as pa
 
 from cuptiprof.errors import InputError, NotCuptiprofFile, UsageError, shell_word
-from cuptiprof.outputs import check_output
+from cuptiprof.outputs import FORCE_HINT, check_output
 from cuptiprof.interop.kineto import claim_pid, import_kineto
 from cuptiprof.interop.textsource import looks_like_json
 from cuptiprof.store import arrow
@@ -161,12 +161,13 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
                    command="cuptiprof import " + " ".join(str(p) for p in paths),
                    settings={"imported_from": [str(p) for p in paths], "format": kind})
     mode = "overwrite" if overwrite else "create"
+    taken = FORCE_HINT   # a file made there since the check above: in the check's words
     opening = None
     if kind == "kineto":
-        opening = _Opening(lambda: Writer(out, info, mode=mode, atomic=True))
+        opening = _Opening(lambda: Writer(out, info, mode=mode, atomic=True, taken_hint=taken))
         w = None
     else:
-        w = Writer(out, info, mode=mode, atomic=True)
+        w = Writer(out, info, mode=mode, atomic=True, taken_hint=taken)
     gc_was = gc.isenabled()
     gc.disable()  # millions of short-lived objects and no cycles: collection passes only cost time
     try:

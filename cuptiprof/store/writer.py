@@ -90,9 +90,10 @@ class Writer:
 
     def __init__(self, path: str | os.PathLike, run: RunInfo | None = None, *,
                  mode: str = "create", atomic: bool = False, pid: int | None = None,
-                 synced: bool = True, taken_hint: str = "choose another output path (or remove "
-                 "the file first)"):
-        """taken_hint: what to do when mode='create' finds the file there already."""
+                 synced: bool = True,
+                 taken_hint: str = "choose another path or pass mode='overwrite'"):
+        """taken_hint: what to do when mode='create' finds the file there already (a command
+        passes its own words: outputs.FORCE_HINT)."""
         self.path = Path(path)
         self.run = run or RunInfo()
         self.atomic = atomic
