@@ -3069,8 +3069,8 @@ def test_a_gpu_annotation_on_a_stream_that_is_not_a_number_gets_a_numeric_track(
 def test_a_gpu_annotation_on_a_negative_stream_shares_its_kernels_track(tmp_path):
     """A GPU user annotation whose stream is negative is on the track of that stream's
     kernels (its tid unsigned, as theirs, not negative: a viewer reads a negative tid as
-    none), a named one; imported back it keeps its stream, read from its args or, without
-    them, from its tid."""
+    none), a named one; imported back it has no stream, as those kernels have none (NULL),
+    read from its args or, without them, from its tid, and stays on their track."""
     t = 1_700_000_000_000_000_000
     src = tmp_path / "neg.duckdb"
     with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
@@ -3104,10 +3104,19 @@ def test_a_gpu_annotation_on_a_negative_stream_shares_its_kernels_track(tmp_path
     import_traces([plain], back2)
     for path in (back, back2):
         with duckdb.connect(str(path), read_only=True) as con:
-            assert con.execute(q).fetchall() == want, path.name
-            # an imported GPU annotation's thread is its stream
+            assert con.execute(q).fetchall() == [("ann", '{"device": 0, "stream": null}'),
+                                                 want[1]], path.name
+            # an imported GPU annotation's thread is its stream: none for no stream
             assert con.execute(q.replace("attrs", "thread_id")).fetchall() == \
-                [("ann", -1), ("ann7", 7)], path.name
+                [("ann", None), ("ann7", 7)], path.name
+            assert con.execute("SELECT name, stream_id FROM kernels ORDER BY name").fetchall() \
+                == [("k", None), ("k7", 7)], path.name
+    again = tmp_path / "again.json"
+    with cuptiprof.open(back) as prof:
+        export_chrome(prof, again)
+    track = {e["name"]: (e["pid"], e["tid"]) for e in load_trace(again)["traceEvents"]
+             if e.get("cat") in ("kernel", "gpu_user_annotation")}
+    assert track["ann"] == track["k"] and track["ann7"] == track["k7"]
 
 
 def test_a_gpu_annotation_whose_stream_is_null_is_on_a_track(tmp_path):

@@ -299,6 +299,32 @@ def test_a_context_sync_has_no_stream(tmp_path):
     with duckdb.connect(str(tmp_path / "back.duckdb"), read_only=True) as con:
         assert con.execute(sync).fetchall() == want
 
+def test_a_gpu_annotation_of_no_stream_has_none_as_its_kernels(tmp_path):
+    """A kernel on stream -1 (or 4294967295, unsigned -1) has no stream: NULL, as the collector
+    stores it. A GPU user annotation on that stream has none either (its stream in attrs a JSON
+    null, its thread NULL); it kept -1, or 4294967295, as its kernels did not."""
+    doc = modern()
+    for s in (-1, 4294967295):
+        doc["traceEvents"] += [
+            {"ph": "X", "cat": "kernel", "name": f"k{s}", "pid": 0, "tid": s, "ts": 170,
+             "dur": 3, "args": {"device": 0, "stream": s, "correlation": 90}},
+            {"ph": "X", "cat": "gpu_user_annotation", "name": f"a{s}", "pid": 0, "tid": s,
+             "ts": 169, "dur": 5, "args": {"device": 0, "stream": s}}]
+    doc["traceEvents"].append(
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "a7", "pid": 0, "tid": 7, "ts": 149,
+         "dur": 9, "args": {"device": 0, "stream": 7}})
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", doc)], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT name, stream_id FROM kernels ORDER BY name").fetchall() == [
+            ("gemm", 7), ("k-1", None), ("k4294967295", None)]
+        assert con.execute("SELECT name, thread_id, attrs FROM ranges WHERE domain = "
+                           "'gpu_user_annotation' ORDER BY name").fetchall() == [
+            ("a-1", None, '{"device": 0, "stream": null}'),
+            ("a4294967295", None, '{"device": 0, "stream": null}'),
+            ("a7", 7, '{"device": 0, "stream": 7}')]
+
+
 def test_a_trace_of_many_pieces_counts_and_names_events_over_the_whole_file(tmp_path,
                                                                            monkeypatch):
     """A trace read in many pieces: the complete events of an unknown category are counted

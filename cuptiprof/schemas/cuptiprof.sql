@@ -222,7 +222,7 @@ CREATE TABLE range_rows (
     depth       INTEGER,   -- 0 at top level
     name_id     INTEGER,   -- strings.string_id of the range name / message
     domain      VARCHAR,   -- NVTX domain ('cuptiprof' for cuptiprof.range; NULL for the default domain); for Kineto imports the event's category ('cpu_op', 'user_annotation', 'gpu_user_annotation', 'python_function'), or the domain a cuptiprof Chrome export wrote
-    thread_id   BIGINT,                 -- OS thread id
+    thread_id   BIGINT,                 -- OS thread id (an imported GPU user annotation: its stream, NULL for none, as stream_id of its kernels; attrs holds its device and stream)
     start_ns    BIGINT,                 -- range start on the record clock
     end_ns      BIGINT,    -- NULL when the range never closed (crash)
     kind        VARCHAR,   -- 'warmup' | 'step' | 'user' (other annotations) | 'op' (framework operator, e.g. aten::mm)

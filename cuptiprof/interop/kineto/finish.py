@@ -239,6 +239,9 @@ class _Finish:
         i32 = lambda v: AC.array(np.full(len(v), v, np.int32) if np.ndim(v) == 0 else v, pa.int32())  # noqa: E731
         n_r, n_c = len(r_start), len(c_start)
         dev, stream = R.get("dev"), R.get("stream")
+        # a GPU annotation's stream as its kernels' (gpu_rows): unsigned -1 is -1, and a
+        # negative one is none (NULL, as the collector stores a row of no stream)
+        stream = np.where(stream >= 1 << 31, stream - (1 << 32), stream)
         gpu_ranges = bool((dev >= 0).any())
         unclaimed: dict[str, int] = {}
         for lo in range(0, max(longest, 1), APPEND_ROWS):
@@ -251,7 +254,8 @@ class _Finish:
                 sl = slice(lo, min(hi, n_r))
                 n = sl.stop - lo
                 code = r_code[sl]
-                attrs = (AC.strings([None if d < 0 else json.dumps({"device": d, "stream": s})
+                attrs = (AC.strings([None if d < 0 else json.dumps(
+                                         {"device": d, "stream": s if s >= 0 else None})
                                      for d, s in zip(dev[sl].tolist(), stream[sl].tolist())])
                          if gpu_ranges else pa.nulls(n, pa.string()))
                 batch["ranges"] = {
@@ -260,7 +264,8 @@ class _Finish:
                     "parent_id": _opt(parent[sl]), "depth": i32(depth[sl]),
                     "name": _names(r_name[sl], names),
                     "domain": self._domains(code, R.get("xdomain")[sl] if self.links else None),
-                    "thread_id": AC.array(np.where(code == 3, stream[sl], r_key[sl]), pa.int64()),
+                    "thread_id": AC.array(np.where(code == 3, stream[sl], r_key[sl]), pa.int64(),
+                                          (code != 3) | (stream[sl] >= 0)),
                     "start_ns": AC.array(r_start[sl], pa.int64()),
                     "end_ns": AC.array(r_end[sl], pa.int64(), ~r_open[sl]),
                     "kind": AC.dictionary(np.where(warm[sl], 3, np.where(is_step[sl], 2,
