@@ -85,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
             "`cuptiprof run -- python app.py` (see cuptiprof COMMAND --help)")
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()   # a full disk under `> out.txt` is met here, not at exit
+        return code
     except CuptiprofError as exc:
         say(f"cuptiprof: error: {exc}")
         return exc.exit_code

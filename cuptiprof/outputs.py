@@ -139,6 +139,43 @@ class _ClosedStdout(io.TextIOBase):
                          "redirect it to a file, or to /dev/null to discard it")
 
 
+class _CheckedStdout:
+    """sys.stdout, whose write or flush that fails (`> /dev/full`, `> out.txt` on a full disk,
+    an I/O error) ends the command with one line naming stdout: it said "No space left on
+    device", as if the profile or an output file could not be written, and a failure at
+    Python's flush at exit printed a traceback-like "Exception ignored" and exit status 120.
+    A reader gone (BrokenPipeError) is left to the CLI, which takes it as no error."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _failed(self, exc: OSError) -> CuptiprofError:
+        try:   # what is still buffered is dropped, not written again (and failing) at exit
+            silence(self._stream)
+        except (OSError, ValueError):
+            pass
+        return CuptiprofError(f"cannot write to stdout: {exc.strerror or exc}")
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def hold_closed_std_fds() -> None:
     """Give each of descriptors 0, 1 and 2 that is closed (`>&-`, a job started without them)
     /dev/null, not inherited (a command started from here finds it closed, as it would without
@@ -161,9 +198,12 @@ def hold_closed_std_fds() -> None:
 def closed_std_streams() -> None:
     """stdout or stderr closed when the command started: hold_closed_std_fds, and what goes to
     stderr is dropped (one that read sys.stderr.isatty() failed with a traceback, and messages
-    went to stdout); a write to stdout is refused by _ClosedStdout."""
+    went to stdout); a write to stdout is refused by _ClosedStdout. An open stdout that cannot
+    be written (a full disk) is checked by _CheckedStdout."""
     hold_closed_std_fds()
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()
+    elif not isinstance(sys.stdout, _CheckedStdout):
+        sys.stdout = _CheckedStdout(sys.stdout)
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")

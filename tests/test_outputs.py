@@ -173,6 +173,29 @@ def test_a_closed_stdout_is_one_line_and_an_output_file_is_still_written(run_fil
     assert r.returncode == 0 and (tmp_path / "r.html").is_file(), r.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_a_stdout_that_cannot_be_written_is_named_in_one_line(run_file, tmp_path):
+    """`cuptiprof report f > out.txt` on a full disk: the line said "No space left on device",
+    as if the profile could not be written, or (stdout buffered, as it is by default) Python's
+    flush at exit printed "Exception ignored ..." and the exit status was 120."""
+    import shutil
+
+    from _run_helpers import env
+    other = shutil.copyfile(run_file, tmp_path / "other.duckdb")
+    for buffered in (True, False):
+        e = env()
+        e.pop("PYTHONUNBUFFERED", None)
+        if not buffered:
+            e["PYTHONUNBUFFERED"] = "1"
+        for args in (["schema"], ["report", run_file], ["sql", run_file, "SELECT 1"],
+                     ["compare", run_file, other]):
+            with open("/dev/full", "w") as full:
+                r = subprocess.run([sys.executable, "-m", "cuptiprof", *map(str, args)], cwd=tmp_path,
+                                   env=e, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+            assert (r.returncode, r.stderr) == (1, "cuptiprof: error: cannot write to stdout: No "
+                                                "space left on device\n"), (args, buffered)
+
+
 def test_a_closed_stderr_drops_the_messages_not_the_work(tmp_path):
     """`2>&-`: import read sys.stderr.isatty() and failed (exit 1, its traceback unseen), and
     error lines went to stdout, into what a --format csv > out.csv was writing."""
