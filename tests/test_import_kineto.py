@@ -1135,6 +1135,35 @@ def test_bad_input_is_one_line_exit_2_no_output(tmp_path, case):
     assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]  # no output, no temp file
 
 
+def test_cli_import_of_a_folder_says_how_to_give_its_traces(tmp_path, capsys):
+    """`import traces/ -o x.duckdb`: it said "is a directory, expected a trace file", not how
+    to give the traces in it; a run's OUT.parts folder gets the merge that writes OUT."""
+    from cuptiprof.cli import main
+    from cuptiprof.synthetic import write_synthetic
+
+    def refused(src) -> str:
+        capsys.readouterr()
+        assert main(["import", str(src), "-o", str(tmp_path / "o.duckdb")]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1, err
+        return err[0]
+
+    traces = tmp_path / "my traces"
+    traces.mkdir()
+    assert refused(traces) == (f"cuptiprof: error: {traces}: is a directory; give the trace files "
+                               f"in it, e.g. '{traces}'/*.json.gz")
+    write(traces / "rank0.json", modern())
+    assert refused(traces).endswith(f"e.g. '{traces}'/*.json")
+    parts = tmp_path / "run.duckdb.parts"
+    parts.mkdir()
+    write_synthetic(parts / "p1.duckdb", steps=1, kernels_per_step=1)
+    (parts / "run.json").write_text("{}")
+    assert refused(parts) == (f"cuptiprof: error: {parts}: the folder of a cuptiprof run's part "
+                              f"files, not a trace; merge them into one: cuptiprof merge "
+                              f"{parts}/*.duckdb -o {tmp_path / 'run.duckdb'}")
+    assert not (tmp_path / "o.duckdb").exists()
+
+
 def test_cli_import_and_existing_output(tmp_path):
     src = write(tmp_path / "t.json", modern())
     out = tmp_path / "o.duckdb"

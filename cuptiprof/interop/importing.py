@@ -22,7 +22,7 @@ from cuptiprof.outputs import FORCE_HINT, check_output
 from cuptiprof.interop.kineto import claim_pid, import_kineto
 from cuptiprof.interop.textsource import looks_like_json
 from cuptiprof.store import arrow
-from cuptiprof.store.files import read_head, write_unsynced
+from cuptiprof.store.files import read_head, refuse_run_parts, write_unsynced
 from cuptiprof.store.writer import RunInfo, Writer
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -45,8 +45,20 @@ def _is_tar(block: bytes) -> bool:
     return block[257:262] == b"ustar"
 
 
+def _refuse_folder(path: Path) -> None:
+    """A folder given where its traces were meant (`import traces/`): the words that give them,
+    with the kind it holds (a run's OUT.parts folder: the merge that writes OUT)."""
+    refuse_run_parts(path, "a trace")
+    pattern = next((p for p in ("*.json.gz", "*.json", "*.sqlite") if any(path.glob(p))),
+                   "*.json.gz")
+    raise InputError(f"{path}: is a directory; give the trace files in it, e.g. "
+                     f"{shell_word(path)}/{pattern}")
+
+
 def trace_kind(path: Path) -> str:
     """'nsys' for an SQLite file, 'kineto' for JSON (plain or gzip)."""
+    if path.is_dir():
+        _refuse_folder(path)
     head = read_head(path, "a trace file")
     if head.startswith(SQLITE_MAGIC):
         return "nsys"

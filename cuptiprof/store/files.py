@@ -71,6 +71,15 @@ def is_run_parts(folder: Path) -> bool:
         (folder / n).is_file() for n in ("launcher.pid", RECORD))
 
 
+def refuse_run_parts(path: Path, expected: str) -> None:
+    """`path` is a run's OUT.parts folder with part files, given where `expected` (a file, a
+    trace) was: refused with the merge that writes OUT from them."""
+    if path.is_dir() and is_run_parts(path) and any(path.glob("*.duckdb")):
+        out = path.with_name(path.name[:-len(".parts")])
+        raise InputError(f"{path}: the folder of a cuptiprof run's part files, not {expected}; "
+                         f"merge them into one: {recover_command(path, out)}")
+
+
 def running_launcher(parts: Path) -> int | None:
     """The pid of the `cuptiprof run` that writes into `parts` (its launcher.pid), while it is
     alive."""
@@ -128,11 +137,7 @@ def require_duckdb(path: Path) -> None:
                                  f"({parts} holds no part file); remove {parts} and run again")
             raise WriterBusy(f"{path}: the run writing it did not finish; its records are in "
                              f"{parts}: {recover_command(parts, path)}")
-    if path.is_dir() and path.name.endswith(".parts"):   # `report OUT.duckdb.parts`
-        if is_run_parts(path) and any(path.glob("*.duckdb")):
-            out = path.with_name(path.name[:-len(".parts")])
-            raise InputError(f"{path}: the folder of a cuptiprof run's part files, not a file; "
-                             f"merge them into one: {recover_command(path, out)}")
+    refuse_run_parts(path, "a file")   # `report OUT.duckdb.parts`
     head = read_head(path)
     if len(head) < 12 or head[8:12] != b"DUCK":
         # a trace handed to report/compare/...: say how to read it
