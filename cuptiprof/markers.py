@@ -124,6 +124,26 @@ def _check_step(value: Any) -> None:
 STEP_MIN, STEP_MAX = -(1 << 31), (1 << 31) - 1
 
 
+def steps_beyond(value: int | str, count: bool = False) -> str | None:
+    """Why `value`, a step number (or with `count`, a number of steps: a warm-up, how many to
+    record) does not fit the step columns, or None where it does: the one bound of every
+    option that names steps (report --steps, run --steps and --warmup, profile(warmup=,
+    steps=)). A str is ASCII digits with an optional leading '-', measured before int() (which
+    refuses more than 4,300 digits)."""
+    text = str(value).strip()
+    digits = text.lstrip("-").lstrip("0")
+    if count and text.startswith("-"):   # below 0: refused by each option's own least
+        return None
+    if len(digits) <= 10 and STEP_MIN <= int(text) <= STEP_MAX:
+        return None
+    numbered = f"steps are numbered from {STEP_MIN} to {STEP_MAX}"
+    if count:
+        shown = f"a count of {len(digits)} digits" if len(digits) > 20 else text
+        return f"{shown} is more steps than can be numbered; give at most {STEP_MAX} ({numbered})"
+    shown = f"a step number of {len(digits)} digits" if len(digits) > 10 else f"step {text}"
+    return f"{shown} is no step ({numbered})"
+
+
 def step_number(value: Any) -> int | None:
     """The step number a range's `step` attribute stands for: step_index(value) from -2**31 to
     2**31 - 1; None otherwise (the step is then numbered by its position). The one check of

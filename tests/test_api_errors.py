@@ -38,6 +38,10 @@ def test_unknown_source_leaves_no_file_and_the_retry_works(tmp_path):
     ({"steps": -1}, "steps must be a whole number >= 1 or None, not -1"),
     # no step recorded after warm-up, every launch before the first one unclaimed; as run --steps 0
     ({"steps": 0}, "steps must be a whole number >= 1 or None, not 0"),
+    # a count no step number reaches was taken, as `run --steps` took one
+    ({"warmup": 2 ** 31}, "warmup: 2147483648 is more steps than can be numbered; give at most "
+     "2147483647 (steps are numbered from -2147483648 to 2147483647)"),
+    ({"steps": 10 ** 30}, "steps: a count of 31 digits is more steps than can be numbered"),
     ({"range_filter": 5}, "range_filter must be a glob, a list of globs or a function"),
     ({"range_filter": ["attn*", 3]}, "range_filter must be a glob, a list of globs or a function"),
     # a mode of no meaning appended to an existing file; a source of no use failed in start()

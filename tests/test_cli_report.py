@@ -739,6 +739,9 @@ def test_bad_file_one_line(bad_files, case, command):
     # a number longer than int() converts was a traceback
     (["report", "{f}", "--steps", "9" * 5000], "a step number of 5000 digits is no step"),
     (["sql", "{f}", "SELECT 1", "--steps", "1:" + "9" * 30], "a step number of 30 digits is no step"),
+    # beyond the step columns: said as such, not "no recorded step"
+    (["report", "{f}", "--steps", "2147483648"], "--steps '2147483648': step 2147483648 is no step "
+     "(steps are numbered from -2147483648 to 2147483647)"),
     (["sql", "{f}", "SELEC count(*) FROM kernels"], "SQL error"),
     (["sql", "{f}", "SELECT no_such_column FROM kernels"], "SQL error"),
     # a placeholder: DuckDB's words say values were not given, not that none can be

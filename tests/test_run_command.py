@@ -85,6 +85,10 @@ def test_run_usage_mistakes_are_one_line_and_run_nothing(tmp_path, capsys, monke
     (["--warmup", "\uff12"], "argument --warmup: '\uff12' is not a whole number"),
     (["--overhead", "--repeat", "1_0"], "argument --repeat: '1_0' is not a whole number"),
     (["--steps", "9" * 5000], "argument --steps: a number of 5000 digits is beyond any count"),
+    # a count no step number reaches was taken, where report --steps refuses such a step
+    (["--steps", "9" * 20], "argument --steps: 99999999999999999999 is more steps than can be "
+     "numbered; give at most 2147483647 (steps are numbered from -2147483648 to 2147483647)"),
+    (["--warmup", "2147483648"], "argument --warmup: 2147483648 is more steps than can be numbered"),
 ])
 def test_run_counts_are_ascii_whole_numbers(tmp_path, args, says):
     r = cli(["run", *args, "--", PY, "-c", "print('ran')"], tmp_path)

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 import duckdb
 
 from cuptiprof.errors import UsageError, file_path, shell_word, whole_number
+from cuptiprof.markers import steps_beyond
 from cuptiprof.store.files import (check_core_tables, check_schema_version, connect_error,
                                    first_row, require_duckdb, schema_version)
 from cuptiprof.analyse import catalog
@@ -71,9 +72,9 @@ def parse_steps(spec: str | None, label: str | None = None) -> tuple[int | None,
                          f"{m.group(1)} to {m.group(3).lstrip('-')} are "
                          f"{m.group(1)}:{m.group(3).lstrip('-')}")
     for g in (m.group(1), m.group(3)):
-        if g is not None and len(g.lstrip("-")) > 19:   # beyond 64 bits (and int()'s limit)
-            raise UsageError(f"{label}: a step number of {len(g.lstrip('-'))} digits is no step "
-                             f"(steps are numbered from {-(1 << 31)} to {(1 << 31) - 1})")
+        why = None if g is None else steps_beyond(g)
+        if why:
+            raise UsageError(f"{label}: {why}")
     lo = int(m.group(1)) if m.group(1) is not None else None
     hi = int(m.group(3)) if m.group(3) is not None else None
     if m.group(2) is None:

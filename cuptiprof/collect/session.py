@@ -114,6 +114,10 @@ class Session(_Sources, _StartRows, _Ranges, _Steps, _Flushing, _Quality, _ExitS
         # steps=0 would record nothing after warm-up (and everything before the first step):
         # refused, as `cuptiprof run --steps 0` is
         warmup, steps = whole_number("warmup", warmup, 0), whole_number("steps", steps, 1, True)
+        for name, n in (("warmup", warmup), ("steps", steps)):
+            why = None if n is None else markers.steps_beyond(n, count=True)
+            if why:
+                raise UsageError(f"{name}: {why}")
         flush_every = whole_number("flush_every", flush_every, 1)
         if flush_every_s is None:
             flush_every_s = env_seconds("CUPTIPROF_FLUSH_EVERY_S", 1.0)

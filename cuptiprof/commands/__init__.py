@@ -5,6 +5,7 @@ import os
 import re
 
 from cuptiprof.errors import UsageError
+from cuptiprof.markers import steps_beyond
 
 # The positional FILE of the commands that read one cuptiprof file (report, sql, export).
 FILE_HELP = "a cuptiprof .duckdb file (from run, import or merge)"
@@ -27,6 +28,16 @@ def whole_number(text: str) -> int:
     except ValueError:   # more digits than int() converts
         raise argparse.ArgumentTypeError(f"a number of {len(text.strip().lstrip('-'))} digits "
                                          "is beyond any count") from None
+
+
+def step_count(text: str) -> int:
+    """A number of steps (run --steps, --warmup): a whole number the step numbers can reach,
+    as report --steps takes (a larger count is never reached, and was taken as given)."""
+    n = whole_number(text)
+    why = steps_beyond(text, count=True)
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return n
 
 
 def top_rows(text: str) -> int:

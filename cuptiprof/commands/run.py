@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from cuptiprof.commands import output_name, whole_number
+from cuptiprof.commands import output_name, step_count, whole_number
 from cuptiprof.errors import UsageError
 
 
@@ -22,8 +22,8 @@ def register(sub) -> None:
                         "command that fails before anything is recorded, or of which no process "
                         "was profiled, leaves it; a leftover "
                         "OUT.duckdb.parts of a run that did not finish is still refused)")
-    p.add_argument("--warmup", type=whole_number, default=0, metavar="K", help="steps to skip before recording (default 0)")
-    p.add_argument("--steps", type=whole_number, default=None, metavar="N",
+    p.add_argument("--warmup", type=step_count, default=0, metavar="K", help="steps to skip before recording (default 0)")
+    p.add_argument("--steps", type=step_count, default=None, metavar="N",
                    help="how many steps to record after the warm-up, then collection stops "
                         "(default: all); a count, where report --steps takes step numbers")
     p.add_argument("--step-range", metavar="NAME",
