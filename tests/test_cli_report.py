@@ -833,6 +833,20 @@ def test_sql_with_a_wrong_name_says_what_to_use(run_file):
     assert '"demangled"' in line and "`cuptiprof schema`" in line
 
 
+def test_sql_with_a_syntax_error_says_what_a_query_looks_like(run_file, capsys):
+    """A typo in the SQL itself (a DuckDB parser error) got DuckDB's words alone, where a
+    wrong name gets where the names are documented."""
+    from cuptiprof.cli import main
+    for query, says in (("SELEC 1", 'syntax error at or near "SELEC"'),
+                        ("SELECT 'abc", "unterminated string literal")):
+        capsys.readouterr()
+        assert main(["sql", str(run_file), query]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"cuptiprof: error: SQL error: Parser Error: {says}; a query is DuckDB SQL, e.g. "
+            '"SELECT name, count(*) FROM kernels GROUP BY 1"; `cuptiprof schema` documents every '
+            "table and column, `cuptiprof sql --help` the sel_* views"]
+
+
 @pytest.mark.parametrize("args,command", [
     (["sql", "", "SELECT 1"], "sql"), (["report", ""], "report"),
     (["export", "", "--chrome", "t.json"], "export"), (["compare", "a.duckdb", ""], "compare"),

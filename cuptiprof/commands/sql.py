@@ -11,6 +11,7 @@ from cuptiprof.errors import UsageError
 from cuptiprof.render.table import FORMATS, Fetched, render, stream_of, unique_names
 
 TABLE_ROWS = 10_000   # the most rows a terminal table shows (the other formats: all)
+EXAMPLE_QUERY = '"SELECT name, count(*) FROM kernels GROUP BY 1"'
 
 
 def register(sub) -> None:
@@ -52,8 +53,7 @@ def run(args) -> int:
                 raise read_only
             n = len(duckdb.extract_statements(args.query))
             if n == 0:   # blank or only a comment: DuckDB runs nothing and returns no relation
-                raise UsageError("the query is empty; give one SQL query, e.g. "
-                                 "\"SELECT name, count(*) FROM kernels GROUP BY 1\"")
+                raise UsageError(f"the query is empty; give one SQL query, e.g. {EXAMPLE_QUERY}")
             if n > 1:   # DuckDB would show the last statement's rows only
                 raise UsageError(f"the query holds {n} statements; give one at a time "
                                  "(only the last one's rows would show)")
@@ -121,10 +121,16 @@ def _hint(error: str) -> str:
     if "Values were not provided for the following parameters" in error:
         return ("; cuptiprof sql takes no parameter values: write the value into the query in "
                 "place of ? or $1")
+    if error.startswith("Parser Error"):   # a typo in the SQL itself: what a query looks like
+        return f"; a query is DuckDB SQL, e.g. {EXAMPLE_QUERY}{_WHERE}"
     if not error.startswith(("Catalog Error", "Binder Error")):
         return ""
     lines = [ln.strip() for ln in error.splitlines()[1:]]
     says = next((ln for ln in lines if ln.startswith(("Did you mean", "Candidate bindings"))), "")
-    where = "; `cuptiprof schema` documents every table and column, `cuptiprof sql --help` " \
-        "the sel_* views" if re.search(r"\b(Table|column)\b", error.splitlines()[0]) else ""
+    where = _WHERE if re.search(r"\b(Table|column)\b", error.splitlines()[0]) else ""
     return (f" ({says})" if says else "") + where
+
+
+# Where the names a query may use are documented.
+_WHERE = "; `cuptiprof schema` documents every table and column, `cuptiprof sql --help` the " \
+    "sel_* views"
