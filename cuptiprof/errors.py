@@ -76,10 +76,40 @@ def file_path(name: str, v) -> Path:
 
 
 def shell_word(path) -> str:
-    """A path as one shell word in a command a message gives to run: one with a space or a
-    quote, pasted as it was written, ran as several words."""
+    """A path as one shell word in a command a message gives to run, or a line names
+    (`wrote OUT`): one with a space or a quote, pasted as it was written, ran as several words.
+    A name with bytes that are no UTF-8 (lone surrogates in Python, printed as `\\udcff`) or
+    with control characters (a newline would break the line) is written in bash's $'...'
+    quoting, those bytes as \\xNN: what a user pastes names the same file, and the line holds
+    no surrogate, which a stream that is not stderr (a file, /dev/null) fails to encode."""
     import shlex
-    return shlex.quote(os.fspath(path))
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if not any(_unprintable(c) for c in text):
+        return shlex.quote(text)
+    try:
+        raw = os.fsencode(text)
+    except UnicodeEncodeError:   # a lone surrogate no file name decodes to
+        raw = text.encode("utf-8", "surrogatepass")
+    out = []
+    for c in raw.decode("utf-8", "surrogateescape"):
+        if 0xDC80 <= ord(c) <= 0xDCFF:   # a byte that is no UTF-8
+            out.append(f"\\x{ord(c) - 0xDC00:02x}")
+        elif _unprintable(c):
+            out.append(f"\\x{ord(c):02x}")
+        elif c in "\\'":
+            out.append("\\" + c)
+        else:
+            out.append(c)
+    return "$'" + "".join(out) + "'"
+
+
+def _unprintable(c: str) -> bool:
+    """A character of a name that a line cannot show as it is: a control character (of one
+    byte in UTF-8), or a surrogate (bytes that are no UTF-8)."""
+    o = ord(c)
+    return o < 0x20 or o == 0x7F or 0xD800 <= o <= 0xDFFF
 
 
 def damage_said(msg: str) -> bool:

@@ -205,5 +205,5 @@ def closed_std_streams() -> None:
         sys.stdout = _ClosedStdout()
     elif not isinstance(sys.stdout, _CheckedStdout):
         sys.stdout = _CheckedStdout(sys.stdout)
-    if sys.stderr is None:
-        sys.stderr = open(os.devnull, "w")
+    if sys.stderr is None:   # (a name that is no UTF-8 in a message: as stderr writes it)
+        sys.stderr = open(os.devnull, "w", errors="backslashreplace")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cuptiprof.cli import main
-from cuptiprof.errors import CuptiprofError, InputError
+from cuptiprof.errors import CuptiprofError, InputError, shell_word
 from cuptiprof.outputs import say, temp_beside, write_failed
 
 
@@ -205,6 +205,31 @@ def test_a_closed_stderr_drops_the_messages_not_the_work(tmp_path):
     r = _started_without(2, ["import", tmp_path / "t.json", "-o", tmp_path / "i.duckdb"], tmp_path)
     assert r.returncode == 0 and (tmp_path / "i.duckdb").is_file() and r.stdout == ""
     r = _started_without(2, ["report", tmp_path / "missing.duckdb"], tmp_path)
+    assert (r.returncode, r.stdout) == (2, "")
+
+
+def test_an_output_name_that_is_no_utf8_is_printed_as_bash_reads_it(run_file, tmp_path, capsys):
+    """A name with bytes that are no UTF-8 (`--html $'r\\xff.html'`) was printed as `r\\udcff.html`,
+    which names no file, or failed to print (UnicodeEncodeError) on a stream that does not
+    escape surrogates; it is printed in bash's $'...' quoting, which names the file again."""
+    import shutil
+    html = tmp_path / os.fsdecode(b"r\xff.html")
+    trace = tmp_path / os.fsdecode(b"t\xfe'1.json")
+    capsys.readouterr()
+    assert main(["report", str(run_file), "--html", str(html)]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == f"cuptiprof: wrote $'{tmp_path}/r\\xff.html'"
+    assert main(["export", str(run_file), "--chrome", str(trace)]) == 0
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"-> $'{tmp_path}/t\\xfe\\'1.json'")
+    if shutil.which("bash"):   # pasted, the words name those files
+        for path in (html, trace):
+            word = shell_word(path)
+            r = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, timeout=60)
+            assert r.stdout == os.fsencode(path), word
+    assert shell_word(os.fsdecode(b"a\nb")) == "$'a\\x0ab'"   # a newline would break the line
+    assert shell_word("my file.html") == "'my file.html'"
+    # stderr closed: a message naming such a file went to a /dev/null that took no surrogate, and
+    # the command ended with a hidden UnicodeEncodeError (exit 1) where its refusal is exit 2
+    r = _started_without(2, ["export", run_file, "--chrome", trace], tmp_path)
     assert (r.returncode, r.stdout) == (2, "")
 
 

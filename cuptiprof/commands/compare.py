@@ -11,7 +11,7 @@ from cuptiprof.analyse import catalog
 from cuptiprof.analyse.families import BY
 from cuptiprof.commands import (FILES_HELP, FORMAT_HELP, counted, input_file, output_name,
                                 top_rows)
-from cuptiprof.errors import UsageError
+from cuptiprof.errors import UsageError, shell_word
 from cuptiprof.render.table import FORMATS, md_escape, render, rows_of, write_json
 
 if TYPE_CHECKING:  # loaded in run(): reading commands do not load pyarrow
@@ -72,7 +72,7 @@ def run(args) -> int:
             from cuptiprof.render.html import write_compare
 
             path = write_compare(cmp, args.html, top=args.top or DEFAULT_TOP)
-            print(f"cuptiprof: wrote {path}", file=sys.stderr)
+            print(f"cuptiprof: wrote {shell_word(path)}", file=sys.stderr)
         print_comparison(cmp, args.format, args.top, table=args.table)
     return 0
 

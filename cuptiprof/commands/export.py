@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cuptiprof.commands import (FILE_HELP, STEPS_FORMS, STEPS_METAVAR, counted, input_file,
                                 output_name)
-from cuptiprof.errors import UsageError
+from cuptiprof.errors import UsageError, shell_word
 from cuptiprof.outputs import write_failed
 
 
@@ -60,8 +60,8 @@ def run(args) -> int:
                 raise write_failed(args.chrome, exc) from None
             scope = prof.scope if args.steps else "every row"
             print(f"cuptiprof: wrote {counted(c['events'], 'trace event')} ("
-                  f"{counted(c.get('kernels', 0), 'kernel')}, scope: {scope}) -> {args.chrome}",
-                  file=sys.stderr)
+                  f"{counted(c.get('kernels', 0), 'kernel')}, scope: {scope}) -> "
+                  f"{shell_word(args.chrome)}", file=sys.stderr)
         if args.parquet:
             from cuptiprof.interop.parquet import export_parquet
             try:
@@ -70,5 +70,6 @@ def run(args) -> int:
                 raise write_failed(args.parquet, exc) from None
             print(f"cuptiprof: wrote {counted(len(c), 'Parquet dataset')} ("
                   f"{sum(1 for v in c.values() if v)} with rows; "
-                  f"{counted(c.get('kernels', 0), 'kernel row')}) -> {args.parquet}", file=sys.stderr)
+                  f"{counted(c.get('kernels', 0), 'kernel row')}) -> {shell_word(args.parquet)}",
+                  file=sys.stderr)
     return 0

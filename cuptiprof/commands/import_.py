@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from cuptiprof.commands import counted, input_file, named_output
+from cuptiprof.errors import shell_word
 
 
 def register(sub) -> None:
@@ -51,5 +52,5 @@ def run(args) -> int:
              if len(counts) > 1 and len(set(counts)) == 1 else counted(sum(counts), 'step'))
     print(f"cuptiprof: imported {counted(n_files, 'file')} ({res['source']}{procs}): "
           f"{', '.join(parts)}, "
-          f"{steps} -> {res['path']}", file=sys.stderr)
+          f"{steps} -> {shell_word(res['path'])}", file=sys.stderr)
     return 0

@@ -78,6 +78,7 @@ def _recover(parts: Path, files: list[str], output: str, force: bool) -> int:
     # refused here in its own line, not as a failed merge of the run's parts
     check_output(output, inputs=files, force=force)
     out = recover(parts, [Path(f) for f in files], output, overwrite=force)
-    print(f"cuptiprof: wrote {out}, the run of the {counted(len(files), 'part file')} in "
-          f"{parts}; that folder can be removed", file=sys.stderr)
+    print(f"cuptiprof: wrote {shell_word(out)}, the run of the "
+          f"{counted(len(files), 'part file')} in {shell_word(parts)}; that folder can be removed",
+          file=sys.stderr)
     return 0

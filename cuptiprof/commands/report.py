@@ -9,7 +9,7 @@ from cuptiprof.analyse import catalog
 from cuptiprof.analyse.profile import open_profile
 from cuptiprof.commands import (FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR, counted,
                                 input_file, output_name, top_rows)
-from cuptiprof.errors import UsageError
+from cuptiprof.errors import UsageError, shell_word
 from cuptiprof.render.table import FORMATS, Fetched, md_escape, plain_table, render, rows_of
 
 # --by value -> report name
@@ -81,7 +81,7 @@ def run(args) -> int:
             from cuptiprof.render.html import write_report
 
             path = write_report(prof, args.html, top=args.top or 15)
-            print(f"cuptiprof: wrote {path}", file=sys.stderr)
+            print(f"cuptiprof: wrote {shell_word(path)}", file=sys.stderr)
             if args.by:   # the page shows a fixed set of sections: a breakdown asked for is printed
                 print_reports(prof, [BY[args.by]], args.format, args.top)
             return 0

@@ -398,7 +398,7 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
         elif not o.quiet:   # without -o the file's name is one the user has not seen
             if not result.profiled:   # not the report: the file holds nothing of the command
                 print(f"cuptiprof: notice: {_none_profiled(cmd)}", file=sys.stderr)
-            print(f"cuptiprof: wrote {result.output}", file=sys.stderr)
+            print(f"cuptiprof: wrote {shell_word(result.output)}", file=sys.stderr)
     except OSError as exc:
         # The terminal went away (EIO: the SIGHUP that ended the command), or the reader of
         # the output did: OUT is written, and the exit status stays the command's.
@@ -943,7 +943,7 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
                 # empty tables and hints about marking steps would hide its own error
                 print(f"cuptiprof: notice: the command exited with status {res.exit_code} before "
                       "anything was recorded; no report", file=sys.stderr)
-                print(f"cuptiprof: wrote {res.output}", file=sys.stderr)
+                print(f"cuptiprof: wrote {shell_word(res.output)}", file=sys.stderr)
                 return
             print("", file=sys.stderr, flush=True)
             print_reports(prof, list(SUMMARY), out=sys.stderr)
@@ -989,4 +989,4 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
         whose = "its collector" if early == 1 else "their collectors"
         print(f"cuptiprof: notice: {counted(early, 'process', 'processes')} ended before {whose} "
               "closed (see processes.ended_early)", file=sys.stderr)
-    print(f"cuptiprof: wrote {res.output}", file=sys.stderr)
+    print(f"cuptiprof: wrote {shell_word(res.output)}", file=sys.stderr)
