@@ -469,7 +469,7 @@ def _has_steps(out: Path) -> bool:
 
 def _own_steps_only(parts: Path) -> bool:
     """--step-range/--step-fn began no step in any process, while the program marked steps of
-    its own (child._note_step_option): those are the run's steps, silently, where the user
+    its own (child.ending._note_step_option): those are the run's steps, silently, where the user
     asked for others."""
     return (parts / "steps.own-only").exists() and not (parts / "steps.option-marked").exists()
 
@@ -703,12 +703,12 @@ def _with_exit(parts: Path, key: str, end) -> dict | None:
 
 def _waited(parts: Path, host, pid: int) -> int | None:
     """The exit status process `pid`'s parent saw as it reaped it, where that parent was
-    profiled too (child._note_reaped): that of the last program the process ran."""
+    profiled too (child.processes._note_reaped): that of the last program the process ran."""
     return _exit_written(parts / f"{host}-{pid}.waited") if isinstance(host, str) else None
 
 
 def _exit_written(path: Path) -> int | None:
-    """The exit status the C library wrote as the process ended (child._watch_exit)."""
+    """The exit status the C library wrote as the process ended (child.recording._watch_exit)."""
     try:
         text = path.read_text().strip()
     except OSError:

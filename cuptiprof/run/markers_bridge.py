@@ -16,15 +16,15 @@ class RecorderRanges:
     def _enter(self, name: str, attrs: dict):
         named = self.rec.s.step_range is not None and name == self.rec.s.step_range
         if named:
-            self.rec.step_range_seen = True   # --step-range matched (child._note_step_option)
+            self.rec.step_range_seen = True   # --step-range matched (child.ending._note_step_option)
         if name == "step" or named:
             def begin():
                 return self.rec.begin(name, is_step=True, step=step_number(attrs.get("step")),
                                       attrs={k: v for k, v in attrs.items() if k != "step"} or None)
             if name == "step":   # the program's own step
                 return begin()
-            from cuptiprof.run import child   # --step-range's, told from the program's (steps_mixed)
-            return child._count_marked(begin)
+            from cuptiprof.run.child import steps   # --step-range's, told from the program's (steps_mixed)
+            return steps._count_marked(begin)
         return self.rec.begin(name, attrs=attrs or None)
 
     def _exit(self, tok, exc_type=None) -> None:

@@ -1,5 +1,5 @@
 """What a profiled process records when the CUPTI collector does not: the step count, ranges,
-logs, and (no GPU) torch.profiler CPU ops. One instance per process, made by child.py.
+logs, and (no GPU) torch.profiler CPU ops. One instance per process, made by child/recording.py.
 
 Modes: 'time' keeps only step durations (the baseline of `--overhead`, written as JSON, no
 DuckDB); 'light' writes ranges and logs; 'cpu' adds torch.profiler CPU ops: the ops that do the work

@@ -1,6 +1,6 @@
 """A SIGTERM or SIGHUP that the profiled process's Python handler never gets to see.
 
-child.py ends a profiled process on SIGTERM/SIGHUP with a Python-level handler that flushes
+child/signals.py ends a profiled process on SIGTERM/SIGHUP with a Python-level handler that flushes
 its part file first. Python runs such a handler only when the main thread comes back to the
 interpreter; a main thread blocked in C (a wait inside a library that retries on EINTR, a
 collective that never returns, a semaphore entered just after the interpreter's last signal
