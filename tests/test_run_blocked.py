@@ -274,8 +274,8 @@ def test_a_second_signal_as_the_handler_claims_the_ending_is_ignored(tmp_path, s
     ready = tmp_path / "ready"
     p = script(tmp_path, f"""
 import os, pathlib, cuptiprof
-from cuptiprof.run import child
-w = child._term_watch
+from cuptiprof.run.child import shared
+w = shared._term_watch
 def claim():
     if not w._claim.acquire(blocking=False):
         return False

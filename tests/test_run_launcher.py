@@ -69,10 +69,10 @@ def test_part_files_are_written_without_syncs(tmp_path):
     The merged output is synced once, before its rename."""
     p = script(tmp_path, """
         import cuptiprof
-        from cuptiprof.run import child
+        from cuptiprof.run.child import shared
         with cuptiprof.range("step", step=0):
             pass
-        w = child._rec.writer
+        w = shared._rec.writer
         print("setting", w.synced, w.query("SELECT current_setting('fsync_mode')")[0][0])
     """)
     r = cli(["run", "--light", "--no-report", "-o", "out.duckdb", "--", PY, p], tmp_path,

@@ -1054,7 +1054,7 @@ def test_mixed_steps_row_goes_through_the_collector(monkeypatch):
     """At the end of a run, the steps_mixed row is handed to the collector, which writes it
     beside a flush another thread may be in; writing it on the file's one connection directly
     could abort that flush's transaction."""
-    from cuptiprof.run import child
+    from cuptiprof.run.child import ending, shared
 
     class Writer:
         def add_quality(self, *a):
@@ -1071,11 +1071,11 @@ def test_mixed_steps_row_goes_through_the_collector(monkeypatch):
             self.status = status
 
     col = Collector()
-    monkeypatch.setattr(child, "_collector", col)
-    monkeypatch.setattr(child, "_rec", None)
-    monkeypatch.setattr(child, "_mixed_steps", lambda: "3 steps came from --step-fn and 2 ...")
-    monkeypatch.setattr(child, "warn", lambda msg: None)
-    child._close_recording("complete")
+    monkeypatch.setattr(shared, "_collector", col)
+    monkeypatch.setattr(shared, "_rec", None)
+    monkeypatch.setattr(ending, "_mixed_steps", lambda: "3 steps came from --step-fn and 2 ...")
+    monkeypatch.setattr(ending, "warn", lambda msg: None)
+    ending._close_recording("complete")
     assert col.notes == [("steps_mixed", "3 steps came from --step-fn and 2 ...")]
     assert col.status == "complete"
 
@@ -1155,7 +1155,7 @@ def test_steps_two_threads_begin_at_once_are_not_taken_for_the_programs_own(monk
     cannot begin meanwhile and the first one's wait times out."""
     import threading
 
-    from cuptiprof.run import child
+    from cuptiprof.run.child import shared, steps
 
     first_in, second_in = threading.Event(), threading.Event()
     reads = threading.local()
@@ -1180,14 +1180,14 @@ def test_steps_two_threads_begin_at_once_are_not_taken_for_the_programs_own(monk
             self._seen += 1
             return object()
 
-    monkeypatch.setattr(child, "_collector", None)
-    monkeypatch.setattr(child, "_rec", Rec())
-    monkeypatch.setattr(child, "_marked", 0)
-    monkeypatch.setattr(child, "_seen_base", 0)
-    monkeypatch.setattr(child, "_steps_failed", lambda exc: (_ for _ in ()).throw(exc))
+    monkeypatch.setattr(shared, "_collector", None)
+    monkeypatch.setattr(shared, "_rec", Rec())
+    monkeypatch.setattr(shared, "_marked", 0)
+    monkeypatch.setattr(shared, "_seen_base", 0)
+    monkeypatch.setattr(steps, "_steps_failed", lambda exc: (_ for _ in ()).throw(exc))
 
     def begin_step():
-        child._Step("step").__enter__()
+        steps._Step("step").__enter__()
 
     first = threading.Thread(target=begin_step, name="first")
     second = threading.Thread(target=begin_step, name="second")
@@ -1196,24 +1196,24 @@ def test_steps_two_threads_begin_at_once_are_not_taken_for_the_programs_own(monk
     second.start()
     first.join(5)
     second.join(5)
-    assert child._marked == 2
-    assert child._mixed_steps() is None
+    assert shared._marked == 2
+    assert steps._mixed_steps() is None
 
 
 def test_a_step_that_cannot_be_marked_runs_and_is_said_once(monkeypatch, capsys):
     """--step-fn whose bookkeeping fails at every call: the program's function still runs and
     returns, and one warning line says so, not one a step."""
-    from cuptiprof.run import child
+    from cuptiprof.run.child import shared, steps
 
     class Broken:
         seen = 0
 
         def begin(self, *a, **kw):
             raise RuntimeError("no room")
-    monkeypatch.setattr(child, "_rec", Broken())
-    monkeypatch.setattr(child, "_collector", None)
-    monkeypatch.setattr(child, "_steps_warned", False)
-    step = child._wrap_step(lambda x: x + 1)
+    monkeypatch.setattr(shared, "_rec", Broken())
+    monkeypatch.setattr(shared, "_collector", None)
+    monkeypatch.setattr(steps, "_steps_warned", False)
+    step = steps._wrap_step(lambda x: x + 1)
     assert [step(i) for i in range(3)] == [1, 2, 3]
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("cuptiprof: warning: marking a step failed"), err
@@ -1275,16 +1275,16 @@ def test_step_fn_on_an_async_def_gives_overlapping_tasks_each_their_own_step(tmp
     opens after the other task's step ended belongs to its own step, not to none."""
     import asyncio
 
-    from cuptiprof.run import child
+    from cuptiprof.run.child import shared, steps
     from cuptiprof.run.recorder import Recorder
     from cuptiprof.run.settings import ChildSettings
 
     rec = Recorder(ChildSettings(mode="light", step_fn="m:denoise"), str(tmp_path), "light")
-    monkeypatch.setattr(child, "_collector", None)
-    monkeypatch.setattr(child, "_rec", rec)
-    monkeypatch.setattr(child, "_marked", 0)
-    monkeypatch.setattr(child, "_seen_base", 0)
-    monkeypatch.setattr(child, "_steps_failed", lambda exc: (_ for _ in ()).throw(exc))
+    monkeypatch.setattr(shared, "_collector", None)
+    monkeypatch.setattr(shared, "_rec", rec)
+    monkeypatch.setattr(shared, "_marked", 0)
+    monkeypatch.setattr(shared, "_seen_base", 0)
+    monkeypatch.setattr(steps, "_steps_failed", lambda exc: (_ for _ in ()).throw(exc))
 
     async def main():
         a_in, a_out = asyncio.Event(), asyncio.Event()
@@ -1302,11 +1302,11 @@ def test_step_fn_on_an_async_def_gives_overlapping_tasks_each_their_own_step(tmp
             rec.end(h)
             return name
 
-        step = child._wrap_step(denoise)
+        step = steps._wrap_step(denoise)
         return await asyncio.gather(step("a"), step("b"))
 
     assert asyncio.run(main()) == ["a", "b"]
-    assert child._marked == 2 and child._mixed_steps() is None
+    assert shared._marked == 2 and steps._mixed_steps() is None
     rec.close()
     got = q(rec.part_path(".duckdb"),
                "SELECT w.name, s.step FROM ranges w JOIN ranges s ON w.parent_id = s.range_id "
