@@ -68,7 +68,7 @@ def _run_parts(files: list[str]) -> Path | None:
 
 def _recover(parts: Path, files: list[str], output: str, force: bool) -> int:
     from cuptiprof.outputs import check_output
-    from cuptiprof.run.launcher import recover
+    from cuptiprof.run.merge_parts import recover
 
     for f in files:   # `PARTS/*.duckdb` that matched nothing reaches us as that very name
         if not Path(f).exists():

@@ -54,8 +54,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from cuptiprof.run.launcher import (LaunchOptions, launch, outer_run, split_kinds, stand_aside,
-                                        validate, warn_knobs)
+    from cuptiprof.run.launcher import LaunchOptions, launch, outer_run, stand_aside
+    from cuptiprof.run.preflight import split_kinds, validate, warn_knobs
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":

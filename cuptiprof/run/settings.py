@@ -35,7 +35,7 @@ KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"
 # Tuning knobs the user may set, read by each profiled process (recorder.py), with their
 # defaults in seconds: how often torch.profiler hands its ops over without a GPU, and how often
 # a step's end commits. A value that is not a number falls back to the default; the launcher
-# says so once (launcher.warn_knobs).
+# says so once (preflight.warn_knobs).
 OPS_EVERY_S = "CUPTIPROF_OPS_EVERY_S"
 FLUSH_EVERY_S = "CUPTIPROF_FLUSH_EVERY_S"
 KNOBS = {OPS_EVERY_S: 1.0, FLUSH_EVERY_S: 1.0}

@@ -62,7 +62,7 @@ def first_row(result) -> tuple | None:
     return rows[0] if rows else None
 
 
-RECORD = "run.json"   # what a `cuptiprof run` knows of its run, in OUT.parts (run.launcher)
+RECORD = "run.json"   # what a `cuptiprof run` knows of its run, in OUT.parts (run.merge_parts)
 
 
 def is_run_parts(folder: Path) -> bool:
