@@ -1115,7 +1115,7 @@ def test_a_run_whose_launcher_was_killed_mid_run_reports_the_exit_status_as_unkn
     import subprocess
     import time
 
-    from cuptiprof.run.launcher import _unfinished_alive
+    from cuptiprof.run.merge_parts import _unfinished_alive
 
     p = script(tmp_path, """
         import pathlib, subprocess, sys, time, cuptiprof
@@ -1166,7 +1166,7 @@ def test_finish_writes_the_run_the_markers_and_the_record_describe(tmp_path):
     a process that left no end marker (and no part), or whose exec'd program left none, ended
     early, said in data_quality; a process that exec'd twice (once in vain) replaced its
     program once."""
-    from cuptiprof.run.launcher import finish
+    from cuptiprof.run.merge_parts import finish
     from cuptiprof.store.writer import RunInfo, Writer
 
     parts = tmp_path / "r.duckdb.parts"
@@ -1206,7 +1206,7 @@ def test_finish_gives_each_process_the_end_it_is_known_by(tmp_path):
     """processes.end_ns without part files: the end a process's last program wrote in its end
     marker; the command's own process, when its marker has none (killed, or not Python), the
     end the launcher saw; a helper that ended early without a word, NULL (not known)."""
-    from cuptiprof.run.launcher import finish
+    from cuptiprof.run.merge_parts import finish
 
     parts = tmp_path / "r.duckdb.parts"
     parts.mkdir()
@@ -1520,17 +1520,17 @@ def test_default_output_name_passes_over_the_parts_of_a_run_that_did_not_finish(
     import types
     from pathlib import Path
 
-    from cuptiprof.run import launcher
+    from cuptiprof.run import preflight
 
     class Fixed(real.datetime):
         @classmethod
         def now(cls, tz=None):
             return cls(2026, 1, 2, 3, 4, 5)
 
-    monkeypatch.setattr(launcher, "_dt", types.SimpleNamespace(datetime=Fixed))
+    monkeypatch.setattr(preflight, "_dt", types.SimpleNamespace(datetime=Fixed))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cuptiprof-20260102-030405.duckdb.parts").mkdir()
-    assert launcher.output_path(None) == Path("cuptiprof-20260102-030405-2.duckdb")
+    assert preflight.output_path(None) == Path("cuptiprof-20260102-030405-2.duckdb")
 
 
 @pytest.mark.parametrize("who", ["launcher", "process"])
