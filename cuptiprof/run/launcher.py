@@ -26,7 +26,7 @@ from cuptiprof.run import settings as S
 from cuptiprof.run.merge_parts import (MergeFailed, _wait_for_stragglers, finish, run_record,
                                        save_record)
 from cuptiprof.run.preflight import output_path, reserve, validate, warn_knobs
-from cuptiprof.run.signals import _Forwarding, _signals_wait, _wait_forwarding
+from cuptiprof.run.forwarding import _Forwarding, _signals_wait, _wait_forwarding
 from cuptiprof.run.summary import _none_profiled, print_summary
 from cuptiprof.store.files import first_row
 
