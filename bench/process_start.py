@@ -21,7 +21,7 @@ import timeit
 from pathlib import Path
 
 _ONE = """
-import signal, sys, threading, time, typing   # loaded by child.py before any of these
+import signal, sys, threading, time, typing   # loaded by cuptiprof.run.child before any of these
 from cuptiprof.native import load_extension
 t0 = time.perf_counter()
 mod = load_extension("cuptiprof.run._exit_status", api=1)
