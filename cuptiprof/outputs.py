@@ -93,9 +93,10 @@ def _not_being_written(out: Path) -> None:
     """Refuse to replace a DuckDB file another process is writing (a profile() in a notebook):
     it would go on writing into a file no longer there, and lose all it records, as
     Writer(mode="overwrite") refuses it."""
+    from cuptiprof.store.files import is_duckdb_head
     try:
         with open(out, "rb") as fh:
-            if fh.read(12)[8:12] != b"DUCK":
+            if not is_duckdb_head(fh.read(16)):
                 return
     except OSError:
         return

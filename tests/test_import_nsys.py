@@ -935,3 +935,18 @@ def test_a_gzipped_export_says_to_decompress_it(tmp_path):
     assert f"(gunzip -c {named} > {out})" in r.stderr, r.stderr
     subprocess.run(f"gunzip -c {named} > {out}", shell=True, check=True)
     assert out.read_bytes() == src.read_bytes()
+
+
+@pytest.mark.parametrize("first", [b"{", b"[", b"\x1f\x8b"])
+def test_a_duckdb_file_whose_checksum_begins_like_json_or_gzip_is_told_a_duckdb_file(tmp_path, first):
+    """A DuckDB file begins with an 8-byte checksum, any bytes: one that began with '{' or '['
+    (about 1 file in 128) was read as a JSON trace ("invalid JSON near byte 1"), one that began
+    with gzip's magic as a gzipped one. Its magic and version after the checksum tell it."""
+    other = tmp_path / "other.duckdb"
+    duckdb.connect(str(other)).execute("CREATE TABLE t (a INT)").close()
+    data = bytearray(other.read_bytes())
+    data[:len(first)] = first   # the checksum no longer matches: what import says is the same
+    other.write_bytes(bytes(data))
+    r = run_cli("import", other, "-o", tmp_path / "o.duckdb")
+    assert r.returncode == 2 and r.stderr.startswith(f"cuptiprof: error: {other}: a DuckDB file"), r.stderr
+    assert not (tmp_path / "o.duckdb").exists()

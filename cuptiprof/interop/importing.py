@@ -22,7 +22,7 @@ from cuptiprof.outputs import FORCE_HINT, check_output
 from cuptiprof.interop.kineto import claim_pid, import_kineto
 from cuptiprof.interop.textsource import looks_like_json
 from cuptiprof.store import arrow
-from cuptiprof.store.files import read_head, refuse_run_parts, write_unsynced
+from cuptiprof.store.files import is_duckdb_head, read_head, refuse_run_parts, write_unsynced
 from cuptiprof.store.writer import RunInfo, Writer
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -62,6 +62,14 @@ def trace_kind(path: Path) -> str:
     head = read_head(path, "a trace file")
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
+    if is_duckdb_head(head):   # a cuptiprof file given to import, alone or beside traces
+        if not _cuptiprof_file(path):   # another program's: `cuptiprof report` refuses it too
+            raise InputError(f"{path}: a DuckDB file, but neither a trace nor a cuptiprof file; "
+                             "import reads torch.profiler traces (.json/.json.gz) and Nsight "
+                             "Systems SQLite exports (nsys export --type sqlite)")
+        raise InputError(f"{path}: a DuckDB file, not a trace; a cuptiprof file needs no import: "
+                         f"read it as it is (cuptiprof report {shell_word(path)}), or combine "
+                         "files with cuptiprof merge")
     block = _first_block(path, head)
     if _is_tar(block):
         raise InputError(f"{path}: a tar archive, not a trace; extract it (tar xf "
@@ -76,14 +84,6 @@ def trace_kind(path: Path) -> str:
                          "file")
     if looks_like_json(path, head):
         return "kineto"
-    if head[8:12] == b"DUCK":   # a cuptiprof file given to import, alone or beside traces
-        if not _cuptiprof_file(path):   # another program's: `cuptiprof report` refuses it too
-            raise InputError(f"{path}: a DuckDB file, but neither a trace nor a cuptiprof file; "
-                             "import reads torch.profiler traces (.json/.json.gz) and Nsight "
-                             "Systems SQLite exports (nsys export --type sqlite)")
-        raise InputError(f"{path}: a DuckDB file, not a trace; a cuptiprof file needs no import: "
-                         f"read it as it is (cuptiprof report {shell_word(path)}), or combine "
-                         "files with cuptiprof merge")
     if not head:
         raise InputError(f"{path}: the file is empty; expected a torch.profiler trace "
                          "(.json/.json.gz) or an Nsight Systems SQLite export")

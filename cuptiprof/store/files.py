@@ -16,6 +16,14 @@ from cuptiprof.store.schema import SCHEMA_VERSION
 OLDEST_READABLE = 2
 
 
+def is_duckdb_head(head: bytes) -> bool:
+    """Whether a file's first 16 bytes (read_head) are a DuckDB file's: its magic after an
+    8-byte checksum, then a version number, which holds a NUL byte. Told before any guess at
+    JSON: the checksum is any 8 bytes, and one that begins with '{' or '[' (1 file in ~128)
+    looked like a trace."""
+    return head[8:12] == b"DUCK" and b"\x00" in head[12:16]
+
+
 def read_head(path: Path, expected: str = "a cuptiprof file") -> bytes:
     """The first 16 bytes of an input file (missing, a directory, unreadable: one line)."""
     if not path.exists():
@@ -139,7 +147,7 @@ def require_duckdb(path: Path) -> None:
                              f"{parts}: {recover_command(parts, path)}")
     refuse_run_parts(path, "a file")   # `report OUT.duckdb.parts`
     head = read_head(path)
-    if len(head) < 12 or head[8:12] != b"DUCK":
+    if not is_duckdb_head(head):
         # a trace handed to report/compare/...: say how to read it
         if _looks_importable(path, head):
             raise StoreError(f"{path}: looks like a trace or an Nsight Systems export, not a "
