@@ -3,6 +3,7 @@ CloverLeaf export, the older 2.9.1 schema, NVTX projection and bad input."""
 from __future__ import annotations
 
 import csv
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -950,3 +951,35 @@ def test_a_duckdb_file_whose_checksum_begins_like_json_or_gzip_is_told_a_duckdb_
     r = run_cli("import", other, "-o", tmp_path / "o.duckdb")
     assert r.returncode == 2 and r.stderr.startswith(f"cuptiprof: error: {other}: a DuckDB file"), r.stderr
     assert not (tmp_path / "o.duckdb").exists()
+
+
+def test_string_ids_are_looked_up_not_used_as_positions(tmp_path):
+    """A StringIds id far beyond the others (an edited export) names its rows without a list
+    as long as the id; a row naming an id StringIds lacks has no name; an id that is no
+    integer (a table declared without a type) is one line naming it."""
+    src = nsys_export(tmp_path / "s.sqlite", launches=_launches(3))
+    with sqlite3.connect(src) as db:
+        db.execute("UPDATE StringIds SET id = ? WHERE id = 2", [1 << 40])
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET mangledName = ? WHERE rowid < 3", [1 << 40])
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET mangledName = 2 WHERE rowid = 3")
+    out = tmp_path / "o.duckdb"
+    r = run_cli("import", src, "-o", out)
+    assert r.returncode == 0, r.stderr
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT name FROM kernels ORDER BY start_ns").fetchall() == [
+        ("saxpy_kernel",), ("saxpy_kernel",), (None,)]
+    assert con.execute("SELECT DISTINCT name FROM api_calls").fetchall() == [("cudaLaunchKernel",)]
+    con.close()
+
+    loose = Path(shutil.copy(src, tmp_path / "loose.sqlite"))
+    with sqlite3.connect(loose) as db:
+        db.execute("ALTER TABLE StringIds RENAME TO old_strings")
+        db.execute("CREATE TABLE StringIds (id, value)")
+        db.execute("INSERT INTO StringIds SELECT * FROM old_strings")
+        db.execute("INSERT INTO StringIds VALUES ('x9', 'text id')")
+    r = run_cli("import", loose, "-o", tmp_path / "o2.duckdb")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (f"cuptiprof: error: {loose}: StringIds: the id 'x9' is not an integer; "
+                        "the export is damaged or was edited: export it again (nsys export "
+                        "--type sqlite REPORT.nsys-rep)\n")
+    assert not (tmp_path / "o2.duckdb").exists()

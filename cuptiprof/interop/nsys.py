@@ -118,19 +118,22 @@ class NsysFile:
             raise InputError(f"{self.path}: cannot read the Nsight Systems export ({exc})") from None
 
     def _strings(self) -> pa.Array:
-        ids, vals = [], []
+        """StringIds' values in the order of their ids (`self.string_ids`, sorted): ids are
+        looked up, not used as positions, so an id far beyond the others (a damaged or edited
+        export) costs nothing."""
+        by_id = {}
         for i, v in self.db.execute("SELECT id, value FROM StringIds"):
             if type(v) is bytes:   # a BLOB: refused as text that is not UTF-8 is (_reading)
                 raise InputError(f"{self.path}: cannot read the Nsight Systems export (StringIds "
                                  f"id {i} holds bytes, not text)")
-            ids.append(i)
-            vals.append(v)
-        if not ids:
-            return AC.array([], pa.string())
-        dense = [None] * (max(ids) + 1)
-        for i, v in zip(ids, vals):
-            dense[i] = v
-        return AC.array(dense, pa.string())
+            if type(i) is not int:   # a table declared without INTEGER (edited)
+                raise InputError(f"{self.path}: StringIds: the id {str(i)[:40]!r} is not an "
+                                 "integer; the export is damaged or was edited: export it again "
+                                 "(nsys export --type sqlite REPORT.nsys-rep)")
+            by_id[i] = v
+        ids = sorted(by_id)
+        self.string_ids = np.array(ids, np.int64)
+        return AC.array([by_id[i] for i in ids], pa.string())
 
     def _cols(self, table: str) -> set[str]:
         return {r[1] for r in self.db.execute(f'PRAGMA table_info("{table}")')}
@@ -202,10 +205,12 @@ class NsysFile:
 
     def _names(self, ids) -> pa.Array:
         arr, ok = AC.ints(ids)
-        bad = (arr < 0) | (arr >= len(self.strings))
+        known = self.string_ids
+        pos = np.minimum(np.searchsorted(known, arr), max(len(known) - 1, 0))
+        bad = known[pos] != arr if len(known) else np.ones(len(arr), bool)
         if ok is not None:
             bad |= ~ok
-        idx = AC.array(np.where(bad, 0, arr), pa.int32(), mask=bad)
+        idx = AC.array(np.where(bad, 0, pos), pa.int32(), mask=bad)
         return pa.DictionaryArray.from_arrays(idx, self.strings)
 
     def _note(self, pids, dev, start, end):
