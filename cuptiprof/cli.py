@@ -24,6 +24,13 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, begun like every other error
         self.exit(2, f"cuptiprof: error: {message} (see {self.prog} --help)\n")
 
+    def _print_message(self, message, file=None):
+        # argparse drops a write that fails: --help or --version into /dev/full said nothing and
+        # exited 0. stdout's failure now reaches main as a command's would (sys.stdout is checked
+        # by then); stderr drops its own.
+        if message:
+            (file or sys.stderr).write(message)
+
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser of every subcommand, or of `only` that one (each command module imports
@@ -69,22 +76,29 @@ def _glue_negative_steps(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = _glue_negative_steps(sys.argv[1:] if argv is None else list(argv))
+    # before parsing: --help and --version print to stdout, checked as a command's output is
+    closed_std_streams()
     # `cuptiprof import ...`: only that command's parser (help and mistakes get them all)
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
-    args, extra = parser.parse_known_args(argv)
-    if extra:   # `report FILE --bogus`: the subcommand's help lists the options it has
-        name = getattr(args, "command", None) or ""
-        # `--bogus report FILE`: given to cuptiprof itself, whose help lists what it takes
-        before = argv[:argv.index(name)] if name in argv else argv
-        command = parser if any(a in before for a in extra) else args._commands.get(name, parser)
-        command.error(f"unrecognized arguments: {' '.join(extra)}")
-    closed_std_streams()   # (after parsing: --help to a closed stdout goes to stderr)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        say("cuptiprof: error: no command given; name one of those above, e.g. "
-            "`cuptiprof run -- python app.py` (see cuptiprof COMMAND --help)")
-        return 2
+    args = None
     try:
+        try:
+            args, extra = parser.parse_known_args(argv)
+        except SystemExit:   # --help and --version exit in there: what they printed, flushed
+            sys.stdout.flush()
+            raise
+        if extra:   # `report FILE --bogus`: the subcommand's help lists the options it has
+            name = getattr(args, "command", None) or ""
+            # `--bogus report FILE`: given to cuptiprof itself, whose help lists what it takes
+            before = argv[:argv.index(name)] if name in argv else argv
+            command = parser if any(a in before for a in extra) else \
+                args._commands.get(name, parser)
+            command.error(f"unrecognized arguments: {' '.join(extra)}")
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            say("cuptiprof: error: no command given; name one of those above, e.g. "
+                "`cuptiprof run -- python app.py` (see cuptiprof COMMAND --help)")
+            return 2
         code = int(args.func(args) or 0)
         sys.stdout.flush()   # a full disk under `> out.txt` is met here, not at exit
         return code

@@ -166,11 +166,36 @@ def test_a_closed_stdout_is_one_line_and_an_output_file_is_still_written(run_fil
     failed with an AttributeError traceback."""
     for args in (["schema"], ["report", run_file], ["sql", run_file, "SELECT 1"]):
         r = _started_without(1, args, tmp_path)
-        assert (r.returncode, r.stderr) == (2, "cuptiprof: error: standard output is closed, so the "
-                                            "output has nowhere to go; redirect it to a file, or to "
-                                            "/dev/null to discard it\n"), args
+        assert (r.returncode, r.stderr) == (2, STDOUT_CLOSED), args
     r = _started_without(1, ["report", run_file, "--html", tmp_path / "r.html"], tmp_path)
     assert r.returncode == 0 and (tmp_path / "r.html").is_file(), r.stderr
+
+
+def _started_with(args, cwd: Path, *, buffered: bool, **streams) -> subprocess.CompletedProcess:
+    """The CLI with its streams as given (stderr captured unless given), buffered as Python's
+    are by default (a failed write is met at the flush at exit) or not (PYTHONUNBUFFERED: met
+    at the write)."""
+    from _run_helpers import env
+    e = env()
+    e.pop("PYTHONUNBUFFERED", None)
+    if not buffered:
+        e["PYTHONUNBUFFERED"] = "1"
+    streams.setdefault("stderr", subprocess.PIPE)
+    return subprocess.run([sys.executable, "-m", "cuptiprof", *map(str, args)], cwd=cwd, env=e,
+                          text=True, timeout=120, **streams)
+
+
+def _reader_gone() -> int:
+    """The write end of a pipe whose reader went away before the first byte (`| head -c0`):
+    every write fails with EPIPE. The caller closes it."""
+    r, w = os.pipe()
+    os.close(r)
+    return w
+
+
+STDOUT_FULL = "cuptiprof: error: cannot write to stdout: No space left on device\n"
+STDOUT_CLOSED = ("cuptiprof: error: standard output is closed, so the output has nowhere to go; "
+                 "redirect it to a file, or to /dev/null to discard it\n")
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
@@ -179,21 +204,39 @@ def test_a_stdout_that_cannot_be_written_is_named_in_one_line(run_file, tmp_path
     as if the profile could not be written, or (stdout buffered, as it is by default) Python's
     flush at exit printed "Exception ignored ..." and the exit status was 120."""
     import shutil
-
-    from _run_helpers import env
     other = shutil.copyfile(run_file, tmp_path / "other.duckdb")
     for buffered in (True, False):
-        e = env()
-        e.pop("PYTHONUNBUFFERED", None)
-        if not buffered:
-            e["PYTHONUNBUFFERED"] = "1"
         for args in (["schema"], ["report", run_file], ["sql", run_file, "SELECT 1"],
                      ["compare", run_file, other]):
             with open("/dev/full", "w") as full:
-                r = subprocess.run([sys.executable, "-m", "cuptiprof", *map(str, args)], cwd=tmp_path,
-                                   env=e, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
-            assert (r.returncode, r.stderr) == (1, "cuptiprof: error: cannot write to stdout: No "
-                                                "space left on device\n"), (args, buffered)
+                r = _started_with(args, tmp_path, buffered=buffered, stdout=full)
+            assert (r.returncode, r.stderr) == (1, STDOUT_FULL), (args, buffered)
+
+
+def _help_and_version():
+    from cuptiprof.cli import COMMANDS
+    return [["--help"], ["--version"], *([name, "--help"] for name in COMMANDS)]
+
+
+@pytest.mark.parametrize("args", _help_and_version(), ids=" ".join)
+def test_help_and_version_meet_their_stdout_as_a_command_does(tmp_path, args):
+    """argparse prints --help and --version itself and drops a failed write: into /dev/full
+    they said nothing and exited 0 (unbuffered) or printed "Exception ignored ..." and exited
+    120, as they did into a reader gone; with stdout closed, the help went to stderr. Each now
+    ends as a command's output does."""
+    for buffered in (True, False):
+        if os.path.exists("/dev/full"):
+            with open("/dev/full", "w") as full:
+                r = _started_with(args, tmp_path, buffered=buffered, stdout=full)
+            assert (r.returncode, r.stderr) == (1, STDOUT_FULL), buffered
+        w = _reader_gone()
+        try:
+            r = _started_with(args, tmp_path, buffered=buffered, stdout=w)
+        finally:
+            os.close(w)
+        assert (r.returncode, r.stderr) == (0, ""), buffered
+    r = _started_without(1, args, tmp_path)
+    assert (r.returncode, r.stderr) == (2, STDOUT_CLOSED)
 
 
 def test_a_closed_stderr_drops_the_messages_not_the_work(tmp_path):
@@ -205,6 +248,8 @@ def test_a_closed_stderr_drops_the_messages_not_the_work(tmp_path):
     r = _started_without(2, ["import", tmp_path / "t.json", "-o", tmp_path / "i.duckdb"], tmp_path)
     assert r.returncode == 0 and (tmp_path / "i.duckdb").is_file() and r.stdout == ""
     r = _started_without(2, ["report", tmp_path / "missing.duckdb"], tmp_path)
+    assert (r.returncode, r.stdout) == (2, "")
+    r = _started_without(2, ["report", "--bogus"], tmp_path)   # argparse's mistake, too
     assert (r.returncode, r.stdout) == (2, "")
 
 
