@@ -177,6 +177,38 @@ class _CheckedStdout:
         return getattr(self._stream, name)
 
 
+class _DroppingStderr:
+    """sys.stderr that cannot be written (`2> /dev/full`, a reader gone): a message that cannot
+    be shown is dropped, as with a closed stderr, and the exit status stays the command's. A
+    note or a `wrote` line that failed ended a command whose work was done with exit 1 (an
+    unseen traceback), or 120 from Python's flush at exit."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _drop(self) -> None:
+        try:   # what is still buffered goes to /dev/null, not again (and failing) at exit
+            silence(self._stream)
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError:
+            self._drop()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def hold_closed_std_fds() -> None:
     """Give each of descriptors 0, 1 and 2 that is closed (`>&-`, a job started without them)
     /dev/null, not inherited (a command started from here finds it closed, as it would without
@@ -200,7 +232,8 @@ def closed_std_streams() -> None:
     """stdout or stderr closed when the command started: hold_closed_std_fds, and what goes to
     stderr is dropped (one that read sys.stderr.isatty() failed with a traceback, and messages
     went to stdout); a write to stdout is refused by _ClosedStdout. An open stdout that cannot
-    be written (a full disk) is checked by _CheckedStdout."""
+    be written (a full disk) is checked by _CheckedStdout; an open stderr that cannot be
+    written drops its messages (_DroppingStderr)."""
     hold_closed_std_fds()
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()
@@ -208,3 +241,5 @@ def closed_std_streams() -> None:
         sys.stdout = _CheckedStdout(sys.stdout)
     if sys.stderr is None:   # (a name that is no UTF-8 in a message: as stderr writes it)
         sys.stderr = open(os.devnull, "w", errors="backslashreplace")
+    elif not isinstance(sys.stderr, _DroppingStderr):
+        sys.stderr = _DroppingStderr(sys.stderr)

@@ -253,6 +253,33 @@ def test_a_closed_stderr_drops_the_messages_not_the_work(tmp_path):
     assert (r.returncode, r.stdout) == (2, "")
 
 
+def test_a_stderr_that_cannot_be_written_drops_the_messages_not_the_status(run_file, tmp_path):
+    """`2> /dev/full`, or `2>&1 | head -c0`: a usage mistake exited 120 (Python's flush at exit
+    failed), a bad file or no command at all 1 (the error line's own failure, a traceback no one
+    saw), and a command whose work was done, whose `wrote` line or note could not be shown, 1 or
+    120. As with a closed stderr, the message is dropped and the status is the command's."""
+    import shutil
+    same = shutil.copyfile(run_file, tmp_path / "same.duckdb")
+    cases = [(["report", "--bogus"], 2), (["report", run_file, "--top", "x"], 2),
+             (["report", tmp_path / "missing.duckdb"], 2), ([], 2),
+             # its hint on stderr (0.5 is 0.5%), then no regression: a CI gate that must pass
+             (["diff", run_file, same, "--fail-above", "0.5"], 0),
+             (["report", run_file, "--format", "csv"], 0)]   # its note goes to stderr
+    unwritable = ["/dev/full"] if os.path.exists("/dev/full") else []
+    for buffered in (True, False):
+        for where in unwritable + [None]:   # None: a reader gone
+            out = tmp_path / f"t-{buffered}-{where is None}.json"
+            for args, code in cases + [(["export", run_file, "--chrome", out], 0)]:
+                err = os.open(where, os.O_WRONLY) if where else _reader_gone()
+                try:
+                    r = _started_with(args, tmp_path, buffered=buffered, stdout=subprocess.DEVNULL,
+                                      stderr=err)
+                finally:
+                    os.close(err)
+                assert r.returncode == code, (args, where, buffered)
+            assert out.is_file()   # the export's work was done
+
+
 def test_an_output_name_that_is_no_utf8_is_printed_as_bash_reads_it(run_file, tmp_path, capsys):
     """A name with bytes that are no UTF-8 (`--html $'r\\xff.html'`) was printed as `r\\udcff.html`,
     which names no file, or failed to print (UnicodeEncodeError) on a stream that does not
