@@ -66,6 +66,11 @@ def _pid(global_id: int | None) -> int:
     return (int(global_id) >> 24) & 0xFFFFFF if global_id is not None else 0
 
 
+# what to do about a value no export writes (a damaged or hand-edited file)
+EDITED = ("the export is damaged or was edited: export it again "
+          "(nsys export --type sqlite REPORT.nsys-rep)")
+
+
 class NsysFile:
     def __init__(self, w, path: Path, used_pids: set[int]):
         self.w, self.path, self.used = w, path, used_pids
@@ -128,8 +133,7 @@ class NsysFile:
                                  f"id {i} holds bytes, not text)")
             if type(i) is not int:   # a table declared without INTEGER (edited)
                 raise InputError(f"{self.path}: StringIds: the id {str(i)[:40]!r} is not an "
-                                 "integer; the export is damaged or was edited: export it again "
-                                 "(nsys export --type sqlite REPORT.nsys-rep)")
+                                 f"integer; {EDITED}")
             by_id[i] = v
         ids = sorted(by_id)
         self.string_ids = np.array(ids, np.int64)
@@ -199,8 +203,7 @@ class NsysFile:
                             "blob": "bytes"}.get(row[1], row[1])
                     return InputError(
                         f"{self.path}: {table} rowid {row[0]}: {c} is {what}, where an integer "
-                        "belongs; the export is damaged or was edited: export it again "
-                        "(nsys export --type sqlite REPORT.nsys-rep)")
+                        f"belongs; {EDITED}")
         return None
 
     def _names(self, ids) -> pa.Array:
