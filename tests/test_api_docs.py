@@ -29,11 +29,22 @@ def test_profile_names_where_its_parameters_are_documented():
     path = "cuptiprof.collect.session.Session"
     assert path in doc
     mod, cls = path.rsplit(".", 1)
-    session_doc = getattr(importlib.import_module(mod), cls).__doc__
+    session = getattr(importlib.import_module(mod), cls)
+    session_doc = session.__doc__
     for p in inspect.signature(cuptiprof.profile).parameters:
         if p != "options" and p != "path":
             assert f"{p}:" in session_doc, p
     assert "cuptiprof run --light" in session_doc   # the two meanings of light told apart
+    # ... and the keyword options profile(**options) passes on: flush_every_s (README's way to
+    # commit every step) was told only inside flush_every's entry, pid nowhere
+    keywords = [p.name for p in inspect.signature(session.__init__).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert "flush_every_s" in keywords
+    entry = re.compile(r"^\s*(\w+(?:, \w+)*):", re.M)
+    documented = {n for m in entry.finditer(session_doc) for n in m.group(1).split(", ")}
+    documented |= set(re.findall(r"\. (\w+):", session_doc))   # two entries on one line
+    missing = [p for p in keywords if p not in documented]
+    assert not missing, f"Session options without an entry in help(Session): {missing}"
 
 
 def test_dir_lists_every_public_name():

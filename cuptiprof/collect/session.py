@@ -97,11 +97,13 @@ class Session(_Sources, _StartRows, _Ranges, _Steps, _Flushing, _Quality, _ExitS
         object with the CuptiSource interface.
     mode: Writer mode ('create' | 'overwrite' | 'append'). run_info: a store.writer.RunInfo to
         use (the launcher sets label/command); source/versions/settings are filled in.
-    flush_every: flush after every N recorded steps, and then only once flush_every_s seconds
-        have passed since the last flush (None: $CUPTIPROF_FLUSH_EVERY_S, else 1.0). Each flush
+    flush_every, flush_every_s: flush after every N recorded steps (default 1), and then only
+        once flush_every_s seconds have passed since the last flush (None: $CUPTIPROF_FLUSH_EVERY_S,
+        else 1.0; 0: at every N-th step's end). Each flush
         synchronizes the devices and commits to the file (milliseconds however little it holds):
         at every step's end that doubled a loop of 5 ms steps (BENCHMARKS). A crash loses at most the steps
         since the last flush. quiet: no stderr notice.
+    pid: the process id the run's rows are written under (None: this process's).
     """
 
     def __init__(self, path: str | os.PathLike, warmup: int = 0, steps: int | None = None,
