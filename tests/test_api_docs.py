@@ -273,3 +273,35 @@ def test_every_data_quality_check_the_readme_names_is_a_check_of_the_schema():
     assert {"steps_mixed", "process_exec", "no_gpu", "run_recovered"} <= named
     unknown = sorted(named - checks - known)
     assert not unknown, f"README names data_quality checks the schema does not list: {unknown}"
+
+
+def test_every_compare_sql_documents_exactly_its_columns(tmp_path):
+    """The `-- column: what` lines of sql/compare/*.sql name the columns the query gives, in
+    order, as those of sql/reports/ do for `report --list` (cpu_time's light and cpu_runs were
+    documented the other way round)."""
+    from cuptiprof.analyse import catalog, compare
+    from cuptiprof.analyse.compare import Comparison, work_list
+    from cuptiprof.analyse.diff import diff
+    from cuptiprof.synthetic import write_synthetic
+    a = write_synthetic(tmp_path / "a.duckdb", steps=3, kernels_per_step=40, seed=1)
+    b = write_synthetic(tmp_path / "b.duckdb", steps=3, kernels_per_step=40, seed=2)
+    got = {}
+    with Comparison([a, b], work=work_list(["*=1"], ["*=0.001"])) as cmp:
+        for name in ("ops", "kinds", "steps", "steps_wall", "devices", "bandwidth", "throughput",
+                     "items"):
+            got[name] = getattr(cmp, name)().columns
+        for name in ("act", "regions", "busy"):   # the temp tables the others read
+            got[name] = cmp.con.sql(f"SELECT * FROM cmp_{name} LIMIT 0").columns
+        got["keyed"] = cmp.con.sql("SELECT * FROM cmp_keyed LIMIT 0").columns[-2:]   # cmp_act's, then its own
+    got["diff"] = diff(a, b, 5).items.column_names
+    with cuptiprof.open(a) as prof:
+        got["cpu_time"] = compare.cpu_time(prof).columns
+        got["step_parts"] = compare.step_parts(prof).columns
+        got["timeline_processes"] = compare.timeline_processes(prof).columns
+        got["timeline"] = compare.step_timeline(prof, 0).columns
+    wrong = {}
+    for name, cols in got.items():
+        doc = [c for c, _ in catalog.report_doc(name, "compare").columns]
+        if doc != list(cols):
+            wrong[name] = (doc, list(cols))
+    assert not wrong, f"sql/compare files whose column lines differ from their columns (doc, got): {wrong}"

@@ -1,8 +1,8 @@
 -- cpu_time: how much of the activity in scope is CPU op time, not GPU work: a run without a CUDA GPU records torch.profiler's CPU ops as kernels on a device of kind 'cpu' (device -1, one stream per thread), and reports then show CPU op times
 -- cpu_ms: summed duration of the rows on CPU devices in scope
 -- gpu_ms: summed duration of the other rows in scope (GPU work)
--- light: true when every run in the file is a --light one (ranges and logs only, no GPU or CPU ops by design)
 -- cpu_runs: labels of the runs holding CPU op rows (in the file), comma-separated; NULL when none (a run without a GPU that recorded no op, such as profile()'s host-side ranges, holds none)
+-- light: true when every run in the file is a --light one (ranges and logs only, no GPU or CPU ops by design)
 WITH a AS (
     SELECT end_ns - start_ns AS d,
            EXISTS (SELECT 1 FROM devices c WHERE c.run_id = s.run_id AND c.pid = s.pid
