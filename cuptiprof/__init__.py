@@ -5,7 +5,7 @@
         for i in range(7):
             with cuptiprof.range("step", step=i):
                 denoise_step(i)
-    cuptiprof.open("run.duckdb").ops(top=10).df()
+    cuptiprof.open("run.duckdb").ops(top=10).show()   # or .df() (needs pandas), .fetchall()
 
 Importing cuptiprof has no side effects and needs no GPU; the collector (the only code that
 imports `cupti`) loads on first use.

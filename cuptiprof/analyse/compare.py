@@ -5,7 +5,7 @@ sql/compare/*.sql reads the union `cmp_act` (one row per GPU activity of the rec
 with a `run` column = the file's position). File 0 is the baseline for ratios and rank changes.
 
 >>> with Comparison(["t4.duckdb", "h100.duckdb"], by="family") as c:   # doctest: +SKIP
-...     c.ops().df()            # long form: one row per file and key
+...     c.ops().df()            # long form: one row per file and key (.df() needs pandas)
 ...     c.side_by_side(top=10)  # wide form (pyarrow), one row per key
 """
 from __future__ import annotations

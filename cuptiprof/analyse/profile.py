@@ -1,7 +1,7 @@
 """Read-only access to a cuptiprof file: reports and ad-hoc SQL as DuckDB relations.
 
 >>> p = cuptiprof.open("run.duckdb")            # doctest: +SKIP
->>> p.ops(top=10).df()                          # pandas on demand
+>>> p.ops(top=10).df()                          # a pandas DataFrame (needs pandas)
 >>> p.sql("SELECT step, count(*) FROM kernels GROUP BY step").fetchall()
 """
 from __future__ import annotations
