@@ -430,8 +430,9 @@ def wrap_async_generator(func: Callable, whole: Callable) -> Callable:
     return async_generator_wrapper
 
 
-def step(i: SupportsIndex, **attrs: Any) -> range:
-    """`cuptiprof.range("step", step=i)`: one step of the loop (counted for warmup/steps)."""
+def step(i: SupportsIndex | None, **attrs: Any) -> range:
+    """`cuptiprof.range("step", step=i)`: one step of the loop (counted for warmup/steps); i
+    None numbers it by its position among the steps."""
     if callable(i):   # `@cuptiprof.step` above a function: see range.__init__
         raise UsageError(f"cuptiprof.step needs the step's number: cuptiprof.step(i), not "
                          f"@cuptiprof.step above {getattr(i, '__qualname__', i)!s}")
