@@ -279,7 +279,8 @@ class Profile:
 
     def sql(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None
             ) -> duckdb.DuckDBPyRelation:
-        """Read-only SQL over the file: one query (SELECT, EXPLAIN, PRAGMA, CALL) at a time.
+        """Read-only SQL over the file: one query (SELECT, EXPLAIN, PRAGMA, CALL) at a time;
+        BEGIN, COMMIT and ROLLBACK pass too (they change nothing on a read-only connection).
         Anything else is refused, as by `cuptiprof sql`: COPY, EXPORT DATABASE, ATTACH, INSTALL/LOAD, SET,
         CREATE, PREPARE and writes (which the read-only connection refuses too). Unlike
         `cuptiprof sql`, a query may read other files (read_parquet(...)). To save a result, call
