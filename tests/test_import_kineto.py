@@ -575,6 +575,19 @@ def test_the_process_takes_the_pid_of_its_host_events(tmp_path):
             (10,), (10 + (1 << 22),), (10 + (2 << 22),)]
 
 
+def test_pids_of_over_511_files_of_one_pid_stay_32_bit_and_apart():
+    """The ranks of a large job, each pid 1 in a container of its own: the 513th file's pid
+    went past 2**31 - 1 (pid + 512 * 2**22), and the import failed on the 32-bit pid column
+    ("cannot import this trace (OverflowError ...)"). Every file gets a pid of its own that
+    fits, however many share one, at the top of the range too."""
+    from cuptiprof.interop.kineto import claim_pid
+    for pid in (1, (1 << 22) - 1, (1 << 31) - 1, -(1 << 31)):
+        used: set[int] = set()
+        got = [claim_pid(used, pid) for _ in range(2100)]
+        assert got[:2] == [pid, (pid + (1 << 22) + (1 << 31)) % (1 << 32) - (1 << 31)]
+        assert len(set(got)) == 2100 and all(-(1 << 31) <= p < 1 << 31 for p in got), pid
+
+
 def test_rank_from_distributed_info_else_from_the_file_name(tmp_path):
     doc = modern()
     import_traces([write(tmp_path / "rank3.json", doc)], tmp_path / "n.duckdb")

@@ -284,6 +284,9 @@ def claim_pid(used: set[int], pid: int) -> int:
     p, k = pid, 0
     while p in used:
         k += 1
-        p = pid + k * (1 << 22)
+        # a 32-bit pid column: past 2**31 - 1 (over 511 files of one pid, the ranks of a large
+        # job each pid 1 in a container of its own) on from -2**31, no real pid either; one
+        # more every 1024, where pid + k * 2**22 comes round to pid again
+        p = (pid + k * (1 << 22) + k // 1024 + (1 << 31)) % (1 << 32) - (1 << 31)
     used.add(p)
     return p
