@@ -546,6 +546,32 @@ def test_round_trip_of_several_processes_keeps_steps_and_links(tmp_path):
                        ).fetchall() == [(0,)]
 
 
+def test_processes_past_1000_keep_their_gpu_rows(tmp_path):
+    """Process i's GPU rows are written on pids 1_000_000 + 1000 * i + device: those of the
+    1001st process on were the CPU pids of the first ones (2_000_000 + i), and imported back
+    its kernels went to them. The CPU pids go above every GPU pid."""
+    src = _two_processes(tmp_path / "two.duckdb")
+    with duckdb.connect(str(src)) as con:   # 1002 processes: copies of the second, pids 1000 on
+        for t in ("processes", "api_call_rows", "range_rows", "devices"):
+            con.execute(f"INSERT INTO {t} SELECT x.* REPLACE (x.pid + i AS pid) FROM {t} x, "
+                        "range(1, 1001) t(i) WHERE x.pid = 202")
+        con.execute("CREATE TEMP TABLE l2 AS SELECT lane_id AS old, i, lane_id + 100 * i AS new "
+                    "FROM lanes, range(1, 1001) t(i) WHERE pid = 202")
+        con.execute("INSERT INTO lanes SELECT l2.new, run_id, pid + l2.i, device_id, context_id, "
+                    "stream_id FROM lanes JOIN l2 ON l2.old = lanes.lane_id")
+        con.execute("INSERT INTO kernel_rows SELECT k.* REPLACE (l2.new AS lane_id) "
+                    "FROM kernel_rows k JOIN l2 ON l2.old = k.lane_id")
+        con.execute("DELETE FROM step_busy_runs")   # computed again as the file is opened
+        want = con.execute("SELECT pid, name, step FROM kernels ORDER BY ALL").fetchall()
+    out, back = tmp_path / "many.json.gz", tmp_path / "back.duckdb"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, out)
+    import_traces([out], back)
+    with duckdb.connect(str(back), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM processes").fetchone() == (1002,)
+        assert con.execute("SELECT pid, name, step FROM kernels ORDER BY ALL").fetchall() == want
+
+
 def test_correlation_ids_of_several_processes_stay_apart_beyond_16_bits(tmp_path):
     """CUPTI's correlation ids are 32-bit: one process's id 65537 and another's 1 are two
     arrows in an export of both, and each kernel comes back linked to its own call."""

@@ -12,7 +12,8 @@ class _Pids:
     process of pid -1 would share theirs, -1, otherwise); the importer reads a GPU row's
     device from its args (-1 written there for no device where the pid does not say it).
     Several: numbers by the process's index (in run, pid order) so that two processes'
-    devices 0 stay apart."""
+    devices 0 stay apart: GPU_APART + 1000 * index + ordinal for GPU rows, and for CPU rows
+    pids above all of those (2_000_000 + index up to 1000 processes)."""
 
     GPU_APART = 1_000_000
     flow_stride = 1 << 32   # flow ids: see scope.py; export_chrome sets it above the export's ids
@@ -20,6 +21,8 @@ class _Pids:
     def __init__(self, procs: list[tuple], devices=()):
         self.single = len(procs) <= 1
         self.index = {p: i for i, p in enumerate(procs)}
+        # past 1000 processes the GPU pids of the 1001st reach 2_000_000: the CPU pids go above
+        self.cpu_base = self.GPU_APART + 1000 * max(len(procs), 1000)
         self.own = procs[0][1] if self.single and procs else None
         self.gpu_base = self.GPU_APART if self.own is not None and self.own in devices else 0
         # Perfetto UI reads a negative pid as none (pid 0): one that would be negative (the CPU
@@ -47,7 +50,7 @@ class _Pids:
         return 1_000_000 + self.index.get((run_id, pid), 0) * 1000 + dev
 
     def cpu(self, run_id, pid) -> int:
-        return self.own_out if self.single else 2_000_000 + self.index.get((run_id, pid), 0)
+        return self.own_out if self.single else self.cpu_base + self.index.get((run_id, pid), 0)
 
     # The same in SQL, over a row that has run_id, pid and (after `join`) p_idx.
     def gpu_sql(self, dev: str) -> str:
@@ -61,7 +64,7 @@ class _Pids:
     def cpu_sql(self) -> str:
         if self.single:
             return "pid" if self.own_out == self.own else _lit(self.own_out)
-        return "(2000000 + coalesce(p_idx, 0))"
+        return f"({self.cpu_base} + coalesce(p_idx, 0))"
 
     def join(self) -> str:
         if self.single:
