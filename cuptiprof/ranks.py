@@ -16,6 +16,8 @@ WORLD_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_W
                    "SLURM_NTASKS")
 
 _NAME_RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+# a number past the 32-bit rank columns is no rank (a timestamp, a value of another meaning)
+_MAX = (1 << 31) - 1
 
 
 class Rank(NamedTuple):
@@ -27,7 +29,7 @@ class Rank(NamedTuple):
 def _first_int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
     for name in names:
         v = (env.get(name) or "").strip()
-        if v.isdigit():
+        if v.isascii() and v.isdigit() and int(v) <= _MAX:   # isdigit: '²' too, no int
             return int(v)
     return None
 
@@ -57,4 +59,4 @@ def parse_env_block(text: str | None, sep: str = ";") -> dict[str, str]:
 def from_name(name: str) -> int | None:
     """The rank in a file name such as rank3.json.gz or trace_rank-3.sqlite."""
     m = _NAME_RANK.search(name)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and int(m.group(1)) <= _MAX else None

@@ -33,6 +33,18 @@ def test_values_that_are_not_ranks_are_skipped():
     assert ranks.from_env({"RANK": "-1"}).rank is None
 
 
+def test_numbers_past_the_rank_columns_are_no_ranks():
+    """A rank is written to 32-bit columns: RANK=99999999999 made `cuptiprof run` end in a
+    traceback as it wrote the file (its records left in OUT.duckdb.parts), and a trace named
+    rank99999999999.json (a timestamp after "rank") was refused by `import`. A digit that is
+    not ASCII ('²', which str.isdigit takes and int does not) raised ValueError."""
+    env = {"RANK": "99999999999", "PMI_RANK": "2147483648", "SLURM_PROCID": "2147483647",
+           "LOCAL_RANK": "\u00b2", "SLURM_LOCALID": "\u0663", "WORLD_SIZE": "4294967296"}
+    assert ranks.from_env(env) == ranks.Rank(2147483647, None, None)
+    assert ranks.from_name("rank99999999999.json") is None
+    assert ranks.from_name("rank_2147483647.json") == 2147483647
+
+
 def test_env_block_as_nsys_stores_it():
     env = ranks.parse_env_block("A=1;PMI_RANK=3;EQ=a=b;PMI_SIZE=4;;NOVALUE;A=2")
     assert env == {"A": "1", "PMI_RANK": "3", "EQ": "a=b", "PMI_SIZE": "4"}
