@@ -588,6 +588,20 @@ def test_pids_of_over_511_files_of_one_pid_stay_32_bit_and_apart():
         assert len(set(got)) == 2100 and all(-(1 << 31) <= p < 1 << 31 for p in got), pid
 
 
+def test_a_profiler_step_number_past_32_bits_marks_no_step(tmp_path):
+    """ProfilerStep#N with N past 2**31 - 1 (a name of the program's own) failed the import
+    ("cannot import this trace (ValueError: value ... does not fit a int32 column)"); it is
+    a range of that name, and its rows have no step."""
+    doc = modern()
+    doc["traceEvents"][0]["name"] = "ProfilerStep#99999999999"
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", doc)], out)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT name, kind, step FROM ranges WHERE name LIKE 'Profiler%'"
+                           ).fetchall() == [("ProfilerStep#99999999999", "user", None)]
+        assert con.execute("SELECT step FROM kernels").fetchall() == [(None,)]
+
+
 def test_rank_from_distributed_info_else_from_the_file_name(tmp_path):
     doc = modern()
     import_traces([write(tmp_path / "rank3.json", doc)], tmp_path / "n.duckdb")

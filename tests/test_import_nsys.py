@@ -809,6 +809,25 @@ def test_cuptiprof_step_ranges_take_their_step_from_the_payload(tmp_path):
         (4,), (5,), (None,)]
 
 
+def test_a_step_number_past_32_bits_marks_no_step(tmp_path):
+    """A range named with a time after 'step' ('step_1714567890123'), or a 'step' range whose
+    payload is past 2**31 - 1, is no step: it failed the import ("cannot import this export
+    (ValueError: value ... does not fit a int32 column)"); it stays a range of that name."""
+    src = nsys_export(tmp_path / "t.sqlite", launches=[(7, 1000, 1010, 1020, 1060)],
+                      ranges=[(7, 900, 1500, 59, "step_1714567890123"), (7, 1600, 1700, 59, "step"),
+                              (7, 1800, 1900, 59, "step_2147483647")])
+    with sqlite3.connect(src) as db:
+        db.execute("ALTER TABLE NVTX_EVENTS ADD COLUMN int64Value INTEGER")
+        db.execute("UPDATE NVTX_EVENTS SET int64Value = 2147483648 WHERE start = 1600")
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT name, kind, step FROM ranges ORDER BY start_ns").fetchall() == [
+        ("step_1714567890123", "user", None), ("step", "user", None),
+        ("step_2147483647", "step", 2147483647)]
+    assert con.execute("SELECT step FROM kernels").fetchall() == [(None,)]
+
+
 def test_steps_are_per_process(tmp_path):
     """A process's step ranges give steps to its own calls and GPU rows only: another process's
     launch at the same time has none, and a call at the instant a step ends is in no step."""

@@ -45,11 +45,13 @@ _STEP_RE = re.compile(r"^(?:ProfilerStep#|step[ _#:=]?)(\d+)$", re.IGNORECASE)
 
 def _step_number(text: str | None, payload) -> int:
     """The step an NVTX range marks, -1 for none: 'ProfilerStep#N' or 'step N' in its text, or
-    'step' with N as its integer payload (as cuptiprof.range("step", step=N) pushes it)."""
+    'step' with N as its integer payload (as cuptiprof.range("step", step=N) pushes it). An N
+    past the 32-bit step column ('step_1714567890123', a time in its name) marks none: the
+    range stays a range of that name, not a failed import."""
     m = _STEP_RE.match(text or "")
     if m:
-        return int(m.group(1))
-    if (text or "").lower() == "step" and type(payload) is int and 0 <= payload < 1 << 62:
+        return int(m.group(1)) if int(m.group(1)) < 1 << 31 else -1
+    if (text or "").lower() == "step" and type(payload) is int and 0 <= payload < 1 << 31:
         return payload
     return -1
 _ACTIVITY = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",

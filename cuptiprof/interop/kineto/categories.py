@@ -25,6 +25,13 @@ LOG_CATEGORY = "cuptiprof_log"
 _READ = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cuda_sync",
          "cpu_op", "user_annotation", "gpu_user_annotation", "python_function")
 _STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
+
+
+def _step_of(name) -> int:
+    """N of a range named ProfilerStep#N, -1 for none: an N past the 32-bit step column too (a
+    name of the program's own), which stays a range of that name, not a failed import."""
+    m = _STEP_RE.match(name) if type(name) is str else None
+    return int(m.group(1)) if m and int(m.group(1)) < 1 << 31 else -1
 # CUPTI's memory kinds as Kineto words them ("Device Static": a __device__ variable's memory)
 _MEMKIND = {"pageable": "pageable", "pinned": "pinned", "device": "device", "array": "array",
             "managed": "managed", "host": "pageable", "device static": "device_static",

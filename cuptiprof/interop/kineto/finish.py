@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from cuptiprof.store import arrow as AC
 from cuptiprof.interop import pieces as P
-from cuptiprof.interop.kineto.categories import _STEP_RE
+from cuptiprof.interop.kineto.categories import _step_of
 from cuptiprof.interop.kineto.columns import (_Cols, _int32, _names, _null_neg, _opt,
                                               _step_arg)
 from cuptiprof.interop.kineto.document import RunEntry
@@ -70,9 +70,7 @@ class _Finish:
         # (one more entry, for id -1: a range without a name, which is no step)
         step_of_name = np.full(len(names) + 1, -1, np.int64)
         for i, n in enumerate(names):
-            m = _STEP_RE.match(n) if type(n) is str else None
-            if m:
-                step_of_name[i] = int(m.group(1))
+            step_of_name[i] = _step_of(n)
         r_stepn = step_of_name[r_name] if len(r_name) else np.zeros(0, np.int64)
         # torch's own record_function annotations ('Optimizer.step#SGD.step',
         # 'enumerate(DataLoader)#...') came as operators in 2021 traces (category Operator);

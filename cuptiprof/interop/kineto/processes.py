@@ -15,7 +15,7 @@ import numpy as np
 from cuptiprof.errors import InputError
 from cuptiprof.store import arrow as AC
 from cuptiprof.interop import pieces as P
-from cuptiprof.interop.kineto.categories import _STEP_RE
+from cuptiprof.interop.kineto.categories import _step_of
 from cuptiprof.interop.kineto.document import _DECODER, DistInfo, ProcInfo, RunEntry
 from cuptiprof.interop.kineto.text import _ARRAY_START
 from cuptiprof.interop.textsource import blocks as text_blocks, text_start
@@ -92,9 +92,8 @@ class _Processes:
             names = self.name_list
             host = R.get("code", np.int8) != 3
             for n in np.unique(R.get("name", np.int32)[host]).tolist():
-                m = _STEP_RE.match(names[n]) if n >= 0 and type(names[n]) is str else None
-                if m:
-                    nums.add(int(m.group(1)))
+                if n >= 0 and _step_of(names[n]) >= 0:
+                    nums.add(_step_of(names[n]))
             warm = self.small.find("warmup")
             if self.links and warm >= 0 and "xkind" in R.parts:
                 v, ok = R.get("xstep"), R.get("xstep?", bool)
