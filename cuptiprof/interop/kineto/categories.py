@@ -32,6 +32,8 @@ def _step_of(name) -> int:
     name of the program's own), which stays a range of that name, not a failed import."""
     m = _STEP_RE.match(name) if type(name) is str else None
     return int(m.group(1)) if m and int(m.group(1)) < 1 << 31 else -1
+
+
 # CUPTI's memory kinds as Kineto words them ("Device Static": a __device__ variable's memory)
 _MEMKIND = {"pageable": "pageable", "pinned": "pinned", "device": "device", "array": "array",
             "managed": "managed", "host": "pageable", "device static": "device_static",
