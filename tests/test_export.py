@@ -181,6 +181,23 @@ def test_export_with_an_empty_output_says_which(tmp_path, capsys, monkeypatch, g
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb"]
 
 
+@pytest.mark.parametrize("given,says", [
+    (["--chrome", "t.json.bz2"], "not .bz2; name it t.json.gz or .json"),
+    (["--chrome", "t.json.ZST", "--parquet", "pq"], "not .zst; name it t.json.gz or .json"),
+])
+def test_a_chrome_trace_named_for_another_compression_is_refused(tmp_path, capsys, monkeypatch,
+                                                                 given, says):
+    """The trace is gzip (.gz) or plain JSON: under t.json.bz2 it was plain JSON that no viewer
+    or decompressor took for what its name says. Refused before anything is written."""
+    from cuptiprof.cli import main
+    src = write_synthetic(tmp_path / "s.duckdb", steps=2, kernels_per_step=5)
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(src), *given]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("cuptiprof: error: --chrome ") and says in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb"]
+
+
 def test_export_force_replaces_a_chrome_trace(tmp_path, capsys):
     """--force replaces an existing trace (a file of cuptiprof's own kind); without it the
     export is refused and the trace kept."""

@@ -38,6 +38,7 @@ def run(args) -> int:
         raise UsageError("export: say what to write: --chrome OUT.json.gz and/or --parquet DIR")
     if args.chrome:   # written by Python, which takes any name
         output_name(args.chrome, "--chrome", utf8=False)
+        _gzip_or_plain(args.chrome)
     if args.parquet:   # written by DuckDB
         output_name(args.parquet, "--parquet", what="directory")
     if args.chrome and args.parquet and Path(args.chrome).resolve() == Path(args.parquet).resolve():
@@ -73,3 +74,17 @@ def run(args) -> int:
                   f"{counted(c.get('kernels', 0), 'kernel row')}) -> {shell_word(args.parquet)}",
                   file=sys.stderr)
     return 0
+
+
+# Compressions a name may promise that the export does not write: it writes gzip (.gz) or plain
+# JSON, and plain JSON under trace.json.zst is a file no viewer opens as what it is called.
+_OTHER_COMPRESSION = (".bz2", ".xz", ".zst", ".zstd", ".lz4", ".zip", ".7z", ".br", ".lzma")
+
+
+def _gzip_or_plain(name: str) -> None:
+    low = str(name).lower()
+    ext = next((e for e in _OTHER_COMPRESSION if low.endswith(e)), None)
+    if ext:
+        raise UsageError(f"--chrome {name}: a Chrome trace is written as .json or gzipped "
+                         f".json.gz (what Perfetto UI and chrome://tracing open), not {ext}; "
+                         f"name it {str(name)[:-len(ext)]}.gz or .json")
