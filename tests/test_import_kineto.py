@@ -588,6 +588,22 @@ def test_pids_of_over_511_files_of_one_pid_stay_32_bit_and_apart():
         assert len(set(got)) == 2100 and all(-(1 << 31) <= p < 1 << 31 for p in got), pid
 
 
+def test_a_pid_past_32_bits_is_read_as_a_32_bit_value(tmp_path):
+    """A host pid past the 32-bit pid column (another tool's number, no OS pid) failed the
+    import ("cannot import this trace (OverflowError ...)"); it is read as a 32-bit value, as a
+    thread id is, and the kernels stay tied to their process and step."""
+    doc = modern()
+    for e in doc["traceEvents"]:
+        if e.get("pid") == 10:
+            e["pid"] = 3_000_000_000
+    out = tmp_path / "o.duckdb"
+    import_traces([write(tmp_path / "t.json", doc)], out)
+    want = 3_000_000_000 - (1 << 32)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT DISTINCT pid FROM processes").fetchall() == [(want,)]
+        assert con.execute("SELECT pid, step FROM kernels").fetchall() == [(want, 3)]
+
+
 def test_a_profiler_step_number_past_32_bits_marks_no_step(tmp_path):
     """ProfilerStep#N with N past 2**31 - 1 (a name of the program's own) failed the import
     ("cannot import this trace (ValueError: value ... does not fit a int32 column)"); it is

@@ -280,7 +280,10 @@ def claim_pid(used: set[int], pid: int) -> int:
     """The pid a process of an import is written with: its own, unless an earlier file of the
     import used it already (two ranks on different hosts or containers with the same pid), then
     one above every real pid (pid + k * 2**22), so that no two files' rows, ranges or launch
-    links ever mix. Marks it used. The Kineto and nsys importers share this rule."""
+    links ever mix. Marks it used. The Kineto and nsys importers share this rule. A pid past
+    the 32-bit pid column (no OS pid; another tool's number) is read as a 32-bit value, as a
+    thread id is."""
+    pid = (pid + (1 << 31)) % (1 << 32) - (1 << 31)
     p, k = pid, 0
     while p in used:
         k += 1
