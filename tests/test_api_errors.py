@@ -519,3 +519,29 @@ def test_stop_refuses_a_status_the_file_has_no_meaning_for(tmp_path, status):
     s.stop("interrupted")   # still running: the corrected call ends it
     with cuptiprof.open(p) as prof:
         assert prof.sql("SELECT status FROM runs").fetchall() == [("interrupted",)]
+
+
+def test_profile_into_a_pipe_is_refused_whatever_the_mode(tmp_path):
+    """A FIFO (as /dev/null is a device) is no file to record into: DuckDB's open of it blocked
+    for ever, and mode='overwrite' would have unlinked what is there. In a child process, which
+    the old behaviour left blocked."""
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    from _run_helpers import env
+
+    fifo = tmp_path / "fifo.duckdb"
+    os.mkfifo(fifo)
+    code = ("import cuptiprof\n"
+            "for mode in ('create', 'overwrite', 'append'):\n"
+            "    try:\n"
+            f"        cuptiprof.profile({str(fifo)!r}, source='none', quiet=True, mode=mode).start()\n"
+            "    except cuptiprof.errors.InputError as e:\n"
+            "        print(e)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=30, env=env())
+    assert res.stdout == 3 * (f"{fifo}: is not a regular file (a device, a pipe or a socket); "
+                              "give the path of a file to write\n"), res.stdout + res.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)

@@ -124,6 +124,11 @@ class Writer:
         if self.path.is_dir():
             raise InputError(f"{self.path}: is a directory; give a file name")
         exists = self.path.exists()
+        if exists and not self.path.is_file():
+            # a FIFO blocked DuckDB's open for ever; mode='overwrite' wrote to a device and
+            # unlinked it (as root, /dev/null gone), as the commands' outputs never do
+            raise InputError(f"{self.path}: is not a regular file (a device, a pipe or a socket); "
+                             "give the path of a file to write")
         if exists and mode == "create":
             raise InputError(f"{self.path}: already exists; {taken_hint}")
         key = str(self.path.resolve())
