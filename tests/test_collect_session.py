@@ -1347,8 +1347,12 @@ def test_sys_exit_inside_the_profile_ends_the_run_by_its_code(tmp_path, code, st
 def test_the_exit_status_of_sys_exit_is_what_the_process_exits_with():
     from cuptiprof.collect.session import _os_exit_status
 
-    codes = (None, 0, 3, 256, 259, -1, "bye")
-    assert [_os_exit_status(c) for c in codes] == [0, 0, 3, 0, 3, 255, 1]
+    codes = (None, 0, 3, 256, 259, -1, "bye", 2**63 - 1, 2**63, 2**70, -2**63, -2**63 - 1)
+    assert [_os_exit_status(c) for c in codes] == [0, 0, 3, 0, 3, 255, 1, 255, 255, 255, 0, 255]
+    # what Python itself exits with for the ones beyond 64 bits
+    for c in (2**63, -2**70):
+        assert subprocess.run([sys.executable, "-c", f"import sys; sys.exit({c})"],
+                              capture_output=True).returncode == _os_exit_status(c)
 
 
 def test_a_range_begun_under_an_earlier_profile_ends_nothing_of_the_next(tmp_path):

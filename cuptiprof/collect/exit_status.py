@@ -51,11 +51,12 @@ def _watch_exit(on: bool) -> None:
 
 def _os_exit_status(code: Any) -> int:
     """The status the process exits with for sys.exit(code): 0 for None, the low 8 bits of an
-    integer, 1 for anything else (Python prints it)."""
+    integer (255 for one beyond 64 bits), 1 for anything else (Python prints it)."""
     if code is None:
         return 0
     if isinstance(code, int):
-        return code & 0xFF
+        # one beyond a C long fails Python's conversion, which exits -1: 255, not its low bits
+        return code & 0xFF if -(1 << 63) <= code < 1 << 63 else 255
     return 1
 
 
