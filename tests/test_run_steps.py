@@ -728,6 +728,48 @@ def test_cpu_ops_nest_in_the_programs_ranges(tmp_path):
     assert "ranges: the program's own ranges" in r.stderr
 
 
+def test_the_programs_own_torch_profiler_keeps_its_ops_and_ours_stands_aside(tmp_path):
+    """Without a GPU, run records CPU ops with a torch.profiler of its own, and torch runs one
+    at a time: the program's own (torch.profiler.profile, the older autograd profile) failed to
+    start ("Profiler is already enabled") or lost the ops ours took when it cycled, and ours
+    lost every op without a word. Ours stands aside while the program's runs, and says so."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import time, torch, cuptiprof
+        from torch.profiler import profile, ProfilerActivity
+        x = torch.ones(32, 32)
+        def mm(prof):
+            return sum(e.name == "aten::mm" for e in prof.events())
+        for i in range(2):
+            with cuptiprof.step(i):
+                x @ x
+        with profile(activities=[ProfilerActivity.CPU]) as p:
+            for i in range(2, 4):
+                with cuptiprof.step(i):
+                    x @ x
+                    time.sleep(0.6)   # past CUPTIPROF_OPS_EVERY_S: ours would cycle
+        with cuptiprof.step(4):
+            x @ x
+        time.sleep(1.1)
+        with cuptiprof.step(5):
+            x @ x
+        with torch.autograd.profiler.profile() as lp:
+            with cuptiprof.step(6):
+                x @ x
+        with cuptiprof.step(7):
+            x @ x
+        print("mm", mm(p), sum(e.name == "aten::mm" for e in lp.function_events))
+    """)
+    r = cli(["run", "-o", "own.duckdb", "--no-report", "--", PY, p], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "mm 2 1" in r.stdout, r.stdout + r.stderr
+    out = tmp_path / "own.duckdb"
+    assert q(out, "SELECT step, count(*) FROM kernels WHERE name = 'aten::mm' GROUP BY 1 "
+                  "ORDER BY 1") == [(0, 1), (1, 1), (4, 1), (5, 1), (7, 1)]
+    assert q(out, "SELECT count(*) FROM data_quality WHERE check_name = 'cpu_profiler_failed' "
+                  "AND detail LIKE '%torch.profiler of its own%'") == [(1,)]
+
+
 @pytest.mark.parametrize("api", ["torch", "nvtx"])
 def test_step_range_pushed_inside_compiled_code(tmp_path, api):
     """--step-range over an NVTX push inside code torch.compile traces: the push is counted when

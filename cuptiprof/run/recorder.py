@@ -105,6 +105,8 @@ class Recorder:
         self.op_steps: set = set()             # recorded steps with ops written
         self._prof_since = 0.0
         self.work_names: dict = {}             # op name -> does its own work (decided once)
+        self._aside = False                    # the program's own torch.profiler runs now
+        self._own_call = None                  # the thread starting or stopping ours now
 
     # -- paths ---------------------------------------------------------------------------------
     def part_path(self, suffix: str) -> Path:
@@ -279,15 +281,42 @@ class Recorder:
         if self.mode != "cpu" or self.prof is not None or self.done or self.closed \
                 or "torch" not in sys.modules:
             return
+        if self._aside:   # the program's own torch.profiler runs: starting ours would end it
+            return
         try:
             from torch.profiler import ProfilerActivity, profile
 
+            _watch_other_profilers(self)
             self.prof = profile(activities=[ProfilerActivity.CPU], **_all_threads())
-            self.prof.start()
+            self._own_call = threading.get_ident()
+            try:
+                self.prof.start()
+            finally:
+                self._own_call = None
             self._prof_thread, self._prof_since = threading.get_ident(), time.monotonic()
         except Exception as exc:  # never break the profiled program
             self.prof = False
             self._quality("cpu_profiler_failed", None, f"torch.profiler could not start: {exc}")
+
+    def other_profiler(self, starting: bool) -> None:
+        """The program starts (or stopped) a torch.profiler of its own. torch runs one at a
+        time: starting it ended ours without a word (its ops lost), and our next cycle ended
+        the program's (its ops lost). Ours writes what it has and stands aside until the
+        program's stops, then starts again."""
+        if self._own_call == threading.get_ident() or self.done:   # ours, or ours is over
+            return
+        with self.lock:
+            if starting:
+                if not self._aside:
+                    self._quality("cpu_profiler_failed", None, "the program ran a torch.profiler "
+                                  "of its own: CPU ops that ran while it did are not recorded")
+                self._aside = True
+                self._stop_profiler()   # prof stays False: nothing starts it meanwhile
+            elif self._aside:
+                self._aside = False
+                if self.prof is False:
+                    self.prof = None
+                    self._start_profiler()
 
     def _cycle_profiler(self) -> bool:
         """Write the ops recorded so far and profile on. Only on the thread that started the
@@ -307,7 +336,11 @@ class Recorder:
             return
         self.prof = False
         try:
-            prof.stop()
+            self._own_call = threading.get_ident()
+            try:
+                prof.stop()
+            finally:
+                self._own_call = None
             self._write_ops(prof)
         except Exception as exc:
             self._quality("cpu_profiler_failed", None, f"torch.profiler results were lost: {exc}")
@@ -563,6 +596,7 @@ class Recorder:
         self.gen += 1   # ranges the parent had open are not this process's to write
         self.writer = None
         self.prof = None
+        self._aside, self._own_call = False, None   # a torch.profiler the parent ran is not the child's
         self.ranges, self.logs = [], []
         self.seen, self.recorded, self.done, self._open_steps = 0, 0, False, {}
         self._open_on, self._interleaved = {}, 0
@@ -587,6 +621,44 @@ def command_line() -> str:
     import shlex
 
     return shlex.join(getattr(sys, "orig_argv", None) or sys.argv)
+
+
+def _watch_other_profilers(rec: Recorder) -> None:
+    """Have `rec` told when any torch.profiler starts or stops: torch.autograd.profiler calls
+    these two as every profile is prepared (which ends the one running) and after it stopped.
+    A torch without them goes unwatched."""
+    ap = sys.modules.get("torch.autograd.profiler")
+    names = (("_prepare_profiler", True), ("_run_on_profiler_stop", False))
+    if not all(callable(getattr(ap, name, None)) for name, _ in names):
+        return
+    for name, starting in names:
+        fn = getattr(ap, name)
+        if not isinstance(fn, _ProfilerNotice):
+            fn = _ProfilerNotice(fn, starting)
+            setattr(ap, name, fn)
+        fn.rec = rec   # the recorder of the time (a new one after an exec)
+
+
+class _ProfilerNotice:
+    """torch's start or stop notice, passed on to the recorder: before a start, after a stop."""
+
+    def __init__(self, fn, starting: bool):
+        self.fn, self.starting, self.rec = fn, starting, None
+
+    def __call__(self, *args, **kwargs):
+        if self.starting:
+            self._tell()
+        out = self.fn(*args, **kwargs)
+        if not self.starting:
+            self._tell()
+        return out
+
+    def _tell(self) -> None:
+        try:
+            if self.rec is not None and not self.rec.closed:
+                self.rec.other_profiler(self.starting)
+        except Exception:   # never break the program's own profiler
+            pass
 
 
 def _all_threads() -> dict:
