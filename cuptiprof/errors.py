@@ -49,6 +49,20 @@ class EnvironmentProblem(CuptiprofError):
     exit_code = 3
 
 
+def stderr_line(line: str) -> None:
+    """A line of cuptiprof's own (a notice, a warning) on the profiled program's stderr. None
+    where the program has none (`2>&-`: sys.stderr is None, and print() wrote to stdout, the
+    program's own) or where it cannot be written (`2>/dev/full`: the OSError ended the program):
+    the program runs on as it would without cuptiprof."""
+    import sys
+    if sys.stderr is None:
+        return
+    try:
+        print(line, file=sys.stderr)
+    except Exception:
+        pass
+
+
 def whole_number(name: str, v, least: int, none_ok: bool = False) -> int | None:
     """A count argument of the Python API: an integer of any integer type (numpy's included) at
     least `least`, or None where `none_ok`; a bool, a float or a string is refused in Python

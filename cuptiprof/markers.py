@@ -25,7 +25,7 @@ import os
 import sys
 from typing import Any, Callable, SupportsIndex
 
-from cuptiprof.errors import UsageError
+from cuptiprof.errors import UsageError, stderr_line
 
 DOMAIN = "cuptiprof"
 
@@ -226,8 +226,8 @@ def _report(exc: BaseException) -> None:
     global _failed, _session
     if not _failed:
         _failed = True
-        print(f"cuptiprof: warning: range bookkeeping failed ({type(exc).__name__}: {exc}); "
-              "ranges are no longer recorded", file=sys.stderr)
+        stderr_line(f"cuptiprof: warning: range bookkeeping failed ({type(exc).__name__}: {exc}); "
+                    "ranges are no longer recorded")
     s, _session = _session, None
     if s is not None:
         try:

@@ -618,3 +618,27 @@ def test_profile_in_a_process_started_with_stdout_or_stderr_closed(tmp_path, fd)
                        text=True, timeout=120, preexec_fn=lambda: os.close(fd))
     assert r.returncode == 0, r.stderr
     assert q(tmp_path / "a.duckdb", "SELECT status FROM runs") == [("complete",)]
+
+
+@pytest.mark.parametrize("stderr", ["closed", "/dev/full"])
+def test_a_notice_on_a_stderr_that_is_closed_or_full_leaves_the_program_alone(tmp_path, stderr):
+    """cuptiprof's own lines go to the program's stderr: where it has none (`2>&-`, where Python
+    sets sys.stderr to None) they went to its stdout, and where it cannot be written
+    (`2>/dev/full`) the OSError ended the program."""
+    from _run_helpers import env
+    if stderr != "closed" and not os.path.exists(stderr):
+        pytest.skip(f"no {stderr} here")
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent("""
+        import cuptiprof
+        with cuptiprof.profile("a.duckdb", source="none"):   # CUPTIPROF_DISABLE: one notice
+            with cuptiprof.step(0):
+                pass
+        print("the program's output")
+    """))
+    with open(os.devnull if stderr == "closed" else stderr, "w") as err:
+        r = subprocess.run([sys.executable, str(prog)], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=err, text=True, timeout=120, env=env(CUPTIPROF_DISABLE="1"),
+                           preexec_fn=(lambda: os.close(2)) if stderr == "closed" else None)
+    assert (r.returncode, r.stdout) == (0, "the program's output\n")
+    assert q(tmp_path / "a.duckdb", "SELECT status FROM runs") == [("complete",)]

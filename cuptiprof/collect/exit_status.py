@@ -6,6 +6,8 @@ import sys
 import threading
 from typing import Any
 
+from cuptiprof.errors import stderr_line
+
 # atexit runs after Python has taken the exit status out of the SystemExit that ends the
 # program: nothing in Python can read it then. While a profile runs, sys.exit is wrapped so that
 # the SystemExit it raises carries an _ExitWatch (a local of the wrapper's frame, which the
@@ -93,4 +95,4 @@ class _ExitStatus:
         try:
             self.stop(status)
         except Exception as exc:
-            print(f"cuptiprof: warning: could not finish {self.path}: {exc}", file=sys.stderr)
+            stderr_line(f"cuptiprof: warning: could not finish {self.path}: {exc}")

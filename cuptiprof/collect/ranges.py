@@ -5,12 +5,12 @@ and its id pushed on CUPTI's external-correlation stack of the thread, which is 
 from __future__ import annotations
 
 import math
-import sys
 import threading
 import time
 
 from cuptiprof import markers
 from cuptiprof.collect.decode import no_gc
+from cuptiprof.errors import stderr_line
 
 
 class _Ranges:
@@ -132,7 +132,7 @@ class _Ranges:
                 self._filter_failed = (f"range_filter raised {type(exc).__name__} ({exc}) for "
                                        f"the range {name!r}: ranges it fails on are recorded")
                 if not self.quiet:
-                    print(f"cuptiprof: warning: {self._filter_failed}", file=sys.stderr)
+                    stderr_line(f"cuptiprof: warning: {self._filter_failed}")
             return True
 
     def _open_step(self) -> int | None:

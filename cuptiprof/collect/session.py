@@ -50,7 +50,7 @@ from cuptiprof.collect.ranges import _Ranges
 from cuptiprof.collect.sources import NullSource, _driver_kind, _kind_enum, _Sources
 from cuptiprof.collect.start_rows import _StartRows
 from cuptiprof.collect.steps import _Steps
-from cuptiprof.errors import UsageError, env_seconds, file_path, whole_number
+from cuptiprof.errors import UsageError, env_seconds, file_path, stderr_line, whole_number
 from cuptiprof.forking import keep_forever
 
 # constants of this module before its parts had modules of their own
@@ -233,9 +233,9 @@ class Session(_Sources, _StartRows, _Ranges, _Steps, _Flushing, _Quality, _ExitS
             # for CUPTI. The program's steps and ranges go to the run.
             self.passthrough = True
             if not self.quiet:
-                print(f"cuptiprof: notice: profile({str(self.path)!r}) runs under `cuptiprof run`, which "
-                      "records this process: this profile writes no file and its warmup and "
-                      "steps are not used", file=sys.stderr)
+                stderr_line(f"cuptiprof: notice: profile({str(self.path)!r}) runs under `cuptiprof "
+                            "run`, which records this process: this profile writes no file and its "
+                            "warmup and steps are not used")
             return self
         if _active is not None:
             raise UsageError("a cuptiprof profile is already active in this process; "
@@ -283,8 +283,8 @@ class Session(_Sources, _StartRows, _Ranges, _Steps, _Flushing, _Quality, _ExitS
             self._collect(True)
         markers._set_session(self)
         if markers._disabled and not self.quiet:
-            print(f"cuptiprof: notice: {_RANGES_OFF}; {self.path} gets no step and no range of the "
-                  "program", file=sys.stderr)
+            stderr_line(f"cuptiprof: notice: {_RANGES_OFF}; {self.path} gets no step and no range "
+                        "of the program")
         if self._atexit is None:
             self._atexit = self._at_exit
             atexit.register(self._atexit)

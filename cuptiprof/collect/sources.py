@@ -4,12 +4,12 @@ CUPTI fails mid-run."""
 from __future__ import annotations
 
 import os
-import sys
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
 from cuptiprof import markers
 from cuptiprof.collect.errors import CollectorProblem
+from cuptiprof.errors import stderr_line
 
 FAKE_ENV = "CUPTIPROF_FAKE_CUPTI"
 
@@ -76,8 +76,8 @@ class _Sources:
         self.problem = exc
         self.source = NullSource()
         if exc is not None and not self.quiet:
-            print(f"cuptiprof: notice: no GPU activity captured: {exc}; recording host-side ranges "
-                  f"only into {self.path}", file=sys.stderr)
+            stderr_line(f"cuptiprof: notice: no GPU activity captured: {exc}; recording host-side "
+                        f"ranges only into {self.path}")
 
     def _collect(self, on: bool) -> None:
         if on == self.collecting or not self.source.gpu:
@@ -97,8 +97,8 @@ class _Sources:
         self._note_problem("cupti_error", f"CUPTI failed mid-run ({exc}); GPU records after this "
                            "point were not captured")
         if not self.quiet:
-            print(f"cuptiprof: warning: CUPTI failed ({exc}); no further GPU activity is captured",
-                  file=sys.stderr)
+            stderr_line(f"cuptiprof: warning: CUPTI failed ({exc}); no further GPU activity is "
+                        "captured")
         try:
             self.source.close()
         except Exception:

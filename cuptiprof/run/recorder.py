@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cuptiprof import ranks
 from cuptiprof.cpu_device import cpu_name
-from cuptiprof.errors import env_seconds
+from cuptiprof.errors import env_seconds, stderr_line
 from cuptiprof.forking import keep_forever
 from cuptiprof.markers import attrs_json, left_inside
 from cuptiprof.run import settings as S
@@ -571,7 +571,7 @@ class Recorder:
                                         "'no_gpu' AND pid = ?", [none, self.pid])
                 self.writer.close(status, end_ns=end)
         except Exception as exc:
-            print(f"cuptiprof: warning: could not finish {self.part_path('.duckdb')}: {exc}", file=sys.stderr)
+            stderr_line(f"cuptiprof: warning: could not finish {self.part_path('.duckdb')}: {exc}")
 
     def _steps_short(self) -> None:
         """Fewer steps than --warmup/--steps ask for, as the collector says it: not for a
