@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -1442,3 +1443,32 @@ def test_a_range_left_open_inside_a_step_ends_with_it(tmp_path):
     assert dict(q(p, "SELECT name, step FROM kernels")) == {"k_inner": 0, "k1": 1, "k_after": 1}
     assert not any(f._stacks.values())   # every id pushed came off
     assert q(p, "SELECT check_name FROM data_quality") == []
+
+
+def test_a_ctrl_c_during_a_steps_flush_stops_the_program_and_keeps_the_step(tmp_path):
+    """A Ctrl-C that lands while a step's records are resolved: raised there, the records taken
+    from CUPTI since the last flush were lost (every step's since then, up to a second's). It
+    is raised as the flush ends: the program stops as asked, its steps are in the file."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent("""
+        import os, signal, sys, cuptiprof
+        from cuptiprof.collect import resolve
+        from cuptiprof.collect.fake import FakeCupti
+        resolve_rows = resolve.Resolver.resolve
+        def resolving(self, rows, final=False):
+            if not final and s.steps_recorded == 3:
+                os.kill(os.getpid(), signal.SIGINT)   # the Ctrl-C lands here
+            return resolve_rows(self, rows, final=final)
+        resolve.Resolver.resolve = resolving
+        with cuptiprof.profile(sys.argv[1], source=FakeCupti(auto=True), quiet=True,
+                               flush_every_s=0) as s:
+            for i in range(10):
+                with cuptiprof.step(i):
+                    pass
+    """))
+    out = tmp_path / "c.duckdb"
+    r = subprocess.run([sys.executable, str(prog), str(out)], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])))
+    assert r.returncode == -2 and "KeyboardInterrupt" in r.stderr, r.stderr
+    assert q(out, "SELECT status FROM runs") == [("interrupted",)]
+    assert q(out, "SELECT DISTINCT step FROM kernels ORDER BY 1") == [(0,), (1,), (2,)]
