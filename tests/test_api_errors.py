@@ -545,3 +545,30 @@ def test_profile_into_a_pipe_is_refused_whatever_the_mode(tmp_path):
     assert res.stdout == 3 * (f"{fifo}: is not a regular file (a device, a pipe or a socket); "
                               "give the path of a file to write\n"), res.stdout + res.stderr
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_profile_into_a_file_another_process_reads_says_it_reads_it(tmp_path):
+    """A file another process has open read-only (a report, a cuptiprof.open() in a notebook)
+    cannot be written until it closes it: the line said that process was writing it."""
+    import subprocess
+    import sys
+
+    from _run_helpers import env
+
+    p = tmp_path / "r.duckdb"
+    record(p)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", f"import cuptiprof, sys; p = cuptiprof.open({str(p)!r}); "
+         "print('open', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env())
+    try:
+        assert reader.stdout.readline() == "open\n"
+        with pytest.raises(cuptiprof.errors.WriterBusy) as err:
+            cuptiprof.profile(p, source="none", quiet=True, mode="overwrite").start()
+    finally:
+        reader.communicate("", timeout=60)
+    assert str(err.value) == (f"{p}: another process (pid {reader.pid}) has this file open for "
+                              "reading (a report, a cuptiprof.open()); wait for it to close the "
+                              "file before writing it, or write to another path")
+    with cuptiprof.open(p) as prof:   # left as it was
+        assert prof.sql("SELECT count(*) FROM ranges WHERE kind = 'step'").fetchall() == [(3,)]

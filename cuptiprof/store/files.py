@@ -246,6 +246,26 @@ def check_core_tables(con, path: Path, db: str | None = None) -> None:
                          "record or import it again")
 
 
+def _read_locked(path: Path) -> bool:
+    """True where the lock another process holds on `path` is a reader's (DuckDB's read-only
+    connection takes a shared lock); False for a writer's, or where it cannot be told (the
+    layout of struct flock below is Linux's)."""
+    import sys
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import fcntl
+        import struct
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            got = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
+        finally:
+            os.close(fd)
+        return struct.unpack("hhqqi4x", got)[0] == fcntl.F_RDLCK
+    except Exception:
+        return False
+
+
 def connect_error(path: Path, exc: Exception, *, writing: bool,
                   target: Path | None = None) -> StoreError:
     """Turn a duckdb.connect failure into one line for the user. `target`: the output a
@@ -259,6 +279,11 @@ def connect_error(path: Path, exc: Exception, *, writing: bool,
         pid = ""
         if "(PID " in msg:
             pid = " (pid " + msg.split("(PID ", 1)[1].split(")", 1)[0] + ")"
+        if writing and _read_locked(path):   # readers share the file; only a writer waits
+            return WriterBusy(
+                f"{path}: another process{pid} has this file open for reading (a report, a "
+                "cuptiprof.open()); wait for it to close the file before writing it, or write to "
+                "another path")
         # a reader has no other path to write to
         what = "writing it, or write to another path" if writing else "opening it"
         return WriterBusy(
