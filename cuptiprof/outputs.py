@@ -5,9 +5,12 @@ end, so that a crash or Ctrl-C leaves no partial output.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -243,3 +246,28 @@ def closed_std_streams() -> None:
         sys.stderr = open(os.devnull, "w", errors="backslashreplace")
     elif not isinstance(sys.stderr, _DroppingStderr):
         sys.stderr = _DroppingStderr(sys.stderr)
+
+
+@contextlib.contextmanager
+def ctrl_c_after():
+    """A Ctrl-C (SIGINT, to Python's own handler) that comes inside this section is raised as it
+    ends: raised inside a step's flush, or the CPU op profiler's cycle, what was taken and not
+    yet written (every step's since the last one) was lost, or the profiler left stopped for
+    good. The program stops as asked all the same. Elsewhere than on the main thread, or with
+    a handler of the program's own, nothing changes."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    came: list = []
+    signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if came:
+            stop = KeyboardInterrupt()
+            if hasattr(stop, "add_note"):   # the traceback ends in cuptiprof: say why
+                stop.add_note("(the Ctrl-C came while cuptiprof was writing recorded data to "
+                              "its file; the program was stopped as asked)")
+            raise stop

@@ -770,6 +770,41 @@ def test_the_programs_own_torch_profiler_keeps_its_ops_and_ours_stands_aside(tmp
                   "AND detail LIKE '%torch.profiler of its own%'") == [(1,)]
 
 
+def test_a_ctrl_c_the_program_catches_in_the_cpu_op_profilers_cycle_leaves_it_recording(tmp_path):
+    """Without a GPU, a step's end cycles torch.profiler (stop, write its ops, start again). A
+    Ctrl-C that landed there stopped it for good: a program that catches KeyboardInterrupt and
+    goes on (a server dropping a request) had no CPU op in any later step, each said empty. It
+    is raised once the cycle is done."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import os, signal, torch, torch.profiler, cuptiprof
+        stop_profiler = torch.profiler.profile.stop
+        stops = []
+        def stop(self):
+            stops.append(1)
+            if len(stops) == 2:   # the Ctrl-C lands as the run's profiler stops
+                os.kill(os.getpid(), signal.SIGINT)
+            return stop_profiler(self)
+        torch.profiler.profile.stop = stop
+        x = torch.ones(16, 16)
+        caught = []
+        for i in range(6):
+            try:
+                with cuptiprof.step(i):
+                    x @ x
+            except KeyboardInterrupt:
+                caught.append(i)
+        print("caught", caught)
+    """)
+    r = cli(["run", "-o", "cc.duckdb", "--no-report", "--", PY, p], tmp_path, timeout=300,
+            CUPTIPROF_OPS_EVERY_S="0")
+    assert r.returncode == 0 and "caught [1]" in r.stdout, r.stdout + r.stderr
+    out = tmp_path / "cc.duckdb"
+    assert q(out, "SELECT step, count(*) FROM kernels WHERE name = 'aten::mm' GROUP BY 1 "
+                  "ORDER BY 1") == [(i, 1) for i in range(6)]
+    assert q(out, "SELECT count(*) FROM data_quality WHERE check_name = 'empty_step'") == [(0,)]
+
+
 @pytest.mark.parametrize("api", ["torch", "nvtx"])
 def test_step_range_pushed_inside_compiled_code(tmp_path, api):
     """--step-range over an NVTX push inside code torch.compile traces: the push is counted when

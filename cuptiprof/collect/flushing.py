@@ -4,8 +4,6 @@ when it stops are written with no end."""
 from __future__ import annotations
 
 import contextlib
-import signal
-import threading
 import time
 from typing import Any
 
@@ -13,6 +11,7 @@ import pyarrow as pa
 
 from cuptiprof.collect.decode import no_gc
 from cuptiprof.collect.resolve import SELF_ID
+from cuptiprof.outputs import ctrl_c_after
 from cuptiprof.store import arrow
 
 RANGE_COLS = ("range_id", "parent_id", "depth", "name", "domain", "thread_id", "start_ns",
@@ -25,7 +24,7 @@ class _Flushing:
     def flush(self, final: bool = False) -> None:
         """Synchronize, flush CUPTI, resolve and append one transaction. On the thread that
         ended a step, or stop()'s; one at a time."""
-        with self._flush_lock, no_gc(), contextlib.nullcontext() if final else _ctrl_c_after():
+        with self._flush_lock, no_gc(), contextlib.nullcontext() if final else ctrl_c_after():
             src = self.source
             if src.gpu:
                 try:
@@ -137,30 +136,6 @@ class _Flushing:
         batch = self._ranges_batch()
         if batch:
             self._file().append({"ranges": _typed_ranges(batch)})
-
-
-@contextlib.contextmanager
-def _ctrl_c_after():
-    """A Ctrl-C (SIGINT, to Python's own handler) that comes during a step's flush is raised as
-    it ends: raised inside it, the records taken from CUPTI and not yet written (every step's
-    since the last flush) were lost. The program stops as asked all the same. Elsewhere than
-    on the main thread, or with a handler of the program's own, nothing changes."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
-    came: list = []
-    signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        if came:
-            stop = KeyboardInterrupt()
-            if hasattr(stop, "add_note"):   # the traceback ends in cuptiprof: say why
-                stop.add_note("(the Ctrl-C came while cuptiprof was writing recorded data to "
-                              "its file; the program was stopped as asked)")
-            raise stop
 
 
 def _take_all(pending: list) -> list:

@@ -28,6 +28,7 @@ from cuptiprof.cpu_device import cpu_name
 from cuptiprof.errors import env_seconds, stderr_line
 from cuptiprof.forking import keep_forever
 from cuptiprof.markers import attrs_json, left_inside
+from cuptiprof.outputs import ctrl_c_after
 from cuptiprof.run import settings as S
 from cuptiprof.run.settings import ChildSettings
 from cuptiprof.work_ops import is_kernel as _is_kernel
@@ -230,28 +231,31 @@ class Recorder:
                 self.windows.append((None, o.start, now, o.thread))   # its thread's ops: none
             if not (o.is_step and o.kind == "step"):
                 return
-            self._open_steps.pop(o.range_id, None)
-            self.recorded += 1
-            self.step_times.append((o.step, now - o.start))
-            self.windows.append((o.step, o.start, now, o.thread))
-            last = self.s.steps is not None and self.recorded >= self.s.steps
-            if self.mode != "time":
-                log.info("step %s: %.3f ms", o.step, (now - o.start) / 1e6)
-            if last:
-                self.done = True
-                self._stop_profiler()
-                wrote_ops = True
-            else:   # this step's ops are written with it: a crash later keeps them
-                wrote_ops = self._cycle_profiler()
-            if self.mode != "time":
-                if exc_type is not None:
-                    from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
+            # a Ctrl-C in the step's end (torch.profiler's cycle, the flush) is raised once it
+            # is done: raised inside the cycle, it left the CPU op profiler stopped for good
+            with ctrl_c_after():
+                self._open_steps.pop(o.range_id, None)
+                self.recorded += 1
+                self.step_times.append((o.step, now - o.start))
+                self.windows.append((o.step, o.start, now, o.thread))
+                last = self.s.steps is not None and self.recorded >= self.s.steps
+                if self.mode != "time":
+                    log.info("step %s: %.3f ms", o.step, (now - o.start) / 1e6)
+                if last:
+                    self.done = True
+                    self._stop_profiler()
+                    wrote_ops = True
+                else:   # this step's ops are written with it: a crash later keeps them
+                    wrote_ops = self._cycle_profiler()
+                if self.mode != "time":
+                    if exc_type is not None:
+                        from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
 
-                    self._quality(STEP_INCOMPLETE, str(o.step),
-                                  incomplete_detail(o.step, exc_type.__name__))
-                if wrote_ops or exc_type is not None or \
-                        time.monotonic() - self._flushed_at >= self.flush_every_s:
-                    self.flush()
+                        self._quality(STEP_INCOMPLETE, str(o.step),
+                                      incomplete_detail(o.step, exc_type.__name__))
+                    if wrote_ops or exc_type is not None or \
+                            time.monotonic() - self._flushed_at >= self.flush_every_s:
+                        self.flush()
 
     def log_record(self, record: logging.LogRecord) -> None:
         if self.closed or self.mode == "time":
