@@ -805,6 +805,67 @@ def test_a_ctrl_c_the_program_catches_in_the_cpu_op_profilers_cycle_leaves_it_re
     assert q(out, "SELECT count(*) FROM data_quality WHERE check_name = 'empty_step'") == [(0,)]
 
 
+def test_cpu_ops_of_a_torch_imported_on_a_thread_that_ended_are_written_as_steps_end(tmp_path):
+    """Without a GPU, torch.profiler starts as torch is imported and is cycled (its ops written)
+    on that thread alone. Imported by a thread that then ended (a model loaded in the
+    background), it was never cycled: a crash lost every op. The thread that ends a step takes
+    it over."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import os, threading, cuptiprof
+        def load():
+            global torch
+            import torch
+        loader = threading.Thread(target=load)
+        loader.start()
+        loader.join()
+        x = torch.ones(16, 16)
+        for i in range(5):
+            with cuptiprof.step(i):
+                x @ x
+        os._exit(3)   # a crash: the ops of every step that ended are kept
+    """)
+    r = cli(["run", "-o", "ld.duckdb", "--no-report", "--", PY, p], tmp_path, timeout=300,
+            CUPTIPROF_OPS_EVERY_S="0")
+    assert r.returncode == 3, r.stderr
+    assert q(tmp_path / "ld.duckdb", "SELECT step, count(*) FROM kernels WHERE name = 'aten::mm' "
+                                     "GROUP BY 1 ORDER BY 1") == [(i, 1) for i in range(5)]
+
+
+def test_cpu_ops_of_worker_threads_stay_theirs_after_the_torch_importing_thread_ended(tmp_path):
+    """torch imported by a thread that ended, steps on worker threads: a worker that got the
+    ended thread's ident (Python reuses them) was taken for it and cycled torch.profiler while
+    the others ran ops, which went to its steps. Only the thread itself, or the main thread
+    after it ended, cycles it."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import threading, time, cuptiprof
+        def load():
+            global torch
+            import torch
+        loader = threading.Thread(target=load)
+        loader.start()
+        loader.join()
+        torch.set_num_threads(1)
+        x = torch.ones(32, 32)
+        def worker(base):
+            for j in range(6):
+                with cuptiprof.step(base + j):
+                    for _ in range(j + 1):
+                        x @ x
+                    time.sleep(0.01)
+        workers = [threading.Thread(target=worker, args=(b,)) for b in (0, 100, 200)]
+        [t.start() for t in workers]
+        [t.join() for t in workers]
+    """)
+    r = cli(["run", "-o", "wk.duckdb", "--no-report", "--", PY, p], tmp_path, timeout=300,
+            CUPTIPROF_OPS_EVERY_S="0")
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "wk.duckdb", "SELECT step, count(*) FROM kernels WHERE name = 'aten::mm' "
+                                     "GROUP BY 1 ORDER BY 1") == \
+        [(b + j, j + 1) for b in (0, 100, 200) for j in range(6)]
+
+
 @pytest.mark.parametrize("api", ["torch", "nvtx"])
 def test_step_range_pushed_inside_compiled_code(tmp_path, api):
     """--step-range over an NVTX push inside code torch.compile traces: the push is counted when

@@ -102,7 +102,8 @@ class Recorder:
         # commit costs milliseconds however little it holds: at every step it doubled 5 ms steps)
         self.flush_every_s = env_seconds(S.FLUSH_EVERY_S, S.KNOBS[S.FLUSH_EVERY_S])
         self._flushed_at = time.monotonic()
-        self._prof_thread = None               # the thread that started it (cycled there only)
+        self._prof_thread = None               # the Thread that started it (cycled there only;
+                                               # its ident is reused once it ends)
         self.op_steps: set = set()             # recorded steps with ops written
         self._prof_since = 0.0
         self.work_names: dict = {}             # op name -> does its own work (decided once)
@@ -297,7 +298,7 @@ class Recorder:
                 self.prof.start()
             finally:
                 self._own_call = None
-            self._prof_thread, self._prof_since = threading.get_ident(), time.monotonic()
+            self._prof_thread, self._prof_since = threading.current_thread(), time.monotonic()
         except Exception as exc:  # never break the profiled program
             self.prof = False
             self._quality("cpu_profiler_failed", None, f"torch.profiler could not start: {exc}")
@@ -324,10 +325,15 @@ class Recorder:
 
     def _cycle_profiler(self) -> bool:
         """Write the ops recorded so far and profile on. Only on the thread that started the
-        profiler (torch keeps its state per thread) and at most every ops_every_s seconds.
-        Whether it did."""
-        if self.mode != "cpu" or not self.prof or threading.get_ident() != self._prof_thread \
-                or time.monotonic() - self._prof_since < self.ops_every_s:
+        profiler (torch keeps its state per thread; cycled on another while other threads ran
+        ops, their ops went to its steps), or on the main thread once that one has ended (a
+        thread that loaded the model, importing torch: it was never cycled, and a crash lost
+        every op), and at most every ops_every_s seconds. Whether it did."""
+        here = threading.current_thread()
+        if self.mode != "cpu" or not self.prof \
+                or time.monotonic() - self._prof_since < self.ops_every_s \
+                or here is not self._prof_thread and (self._prof_thread.is_alive()
+                                                      or here is not threading.main_thread()):
             return False
         self._stop_profiler()
         self.prof = None
