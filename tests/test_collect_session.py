@@ -1345,11 +1345,19 @@ def test_sys_exit_inside_the_profile_ends_the_run_by_its_code(tmp_path, code, st
     assert q(p, "SELECT status FROM runs") == [(status,)]
 
 
-def test_the_exit_status_of_sys_exit_is_what_the_process_exits_with():
+def test_the_exit_status_of_sys_exit_is_what_the_process_exits_with(monkeypatch):
     from cuptiprof.collect.session import _os_exit_status
 
     codes = (None, 0, 3, 256, 259, -1, "bye", 2**63 - 1, 2**63, 2**70, -2**63, -2**63 - 1)
     assert [_os_exit_status(c) for c in codes] == [0, 0, 3, 0, 3, 255, 1, 255, 255, 255, 0, 255]
+    # the status a `cuptiprof run` process keeps in its end marker follows the same rule
+    from cuptiprof.run.child import ending, shared
+    monkeypatch.setattr(shared, "_status", "complete")
+    monkeypatch.setattr(shared, "_end_signal", 0)
+    monkeypatch.delattr(sys, "last_type", raising=False)
+    for c in codes:
+        monkeypatch.setattr(shared, "_exit_arg", c)
+        assert ending._exit_status() == _os_exit_status(c), c
     # what Python itself exits with for the ones beyond 64 bits
     for c in (2**63, -2**70):
         assert subprocess.run([sys.executable, "-c", f"import sys; sys.exit({c})"],

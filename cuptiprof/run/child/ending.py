@@ -43,8 +43,9 @@ def _exit_status() -> int:
         return 128 + signal.SIGINT
     if shared._status == "failed" or last is not None:
         return 1
-    arg = shared._exit_arg
-    return 0 if arg is None else arg & 0xFF if isinstance(arg, int) else 1
+    from cuptiprof.collect.exit_status import _os_exit_status   # sys.exit()'s rule, one place
+
+    return _os_exit_status(shared._exit_arg)
 
 
 def _note_exit_status() -> None:
