@@ -13,6 +13,7 @@ file the same way).
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
@@ -232,14 +233,17 @@ class Recorder:
                 self.windows.append((None, o.start, now, o.thread))   # its thread's ops: none
             if not (o.is_step and o.kind == "step"):
                 return
+            self._open_steps.pop(o.range_id, None)
+            self.recorded += 1
+            self.step_times.append((o.step, now - o.start))
+            self.windows.append((o.step, o.start, now, o.thread))
+            last = self.s.steps is not None and self.recorded >= self.s.steps
+            heavy = last or self._cycle_due() or self.mode != "time" and (
+                exc_type is not None or time.monotonic() - self._flushed_at >= self.flush_every_s)
             # a Ctrl-C in the step's end (torch.profiler's cycle, the flush) is raised once it
-            # is done: raised inside the cycle, it left the CPU op profiler stopped for good
-            with ctrl_c_after():
-                self._open_steps.pop(o.range_id, None)
-                self.recorded += 1
-                self.step_times.append((o.step, now - o.start))
-                self.windows.append((o.step, o.start, now, o.thread))
-                last = self.s.steps is not None and self.recorded >= self.s.steps
+            # is done: raised inside the cycle, it left the CPU op profiler stopped for good.
+            # (Only where there is such work: the handler's setting costs ~5 us a step.)
+            with ctrl_c_after() if heavy else contextlib.nullcontext():
                 if self.mode != "time":
                     log.info("step %s: %.3f ms", o.step, (now - o.start) / 1e6)
                 if last:
@@ -323,17 +327,20 @@ class Recorder:
                     self.prof = None
                     self._start_profiler()
 
+    def _cycle_due(self) -> bool:
+        here = threading.current_thread()
+        return not (self.mode != "cpu" or not self.prof
+                    or time.monotonic() - self._prof_since < self.ops_every_s
+                    or here is not self._prof_thread and (self._prof_thread.is_alive()
+                                                          or here is not threading.main_thread()))
+
     def _cycle_profiler(self) -> bool:
         """Write the ops recorded so far and profile on. Only on the thread that started the
         profiler (torch keeps its state per thread; cycled on another while other threads ran
         ops, their ops went to its steps), or on the main thread once that one has ended (a
         thread that loaded the model, importing torch: it was never cycled, and a crash lost
         every op), and at most every ops_every_s seconds. Whether it did."""
-        here = threading.current_thread()
-        if self.mode != "cpu" or not self.prof \
-                or time.monotonic() - self._prof_since < self.ops_every_s \
-                or here is not self._prof_thread and (self._prof_thread.is_alive()
-                                                      or here is not threading.main_thread()):
+        if not self._cycle_due():
             return False
         self._stop_profiler()
         self.prof = None
