@@ -570,6 +570,25 @@ def test_quality_names_the_programs_ranges_outside_every_step(tmp_path):
 
 
 
+def test_quality_says_a_thread_recorded_step_numbers_more_than_once(tmp_path):
+    """A loop that numbers its steps from 0 again (each epoch): every report pools the steps of
+    one number, which nothing said. The quality report does, once per process; the same number
+    on two threads (steps run at once) is no repeat."""
+    t, us = 1_700_000_000_000_000_000, 1_000
+    rows = [(i + 1, None, 0, "step", "step", i % 3, 100 * i, 100 * i + 90) for i in range(7)]
+    path = tmp_path / "o.duckdb"
+    with Writer(path, RunInfo(source="synthetic"), pid=1) as w:
+        w.append({"ranges": _range_rows(rows, t, us)})
+        other = _range_rows([(20, None, 0, "step", "step", 0, 5, 50)], t, us)
+        w.append({"ranges": {**other, "thread_id": [8]}})
+    with cuptiprof.open(path) as prof:
+        rel = prof.report("quality")
+        got = [dict(zip(rel.columns, r)) for r in rel.fetchall() if r[2] == "step_repeated"]
+    # steps 0, 1, 2 on thread 7: 0 three times, 1 and 2 twice
+    assert [(g["pid"], g["subject"], g["count"]) for g in got] == [(1, "0", 4)]
+    assert got[0]["detail"].startswith("3 step numbers (first 0) recorded more than once")
+
+
 @pytest.mark.parametrize("steps", [(None, None), [None, None]])
 def test_steps_open_at_both_ends_are_the_default_scope(tmp_path, steps):
     """(None, None) bounds nothing: the recorded steps and every row of a process without
