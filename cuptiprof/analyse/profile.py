@@ -148,7 +148,9 @@ def refused_statement(query: str) -> str | None:
 
 
 class Profile:
-    """One cuptiprof file opened read-only. Report methods return DuckDB relations."""
+    """One cuptiprof file opened read-only. Report methods return DuckDB relations. For one
+    thread at a time (DuckDB refuses a second call on its connection meanwhile): open one
+    Profile per thread."""
 
     def __init__(self, path: str | os.PathLike, steps: Steps = None, *, option: str | None = None):
         """steps: see set_steps. option: the command-line option `steps` came from (messages
