@@ -244,6 +244,17 @@ def test_a_plain_table_hides_keys_of_one_value_and_right_aligns_numbers():
     assert out.getvalue() == "name\n----\n(no rows)\n\n"
 
 
+def test_a_plain_table_lines_up_names_of_wide_and_combining_characters():
+    # a range named in Chinese, an emoji, an accent written as a combining mark, a zero-width
+    # joiner: each takes the terminal columns it shows in, not one per character
+    import pyarrow as pa
+    out = io.StringIO()
+    render(pa.table({"range": ["注意力", "🙂x", "e\u0301", "a\u200db", "ascii"],
+                     "ms": [1.5, 2.5, 3.5, 4.5, 5.5]}), "table", out=out)
+    assert out.getvalue() == ("range      ms\n------  -----\n注意力  1.500\n🙂x     2.500\n"
+                              "e\u0301       3.500\na\u200db      4.500\nascii   5.500\n\n")
+
+
 def test_a_long_name_is_cut_at_its_end_and_a_line_break_in_a_name_is_a_space():
     import pyarrow as pa
     out = io.StringIO()

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import sys
+import unicodedata
 from typing import Any, Iterable, Sequence
 
 from cuptiprof.markers import finite
@@ -189,9 +190,9 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
 def plain_table(cols: Sequence[str], cells: Iterable[Sequence[str]], numeric: Sequence[bool],
                 title: str | None = None) -> str:
     cells = list(cells)
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+    widths = [max([_width(c)] + [_width(r[i]) for r in cells]) for i, c in enumerate(cols)]
     def line(vals):
-        return "  ".join(v.rjust(w) if n else v.ljust(w)
+        return "  ".join(" " * (w - _width(v)) + v if n else v + " " * (w - _width(v))
                          for v, w, n in zip(vals, widths, numeric)).rstrip()
     buf = io.StringIO()
     if title:
@@ -203,6 +204,16 @@ def plain_table(cols: Sequence[str], cells: Iterable[Sequence[str]], numeric: Se
     if not cells:
         buf.write("(no rows)\n")
     return buf.getvalue() + "\n"
+
+
+def _width(s: str) -> int:
+    """The terminal columns `s` takes: a wide character (CJK, most emoji) two, a combining mark
+    or an invisible format character (a zero-width joiner) none. Padding by len() put every
+    column after such a name (a range named in Chinese) out of line with the header."""
+    if s.isascii():
+        return len(s)
+    return sum(0 if unicodedata.category(ch) in ("Mn", "Me", "Cf")
+               else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in s)
 
 
 def _numeric(rows, i) -> bool:
