@@ -867,6 +867,30 @@ def _kernels_only_run(path, name, steps=3, dur_us=400):
     return path
 
 
+def _odd_text_run(path, label, gpu):
+    """A run of one kernel per step, its label and GPU name as a trace may hold them."""
+    k = {"start_ns": [1_000_000 * s for s in (1, 2, 3)], "end_ns": [1_000_000 * s + 400_000 for s in (1, 2, 3)],
+         "step": [1, 2, 3], "name": ["k"] * 3, "stream_id": [7] * 3, "device_id": [0] * 3}
+    with Writer(path, RunInfo(source="synthetic", label=label)) as w:
+        w.append({"kernels": k, "devices": {"device_id": [0], "name": [gpu], "kind": ["gpu"]}})
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_legend_strips_line_breaks_and_terminal_escapes_from_labels_and_gpu_names(tmp_path, capsys, fmt):
+    """A label or GPU name read from a file is data, as a kernel name is: its line break does
+    not start a line of the legend, its escape does not reach the terminal."""
+    a = _odd_text_run(tmp_path / "a.duckdb", "run\n# one\x1b[31m", "GPU\x1b[2J\nX")
+    b = _odd_text_run(tmp_path / "b.duckdb", "two\ttabs", "GPU")
+    assert main(["compare", str(a), str(b), "--table", "kinds", "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    legend = out.splitlines()[1:3]
+    esc = "\\" if fmt == "markdown" else ""   # markdown shows a [ as written
+    assert legend[0].endswith(f"(label run # one{esc}[31m; synthetic; GPU{esc}[2J X; 3 steps)")
+    assert legend[1].endswith("(label two tabs; synthetic; GPU; 3 steps)")
+
+
 def test_json_devices_of_a_file_without_a_gpu_listed_is_null(tmp_path, capsys, pair):
     """The table says 'no GPU listed'; JSON says null, not an empty string a reader takes for a
     GPU's name."""

@@ -438,6 +438,20 @@ def test_a_median_flipping_between_two_common_step_times_is_noise(tmp_path, caps
     assert statuses(diff(a, b, 5, sigmas=0))[("op", SOFTMAX)] == "regression"
 
 
+@pytest.mark.parametrize("fmt", ["table", "markdown", "csv"])
+def test_the_other_gpu_note_strips_line_breaks_and_terminal_escapes(tmp_path, capsys, fmt):
+    """GPU names are read from the files: the note naming them is one line, and no escape in
+    them reaches the terminal (stdout, or stderr for csv)."""
+    from test_compare import _odd_text_run
+    a = _odd_text_run(tmp_path / "a.duckdb", "a", "GPU\x1b[2J\nA")
+    b = _odd_text_run(tmp_path / "b.duckdb", "b", "GPU B")
+    assert main(["diff", str(a), str(b), "--fail-above", "5", "--format", fmt]) == 0
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err
+    esc = "\\" if fmt == "markdown" else ""
+    assert f"note: BASE ran on GPU{esc}[2J A and NEW on GPU B: a gate" in (err if fmt == "csv" else out)
+
+
 def test_runs_on_another_gpu_or_that_did_not_complete_are_named(tmp_path, capsys):
     """A CI pool with mixed GPUs, or a NEW run whose program crashed after a few steps: the
     verdict rests on something other than the change, and the output says so."""

@@ -12,7 +12,7 @@ from cuptiprof.analyse.families import BY
 from cuptiprof.commands import (FILES_HELP, FORMAT_HELP, counted, input_file, output_name,
                                 top_rows)
 from cuptiprof.errors import UsageError, shell_word
-from cuptiprof.render.table import FORMATS, md_escape, render, rows_of, write_json
+from cuptiprof.render.table import FORMATS, clean, md_escape, render, rows_of, write_json
 
 if TYPE_CHECKING:  # loaded in run(): reading commands do not load pyarrow
     from cuptiprof.analyse.compare import Comparison
@@ -122,13 +122,15 @@ def print_comparison(cmp: Comparison, fmt: str = "table", top: int | None = None
     if fmt in ("table", "markdown"):
         prefix = "- " if fmt == "markdown" else "  "
         out.write(f"cuptiprof compare (by {cmp.by}: {_KEY_HELP[cmp.by]})\n")
-        for line in cmp.legend():   # paths and labels are the user's text, as names are
+        # paths and labels are the user's text, as names are; labels, sources and GPU names
+        # come from the files: a line break or a terminal escape in them is stripped as in a table
+        for line in map(clean, cmp.legend()):
             out.write(prefix + (md_escape(line) if fmt == "markdown" else line) + "\n")
         out.write("\n")
     if fmt == "csv":   # the file holds the table alone: what would be lost from it goes to stderr
         for line in cmp.legend():
             if line.startswith("note:"):
-                print(f"cuptiprof compare: {line}", file=sys.stderr)
+                print(f"cuptiprof compare: {clean(line)}", file=sys.stderr)
     for name in names:
         tbl = _wide(cmp, name, top)
         if fmt == "csv":

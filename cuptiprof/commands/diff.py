@@ -13,7 +13,7 @@ from cuptiprof.analyse.families import BY
 from cuptiprof.commands import FORMAT_HELP, counted, input_file
 from cuptiprof.analyse.diff import MAX_MIN_MS, MAX_PCT, MAX_SIGMAS, NOISE_RULE, diff, parse_number
 from cuptiprof.outputs import say, silence
-from cuptiprof.render.table import FORMATS, md_escape, render, write_json
+from cuptiprof.render.table import FORMATS, clean, md_escape, render, write_json
 
 _SHOW = ("item_type", "item", "base_ms", "new_ms", "delta_ms", "delta_pct", "allowed_ms", "status")
 
@@ -88,16 +88,17 @@ def _write(res, args, out) -> None:
         # the rows are data; what qualifies them goes beside, on stderr, and first: a reader
         # that went away (`| head`) must not take the notes with it
         for n in res.notes:
-            say(f"cuptiprof diff: {n}")
+            say(f"cuptiprof diff: {clean(n)}")
         render(rows, "csv", out=out)
         return
     head = (f"cuptiprof diff: BASE {res.base} ({_steps(res.steps[0])}) -> NEW {res.new} ({_steps(res.steps[1])}); "
             f"fail above {res.fail_above_pct:g}% + {res.sigmas:g} robust sigmas of step noise"
             + (f", ignoring < {res.min_ms:g} ms" if res.min_ms else ""))
+    # the GPU names in the notes come from the files: a line break or a terminal escape in
+    # them is stripped as in a table
+    head, notes = clean(head), [clean(n) for n in res.notes]
     if args.format == "markdown":   # the paths are the user's text: shown as written
-        head, notes = md_escape(head), [md_escape(n) for n in res.notes]
-    else:
-        notes = res.notes
+        head, notes = md_escape(head), [md_escape(n) for n in notes]
     out.write(head + "\n" + "".join(f"{n}\n" for n in notes) + "\n")
     if res.failed or args.all:
         title = "regressions" if not args.all else "all items"
