@@ -805,6 +805,17 @@ def test_a_ctrl_c_the_program_catches_in_the_cpu_op_profilers_cycle_leaves_it_re
     assert q(out, "SELECT count(*) FROM data_quality WHERE check_name = 'empty_step'") == [(0,)]
 
 
+# torch imported by a thread that then ends (a model loaded in the background)
+TORCH_ON_A_THREAD = """
+        def load():
+            global torch
+            import torch
+        loader = threading.Thread(target=load)
+        loader.start()
+        loader.join()
+"""
+
+
 def test_cpu_ops_of_a_torch_imported_on_a_thread_that_ended_are_written_as_steps_end(tmp_path):
     """Without a GPU, torch.profiler starts as torch is imported and is cycled (its ops written)
     on that thread alone. Imported by a thread that then ended (a model loaded in the
@@ -813,12 +824,7 @@ def test_cpu_ops_of_a_torch_imported_on_a_thread_that_ended_are_written_as_steps
     pytest.importorskip("torch")
     p = script(tmp_path, """
         import os, threading, cuptiprof
-        def load():
-            global torch
-            import torch
-        loader = threading.Thread(target=load)
-        loader.start()
-        loader.join()
+""" + TORCH_ON_A_THREAD + """
         x = torch.ones(16, 16)
         for i in range(5):
             with cuptiprof.step(i):
@@ -840,12 +846,7 @@ def test_cpu_ops_of_worker_threads_stay_theirs_after_the_torch_importing_thread_
     pytest.importorskip("torch")
     p = script(tmp_path, """
         import threading, time, cuptiprof
-        def load():
-            global torch
-            import torch
-        loader = threading.Thread(target=load)
-        loader.start()
-        loader.join()
+""" + TORCH_ON_A_THREAD + """
         torch.set_num_threads(1)
         x = torch.ones(32, 32)
         def worker(base):
