@@ -92,8 +92,8 @@ class _Processes:
             names = self.name_list
             host = R.get("code", np.int8) != 3
             for n in np.unique(R.get("name", np.int32)[host]).tolist():
-                if n >= 0 and _step_of(names[n]) >= 0:
-                    nums.add(_step_of(names[n]))
+                if n >= 0 and (step := _step_of(names[n])) >= 0:
+                    nums.add(step)
             warm = self.small.find("warmup")
             if self.links and warm >= 0 and "xkind" in R.parts:
                 v, ok = R.get("xstep"), R.get("xstep?", bool)
