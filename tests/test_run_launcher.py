@@ -411,6 +411,33 @@ def test_a_forked_child_that_died_before_recording_anything_is_a_process_of_the_
         [(True,)]
 
 
+def test_a_child_forked_after_cpu_ops_were_recorded_ends_with_its_own_status(tmp_path):
+    """Without a GPU, torch.profiler ran before the program forked: a child that ended through
+    sys.exit (not os._exit) ran kineto's destructors on its parent's threads: killed by SIGABRT
+    (std::system_error), or hung for ever, and the run with it. It ends with its own status."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import os, sys, torch, cuptiprof
+        x = torch.ones(4)
+        with cuptiprof.range("step"):
+            x + x
+        pid = os.fork()
+        if pid == 0:
+            with cuptiprof.range("step"):
+                pass
+            sys.exit(5)
+        print("child", pid, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    """)
+    r = cli(["run", "-o", "k.duckdb", "--no-report", "--", PY, p], tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    pid, code = map(int, r.stdout.split("child ", 1)[1].split())
+    assert code == 5
+    out = tmp_path / "k.duckdb"
+    assert q(out, f"SELECT exit_status, ended_early FROM processes WHERE pid = {pid}") == \
+        [(5, False)]
+    assert q(out, f"SELECT count(*) FROM ranges WHERE kind = 'step' AND pid = {pid}") == [(1,)]
+
+
 def test_child_that_spawns_children(tmp_path):
     p = script(tmp_path, """
         import multiprocessing as mp, cuptiprof
@@ -1091,6 +1118,8 @@ def test_without_the_native_part_the_end_marker_keeps_the_status_sys_exit_ends_w
 @pytest.mark.parametrize("ending, written", [
     ("raise SystemExit(9)", "9\n"), ("raise SystemExit(300)", "44\n"), ("pass", "0\n"),
     ("os._exit(3)", None),   # no exit(): nothing written, the end marker's reading stands
+    # ending before the destructors (a forked child after torch.profiler) still writes it
+    ("assert _exit_status.end_before_destructors()\nraise SystemExit(7)", "7\n"),
     # a child forked without a watch() of its own never writes its parent's file
     ("pid = os.fork()\nif pid == 0: raise SystemExit(5)\nos.waitpid(pid, 0); os._exit(0)", None)])
 def test_the_exit_status_extension_writes_what_exit_was_given(tmp_path, ending, written):
@@ -1099,7 +1128,7 @@ def test_the_exit_status_extension_writes_what_exit_was_given(tmp_path, ending, 
     import subprocess
 
     from cuptiprof.run import _exit_status
-    assert _exit_status.API == 1
+    assert _exit_status.API == 2
     path = tmp_path / "h-1.exit"
     code = f"import os, sys\nfrom cuptiprof.run import _exit_status\n" \
            f"assert _exit_status.watch(sys.argv[1])\n{ending}\n"

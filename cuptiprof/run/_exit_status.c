@@ -9,6 +9,13 @@
  *
  * The handler uses no Python (the interpreter is gone by then): open/snprintf/write/close. A
  * process that ends by a signal or _exit() (os._exit) never runs it: no file.
+ *
+ * end_before_destructors() -> bool: from now on, exit() in this process (and in the processes
+ * it forks) ends it once the status is written, C stdio flushed, without running the exit
+ * handlers and C++ static destructors registered before the call. For a forked child of a
+ * process that ran torch.profiler: kineto's ConfigLoader destructor waits for ever there on a
+ * condition variable its parent's thread (not forked) was waiting on. Registered last, it runs
+ * first; once per process image.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,7 +27,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#define API_VERSION 1
+#define API_VERSION 2
 
 static char exit_path[PATH_MAX];
 static pid_t watched;   /* the process that called watch(): a child forked outside Python
@@ -45,7 +52,33 @@ static void on_exit_write(int status, void *arg)
     (void)w;
     close(fd);
 }
+
+static int quick_registered;
+
+static void on_exit_quick(int status, void *arg)
+{
+    on_exit_write(status, arg);
+    fflush(NULL);
+    _exit(status);
+}
 #endif
+
+static PyObject *end_before_destructors(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+#if defined(__GLIBC__)
+    if (!quick_registered) {
+        if (on_exit(on_exit_quick, NULL) != 0) {
+            Py_RETURN_FALSE;
+        }
+        quick_registered = 1;
+    }
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
 
 static PyObject *watch(PyObject *self, PyObject *args)
 {
@@ -82,6 +115,9 @@ static PyObject *watch(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"watch", watch, METH_VARARGS,
      "watch(path) -> bool: write the process's exit status to path as exit() runs."},
+    {"end_before_destructors", end_before_destructors, METH_NOARGS,
+     "end_before_destructors() -> bool: exit() ends the process (status written, stdio "
+     "flushed) before the exit handlers and destructors registered so far run."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_exit_status",

@@ -37,6 +37,10 @@ from cuptiprof.work_ops import judge_names as _judge_names
 
 log = logging.getLogger("cuptiprof")
 
+# torch.profiler (kineto) ran in this process image, ours or the program's: a child forked
+# from it cannot run kineto's destructors at exit (child.processes._after_fork)
+kineto_started = False
+
 
 # runs.source by mode: the CPU fallback's torch.profiler ops, ranges alone, CUPTI records
 _SOURCE = {"cpu": "cpu", "light": "light"}
@@ -286,6 +290,7 @@ class Recorder:
             self._start_profiler()
 
     def _start_profiler(self) -> None:
+        global kineto_started
         # closed: close() ran inside a cycle (from a signal handler on this thread)
         if self.mode != "cpu" or self.prof is not None or self.done or self.closed \
                 or "torch" not in sys.modules:
@@ -298,6 +303,7 @@ class Recorder:
             _watch_other_profilers(self)
             self.prof = profile(activities=[ProfilerActivity.CPU], **_all_threads())
             self._own_call = threading.get_ident()
+            kineto_started = True
             try:
                 self.prof.start()
             finally:
@@ -312,10 +318,12 @@ class Recorder:
         time: starting it ended ours without a word (its ops lost), and our next cycle ended
         the program's (its ops lost). Ours writes what it has and stands aside until the
         program's stops, then starts again."""
+        global kineto_started
         if self._own_call == threading.get_ident() or self.done:   # ours, or ours is over
             return
         with self.lock:
             if starting:
+                kineto_started = True
                 if not self._aside:
                     self._quality("cpu_profiler_failed", None, "the program ran a torch.profiler "
                                   "of its own: CPU ops that ran while it did are not recorded")

@@ -259,7 +259,7 @@ def _after_fork() -> None:
             _patch_markers(markers)
     shared._marked, shared._seen_base = 0, _steps_seen()
     shared._rec.write_marker(list(sys.argv))
-    _watch_exit()   # this process's own file, not its parent's
+    _watch_exit(forked=True)   # this process's own file, not its parent's
     # multiprocessing's fork children leave through os._exit: atexit never runs there, its
     # finalizers do. A Process child clears them when it starts, then runs its after-fork
     # callbacks: register there too, or a worker that returned was counted as ended early.

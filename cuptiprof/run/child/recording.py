@@ -30,20 +30,27 @@ def _open_recording(s: S.ChildSettings, parts: str, state: dict | None) -> None:
         _start_collector(s, shared._rec, state)
 
 
-def _watch_exit() -> None:
+def _watch_exit(forked: bool = False) -> None:
     """Have the C library write this image's exit status to <host>-<pid>.exit as exit() runs,
     after Python's exit handlers: the status of a `raise SystemExit(n)` too, which they never
     learn (a run merged after its launcher was killed takes it from there). Without the native
     part, the end marker's own reading alone."""
     from cuptiprof.native import extensions_enabled, load_extension
 
-    mod = load_extension("cuptiprof.run._exit_status", api=1) if extensions_enabled() else None
+    mod = load_extension("cuptiprof.run._exit_status", api=2) if extensions_enabled() else None
     if mod is None:
         return
     try:
         mod.watch(str(shared._rec.part_path(".exit")))
     except (OSError, ValueError):   # a parts path too long for the C buffer: not watched
         pass
+    from cuptiprof.run import recorder
+
+    if forked and recorder.kineto_started:
+        # torch.profiler ran in the parent: kineto's destructors wait at exit() for ever on
+        # the parent's threads (os.fork, then sys.exit or the script's end, hung the run).
+        # The status is written and stdio flushed all the same; Python has finished by then.
+        mod.end_before_destructors()
 
 
 def _keep_exit(code: int) -> None:
