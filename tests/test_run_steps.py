@@ -838,6 +838,28 @@ def test_cpu_ops_of_a_torch_imported_on_a_thread_that_ended_are_written_as_steps
                                      "GROUP BY 1 ORDER BY 1") == [(i, 1) for i in range(5)]
 
 
+def test_cpu_ops_of_a_step_still_open_as_the_process_ends_are_kept(tmp_path):
+    """Without a GPU, a step the process ended inside (opened and never closed, a thread's step
+    at exit) is written as incomplete, with its host time: the CPU ops that ran in it are kept
+    too (they had no step window and were dropped: the step said it recorded no op)."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import torch, cuptiprof
+        x = torch.ones(16, 16)
+        with cuptiprof.range("step"):
+            x @ x
+        cuptiprof.range("step").__enter__()
+        x @ x
+    """)
+    r = cli(["run", "-o", "op.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "op.duckdb"
+    assert q(out, "SELECT step, count(*) FROM kernels WHERE name = 'aten::mm' GROUP BY 1 "
+                  "ORDER BY 1") == [(0, 1), (1, 1)]
+    assert q(out, "SELECT check_name, subject FROM data_quality WHERE check_name <> 'no_gpu'") \
+        == [("step_incomplete", "1")]
+
+
 def test_cpu_ops_of_worker_threads_stay_theirs_after_the_torch_importing_thread_ended(tmp_path):
     """torch imported by a thread that ended, steps on worker threads: a worker that got the
     ended thread's ident (Python reuses them) was taken for it and cycled torch.profiler while

@@ -92,7 +92,8 @@ class Recorder:
                                                # (step None: a warm-up step)
         self.spans: list[tuple] = []           # (thread, start, end, range_id, depth) of ended
                                                # ranges: the CPU ops inside them are nested there
-        self._open_steps: dict = {}            # range id -> (start, step) of recorded steps open
+        self._open_steps: dict = {}            # range id -> (start, step, thread) of recorded
+                                               # steps open
         self._open_on: dict = {}               # thread -> its ranges open (every task's), CPU ops
         self._interleaved = 0                  # ranges ended while one begun later on their
                                                # thread (another task's) was still open
@@ -170,7 +171,7 @@ class Recorder:
             rid = self.next_id
             self.next_id += 1
             if is_step and kind == "step":
-                self._open_steps[rid] = (now, step)
+                self._open_steps[rid] = (now, step, threading.get_native_id())
             parent = stack[-1] if stack else None
             if not is_step:   # read under the lock end() changes the open steps under
                 step = parent.step if parent else self.current_step
@@ -552,6 +553,10 @@ class Recorder:
         # new one) under it; stopped here halfway through, the new one would never be stopped.
         with self.lock:
             profiled = self.prof is not None   # torch.profiler ran: a step without ops is empty
+            if self.prof:   # a step still open keeps the ops that ran in it so far
+                now = time.time_ns()
+                self.windows += [(step, start, now, th)
+                                 for start, step, th in self._open_steps.values()]
             self._stop_profiler()
             if profiled and self.op_steps:
                 for s in sorted({w[0] for w in self.windows if w[0] is not None} - self.op_steps):
@@ -569,7 +574,7 @@ class Recorder:
             # holds only the part that ran, as one an exception ended does
             from cuptiprof.store.quality import STEP_INCOMPLETE, incomplete_detail
 
-            for _, step in sorted(self._open_steps.values()):
+            for _, step, _ in sorted(self._open_steps.values()):
                 self._quality(STEP_INCOMPLETE, str(step),
                               incomplete_detail(step, "the process's end inside it"))
             self.closed = True
