@@ -438,6 +438,18 @@ def test_a_child_forked_after_cpu_ops_were_recorded_ends_with_its_own_status(tmp
     assert q(out, f"SELECT count(*) FROM ranges WHERE kind = 'step' AND pid = {pid}") == [(1,)]
 
 
+def test_a_command_with_arguments_past_128_kib_runs_as_it_would_unprofiled(tmp_path):
+    """The run's settings carried the whole command in one environment variable, which Linux
+    caps at 128 KiB: a command that starts without cuptiprof failed to start under it ("cannot
+    run (Argument list too long)"). It runs, and the run keeps the whole command."""
+    p = script(tmp_path, "import sys; print('args', len(sys.argv) - 1); sys.exit(3)\n")
+    args = ["a" * 100] * 2000
+    r = cli(["run", "-o", "l.duckdb", "--no-report", "--", PY, p, *args], tmp_path)
+    assert r.returncode == 3, r.stderr
+    assert "args 2000" in r.stdout
+    assert q(tmp_path / "l.duckdb", "SELECT length(command) > 200000 FROM runs") == [(True,)]
+
+
 def test_child_that_spawns_children(tmp_path):
     p = script(tmp_path, """
         import multiprocessing as mp, cuptiprof

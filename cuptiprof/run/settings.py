@@ -57,12 +57,17 @@ class ChildSettings:
     step_fn: str | None = None
     log_level: str = "INFO"
     run_label: str | None = None
+    # the command, shortened to COMMAND_CHARS (the run record keeps it whole): one variable of
+    # the environment holds at most 128 KiB, and a longer one fails the command's start (E2BIG)
     command: str | None = None
     gpu: bool | None = None          # None: each child checks for itself
     extra: dict = field(default_factory=dict)
 
     def to_env(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        d = asdict(self)
+        if d["command"] is not None and len(d["command"]) > COMMAND_CHARS:
+            d["command"] = d["command"][:COMMAND_CHARS - 1] + "\u2026"
+        return json.dumps(d, sort_keys=True)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "ChildSettings | None":
@@ -78,6 +83,9 @@ class ChildSettings:
             return None
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
+
+
+COMMAND_CHARS = 4096
 
 
 def child_env(base: Mapping[str, str], settings: ChildSettings, parts_dir: str,
