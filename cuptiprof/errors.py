@@ -119,6 +119,13 @@ def shell_word(path) -> str:
     return "$'" + "".join(out) + "'"
 
 
+def command_text(argv) -> str:
+    """A command line as one line of shell words (shell_word each): an argument with bytes that
+    are no UTF-8 (lone surrogates, which DuckDB and Arrow refuse to store) or a newline is
+    written in bash's $'...' quoting, so the line can be stored, shown and pasted."""
+    return " ".join(shell_word(a) for a in argv)
+
+
 def _unprintable(c: str) -> bool:
     """A character of a name that a line cannot show as it is: a control character (of one
     byte in UTF-8), or a surrogate (bytes that are no UTF-8)."""

@@ -450,6 +450,27 @@ def test_a_command_with_arguments_past_128_kib_runs_as_it_would_unprofiled(tmp_p
     assert q(tmp_path / "l.duckdb", "SELECT length(command) > 200000 FROM runs") == [(True,)]
 
 
+def test_a_command_with_arguments_that_are_no_utf8_is_recorded(tmp_path):
+    """An argument of bytes that are no UTF-8 (a file name) reached DuckDB as a lone surrogate:
+    the process stopped recording its ranges ("range bookkeeping failed") and the launcher's
+    merge ended in a traceback, leaving OUT.parts. The command is written as a shell line, such
+    bytes and a newline in bash's $'...' quoting."""
+    p = script(tmp_path, """
+        import cuptiprof
+        with cuptiprof.range("step"):
+            pass
+    """)
+    r = cli(["run", "-o", "u.duckdb", "--no-report", "--", PY, p, os.fsdecode(b"\xff.bin"),
+             "a\nb"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "warning" not in r.stderr, r.stderr
+    out = tmp_path / "u.duckdb"
+    want = f"{PY} {p} $'\\xff.bin' $'a\\x0ab'"
+    assert q(out, "SELECT command FROM runs") == [(want,)]
+    assert q(out, "SELECT command FROM processes") == [(want,)]
+    assert q(out, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
+
+
 def test_child_that_spawns_children(tmp_path):
     p = script(tmp_path, """
         import multiprocessing as mp, cuptiprof

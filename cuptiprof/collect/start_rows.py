@@ -59,6 +59,6 @@ class _StartRows:
 def _command_line() -> str:
     """The process's command line as started (sys.argv is what runpy or multiprocessing made
     of it: pkg/__main__.py for `python -m pkg`, the parent's argv in a spawned worker)."""
-    import shlex
+    from cuptiprof.errors import command_text
 
-    return shlex.join(getattr(sys, "orig_argv", None) or sys.argv)
+    return command_text(getattr(sys, "orig_argv", None) or sys.argv)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cuptiprof.errors import InputError, shell_word
+from cuptiprof.errors import InputError, command_text, shell_word
 from cuptiprof.outputs import silence
 from cuptiprof.run import settings as S
 from cuptiprof.run.merge_parts import (MergeFailed, _wait_for_stragglers, finish, run_record,
@@ -166,7 +165,7 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
     gpu = mode == "profile" and gpu_present()
     st = S.ChildSettings(mode=mode, warmup=o.warmup, steps=o.steps, kinds=o.kinds,
                          step_range=o.step_range, step_fn=o.step_fn, log_level=o.log_level.upper(),
-                         run_label=out.stem, command=shlex.join(cmd), gpu=gpu)
+                         run_label=out.stem, command=command_text(cmd), gpu=gpu)
     env = S.child_env(os.environ, st, str(parts.resolve()), str(BOOTSTRAP),
                       nvtx_injection_path() if gpu else None)
     env.update(o.extra_env)

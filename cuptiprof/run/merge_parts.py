@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import socket
 import sys
 import time
 from pathlib import Path
 
-from cuptiprof.errors import CuptiprofError, WriterBusy, storage_error
+from cuptiprof.errors import CuptiprofError, WriterBusy, command_text, storage_error
 from cuptiprof.outputs import temp_beside
 from cuptiprof.run import settings as S
 from cuptiprof.store.files import RECORD, alive, recover_command, running_launcher
@@ -25,7 +24,7 @@ from cuptiprof.store.files import RECORD, alive, recover_command, running_launch
 
 def run_record(st: S.ChildSettings, cmd: list[str], start_ns: int) -> dict:
     source = "light" if st.mode == "light" else "cupti" if st.gpu else "cpu"
-    return {"label": st.run_label, "source": source, "command": shlex.join(cmd),
+    return {"label": st.run_label, "source": source, "command": command_text(cmd),
             "start_ns": start_ns,
             "settings": {"warmup": st.warmup, "steps": st.steps, "kinds": st.kinds,
                          "step_range": st.step_range, "step_fn": st.step_fn, "mode": st.mode,
@@ -200,7 +199,7 @@ def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = No
         rows["rank"].append(d.get("rank"))
         rows["local_rank"].append(d.get("local_rank"))
         rows["world_size"].append(d.get("world_size"))
-        rows["command"].append(d.get("command") or shlex.join(d.get("argv") or []))
+        rows["command"].append(d.get("command") or command_text(d.get("argv") or []))
         rows["start_ns"].append(d.get("start_ns"))
         rows["end_ns"].append(ends.get(pid))
         rows["exit_status"].append(exit_code if pid == child_pid else statuses.get(pid))
@@ -227,7 +226,7 @@ def finish(out: Path, parts: Path, record: dict, sources: list[Path] | None = No
         quality.append((pid, "process_exec", str(pid), len(ds) - 1,
                         f"process {pid} replaced its program "
                         f"{'once' if len(ds) == 2 else f'{len(ds) - 1} times'} (exec): "
-                        + " -> ".join(d.get("command") or shlex.join(d.get("argv") or [])
+                        + " -> ".join(d.get("command") or command_text(d.get("argv") or [])
                                       for d in ds)
                         + "; one process: its steps and ranges are those of every program it ran"))
     if quality:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from cuptiprof import ranks
 from cuptiprof.cpu_device import cpu_name
-from cuptiprof.errors import env_seconds, stderr_line
+from cuptiprof.errors import command_text, env_seconds, stderr_line
 from cuptiprof.forking import keep_forever
 from cuptiprof.markers import attrs_json, left_inside
 from cuptiprof.outputs import ctrl_c_after
@@ -648,9 +648,7 @@ def command_line() -> str:
     """The process's command line as it was started (`python -m pkg x y`, a multiprocessing
     worker's `python -c ... --multiprocessing-fork`): sys.argv is what the program made of it
     (runpy puts pkg/__main__.py there, a spawned worker takes its parent's)."""
-    import shlex
-
-    return shlex.join(getattr(sys, "orig_argv", None) or sys.argv)
+    return command_text(getattr(sys, "orig_argv", None) or sys.argv)
 
 
 def _watch_other_profilers(rec: Recorder) -> None:
