@@ -750,6 +750,21 @@ def test_a_command_that_sets_pythonpath_over_cuptiprofs_says_so(tmp_path, how):
     assert r.returncode == 0 and "notice" not in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("flag, why", [
+    ("-I", "ignores PYTHONPATH, through which cuptiprof loads"),
+    ("-E", "ignores PYTHONPATH, through which cuptiprof loads"),
+    ("-S", "skips the site module, which loads cuptiprof")])
+def test_a_python_started_with_a_flag_that_keeps_cuptiprof_out_says_so(tmp_path, flag, why):
+    """`python -I app.py` (or -E, -S) loads no cuptiprof: nothing was profiled, and the notice
+    blamed a Python that cannot import cuptiprof, pointing at a warning that was not there."""
+    p = script(tmp_path, "print('ran')\n")
+    r = cli(["run", "-o", "i.duckdb", "--no-report", "--", PY, "-B" + flag[1], p], tmp_path)
+    assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
+    assert r.stderr.splitlines() == [
+        f"cuptiprof: notice: no process of the command was profiled: python {flag} {why} in "
+        f"every Python; leave out {flag}", "cuptiprof: wrote i.duckdb"]
+
+
 def test_a_run_that_profiled_no_process_says_so_without_the_report_too(tmp_path):
     """--no-report leaves out the report, not the one line saying the file holds nothing of
     the command: CUPTIPROF_DISABLE left set wrote an empty file without a word."""

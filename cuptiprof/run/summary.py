@@ -30,9 +30,40 @@ def _none_profiled(cmd: list[str]) -> str:
         return ("no process of the command was profiled: the command sets PYTHONPATH, which "
                 "replaces the one through which cuptiprof loads in every Python; add to it "
                 "instead (PYTHONPATH=src:$PYTHONPATH)")
+    flag = _python_flag(cmd)
+    if flag:
+        what = ("skips the site module, which loads cuptiprof" if flag == "-S" else
+                "ignores PYTHONPATH, through which cuptiprof loads")
+        return (f"no process of the command was profiled: python {flag} {what} in every Python; "
+                f"leave out {flag}")
     return ("no process of the command was profiled: cuptiprof records the Python processes a "
             "command starts, with a Python that can import cuptiprof and its libraries (see any "
             "warning above)")
+
+
+def _python_flag(cmd: list[str]) -> str | None:
+    """-I, -E or -S given to a Python of the command (`python -I app.py`, `sh -c 'python3 -E
+    ...'`): each keeps cuptiprof from loading there."""
+    words = [w for a in cmd for w in a.split()]
+    for i, w in enumerate(words):
+        if not re.fullmatch(r"python[\d.]*", os.path.basename(w)):
+            continue
+        skip = False
+        for opt in words[i + 1:]:
+            if skip:
+                skip = False
+                continue
+            if not opt.startswith("-") or opt == "-" or opt.startswith("--"):
+                break
+            for j, c in enumerate(opt[1:]):
+                if c in "IES":
+                    return "-" + c
+                if c in "cm":   # the code or module follows: the rest is the program's
+                    return None
+                if c in "WX":   # its value is the rest of the word, or the next word
+                    skip = j == len(opt) - 2
+                    break
+    return None
 
 
 def _no_steps(o: LaunchOptions, named: list[str]) -> str:
