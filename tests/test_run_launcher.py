@@ -542,6 +542,20 @@ def test_a_command_that_cannot_run_says_why(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["infer.py", "models"]
 
 
+def test_a_command_name_with_a_newline_or_bytes_that_are_no_utf8_is_one_line(tmp_path):
+    """The error named the command as given: a newline in it split the one error line in two,
+    and bytes that are no UTF-8 showed as \\udcff. It is named as a shell word ($'...')."""
+    (tmp_path / "a\nb.py").write_text("print('hi')\n")      # not executable
+    cases = {"no\nsuch": "$'no\\x0asuch': command not found",
+             os.fsdecode(b"\xff"): "$'\\xff': command not found",
+             "./a\nb.py": "$'./a\\x0ab.py': not executable"}
+    for cmd, words in cases.items():
+        r = cli(["run", "-o", "x.duckdb", "--", cmd], tmp_path)
+        assert r.returncode == 2, r.stderr
+        one_line_error(r.stderr)
+        assert r.stderr.startswith("cuptiprof: error: " + words), r.stderr
+
+
 def test_warmup_that_takes_every_step_says_so(tmp_path):
     p = script(tmp_path, """
         import cuptiprof

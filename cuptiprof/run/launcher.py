@@ -125,14 +125,14 @@ def _cannot_run(cmd: list[str], exc: OSError) -> InputError:
             first = b""
         interp = first[2:].split(maxsplit=1) if first.startswith(b"#!") else []
         if interp and not os.path.exists(interp[0]):
-            return InputError(f"{cmd[0]}: cannot run: its #! interpreter "
-                              f"{os.fsdecode(interp[0])} does not exist")
+            return InputError(f"{shell_word(cmd[0])}: cannot run: its #! interpreter "
+                              f"{shell_word(interp[0])} does not exist")
     if exc.errno == errno.ENOEXEC:   # an executable text file without a #! line, as a rule
         how = f"{'python' if cmd[0].endswith('.py') else 'INTERPRETER'} {shell_word(cmd[0])}"
-        return InputError(f"{cmd[0]}: cannot run ({exc.strerror}): a script without a #! line, or "
-                          f"a program for another system; give its interpreter (cuptiprof run -- "
-                          f"{how}) or begin the script with a #! line")
-    return InputError(f"{cmd[0]}: cannot run ({exc.strerror})")
+        return InputError(f"{shell_word(cmd[0])}: cannot run ({exc.strerror}): a script without "
+                          "a #! line, or a program for another system; give its interpreter "
+                          f"(cuptiprof run -- {how}) or begin the script with a #! line")
+    return InputError(f"{shell_word(cmd[0])}: cannot run ({exc.strerror})")
 
 
 def launch(cmd: list[str], o: LaunchOptions) -> LaunchResult:

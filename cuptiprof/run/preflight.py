@@ -69,7 +69,7 @@ def validate(cmd: list[str], o: LaunchOptions) -> str:
                     f"chmod +x {word}" if path.suffix == ".py" else f"not executable; chmod +x {word}")
         else:
             what = "no such file"
-        raise InputError(f"{cmd[0]}: {what}")
+        raise InputError(f"{shell_word(cmd[0])}: {what}")   # a newline kept to one line
     return exe
 
 
