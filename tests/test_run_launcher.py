@@ -1376,6 +1376,21 @@ def test_a_command_whose_interpreter_is_missing_is_one_line_and_leaves_nothing(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tool"]
 
 
+def test_a_script_whose_interpreter_line_ends_in_a_carriage_return_says_so(tmp_path):
+    """A script saved with Windows line ends names "PYTHON\\r" on its #! line: the file and the
+    interpreter are there, and the one line said only "cannot run (No such file or
+    directory)". It names the carriage return and how to fix it."""
+    tool = tmp_path / "tool"
+    tool.write_bytes(f"#!{PY}\r\nprint('hi')\r\n".encode())
+    tool.chmod(0o755)
+    r = cli(["run", "-o", "x.duckdb", "--", "./tool"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert "./tool: cannot run: its #! line ends in a carriage return" in r.stderr, r.stderr
+    assert "dos2unix ./tool" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tool"]
+
+
 def test_an_executable_script_without_its_interpreter_line_is_one_line_that_says_how(tmp_path):
     """An executable file the system cannot start (a script without #!): the line said only
     "cannot run (Exec format error)"."""

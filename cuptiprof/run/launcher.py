@@ -124,6 +124,11 @@ def _cannot_run(cmd: list[str], exc: OSError) -> InputError:
         except OSError:
             first = b""
         interp = first[2:].split(maxsplit=1) if first.startswith(b"#!") else []
+        if interp and first.rstrip(b"\n").endswith(b"\r"):
+            # The kernel looks for "python\r": the file exists, and its interpreter too.
+            return InputError(f"{shell_word(cmd[0])}: cannot run: its #! line ends in a carriage "
+                              "return (\\r, Windows line ends), so its interpreter is not found; "
+                              f"convert the file (dos2unix {shell_word(exe)})")
         if interp and not os.path.exists(interp[0]):
             return InputError(f"{shell_word(cmd[0])}: cannot run: its #! interpreter "
                               f"{shell_word(interp[0])} does not exist")
