@@ -471,6 +471,30 @@ def test_a_command_with_arguments_that_are_no_utf8_is_recorded(tmp_path):
     assert q(out, "SELECT count(*) FROM ranges WHERE kind = 'step'") == [(1,)]
 
 
+@pytest.mark.parametrize("mode", [["--light"], []], ids=["light", "profile"])
+def test_a_range_name_and_a_log_of_bytes_that_are_no_utf8_are_recorded(tmp_path, mode):
+    """A range named after a file whose name is no UTF-8 (a lone surrogate in Python) stopped
+    every later range ("range bookkeeping failed"), and such a log record failed the part's
+    last write: the process had no step at all, ended early. Such bytes are kept as \\xNN."""
+    p = script(tmp_path, """
+        import logging, os, cuptiprof
+        name = os.fsdecode(b"load \\xff.bin")
+        for i in range(3):
+            with cuptiprof.range("step"):
+                with cuptiprof.range(name):
+                    logging.getLogger("app").warning("read %s", name)
+    """)
+    r = cli(["run", "-o", "n.duckdb", "--no-report", *mode, "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "cuptiprof: warning" not in r.stderr, r.stderr
+    out = tmp_path / "n.duckdb"
+    assert q(out, "SELECT kind, name, count(*) FROM ranges WHERE kind IN ('step', 'user') "
+                  "GROUP BY ALL ORDER BY 1") == [("step", "step", 3), ("user", "load \\xff.bin", 3)]
+    assert q(out, "SELECT DISTINCT message FROM logs WHERE logger = 'app'") == \
+        [("read load \\xff.bin",)]
+    assert q(out, "SELECT ended_early FROM processes") == [(False,)]
+
+
 def test_child_that_spawns_children(tmp_path):
     p = script(tmp_path, """
         import multiprocessing as mp, cuptiprof

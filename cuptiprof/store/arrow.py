@@ -72,10 +72,26 @@ def _numeric(values: np.ndarray, typ: pa.DataType | None, ok: np.ndarray | None)
     return pa.Array.from_buffers(typ, n, [_bitmap(ok), pa.py_buffer(np.ascontiguousarray(values))])
 
 
+def _utf8(v: str) -> bytes:
+    """UTF-8 of a str holding lone surrogates, which UTF-8 cannot hold: bytes that were no UTF-8
+    (os.fsdecode's \\udcff) as \\xff, another surrogate as \\ud800."""
+    try:
+        return v.encode()
+    except UnicodeEncodeError:
+        pass
+    try:
+        return v.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace").encode()
+    except UnicodeEncodeError:
+        return v.encode("utf-8", "backslashreplace")
+
+
 def strings(values: list) -> pa.Array:
     """A list of str (None for NULL) -> Arrow string array (large_string past 2 GiB of text)."""
     n = len(values)
-    enc = [b"" if v is None else v.encode() for v in values]
+    try:
+        enc = [b"" if v is None else v.encode() for v in values]
+    except UnicodeEncodeError:   # lone surrogates: a name made of bytes that are no UTF-8
+        enc = [b"" if v is None else _utf8(v) for v in values]
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(np.fromiter(map(len, enc), np.int64, n), out=offsets[1:])
     ok = np.fromiter((v is not None for v in values), bool, n) if None in values else None
