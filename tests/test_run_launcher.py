@@ -495,6 +495,28 @@ def test_a_range_name_and_a_log_of_bytes_that_are_no_utf8_are_recorded(tmp_path,
     assert q(out, "SELECT ended_early FROM processes") == [(False,)]
 
 
+@pytest.mark.parametrize("code", [0, 4])
+def test_a_command_that_removes_the_runs_parts_folder_says_so(tmp_path, code):
+    """A command that cleans its folder removed OUT.parts under the run: the launcher ended in
+    "OUT.parts/run.json.tmp: No such file or directory". It says what happened, in one line
+    of its own, and exits with the command's failure, or 1 (no file was written)."""
+    p = script(tmp_path, f"""
+        import shutil, sys, cuptiprof
+        with cuptiprof.range("step"):
+            pass
+        shutil.rmtree("g.duckdb.parts")
+        sys.exit({code})
+    """)
+    r = cli(["run", "-o", "g.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == (code or 1), r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("cuptiprof: error:")]
+    assert errors == ["cuptiprof: error: g.duckdb.parts, where the command's processes were "
+                      "recorded, was removed while it ran: g.duckdb was not written; keep the "
+                      "folder (or use -o elsewhere) and run again"], r.stderr
+    assert "Traceback" not in r.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["prog.py"]
+
+
 def test_child_that_spawns_children(tmp_path):
     p = script(tmp_path, """
         import multiprocessing as mp, cuptiprof

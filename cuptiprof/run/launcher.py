@@ -201,6 +201,11 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
     status = "complete" if rc == 0 else ("interrupted" if stopped else "failed")
     # kept in the parts, so that a merge of them later (a full disk, a killed launcher) says so too
     record.update(status=status, exit_code=code, end_ns=ended_ns)
+    if not parts.is_dir():   # the command deleted it (a cleanup of its folder): nothing to merge
+        print(f"cuptiprof: error: {shell_word(parts)}, where the command's processes were "
+              f"recorded, was removed while it ran: {shell_word(out)} was not written; "
+              "keep the folder (or use -o elsewhere) and run again", file=sys.stderr)
+        return LaunchResult(code or 1, rc, None, parts, wall, command=list(cmd))
     save_record(parts, record)
     result = LaunchResult(code, rc, None, parts, wall, no_gpu=mode == "profile" and not gpu,
                           profiled=len(list(parts.glob("*.start.json"))), command=list(cmd))
