@@ -825,6 +825,19 @@ def test_a_python_started_with_a_flag_that_keeps_cuptiprof_out_says_so(tmp_path,
         f"every Python; leave out {flag}", "cuptiprof: wrote i.duckdb"]
 
 
+@pytest.mark.parametrize("report", [[], ["--no-report"]], ids=["report", "no-report"])
+def test_a_shell_command_that_did_not_find_its_program_says_so(tmp_path, report):
+    """`sh -c 'pyhton app.py'` (a typo) exits 127, the shell having said so: the notice blamed a
+    Python that cannot import cuptiprof, pointing at a warning that was not there."""
+    r = cli(["run", "-o", "t.duckdb", *report, "--", "sh", "-c", "no-such-program-xyz app.py"],
+            tmp_path)
+    assert r.returncode == 127, r.stderr
+    notice = [ln for ln in r.stderr.splitlines() if ln.startswith("cuptiprof: notice:")]
+    assert notice == ["cuptiprof: notice: no process of the command was profiled: it exited with "
+                      "status 127, a program it started was not found (the shell or env said "
+                      "which, before this)"], r.stderr
+
+
 def test_a_run_that_profiled_no_process_says_so_without_the_report_too(tmp_path):
     """--no-report leaves out the report, not the one line saying the file holds nothing of
     the command: CUPTIPROF_DISABLE left set wrote an empty file without a word."""

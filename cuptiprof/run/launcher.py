@@ -240,7 +240,8 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
             print_summary(result, o)
         elif not o.quiet:   # without -o the file's name is one the user has not seen
             if not result.profiled:   # not the report: the file holds nothing of the command
-                print(f"cuptiprof: notice: {_none_profiled(cmd)}", file=sys.stderr)
+                print(f"cuptiprof: notice: {_none_profiled(cmd, result.exit_code)}",
+                      file=sys.stderr)
             print(f"cuptiprof: wrote {shell_word(result.output)}", file=sys.stderr)
     except OSError as exc:
         # The terminal went away (EIO: the SIGHUP that ended the command), or the reader of
@@ -285,7 +286,8 @@ def _keep_old_output(result: LaunchResult, o: LaunchOptions, out: Path,
     if not o.quiet:
         try:
             why = (f"the command exited with status {result.exit_code} before anything was "
-                   "recorded" if result.profiled else _none_profiled(result.command))
+                   "recorded" if result.profiled else _none_profiled(result.command,
+                                                                   result.exit_code))
             print(f"cuptiprof: notice: {why}; {out} left as it was", file=sys.stderr)
         except OSError as exc:   # as at the end of _run: the exit status stays the command's
             if exc.errno not in (errno.EIO, errno.EPIPE):

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from cuptiprof.run.launcher import LaunchOptions, LaunchResult
 
 
-def _none_profiled(cmd: list[str]) -> str:
+def _none_profiled(cmd: list[str], code: int = 0) -> str:
     """Why no process of the command was profiled: CUPTIPROF_DISABLE left set in the shell
     keeps out every process, not only the ones it was meant for; a command that sets
     PYTHONPATH (`env PYTHONPATH=src python ...`) drops the bootstrap folder cuptiprof put there."""
@@ -30,6 +30,10 @@ def _none_profiled(cmd: list[str]) -> str:
         return ("no process of the command was profiled: the command sets PYTHONPATH, which "
                 "replaces the one through which cuptiprof loads in every Python; add to it "
                 "instead (PYTHONPATH=src:$PYTHONPATH)")
+    if code in (126, 127):   # a shell's: a program it was to run is not there or cannot run
+        what = "was not found" if code == 127 else "could not be run"
+        return (f"no process of the command was profiled: it exited with status {code}, a "
+                f"program it started {what} (the shell or env said which, before this)")
     flag = _python_flag(cmd)
     if flag:
         what = ("skips the site module, which loads cuptiprof" if flag == "-S" else
@@ -111,7 +115,7 @@ def print_summary(res: LaunchResult, o: LaunchOptions) -> None:
         named = []
     sys.stdout.flush()
     if not res.profiled:
-        print(f"cuptiprof: notice: {_none_profiled(res.command)}", file=sys.stderr)
+        print(f"cuptiprof: notice: {_none_profiled(res.command, res.exit_code)}", file=sys.stderr)
     elif res.no_gpu:
         if ops is False and steps == 0 and warm:   # torch ops ran, in the warm-up alone
             from cuptiprof.run.recorder import WARM_UP_ONLY   # as the file says it
