@@ -860,6 +860,25 @@ def test_cpu_ops_of_a_step_still_open_as_the_process_ends_are_kept(tmp_path):
         == [("step_incomplete", "1")]
 
 
+def test_cpu_ops_of_a_step_numbered_below_zero_are_kept(tmp_path):
+    """Step numbers run from -2**31: without a GPU, the ops of a step numbered -1 or -5 were
+    taken for ops outside every step (-1 was that mark) and dropped, the step said empty."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import torch, cuptiprof
+        x = torch.ones(16, 16)
+        for i in (-5, -1, 0):
+            with cuptiprof.step(i):
+                x @ x
+    """)
+    r = cli(["run", "-o", "neg.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "neg.duckdb"
+    assert q(out, "SELECT step, count(*) FROM kernels WHERE name = 'aten::mm' GROUP BY 1 "
+                  "ORDER BY 1") == [(-5, 1), (-1, 1), (0, 1)]
+    assert q(out, "SELECT count(*) FROM data_quality WHERE check_name = 'empty_step'") == [(0,)]
+
+
 def test_cpu_ops_of_worker_threads_stay_theirs_after_the_torch_importing_thread_ended(tmp_path):
     """torch imported by a thread that ended, steps on worker threads: a worker that got the
     ended thread's ident (Python reuses them) was taken for it and cycled torch.profiler while

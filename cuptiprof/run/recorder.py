@@ -400,21 +400,22 @@ class Recorder:
         # Of several windows that hold it, the latest begun wins, as in the collector (windows
         # are listed as steps end: one begun later may have ended first).
         windows = sorted(self.windows, key=lambda w: w[1])
-        step = np.full(n, -1, np.int64)
+        none = np.iinfo(np.int64).min   # no step: a step's number may be below 0 (step=-1)
+        step = np.full(n, none, np.int64)
         for s, ws, we, _ in windows:
             if s is not None:
                 step[(start >= ws) & (start < we)] = s
         for s, ws, we, th in windows:   # None: a warm-up step, whose ops are not kept
-            step[(tids == th) & (start >= ws) & (start < we)] = -1 if s is None else s
+            step[(tids == th) & (start >= ws) & (start < we)] = none if s is None else s
         if self.windows or self.seen:   # steps were marked: keep what ran inside recorded ones
-            keep = step >= 0
+            keep = step != none
             if not keep.any():
                 return
             idx = np.nonzero(keep)[0]
             events = [events[i] for i in idx]
             start, end, step, tids, n = start[idx], end[idx], step[idx], tids[idx], len(idx)
-        self.op_steps.update(arrow.distinct(step[step >= 0]).tolist())
-        step_col = arrow.array(step, mask=step < 0, type=pa.int32())
+        self.op_steps.update(arrow.distinct(step[step != none]).tolist())
+        step_col = arrow.array(step, mask=step == none, type=pa.int32())
         rid = arrow.array([ids[e.id] for e in events], pa.int64())
         parents = [ids.get(e.cpu_parent.id) if e.cpu_parent is not None else None for e in events]
         depth = np.zeros(n, np.int64)
