@@ -1492,3 +1492,24 @@ def test_a_step_ended_early_is_starred_in_the_steps_plot_and_said_so(tmp_path):
     steps = out.read_text().split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
     assert [t for _, t in _column_labels(steps)] == ["0", "1", "2*"]
     assert "* ended early by an exception" in steps
+
+
+def test_report_html_of_a_merged_run_without_steps_says_its_work_is_in_no_step_bar(tmp_path):
+    """A run without steps merged with runs that have them: its work is in scope (the ops and
+    kinds count it) but no step's bar holds it; the steps plot says so with its GPU time, as
+    compare's legend does, rather than reading as all of the file's work."""
+    stepped = _kineto_trace(tmp_path / "a.json", steps=2, kernels=3)
+    doc = json.loads(_kineto_trace(tmp_path / "b.json", steps=2, kernels=4, pid=2).read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not e["name"].startswith("ProfilerStep#")]
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    a, b, merged, out = (tmp_path / n for n in ("a.duckdb", "b.duckdb", "m.duckdb", "m.html"))
+    assert main(["import", str(stepped), "-o", str(a)]) == 0
+    assert main(["import", str(tmp_path / "b.json"), "-o", str(b)]) == 0
+    assert main(["merge", str(a), str(b), "-o", str(merged)]) == 0
+    assert main(["report", str(merged), "--html", str(out)]) == 0
+    steps = out.read_text().split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
+    note = re.search(r'<p class="note stepless">([^<]*)', steps)
+    # the stepless run: 2 steps' worth of 4 kernels of 5 us, in no bar
+    assert note and "1 process without steps (0.04 ms" in note.group(1)
+    assert main(["report", str(a), "--html", str(out)]) == 0
+    assert "stepless" not in out.read_text()
