@@ -79,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     # before parsing: --help and --version print to stdout, checked as a command's output is
     closed_std_streams()
     # `cuptiprof import ...`: only that command's parser (help and mistakes get them all)
-    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
+    try:
+        parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
+    except ImportError as exc:   # a command module imports duckdb, pyarrow, ... at its top
+        return _missing_package(exc)
     args = None
     try:
         try:
@@ -114,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         say(f"cuptiprof: error: {exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": "))
         return 1
+    except ImportError as exc:   # loaded lazily: compare's pyarrow, import's msgspec
+        return _missing_package(exc)
     except Exception as exc:
         if type(exc) is RuntimeError and str(exc) == "Query interrupted":
             return _interrupted()   # DuckDB's form of a Ctrl-C that landed in a statement
@@ -123,6 +128,23 @@ def main(argv: list[str] | None = None) -> int:
         # DuckDB finds a full disk or a corrupt block only when a statement gets there.
         say(f"cuptiprof: error: {storage_error(exc, _read_from(args, exc))}")
         return 2 if damage_said(str(exc)) else 1
+
+
+def _missing_package(exc: ImportError) -> int:
+    """A package cuptiprof requires (doctor's REQUIRED) that is missing or broken, in one line
+    naming it and the install that fixes it (exit 1, as doctor's problem line); any other
+    import error is a bug, raised as it is."""
+    from cuptiprof.commands.doctor import REQUIRED
+
+    top = (exc.name or "").split(".")[0]
+    if top not in REQUIRED:
+        raise exc
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    why = ("is not installed" if isinstance(exc, ModuleNotFoundError) and exc.name == top
+           else f"cannot be imported ({first})")
+    say(f"cuptiprof: error: the Python package {top}, which cuptiprof needs, {why} in "
+        f"{sys.executable}; pip install -U {top} (`cuptiprof doctor` checks every package)")
+    return 1
 
 
 def _read_from(args, exc: Exception) -> str | None:

@@ -1,6 +1,7 @@
 """`cuptiprof doctor` on a machine without a GPU: clear lines, non-zero exit, no traceback."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -308,3 +309,29 @@ def test_doctor_checks_every_package_pyproject_requires():
     deps = text.split("dependencies = [", 1)[1].split("]", 1)[0]
     wanted = {m.group(1): m.group(2) for m in re.finditer(r'^\s*"([\w-]+)>=([\d.]+)"', deps, re.M)}
     assert wanted and {d: ".".join(map(str, v)) for d, v in doctor.REQUIRED.items()} == wanted
+
+
+@pytest.mark.parametrize("mod, argv", [
+    ("duckdb", ["sql", "{db}", "SELECT 1"]),            # imported by the command's module
+    ("duckdb", ["--help"]),
+    ("pyarrow", ["compare", "{db}", "{db2}"]),          # imported when the command runs
+    ("pyarrow", ["report", "{db}", "--html", "{html}"]),
+])
+def test_a_missing_required_package_is_one_line_naming_it_not_a_traceback(tmp_path, mod, argv):
+    """A required package that is missing (pip install --no-deps, another venv's python) is
+    doctor's problem line for every command: one line naming the package and its install,
+    exit 1, no traceback."""
+    from cuptiprof.synthetic import write_synthetic
+    db, db2 = write_synthetic(tmp_path / "a.duckdb", steps=2, kernels_per_step=5), \
+        write_synthetic(tmp_path / "b.duckdb", steps=2, kernels_per_step=5, seed=1)
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / f"{mod}.py").write_text(f"raise ModuleNotFoundError({f'No module named {mod!r}'!r}, name={mod!r})\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stub), str(ROOT)])}
+    args = [a.format(db=db, db2=db2, html=tmp_path / "r.html") for a in argv]
+    r = subprocess.run([sys.executable, "-m", "cuptiprof", *args], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    line, = r.stderr.splitlines()
+    assert f"package {mod}" in line and "is not installed" in line and f"pip install -U {mod}" in line
+    assert not (tmp_path / "r.html").exists()
