@@ -610,6 +610,21 @@ def test_sql_json_of_every_kind_of_value_is_json(run_file):
     assert got[0]["tz"].startswith("2024-01-02")
 
 
+
+def test_sql_json_of_maps_keyed_by_decimals_dates_or_infinities_is_json(run_file):
+    """histogram() of rounded times (DECIMAL), of timestamps or of a ratio to 0 returns a MAP
+    with keys json refuses (a Decimal, a datetime, inf): a traceback, where each key is now
+    its text, as the values are."""
+    q = ("SELECT histogram(round((end_ns - start_ns) / 1000.0, 1)) FILTER (WHERE false) AS e, "
+         "histogram(1.5) AS dec, histogram(TIMESTAMP '2024-01-02 03:04:05') AS ts, "
+         "histogram(DATE '2024-01-02') AS d, histogram('inf'::DOUBLE) AS inf, "
+         "MAP {DATE '2024-01-02': ['nan'::DOUBLE]} AS m FROM (FROM kernels LIMIT 1)")
+    r = cli("sql", run_file, q, "--format", "json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    got, = json.loads(r.stdout, parse_constant=lambda name: pytest.fail(f"not JSON: {name}"))
+    assert got == {"e": None, "dec": {"1.5": 1}, "ts": {"2024-01-02T03:04:05": 1},
+                   "d": {"2024-01-02": 1}, "inf": {"inf": 1}, "m": {"2024-01-02": [None]}}
+
 def test_sql_column_names_are_shown_as_text_in_tables_and_markdown(run_file):
     """A query names its columns: in a terminal table a name's control characters are dropped
     (as a cell's are), in Markdown its `|` is escaped, or the header has a column too many."""

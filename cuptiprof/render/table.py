@@ -16,7 +16,6 @@ import sys
 import unicodedata
 from typing import Any, Iterable, Sequence
 
-from cuptiprof.markers import finite
 
 FORMATS = ("table", "csv", "json", "markdown")
 _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -271,7 +270,7 @@ def _write_json_rows(cols: list[str], rows: Iterable[tuple], out) -> None:
     """The rows as write_json writes a list of one object per row, byte for byte, written
     a thousand rows at a time (one json.dumps per row took twice as long)."""
     first, rows = True, iter(rows)
-    while batch := [finite(dict(zip(cols, r))) for r in itertools.islice(rows, 1000)]:
+    while batch := [_jsonable(dict(zip(cols, r))) for r in itertools.islice(rows, 1000)]:
         text = json.dumps(batch, default=_json_default, indent=1, allow_nan=False)
         out.write(("[\n" if first else ",\n") + text[2:-2])   # inside the list's brackets
         first = False
@@ -281,8 +280,29 @@ def _write_json_rows(cols: list[str], rows: Iterable[tuple], out) -> None:
 def write_json(doc, out) -> None:
     """JSON that every reader parses: a NaN or an infinity (a ratio to 0, a query's
     'nan'::DOUBLE), which json writes as the NaN and Infinity no JSON parser takes, is null."""
-    json.dump(finite(doc), out, default=_json_default, indent=1, allow_nan=False)
+    json.dump(_jsonable(doc), out, default=_json_default, indent=1, allow_nan=False)
     out.write("\n")
+
+
+def _jsonable(value: Any) -> Any:
+    """`value` with every NaN or infinity in it null (as markers.finite) and the keys of its
+    MAPs JSON object keys: a DECIMAL, DATE or TIMESTAMP key (histogram() of such values) as
+    its text, an infinite or NaN DOUBLE key as 'inf' or 'nan'; json refuses either as a key."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {_json_key(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _json_key(k: Any) -> Any:
+    if isinstance(k, float) and not math.isfinite(k):
+        return str(k)
+    if k is None or isinstance(k, (str, int, float, bool)):
+        return k
+    return _json_default(k)
 
 
 def _json_default(v):
