@@ -1510,6 +1510,6 @@ def test_report_html_of_a_merged_run_without_steps_says_its_work_is_in_no_step_b
     steps = out.read_text().split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
     note = re.search(r'<p class="note stepless">([^<]*)', steps)
     # the stepless run: 2 steps' worth of 4 kernels of 5 us, in no bar
-    assert note and "1 process without steps (0.04 ms" in note.group(1)
+    assert note and "the GPU time of 1 process without steps (0.04 ms" in note.group(1)
     assert main(["report", str(a), "--html", str(out)]) == 0
     assert "stepless" not in out.read_text()

@@ -129,7 +129,7 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
             # a run without steps merged with runs that have them: in scope (the tables above
             # count it) but in no step's bar; said, or the plot reads as all of the file's work
             n, ms = len(stepless), sum(whole.get(p + SUMMED, 0.0) for p in STACKED[:-1])
-            body.append(f'<p class="note stepless">Not in any bar: the GPU work of {n:,} process'
+            body.append(f'<p class="note stepless">Not in any bar: the {what} time of {n:,} process'
                         f'{"es" if n != 1 else ""} without steps ({fmt_value(ms)} ms, counted in '
                         "the tables above); <code>report --by step</code> gives it in its rows "
                         "without a step.</p>")
