@@ -859,6 +859,22 @@ def test_sql_with_a_wrong_name_says_what_to_use(run_file):
     assert '"demangled"' in line and "`cuptiprof schema`" in line
 
 
+
+def test_sql_error_quoting_a_line_separator_is_said_whole(run_file, capsys):
+    """DuckDB's message quotes the value or name the query got wrong; one holding a Unicode
+    line or paragraph separator (or a form feed) was cut there, as str.splitlines() takes it
+    for a line break: 'Table with name ker', no suggestion, no word of what went wrong."""
+    from cuptiprof.cli import main
+    for query, says in (('SELECT * FROM "ker\u2029nels"',
+                         'Table with name ker nels does not exist! (Did you mean "kernels"?)'),
+                        ("SELECT 'x\u2028y'::INT", "Could not convert string 'x y' to INT32"),
+                        ("SELECT 'x\x0cy'::INT", "Could not convert string 'x y' to INT32")):
+        capsys.readouterr()
+        assert main(["sql", str(run_file), query]) == 2
+        line, = capsys.readouterr().err.split("\n")[:-1]
+        assert says in line, line
+
+
 def test_sql_with_a_syntax_error_says_what_a_query_looks_like(run_file, capsys):
     """A typo in the SQL itself (a DuckDB parser error) got DuckDB's words alone, where a
     wrong name gets where the names are documented."""

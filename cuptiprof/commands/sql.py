@@ -72,7 +72,7 @@ def run(args) -> int:
             else:
                 render(shown, args.format, quiet=False)
         except duckdb.Error as exc:
-            msg = str(exc).splitlines()[0]
+            msg = _lines(str(exc))[0]
             if "read-only" in msg or "disabled by configuration" in msg \
                     or "configuration has been locked" in msg:
                 raise read_only from None
@@ -125,10 +125,18 @@ def _hint(error: str) -> str:
         return f"; a query is DuckDB SQL, e.g. {EXAMPLE_QUERY}{_WHERE}"
     if not error.startswith(("Catalog Error", "Binder Error")):
         return ""
-    lines = [ln.strip() for ln in error.splitlines()[1:]]
+    lines = [ln.strip() for ln in _lines(error)[1:]]
     says = next((ln for ln in lines if ln.startswith(("Did you mean", "Candidate bindings"))), "")
-    where = _WHERE if re.search(r"\b(Table|column)\b", error.splitlines()[0]) else ""
+    where = _WHERE if re.search(r"\b(Table|column)\b", _lines(error)[0]) else ""
     return (f" ({says})" if says else "") + where
+
+
+def _lines(error: str) -> list[str]:
+    """DuckDB's message by its lines, which end at a newline only: a value or a name it quotes
+    may hold a form feed or a Unicode line separator (U+2028), where str.splitlines() cut the
+    message short ('Table with name ker' for a table "ker<U+2029>nels"); they show as spaces."""
+    return [re.sub(r"[\x0b\x0c\x1c-\x1e\x85\u2028\u2029]", " ", ln)
+            for ln in error.replace("\r\n", "\n").split("\n")] or [""]
 
 
 # Where the names a query may use are documented.
