@@ -285,6 +285,29 @@ def test_doctor_takes_a_link_to_its_libcupti_for_that_library(monkeypatch, tmp_p
         assert got["NVTX injection"][0] is ok, got["NVTX injection"]
 
 
+
+def test_doctor_judges_another_libcupti_in_nvtx_injection_as_run_does(monkeypatch, tmp_path):
+    """NVTX_INJECTION64_PATH naming another libcupti (a CUDA toolkit's, set in a shell
+    profile): `cuptiprof run` puts its own in its place and records the ranges, where doctor
+    said a problem, 'another tool's injection holds CUPTI', and exit 3. Another tool's library
+    (Nsight Systems') is left in place by run, and stays a problem."""
+    from cuptiprof.collect import nvtx_setup
+
+    lib = tmp_path / "ours" / "libcupti.so.12"
+    lib.parent.mkdir()
+    lib.write_bytes(b"")
+    toolkit = tmp_path / "libcupti.so"
+    nsys = tmp_path / "libToolsInjection64.so"
+    _libcuda(monkeypatch, 1)
+    _cupti_found(monkeypatch, lib)
+    for env, ok in ((toolkit, True), (nsys, False)):
+        monkeypatch.setenv(nvtx_setup.ENV, str(env))
+        ran, _ = nvtx_setup.prepare()   # what run does with it
+        monkeypatch.setenv(nvtx_setup.ENV, str(env))
+        (got, detail), = [(o, d) for what, o, d, _, _ in doctor.checks() if what == "NVTX injection"]
+        assert got is ok is ran, detail
+        assert str(env) in detail
+
 @pytest.mark.parametrize("mod", ["duckdb", "pyarrow", "numpy", "msgspec"])
 def test_doctor_says_a_required_package_that_cannot_be_imported(monkeypatch, mod):
     """Only duckdb was checked, and by its metadata alone: a pyarrow that cannot be imported (or

@@ -42,12 +42,19 @@ def prepare() -> tuple[bool, str]:
     if not path:
         return False, "libcupti was not found"
     current = os.environ.get(ENV)
-    if current and os.path.realpath(current) != os.path.realpath(path):
-        if "cupti" not in os.path.basename(current):
-            # Another tool's injection (e.g. Nsight Systems); it also holds CUPTI.
-            return False, f"{ENV} already names another tool ({current})"
+    if other_tool(current, path):
+        # Another tool's injection (e.g. Nsight Systems); it also holds CUPTI.
+        return False, f"{ENV} already names another tool ({current})"
     os.environ[ENV] = path
     return True, ""
+
+
+def other_tool(current: str | None, path: str) -> bool:
+    """Whether ENV's value `current` names another tool's injection library, which prepare()
+    leaves in place: not our libcupti at `path` (or a link to it), nor another libcupti (a CUDA
+    toolkit's, set in a shell profile), which prepare() replaces with ours."""
+    return bool(current) and os.path.realpath(current) != os.path.realpath(path) \
+        and "cupti" not in os.path.basename(current)
 
 
 def domain_is_live(domain: str = "cuptiprof") -> bool:

@@ -78,9 +78,13 @@ def checks() -> list[tuple[str, bool, str, str, int]]:
                 3))
 
     cur = os.environ.get(nvtx_setup.ENV)
-    if cur and lib and os.path.realpath(cur) != os.path.realpath(lib):
+    # judged as `cuptiprof run` judges it (nvtx_setup.prepare): another libcupti is replaced
+    if lib and nvtx_setup.other_tool(cur, lib):
         out.append(("NVTX injection", False, f"{nvtx_setup.ENV}={cur} names another library",
                     "unset it (another tool's injection holds CUPTI) or point it at " + lib, 3))
+    elif lib and cur and os.path.realpath(cur) != os.path.realpath(lib):
+        out.append(("NVTX injection", True, f"would work: cuptiprof run sets {nvtx_setup.ENV} "
+                    f"to its own libcupti in place of {cur}", "", 3))
     else:
         out.append(("NVTX injection", lib is not None,
                     "would work: cuptiprof run sets " + nvtx_setup.ENV + " before the program "
