@@ -436,6 +436,40 @@ def test_a_file_name_that_is_not_utf8_is_refused_in_one_line(tmp_path, args, sai
     assert sorted(os.listdir(os.fsencode(tmp_path))) == before
 
 
+BACKSLASH = "the path holds a backslash, which DuckDB takes for a folder separator (/)"
+
+
+@pytest.mark.parametrize("args,said", [
+    (["report", "in\\put.duckdb"], "in\\put.duckdb: " + BACKSLASH),
+    (["sql", "in\\put.duckdb", "SELECT 1"], "in\\put.duckdb: " + BACKSLASH),
+    (["compare", "in\\put.duckdb", "good2.duckdb"], "in\\put.duckdb: " + BACKSLASH),
+    (["merge", "good2.duckdb", "in\\put.duckdb", "-o", "m.duckdb"], "in\\put.duckdb: " + BACKSLASH),
+    (["merge", "good.duckdb", "good2.duckdb", "-o", "m\\x.duckdb"], "-o m\\x.duckdb: " + BACKSLASH),
+    (["import", "t.json", "-o", "o\\ut.duckdb"], "-o o\\ut.duckdb: " + BACKSLASH),
+    (["run", "-o", "r\\un.duckdb", "--", PY, "-c", "pass"], "-o r\\un.duckdb: " + BACKSLASH),
+    (["export", "good.duckdb", "--parquet", "p\\q"], "--parquet p\\q: " + BACKSLASH),
+])
+def test_a_path_holding_a_backslash_is_refused_in_one_line_before_duckdb_opens_another(
+        tmp_path, args, said):
+    r"""DuckDB reads a backslash as a folder separator: `report 'in\put.duckdb'` reported
+    in/put.duckdb, another file, without a word; `run -o 'r\un.duckdb'` ran the whole program,
+    then could not write ('No such file or directory'). Refused in one line before anything
+    is read or run, exit 2, nothing written."""
+    from cuptiprof.synthetic import write_synthetic
+    good = write_synthetic(tmp_path / "good.duckdb", steps=2, kernels_per_step=5)
+    write_synthetic(tmp_path / "good2.duckdb", steps=2, kernels_per_step=5, seed=3)
+    shutil.copy(good, tmp_path / "in\\put.duckdb")
+    (tmp_path / "in").mkdir()
+    shutil.copy(tmp_path / "good2.duckdb", tmp_path / "in" / "put.duckdb")   # what DuckDB opened
+    (tmp_path / "t.json").write_text(json.dumps(H.good_trace()))
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    r = cli(args, tmp_path)
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and lines == [f"cuptiprof: error: {said}" + (
+        "; give a path without one" if said.startswith("-") else "; rename the file (or its folder)")], \
+        r.stderr[-2000:]
+    assert r.stdout == "" and sorted(p.name for p in tmp_path.rglob("*")) == before
+
 @pytest.mark.parametrize("args,option", [
     (["export", "good.duckdb", "--chrome", "-"], "--chrome"),
     (["export", "good.duckdb", "--parquet", "-"], "--parquet"),

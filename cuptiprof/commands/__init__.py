@@ -78,6 +78,9 @@ def output_name(path: str, option: str, *, utf8: bool = True, what: str = "file"
     if utf8 and not _utf8(path):
         raise UsageError(f"{option} {_shown(path)}: the output path is not UTF-8, which DuckDB "
                          "cannot write; give a UTF-8 name")
+    if utf8 and "\\" in path:
+        from cuptiprof.store.files import BACKSLASH
+        raise UsageError(f"{option} {_shown(path)}: {BACKSLASH}; give a path without one")
     return path
 
 

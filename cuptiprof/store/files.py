@@ -154,6 +154,13 @@ def require_duckdb(path: Path) -> None:
                              f"cuptiprof file; import it first: cuptiprof import "
                              f"{shell_word(path)} -o OUT.duckdb")
         raise StoreError(f"{path}: not a DuckDB file (expected a cuptiprof .duckdb file)")
+    if "\\" in str(path):   # DuckDB opens another path, or none: say why it would not be this file
+        raise StoreError(f"{path}: {BACKSLASH}; rename the file (or its folder)")
+
+
+# Why DuckDB cannot open or write a path holding a backslash (it opened a/b.duckdb for
+# a\b.duckdb, or said it does not exist; a run wrote nothing after its program had run).
+BACKSLASH = "the path holds a backslash, which DuckDB takes for a folder separator (/)"
 
 
 def _older_than(path: Path, folder: Path) -> bool:
