@@ -588,6 +588,23 @@ def test_sql_shows_blobs_intervals_and_nested_values_as_duckdb_prints_them(run_f
     assert json.loads(r.stdout) == [dict(zip(names + ["s", "l"], got))]
 
 
+
+def test_sql_shows_nanosecond_times_to_the_nanosecond(run_file):
+    """make_timestamp_ns(start_ns) (the file's clocks are nanoseconds) came back as a Python
+    datetime, which holds microseconds: its last three digits were dropped, in every format
+    (make_timestamp_ns(1) read 1970-01-01 00:00:00). They show as DuckDB prints them."""
+    q = ("SELECT make_timestamp_ns(1700000000123456789) AS t, TIME_NS '12:00:00.123456789' AS tn, "
+         "make_timestamp_ns(start_ns) = make_timestamp_ns(start_ns + 1) AS same "
+         "FROM (FROM kernels LIMIT 1)")
+    want = ["2023-11-14 22:13:20.123456789", "12:00:00.123456789", "False"]
+    r = cli("sql", run_file, q, "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    assert list(csv.reader(io.StringIO(r.stdout))) == [["t", "tn", "same"], want]
+    r = cli("sql", run_file, q)
+    assert r.stdout.splitlines()[2].split("  ") == want, r.stdout
+    r = cli("sql", run_file, q, "--format", "json")
+    assert json.loads(r.stdout) == [{"t": want[0], "tn": want[1], "same": False}]
+
 def test_sql_json_of_every_kind_of_value_is_json(run_file):
     """Dates, times, decimals, UUIDs, 128-bit integers, lists, structs and maps: valid JSON
     that a strict parser reads, with the values the query returned."""

@@ -90,8 +90,9 @@ def _ran_nothing(statement, rel) -> bool:
 
 
 # Values Python would show by its repr (b'ab', 3 days, 0:00:00), or change: an interval of a
-# month comes back as 30 days.
-_AS_TEXT = {"blob", "interval"}
+# month comes back as 30 days, and a nanosecond time (make_timestamp_ns(start_ns), of the
+# file's nanosecond clocks) as microseconds, its last three digits dropped.
+_AS_TEXT = {"blob", "interval", "timestamp_ns", "time_ns"}
 _NESTED = {"list", "array", "struct", "map", "union"}
 
 
@@ -103,7 +104,8 @@ def _holds(typ, ids: set) -> bool:
 
 def as_duckdb_text(rel, fmt: str):
     """rel with the columns Python cannot show cast to VARCHAR, so they read as DuckDB prints
-    them: BLOBs (`ab`, `\\xFF`) and INTERVALs (`1 month`) anywhere in a value, and in the text
+    them: BLOBs (`ab`, `\\xFF`), INTERVALs (`1 month`) and nanosecond times (TIMESTAMP_NS,
+    TIME_NS: `2023-11-14 22:13:20.123456789`) anywhere in a value, and in the text
     formats lists, structs and maps too (`[2024-01-02]`, not a list of datetime.date reprs);
     JSON keeps those as arrays and objects."""
     text = [_holds(t, _AS_TEXT) or (fmt != "json" and t.id in _NESTED) for t in rel.types]
