@@ -30,6 +30,25 @@ def test_unknown_source_leaves_no_file_and_the_retry_works(tmp_path):
         assert prof.sql("SELECT status FROM runs").fetchall() == [("complete",)]
 
 
+
+def test_profile_and_open_of_a_path_holding_a_backslash_say_why_in_one_line(tmp_path):
+    """DuckDB takes a backslash for a folder separator: profile('w\\x.duckdb') said it cannot
+    open w/x.duckdb ('No such file or directory'), a path the user never gave, and open() of
+    such a file read another one (w/x.duckdb) where that existed."""
+    from cuptiprof.errors import StoreError
+    p = tmp_path / "w\\x.duckdb"
+    why = "the path holds a backslash, which DuckDB takes for a folder separator"
+    with pytest.raises(StoreError, match=re.escape(f"{p}: {why}")):
+        with cuptiprof.profile(p, source="none", quiet=True):
+            pass
+    assert list(tmp_path.iterdir()) == []
+    cuptiprof.profile(tmp_path / "ok.duckdb", source="none", quiet=True).start().stop()
+    (tmp_path / "w").mkdir()
+    (tmp_path / "ok.duckdb").rename(tmp_path / "w" / "x.duckdb")   # the file DuckDB would open
+    p.write_bytes((tmp_path / "w" / "x.duckdb").read_bytes())
+    with pytest.raises(StoreError, match=re.escape(f"{p}: {why}")):
+        cuptiprof.open(p)
+
 @pytest.mark.parametrize("kw, says", [
     ({"warmup": "2"}, "warmup must be a whole number >= 0, not '2'"),
     ({"steps": 2.5}, "steps must be a whole number >= 1 or None, not 2.5"),

@@ -278,6 +278,9 @@ def connect_error(path: Path, exc: Exception, *, writing: bool,
     """Turn a duckdb.connect failure into one line for the user. `target`: the output a
     temporary `path` stands for, which the line names (the user never gave the temporary)."""
     msg = str(exc)
+    named = target if target is not None else path
+    if "\\" in str(named):   # profile("a\\b.duckdb"): DuckDB looked for a/b.duckdb
+        return StoreError(f"{named}: {BACKSLASH}; give a path without one")
     if target is not None and "Cannot open file" in msg:
         why = msg.splitlines()[0].rsplit('": ', 1)[-1]
         return StoreError(f"{target}: cannot write ({why}); give a path in a directory you can "
