@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if duckdb is None or not isinstance(exc, duckdb.Error):
             raise
         # DuckDB finds a full disk or a corrupt block only when a statement gets there.
-        say(f"cuptiprof: error: {storage_error(exc, _read_from(args, exc))}")
+        say(f"cuptiprof: error: {storage_error(exc, _read_from(args, exc), _written_to(args))}")
         return 2 if damage_said(str(exc)) else 1
 
 
@@ -158,6 +158,16 @@ def _read_from(args, exc: Exception) -> str | None:
         return paths[0] if paths else None
     found = damaged_among(paths)
     return None if found is None else str(found)
+
+
+def _written_to(args) -> str | None:
+    """The file or folder a command writes through DuckDB (merge's and import's -o, export's
+    --parquet): a full disk is met writing it, under a temporary name the user never gave."""
+    for name in ("output", "parquet"):
+        out = getattr(args, name, None)
+        if isinstance(out, str) and out:
+            return out
+    return None
 
 
 def _interrupted() -> int:

@@ -138,12 +138,16 @@ def damage_said(msg: str) -> bool:
     return "orrupt" in msg or "checksum" in msg or "Could not read enough bytes" in msg
 
 
-def storage_error(exc: Exception, path: str | None = None) -> str:
-    """One line for a DuckDB failure met mid-command (disk full, damaged file)."""
+def storage_error(exc: Exception, path: str | None = None, output: str | None = None) -> str:
+    """One line for a DuckDB failure met mid-command (disk full, damaged file). `path`: the
+    input it is about; `output`: what the command writes (merge's and import's -o, export's
+    --parquet), which a full disk is said of: DuckDB names its temporary name, or none."""
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     m = re.search(r'file "([^"]+)"', msg)
     where = f"{m.group(1)}: " if m else (f"{path}: " if isinstance(path, str) else "")
     if "No space left" in msg or "File too large" in msg or "Disk quota" in msg:
+        if output is not None:
+            where = f"{output}: "
         return f"{where}cannot write: the disk is full (or a file-size limit was reached)"
     if damage_said(msg):
         return (f"{where}the file is damaged ({msg[:200]}); it cannot be read in full: record or "

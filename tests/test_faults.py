@@ -552,6 +552,23 @@ def test_disk_full_export_names_the_file(tmp_path, tally):
     assert not (tmp_path / "t.json").exists()
 
 
+@pytest.mark.parametrize("args,out", [
+    (["merge", "s.duckdb", "-o", "m.duckdb"], "m.duckdb"),
+    (["export", "s.duckdb", "--parquet", "pq"], "pq"),
+])
+def test_disk_full_through_duckdb_names_the_output_not_its_temporary_or_the_input(
+        tmp_path, tally, args, out):
+    """merge, and export --parquet, write through DuckDB: its message names the temporary file
+    (.m.duckdb.tmp-PID.wal) or none, and the line named that, or the input file."""
+    write_synthetic(str(tmp_path / "s.duckdb"), steps=4, kernels_per_step=3000, seed=1)
+    r = cli(args, tmp_path, preexec=_fsize(20_000))
+    assert r.returncode == 1, r.stderr
+    line = one_line(r.stderr, "disk is full")
+    assert line.startswith(f"cuptiprof: error: {out}: cannot write"), line
+    assert ".tmp-" not in line and "s.duckdb" not in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb"]
+
+
 # -- files from other versions, and damaged files -----------------------------------------------
 @pytest.fixture(scope="module")
 def damaged(tmp_path_factory):
