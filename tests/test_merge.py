@@ -166,6 +166,18 @@ def test_merge_cli(tmp_path):
     assert "merged 1 file (1 run, 1,201 rows) into one.duckdb" in r.stderr
 
 
+def test_merge_cli_names_its_output_as_one_shell_word(tmp_path):
+    """The line names the output as import's and export's do: a name with a space, a quote or
+    a line break (which split the line in two) as one word a shell reads back."""
+    _file(tmp_path / "a.duckdb", ["x"], 1, "a")
+    for name, shown in (("my run.duckdb", "'my run.duckdb'"),
+                        ("two\nlines.duckdb", "$'two\\x0alines.duckdb'")):
+        r = cli(["merge", "a.duckdb", "-o", name], tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.splitlines() == [f"cuptiprof: merged 1 file (1 run, 2 rows) into {shown}"]
+        assert (tmp_path / name).is_file()
+
+
 @pytest.mark.parametrize("case", ["exists", "missing", "not_duckdb", "same_twice",
                                   "same_spelled_otherwise", "same_through_symlink"])
 def test_merge_cli_bad_input(tmp_path, case):

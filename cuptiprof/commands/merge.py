@@ -45,7 +45,7 @@ def run(args) -> int:
     res = merge_files_result(args.files, args.output, overwrite=args.force)
     rows = sum(res.rows.values())
     print(f"cuptiprof: merged {counted(len(args.files), 'file')} ({counted(res.runs, 'run')}, "
-          f"{counted(rows, 'row')}) into {res.path}", file=sys.stderr)
+          f"{counted(rows, 'row')}) into {shell_word(res.path)}", file=sys.stderr)
     return 0
 
 
