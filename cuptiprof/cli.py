@@ -125,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         duckdb = sys.modules.get("duckdb")
         if duckdb is None or not isinstance(exc, duckdb.Error):
             raise
+        if not damage_said(str(exc)):
+            # a table or column of an input edited away: the file, not DuckDB's words about it
+            breach = _edited_input(args)
+            if breach is not None:
+                say(f"cuptiprof: error: {breach}")
+                return breach.exit_code
         # DuckDB finds a full disk or a corrupt block only when a statement gets there.
         say(f"cuptiprof: error: {storage_error(exc, _read_from(args, exc), _written_to(args))}")
         return 2 if damage_said(str(exc)) else 1
@@ -152,12 +158,28 @@ def _read_from(args, exc: Exception) -> str | None:
     (compare, diff, merge) a damaged block came from, which DuckDB's message does not say."""
     from cuptiprof.store.files import damaged_among
 
-    paths = [p for p in (getattr(args, "files", None) or [getattr(args, "file", None),
-             getattr(args, "base", None), getattr(args, "new", None)]) if p]
+    paths = _inputs(args)
     if len(paths) < 2 or not damage_said(str(exc)):
         return paths[0] if paths else None
     found = damaged_among(paths)
     return None if found is None else str(found)
+
+
+def _inputs(args) -> list[str]:
+    """The cuptiprof files a command reads (its one file, or compare's, diff's, merge's)."""
+    return [p for p in (getattr(args, "files", None) or [getattr(args, "file", None),
+            getattr(args, "base", None), getattr(args, "new", None)]) if p]
+
+
+def _edited_input(args):
+    """The refusal of an input whose tables or views are not its schema's (a column dropped,
+    a table renamed, a view replaced by hand), or None. Only on a DuckDB error's path."""
+    from cuptiprof.store.files import breached_among
+
+    if getattr(args, "command", None) not in ("report", "sql", "export", "compare", "diff",
+                                               "merge"):
+        return None   # import reads traces, run writes its own file
+    return breached_among(_inputs(args))
 
 
 def _written_to(args) -> str | None:

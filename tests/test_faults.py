@@ -679,6 +679,65 @@ def test_old_new_and_damaged_files_through_every_command(damaged, tmp_path):
     assert not [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
 
 
+# Files edited by hand in DuckDB: what each did, and what the line says the file lacks.
+EDITS = {
+    "column_dropped": (["ALTER TABLE kernel_rows DROP COLUMN start_ns"],
+                       "kernel_rows has no column start_ns"),
+    "column_renamed": (["ALTER TABLE memcpys RENAME COLUMN bytes TO nbytes"],
+                       "memcpys has no column bytes"),
+    "column_retyped": (["ALTER TABLE kernel_rows ALTER COLUMN end_ns TYPE VARCHAR"],
+                       "kernel_rows.end_ns is VARCHAR, not BIGINT"),
+    "table_dropped": (["DROP TABLE launch_configs"], "no launch_configs"),
+    "logs_dropped": (["DROP TABLE logs"], "no logs"),
+    "view_replaced": (["CREATE OR REPLACE VIEW kernels AS SELECT 1 AS x"],
+                      "kernels has no column run_id"),
+    # a user's own tables, views and columns beside cuptiprof's: every command reads the file
+    "additions": (["CREATE TABLE notes (note VARCHAR)", "CREATE VIEW slow AS SELECT * FROM kernels",
+                   "ALTER TABLE runs ADD COLUMN note VARCHAR"], None),
+}
+
+
+def test_files_edited_by_hand_through_every_command(damaged, tmp_path):
+    """A table, column or view of cuptiprof's dropped, renamed, retyped or replaced in DuckDB:
+    a command that reads it says so in one line naming the file and what it lacks, exit 2 (it
+    said DuckDB's "Binder Error: ..." naming no file, exit 1), and merge refuses the file
+    whatever it lacks (it merged NULLs in place of a dropped column, and nothing in place of a
+    dropped table). A command that reads none of it may run; additions change nothing."""
+    good, _ = damaged
+    files = {}
+    for name, (edits, _) in EDITS.items():
+        f = tmp_path / f"{name}.duckdb"
+        shutil.copy(good, f)
+        with duckdb.connect(str(f)) as con:
+            for e in edits:
+                con.execute(e)
+        files[name] = f
+    (tmp_path / "out").mkdir()
+    tasks = [(f"{fname}:{cname}", [a.format(f=f, g=good, o=tmp_path / "out" / f"{fname}-{cname}")
+                                   for a in argv])
+             for fname, f in files.items() for cname, argv in COMMANDS.items()
+             if not (fname == "additions" and cname in ("compare", "diff", "merge"))]
+    res = H.cli_batch(tasks, tmp_path / "work", timeout=60)
+    bad = {}
+    for name, d in res.items():
+        fname, cname = name.split(":")
+        says = EDITS[fname][1]
+        lines = [ln for ln in d["stderr"].splitlines() if ln.strip()]
+        if says is None:
+            if d["rc"] != 0:
+                bad[name] = f"refused additions: {d['stderr'][-300:]!r}"
+        elif d["rc"] == 0 and cname != "merge":
+            continue
+        elif d["rc"] != 2 or len(lines) != 1 or not lines[0].startswith(
+                f"cuptiprof: error: {files[fname]}: not a complete cuptiprof file ({says}"):
+            bad[name] = f"rc {d['rc']}: {d['stderr'][-300:]!r}"
+    assert not bad, bad
+    # what a refused command would have written is not there, nor its temporary
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "out").iterdir()) == \
+        sorted(n.split(":")[0] for n, d in res.items() if d["rc"] == 0 and
+               n.split(":")[1] not in ("report", "sql", "compare", "diff"))
+
+
 @pytest.mark.parametrize("every_s,kept", [("0", [0, 1, 2]), ("3600", [])])
 def test_a_light_run_commits_its_steps_at_most_as_often_as_asked(tmp_path, every_s, kept, tally):
     """--light writes ranges and logs only; a commit at every step's end (milliseconds however

@@ -152,3 +152,21 @@ def test_connect_error_names_the_output_not_its_temporary(tmp_path):
         target=Path("o.duckdb"))
     assert str(err) == ("o.duckdb: cannot write (Permission denied); give a path in a directory you "
                         "can write to")
+
+
+def test_open_of_a_file_with_a_column_edited_away_names_the_file_and_the_column(tmp_path):
+    """cuptiprof.open() of a file whose kernel_rows lost a column by hand raised DuckDB's
+    BinderException ('Table "k" does not have a column named "start_ns"'), naming no file."""
+    import cuptiprof
+    from cuptiprof.synthetic import write_synthetic
+
+    f = write_synthetic(tmp_path / "edited.duckdb", steps=2, kernels_per_step=20)
+    with duckdb.connect(str(f)) as con:
+        con.execute("ALTER TABLE kernel_rows DROP COLUMN start_ns")
+    with pytest.raises(StoreError, match=r"edited\.duckdb: not a complete cuptiprof file "
+                                         r"\(kernel_rows has no column start_ns\): edited"):
+        cuptiprof.open(f)
+    with duckdb.connect(str(f)) as con:   # nothing keeps it open: it can be written again
+        assert files.contract_breaches(con) == ["kernel_rows has no column start_ns"]
+        con.execute("ALTER TABLE kernel_rows ADD COLUMN start_ns BIGINT")
+        assert files.contract_breaches(con) == []

@@ -13,10 +13,10 @@ from typing import Any, Mapping, Sequence
 
 import duckdb
 
-from cuptiprof.errors import UsageError, file_path, shell_word, whole_number
+from cuptiprof.errors import UsageError, damage_said, file_path, shell_word, whole_number
 from cuptiprof.markers import steps_beyond
-from cuptiprof.store.files import (check_core_tables, check_schema_version, connect_error,
-                                   first_row, require_duckdb, schema_version)
+from cuptiprof.store.files import (check_contract, check_core_tables, check_schema_version,
+                                   connect_error, first_row, require_duckdb, schema_version)
 from cuptiprof.analyse import catalog
 
 
@@ -183,8 +183,16 @@ class Profile:
         check_schema_version(self.path, version)
         check_core_tables(self._rep, self.path)
         self.schema_version = version
-        self.stored_busy = has_stored_busy(self._rep)
-        self.set_steps(steps)
+        try:
+            self.stored_busy = has_stored_busy(self._rep)
+            self.set_steps(steps)
+        except duckdb.Error as exc:
+            # a table, column or view edited away fails the scope views in DuckDB's words,
+            # naming no file: said as such (only here, where it failed: it costs a schema's
+            # build), and anything else as it was
+            if not damage_said(str(exc)):
+                check_contract(self._rep, self.path)
+            raise
 
     def _step_span(self) -> str:
         """The recorded steps, first to last, for a --steps that selects none of them."""

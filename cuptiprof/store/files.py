@@ -4,6 +4,7 @@ Each raises a cuptiprof error whose message is the one line the user sees.
 """
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -251,6 +252,79 @@ def check_core_tables(con, path: Path, db: str | None = None) -> None:
         raise StoreError(f"{path}: not a complete cuptiprof file (it has a schema version but no "
                          f"{', '.join(missing[:3])}{more}): damaged, or not written by cuptiprof; "
                          "record or import it again")
+
+
+@functools.lru_cache(maxsize=1)
+def _contract() -> dict[str, dict[str, str]]:
+    """Every table and view schemas/cuptiprof.sql makes, as {name: {column: type}}."""
+    import duckdb
+    from cuptiprof.store.schema import schema_sql
+
+    with duckdb.connect(":memory:") as con:
+        con.execute(schema_sql())
+        return _columns(con, "memory")
+
+
+def _columns(con, db: str) -> dict[str, dict[str, str]]:
+    """{table or view: {column: type}} of database `db`, tables first (a view's column is
+    retyped with the table's it reads)."""
+    out: dict[str, dict[str, str]] = {}
+    for t, c, typ in con.execute(
+            "SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c "
+            "JOIN information_schema.tables t USING (table_catalog, table_schema, table_name) "
+            "WHERE c.table_catalog = ? AND c.table_schema = 'main' "
+            "ORDER BY t.table_type, c.table_name, c.ordinal_position", [db]).fetchall():
+        out.setdefault(t, {})[c] = typ
+    return out
+
+
+def contract_breaches(con, db: str | None = None) -> list[str]:
+    """What a file (`db`: the attached database's name; default the connection's own) lacks of
+    the tables, views and columns schemas/cuptiprof.sql defines, or holds with another type: a
+    table, column or view dropped, renamed or retyped by hand. Tables, views and columns of its
+    own beside them are no breach."""
+    if db is None:
+        db = first_row(con.execute("SELECT current_database()"))[0]
+    have = _columns(con, db)
+    out = []
+    for name, cols in _contract().items():
+        got = have.get(name)
+        if got is None:
+            out.append(f"no {name}")
+            continue
+        for c, typ in cols.items():
+            if c not in got:
+                out.append(f"{name} has no column {c}")
+            elif got[c] != typ:
+                out.append(f"{name}.{c} is {got[c]}, not {typ}")
+    return out
+
+
+def check_contract(con, path: Path, db: str | None = None) -> None:
+    """Refuse a file whose tables or views are not those of its schema version (see
+    contract_breaches): its reports would fail on DuckDB's words, or a merge would fill what it
+    lacks with NULLs."""
+    breaches = contract_breaches(con, db)
+    if breaches:
+        more = f" and {len(breaches) - 2} more" if len(breaches) > 2 else ""
+        raise StoreError(f"{path}: not a complete cuptiprof file ({'; '.join(breaches[:2])}{more}): "
+                         "edited or damaged, or not written by cuptiprof; record or import it again")
+
+
+def breached_among(paths) -> StoreError | None:
+    """The refusal of the first of `paths` whose tables are not those of its schema (a
+    Catalog or Binder error met mid-command: a table or column edited away), or None."""
+    import duckdb
+
+    for path in paths:
+        try:
+            with duckdb.connect(str(path), read_only=True) as con:
+                check_contract(con, Path(path))
+        except StoreError as exc:
+            return exc
+        except duckdb.Error:
+            continue
+    return None
 
 
 def _read_locked(path: Path) -> bool:

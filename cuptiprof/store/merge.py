@@ -26,7 +26,7 @@ from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, StoreError
 from cuptiprof.outputs import check_output, temp_beside
 from cuptiprof.store import arrow
-from cuptiprof.store.files import (check_core_tables, check_schema_version, first_row,
+from cuptiprof.store.files import (check_contract, check_core_tables, check_schema_version, first_row,
                                    require_duckdb, schema_version, sync_file, write_unsynced)
 from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, table_columns
 from cuptiprof.store.summary import BUSY_SQL
@@ -178,6 +178,8 @@ class _Merger:
             check_schema_version(src, version, "merge")
             try:
                 check_core_tables(con, src, "src")
+                # a column or table edited away would be merged as NULLs, without a word
+                check_contract(con, src, "src")
             except StoreError as exc:
                 if skip:
                     self._skipped(src, str(exc))
