@@ -138,6 +138,13 @@ def test_check_core_tables_names_up_to_three_missing_and_counts_the_rest(tmp_pat
     ("IO Error: The file \"f.duckdb\" exists, but it is not a valid DuckDB database file!", False,
      r"f\.duckdb: not a readable DuckDB file \(IO Error: The file"),
     ("Some other failure\nsecond line", False, r"f\.duckdb: cannot open \(Some other failure\)$"),
+    # a file cut off inside its header blocks: said as such, with what to do (it said "cannot
+    # open (IO Error: ...)" and no more)
+    ('IO Error: Could not read enough bytes from file "f.duckdb": attempted to read 4096 bytes '
+     'from location 4096', False, r"f\.duckdb: truncated or damaged \(IO Error: Could not read "
+     r"enough bytes .*\); it cannot be read: record or import it again$"),
+    ("Corrupt database file: computed checksum 1 does not match stored checksum 0", False, r"f\.duckdb: truncated or damaged \(Corrupt database file: .*\); "
+     r"it cannot be read: record or import it again$"),
 ])
 def test_connect_error_is_one_line(tmp_path, msg, writing, want):
     err = files.connect_error(tmp_path / "f.duckdb", RuntimeError(msg), writing=writing)

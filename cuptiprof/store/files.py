@@ -383,6 +383,9 @@ def connect_error(path: Path, exc: Exception, *, writing: bool,
             f"{path}: already open in this process (an open cuptiprof.open() of it, or a "
             f"profile() writing it); close that (prof.close(), or end the profile) before "
             f"{what} it")
+    if damage_said(msg):   # cut off (a copy that stopped short, a full disk) or corrupt blocks
+        return StoreError(f"{path}: truncated or damaged ({msg.splitlines()[0][:160]}); it cannot "
+                          "be read: record or import it again")
     if "not a valid DuckDB" in msg or "database file" in msg.lower() or "Corrupt" in msg \
             or "checksum" in msg.lower() or "serializ" in msg.lower():
         return StoreError(f"{path}: not a readable DuckDB file ({msg.splitlines()[0][:160]})")
