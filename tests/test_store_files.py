@@ -177,3 +177,26 @@ def test_open_of_a_file_with_a_column_edited_away_names_the_file_and_the_column(
         assert files.contract_breaches(con) == ["kernel_rows has no column start_ns"]
         con.execute("ALTER TABLE kernel_rows ADD COLUMN start_ns BIGINT")
         assert files.contract_breaches(con) == []
+
+
+@pytest.mark.parametrize("values, want", [
+    ([str(SCHEMA_VERSION), str(SCHEMA_VERSION)], SCHEMA_VERSION),   # one version, written twice
+    ([str(SCHEMA_VERSION), "99"], r"holds 2 different schema versions \(2, 99\): edited by hand"),
+    (["99", str(SCHEMA_VERSION)], r"holds 2 different schema versions \(2, 99\): edited by hand"),
+    # digits of another script: int() reads '٥' as 5, which no cuptiprof wrote
+    (["\u0665"], "not a cuptiprof file"),
+    (["\uff12"], "not a cuptiprof file"),
+])
+def test_schema_version_rows_edited_by_hand(tmp_path, values, want):
+    """Two schema_version rows that differ were read as whichever DuckDB returned first, and a
+    version in digits of another script as the number int() makes of them."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE meta (key VARCHAR, value VARCHAR)")
+    for v in values:
+        con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [v])
+    f = tmp_path / "f.duckdb"
+    if isinstance(want, int):
+        assert files.schema_version(con, f) == want
+    else:
+        with pytest.raises(StoreError, match=want):
+            files.schema_version(con, f)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 
 from cuptiprof.errors import (InputError, NotCuptiprofFile, SchemaVersionError, StoreError,
@@ -200,17 +201,22 @@ def schema_version(con, path: Path, db: str | None = None) -> int:
     import duckdb
 
     try:
-        row = first_row(con.execute(f"SELECT value FROM {db + '.' if db else ''}meta "
-                                    "WHERE key = 'schema_version'"))
+        values = {str(v) for (v,) in con.execute(f"SELECT value FROM {db + '.' if db else ''}meta "
+                                                  "WHERE key = 'schema_version'").fetchall()}
     except (duckdb.CatalogException, duckdb.BinderException):   # no meta table, or not ours
-        row = None
+        values = set()
     except duckdb.Error as exc:
         raise StoreError(f"{path}: truncated or corrupt ({str(exc).splitlines()[0][:160]}); "
                          "record or import it again") from None
-    if not row or not str(row[0]).isdigit():
+    if len(values) > 1:   # which one holds is anyone's guess: read as the first DuckDB returned
+        shown = ", ".join(sorted(values, key=lambda v: (len(v), v))[:4])
+        raise StoreError(f"{path}: holds {len(values)} different schema versions ({shown}): "
+                         "edited by hand, or not written by cuptiprof; record or import it again")
+    # ASCII digits: isdigit() and int() also take other scripts' ('٥' read as schema 5)
+    if not values or not re.fullmatch(r"[0-9]+", v := values.pop()):
         raise NotCuptiprofFile(f"{path}: a DuckDB file, but not a cuptiprof file (no schema "
                                "version); give one that cuptiprof run, import or merge wrote")
-    return int(row[0])
+    return int(v)
 
 
 def damaged_among(paths) -> Path | None:
