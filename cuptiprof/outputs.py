@@ -22,6 +22,29 @@ def temp_beside(out: Path) -> Path:
     return out.with_name(f".{out.name}.tmp-{os.getpid()}")
 
 
+def publish(tmp: Path, out: Path, *, replace: bool, taken_hint: str | None = None) -> None:
+    """Rename the finished temporary file `tmp` to `out`. replace=False: never over a file that
+    appeared at `out` since the up-front check said it was free (another import or merge of
+    the same output at once, whose file that was): `out` is made by a hard link, which fails
+    where a name is taken, and the refusal names it in the up-front check's words. A file
+    system without hard links gets the rename, once `out` is seen to be free still."""
+    if replace:
+        os.replace(tmp, out)
+        return
+    taken = InputError(f"{out}: already exists (written by another command since this one "
+                       f"began); {taken_hint or FORCE_HINT}")
+    try:
+        os.link(tmp, out, follow_symlinks=False)
+    except FileExistsError:
+        raise taken from None
+    except OSError:   # no hard links here (FAT, some network file systems)
+        if os.path.lexists(out):
+            raise taken from None
+        os.replace(tmp, out)
+        return
+    os.unlink(tmp)
+
+
 def write_failed(out, exc: OSError) -> CuptiprofError:
     """One line for an output whose write failed after the up-front check passed, naming the
     path the user gave (not the temporary one): a full disk is a runtime failure (exit 1); any

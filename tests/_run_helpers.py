@@ -96,9 +96,10 @@ def q(path: Path, sql: str) -> list:
 
 
 def syncs_and_renames(monkeypatch) -> list:
-    """Record os.fsync (the path synced) and os.replace (the path renamed) calls, in order."""
+    """Record os.fsync (the path synced) and os.replace (the path renamed) calls, in order; an
+    os.link that puts a new output in place (outputs.publish) counts as its rename."""
     events = []
-    real_fsync, real_replace = os.fsync, os.replace
+    real_fsync, real_replace, real_link = os.fsync, os.replace, os.link
 
     def fsync(fd):
         events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
@@ -107,8 +108,12 @@ def syncs_and_renames(monkeypatch) -> list:
     def replace(a, b):
         events.append(("replace", str(a)))
         real_replace(a, b)
+    def link(a, b, **kw):
+        events.append(("replace", str(a)))
+        real_link(a, b, **kw)
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "link", link)
     return events
 
 

@@ -2734,14 +2734,18 @@ def test_the_runs_of_a_merged_export_are_restored_before_the_rename(tmp_path, mo
     out = tmp_path / "m.json.gz"
     with cuptiprof.open(src) as prof:
         export_chrome(prof, out)
-    real, seen = os.replace, []
+    seen = []
 
-    def replace(a, b):
-        if Path(b).suffix == ".duckdb":
-            with duckdb.connect(str(a), read_only=True) as con:
-                seen.append((Path(b).name, con.execute("SELECT count(*) FROM runs").fetchone()[0]))
-        return real(a, b)
-    monkeypatch.setattr(os, "replace", replace)
+    def placing(real):   # a new output is put in place by a hard link, a replaced one renamed
+        def place(a, b, **kw):
+            if Path(b).suffix == ".duckdb":
+                with duckdb.connect(str(a), read_only=True) as con:
+                    seen.append((Path(b).name,
+                                 con.execute("SELECT count(*) FROM runs").fetchone()[0]))
+            return real(a, b, **kw)
+        return place
+    monkeypatch.setattr(os, "replace", placing(os.replace))
+    monkeypatch.setattr(os, "link", placing(os.link))
     import_traces([out], tmp_path / "back.duckdb")
     assert seen == [("back.duckdb", 2)]
 

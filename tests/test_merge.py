@@ -38,6 +38,35 @@ def test_merge_syncs_its_output_once_before_the_rename(tmp_path, monkeypatch):
     assert q(out, "SELECT count(*) FROM runs") == [(2,)]
 
 
+@pytest.mark.parametrize("force", [False, True])
+def test_a_merge_never_replaces_an_output_another_command_made_meanwhile(tmp_path, monkeypatch,
+                                                                          force):
+    """Two merges (or an import and a merge) of one new output at once: each found the path
+    free, and the later rename replaced the earlier one's file without --force, both saying
+    they wrote it. Now the later one says the file is there, keeps it, and leaves no temporary;
+    --force still replaces it."""
+    import cuptiprof.store.merge as m
+
+    a = _file(tmp_path / "a.duckdb", ["gemm"], 11, "hostA")
+    b = _file(tmp_path / "b.duckdb", ["relu"], 22, "hostB")
+    out = tmp_path / "all.duckdb"
+    real = m.sync_file
+
+    def another_command_writes_it(path):   # as this merge ends, the other one has written out
+        real(path)
+        shutil.copy(a, out)
+    monkeypatch.setattr(m, "sync_file", another_command_writes_it)
+    if force:
+        merge_files([a, b], out, overwrite=True)
+        assert q(out, "SELECT count(*) FROM runs") == [(2,)]
+    else:
+        with pytest.raises(InputError, match=r"all\.duckdb: already exists \(written by another "
+                                             r"command since this one began\); choose another"):
+            merge_files([a, b], out)
+        assert out.read_bytes() == a.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "all.duckdb", "b.duckdb"]
+
+
 def test_merge_keeps_runs_and_remaps_strings(tmp_path):
     a = _file(tmp_path / "a.duckdb", ["gemm", "relu"], 11, "hostA")
     b = _file(tmp_path / "b.duckdb", ["relu", "softmax", "relu"], 22, "hostB")

@@ -423,6 +423,26 @@ def test_an_atomic_writer_replaces_a_temporary_file_a_killed_writer_left(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["atomic.duckdb"]
 
 
+def test_atomic_writer_never_replaces_a_file_made_there_meanwhile(tmp_path):
+    """An import (an atomic 'create' writer) whose output another command wrote while it ran
+    (two imports of one -o at once): the rename replaced that file, and both said they wrote
+    it. Now the later one is refused in the check's words, the other's file is kept, and no
+    temporary file is left; mode='overwrite' still replaces it."""
+    path = tmp_path / "out.duckdb"
+    w = Writer(path, RunInfo(source="kineto"), atomic=True, taken_hint="pass --force")
+    w.append({"kernels": kernels(3, ["k"])})
+    path.write_bytes(b"the other command's file")
+    with pytest.raises(InputError, match=r"out\.duckdb: already exists \(written by another "
+                                         r"command since this one began\); pass --force$"):
+        w.close()
+    assert path.read_bytes() == b"the other command's file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.duckdb"]
+    w = Writer(path, RunInfo(source="kineto"), mode="overwrite", atomic=True)
+    w.append({"kernels": kernels(3, ["k"])})
+    w.close()
+    assert rows(path, "SELECT count(*) FROM kernel_rows") == [(3,)]
+
+
 def test_atomic_writer_syncs_the_file_once_before_the_rename(tmp_path, monkeypatch):
     """A temporary file nobody reads is written without DuckDB's syncs at each commit; what a
     commit wrote is synced behind it on a thread of its own, and close() syncs the rest,

@@ -24,7 +24,7 @@ import numpy as np
 
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, StoreError
-from cuptiprof.outputs import check_output, temp_beside
+from cuptiprof.outputs import check_output, publish, temp_beside
 from cuptiprof.store import arrow
 from cuptiprof.store.files import (check_contract, check_core_tables, check_schema_version, first_row,
                                    require_duckdb, schema_version, sync_file, write_unsynced)
@@ -120,7 +120,7 @@ def merge_files_result(sources, dest, *, one_run=False, run_info=None, status=No
         con.execute("CHECKPOINT")
         con.close()
         sync_file(tmp)
-        os.replace(tmp, dest)
+        publish(tmp, dest, replace=overwrite)   # not over a file another merge made meanwhile
     except BaseException:
         try:
             con.close()

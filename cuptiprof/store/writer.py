@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
-from cuptiprof.outputs import temp_beside
+from cuptiprof.outputs import publish, temp_beside
 from cuptiprof.store import arrow
 from cuptiprof.store.arrow import rows_as_lists, valid as _valid, values as _values
 from cuptiprof.store.demangle import demangle
@@ -97,6 +97,8 @@ class Writer:
         self.path = Path(path)
         self.run = run or RunInfo()
         self.atomic = atomic
+        self.mode = mode
+        self._taken_hint = taken_hint
         # synced=False: a part file of `cuptiprof run`, merged into the output when the run
         # ends; what a killed process committed is in the file system's cache either way, so
         # syncing each commit to the disk only slows the program's step ends
@@ -564,7 +566,9 @@ class Writer:
                     if self._syncer is not None:
                         self._syncer.join()
                     sync_file(self.path)
-                    os.replace(self.path, self._target)
+                    # 'create': not over a file another command made there meanwhile
+                    publish(self.path, self._target, replace=self.mode != "create",
+                            taken_hint=self._taken_hint)
                 except BaseException:
                     self.discard()
                     raise
