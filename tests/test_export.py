@@ -3457,3 +3457,36 @@ def test_a_gpu_annotation_keeps_its_step_through_a_round_trip(tmp_path):
         con = duckdb.connect(str(path), read_only=True)
         assert con.execute(sql).fetchall() == [("fwd", 1), ("opt", 2)], path.name
         con.close()
+
+
+@pytest.mark.parametrize("kind", ["chrome", "parquet"])
+def test_an_export_keeps_an_output_another_command_made_meanwhile(tmp_path, monkeypatch, kind):
+    """Two exports to one new path at once: each found it free, and the later one replaced the
+    earlier one's trace (--chrome) or removed its whole folder (--parquet) without --force.
+    Now it is kept, the later export refused in one line, and no temporary is left."""
+    import cuptiprof.interop.chrome.export as chrome_mod
+    import cuptiprof.interop.parquet as parquet_mod
+
+    src = write_synthetic(tmp_path / "s.duckdb", steps=2, kernels_per_step=20)
+    out = tmp_path / ("t.json" if kind == "chrome" else "pq")
+    mod, name = (chrome_mod, "_metadata") if kind == "chrome" else (parquet_mod, "first_row")
+    real, made = getattr(mod, name), []
+
+    def meanwhile(*a, **kw):   # the other export ends while this one runs
+        if not made:
+            made.append(out)
+            if kind == "chrome":
+                out.write_text("the other export")
+            else:
+                (out / "kernels").mkdir(parents=True)
+                (out / "kernels" / "theirs.parquet").write_text("the other export")
+        return real(*a, **kw)
+    monkeypatch.setattr(mod, name, meanwhile)
+    with cuptiprof.open(src) as prof:
+        with pytest.raises(cuptiprof.errors.InputError,
+                           match=r"already exists \(written by another command since this one "
+                                 r"began\); choose another path or pass --force"):
+            (export_chrome if kind == "chrome" else export_parquet)(prof, out)
+    kept = out if kind == "chrome" else out / "kernels" / "theirs.parquet"
+    assert kept.read_text() == "the other export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["s.duckdb", out.name])

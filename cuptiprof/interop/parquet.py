@@ -17,7 +17,8 @@ import os
 import shutil
 from pathlib import Path
 
-from cuptiprof.outputs import check_output, temp_beside
+from cuptiprof.errors import InputError
+from cuptiprof.outputs import FORCE_HINT, check_output, temp_beside
 from cuptiprof.store.files import first_row
 
 # Per-process tables (partitioned by host/pid), exported from the view that resolves names.
@@ -89,11 +90,20 @@ def export_parquet(prof, out_dir: str | os.PathLike, *, force: bool = False) -> 
             dest = (tmp / t / "data_0.parquet").as_posix().replace("'", "''")
             counts[t] = first_row(con.execute(f"SELECT count(*) FROM {t}"))[0]
             con.execute(f"COPY (SELECT * FROM {t}) TO '{dest}' (FORMAT parquet)")
-        if out.is_symlink():   # replaced, never written through (nor rmtree'd: it refuses)
-            out.unlink()
-        elif out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        os.replace(tmp, out)
+        if force:
+            if out.is_symlink():   # replaced, never written through (nor rmtree'd: it refuses)
+                out.unlink()
+            elif out.exists():
+                shutil.rmtree(out) if out.is_dir() else out.unlink()
+        try:
+            # without force only an empty folder is replaced (the rename fails over anything
+            # else): what another command wrote there meanwhile is kept, never removed
+            os.replace(tmp, out)
+        except OSError:
+            if force or not os.path.lexists(out):
+                raise
+            raise InputError(f"{out}: already exists (written by another command since this one "
+                             f"began); {FORCE_HINT}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -19,7 +19,7 @@ from cuptiprof.interop.chrome.json_sql import SEP
 from cuptiprof.interop.chrome.pids import _ID_STRIDE, _Pids
 from cuptiprof.interop.chrome.scope import _held, _ranges_where, _scoped
 from cuptiprof.interop.chrome.tracks import _lanes, _metadata, _stream_tids
-from cuptiprof.outputs import check_output, temp_beside
+from cuptiprof.outputs import check_output, publish, temp_beside
 from cuptiprof.store.files import first_row
 
 try:  # ISA-L level 2: ~25x faster than zlib -9 for a ~40% larger file (BENCHMARKS.md)
@@ -91,7 +91,7 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
         if not sink.events:   # a trace without events: nothing a viewer or `import` can read
             raise InputError(f"{prof.path}: nothing to export (no GPU activity, range, API call "
                              "or log record); no trace written")
-        os.replace(tmp, out)
+        publish(tmp, out, replace=force)   # not over a file another command made meanwhile
     except BaseException:
         try:
             tmp.unlink()
