@@ -200,3 +200,26 @@ def test_schema_version_rows_edited_by_hand(tmp_path, values, want):
     else:
         with pytest.raises(StoreError, match=want):
             files.schema_version(con, f)
+
+
+def test_a_write_ahead_log_of_another_file_beside_it_is_named_not_the_file(tmp_path):
+    """A file copied over one whose killed writer left its .wal: DuckDB refuses to replay that
+    log, and the line said the file was 'not a readable DuckDB file', which it is."""
+    import shutil
+
+    import cuptiprof
+    from cuptiprof.synthetic import write_synthetic
+
+    f = write_synthetic(tmp_path / "run.duckdb", steps=2, kernels_per_step=20)
+    other = tmp_path / "other.duckdb"
+    with duckdb.connect(str(other)) as con:   # a log left beside it, as by a killed writer
+        con.execute("PRAGMA disable_checkpoint_on_shutdown")
+        con.execute("SET checkpoint_threshold = '1GB'")
+        con.execute("CREATE TABLE t AS SELECT range AS x FROM range(1000)")
+    shutil.copy(f"{other}.wal", f"{f}.wal")
+    with pytest.raises(StoreError, match=r"run\.duckdb: \S*run\.duckdb\.wal beside it is another "
+                                         r"file's write-ahead log .*; move \S*run\.duckdb\.wal away"):
+        cuptiprof.open(f)
+    os.unlink(f"{f}.wal")
+    with cuptiprof.open(f) as prof:
+        assert prof.ops().fetchall()

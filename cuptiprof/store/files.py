@@ -389,6 +389,13 @@ def connect_error(path: Path, exc: Exception, *, writing: bool,
             f"{path}: already open in this process (an open cuptiprof.open() of it, or a "
             f"profile() writing it); close that (prof.close(), or end the profile) before "
             f"{what} it")
+    if "WAL does not match database file" in msg:
+        # FILE.wal left by another file's writer (a file copied over one a killed writer left
+        # its log beside): the file itself is whole, the log is not its own
+        wal = f"{path}.wal"
+        return StoreError(f"{path}: {wal} beside it is another file's write-ahead log (left by a "
+                          f"writer of an earlier file of that name); move {shell_word(wal)} away "
+                          "and try again")
     if damage_said(msg):   # cut off (a copy that stopped short, a full disk) or corrupt blocks
         return StoreError(f"{path}: truncated or damaged ({msg.splitlines()[0][:160]}); it cannot "
                           "be read: record or import it again")
