@@ -223,3 +223,19 @@ def test_a_write_ahead_log_of_another_file_beside_it_is_named_not_the_file(tmp_p
     os.unlink(f"{f}.wal")
     with cuptiprof.open(f) as prof:
         assert prof.ops().fetchall()
+
+
+def test_a_dangling_symbolic_link_is_named_with_where_it_points(tmp_path):
+    """`report last.duckdb`, a link to a run since removed, said 'no such file' of a name that
+    ls lists."""
+    link = tmp_path / "last.duckdb"
+    link.symlink_to("runs/gone.duckdb")
+    with pytest.raises(InputError, match=r"last\.duckdb: a symbolic link to runs/gone\.duckdb, "
+                                         r"which does not exist \(or links round in a loop\)"):
+        files.read_head(link)
+    loop = tmp_path / "loop.duckdb"
+    loop.symlink_to("loop.duckdb")
+    with pytest.raises(InputError, match=r"loop\.duckdb: a symbolic link to loop\.duckdb, which"):
+        files.require_duckdb(loop)
+    with pytest.raises(InputError, match=r"missing\.duckdb: no such file$"):
+        files.read_head(tmp_path / "missing.duckdb")

@@ -29,6 +29,14 @@ def is_duckdb_head(head: bytes) -> bool:
 def read_head(path: Path, expected: str = "a cuptiprof file") -> bytes:
     """The first 16 bytes of an input file (missing, a directory, unreadable: one line)."""
     if not path.exists():
+        if path.is_symlink():   # a link whose file was moved or removed: name where it points
+            try:
+                to = os.readlink(path)
+            except OSError:
+                to = None
+            if to is not None:
+                raise InputError(f"{path}: a symbolic link to {shell_word(to)}, which does not "
+                                 "exist (or links round in a loop); give a file that exists")
         raise InputError(f"{path}: no such file")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected {expected}")
