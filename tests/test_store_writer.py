@@ -1059,3 +1059,25 @@ def test_a_ctrl_c_on_closes_status_update_still_marks_the_run_interrupted(tmp_pa
     assert rows(path, "SELECT status FROM runs") == [("interrupted",)]
     assert rows(path, "SELECT count(*) FROM kernels") == [(2,)]
     Writer(path, mode="append").close()
+
+
+@pytest.mark.parametrize("edit, says", [
+    ("ALTER TABLE kernel_rows DROP COLUMN start_ns", "kernel_rows has no column start_ns"),
+    ("DROP TABLE launch_configs", "no launch_configs"),
+    ("DROP TABLE logs", "no logs"),
+    ("ALTER TABLE kernel_rows ALTER COLUMN end_ns TYPE VARCHAR", "kernel_rows.end_ns is VARCHAR"),
+])
+def test_append_to_a_file_edited_by_hand_is_refused_before_anything_is_written(tmp_path, edit,
+                                                                                 says):
+    """mode='append' to a file whose tables were edited in DuckDB: the first batch failed on
+    them (a ValueError, a CatalogException), or a run was added to a file no report reads."""
+    path = tmp_path / "edited.duckdb"
+    write_synthetic(path, steps=1, kernels_per_step=10)
+    with duckdb.connect(str(path)) as con:
+        con.execute(edit)
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match=rf"edited\.duckdb: not a complete cuptiprof file \({says}"):
+        Writer(path, RunInfo(source="synthetic"), mode="append")
+    assert path.read_bytes() == before
+    with duckdb.connect(str(path)) as con:   # nothing holds it open
+        assert con.execute("SELECT count(*) FROM runs").fetchone() == (1,)

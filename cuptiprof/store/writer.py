@@ -33,7 +33,8 @@ from cuptiprof.store.demangle import demangle
 from cuptiprof.store.distinct import (_filled, _int_array, _kernel_groups, _one_row_each,
                                       distinct_rows)
 from cuptiprof.store.files import first_row
-from cuptiprof.store.files import (check_schema_version, connect_error,  # noqa: F401 (re-exported)
+from cuptiprof.store.files import (check_contract, check_core_tables,  # noqa: F401 (re-exported)
+                                   check_schema_version, connect_error,
                                    schema_version, sync_file, write_unsynced)
 from cuptiprof.store.summary import BUSY_SQL, BusySummary, work_part
 from cuptiprof.store.schema import (
@@ -208,6 +209,13 @@ class Writer:
                 raise SchemaVersionError(
                     f"{named}: schema {version} is older than {SCHEMA_VERSION}; write a new "
                     "file instead of appending to this one")
+            try:   # tables or columns edited away: the first batch failed on them, or was
+                # written into a file no report reads
+                check_core_tables(self._con, named)
+                check_contract(self._con, named)
+            except StoreError:
+                self._con.close()
+                raise
             for sid, value in self._con.execute("SELECT string_id, value FROM strings").fetchall():
                 self._strings[value] = sid
                 self._max_sid = max(self._max_sid, sid)
