@@ -239,3 +239,29 @@ def test_a_dangling_symbolic_link_is_named_with_where_it_points(tmp_path):
         files.require_duckdb(loop)
     with pytest.raises(InputError, match=r"missing\.duckdb: no such file$"):
         files.read_head(tmp_path / "missing.duckdb")
+
+
+def test_a_reader_of_a_file_in_a_folder_it_cannot_write_spills_into_the_temporary_folder(
+        tmp_path, monkeypatch):
+    """DuckDB spills a query that outgrows its memory into FILE.duckdb.tmp beside the file: in
+    a folder the reader cannot write (a shared, read-only dataset), every such report failed
+    ('Failed to create directory ...: Permission denied'). It spills into the system's
+    temporary folder there; beside the file where it can."""
+    import tempfile
+
+    import cuptiprof
+    from cuptiprof.synthetic import write_synthetic
+
+    data = tmp_path / "shared"
+    data.mkdir()
+    f = write_synthetic(data / "run.duckdb", steps=2, kernels_per_step=20)
+
+    def spill_dir():
+        with cuptiprof.open(f) as prof:
+            return Path(prof.con.execute("SELECT current_setting('temp_directory')").fetchone()[0])
+    assert spill_dir().parent == data
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == data and
+                        mode == os.W_OK else real(p, mode, **kw))
+    got = spill_dir()
+    assert got.parent == Path(tempfile.gettempdir()) and not got.exists()

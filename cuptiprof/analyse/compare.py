@@ -26,7 +26,8 @@ from cuptiprof.analyse.profile import has_stored_busy, stepless_processes
 from cuptiprof.errors import InputError, SchemaVersionError, UsageError, shell_word
 from cuptiprof.store import arrow
 from cuptiprof.store.files import (check_core_tables, check_schema_version, connect_error,
-                                   first_row, require_duckdb, schema_version)
+                                   first_row, require_duckdb, schema_version,
+                                   spill_where_writable)
 from cuptiprof.store.quality import STEP_INCOMPLETE
 
 # A file whose GPU work lies mostly outside its steps (launched before the first step, between
@@ -139,6 +140,7 @@ class Comparison:
                                      "shows no difference (give two different runs)")
         self.con = duckdb.connect()
         try:
+            spill_where_writable(self.con, Path.cwd())   # an in-memory database spills into .tmp
             self._attach()
             self._build(by, require_steps, work)
         except BaseException:

@@ -16,7 +16,8 @@ import duckdb
 from cuptiprof.errors import UsageError, damage_said, file_path, shell_word, whole_number
 from cuptiprof.markers import steps_beyond
 from cuptiprof.store.files import (check_contract, check_core_tables, check_schema_version,
-                                   connect_error, first_row, require_duckdb, schema_version)
+                                   connect_error, first_row, require_duckdb, schema_version,
+                                   spill_where_writable)
 from cuptiprof.analyse import catalog
 
 
@@ -168,6 +169,7 @@ class Profile:
             # the program is still reading from sql() (to_arrow_reader) made every report fail
             # ("connection has an open result"), and a temp view of its own named like a table
             # (CREATE TEMP VIEW kernels ...) changed what the reports said.
+            spill_where_writable(self.con, self.path.parent)   # (cursors share the database's)
             self._rep = self.con.cursor()
             self._check_and_scope(steps)
         except BaseException:

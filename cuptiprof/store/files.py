@@ -72,6 +72,19 @@ def sync_file(path: Path) -> None:
         os.close(fd)
 
 
+def spill_where_writable(con, folder: Path) -> None:
+    """Where a reading connection's DuckDB spills what outgrows its memory (a sort over a
+    large file's kernels): beside the file it reads (FILE.duckdb.tmp; an in-memory one: .tmp
+    in the current folder), removed on close. Where that folder cannot be written (a shared,
+    read-only dataset), the system's temporary folder instead: the query failed there ('Failed
+    to create directory "FILE.duckdb.tmp": Permission denied')."""
+    if os.access(folder if str(folder) else ".", os.W_OK):
+        return
+    import tempfile
+    spill = Path(tempfile.gettempdir()) / f"cuptiprof-spill-{os.getpid()}"
+    con.execute(f"SET temp_directory = '{str(spill).replace(chr(39), chr(39) * 2)}'")
+
+
 def first_row(result) -> tuple | None:
     """The first row of an execute() result, or None when it has none. It fetches every row, so
     the result ends here: DuckDB 2 keeps a result that fetchone() read only part of open, and
