@@ -265,3 +265,28 @@ def test_a_reader_of_a_file_in_a_folder_it_cannot_write_spills_into_the_temporar
                         mode == os.W_OK else real(p, mode, **kw))
     got = spill_dir()
     assert got.parent == Path(tempfile.gettempdir()) and not got.exists()
+
+
+def test_a_gzipped_cuptiprof_file_says_to_decompress_it(tmp_path):
+    """A run gzipped to ship it: `report` said it looked like a trace and to import it, and
+    `import` then said its JSON was malformed at byte 0."""
+    import gzip
+    import subprocess
+    import sys
+
+    from cuptiprof.synthetic import write_synthetic
+
+    f = write_synthetic(tmp_path / "run.duckdb", steps=1, kernels_per_step=10)
+    gz = tmp_path / "run.duckdb.gz"
+    gz.write_bytes(gzip.compress(f.read_bytes()))
+    with pytest.raises(StoreError, match=rf"run\.duckdb\.gz: a gzipped DuckDB file .*; decompress "
+                                         rf"it \(gunzip -k {re.escape(str(gz))}\) and give"):
+        files.require_duckdb(gz)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    for cmd in (["report", gz], ["import", gz, "-o", tmp_path / "o.duckdb"]):
+        r = subprocess.run([sys.executable, "-m", "cuptiprof", *map(str, cmd)], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "a gzipped DuckDB file" in r.stderr and f"gunzip -k {gz}" in r.stderr, r.stderr
+        assert "JSON" not in r.stderr and "import it first" not in r.stderr, r.stderr
+    assert not (tmp_path / "o.duckdb").exists()

@@ -22,7 +22,8 @@ from cuptiprof.outputs import FORCE_HINT, check_output
 from cuptiprof.interop.kineto import claim_pid, import_kineto
 from cuptiprof.interop.textsource import looks_like_json
 from cuptiprof.store import arrow
-from cuptiprof.store.files import is_duckdb_head, read_head, refuse_run_parts, write_unsynced
+from cuptiprof.store.files import (gunzip_command, is_duckdb_head, read_head, refuse_run_parts,
+                                   write_unsynced)
 from cuptiprof.store.writer import RunInfo, Writer
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -74,6 +75,10 @@ def trace_kind(path: Path) -> str:
     if _is_tar(block):
         raise InputError(f"{path}: a tar archive, not a trace; extract it (tar xf "
                          f"{shell_word(path)}) and import the trace files inside")
+    if head[:2] == b"\x1f\x8b" and is_duckdb_head(block[:16]):   # a cuptiprof file, gzipped
+        raise InputError(f"{path}: a gzipped DuckDB file (a compressed cuptiprof file?), not a "
+                         f"trace; decompress it ({gunzip_command(path, '.duckdb')}) and read it "
+                         "as it is, without an import")
     if head[:2] == b"\x1f\x8b" and block.startswith(SQLITE_MAGIC):
         # gunzip -k takes a name ending in .gz only ("unknown suffix -- ignored")
         plain = path.with_name(path.stem + "-unzipped.sqlite")

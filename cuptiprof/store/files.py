@@ -170,6 +170,10 @@ def require_duckdb(path: Path) -> None:
                              f"{parts}: {recover_command(parts, path)}")
     refuse_run_parts(path, "a file")   # `report OUT.duckdb.parts`
     head = read_head(path)
+    if gzipped_duckdb(path, head):   # not the trace that a gzip file most often is
+        raise StoreError(f"{path}: a gzipped DuckDB file (a compressed cuptiprof file?), which "
+                         f"is read uncompressed; decompress it ({gunzip_command(path, '.duckdb')})"
+                         " and give the .duckdb file")
     if not is_duckdb_head(head):
         # a trace handed to report/compare/...: say how to read it
         if _looks_importable(path, head):
@@ -184,6 +188,28 @@ def require_duckdb(path: Path) -> None:
 # Why DuckDB cannot open or write a path holding a backslash (it opened a/b.duckdb for
 # a\b.duckdb, or said it does not exist; a run wrote nothing after its program had run).
 BACKSLASH = "the path holds a backslash, which DuckDB takes for a folder separator (/)"
+
+
+def gzipped_duckdb(path: Path, head: bytes) -> bool:
+    """Whether `path` (`head`: its first bytes) is a DuckDB file compressed with gzip."""
+    if head[:2] != b"\x1f\x8b":
+        return False
+    import gzip
+    import zlib
+    try:
+        with gzip.open(path, "rb") as fh:
+            return is_duckdb_head(fh.read(16))
+    except (OSError, EOFError, zlib.error):
+        return False
+
+
+def gunzip_command(path: Path, suffix: str) -> str:
+    """The command that decompresses `path` beside it (gunzip -k takes only a name ending in
+    .gz: "unknown suffix -- ignored"); `suffix`: the plain file's, where the name has no .gz."""
+    if path.name.endswith(".gz"):
+        return f"gunzip -k {shell_word(path)}"
+    plain = path.with_name(path.stem + "-unzipped" + suffix)
+    return f"gunzip -c {shell_word(path)} > {shell_word(plain)}"
 
 
 def _older_than(path: Path, folder: Path) -> bool:
