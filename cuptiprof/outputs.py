@@ -103,10 +103,16 @@ def check_output(out: str | os.PathLike, *, inputs: Iterable = (), force: bool =
         # was (as root, a device node gone), --force or not
         raise InputError(f"{out}: is not a regular file (a device, a pipe or a socket); give the "
                          "path of a file to write")
-    taken = out.exists() and not (directory and not any(out.iterdir()))
+    # a link to nothing is there all the same: the output would replace it (never write
+    # through it), as it replaces a file, with --force only
+    dangling = out.is_symlink() and not out.exists()
+    taken = dangling or (out.exists() and not (directory and not any(out.iterdir())))
     if taken and not force:
+        if dangling:
+            raise InputError(f"{out}: already exists, a symbolic link to {os.readlink(out)} "
+                             f"(which does not exist); {taken_hint}")
         raise InputError(f"{out}: already exists; {taken_hint}")
-    if taken and replaceable is not None:
+    if taken and replaceable is not None and not dangling:
         why = replaceable(out)
         if why:
             raise InputError(f"{out}: {why}")

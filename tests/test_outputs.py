@@ -12,7 +12,7 @@ import pytest
 
 from cuptiprof.cli import main
 from cuptiprof.errors import CuptiprofError, InputError, shell_word
-from cuptiprof.outputs import say, temp_beside, write_failed
+from cuptiprof.outputs import check_output, say, temp_beside, write_failed
 
 
 @pytest.fixture(scope="module")
@@ -327,3 +327,24 @@ def test_force_does_not_replace_a_file_another_process_is_writing(run_file, tmp_
         assert out.read_bytes() == before and listing(tmp_path) == ["x.duckdb"]
     finally:
         held.communicate("")
+
+
+def test_a_dangling_symbolic_link_at_the_output_is_replaced_with_force_only(tmp_path):
+    """A link to nothing at -o: merge replaced it without --force (and, refusing a file made
+    there meanwhile, then said another command had written it); it is there as a file is."""
+    from cuptiprof.store.merge import merge_files
+    from cuptiprof.synthetic import write_synthetic
+
+    src = write_synthetic(tmp_path / "s.duckdb", steps=1, kernels_per_step=5)
+    link = tmp_path / "out.duckdb"
+    link.symlink_to("gone/run.duckdb")
+    with pytest.raises(InputError, match=r"out\.duckdb: already exists, a symbolic link to "
+                                         r"gone/run\.duckdb \(which does not exist\); choose"):
+        check_output(link)
+    with pytest.raises(InputError, match="a symbolic link to gone/run.duckdb"):
+        merge_files([src], link)
+    assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "out.duckdb", "s.duckdb"]
+    assert check_output(link, force=True) == link
+    merge_files([src], link, overwrite=True)   # the link replaced, not written through
+    assert not link.is_symlink() and link.is_file() and not (tmp_path / "gone").exists()
