@@ -185,14 +185,15 @@ def _dumps(value: Any) -> str:
         return json.dumps(finite(value), default=str, sort_keys=True, allow_nan=False)
 
 
-def finite(value: Any) -> Any:
-    """`value` with every NaN or infinite float in it (in dicts, lists and tuples) as None."""
+def finite(value: Any, key: Callable[[Any], Any] | None = None) -> Any:
+    """`value` with every NaN or infinite float in it (in dicts, lists and tuples) as None;
+    `key`, where given, maps each dict key (a JSON writer's: object keys must be strings)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
+        return {(k if key is None else key(k)): finite(v, key) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
+        return [finite(v, key) for v in value]
     return value
 
 

@@ -16,6 +16,7 @@ import sys
 import unicodedata
 from typing import Any, Iterable, Sequence
 
+from cuptiprof.markers import finite
 
 FORMATS = ("table", "csv", "json", "markdown")
 _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -285,16 +286,10 @@ def write_json(doc, out) -> None:
 
 
 def _jsonable(value: Any) -> Any:
-    """`value` with every NaN or infinity in it null (as markers.finite) and the keys of its
+    """`value` with every NaN or infinity in it null (markers.finite) and the keys of its
     MAPs JSON object keys: a DECIMAL, DATE or TIMESTAMP key (histogram() of such values) as
     its text, an infinite or NaN DOUBLE key as 'inf' or 'nan'; json refuses either as a key."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {_json_key(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
+    return finite(value, key=_json_key)
 
 
 def _json_key(k: Any) -> Any:
