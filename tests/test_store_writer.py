@@ -385,6 +385,17 @@ def test_an_existing_file_is_refused_with_what_replaces_it(tmp_path, monkeypatch
     with pytest.raises(InputError) as err:
         importing.import_traces([trace], path)
     assert str(err.value) == f"{path}: already exists; choose another path or pass --force"
+    # the output opens beside the parsing of the first trace; an empty trace fails at once, and
+    # the output's refusal is still the one said, however late the opening ends
+    import time
+
+    def slow_writer(*a, **kw):
+        time.sleep(0.3)
+        return Writer(*a, **kw)
+    monkeypatch.setattr(importing, "Writer", slow_writer)
+    with pytest.raises(InputError) as err:
+        importing.import_traces([trace], path)
+    assert str(err.value) == f"{path}: already exists; choose another path or pass --force"
 
 
 def test_modes(tmp_path):

@@ -17,7 +17,8 @@ from typing import Callable
 import msgspec
 import pyarrow as pa
 
-from cuptiprof.errors import InputError, NotCuptiprofFile, UsageError, shell_word
+from cuptiprof.errors import (CuptiprofError, InputError, NotCuptiprofFile, UsageError,
+                              shell_word)
 from cuptiprof.outputs import FORCE_HINT, check_output
 from cuptiprof.interop.kineto import claim_pid, import_kineto
 from cuptiprof.interop.textsource import looks_like_json
@@ -224,6 +225,10 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
         if w is None:  # the output may still be opening: wait, then remove it
             opening.thread.join()
             w = opening.writer
+            # The output's refusal comes first, as when the Writer is opened before parsing:
+            # a trace that fails fast must not hide it by winning the race
+            if isinstance(opening.error, CuptiprofError) and isinstance(exc, Exception):
+                raise opening.error from None
         if w is not None:
             try:
                 w.close("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
