@@ -1513,3 +1513,27 @@ def test_report_html_of_a_merged_run_without_steps_says_its_work_is_in_no_step_b
     assert note and "the GPU time of 1 process without steps (0.04 ms" in note.group(1)
     assert main(["report", str(a), "--html", str(out)]) == 0
     assert "stepless" not in out.read_text()
+
+
+def test_report_html_of_kernels_all_of_zero_duration_shows_them_and_says_no_time_was_measured(tmp_path):
+    """Kernels recorded, every one starting and ending at the same time: the page said "No GPU
+    activity", as if nothing had run. It counts them, plots their calls, and says that their
+    time was not measured."""
+    from cuptiprof.store.writer import RunInfo, Writer
+    db = tmp_path / "z.duckdb"
+    with Writer(db, RunInfo(source="cupti"), pid=11) as w:
+        w.append({"processes": {"pid": [11]},
+                  "kernels": {"start_ns": [1000, 2000, 3000], "end_ns": [1000, 2000, 3000],
+                              "name": ["k_rare", "k_often", "k_often"], "stream_id": [7, 7, 7],
+                              "device_id": [0, 0, 0]}})
+    out = tmp_path / "z.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    text = out.read_text()
+    assert "No GPU activity" not in text and "nothing in it launched GPU work" not in text
+    assert "GPU activity was recorded (3 kernels), but every row of it has zero duration" in text
+    assert "<h2>Top 2 ops by calls (no GPU time measured)</h2>" in text
+    ops = text.split("<h2>Top 2 ops", 1)[1].split("<h2>", 1)[0]
+    assert re.findall(r">([^<>]*) calls</text>", ops) == ["2", "1"]   # k_often first
+    assert ops.index("k_often") < ops.index("k_rare")
+    kinds = text.split("<h2>Kinds</h2>", 1)[1].split("<h2>", 1)[0]
+    assert ">3 calls</text>" in kinds

@@ -19,6 +19,11 @@ def _calls(n) -> str:
     return f"{n} call" if n == 1 else f"{n} calls"
 
 
+def _counted(n, what: str) -> str:
+    """'1 kernel', '3 memcpy HtoD': a count of rows of a kind."""
+    return f"{n:,} {what}" if n == 1 or " " in what else f"{n:,} {what}s"
+
+
 def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     """The HTML report of one file: top ops, steps as stacked bars, kinds, a step's timeline."""
     from cuptiprof.analyse.compare import (cpu_time, median_step, step_parts, step_timeline,
@@ -27,20 +32,27 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     overview = profile.report("overview")
     # fetched whole, then cut: the ops left out are counted (the page would read as complete)
     ops_cols, ops_rows = rows_of(profile.ops())
+    cpu = _dicts(cpu_time(profile))[0]
+    # Activity recorded, every row of zero duration (no time measured): its counts are what the
+    # data holds, so the top ops are those that ran most often, the plots of ops and kinds show
+    # counts, and the page says why (it said "No GPU activity", as if nothing had run).
+    untimed = bool(cpu["gpu_rows"] or cpu["cpu_rows"]) and not cpu["gpu_ms"] and not cpu["cpu_ms"]
+    if untimed:
+        calls = ops_cols.index("calls")
+        ops_rows = sorted(ops_rows, key=lambda r: -(r[calls] or 0))
     ops_left = max(0, len(ops_rows) - top)
     ops_top = Fetched(ops_cols, ops_rows[:top])
     ops = _dicts(ops_top)
     kinds = _dicts(profile.kinds())
     steps = _dicts(profile.report("steps"))
     quality = profile.report("quality").to_arrow_table()   # run once: tested, then shown
-    cpu = _dicts(cpu_time(profile))[0]
     # A run without a GPU stores torch.profiler's CPU ops as kernels: the page must not call
-    # their times GPU time.
-    only_cpu = bool(cpu["cpu_runs"]) and not cpu["gpu_ms"]
+    # their times GPU time. (Rows, not time: work recorded with zero durations is work.)
+    only_cpu = bool(cpu["cpu_runs"]) and not cpu["gpu_rows"]
     what = "CPU op" if only_cpu else ("GPU and CPU op" if cpu["cpu_runs"] else "GPU")
     # No activity at all in scope (a --light run, or steps that launched nothing): steps and
     # ranges are plotted by their host time, as the text report gives it, not as bars of 0 ms.
-    host_only = not cpu["gpu_ms"] and not cpu["cpu_ms"]
+    host_only = not cpu["gpu_rows"] and not cpu["cpu_rows"]
     body = [f"<h1>cuptiprof report: {esc(profile.path.name)}</h1>",
             f'<p class="note">{esc(profile.path)}; scope: {esc(profile.scope)}</p>']
     if only_cpu:
@@ -57,16 +69,25 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
                "nothing in it launched GPU work")
         body.append(f'<p class="notice host">No GPU activity in scope ({why}): the steps and ranges '
                     "on this page are plotted by their host time.</p>")
+    if untimed:
+        recorded = ", ".join(_counted(k["count"], f'{k["kind"]} {k["detail"] or ""}'.strip()) for k in kinds)
+        body.append(f'<p class="notice untimed">{what} activity was recorded ({esc(recorded)}), but '
+                    "every row of it has zero duration (it starts and ends at the same time): its "
+                    "time was not measured, so the times on this page are 0 ms; the plots of ops "
+                    "and kinds show how many times each ran.</p>")
     body.append(table(overview))
     if quality.num_rows:
         body.append("<h2>Data quality</h2><p class=\"note\">What the data does not contain, or holds "
                     "only in part (<code>cuptiprof report --by quality</code>).</p>" + table(quality, wrap=True))
-    body.append(f"<h2>Top {len(ops)} ops by {what} time</h2>"
-                '<p class="note">Summed duration in scope; hover a bar for the full name.'
+    body.append(f"<h2>Top {len(ops)} ops by "
+                f"{f'calls (no {what} time measured)' if untimed else f'{what} time'}</h2>"
+                f'<p class="note">{"Calls (no time measured)" if untimed else "Summed duration"} '
+                'in scope; hover a bar for the full name.'
                 f'{_left_out(ops_left, "op", top)}</p>')
-    body.append(hbars([(o["name"], o["total_ms"],
+    body.append(hbars([(o["name"], o["calls"] if untimed else o["total_ms"],
                         f'{o["name"]}: {fmt_value(o["total_ms"])} ms, {_calls(o["calls"])}, '
-                        f'{fmt_value(o["pct_gpu_time"])}% of {what} time') for o in ops], cls="plot ops"))
+                        f'{fmt_value(o["pct_gpu_time"])}% of {what} time') for o in ops],
+                      cls="plot ops", unit="calls" if untimed else "ms"))
     r_cols, r_rows = rows_of(profile.report("ranges"))
     ranges = _dicts(Fetched(r_cols, r_rows[:top]))
     ranges_left = _left_out(len(r_rows) - top, "range", top)
@@ -139,10 +160,10 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     if ranges and not host_only and per_step:
         body.append(_steps_by_range(profile, cut, what, sorted(per_step)))
     body.append("<h2>Kinds</h2>")
-    body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["total_ms"],
+    body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["count"] if untimed else k["total_ms"],
                         f'{k["kind"]} {k["detail"] or ""}'.strip() + f': {fmt_value(k["total_ms"])} ms, {_calls(k["count"])}'
                         + (", host wait (not GPU time)" if k["kind"] == "sync" else ""))
-                       for k in kinds], cls="plot kinds"))
+                       for k in kinds], cls="plot kinds", unit="calls" if untimed else "ms"))
     body.append(table(profile.kinds()))
     if host_only:   # nothing to draw: said once, not as one empty timeline per step
         body.append("<h2>Timeline</h2><p class=\"note timeline-none\">No GPU activity in scope "
