@@ -1210,3 +1210,17 @@ def test_sql_table_shows_its_first_rows_and_says_the_rest_are_left_out(run_file)
     r = cli("sql", run_file, f"SELECT i FROM range({TABLE_ROWS}) r(i)")
     assert r.returncode == 0 and r.stdout.split()[2:] == [str(i) for i in range(TABLE_ROWS)]
     assert "note" not in r.stderr
+
+
+@pytest.mark.parametrize("fmt", ["csv", "markdown", "json", "table"])
+def test_sql_whose_rows_fail_as_they_are_made_prints_the_error_alone(run_file, capsys, fmt):
+    """An error that arises as the result's rows are made (a cast DuckDB cannot do, error()),
+    not as the query is read: the CSV header, or Markdown's, came out on stdout above the error
+    line. The command prints the result whole or the error alone."""
+    from cuptiprof.cli import main
+    for query in ("SELECT 1::UUID", "SELECT 'x' AS a UNION ALL SELECT 'b'::INT::VARCHAR",
+                  "SELECT i, CASE WHEN i = 2999 THEN error('boom') ELSE i END AS v FROM range(3000) t(i)"):
+        capsys.readouterr()
+        assert main(["sql", str(run_file), query, "--format", fmt]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1 and "SQL error" in err, (query, out, err)

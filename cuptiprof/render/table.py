@@ -69,6 +69,14 @@ def _arrow_rows(rel) -> tuple[list[str], list[tuple]]:
     return unique_names(tbl.column_names), rows
 
 
+def _first_fetched(rows: Iterable[tuple]) -> Iterable[tuple]:
+    """`rows`, the first of them fetched already: a query's error arises as its first rows are
+    made (DuckDB computes them before it hands out one), and must end the command before
+    anything is written; a CSV or Markdown header came out above the error line."""
+    rows = iter(rows)
+    return itertools.chain(list(itertools.islice(rows, 1)), rows)
+
+
 class Fetched:
     """Rows already fetched, as render() reads a relation."""
 
@@ -136,6 +144,7 @@ def render(rel, fmt: str = "table", out=None, title: str | None = None,
     out = out or sys.stdout
     if fmt in ("csv", "json", "markdown"):   # written row by row: any number of rows
         cols, rows = stream_of(rel)
+        rows = _first_fetched(rows)
     else:
         cols, rows = rows_of(rel)
     if fmt == "csv":
