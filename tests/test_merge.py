@@ -685,3 +685,40 @@ def test_merging_a_runs_parts_over_an_existing_output_needs_force(tmp_path):
     assert q(tmp_path / "r.duckdb", "SELECT count(*) FROM runs") == [(1,)]
     assert q(tmp_path / "r.duckdb", "SELECT pid FROM processes") == [(11,)]
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+def test_a_file_whose_runs_row_was_deleted_is_refused_by_name(tmp_path):
+    """Its `runs` row deleted by hand, the rows of a file's other tables still name the run:
+    the merge left them out (they have no run to be renumbered with) and counted them in its
+    line all the same. The file is refused in one line that names it and what is wrong."""
+    a = _file(tmp_path / "a.duckdb", ["gemm"], 11, "hostA")
+    b = _file(tmp_path / "b.duckdb", ["relu", "gelu"], 22, "hostB")
+    with duckdb.connect(str(b)) as con:
+        con.execute("DELETE FROM runs")
+    r = cli(["merge", "a.duckdb", "b.duckdb", "-o", "all.duckdb"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert "b.duckdb: not a complete cuptiprof file (" in r.stderr
+    assert "kernel_rows" in r.stderr and "runs table" in r.stderr
+    assert not (tmp_path / "all.duckdb").exists()
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    # a run's parts: that part is left out and noted, as an unreadable one is
+    out = merge_files([a, b], tmp_path / "one.duckdb", one_run=True)
+    assert q(out, "SELECT count(*) FROM kernels") == [(1,)]
+    (subject, detail), = q(out, "SELECT subject, detail FROM data_quality "
+                                "WHERE check_name = 'unreadable_part'")
+    assert subject == "b.duckdb" and "runs table" in detail
+
+
+def test_merge_counts_the_rows_it_merged(tmp_path):
+    """The rows a merge counts are those in its output: a note of a merge of nothing (run_id
+    NULL, no run to go with) is not merged, and was counted."""
+    bad = tmp_path / "bad.duckdb"
+    bad.write_text("not a database" * 100)
+    none = merge_files([bad], tmp_path / "none.duckdb", skip_unreadable=True)
+    _file(tmp_path / "a.duckdb", ["gemm"], 11, "hostA")
+    r = cli(["merge", "a.duckdb", none.name, "-o", "all.duckdb"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    total = sum(q(tmp_path / "all.duckdb", f"SELECT count(*) FROM {t}")[0][0]
+                for t in ("kernel_rows", "processes", "data_quality"))
+    assert total == 2 and "(1 run, 2 rows)" in r.stderr, r.stderr

@@ -364,6 +364,48 @@ def check_contract(con, path: Path, db: str | None = None) -> None:
                          "edited or damaged, or not written by cuptiprof; record or import it again")
 
 
+def rows_of_no_run(con, db: str | None = None) -> dict[str, int]:
+    """{table: rows} of a file's rows whose run is not in its `runs` (kernel rows: whose lane is
+    not in `lanes`): the run's row deleted by hand. A note of a merge of nothing (data_quality,
+    run_id NULL) belongs to no run by design and is not counted."""
+    if db is None:
+        db = first_row(con.execute("SELECT current_database()"))[0]
+    q = db.replace('"', '""')
+    out = {}
+    for (t,) in con.execute(
+            "SELECT DISTINCT c.table_name FROM duckdb_columns() c JOIN duckdb_tables() t "
+            "USING (database_name, schema_name, table_name) WHERE c.database_name = ? AND "
+            "c.schema_name = 'main' AND c.column_name = 'run_id' AND c.table_name <> 'runs' "
+            "ORDER BY 1", [db]).fetchall():
+        t_q = t.replace('"', '""')
+        n = first_row(con.execute(
+            f'SELECT count(*) FROM "{q}".main."{t_q}" x WHERE x.run_id IS NOT NULL AND NOT EXISTS '
+            f'(SELECT 1 FROM "{q}".main.runs r WHERE r.run_id = x.run_id)'))[0]
+        if n:
+            out[t] = n
+    n = first_row(con.execute(
+        f'SELECT count(*) FROM "{q}".main.kernel_rows k WHERE NOT EXISTS (SELECT 1 FROM '
+        f'"{q}".main.lanes l JOIN "{q}".main.runs r ON r.run_id = l.run_id '
+        "WHERE l.lane_id = k.lane_id)"))[0]
+    if n:
+        out["kernel_rows"] = n
+    return out
+
+
+def check_rows_have_runs(con, path: Path, db: str | None = None) -> None:
+    """Refuse a file with rows of a run that its `runs` table does not list (rows_of_no_run):
+    a merge renumbers rows by their run, and such rows have none to go with, so they would be
+    left out without a word (and counted as merged)."""
+    orphans = rows_of_no_run(con, db)
+    if orphans:
+        names = sorted(orphans, key=lambda t: (-orphans[t], t))
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        raise StoreError(f"{path}: not a complete cuptiprof file ({sum(orphans.values()):,} rows "
+                         f"in {', '.join(names[:3])}{more} belong to no run that its runs table "
+                         "lists: a runs row deleted by hand?); they cannot be merged as any run: "
+                         "record or import it again, or leave it out")
+
+
 def breached_among(paths) -> StoreError | None:
     """The refusal of the first of `paths` whose tables are not those of its schema (a
     Catalog or Binder error met mid-command: a table or column edited away), or None."""

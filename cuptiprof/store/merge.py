@@ -26,8 +26,9 @@ from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, StoreError
 from cuptiprof.outputs import check_output, publish, temp_beside
 from cuptiprof.store import arrow
-from cuptiprof.store.files import (check_contract, check_core_tables, check_schema_version, first_row,
-                                   require_duckdb, schema_version, sync_file, write_unsynced)
+from cuptiprof.store.files import (check_contract, check_core_tables, check_rows_have_runs,
+                                   check_schema_version, first_row, require_duckdb, schema_version,
+                                   sync_file, write_unsynced)
 from cuptiprof.store.schema import INTERNED, LANE, LAUNCH_CONFIG, schema_sql, table_columns
 from cuptiprof.store.summary import BUSY_SQL
 from cuptiprof.store.writer import RunInfo, _as_table, connect_error
@@ -180,6 +181,8 @@ class _Merger:
                 check_core_tables(con, src, "src")
                 # a column or table edited away would be merged as NULLs, without a word
                 check_contract(con, src, "src")
+                # rows whose runs row was deleted would be left out, and counted as merged
+                check_rows_have_runs(con, src, "src")
             except StoreError as exc:
                 if skip:
                     self._skipped(src, str(exc))
@@ -359,9 +362,9 @@ class _Merger:
                     run, pid = "rm.new", "x.pid"
                 join += "".join(f" LEFT JOIN {o} {a} ON {a}.run_id = {run} AND {a}.pid = {pid}"
                                 for o, a in offs)
-            con.execute(f"INSERT INTO {t} ({', '.join(cols)}) SELECT {', '.join(sel)} "
-                        f"FROM src.{t} x {join}")
-            n = first_row(con.execute(f"SELECT count(*) FROM src.{t}"))[0]
+            # the rows merged, as inserted: a note of no run (data_quality, run_id NULL) is not
+            n = first_row(con.execute(f"INSERT INTO {t} ({', '.join(cols)}) SELECT {', '.join(sel)} "
+                                      f"FROM src.{t} x {join}"))[0]
             self.result.rows[t] = self.result.rows.get(t, 0) + n
         # Stored busy time is copied when the source has it for every run, else computed at the end.
         complete = "step_busy_runs" in src_tables and not first_row(con.execute(
