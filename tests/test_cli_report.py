@@ -1224,3 +1224,24 @@ def test_sql_whose_rows_fail_as_they_are_made_prints_the_error_alone(run_file, c
         assert main(["sql", str(run_file), query, "--format", fmt]) == 2
         out, err = capsys.readouterr()
         assert out == "" and len(err.splitlines()) == 1 and "SQL error" in err, (query, out, err)
+
+
+def test_sql_explain_in_a_table_shows_each_plan_whole_line_by_line(run_file, capsys):
+    """EXPLAIN's plan is one multi-line cell: the table joined its lines into one and cut it at
+    70 characters. Each plan is shown whole, by its lines, under its key."""
+    import cuptiprof
+    from cuptiprof.cli import main
+    query = "SELECT name, count(*) FROM kernels GROUP BY 1"
+    with cuptiprof.open(run_file) as prof:
+        (key, plan), = prof.sql(f"EXPLAIN {query}").fetchall()
+    assert key == "physical_plan" and plan.count("\n") > 5
+    capsys.readouterr()
+    assert main(["sql", str(run_file), f"EXPLAIN {query}"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["physical_plan", *(ln.rstrip() for ln in plan.rstrip("\n").split("\n")), ""]
+    assert "\u2026" not in out
+    capsys.readouterr()
+    assert main(["sql", str(run_file), f"EXPLAIN ANALYZE {query}"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("analyzed_plan\n") and "Total Time:" in out and "\u2026" not in out
+    assert len(out.splitlines()) > 10

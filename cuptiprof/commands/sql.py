@@ -8,7 +8,8 @@ import duckdb
 from cuptiprof.analyse.profile import open_profile, refused_statement
 from cuptiprof.commands import FILE_HELP, FORMAT_HELP, STEPS_FORMS, STEPS_METAVAR, input_file
 from cuptiprof.errors import UsageError
-from cuptiprof.render.table import FORMATS, Fetched, render, stream_of, unique_names
+from cuptiprof.render.table import (FORMATS, Fetched, clean, fmt_value, render, rows_of, stream_of,
+                                    unique_names)
 
 TABLE_ROWS = 10_000   # the most rows a terminal table shows (the other formats: all)
 EXAMPLE_QUERY = '"SELECT name, count(*) FROM kernels GROUP BY 1"'
@@ -62,7 +63,9 @@ def run(args) -> int:
             if rel is None or _ran_nothing(statement, rel):
                 raise UsageError("the statement returned no rows to show (only queries are allowed)")
             shown = as_duckdb_text(rel, args.format)
-            if args.format == "table":   # held whole to size its columns: the first rows only
+            if args.format == "table" and statement.type == duckdb.StatementType.EXPLAIN:
+                write_plans(*rows_of(shown))
+            elif args.format == "table":   # held whole to size its columns: the first rows only
                 cols, rows = stream_of(shown)
                 first = list(itertools.islice(rows, TABLE_ROWS + 1))
                 render(Fetched(cols, first[:TABLE_ROWS]), args.format, quiet=False)
@@ -78,6 +81,20 @@ def run(args) -> int:
                 raise read_only from None
             raise UsageError(f"SQL error: {msg}{_hint(str(exc))}") from None
     return 0
+
+
+def write_plans(cols: list[str], rows: list[tuple], out=None) -> None:
+    """EXPLAIN's rows in the table format: each plan whole, line by line, under its key
+    (physical_plan, analyzed_plan). A plan is read by its lines; a table cell joined them into
+    one and cut it at 70 characters."""
+    out = out or sys.stdout
+    for row in rows:
+        *keys, plan = row
+        head = "  ".join(clean(fmt_value(k)) for k in keys) or clean(cols[-1])
+        lines = [clean(ln) for ln in ("" if plan is None else str(plan)).rstrip("\n").split("\n")]
+        out.write(head + "\n" + "".join(ln.rstrip() + "\n" for ln in lines) + "\n")
+    if not rows:
+        out.write("(no rows)\n")
 
 
 def _ran_nothing(statement, rel) -> bool:
