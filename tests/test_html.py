@@ -701,7 +701,8 @@ def test_report_html_of_a_light_run_plots_host_times(tmp_path):
     assert got == pytest.approx(attention, rel=1e-3) and got >= 120
     assert "<h2>Steps by range</h2>" not in text and ">0 ms</text>" not in ranges
     # no activity to draw: said once, without a typical step or one empty timeline per step
-    timeline = text.split("<h2>Timeline</h2>", 1)[1].split("<h2>", 1)[0]
+    # (the last section of a page without ops: up to the page's script)
+    timeline = text.split("<h2>Timeline</h2>", 1)[1].split("<h2>", 1)[0].split("<script>", 1)[0]
     assert "there is no timeline to draw" in timeline and text.count("no timeline to draw") == 1
     assert "(typical)" not in text and "no GPU work in this step" not in text
     assert 'class="timeline"' not in text and "step-select" not in timeline
@@ -1537,3 +1538,32 @@ def test_report_html_of_kernels_all_of_zero_duration_shows_them_and_says_no_time
     assert ops.index("k_often") < ops.index("k_rare")
     kinds = text.split("<h2>Kinds</h2>", 1)[1].split("<h2>", 1)[0]
     assert ">3 calls</text>" in kinds
+
+
+def test_a_report_with_no_op_says_so_not_top_0_over_empty_tables(tmp_path):
+    """A --light run holds no op and no kind: the page said "Top 0 ops", plotted "(nothing to
+    plot)" and drew the ops and kinds tables as a header over no row. It says why there is
+    nothing; a comparison's table without rows says what it lacks too."""
+    from cuptiprof.store.writer import RunInfo, Writer
+    db = tmp_path / "light.duckdb"
+    with Writer(db, RunInfo(source="light"), pid=11) as w:
+        w.append({"processes": {"pid": [11]},
+                  "ranges": {"range_id": [1, 2], "parent_id": [None, None], "depth": [0, 0],
+                             "name": ["step", "step"], "start_ns": [1000, 5000],
+                             "end_ns": [4000, 9000], "kind": ["step", "step"], "step": [0, 1]}})
+    out = tmp_path / "light.html"
+    assert main(["report", str(db), "--html", str(out)]) == 0
+    text = out.read_text()
+    assert "Top 0" not in text and "<tbody></tbody>" not in text and "nothing to plot" not in text
+    assert ('<h2>Ops</h2><p class="note none">No ops in scope (a <code>--light</code> run records '
+            "ranges and logs only, no GPU or CPU op).</p>") in text
+    assert text.count("<h2>Ops</h2>") == 1
+    assert ('<h2>Kinds</h2><p class="note none">No GPU activity in scope (a <code>--light</code> '
+            "run records ranges and logs only): nothing to split by kind.</p>") in text
+    a = make_run(tmp_path / "a.duckdb", copies=())
+    b = make_run(tmp_path / "b.duckdb", copies=(), seed=3)
+    with Comparison([a, b]) as cmp:
+        write_compare(cmp, tmp_path / "c.html")
+    text = (tmp_path / "c.html").read_text()
+    assert "<tbody></tbody>" not in text
+    assert "No copies (memcpy) in the recorded steps of any file: no bandwidth to show." in text

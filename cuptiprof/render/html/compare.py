@@ -67,7 +67,9 @@ def write_compare(cmp, out: str | os.PathLike, top: int = 15) -> Path:
                     f'{_left_out(more, "key", top, need)}</p>')
     body.append("<h2>Devices</h2>" + table(cmp.devices_side_by_side()))
     body.append("<h2>Copy bandwidth against peak</h2><p class=\"note\">Peaks marked 'estimate' come from "
-                "cuptiprof's table of known GPUs, not from the file.</p>" + table(cmp.lettered("bandwidth")))
+                "cuptiprof's table of known GPUs, not from the file.</p>"
+                + table(cmp.lettered("bandwidth"), empty="No copies (memcpy) in the recorded "
+                        "steps of any file: no bandwidth to show."))
     if cmp.work:
         body.append("<h2>Throughput against peak (estimates)</h2>" + table(cmp.lettered("throughput")))
     return _write(_page("cuptiprof compare", body), out)

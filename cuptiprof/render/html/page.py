@@ -50,11 +50,14 @@ def esc(value) -> str:
     return html.escape("" if value is None else clean(str(value)), quote=True)
 
 
-def table(rel_or_tbl, max_rows: int = 200, wrap: bool = False) -> str:
+def table(rel_or_tbl, max_rows: int = 200, wrap: bool = False, empty: str = "(no rows)") -> str:
     """An HTML table; wrap: long cells wrap (sentences) instead of being cut off. Otherwise a
     long name is cut here, not by the browser at its end, so that names that share a long
-    prefix (C++ templates) stay apart; every cell holds its full value as its tooltip."""
+    prefix (C++ templates) stay apart; every cell holds its full value as its tooltip.
+    `empty` (HTML): what is said in place of a table without rows, not a header over nothing."""
     cols, rows = rows_of(rel_or_tbl)
+    if not rows:
+        return f'<p class="note none">{empty}</p>'
     shown_rows = rows[:max_rows]
     texts = [[fmt_value(v) for v in r] for r in shown_rows]
     cells = texts if wrap else cut_cells(shown_rows, texts, CELL_CHARS)

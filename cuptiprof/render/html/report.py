@@ -53,6 +53,14 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     # No activity at all in scope (a --light run, or steps that launched nothing): steps and
     # ranges are plotted by their host time, as the text report gives it, not as bars of 0 ms.
     host_only = not cpu["gpu_rows"] and not cpu["cpu_rows"]
+    # said to be a --light run only when it is one: steps that launched nothing are not
+    why = ("a <code>--light</code> run records ranges and logs only" if cpu["light"] else
+           "nothing in it launched GPU work")
+    # where there is no op (no kind) to show, the page says why, not a plot of nothing under
+    # "Top 0 ops" and a table's header over no row
+    no_ops = (f"No ops in scope ({why}, no GPU or CPU op)." if host_only else
+              "No kernels, copies or memsets in scope (only host syncs: see Kinds).")
+    no_kinds = f"No GPU activity in scope ({why}): nothing to split by kind."
     body = [f"<h1>cuptiprof report: {esc(profile.path.name)}</h1>",
             f'<p class="note">{esc(profile.path)}; scope: {esc(profile.scope)}</p>']
     if only_cpu:
@@ -64,9 +72,6 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
                     "runs hold CPU op times from torch.profiler (device -1), counted on this page "
                     "with the GPU work of the other runs.</p>")
     elif host_only:
-        # said to be a --light run only when it is one: steps that launched nothing are not
-        why = ("a <code>--light</code> run records ranges and logs only" if cpu["light"] else
-               "nothing in it launched GPU work")
         body.append(f'<p class="notice host">No GPU activity in scope ({why}): the steps and ranges '
                     "on this page are plotted by their host time.</p>")
     if untimed:
@@ -79,15 +84,10 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     if quality.num_rows:
         body.append("<h2>Data quality</h2><p class=\"note\">What the data does not contain, or holds "
                     "only in part (<code>cuptiprof report --by quality</code>).</p>" + table(quality, wrap=True))
-    body.append(f"<h2>Top {len(ops)} ops by "
-                f"{f'calls (no {what} time measured)' if untimed else f'{what} time'}</h2>"
-                f'<p class="note">{"Calls (no time measured)" if untimed else "Summed duration"} '
-                'in scope; hover a bar for the full name.'
-                f'{_left_out(ops_left, "op", top)}</p>')
-    body.append(hbars([(o["name"], o["calls"] if untimed else o["total_ms"],
-                        f'{o["name"]}: {fmt_value(o["total_ms"])} ms, {_calls(o["calls"])}, '
-                        f'{fmt_value(o["pct_gpu_time"])}% of {what} time') for o in ops],
-                      cls="plot ops", unit="calls" if untimed else "ms"))
+    if not ops:
+        body.append(f'<h2>Ops</h2><p class="note none">{no_ops}</p>')
+    else:
+        _top_ops(body, ops, ops_left, top, what, untimed)
     r_cols, r_rows = rows_of(profile.report("ranges"))
     ranges = _dicts(Fetched(r_cols, r_rows[:top]))
     ranges_left = _left_out(len(r_rows) - top, "range", top)
@@ -160,21 +160,39 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
     if ranges and not host_only and per_step:
         body.append(_steps_by_range(profile, cut, what, sorted(per_step)))
     body.append("<h2>Kinds</h2>")
-    body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["count"] if untimed else k["total_ms"],
-                        f'{k["kind"]} {k["detail"] or ""}'.strip() + f': {fmt_value(k["total_ms"])} ms, {_calls(k["count"])}'
-                        + (", host wait (not GPU time)" if k["kind"] == "sync" else ""))
-                       for k in kinds], cls="plot kinds", unit="calls" if untimed else "ms"))
-    body.append(table(profile.kinds()))
+    if not kinds:
+        body.append(f'<p class="note none">{no_kinds}</p>')
+    else:
+        body.append(hbars([(f'{k["kind"]} {k["detail"] or ""}'.strip(), k["count"] if untimed else k["total_ms"],
+                            f'{k["kind"]} {k["detail"] or ""}'.strip() + f': {fmt_value(k["total_ms"])} ms, {_calls(k["count"])}'
+                            + (", host wait (not GPU time)" if k["kind"] == "sync" else ""))
+                           for k in kinds], cls="plot kinds", unit="calls" if untimed else "ms"))
+        body.append(table(profile.kinds()))
     if host_only:   # nothing to draw: said once, not as one empty timeline per step
         body.append("<h2>Timeline</h2><p class=\"note timeline-none\">No GPU activity in scope "
                     "(ranges and logs only): there is no timeline to draw.</p>")
     else:
         body.append(_timelines(profile, sorted(per_step), median_step, step_timeline,
                                timeline_processes, only_cpu))
-    body.append("<h2>Ops</h2>" + table(ops_top))
+    if ops:   # (none: said under the ops' heading above)
+        body.append("<h2>Ops</h2>" + table(ops_top))
     if ops_left:
         body.append(f'<p class="note">{_left_out(ops_left, "op", top).strip()}</p>')
     return _write(_page(f"cuptiprof report: {profile.path.name}", body), out)
+
+
+def _top_ops(body: list, ops: list, left: int, top: int, what: str, untimed: bool) -> None:
+    """The top ops' heading, note and bars; `untimed`: every op's time is 0, so the bars are
+    their calls."""
+    body.append(f"<h2>Top {len(ops)} ops by "
+                f"{f'calls (no {what} time measured)' if untimed else f'{what} time'}</h2>"
+                f'<p class="note">{"Calls (no time measured)" if untimed else "Summed duration"} '
+                'in scope; hover a bar for the full name.'
+                f'{_left_out(left, "op", top)}</p>')
+    body.append(hbars([(o["name"], o["calls"] if untimed else o["total_ms"],
+                        f'{o["name"]}: {fmt_value(o["total_ms"])} ms, {_calls(o["calls"])}, '
+                        f'{fmt_value(o["pct_gpu_time"])}% of {what} time') for o in ops],
+                      cls="plot ops", unit="calls" if untimed else "ms"))
 
 
 RANGES_SHOWN = 6   # ranges with a colour of their own in the steps-by-range plot; the rest: "other"
