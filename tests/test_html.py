@@ -1567,3 +1567,33 @@ def test_a_report_with_no_op_says_so_not_top_0_over_empty_tables(tmp_path):
     text = (tmp_path / "c.html").read_text()
     assert "<tbody></tbody>" not in text
     assert "No copies (memcpy) in the recorded steps of any file: no bandwidth to show." in text
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_a_page_never_replaces_a_file_that_appeared_after_its_check(evil, tmp_path, monkeypatch,
+                                                                    capsys, command):
+    """Two reports of one new page at once: each found the path free, and the later rename
+    replaced the earlier one's page (or any file that appeared there meanwhile). Now the file
+    is kept, the command says so in one line and leaves no temporary file; a page that was
+    there when the path was checked is replaced, as before."""
+    import cuptiprof.render.html.compare as compare_mod
+    import cuptiprof.render.html.report as report_mod
+    mod = report_mod if command == "report" else compare_mod
+    out = tmp_path / "page.html"
+    real = mod._page
+
+    def another_command_writes_it(*a, **k):   # as this page is made, another one is written
+        out.write_text("<!DOCTYPE html><html>the other command's page</html>")
+        return real(*a, **k)
+    monkeypatch.setattr(mod, "_page", another_command_writes_it)
+    args = ["report", str(evil[0])] if command == "report" else ["compare", *map(str, evil)]
+    capsys.readouterr()
+    assert main([*args, "--html", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"cuptiprof: error: {out}: already exists (written by another command "
+                                "since this one began); choose another path (or remove it first)"]
+    assert out.read_text() == "<!DOCTYPE html><html>the other command's page</html>"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "b.duckdb", "page.html"]
+    # there when the path was checked: replaced
+    assert main([*args, "--html", str(out)]) == 0
+    assert "the other command's page" not in out.read_text() and out.read_text().startswith("<!DOCTYPE")

@@ -64,14 +64,15 @@ def run(args) -> int:
         raise UsageError("--table throughput: give the work per call with --flops NAME=GFLOP or "
                          "--bytes NAME=GB (the table is empty without it)")
     if args.html is not None:
-        from cuptiprof.render.html import check_html_output
+        from cuptiprof.render.html import check_html_output, taken
         output_name(args.html, "--html", utf8=False)
         check_html_output(args.html, inputs=args.files)
+        replace = taken(args.html)   # (an HTML page: the check refused anything else)
     with Comparison(args.files, by=args.by, work=work) as cmp:
         if args.html is not None:
             from cuptiprof.render.html import write_compare
 
-            path = write_compare(cmp, args.html, top=args.top or DEFAULT_TOP)
+            path = write_compare(cmp, args.html, top=args.top or DEFAULT_TOP, replace=replace)
             print(f"cuptiprof: wrote {shell_word(path)}", file=sys.stderr)
         print_comparison(cmp, args.format, args.top, table=args.table)
     return 0

@@ -73,14 +73,15 @@ def run(args) -> int:
             raise UsageError(f"--format {args.format} formats a printed breakdown and --html "
                              "prints none; add --by NAME to print one beside the page, or leave "
                              "out --format")
-        from cuptiprof.render.html import check_html_output
+        from cuptiprof.render.html import check_html_output, taken
         output_name(args.html, "--html", utf8=False)
         check_html_output(args.html, inputs=[args.file])
+        replace = taken(args.html)   # (an HTML page: the check refused anything else)
     with open_profile(args.file, args.steps, option="--steps") as prof:
         if args.html is not None:
             from cuptiprof.render.html import write_report
 
-            path = write_report(prof, args.html, top=args.top or 15)
+            path = write_report(prof, args.html, top=args.top or 15, replace=replace)
             print(f"cuptiprof: wrote {shell_word(path)}", file=sys.stderr)
             if args.by:   # the page shows a fixed set of sections: a breakdown asked for is printed
                 print_reports(prof, [BY[args.by]], args.format, args.top)

@@ -8,12 +8,15 @@ from pathlib import Path
 from cuptiprof.render.html.bump import BUMP_TOP, bump_chart
 from cuptiprof.render.html.charts import (PARTS, RUN_COLORS, STACKED, SUMMED, _SPLIT, _SYNC_BESIDE,
                                           _legend, grouped_hbars, stacked_columns)
-from cuptiprof.render.html.output import _write
+from cuptiprof.render.html.output import _write, taken
 from cuptiprof.render.html.page import _dicts, _left_out, _page, esc, table
 
 
-def write_compare(cmp, out: str | os.PathLike, top: int = 15) -> Path:
-    """The HTML comparison: ops per file, rank shift, kinds and steps per file, devices."""
+def write_compare(cmp, out: str | os.PathLike, top: int = 15, *,
+                  replace: bool | None = None) -> Path:
+    """The HTML comparison: ops per file, rank shift, kinds and steps per file, devices.
+    replace: as write_report's."""
+    replace = taken(out) if replace is None else replace
     letters = [r.letter for r in cmp.runs]
     body = [f"<h1>cuptiprof compare ({esc(len(cmp.runs))} files, by {esc(cmp.by)})</h1><ul>"]
     body += [f"<li>{esc(line)}</li>" for line in cmp.legend()]
@@ -72,4 +75,4 @@ def write_compare(cmp, out: str | os.PathLike, top: int = 15) -> Path:
                         "steps of any file: no bandwidth to show."))
     if cmp.work:
         body.append("<h2>Throughput against peak (estimates)</h2>" + table(cmp.lettered("throughput")))
-    return _write(_page("cuptiprof compare", body), out)
+    return _write(_page("cuptiprof compare", body), out, replace)

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from cuptiprof.errors import InputError
-from cuptiprof.outputs import check_output, temp_beside, write_failed
+from cuptiprof.outputs import check_output, publish, temp_beside, write_failed
 
 
 def _not_html(path: Path) -> str | None:
@@ -31,12 +31,25 @@ def check_html_output(out: str | os.PathLike, inputs=()) -> Path:
     return check_output(out, inputs=inputs, force=True, replaceable=_not_html)
 
 
-def _write(text: str, out: str | os.PathLike) -> Path:
+def taken(out: str | os.PathLike) -> bool:
+    """Whether something is at `out` (a link to nothing too): what the page may replace, told
+    when its path is checked; a file that appears there later is never replaced."""
+    return os.path.lexists(out)
+
+
+def _write(text: str, out: str | os.PathLike, replace: bool) -> Path:
+    """Write the page whole under a temporary name, then give it its name. replace: something
+    was at `out` when its path was checked (an HTML page, check_html_output), and is replaced;
+    otherwise a file that appeared there meanwhile (another report of the same output) is kept
+    and the page refused, as import, merge and export do (publish)."""
     path = Path(out)
     tmp = temp_beside(path)
     try:
         tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        publish(tmp, path, replace=replace, taken_hint="choose another path (or remove it first)")
+    except InputError:
+        tmp.unlink(missing_ok=True)
+        raise
     except OSError as exc:   # name the file the user asked for, leave nothing
         tmp.unlink(missing_ok=True)
         raise write_failed(path, exc) from None

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from cuptiprof.render.html.charts import (PARTS, RUN_COLORS, STACKED, SUMMED, _SPLIT, _SYNC_BESIDE,
                                           hbars, stacked_columns)
-from cuptiprof.render.html.output import _write
+from cuptiprof.render.html.output import _write, taken
 from cuptiprof.render.html.page import _dicts, _left_out, _page, esc, table
 from cuptiprof.render.html.timelines import _timelines
 from cuptiprof.render.table import Fetched, fmt_value, rows_of
@@ -24,10 +24,16 @@ def _counted(n, what: str) -> str:
     return f"{n:,} {what}" if n == 1 or " " in what else f"{n:,} {what}s"
 
 
-def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
-    """The HTML report of one file: top ops, steps as stacked bars, kinds, a step's timeline."""
+def write_report(profile, out: str | os.PathLike, top: int = 15, *,
+                 replace: bool | None = None) -> Path:
+    """The HTML report of one file: top ops, steps as stacked bars, kinds, a step's timeline.
+    replace: a file at `out` is replaced (one there when the path was checked; default: one
+    there as the report begins); a file that appears there while the report is made is kept
+    and the page refused."""
     from cuptiprof.analyse.compare import (cpu_time, median_step, step_parts, step_timeline,
                                            timeline_processes)
+
+    replace = taken(out) if replace is None else replace
 
     overview = profile.report("overview")
     # fetched whole, then cut: the ops left out are counted (the page would read as complete)
@@ -178,7 +184,7 @@ def write_report(profile, out: str | os.PathLike, top: int = 15) -> Path:
         body.append("<h2>Ops</h2>" + table(ops_top))
     if ops_left:
         body.append(f'<p class="note">{_left_out(ops_left, "op", top).strip()}</p>')
-    return _write(_page(f"cuptiprof report: {profile.path.name}", body), out)
+    return _write(_page(f"cuptiprof report: {profile.path.name}", body), out, replace)
 
 
 def _top_ops(body: list, ops: list, left: int, top: int, what: str, untimed: bool) -> None:
