@@ -373,6 +373,40 @@ def test_a_step_option_that_marked_nothing_beside_the_programs_own_steps_is_said
 
 @pytest.mark.parametrize("mode, extra", [(["--light"], {}), ([], {"CUPTIPROF_FAKE_CUPTI": "1"})],
                          ids=["light", "collector"])
+@pytest.mark.parametrize("option, says", [
+    (["--step-range", "attn"], "--step-range attn: every range named 'attn' the program opened was "
+                               "inside a step the program marks itself, where it is a range of "
+                               "that step"),
+    (["--step-fn", "__main__:attn"], "--step-fn __main__:attn: every call of it was inside a step "
+                                     "the program marks itself, where it is a range of that step"),
+])
+def test_a_step_option_whose_every_range_was_inside_the_programs_own_steps_is_said(
+        tmp_path, option, says, mode, extra):
+    """A --step-range/--step-fn named a range or function the program opens or calls only
+    inside its own cuptiprof.range('step'): the run's steps were the program's. --step-range
+    said nothing, --step-fn said the program never called it (it did, three times)."""
+    p = script(tmp_path, """
+        import cuptiprof
+
+        def attn():
+            pass
+
+        for i in range(3):
+            with cuptiprof.step(i):
+                with cuptiprof.range("attn"):
+                    attn()
+    """)
+    r = cli(["run", "-o", "o.duckdb", "--no-report", *mode, *option, "--", PY, p], tmp_path,
+            **extra)
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("cuptiprof: warning:")]
+    assert warnings == [f"cuptiprof: warning: {says}; the steps in o.duckdb are the ones it marks "
+                        "itself with cuptiprof.range('step')"], r.stderr
+    assert [s for k, s in _steps(tmp_path / "o.duckdb")] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("mode, extra", [(["--light"], {}), ([], {"CUPTIPROF_FAKE_CUPTI": "1"})],
+                         ids=["light", "collector"])
 @pytest.mark.parametrize("name", ["step", "iteration"])
 def test_a_step_range_the_program_opens_with_cuptiprof_range_is_the_step(tmp_path, name, mode,
                                                                          extra):

@@ -74,11 +74,15 @@ def _note_step_option() -> None:
     cuptiprof.range('step') did: the launcher says it when no process got one from the option."""
     if shared._rec is None or not (shared._rec.s.step_range or shared._rec.s.step_fn) or shared._rec.s.step_range == "step":
         return   # --step-range step: the program's own cuptiprof.range('step') is what it names
-    if shared._marked or getattr(shared._rec, "step_range_seen", False) or \
-            getattr(shared._collector, "_range_step_seen", False):   # a cuptiprof.range of that name
+    # the collector counts the steps of a cuptiprof.range(NAME) of --step-range NAME itself
+    if shared._marked or getattr(shared._collector, "range_steps_seen", 0):
         _step_fn_mark("steps.option-marked", "")
     elif _steps_seen() - shared._seen_base > 0:
         _step_fn_mark("steps.own-only", "")
+        # called (or opened), but each time inside a step of the program's: a range of that step
+        if shared._option_hit or getattr(shared._rec, "step_range_seen", False) or \
+                getattr(shared._collector, "_range_step_seen", False):
+            _step_fn_mark("steps.option-inside", "")
 
 
 def _close_recording(status: str, exit_status: int | None = None) -> None:

@@ -23,6 +23,7 @@ def warn(msg: str) -> None:
 
 
 _marked = 0   # steps --step-fn / --step-range began (warm-up included), to tell them from the program's
+_option_hit = False   # a --step-fn call or --step-range range began here (a step or not)
 _marked_lock = threading.RLock()   # re-entrant: a step range could reach a patched NVTX push
 _seen_base = 0  # steps begun before this process forked, or before this part (an exec), counted elsewhere
 

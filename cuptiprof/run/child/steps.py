@@ -56,6 +56,7 @@ def _count_marked(begin):
     and an update of _marked lost to a thread switch would read as the program's own step (a
     spurious steps_mixed). Well under 1 us a step, nothing for other ranges."""
     with shared._marked_lock:
+        shared._option_hit = True   # a call inside the program's own step is still one
         before = _steps_seen()
         h = begin()
         shared._marked += _steps_seen() - before
