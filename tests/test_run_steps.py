@@ -244,6 +244,49 @@ def test_step_fn_naming_a_class_leaves_the_class_alone(tmp_path):
     assert "--step-fn cls_mod:UNet: UNet is a class: name one of its methods" in r.stderr
 
 
+@pytest.mark.parametrize("name, says", [
+    ("model", "model is a Denoiser object, not a function: name a method of its class "
+              "(obj_mod:Denoiser.forward)"),
+    ("part", "part is a functools.partial, not a function: name the function it calls (scale)"),
+])
+def test_step_fn_naming_a_callable_object_leaves_it_alone(tmp_path, name, says):
+    """--step-fn naming a model instance or a functools.partial put a function in its place:
+    the program's model.eval() (or part.func) then failed with AttributeError, the run ended
+    after one step. The object stays as it was, and the one error names what to give."""
+    script(tmp_path, """
+        import functools
+
+        class Denoiser:
+            def forward(self, x):
+                return x
+
+            def __call__(self, x):
+                return self.forward(x)
+
+            def eval(self):
+                return self
+
+        def scale(k, x):
+            return k * x
+
+        model = Denoiser()
+        part = functools.partial(scale, 2)
+    """, name="obj_mod.py")
+    p = script(tmp_path, """
+        import obj_mod
+        for i in range(3):
+            obj_mod.model.eval()(i)
+            print("part", obj_mod.part.func.__name__, obj_mod.part(i))
+        print("done")
+    """)
+    r = cli(["run", "-o", "c.duckdb", "--no-report", "--light", "--step-fn", f"obj_mod:{name}",
+             "--", PY, p], tmp_path)
+    assert "done" in r.stdout, r.stderr
+    assert r.returncode == 2
+    one_line_error(r.stderr)
+    assert f"--step-fn obj_mod:{name}: {says}" in r.stderr, r.stderr
+
+
 def test_step_range_from_nvtx(tmp_path):
     p = script(tmp_path, NVTX_ITERATIONS)
     r = cli(["run", "-o", "r.duckdb", "--no-report", "--step-range", "iteration", "--warmup", "1",

@@ -4,6 +4,8 @@ another one) and wrapping it, and the markers that tell the launcher how that we
 from __future__ import annotations
 
 import atexit
+import functools
+import inspect
 
 from cuptiprof.run import main_hook
 from cuptiprof.run.child import shared
@@ -49,6 +51,11 @@ def _hook_step_fn(spec: str) -> None:
             _step_fn_error(f"--step-fn {spec}: {qual} is a class: name one of its methods "
                            f"({qual}.forward, {qual}.__call__)")
             return
+        elif callable(raw) and not (inspect.isfunction(raw) or inspect.ismethod(raw)):
+            # a callable object (a model, a functools.partial): a function in its place had
+            # none of its attributes, and the program's model.eval() or part.func failed
+            _step_fn_error(_not_a_function(spec, qual, raw))
+            return
         elif callable(raw):
             if getattr(raw, "__cuptiprof_wrapped__", None):
                 return
@@ -72,6 +79,17 @@ def _hook_step_fn(spec: str) -> None:
         # Under `python -m pkg`, runpy imports the package pkg before it runs pkg/__main__.py as
         # __main__: pkg:f names a function of either, and only one without it in both is wrong.
         _when_imported(module, (lambda mod: wrap(mod, also_main=True)) if watched else wrap)
+
+
+def _not_a_function(spec: str, qual: str, obj) -> str:
+    if isinstance(obj, functools.partial):
+        of = getattr(obj.func, "__qualname__", None)
+        return (f"--step-fn {spec}: {qual} is a functools.partial, not a function: name the "
+                f"function it calls{f' ({of})' if of else ''}")
+    cls = type(obj)
+    method = "forward" if callable(getattr(cls, "forward", None)) else "__call__"
+    return (f"--step-fn {spec}: {qual} is a {cls.__qualname__} object, not a function: name a "
+            f"method of its class ({cls.__module__}:{cls.__qualname__}.{method})")
 
 
 _main_alt: list[str] = []   # --step-fn's module (also the main module) lacked the function
