@@ -253,7 +253,7 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     attribute.
 
     One object may be entered again after it exits (and recursively); as a decorator every call
-    opens its own range. Several threads or asyncio tasks may be inside one object at once: each
+    opens its own range (above @staticmethod or @classmethod too, which it stays). Several threads or asyncio tasks may be inside one object at once: each
     closes its own entry. On a generator function the range covers the whole iteration (first
     next() to exhaustion or close(), the consumer's time between items included); on an
     `async def` function the whole await, on an async generator likewise.
@@ -348,6 +348,11 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
         return False  # never swallow the user's exception
 
     def __call__(self, func: Callable) -> Callable:
+        if isinstance(func, (staticmethod, classmethod)):
+            # above @staticmethod or @classmethod: the function inside is wrapped, and stays
+            # one of those (a plain wrapper made a staticmethod take the instance as its first
+            # argument; a classmethod, not callable before Python 3.10's, was refused)
+            return type(func)(self(func.__func__))
         if not callable(func):
             raise UsageError(f"{self!r} decorates a function; {func!r} is none")
         name, attrs = self.name, self.attrs

@@ -78,6 +78,27 @@ def test_decorator_keeps_function_and_opens_one_range_per_call():
     assert fib(6) == 8 and fib.__name__ == "fib" and len(calls) == 25
 
 
+def test_decorator_above_staticmethod_and_classmethod(recording):
+    """Above @staticmethod, the wrapper was a plain function, so a call on an instance passed
+    the instance as its first argument (TypeError); above @classmethod it was refused as no
+    function. Each stays what it was, and every call opens its range."""
+    class Model:
+        @cuptiprof.range("norm")
+        @staticmethod
+        def norm(x):
+            return x + 1
+
+        @cuptiprof.range("build")
+        @classmethod
+        def build(cls, x):
+            return cls, x
+
+    m = Model()
+    assert (Model.norm(1), m.norm(2)) == (2, 3)
+    assert Model.build(1) == (Model, 1) and m.build(2) == (Model, 2)
+    assert [e[1] for e in recording.events if e[0] == "enter"] == ["norm", "norm", "build", "build"]
+
+
 def test_no_nvtx_call_without_a_tool(monkeypatch):
     import nvtx
 
