@@ -355,6 +355,9 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
             return type(func)(self(func.__func__))
         if not callable(func):
             raise UsageError(f"{self!r} decorates a function; {func!r} is none")
+        if isinstance(func, type):   # a function in its place broke isinstance() and subclasses
+            raise UsageError(f"{self!r} decorates a function; {func.__qualname__} is a class: "
+                             "decorate one of its methods (forward, __call__)")
         name, attrs = self.name, self.attrs
         if inspect.isgeneratorfunction(func):
             return wrap_generator(func, lambda: _WholeRun(name, attrs))

@@ -99,6 +99,18 @@ def test_decorator_above_staticmethod_and_classmethod(recording):
     assert [e[1] for e in recording.events if e[0] == "enter"] == ["norm", "norm", "build", "build"]
 
 
+def test_decorator_above_a_class_is_refused():
+    """Above a class, the decorator put a function in its place: isinstance() with it and
+    subclasses of it failed with TypeError, far from the decorator."""
+    with pytest.raises(markers.UsageError) as e:
+        @cuptiprof.range("model")
+        class Model:
+            pass
+    assert str(e.value) == ("cuptiprof.range('model') decorates a function; "
+                            "test_decorator_above_a_class_is_refused.<locals>.Model is a class: "
+                            "decorate one of its methods (forward, __call__)")
+
+
 def test_no_nvtx_call_without_a_tool(monkeypatch):
     import nvtx
 
