@@ -176,3 +176,24 @@ def test_spreads_that_only_touch_count_as_overlapping():
     assert len(notes) == 1 and notes[0].startswith("note: per step: the spreads")
     wall_only = {"base": [(1.0, 1.0), (1.1, 3.0)], "prof": [(2.0, 2.0), (2.1, 4.0)]}
     assert [n[:22] for n in overhead.noise_notes(wall_only)] == ["note: end to end: the "]
+
+
+def test_a_step_fn_the_program_lacks_is_said_without_the_file_of_a_run_it_made(tmp_path):
+    """--overhead with a --step-fn the script does not define: the error named the file of its
+    first run (/tmp/cuptiprof-overhead-XXXX/warm-0.duckdb, already removed) as the one without
+    steps, a file the user never named and cannot find."""
+    import sys
+
+    from _run_helpers import cli, one_line_error, script
+
+    p = script(tmp_path, """
+        import cuptiprof
+        with cuptiprof.step(0):
+            pass
+    """)
+    r = cli(["run", "--light", "--overhead", "--repeat", "1", "--step-fn", "__main__:nope", "--",
+             sys.executable, p], tmp_path)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr)
+    assert "cuptiprof-overhead-" not in r.stderr and ".duckdb" not in r.stderr, r.stderr
+    assert r.stderr.strip().endswith("(the command ran, in --overhead's first run)"), r.stderr

@@ -227,7 +227,10 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
     hooked = (parts / "step-fn.hooked").exists()
     if msg and not (hooked and _has_steps(result.output)):
         shutil.rmtree(parts, ignore_errors=True)
-        raise InputError(f"{msg} (the command ran; {result.output} has no steps from it)")
+        # quiet: a run of --overhead, in a file of its own, removed, that the user never named
+        ran = (", in --overhead's first run" if o.quiet else
+               f"; {result.output} has no steps from it")
+        raise InputError(f"{msg} (the command ran{ran})")
     if msg:   # one process could not hook it, others did and marked steps: not a failed run
         print(f"cuptiprof: warning: {msg} (the steps in {result.output} come from the processes "
               "that had it)", file=sys.stderr)
