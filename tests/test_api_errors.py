@@ -196,6 +196,9 @@ def test_open_takes_python_step_forms(tmp_path, steps, scope):
     (1.5, "steps=1.5: expected an int N, a (first, last) pair"),
     (True, "steps=True: expected an int N"),
     ((1, 2, 3), "steps=(1, 2, 3): expected an int N"),
+    # the steps 0 and 2, or 0 to 2: read as the latter, it selected step 1 too, without a word
+    ([0, 2], "steps=[0, 2]: a list of two steps is not taken (the steps 0 and 2, or 0 to 2?); "
+             "give (0, 2) or '0:2' for steps 0 to 2"),
     (("a", 2), "steps=('a', 2): expected an int N"),
     (7, "no recorded step in steps=7; its steps are 0 to 2 (cuptiprof.open("),
     ("0-2", "steps='0-2': expected A:B, A:, :B or N (step numbers, inclusive); steps 0 to 2 are 0:2"),

@@ -88,7 +88,8 @@ def parse_steps(spec: str | None, label: str | None = None) -> tuple[int | None,
 def steps_range(steps, label: str) -> tuple[int | None, int | None] | None:
     """The inclusive (first, last) steps of a `steps` argument from Python: None (every step),
     an int N, a (first, last) pair with None for an open end ((None, None) is None), a range
-    of consecutive steps (range(0, 3): steps 0 to 2), or the string forms of parse_steps.
+    of consecutive steps (range(0, 3): steps 0 to 2), or the string forms of parse_steps. A
+    list of two steps is taken only where it means the same read either way ([3, 4]).
     label names the argument in messages."""
     from cuptiprof.markers import step_index
 
@@ -109,6 +110,12 @@ def steps_range(steps, label: str) -> tuple[int | None, int | None] | None:
         if (lo is None) == (steps[0] is None) and (hi is None) == (steps[1] is None):
             if lo is not None and hi is not None and hi < lo:
                 raise UsageError(f"{label}: the end ({hi}) is before the start ({lo})")
+            if isinstance(steps, list) and lo is not None and hi is not None and hi - lo > 1:
+                # [1, 101] reads as the steps 1 and 101 as well as steps 1 to 101: it selected
+                # every step between; a pair that means the same either way ([1, 2]) is taken
+                raise UsageError(f"{label}: a list of two steps is not taken (the steps {lo} and "
+                                 f"{hi}, or {lo} to {hi}?); give ({lo}, {hi}) or '{lo}:{hi}' for "
+                                 f"steps {lo} to {hi}")
             # open at both ends bounds nothing: every step, as None (processes without steps
             # included), not every row that has a step
             return None if lo is None and hi is None else (lo, hi)
