@@ -1179,6 +1179,40 @@ def test_cpu_ops_of_interleaved_asyncio_steps_are_said_in_data_quality(tmp_path)
     assert n >= 1 and "asyncio" in detail and "begun last" in detail
 
 
+def test_cpu_ops_of_asyncio_steps_that_overlap_and_end_in_order_are_said(tmp_path):
+    """A short request's step opened during a long one's and ended before it: the long one's
+    CPU ops meanwhile went to the short one's step, and data_quality said nothing (only steps
+    that ended out of order were counted)."""
+    pytest.importorskip("torch")
+    p = script(tmp_path, """
+        import asyncio, torch, cuptiprof
+        x = torch.ones(32, 32)
+        async def long(started, go, done):
+            with cuptiprof.step(0):
+                started.set()
+                await go.wait()
+                torch.mm(x, x)             # while step 1 is open
+                await done.wait()
+        async def short(started, go, done):
+            await started.wait()
+            with cuptiprof.step(1):
+                go.set()
+                await asyncio.sleep(0)
+                torch.tanh(x)
+            done.set()
+        async def main():
+            started, go, done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+            await asyncio.gather(long(started, go, done), short(started, go, done))
+        asyncio.run(main())
+    """)
+    r = cli(["run", "-o", "a.duckdb", "--no-report", "--", PY, p], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "a.duckdb"
+    assert q(out, "SELECT step FROM ranges WHERE kind = 'step' ORDER BY end_ns") == [(1,), (0,)]
+    (n, detail), = q(out, "SELECT count, detail FROM data_quality WHERE check_name = 'ranges_interleaved'")
+    assert n == 1 and "asyncio" in detail and "begun last" in detail, detail
+
+
 def test_a_range_outside_steps_takes_the_step_still_open_on_another_thread_under_run(tmp_path):
     """As in profile(): a range opened outside its own thread's steps while another thread's
     step still ran got no step once any step had ended."""

@@ -402,6 +402,44 @@ def test_cupti_correlation_stack_follows_ranges_across_threads_and_out_of_order(
         "range_thread_switch": 1, "ranges_interleaved": 1}
 
 
+def test_steps_of_asyncio_tasks_that_overlap_and_end_in_order_are_said(tmp_path):
+    """A short request's step opened during a long one's and ended before it: the long one's
+    GPU work launched meanwhile was credited to the short one's step, and data_quality said
+    nothing (only ranges that ended out of order were counted)."""
+    import asyncio
+
+    from cuptiprof.collect.fake import FakeCupti
+    from cuptiprof.collect.session import Session
+
+    f = FakeCupti()
+
+    async def long(started, go, done):
+        with cuptiprof.step(0):
+            started.set()
+            await go.wait()
+            f.launch_kernel("long")        # while step 1 is open
+            await done.wait()
+
+    async def short(started, go, done):
+        await started.wait()
+        with cuptiprof.step(1):
+            go.set()
+            await asyncio.sleep(0)
+            f.launch_kernel("short")
+        done.set()
+
+    async def main():
+        started, go, done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        await asyncio.gather(long(started, go, done), short(started, go, done))
+
+    p = tmp_path / "i.duckdb"
+    with Session(p, source=f, quiet=True):
+        asyncio.run(main())
+    assert q(p, "SELECT step FROM ranges ORDER BY end_ns") == [(1,), (0,)]   # ended in order
+    (n, detail), = q(p, "SELECT count, detail FROM data_quality WHERE check_name = 'ranges_interleaved'")
+    assert n == 1 and "asyncio" in detail and "opened last" in detail, detail
+
+
 # -- a range ended by another task or thread does not stay open in this one -----------------------
 TASK_IN_STEP = """
     import asyncio, cuptiprof

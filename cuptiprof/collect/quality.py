@@ -81,12 +81,11 @@ class _Quality:
                 f"{self._moved_exits} ranges ended on another thread than they began on: GPU work "
                 "their first thread launched after that, until it next opened or ended a range, "
                 "may be credited to them")
-        if self._unordered_exits and src.gpu:
-            add("ranges_interleaved", None, self._unordered_exits,
-                f"{self._unordered_exits} ranges ended while a range opened after them on their "
-                "thread was still open (asyncio tasks running at once; an outer range ended first "
-                "ends those open inside it): GPU work launched while both were open is credited "
-                "to the one opened last")
+        if self._interleaved and src.gpu:
+            add("ranges_interleaved", None, self._interleaved,
+                f"{self._interleaved} ranges opened while a range of another asyncio task was "
+                "open on their thread (tasks running at once): GPU work launched while both were "
+                "open is credited to the one opened last")
         for okind, (n, ns) in sorted(r.overhead.items()):
             add("cupti_overhead", _overhead_name(src, okind), n,
                 f"CUPTI spent {ns / 1e6:.3f} ms in {n} overhead spans of this kind", ns)

@@ -116,6 +116,12 @@ class _Ranges:
             pushed = self._cupti_stack()
             if self._unpop:
                 self._cupti_unwind(pushed)
+            # Above this task's innermost range on the thread's CUPTI stack lies another task's
+            # (asyncio tasks at once): until one of them ends, what either launches goes to the
+            # one opened last. Said whether they end in order or not.
+            if pushed and pushed[-1] != next((t[0] for t in reversed(stack) if t[10]), None):
+                with self._phase_lock:   # see steps_recorded below
+                    self._interleaved += 1
             self.source.push(rid)
             pushed.append(rid)
             tok[10] = True
@@ -191,11 +197,7 @@ class _Ranges:
             # out of order (tasks of one thread) comes off from under the ones still open.
             self._unpop.add(tok[0])
             if threading.get_native_id() == tok[4]:
-                pushed = self._cupti_stack()
-                if pushed and pushed[-1] != tok[0]:
-                    with self._phase_lock:   # see steps_recorded below
-                        self._unordered_exits += 1
-                self._cupti_unwind(pushed)
+                self._cupti_unwind(self._cupti_stack())
             else:
                 with self._phase_lock:
                     self._moved_exits += 1

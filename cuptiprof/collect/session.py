@@ -179,7 +179,7 @@ class Session(_Sources, _StartRows, _Ranges, _Steps, _Flushing, _Quality, _ExitS
         self._pushed = threading.local()
         self._unpop: set[int] = set()
         self._moved_exits = 0    # ranges ended on another thread than they began on
-        self._unordered_exits = 0   # ranges ended while one opened after them was still open
+        self._interleaved = 0   # ranges opened while another task's was open on their thread
         self._closed: list[tuple] = []
         self._open: dict[int, list] = {}
         self._step_of: dict[int, int | None] = {}

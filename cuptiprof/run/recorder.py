@@ -95,8 +95,8 @@ class Recorder:
         self._open_steps: dict = {}            # range id -> (start, step, thread) of recorded
                                                # steps open
         self._open_on: dict = {}               # thread -> its ranges open (every task's), CPU ops
-        self._interleaved = 0                  # ranges ended while one begun later on their
-                                               # thread (another task's) was still open
+        self._interleaved = 0                  # ranges begun while another task's was open
+                                               # on their thread
         self.writer = None
         self.prof = None
         self.closed = False
@@ -184,7 +184,12 @@ class Recorder:
         self._stack_var.set(stack + (o,))
         if self.mode == "cpu":
             with self.lock:
-                self._open_on.setdefault(o.thread, []).append(o)
+                on = self._open_on.setdefault(o.thread, [])
+                # another task's range open on this thread (asyncio tasks at once): until one of
+                # them ends, the CPU ops of either go to the step begun last, in order or not
+                if any(not t.closed and t not in stack for t in on):
+                    self._interleaved += 1
+                on.append(o)
         return o
 
     def _beyond(self, stack: tuple, now: int) -> _Open:
@@ -219,10 +224,8 @@ class Recorder:
         o.closed = True
         with self.lock:
             if self.mode == "cpu" and o.kind != "beyond":
-                mine = [t for t in self._open_on.get(o.thread, ()) if t is not o and not t.closed]
-                self._open_on[o.thread] = mine
-                if any(t.start > o.start for t in mine):   # another task's, begun after it
-                    self._interleaved += 1
+                self._open_on[o.thread] = [t for t in self._open_on.get(o.thread, ())
+                                           if t is not o and not t.closed]
             if o.kind == "beyond":   # its thread's CPU ops count for no step, as a warm-up's
                 if self.mode == "cpu":
                     self.windows.append((None, o.start, now, o.thread))
@@ -564,11 +567,10 @@ class Recorder:
                     self._quality("empty_step", str(s), f"step {s} recorded no op (nothing ran "
                                   "in it, or torch.profiler did not capture it)")
             if profiled and self._interleaved:
-                self._quality("ranges_interleaved", None, f"{self._interleaved} ranges ended while "
-                              "a range begun after them on their thread was still open (asyncio "
-                              "tasks running at once; an outer range ended first ends those open "
-                              "inside it): CPU ops that ran while both were open are credited to "
-                              "the step begun last",
+                self._quality("ranges_interleaved", None, f"{self._interleaved} ranges began "
+                              "while a range of another asyncio task was open on their thread "
+                              "(tasks running at once): CPU ops that ran while both were open are "
+                              "credited to the step begun last",
                               count=self._interleaved)
             self._steps_short()
             # A step still open (a signal ended the process inside it, a thread's step at exit)
