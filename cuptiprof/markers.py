@@ -152,6 +152,31 @@ def step_number(value: Any) -> int | None:
     return n if n is not None and STEP_MIN <= n <= STEP_MAX else None
 
 
+def given_step(value: Any) -> int | None:
+    """step_number(value) of a step being begun; an integer beyond the step columns (a request
+    id, a timestamp) is said once, in one line: the step is numbered by its position, and the
+    number given is in no table."""
+    n = step_number(value)
+    if n is None and not _beyond_said:
+        big = step_index(value)
+        if big is not None:
+            _say_beyond(big)
+    return n
+
+
+_beyond_said = False
+
+
+def _say_beyond(n: int) -> None:
+    global _beyond_said
+    _beyond_said = True
+    text = str(n)
+    shown = f"step {text}" if len(text) <= 24 else f"a step number of {len(text)} digits"
+    stderr_line(f"cuptiprof: warning: {shown} is no step (steps are numbered from {STEP_MIN} to "
+                f"{STEP_MAX}): it is numbered by its position among the steps, as is every other "
+                "such step (said once)")
+
+
 def attrs_json(attrs: dict) -> str | None:
     """The JSON stored for a range's extra attributes (None for none), strict JSON that any
     parser reads: a float that is NaN or infinite is stored as null, as JavaScript's
@@ -248,7 +273,8 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     attrs: extra attributes stored with the range as strict JSON (ranges.attrs): a NaN or
     infinite float is stored as null, a value JSON cannot hold as its text. `step` may be any
     integer (int, numpy integer, 0-d integer tensor) from -2**31 to 2**31 - 1 and is also sent as
-    the NVTX payload (a larger one, or none: the step is numbered by its position); another
+    the NVTX payload (a larger one, or none: the step is numbered by its position, and a larger
+    one is said once on stderr); another
     type (a str, a float, a bool) raises TypeError. On a range that is no step it is one more
     attribute.
 

@@ -189,6 +189,25 @@ def test_numpy_step_numbers_without_a_gpu_collector(tmp_path):
                                      "ORDER BY start_ns") == [(999,), (979,), (959,)]
 
 
+def test_step_numbers_beyond_the_step_columns_are_said_once(tmp_path, monkeypatch, capsys):
+    """A step numbered by a timestamp or a request id (beyond -2**31..2**31-1) is numbered by its
+    position: that was done without a word, and the steps in the file were not the numbers the
+    program gave. One line says so, for every such step."""
+    from cuptiprof import markers
+
+    monkeypatch.setattr(markers, "_beyond_said", False, raising=False)
+    p = tmp_path / "b.duckdb"
+    with Session(p, source=FakeCupti(), quiet=True):
+        for n in (1796396050101877592, 7, -(1 << 40)):
+            with cuptiprof.step(n):
+                pass
+    assert q(p, "SELECT step FROM ranges WHERE kind = 'step' ORDER BY range_id") == [(0,), (7,), (2,)]
+    assert capsys.readouterr().err.splitlines() == [
+        "cuptiprof: warning: step 1796396050101877592 is no step (steps are numbered from "
+        "-2147483648 to 2147483647): it is numbered by its position among the steps, as is every "
+        "other such step (said once)"]
+
+
 def test_a_step_number_that_is_no_integer_under_profile(tmp_path):
     p = tmp_path / "p.duckdb"
     with pytest.raises(TypeError, match="not str '10'"):

@@ -45,7 +45,7 @@ class _Ranges:
         ordinal = None
         parent = stack[-1] if stack else None
         if is_step:
-            given = markers.step_number(attrs.get("step"))
+            given = markers.given_step(attrs.get("step"))
             # `step` is a step's number, not one of its attributes
             extra = markers.attrs_json({k: v for k, v in attrs.items() if k != "step"})
             # Steps of two threads begun at once must get two numbers, and the switch to

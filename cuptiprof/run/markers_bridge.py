@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cuptiprof.markers import step_number
+from cuptiprof.markers import given_step
 
 
 class RecorderRanges:
@@ -19,7 +19,7 @@ class RecorderRanges:
             self.rec.step_range_seen = True   # --step-range matched (child.ending._note_step_option)
         if name == "step" or named:
             def begin():
-                return self.rec.begin(name, is_step=True, step=step_number(attrs.get("step")),
+                return self.rec.begin(name, is_step=True, step=given_step(attrs.get("step")),
                                       attrs={k: v for k, v in attrs.items() if k != "step"} or None)
             if name == "step":   # the program's own step
                 return begin()
