@@ -400,7 +400,8 @@ def test_ranges_report_counts_nested_work_for_every_enclosing_range(tmp_path, fr
     assert (attn["calls"], attn["gpu_calls"]) == (3, 5)
     assert attn["gpu_ms"] == pytest.approx(0.068) and attn["self_gpu_ms"] == pytest.approx(0.047)
     assert attn["top_kernel"] == "kB" and attn["depth"] == 1
-    assert attn["host_ms"] == pytest.approx(0.190 + 0.070 + 0.090)
+    # host time likewise: the attn inside inner (inside attn) is within the outer one's 0.190 ms
+    assert attn["host_ms"] == pytest.approx(0.190 + 0.090)
     assert attn["gpu_us_per_call"] == pytest.approx(68 / 3)
     assert (inner["gpu_calls"], inner["depth"]) == (3, 2)
     assert inner["gpu_ms"] == pytest.approx(0.051) and inner["self_gpu_ms"] == pytest.approx(0.021)
@@ -429,6 +430,31 @@ def test_ranges_report_counts_nested_work_for_every_enclosing_range(tmp_path, fr
         rows = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
     assert [(r["range"], r["calls"], r["gpu_calls"]) for r in rows] == [("attn", 1, 1)]
     assert rows[0]["gpu_ms"] == pytest.approx(0.007) and rows[0]["pct_gpu_time"] == pytest.approx(100)
+
+
+def test_ranges_report_host_time_of_a_recursive_range_counts_once(tmp_path):
+    """@cuptiprof.range on a recursive function: host_ms summed every call, the outer ones
+    holding the inner ones, and read 2.3 times the time the function ran (fib(4)), while the
+    GPU columns count such work once."""
+    from cuptiprof.collect.fake import FakeCupti
+    from cuptiprof.collect.session import Session
+
+    @cuptiprof.range("fib")
+    def fib(n):
+        return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+    p = tmp_path / "fib.duckdb"
+    with Session(p, source=FakeCupti(), quiet=True):
+        with cuptiprof.step(0):
+            fib(4)
+            fib(2)
+    with cuptiprof.open(p) as prof:
+        outer = prof.sql("SELECT sum(end_ns - start_ns) / 1e6 FROM ranges WHERE name = 'fib' "
+                         "AND depth = 1").fetchall()[0][0]
+        rel = prof.report("ranges")
+        row = dict(zip(rel.columns, rel.fetchall()[0]))
+    assert (row["range"], row["calls"]) == ("fib", 12)
+    assert row["host_ms"] == pytest.approx(outer)
 
 
 def test_a_range_around_the_steps_holds_their_work_though_opened_outside_them(tmp_path):

@@ -2,7 +2,7 @@
 -- range: range name (a name nested inside itself counts once)
 -- depth: shallowest nesting depth it was seen at, counting only steps and the program's own ranges around it (0 = top level)
 -- calls: times it was opened in scope, in every process of every run in the file (0 for a range around the steps in scope, opened outside them)
--- host_ms: summed host duration of those calls
+-- host_ms: summed host duration of those calls (a call inside another of the same name, as a recursive function's, counts once, within the outer one)
 -- gpu_calls: kernels, memcpys and memsets launched inside it (nested ranges included)
 -- gpu_ms: summed GPU duration of that work (inclusive)
 -- self_gpu_ms: the part launched with this range as the innermost one of its kind
@@ -36,11 +36,17 @@ walk(run_id, pid, range_id, name, anc, n) AS (   -- each own range up to the top
 ), depths AS (
     SELECT name AS range, min(n) AS depth FROM (SELECT name, max(n) AS n FROM walk GROUP BY run_id, pid, range_id, name)
     GROUP BY name
+), nested AS (   -- calls inside another of the same name: their time is in the outer one's
+    SELECT DISTINCT w.run_id, w.pid, w.range_id FROM walk w
+    JOIN ranges r ON r.run_id = w.run_id AND r.pid = w.pid AND r.range_id = w.anc
+    WHERE r.name = w.name AND own_range(r.kind, r.domain)
 ), calls AS (
-    SELECT r.name AS range, count(*) AS calls, sum(r.end_ns - r.start_ns) AS host_d,
+    SELECT r.name AS range, count(*) AS calls,
+           coalesce(sum(r.end_ns - r.start_ns) FILTER (WHERE n.range_id IS NULL), 0) AS host_d,
            count(l.name) AS work_calls
     FROM sel_ranges r
     LEFT JOIN launched l ON l.run_id = r.run_id AND l.pid = r.pid AND l.name = r.name
+    LEFT JOIN nested n ON n.run_id = r.run_id AND n.pid = r.pid AND n.range_id = r.range_id
     WHERE own_range(r.kind, r.domain)
     GROUP BY r.name
 ), tot AS (SELECT sum(end_ns - start_ns) AS t FROM sel_activities WHERE kind <> 'sync'),
