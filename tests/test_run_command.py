@@ -98,6 +98,23 @@ def test_run_counts_are_ascii_whole_numbers(tmp_path, args, says):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args,says", [
+    (["--step-fn", "m:prefill", "--step-fn", "m:decode"],
+     "argument --step-fn: given twice (m:prefill, then m:decode): a run takes one function as "
+     "its steps; give one"),
+    (["--step-range", "prefill", "--step-range=decode"],
+     "argument --step-range: given twice (prefill, then decode): a run takes one range name as "
+     "its steps; give one"),
+])
+def test_run_refuses_a_step_option_given_twice(tmp_path, args, says):
+    """The last one was kept: the first one's calls or ranges were no steps, without a word."""
+    r = cli(["run", *args, "--", PY, "-c", "print('ran')"], tmp_path)
+    assert r.returncode == 2 and "ran" not in r.stdout
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"cuptiprof: error: {says}"), r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("given,runs", [([], 3), (["--repeat", "5"], 5)])
 def test_overhead_runs_each_kind_3_times_unless_repeat_says(monkeypatch, given, runs):
     """--help: --repeat R runs of each kind, 3 by default; the command goes as typed."""

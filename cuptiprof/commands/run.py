@@ -7,6 +7,20 @@ from cuptiprof.commands import output_name, step_count, whole_number
 from cuptiprof.errors import UsageError
 
 
+class _Once(argparse.Action):
+    """An option that names one thing per run: given again with another value, it is refused
+    (argparse kept the last: `--step-fn m:prefill --step-fn m:decode` dropped prefill's steps
+    without a word)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest)
+        if before is not None and before != values:
+            what = "function" if self.dest == "step_fn" else "range name"
+            raise argparse.ArgumentError(self, f"given twice ({before}, then {values}): a run "
+                                               f"takes one {what} as its steps; give one")
+        setattr(namespace, self.dest, values)
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "run", help="profile a command (every Python process in it) into one DuckDB file",
@@ -26,9 +40,9 @@ def register(sub) -> None:
     p.add_argument("--steps", type=step_count, default=None, metavar="N",
                    help="how many steps to record after the warm-up, then collection stops "
                         "(default: all); a count, where report --steps takes step numbers")
-    p.add_argument("--step-range", metavar="NAME",
+    p.add_argument("--step-range", metavar="NAME", action=_Once,
                    help="an NVTX range the program opens (torch.cuda.nvtx.range_push) that is the step")
-    p.add_argument("--step-fn", metavar="MODULE:QUALNAME",
+    p.add_argument("--step-fn", metavar="MODULE:QUALNAME", action=_Once,
                    help="a function whose every call is one step, e.g. mypkg.model:Denoiser.forward, or "
                         "__main__:denoise for one the script itself defines, __main__:main.denoise for one "
                         "defined inside main()")
