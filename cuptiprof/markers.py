@@ -274,15 +274,15 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     infinite float is stored as null, a value JSON cannot hold as its text. `step` may be any
     integer (int, numpy integer, 0-d integer tensor) from -2**31 to 2**31 - 1 and is also sent as
     the NVTX payload (a larger one, or none: the step is numbered by its position, and a larger
-    one is said once on stderr); another
-    type (a str, a float, a bool) raises TypeError. On a range that is no step it is one more
-    attribute.
+    one is said once on stderr); another type (a str, a float, a bool) raises TypeError. On a
+    range that is no step it is one more attribute.
 
     One object may be entered again after it exits (and recursively); as a decorator every call
-    opens its own range (above @staticmethod or @classmethod too, which it stays). Several threads or asyncio tasks may be inside one object at once: each
-    closes its own entry. On a generator function the range covers the whole iteration (first
-    next() to exhaustion or close(), the consumer's time between items included); on an
-    `async def` function the whole await, on an async generator likewise.
+    opens its own range (above @staticmethod or @classmethod too, which it stays). Several
+    threads or asyncio tasks may be inside one object at once: each closes its own entry. On a
+    generator function the range covers the whole iteration (first next() to exhaustion or
+    close(), the consumer's time between items included); on an `async def` function the whole
+    await, on an async generator likewise.
 
     A range open across a `yield` (that decorator, or a `with` around a `yield` inside a
     generator) stays open in the consumer while the generator waits: ranges and steps the

@@ -235,8 +235,8 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
         print(f"cuptiprof: warning: {msg} (the steps in {result.output} come from the processes "
               "that had it)", file=sys.stderr)
     elif not o.quiet and _own_steps_only(parts):
-        print(f"cuptiprof: warning: {_unmatched(o, parts)}; the steps in {result.output} are the ones "
-              "it marks itself with cuptiprof.range('step')", file=sys.stderr)
+        print(f"cuptiprof: warning: {_unmatched(o, parts)}; the steps in {result.output} are "
+              "the ones it marks itself with cuptiprof.range('step')", file=sys.stderr)
     shutil.rmtree(parts, ignore_errors=True)
     try:
         if o.report:
@@ -326,7 +326,8 @@ def _unmatched(o: LaunchOptions, parts: Path) -> str:
     if (parts / "steps.option-inside").exists():   # seen, each time inside a step of the program's
         what = (f"--step-range {o.step_range}: every range named {o.step_range!r} the program "
                 "opened" if o.step_range else f"--step-fn {o.step_fn}: every call of it")
-        return f"{what} was inside a step the program marks itself, where it is a range of that step"
+        return (f"{what} was inside a step the program marks itself, where it is a range of "
+                "that step")
     if o.step_range:
         return f"--step-range {o.step_range}: the program opened no range named {o.step_range!r}"
     return f"--step-fn {o.step_fn}: the program never called it"
