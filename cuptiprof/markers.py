@@ -265,8 +265,8 @@ def _report(exc: BaseException) -> None:
 class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.range(...)
     """A named range: context manager and decorator.
 
-    name: 'step' marks a step (give step=i), 'warmup' marks warm-up, anything else is a user
-    range. Steps do not nest: a 'step' opened inside a step is a user range of that step.
+    name: a str; 'step' marks a step (give step=i), 'warmup' marks warm-up, anything else is a
+    user range (another type, None or bytes, raises TypeError). Steps do not nest: a 'step' opened inside a step is a user range of that step.
     Inside code that torch.compile traces a range does nothing, so the compiled code is the same
     with or without it; its kernels count for the enclosing range.
 
@@ -301,7 +301,11 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
             # returned a wrapper of its argument and never ran the function
             raise UsageError(f"cuptiprof.range needs a name: @cuptiprof.range(\"...\") above "
                              f"{getattr(name, '__qualname__', name)!s}, not @cuptiprof.range")
-        self.name = str(name)
+        if not isinstance(name, str):
+            # str() of it stored None as 'None' and b"x" as "b'x'", without a word
+            raise TypeError(f"cuptiprof.range: a range's name is a str, not "
+                            f"{type(name).__name__} {name!r}; give the name as text")
+        self.name = str.__str__(name)   # a str subclass (numpy.str_, a str Enum) as its text
         self.attrs = attrs
         if self.name == "step":
             _check_step(attrs.get("step"))

@@ -219,7 +219,7 @@ def test_a_range_without_a_name_as_decorator_is_refused():
                                          r"cuptiprof.step\(i\), not @cuptiprof.step above "):
         cuptiprof.step(decode)
     assert cuptiprof.range("decode")(decode)(3) == 6
-    assert cuptiprof.range(7).name == "7"   # a name of another type is its text
+    assert cuptiprof.range("7").name == "7"   # a name of another type is refused (below)
 
 
 def not_step_numbers():
@@ -332,3 +332,24 @@ def test_a_range_left_on_another_thread_closes_the_latest_entry_of_those(recordi
     shared.__exit__(None, None, None)
     assert recording.events[2:] == [("exit", 2, None), ("exit", 1, None)]
     assert markers._anywhere == {}
+
+
+def test_a_range_name_that_is_no_str_is_refused_at_the_call():
+    """range(None) and range(b"x") were stored as names 'None' and "b'x'" without a word.
+    A str subclass (numpy.str_, a str Enum) is its text."""
+    import enum
+    for value, shown in ((None, "NoneType None"), (b"x", "bytes b'x'"), (3, "int 3"),
+                         (("a",), "tuple ('a',)")):
+        with pytest.raises(TypeError) as e:
+            cuptiprof.range(value)
+        assert str(e.value) == (f"cuptiprof.range: a range's name is a str, not {shown}; give "
+                                "the name as text")
+
+    class Phase(str, enum.Enum):
+        DECODE = "decode"
+
+    for value in ("decode", Phase.DECODE):
+        r = cuptiprof.range(value)
+        assert r.name == "decode" and type(r.name) is str
+    np = pytest.importorskip("numpy")
+    assert type(cuptiprof.range(np.str_("decode")).name) is str
