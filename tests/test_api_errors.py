@@ -91,6 +91,33 @@ def test_profile_refuses_bad_arguments_in_python_words(tmp_path, kw, says):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("kw, says", [
+    # pid="x" failed at the first write with DuckDB's conversion error; light="no" and
+    # quiet="no" were taken for their truth (light, quiet)
+    ({"pid": "x"}, "pid must be a process id (a whole number from 1 to 2**31 - 1) or None, not 'x'"),
+    ({"pid": 2 ** 31}, "pid must be a process id (a whole number from 1 to 2**31 - 1) or None, "
+     "not 2147483648"),
+    ({"pid": 0}, "pid must be a process id"), ({"pid": True}, "pid must be a process id"),
+    ({"pid": 12.0}, "pid must be a process id"),
+    ({"light": "no"}, "light must be True or False, not 'no'"),
+    ({"light": 1}, "light must be True or False, not 1"),
+    ({"quiet": "yes"}, "quiet must be True or False, not 'yes'"),
+    ({"quiet": None}, "quiet must be True or False, not None"),
+])
+def test_profile_refuses_a_pid_or_flag_of_another_type_in_python_words(tmp_path, kw, says):
+    with pytest.raises(UsageError, match=re.escape(says)):
+        cuptiprof.profile(tmp_path / "p.duckdb", **{"source": "none", **kw})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_profile_takes_a_pid_and_flags_of_numpy_types(tmp_path):
+    np = pytest.importorskip("numpy")
+    with cuptiprof.profile(tmp_path / "p.duckdb", source="none", pid=np.int64(4242),
+                           light=np.bool_(True), quiet=np.bool_(False)) as p:
+        assert (p.pid, p.light, p.quiet) == (4242, True, False)
+        assert type(p.pid) is int and type(p.light) is bool
+
+
 @pytest.mark.parametrize("top", [0, -1, "3", 2.0])
 def test_report_methods_refuse_a_top_that_is_not_a_positive_count(tmp_path, top):
     """top=-1 returned no rows without a word; "3" failed inside DuckDB with a TypeError."""

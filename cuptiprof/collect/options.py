@@ -33,6 +33,27 @@ def _chosen_kinds(kinds: Any, all_kinds: tuple) -> list:
     return chosen
 
 
+def _flag(name: str, v: Any) -> bool:
+    """A yes-or-no argument: True or False (numpy's bool too); anything else was taken for its
+    truth, so light="no" profiled light."""
+    if type(v).__name__ not in ("bool", "bool_") or v not in (True, False):
+        raise UsageError(f"{name} must be True or False, not {v!r}")
+    return bool(v)
+
+
+def _pid(v: Any) -> int | None:
+    """pid: a process id (a whole number that the files' INTEGER column holds) or None; a str
+    failed at the first write with DuckDB's conversion error."""
+    import numbers
+
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 < v < 2 ** 31:
+        raise UsageError(f"pid must be a process id (a whole number from 1 to 2**31 - 1) or "
+                         f"None, not {v!r}")
+    return int(v)
+
+
 _SOURCE_METHODS = ("open", "enable", "disable", "flush", "push", "pop", "synchronize")
 
 

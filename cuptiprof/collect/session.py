@@ -44,7 +44,8 @@ from cuptiprof.collect.errors import CollectorProblem
 from cuptiprof.collect.exit_status import (_ExitStatus, _os_exit_status, _uncaught_status,
                                            _watch_exit)
 from cuptiprof.collect.flushing import _Flushing
-from cuptiprof.collect.options import WRITE_MODES, _check_source, _chosen_kinds, _make_filter
+from cuptiprof.collect.options import (WRITE_MODES, _check_source, _chosen_kinds, _flag,
+                                       _make_filter, _pid)
 from cuptiprof.collect.quality import _RANGES_OFF, _Quality
 from cuptiprof.collect.ranges import _Ranges
 from cuptiprof.collect.sources import NullSource, _driver_kind, _kind_enum, _Sources
@@ -128,6 +129,7 @@ class Session(_Sources, _StartRows, _Ranges, _Steps, _Flushing, _Quality, _ExitS
             raise UsageError(f"flush_every_s must be a number of seconds >= 0, not {flush_every_s!r}")
         self.flush_every_s = float(flush_every_s)
         self._last_flush = time.monotonic()
+        light, quiet, pid = _flag("light", light), _flag("quiet", quiet), _pid(pid)
         chosen = _chosen_kinds(kinds, ALL_KINDS)
         _check_source(source)   # before any file is made
         if mode not in WRITE_MODES:
