@@ -1677,3 +1677,31 @@ def test_step_range_of_cuptiprof_ranges_and_the_programs_own_steps_mixed_are_fla
     assert len(rows) == 1 and rows[0][0].startswith(
         "2 steps came from --step-range and 3 from the program's own"), rows
     assert "numbered as one sequence" in r.stderr
+
+
+@pytest.mark.parametrize("mode, extra", [(["--light"], {}), ([], {}),
+                                         ([], {"CUPTIPROF_FAKE_CUPTI": "1"})],
+                         ids=["light", "cpu", "collector"])
+def test_a_warmup_range_inside_a_recorded_step_is_of_no_step(tmp_path, mode, extra):
+    """A cuptiprof.range("warmup") inside a recorded step was stored with step NULL by the
+    collector but with the step's number under --light: there the 'warmup' row made the
+    reports take the whole step for a warm-up step and leave it out."""
+    p = script(tmp_path, """
+        import cuptiprof
+
+        for i in range(2):
+            with cuptiprof.step(i):
+                with cuptiprof.range("warmup"):
+                    with cuptiprof.range("compile"):
+                        pass
+                with cuptiprof.range("denoise"):
+                    pass
+    """)
+    r = cli(["run", "-o", "w.duckdb", "--no-report", *mode, "--", PY, p], tmp_path, **extra)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "w.duckdb"
+    assert q(out, "SELECT kind, name, step FROM ranges WHERE kind <> 'op' ORDER BY start_ns") == [
+        ("step", "step", 0), ("warmup", "warmup", None), ("user", "compile", None),
+        ("user", "denoise", 0),
+        ("step", "step", 1), ("warmup", "warmup", None), ("user", "compile", None),
+        ("user", "denoise", 1)]

@@ -174,7 +174,10 @@ class Recorder:
                 self._open_steps[rid] = (now, step, threading.get_native_id())
             parent = stack[-1] if stack else None
             if not is_step:   # read under the lock end() changes the open steps under
-                step = parent.step if parent else self.current_step
+                # a range named 'warmup' is warm-up, of no step (and so is what it holds), as
+                # the collector stores it: a 'warmup' row with a step number is a warm-up step,
+                # whose number the reports leave out of scope (the whole recorded step with it)
+                step = None if name == "warmup" else parent.step if parent else self.current_step
         if kind is None:
             kind = "warmup" if name == "warmup" else "user"
         o = _Open(range_id=rid, parent_id=parent.range_id if parent else None, depth=len(stack),
