@@ -248,6 +248,13 @@ def test_step_fn_naming_a_class_leaves_the_class_alone(tmp_path):
     ("model", "model is a Denoiser object, not a function: name a method of its class "
               "(obj_mod:Denoiser.forward)"),
     ("part", "part is a functools.partial, not a function: name the function it calls (scale)"),
+    # a decorator's wrapper, a callable of C code: "name a method of its class
+    # (functools:_lru_cache_wrapper.__call__)", a method no one can name
+    ("cached", "cached is a _lru_cache_wrapper object, not a function: it wraps the function "
+               "obj_mod:cached; name a function that calls it, or mark its calls with "
+               "cuptiprof.step(...)"),
+    ("first", "first is an itemgetter object, not a function: name a function that calls it, or "
+              "mark its calls with cuptiprof.step(...)"),
 ])
 def test_step_fn_naming_a_callable_object_leaves_it_alone(tmp_path, name, says):
     """--step-fn naming a model instance or a functools.partial put a function in its place:
@@ -255,6 +262,7 @@ def test_step_fn_naming_a_callable_object_leaves_it_alone(tmp_path, name, says):
     after one step. The object stays as it was, and the one error names what to give."""
     script(tmp_path, """
         import functools
+        import operator
 
         class Denoiser:
             def forward(self, x):
@@ -271,6 +279,11 @@ def test_step_fn_naming_a_callable_object_leaves_it_alone(tmp_path, name, says):
 
         model = Denoiser()
         part = functools.partial(scale, 2)
+        first = operator.itemgetter(0)
+
+        @functools.lru_cache
+        def cached(x):
+            return x
     """, name="obj_mod.py")
     p = script(tmp_path, """
         import obj_mod

@@ -87,9 +87,21 @@ def _not_a_function(spec: str, qual: str, obj) -> str:
         return (f"--step-fn {spec}: {qual} is a functools.partial, not a function: name the "
                 f"function it calls{f' ({of})' if of else ''}")
     cls = type(obj)
-    method = "forward" if callable(getattr(cls, "forward", None)) else "__call__"
-    return (f"--step-fn {spec}: {qual} is a {cls.__qualname__} object, not a function: name a "
-            f"method of its class ({cls.__module__}:{cls.__qualname__}.{method})")
+    a = "an" if cls.__qualname__[:1].lower() in "aeiou" else "a"
+    what = f"--step-fn {spec}: {qual} is {a} {cls.__qualname__} object, not a function"
+    wrapped = getattr(obj, "__wrapped__", None)
+    if wrapped is not None:
+        # a decorator's wrapper (functools.lru_cache): the method of its class is the wrapping
+        # machinery, and the function inside is out of --step-fn's reach under the same name
+        of = getattr(wrapped, "__qualname__", None) or repr(wrapped)
+        return (f"{what}: it wraps the function {getattr(wrapped, '__module__', '?')}:{of}; "
+                f"name a function that calls it, or mark its calls with cuptiprof.step(...)")
+    method = next((m for m in ("forward", "__call__") if inspect.isfunction(getattr(cls, m, None))),
+                  None)
+    if method is None:   # a callable of C code (torch.jit's ScriptFunction): no method to name
+        return (f"{what}: name a function that calls it, or mark its calls with "
+                f"cuptiprof.step(...)")
+    return (f"{what}: name a method of its class ({cls.__module__}:{cls.__qualname__}.{method})")
 
 
 _main_alt: list[str] = []   # --step-fn's module (also the main module) lacked the function
