@@ -278,7 +278,9 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     range that is no step it is one more attribute.
 
     One object may be entered again after it exits (and recursively); as a decorator every call
-    opens its own range (above @staticmethod or @classmethod too, which it stays). Several
+    opens its own range (above @staticmethod or @classmethod too, which it stays). A callable
+    object (a model, a functools.partial, an lru_cache wrapper) is refused: decorate its class's
+    forward or __call__ (or the function inside), or use `with` around its calls. Several
     threads or asyncio tasks may be inside one object at once: each closes its own entry. On a
     generator function the range covers the whole iteration (first next() to exhaustion or
     close(), the consumer's time between items included); on an `async def` function the whole
@@ -388,6 +390,11 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
         if isinstance(func, type):   # a function in its place broke isinstance() and subclasses
             raise UsageError(f"{self!r} decorates a function; {func.__qualname__} is a class: "
                              "decorate one of its methods (forward, __call__)")
+        if not inspect.isroutine(func) or (hasattr(func, "__wrapped__") and not (
+                inspect.isfunction(func) or inspect.ismethod(func))):
+            # a model instance, a functools.partial or an lru_cache wrapper: the function put in
+            # its place had none of its methods or attributes (model.eval(), .cache_info())
+            raise UsageError(_not_a_function(self, func))
         name, attrs = self.name, self.attrs
         if inspect.isgeneratorfunction(func):
             return wrap_generator(func, lambda: _WholeRun(name, attrs))
@@ -410,6 +417,26 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
 
     def __repr__(self) -> str:
         return f"cuptiprof.range({self.name!r}{''.join(f', {k}={v!r}' for k, v in self.attrs.items())})"
+
+
+def _not_a_function(r: range, obj: Any) -> str:
+    """The refusal of a range decorating a callable object, with what to decorate instead."""
+    def where(f: Any) -> str:
+        return f"{getattr(f, '__module__', '?')}:{getattr(f, '__qualname__', f)}"
+
+    cls = type(obj)
+    if isinstance(obj, functools.partial):
+        instead = f"decorate the function it calls ({where(obj.func)})"
+    elif getattr(obj, "__wrapped__", None) is not None:
+        instead = f"put it below that decorator, on the function it wraps ({where(obj.__wrapped__)})"
+    else:
+        method = next((m for m in ("forward", "__call__")
+                       if inspect.isfunction(getattr(cls, m, None))), None)
+        instead = f"decorate its class's {method} ({where(cls)}.{method})" if method else ""
+    a = "an" if cls.__name__[:1].lower() in "aeiou" else "a"
+    return (f"{r!r} decorates a function, not {a} {cls.__name__} object: a function in its "
+            f"place would have none of its methods and attributes; "
+            f"{instead + ', or ' if instead else ''}use `with {r!r}:` around its calls")
 
 
 def wrap_generator(func: Callable, whole: Callable) -> Callable:

@@ -353,3 +353,52 @@ def test_a_range_name_that_is_no_str_is_refused_at_the_call():
         assert r.name == "decode" and type(r.name) is str
     np = pytest.importorskip("numpy")
     assert type(cuptiprof.range(np.str_("decode")).name) is str
+
+
+def test_a_range_decorating_a_callable_object_is_refused_with_what_to_decorate():
+    """cuptiprof.range("x")(model) returned a plain function: the model's .eval() and
+    .parameters() were gone from the program's name for it. Refused, as --step-fn refuses it."""
+    import functools
+    import operator
+
+    class Denoiser:
+        def forward(self, x):
+            return x
+
+        def __call__(self, x):
+            return self.forward(x)
+
+    class Step:
+        def __call__(self, x):
+            return x
+
+    def scale(k, x):
+        return k * x
+
+    @functools.lru_cache
+    def cached(x):
+        return x
+
+    r = cuptiprof.range("denoise")
+    mod = __name__
+    q = "test_a_range_decorating_a_callable_object_is_refused_with_what_to_decorate.<locals>"
+    for obj, cls, instead in (
+            (Denoiser(), "a Denoiser", f"decorate its class's forward ({mod}:{q}.Denoiser.forward), or "),
+            (Step(), "a Step", f"decorate its class's __call__ ({mod}:{q}.Step.__call__), or "),
+            (functools.partial(scale, 2), "a partial",
+             f"decorate the function it calls ({mod}:{q}.scale), or "),
+            (cached, "a _lru_cache_wrapper",
+             f"put it below that decorator, on the function it wraps ({mod}:{q}.cached), or "),
+            (operator.itemgetter(0), "an itemgetter", "")):
+        with pytest.raises(markers.UsageError) as e:
+            r(obj)
+        assert str(e.value) == (
+            f"cuptiprof.range('denoise') decorates a function, not {cls} object: a function in "
+            f"its place would have none of its methods and attributes; {instead}"
+            "use `with cuptiprof.range('denoise'):` around its calls")
+    # functions, methods and builtins lose nothing
+    assert r(scale)(2, 3) == 6
+    assert r(Denoiser().forward)(4) == 4
+    assert r(len)([1, 2]) == 2
+    assert r(str.upper)("a") == "A"
+    assert r(functools.wraps(scale)(lambda k, x: k * x))(2, 2) == 4
