@@ -197,3 +197,37 @@ def test_a_step_fn_the_program_lacks_is_said_without_the_file_of_a_run_it_made(t
     one_line_error(r.stderr)
     assert "cuptiprof-overhead-" not in r.stderr and ".duckdb" not in r.stderr, r.stderr
     assert r.stderr.strip().endswith("(the command ran, in --overhead's first run)"), r.stderr
+
+
+def test_a_step_fn_only_some_processes_have_is_said_once_without_a_file_of_its_runs(tmp_path):
+    """--overhead of a command whose processes import two modules of one name, one with the
+    --step-fn function: the warning named each run's file (/tmp/cuptiprof-overhead-XXXX/...,
+    removed, never named by the user) and came once per run, the warm-up run's included."""
+    import sys
+
+    from _run_helpers import cli, script
+
+    script(tmp_path, """
+        def step():
+            pass
+    """, name="mod.py")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "mod.py").write_text("x = 1\n")
+    p = script(tmp_path, """
+        import subprocess
+        import sys
+
+        import mod
+
+        subprocess.run([sys.executable, "-c", "import mod"], cwd="other", check=True)
+        for i in range(3):
+            mod.step()
+    """)
+    r = cli(["run", "--light", "--overhead", "--repeat", "1", "--step-fn", "mod:step", "--",
+             sys.executable, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert warnings == ["cuptiprof: warning: --step-fn mod:step: module mod has no step (the "
+                        "steps measured come from the processes that had it)"], r.stderr
+    assert "cuptiprof-overhead-" not in r.stderr and ".duckdb" not in r.stderr, r.stderr
+    assert "no steps marked" not in r.stdout and " ms " in r.stdout, r.stdout   # steps measured

@@ -61,6 +61,9 @@ class LaunchResult:
     command: list[str] = field(default_factory=list)
     # the command failed before any process recorded a range or GPU activity (a missing script)
     recorded_nothing: bool = False
+    # what some processes found wrong with --step-fn while others marked steps: said by the
+    # caller of a quiet run (--overhead, once for all its runs), not here
+    step_fn_warning: str | None = None
 
 
 def gpu_present() -> bool:
@@ -231,7 +234,9 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
         ran = (", in --overhead's first run" if o.quiet else
                f"; {result.output} has no steps from it")
         raise InputError(f"{msg} (the command ran{ran})")
-    if msg:   # one process could not hook it, others did and marked steps: not a failed run
+    if msg and o.quiet:   # a run of --overhead: it says so once, not with this run's file
+        result.step_fn_warning = msg
+    elif msg:   # one process could not hook it, others did and marked steps: not a failed run
         print(f"cuptiprof: warning: {msg} (the steps in {result.output} come from the processes "
               "that had it)", file=sys.stderr)
     elif not o.quiet and _own_steps_only(parts):

@@ -50,6 +50,7 @@ def measure(cmd: list[str], opts: LaunchOptions, repeat: int, out=None) -> int:
     out = out or sys.stdout
     tmp = Path(tempfile.mkdtemp(prefix="cuptiprof-overhead-"))
     runs = {"base": [], "prof": []}
+    warnings: list[str] = []   # of --step-fn, said once after the runs (the same in each)
     runs_made = [("warm", 0)] + [(kind, r) for r in range(repeat) for kind in
                                  (("base", "prof") if r % 2 == 0 else ("prof", "base"))]
     try:
@@ -57,6 +58,8 @@ def measure(cmd: list[str], opts: LaunchOptions, repeat: int, out=None) -> int:
             o = replace(opts, output=str(tmp / f"{kind}-{r}.duckdb"), report=False, quiet=True,
                         mode="time" if kind == "base" else opts.mode)
             res = launch(cmd, o)
+            if res.step_fn_warning and res.step_fn_warning not in warnings:
+                warnings.append(res.step_fn_warning)
             if res.exit_code != 0:
                 which = {"base": "an unprofiled run", "prof": "a profiled run",
                          "warm": "the warm-up run"}[kind]
@@ -75,6 +78,9 @@ def measure(cmd: list[str], opts: LaunchOptions, repeat: int, out=None) -> int:
                   file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    for w in warnings:
+        print(f"cuptiprof: warning: {w} (the steps measured come from the processes that had "
+              "it)", file=sys.stderr)
     rows = []
     for label, idx, unit in (("per step (median of recorded steps)", 0, "ms"), ("end to end", 1, "s")):
         b = [x[idx] for x in runs["base"] if x[idx] is not None]
