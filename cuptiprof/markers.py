@@ -266,7 +266,8 @@ class range:  # noqa: N801 - lower-case like the builtin it mirrors: cuptiprof.r
     """A named range: context manager and decorator.
 
     name: a str; 'step' marks a step (give step=i), 'warmup' marks warm-up, anything else is a
-    user range (another type, None or bytes, raises TypeError). Steps do not nest: a 'step' opened inside a step is a user range of that step.
+    user range (another type, None or bytes, raises TypeError). Steps do not nest: a 'step'
+    opened inside a step is a user range of that step.
     Inside code that torch.compile traces a range does nothing, so the compiled code is the same
     with or without it; its kernels count for the enclosing range.
 
@@ -428,7 +429,8 @@ def _not_a_function(r: range, obj: Any) -> str:
     if isinstance(obj, functools.partial):
         instead = f"decorate the function it calls ({where(obj.func)})"
     elif getattr(obj, "__wrapped__", None) is not None:
-        instead = f"put it below that decorator, on the function it wraps ({where(obj.__wrapped__)})"
+        instead = ("put it below that decorator, on the function it wraps "
+                   f"({where(obj.__wrapped__)})")
     else:
         method = next((m for m in ("forward", "__call__")
                        if inspect.isfunction(getattr(cls, m, None))), None)

@@ -81,7 +81,8 @@ def write_report(profile, out: str | os.PathLike, top: int = 15, *,
         body.append(f'<p class="notice host">No GPU activity in scope ({why}): the steps and ranges '
                     "on this page are plotted by their host time.</p>")
     if untimed:
-        recorded = ", ".join(_counted(k["count"], f'{k["kind"]} {k["detail"] or ""}'.strip()) for k in kinds)
+        recorded = ", ".join(_counted(k["count"], f'{k["kind"]} {k["detail"] or ""}'.strip())
+                             for k in kinds)
         body.append(f'<p class="notice untimed">{what} activity was recorded ({esc(recorded)}), but '
                     "every row of it has zero duration (it starts and ends at the same time): its "
                     "time was not measured, so the times on this page are 0 ms; the plots of ops "
