@@ -680,17 +680,20 @@ def test_an_export_with_copies_but_no_kernels(tmp_path):
                 [("missing_kind", want, 4242)], src.name
 
 
-def test_an_unclosed_range_is_left_out(tmp_path):
-    """A range still open when the capture ended (no end) is not a range of the import."""
+def test_an_unclosed_range_is_kept_without_an_end(tmp_path):
+    """A range still open when the capture ended (no end) is a range of the import, written
+    without an end, holding what its thread launched after it began."""
     src = nsys_export(tmp_path / "u.sqlite", launches=_launches(2), ranges=[(7, 990, 1050, 59, "a")])
     with sqlite3.connect(src) as db:
         db.execute("INSERT INTO NVTX_EVENTS VALUES (1080, NULL, 59, 'open', ?, NULL, NULL)", [4242 << 24 | 7])
     out = tmp_path / "o.duckdb"
     import_traces([src], out)
     con = duckdb.connect(str(out), read_only=True)
-    assert con.execute("SELECT name FROM ranges").fetchall() == [("a",)]
+    assert con.execute("SELECT name, end_ns FROM ranges ORDER BY 1").fetchall() == [
+        ("a", 1050), ("open", None)]
     assert con.execute("""SELECT r.name FROM kernels k LEFT JOIN ranges r
-        ON r.pid = k.pid AND r.range_id = k.range_id ORDER BY k.start_ns""").fetchall() == [("a",), (None,)]
+        ON r.pid = k.pid AND r.range_id = k.range_id ORDER BY k.start_ns""").fetchall() == [
+        ("a",), ("open",)]
 
 
 @pytest.mark.parametrize("push_pop,start_end", [(59, 60), (70, 71)], ids=["nvtx", "nvtxt"])
@@ -1002,3 +1005,25 @@ def test_string_ids_are_looked_up_not_used_as_positions(tmp_path):
                         "the export is damaged or was edited: export it again (nsys export "
                         "--type sqlite REPORT.nsys-rep)\n")
     assert not (tmp_path / "o2.duckdb").exists()
+
+
+def test_a_range_never_ended_keeps_its_work(tmp_path):
+    """An NVTX range the program never ended (end NULL: a crash or a stop inside the last step)
+    is a range of the file, open until the capture's end: what its thread launched after it
+    began is its own and its step's, and the step is said to be incomplete."""
+    src = nsys_export(tmp_path / "open.sqlite", launches=_launches(4), ranges=[
+        (7, 990, 1150, 59, "step 0"), (7, 1150, None, 59, "step 1"), (7, 1160, None, 59, "tail")])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT step, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() \
+        == [(0, 2), (1, 2)]
+    assert con.execute("SELECT name, end_ns, step, depth FROM ranges ORDER BY start_ns").fetchall() \
+        == [("step 0", 1150, 0, 0), ("step 1", None, 1, 0), ("tail", None, 1, 1)]
+    assert con.execute("""SELECT r.name, count(*) FROM kernels k JOIN ranges r
+        ON r.pid = k.pid AND r.range_id = k.range_id GROUP BY 1 ORDER BY 1""").fetchall() \
+        == [("step 0", 2), ("tail", 2)]
+    assert con.execute("SELECT check_name, subject FROM data_quality").fetchall() == [
+        ("step_incomplete", "1")]
+    # the process's span is that of what it recorded, not stretched by the open ranges
+    assert con.execute("SELECT start_ns, end_ns FROM processes").fetchall() == [(990, 1360)]

@@ -39,7 +39,9 @@ NVTX_DOMAIN_CREATE = 75
 # columns the importer cannot do without: no row is placed in time, a thread or a device without
 # them (any other integer column read may be NULL, as older exports lack some)
 _NOT_NULL = ("start", "end", "globalTid", "deviceId")
-_NVTX_READ = f"eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))}) AND \"end\" IS NOT NULL"
+# ranges of every kind, ended or not: one the program never ended (a crash or a stop inside it,
+# `end` NULL) holds what its thread launched until the capture's end, as Nsight Systems draws it
+_NVTX_READ = f"eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))})"
 _STEP_RE = re.compile(r"^(?:ProfilerStep#|step[ _#:=]?)(\d+)$", re.IGNORECASE)
 
 
@@ -192,7 +194,8 @@ class NsysFile:
         for table, cols in self.read.items():
             only = f" AND {_NVTX_READ}" if table == "NVTX_EVENTS" else ""
             for c in cols:
-                allowed = "'integer'" if c in _NOT_NULL else "'integer', 'null'"
+                allowed = "'integer'" if c in _NOT_NULL and not (
+                    table == "NVTX_EVENTS" and c == "end") else "'integer', 'null'"
                 try:
                     rows = self.db.execute(
                         f'SELECT rowid, typeof("{c}"), substr(quote("{c}"), 1, 40) FROM "{table}" '
@@ -445,7 +448,15 @@ class NsysFile:
         c_gtid = np.array(calls["gtid"], np.int64)
         r_gtid = np.array(ranges["gtid"], np.int64)
         c_start, c_end = np.array(calls["start"], np.int64), np.array(calls["end"], np.int64)
-        r_start, r_end = np.array(ranges["start"], np.int64), np.array(ranges["end"], np.int64)
+        r_start = np.array(ranges["start"], np.int64)
+        r_open = np.array([e is None for e in ranges["end"]], bool)
+        # a range never ended is open until the capture's last record (it nests, holds and is
+        # the step of what ran after it began) and is written without an end
+        ended = [e for e in ranges["end"] if e is not None]
+        last = max([s[1] for s in self.spans.values()] + [int(c_end.max()) if len(c_end) else 0,
+                                                           int(r_start.max()) if len(r_start) else 0,
+                                                           max(ended, default=0)])
+        r_end = np.array([last if e is None else e for e in ranges["end"]], np.int64)
         c_pid = self._own_all((c_gtid >> 24) & 0xFFFFFF)
         r_pid = self._own_all((r_gtid >> 24) & 0xFFFFFF)
         # a process's span holds its calls and ranges too; one with no GPU work (a helper
@@ -453,7 +464,7 @@ class NsysFile:
         if len(c_start):
             self._span(c_pid, c_start, c_end)
         if len(r_start):
-            self._span(r_pid, r_start, np.maximum(r_start, r_end))
+            self._span(r_pid, r_start, np.where(r_open, r_start, np.maximum(r_start, r_end)))
         parent, depth, c_range = self._nest(ranges["type"], c_gtid, c_start, c_end, r_gtid, r_start,
                                             r_end)
         texts = ranges["text"]
@@ -472,6 +483,12 @@ class NsysFile:
             cm = c_pid == pid
             c_step[cm] = steps_at(c_start[cm], r_start[sm], r_end[sm], step_n[sm])
         r_step[is_step] = step_n[is_step]
+        from cuptiprof.store.quality import STEP_INCOMPLETE
+        for i in np.flatnonzero(is_step & r_open).tolist():
+            w.add_quality(STEP_INCOMPLETE, str(int(step_n[i])), None,
+                          f"step {int(step_n[i])}'s NVTX range was never ended: it holds what its "
+                          "process ran from its start to the end of the capture",
+                          pid=int(r_pid[i]))
 
         def ids(ix):
             ix = np.asarray(ix)
@@ -488,7 +505,7 @@ class NsysFile:
                 "pid": AC.array(r_pid[sl], pa.int32()), "range_id": range_id[sl],
                 "parent_id": ids(parent[sl]), "depth": depth[sl], "name": texts[sl],
                 "domain": ranges["domain"][sl], "thread_id": r_gtid[sl] & 0xFFFFFF,
-                "start_ns": r_start[sl], "end_ns": r_end[sl],
+                "start_ns": r_start[sl], "end_ns": AC.array(r_end[sl], pa.int64(), mask=r_open[sl]),
                 "kind": np.where(is_step[sl], "step", "user").tolist(),
                 "step": neg_null(r_step[sl])}})
         self._count("range_rows", len(r_start))
