@@ -1027,3 +1027,24 @@ def test_a_range_never_ended_keeps_its_work(tmp_path):
         ("step_incomplete", "1")]
     # the process's span is that of what it recorded, not stretched by the open ranges
     assert con.execute("SELECT start_ns, end_ns FROM processes").fetchall() == [(990, 1360)]
+
+
+def test_steps_of_two_threads_that_overlap_keep_their_own_launches(tmp_path):
+    """Two worker threads each mark their own steps, which overlap in time: a launch inside its
+    own thread's step is that step's, not the step another thread began later (nor the other
+    way round); a thread without steps takes the latest-started step that holds its launch."""
+    src = nsys_export(tmp_path / "two.sqlite", launches=[
+        (7, 1100, 1110, 1120, 1130), (7, 2000, 2010, 2020, 2030), (7, 2900, 2910, 2920, 2930),
+        (8, 1600, 1610, 1620, 1630), (9, 2100, 2110, 2120, 2130)],
+        ranges=[(7, 1000, 3000, 59, "step 1"), (8, 1500, 2500, 59, "step 2")])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("""SELECT c.thread_id, c.start_ns, k.step, r.name FROM kernels k
+        JOIN api_calls c ON c.pid = k.pid AND c.correlation_id = k.correlation_id
+        LEFT JOIN ranges r ON r.pid = k.pid AND r.range_id = k.range_id
+        ORDER BY 2""").fetchall() == [
+        (7, 1100, 1, "step 1"), (8, 1600, 2, "step 2"), (7, 2000, 1, "step 1"),
+        (9, 2100, 2, None), (7, 2900, 1, "step 1")]
+    assert con.execute("SELECT count(*) FROM api_calls WHERE thread_id = 7 AND step = 1"
+                       ).fetchone() == (3,)

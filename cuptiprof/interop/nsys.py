@@ -479,9 +479,13 @@ class NsysFile:
             range_id[m] = np.arange(1, int(m.sum()) + 1)
             sm = m & is_step
             self.steps_by_pid[pid] = int(sm.sum())
-            r_step[m] = steps_at(r_start[m], r_start[sm], r_end[sm], step_n[sm])
+            # steps of several threads may overlap (workers each running their own): a call or
+            # range takes the step of its own thread first, as Nsight Systems projects ranges
+            r_step[m] = steps_at(r_start[m], r_start[sm], r_end[sm], step_n[sm], r_gtid[m],
+                                 r_gtid[sm])
             cm = c_pid == pid
-            c_step[cm] = steps_at(c_start[cm], r_start[sm], r_end[sm], step_n[sm])
+            c_step[cm] = steps_at(c_start[cm], r_start[sm], r_end[sm], step_n[sm], c_gtid[cm],
+                                  r_gtid[sm])
         r_step[is_step] = step_n[is_step]
         from cuptiprof.store.quality import STEP_INCOMPLETE
         for i in np.flatnonzero(is_step & r_open).tolist():
