@@ -1048,3 +1048,22 @@ def test_steps_of_two_threads_that_overlap_keep_their_own_launches(tmp_path):
         (9, 2100, 2, None), (7, 2900, 1, "step 1")]
     assert con.execute("SELECT count(*) FROM api_calls WHERE thread_id = 7 AND step = 1"
                        ).fetchone() == (3,)
+
+
+def test_step_ranges_named_by_torch_emit_nvtx(tmp_path):
+    """Under torch.autograd.profiler.emit_nvtx(), torch names each range after its
+    record_function followed by ', seq = N', ', op_id = N' and ', sizes = [...]': the
+    record_function('ProfilerStep#N') of each step is still step N."""
+    src = nsys_export(tmp_path / "emit.sqlite", launches=_launches(3), ranges=[
+        (7, 990, 1100, 59, "ProfilerStep#4, op_id = 17"),
+        (7, 1100, 1200, 59, "ProfilerStep#5, op_id = 95, sizes = []"),
+        (7, 1200, 1300, 59, "step 6, seq = 3, op_id = 160"),
+        (7, 1290, 1295, 59, "ProfilerStep#7x, op_id = 1")])   # no step: not N alone
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT step, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() \
+        == [(4, 1), (5, 1), (6, 1)]
+    assert con.execute("SELECT name, kind, step FROM ranges ORDER BY start_ns").fetchall() == [
+        ("ProfilerStep#4, op_id = 17", "step", 4), ("ProfilerStep#5, op_id = 95, sizes = []", "step", 5),
+        ("step 6, seq = 3, op_id = 160", "step", 6), ("ProfilerStep#7x, op_id = 1", "user", 6)]

@@ -42,7 +42,11 @@ _NOT_NULL = ("start", "end", "globalTid", "deviceId")
 # ranges of every kind, ended or not: one the program never ended (a crash or a stop inside it,
 # `end` NULL) holds what its thread launched until the capture's end, as Nsight Systems draws it
 _NVTX_READ = f"eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))})"
-_STEP_RE = re.compile(r"^(?:ProfilerStep#|step[ _#:=]?)(\d+)$", re.IGNORECASE)
+# torch.autograd.profiler.emit_nvtx() names each range it pushes after its record_function,
+# then ", seq = N", ", op_id = N", ", sizes = [...]" (torch's getNvtxStr): "ProfilerStep#3,
+# op_id = 17" is step 3
+_STEP_RE = re.compile(r"^(?:ProfilerStep#|step[ _#:=]?)(\d+)(?:, (?:seq|op_id|sizes) = .*)?$",
+                      re.IGNORECASE | re.DOTALL)
 
 
 def _step_number(text: str | None, payload) -> int:
