@@ -630,7 +630,9 @@ def test_steps_from_nvtx_ranges_reach_calls_and_gpu_rows(tmp_path):
     assert con.execute(by_range.format("memcpys")).fetchall() == [(1230, 4, "fwd"), (1600, None, None)]
     assert con.execute(by_range.format("syncs")).fetchall() == [(1145, 3, "step 3")]
     assert con.execute(by_range.format("memsets")).fetchall() == [(1330, 4, "Step#4")]
-    assert con.execute("SELECT count(*) FROM data_quality").fetchone() == (0,)
+    # steps are recorded (no missing_kind row); the memcpy no step holds is said
+    assert con.execute("SELECT check_name, subject, count FROM data_quality").fetchall() == [
+        ("unclaimed_records", "memcpy", 1)]
 
 
 def test_driver_calls_thread_ids_and_return_codes(tmp_path):
@@ -1067,3 +1069,30 @@ def test_step_ranges_named_by_torch_emit_nvtx(tmp_path):
     assert con.execute("SELECT name, kind, step FROM ranges ORDER BY start_ns").fetchall() == [
         ("ProfilerStep#4, op_id = 17", "step", 4), ("ProfilerStep#5, op_id = 95, sizes = []", "step", 5),
         ("step 6, seq = 3, op_id = 160", "step", 6), ("ProfilerStep#7x, op_id = 1", "user", 6)]
+
+
+def test_gpu_rows_outside_every_step_are_said(tmp_path):
+    """GPU rows of a process with steps that no step holds (launched before the first step
+    range or after the last, or by no call the export kept) are counted in data_quality per
+    kind, as the Kineto importer counts them; a process without steps is said apart."""
+    src = nsys_export(tmp_path / "out.sqlite", launches=_launches(5) + [
+        (9, 1000, 1010, 1020, 1060, 5151)], ranges=[(7, 1090, 1300, 59, "step 0")])
+    g = 4242 << 24
+    add_table(src, "CUPTI_ACTIVITY_KIND_MEMCPY", GPU_COLS + ", bytes INTEGER, copyKind INTEGER",
+              [(1230, 1240, 0, 1, 7, 3, g, 64, 1), (1600, 1640, 0, 1, 7, 99, g, 64, 2)])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT pid, step, count(*) FROM kernels GROUP BY ALL ORDER BY ALL"
+                       ).fetchall() == [(4242, 0, 2), (4242, None, 3), (5151, None, 1)]
+    assert con.execute("SELECT check_name, subject, count, pid FROM data_quality ORDER BY ALL"
+                       ).fetchall() == [("unclaimed_records", "kernel", 3, 4242),
+                                        ("unclaimed_records", "memcpy", 1, 4242)]
+    # with every call of the export gone, no GPU row has a step, and the file says so
+    with sqlite3.connect(src) as db:
+        db.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    import_traces([src], tmp_path / "nocalls.duckdb")
+    con = duckdb.connect(str(tmp_path / "nocalls.duckdb"), read_only=True)
+    assert con.execute("SELECT check_name, subject, count, pid FROM data_quality ORDER BY ALL"
+                       ).fetchall() == [("unclaimed_records", "kernel", 5, 4242),
+                                        ("unclaimed_records", "memcpy", 2, 4242)]

@@ -615,7 +615,18 @@ class NsysFile:
             for p in who:
                 w.add_quality("missing_kind", "kernel", 0,
                               f"{self.path.name} holds no kernel or memcpy records", pid=p)
-        elif not any(self.steps_by_pid.values()):
+        elif any(self.steps_by_pid.values()):
+            # GPU rows of a process with steps that no step holds (launched outside every step
+            # range, or by no call in the export): said, as the Kineto importer says them
+            stepped = sorted(p for p, n in self.steps_by_pid.items() if n)
+            for kind, p, n in w.query(
+                    "SELECT kind, pid, count(*) FROM gpu_activities WHERE run_id = ? AND kind <> "
+                    f"'sync' AND step IS NULL AND pid IN ({', '.join(map(str, stepped))}) "
+                    "GROUP BY ALL ORDER BY ALL", [w.run_id]):
+                w.add_quality("unclaimed_records", kind, n,
+                              f"{n} {kind} rows in {self.path.name} were launched outside every "
+                              "step range (or by no call in the export); they have no step", pid=p)
+        else:
             for p in who:
                 w.add_quality("missing_kind", "step", 0,
                               f"{self.path.name} has no step ranges (NVTX ranges named 'step N' "
