@@ -1096,3 +1096,22 @@ def test_gpu_rows_outside_every_step_are_said(tmp_path):
     assert con.execute("SELECT check_name, subject, count, pid FROM data_quality ORDER BY ALL"
                        ).fetchall() == [("unclaimed_records", "kernel", 5, 4242),
                                         ("unclaimed_records", "memcpy", 2, 4242)]
+
+
+def test_a_step_without_gpu_work_is_said(tmp_path):
+    """A step range that holds no GPU row while the other steps do (its launches missed the
+    capture, or it launched none) is said in data_quality as empty_step, as the Kineto importer
+    says it; a file none of whose steps holds GPU work says no step empty."""
+    src = nsys_export(tmp_path / "e.sqlite", launches=_launches(2), ranges=[
+        (7, 990, 1090, 59, "step 0"), (7, 1090, 1190, 59, "step 1"), (7, 1500, 1600, 59, "step 2")])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT check_name, subject, count, pid FROM data_quality").fetchall() == [
+        ("empty_step", "2", 0, 4242)]
+    late = nsys_export(tmp_path / "late.sqlite", launches=_launches(2), ranges=[
+        (7, 1500, 1600, 59, "step 0")])
+    import_traces([late], tmp_path / "late.duckdb")
+    con = duckdb.connect(str(tmp_path / "late.duckdb"), read_only=True)
+    assert con.execute("SELECT check_name, subject FROM data_quality").fetchall() == [
+        ("unclaimed_records", "kernel")]

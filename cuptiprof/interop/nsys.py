@@ -103,6 +103,7 @@ class NsysFile:
             raise
         self.rows: dict[str, int] = {}
         self.steps_by_pid: dict[int, int] = {}   # step ranges per process
+        self.step_nums: dict[int, set[int]] = {}   # the step numbers of each process
         self.devices: dict[int, set[int]] = {}
         self.spans: dict[int, list[int]] = {}
         self.pid_of: dict[int, int] = {}   # the export's pid -> the pid its rows are written with
@@ -483,6 +484,7 @@ class NsysFile:
             range_id[m] = np.arange(1, int(m.sum()) + 1)
             sm = m & is_step
             self.steps_by_pid[pid] = int(sm.sum())
+            self.step_nums[pid] = set(step_n[sm].tolist())
             # steps of several threads may overlap (workers each running their own): a call or
             # range takes the step of its own thread first, as Nsight Systems projects ranges
             r_step[m] = steps_at(r_start[m], r_start[sm], r_end[sm], step_n[sm], r_gtid[m],
@@ -626,6 +628,18 @@ class NsysFile:
                 w.add_quality("unclaimed_records", kind, n,
                               f"{n} {kind} rows in {self.path.name} were launched outside every "
                               "step range (or by no call in the export); they have no step", pid=p)
+            # a step that holds no GPU row while others do (its launches missed the capture,
+            # or it launched none), as the Kineto importer says it
+            worked: dict[int, set[int]] = {}
+            for p, n in w.query(
+                    "SELECT DISTINCT pid, step FROM gpu_activities WHERE run_id = ? AND step IS "
+                    f"NOT NULL AND pid IN ({', '.join(map(str, stepped))})", [w.run_id]):
+                worked.setdefault(p, set()).add(n)
+            for p in stepped:
+                for n in sorted(self.step_nums.get(p, set()) - worked[p]) if p in worked else ():
+                    w.add_quality("empty_step", str(n), 0,
+                                  f"step {n} has no GPU activity in {self.path.name} (nothing "
+                                  "launched, or not captured)", pid=p)
         else:
             for p in who:
                 w.add_quality("missing_kind", "step", 0,
