@@ -724,6 +724,33 @@ def test_default_output_name_is_unique(tmp_path):
     assert len(files) == 2 and files[0] != files[1]
 
 
+def test_a_default_name_another_run_takes_first_is_passed_over(tmp_path):
+    """Two runs without -o begun in the same second in one folder: both chose the same default
+    name, and the one that came second to reserve it was refused ('another cuptiprof run is
+    writing this file; choose another -o') over a name the user never chose. It takes the
+    next one."""
+    patch = """
+        import os
+        from cuptiprof.run import launcher
+        real, taken = launcher.reserve, []
+
+        def reserve(out, force=False):   # the other run reserves the name just before this one
+            if not taken:
+                taken.append(out)
+                other = out.with_name(out.name + ".parts")
+                other.mkdir()
+                (other / "launcher.pid").write_text(str(os.getppid()))   # alive
+            return real(out, force)
+        launcher.reserve = reserve
+    """
+    r = cli_driven(patch, ["run", "--no-report", "--", PY, "-c", "pass"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    (other,) = tmp_path.glob("cuptiprof-*.duckdb.parts")
+    (mine,) = tmp_path.glob("cuptiprof-*.duckdb")
+    assert mine.name != other.name[:-len(".parts")]
+    assert q(mine, "SELECT status FROM runs") == [("complete",)]
+
+
 def test_not_a_python_command(tmp_path):
     r = cli(["run", "-o", "sh.duckdb", "--no-report", "--", "sh", "-c", "exit 4"], tmp_path)
     assert r.returncode == 4

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cuptiprof.errors import InputError, command_text, shell_word
+from cuptiprof.errors import InputError, WriterBusy, command_text, shell_word
 from cuptiprof.outputs import silence
 from cuptiprof.run import settings as S
 from cuptiprof.run.merge_parts import (MergeFailed, _wait_for_stragglers, finish, run_record,
@@ -145,13 +145,24 @@ def _cannot_run(cmd: list[str], exc: OSError) -> InputError:
 
 def launch(cmd: list[str], o: LaunchOptions) -> LaunchResult:
     validate(cmd, o)
-    out = output_path(o.output, o.force, [a for a in cmd if os.path.isfile(a)])
+    inputs = [a for a in cmd if os.path.isfile(a)]
+    out = output_path(o.output, o.force, inputs)
     # From here until the command has ended, SIGTERM and the like are passed on to it: one that
     # came while it was being started would otherwise kill the launcher alone, leaving the
     # command running unprofiled and OUT.parts unmerged.
     fwd = _Forwarding().__enter__()
     try:
-        parts = reserve(out, o.force)
+        for tries in range(100):
+            try:
+                parts = reserve(out, o.force)
+                break
+            except WriterBusy:
+                # A default name another run reserved since it was chosen (two runs without -o
+                # begun in the same second): the next free one, not a refusal over a name the
+                # user never gave
+                if o.output is not None or tries == 99:
+                    raise
+                out = output_path(None, o.force, inputs)
     except BaseException:
         fwd.__exit__()
         raise
