@@ -115,13 +115,31 @@ if __name__ == "__main__":
         [(128 + signal.SIGTERM,)]
 
 
-def test_the_watcher_thread_is_stopped_across_a_fork(tmp_path):
+# The watcher's OS thread ends 300 ms after its Python part (a loaded machine that runs it
+# late): a thread-specific value whose destructor, usleep, runs as the thread exits.
+LINGER = """
+import ctypes
+libc = ctypes.CDLL(None)
+key = ctypes.c_uint()
+assert libc.pthread_key_create(ctypes.byref(key), libc.usleep) == 0
+listen = TermWatch._listen
+def _listen(self, r):
+    libc.pthread_setspecific(key, ctypes.c_void_p(300_000))
+    return listen(self, r)
+TermWatch._listen = _listen
+"""
+
+
+@pytest.mark.parametrize("linger", [False, True], ids=["thread-ends-at-once", "thread-ends-late"])
+def test_the_watcher_thread_is_stopped_across_a_fork(tmp_path, linger):
     """A fork sees no thread of cuptiprof's (Python 3.12+ warns of a process that forks with
-    threads), and the thread listens again after it, in the parent and in the child."""
+    threads), and the thread listens again after it, in the parent and in the child; also where
+    the OS thread ends well after its Python part (the fork waited a count of tries, ~50 ms)."""
     p = script(tmp_path, """
 import os, signal, sys
 from cuptiprof.run.term_watch import TermWatch
 tasks = lambda: len(os.listdir("/proc/self/task"))
+""" + (LINGER if linger else "") + """
 at_fork = []
 os.register_at_fork(before=lambda: at_fork.append(tasks()))   # runs after cuptiprof's own
 w = TermWatch(lambda sig: True, lambda: False, lambda sig: None)

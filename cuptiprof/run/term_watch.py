@@ -92,11 +92,11 @@ class TermWatch:
                 pass
             t.join(GRACE_S + 1.0)
             # join() returns as the thread's Python part ends, just before the OS thread
-            # does; the count Python 3.12 checks is the OS's
+            # does; the count Python 3.12 checks is the OS's. A loaded machine may run that
+            # end late (a count of tries, ~50 ms, forked beside it): a wait bounded in time
             gone = f"/proc/self/task/{t.native_id}"
-            for _ in range(100):
-                if not os.path.exists(gone):
-                    break
+            deadline = time.monotonic() + GRACE_S + 1.0
+            while os.path.exists(gone) and time.monotonic() < deadline:
                 time.sleep(0.0005)
 
     def after_fork(self) -> None:
