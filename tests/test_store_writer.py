@@ -217,13 +217,15 @@ for b in synthetic_batches(steps=10_000, kernels_per_step=500, api=False):
     print(n, w.rows_written.get("kernel_rows", 0), flush=True)
     if sys.argv[2] == "hold" and n == 2:
         time.sleep(60)
+    if sys.argv[2] == "run" and n >= 8:   # the next batch once the test says so
+        sys.stdin.readline()
 """
 
 
 def _start(path, how):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, "-c", HOLD, str(path), how], stdout=subprocess.PIPE,
-                            text=True, env=env)
+    return subprocess.Popen([sys.executable, "-c", HOLD, str(path), how], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
 
 
 def test_second_writer_in_another_process_is_refused(tmp_path):
@@ -303,6 +305,11 @@ def test_sigkill_mid_run_keeps_every_committed_batch(tmp_path):
             n, committed = map(int, line.split())
             if n >= 8:
                 break
+        # The writer holds after batch 8 until told to go on: the kill lands while batch 9 is
+        # written or just after, however late this process gets to send it (a loaded machine
+        # ran the writer on through several more batches meanwhile).
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
