@@ -246,6 +246,25 @@ def test_the_folder_of_a_runs_parts_given_for_a_file_says_how_to_merge_it(tmp_pa
     assert r.returncode == 0 and (tmp_path / "r.duckdb").is_file(), r.stderr
 
 
+def test_the_parts_of_two_runs_merged_together_name_the_first_given(tmp_path):
+    """The part files of two runs in one merge: the line names one run's folder, the first
+    given; it named whichever the set of folders held first, one run or the other from one
+    call to the next (Python's hash of a path is salted per process)."""
+    for name in ("a.duckdb.parts", "b.duckdb.parts"):
+        left_parts(tmp_path / name)
+    said = set()
+    for seed in range(6):
+        r = cli(["merge", "b.duckdb.parts/h-11.duckdb", "a.duckdb.parts/h-11.duckdb", "-o",
+                 "m.duckdb"], tmp_path, PYTHONHASHSEED=str(seed))
+        assert r.returncode == 2, r.stderr
+        one_line_error(r.stderr)
+        said.add(r.stderr)
+    assert said == {f"cuptiprof: error: {tmp_path / 'b.duckdb.parts'}: the part files of one "
+                    "cuptiprof run are merged alone, as that run (cuptiprof merge "
+                    f"{tmp_path / 'b.duckdb.parts'}/*.duckdb -o OUT.duckdb); then merge "
+                    "OUT.duckdb with the other files\n"}
+
+
 def test_the_commands_a_line_gives_work_pasted_for_paths_with_spaces(tmp_path):
     """`my run.duckdb` left as parts: the merge the line gave ran as several words."""
     left_parts(tmp_path / "my run.duckdb.parts")

@@ -54,7 +54,9 @@ def _run_parts(files: list[str]) -> Path | None:
     merged as that run. Mixed with other files, they are refused."""
     from cuptiprof.store.files import is_run_parts
 
-    folders = {Path(f).absolute().parent for f in files}
+    # in the order given (a set's order changes from one call to the next): the folder named
+    # below is the first given
+    folders = list(dict.fromkeys(Path(f).absolute().parent for f in files))
     parts = [d for d in folders if is_run_parts(d)]
     if not parts:
         return None
