@@ -87,6 +87,22 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
+def written(path: Path, proc: subprocess.Popen, timeout: float = 60) -> str:
+    """What the program started by `proc` writes into `path` (its pid, as a rule), once it has:
+    the file is there, empty, a moment before its text is (write_text opens, then writes), and
+    a test that read it as soon as it appeared read nothing."""
+    import time
+
+    wait_for(path, proc, timeout)
+    deadline = time.monotonic() + timeout
+    while not (text := path.read_text()):
+        if proc.poll() is not None:
+            raise AssertionError(f"exited early: {proc.communicate()}")
+        assert time.monotonic() < deadline, f"{path} stayed empty"
+        time.sleep(0.02)
+    return text
+
+
 def q(path: Path, sql: str) -> list:
     con = duckdb.connect(str(path), read_only=True)
     try:

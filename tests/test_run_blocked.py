@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from _run_helpers import cli, popen, q, script, wait_for
+from _run_helpers import cli, popen, q, script, written
 
 PY = sys.executable
 
@@ -50,9 +50,9 @@ pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))
 block()
 """, name="blocked_prog.py")
     proc = popen(["run", "-o", "b.duckdb", "--no-report", "--", PY, p], tmp_path)
-    wait_for(ready, proc)
+    pid = int(written(ready, proc))
     t0 = time.monotonic()
-    os.kill(proc.pid if to == "launcher" else int(ready.read_text()), sig)
+    os.kill(proc.pid if to == "launcher" else pid, sig)
     _, err = _ends(proc)
     assert proc.returncode == 128 + sig, err
     assert time.monotonic() - t0 < 20, "ended, but late"
@@ -81,8 +81,7 @@ libc.pthread_mutex_timedlock(mutex, ctypes.byref(timespec(int(time.time()) + 4, 
 print("handled", got, flush=True)
 """)
     proc = popen(["run", "-o", "h.duckdb", "--no-report", "--", PY, p], tmp_path)
-    wait_for(ready, proc)
-    os.kill(int(ready.read_text()), signal.SIGTERM)
+    os.kill(int(written(ready, proc)), signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "handled [1]" in out, out
@@ -175,8 +174,7 @@ pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))
 block()
 """, name="blocked_prog.py")
     proc = popen(["run", "-o", "f.duckdb", "--no-report", "--", PY, p], tmp_path)
-    wait_for(ready, proc)
-    os.kill(int(ready.read_text()), signal.SIGTERM)
+    os.kill(int(written(ready, proc)), signal.SIGTERM)
     out, err = _ends(proc)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert f"child {-signal.SIGTERM} True" in out, out
@@ -206,8 +204,7 @@ pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))
 time.sleep(60)
 """)
     proc = popen(["run", "-o", "c.duckdb", "--no-report", "--", PY, p], tmp_path)
-    wait_for(ready, proc)
-    os.kill(int(ready.read_text()), signal.SIGTERM)
+    os.kill(int(written(ready, proc)), signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, out) == (3, "True True -1\n"), err
 
@@ -244,8 +241,7 @@ pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))
     # steps committed only as the process ends: what is kept is what the signal flushed
     proc = popen(["run", "-o", "d.duckdb", "--no-report", "--", PY, p], tmp_path,
                  CUPTIPROF_FLUSH_EVERY_S="600")
-    wait_for(ready, proc)
-    os.kill(int(ready.read_text()), signal.SIGTERM)
+    os.kill(int(written(ready, proc)), signal.SIGTERM)
     _, err = _ends(proc)
     assert proc.returncode == 128 + signal.SIGTERM, err
     out = tmp_path / "d.duckdb"
@@ -273,8 +269,7 @@ print("not reached", flush=True)
 """)
     proc = popen(["run", "-o", "m.duckdb", "--no-report", "--", PY, p], tmp_path,
                  CUPTIPROF_FLUSH_EVERY_S="600")
-    wait_for(ready, proc)
-    os.kill(int(ready.read_text()), signal.SIGTERM)
+    os.kill(int(written(ready, proc)), signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, out) == (128 + signal.SIGTERM, "critical section done\n"), err
     db = tmp_path / "m.duckdb"
@@ -306,8 +301,7 @@ pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))
 import time; time.sleep(60)
 """, name="blocked_prog.py")
     proc = popen(["run", "-o", "b.duckdb", "--no-report", "--", PY, p], tmp_path)
-    wait_for(ready, proc)
-    os.kill(int(ready.read_text()), signal.SIGHUP)
+    os.kill(int(written(ready, proc)), signal.SIGHUP)
     _, err = _ends(proc)
     assert proc.returncode == 128 + signal.SIGHUP, err
     assert q(tmp_path / "b.duckdb", "SELECT status FROM runs") == [("interrupted",)]
