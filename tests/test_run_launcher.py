@@ -1605,6 +1605,42 @@ def test_a_helper_that_outlives_the_command_by_a_moment_is_waited_for(tmp_path):
     assert q(out, "SELECT count(*), count(*) FILTER (WHERE ended_early) FROM processes") == [(2, 0)]
 
 
+def test_a_helper_caught_writing_its_end_marker_keeps_how_and_when_it_ended(tmp_path):
+    """A process of the run whose end marker the launcher finds as it is being written (there,
+    still empty): it took the process for ended, merged, and read nothing of it (no exit
+    status, no end). The marker appears whole or not at all, and the launcher waits for it."""
+    p = script(tmp_path, """
+        import pathlib, subprocess, sys, time, cuptiprof
+        helper = '''
+        import os, pathlib, time, cuptiprof
+        real = pathlib.Path.write_text
+        def write_text(self, data, *a, **kw):   # the end marker: created, written a second later
+            if ".end.json" not in self.name:
+                return real(self, data, *a, **kw)
+            with open(self, "w") as fh:
+                fh.flush()
+                time.sleep(1)
+                return fh.write(data)
+        pathlib.Path.write_text = write_text
+        parent = os.getppid()
+        with cuptiprof.range("step", step=0):
+            pass
+        pathlib.Path("helper-ready").touch()
+        while os.getppid() == parent:   # the command has ended
+            time.sleep(0.01)
+        '''
+        h = subprocess.Popen([sys.executable, "-c", helper])
+        while not pathlib.Path("helper-ready").exists():
+            time.sleep(0.01)
+        print("helper", h.pid)
+    """)
+    r = cli(["run", "-o", "h.duckdb", "--no-report", "--light", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    pid = int(r.stdout.split("helper ", 1)[1].split()[0])
+    assert q(tmp_path / "h.duckdb", "SELECT exit_status, end_ns IS NOT NULL, ended_early FROM "
+                                    f"processes WHERE pid = {pid}") == [(0, True, False)]
+
+
 def test_a_run_inside_a_run_passes_a_sigterm_on_to_the_command(tmp_path):
     """A SIGTERM to the outer run reaches the inner one, which passes it on to the command it
     runs rather than dying alone and leaving the command running; the outer run is recorded

@@ -126,7 +126,7 @@ class Recorder:
         doc = {"pid": self.pid, "ppid": os.getppid(), "host": self.host, "start_ns": self.start_ns,
                "argv": argv, "command": self.command, "image": self.image, "exec_failed": self.exec_failed, **ranks.from_env(os.environ)._asdict()}
         try:
-            self.part_path(".start.json").write_text(json.dumps(doc))
+            _write_whole(self.part_path(".start.json"), json.dumps(doc))
         except OSError:
             pass
 
@@ -540,7 +540,7 @@ class Recorder:
         finally:
             try:   # the end marker: this process did not end early, and when it ended (the
                 # only record of it where the process wrote no part file)
-                self.part_path(".end.json").write_text(json.dumps(
+                _write_whole(self.part_path(".end.json"), json.dumps(
                     {"pid": self.pid, "status": status, "exit_status": exit_status,
                      "end_ns": time.time_ns()}))
             except OSError:
@@ -551,7 +551,7 @@ class Recorder:
             self.closed = True
             if self.step_times:
                 try:
-                    self.part_path(".steps.json").write_text(json.dumps(
+                    _write_whole(self.part_path(".steps.json"), json.dumps(
                         {"pid": self.pid, "steps": self.step_times}))
                 except OSError:
                     pass
@@ -733,6 +733,20 @@ def _enclosing(spans: list, tids, starts, top) -> tuple:
             outer[idx[lo:hi]] = rid
             base[idx[lo:hi]] = d + 1
     return outer, base
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """`text` into the marker `path`, whole or not at all: the launcher reads the markers while
+    processes of the run still write them, and an end marker it found there but still empty
+    was an ending it could read nothing of (the process's exit status lost)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def pa_int(v):
