@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hyp_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
@@ -20,6 +21,14 @@ for _sig, _default in ((signal.SIGINT, signal.default_int_handler),
                        (signal.SIGTERM, signal.SIG_DFL), (signal.SIGHUP, signal.SIG_DFL)):
     if signal.getsignal(_sig) is signal.SIG_IGN:
         signal.signal(_sig, _default)
+
+# Property tests draw the same examples on every run (a seed derived from each test), so a run
+# of the suite passes or fails by the code alone; CUPTIPROF_HYPOTHESIS=explore draws new ones
+# each run, to look for counterexamples on purpose.
+hyp_settings.register_profile("fixed", derandomize=True, database=None)
+hyp_settings.register_profile("explore", derandomize=False)
+hyp_settings.load_profile("explore" if os.environ.get("CUPTIPROF_HYPOTHESIS") == "explore"
+                          else "fixed")
 
 
 def _has_gpu() -> bool:
