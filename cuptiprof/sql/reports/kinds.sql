@@ -1,4 +1,5 @@
 -- kinds: time split by kind (kernel, memcpy per direction, memset; sync: host wait time, not GPU work) with exposed copy time
+-- (rows: kernels, memcpys, memsets, syncs; each by total_ms, most first, ties by detail)
 -- kind: 'kernel' | 'memcpy' | 'memset' | 'sync'
 -- detail: copy direction for memcpys, sync type for syncs
 -- count: instances in scope
@@ -82,4 +83,4 @@ SELECT a.kind, a.detail, n AS count, t / 1e6 AS total_ms,
        bytes::BIGINT AS bytes, bytes / nullif(t, 0) AS gbps
 FROM a LEFT JOIN hidden h ON h.kind = a.kind AND h.detail IS NOT DISTINCT FROM a.detail
 WHERE a.n > 0
-ORDER BY CASE a.kind WHEN 'kernel' THEN 0 WHEN 'memcpy' THEN 1 WHEN 'memset' THEN 2 ELSE 3 END, total_ms DESC
+ORDER BY CASE a.kind WHEN 'kernel' THEN 0 WHEN 'memcpy' THEN 1 WHEN 'memset' THEN 2 ELSE 3 END, total_ms DESC, a.detail NULLS FIRST
