@@ -1115,3 +1115,51 @@ def test_a_step_without_gpu_work_is_said(tmp_path):
     con = duckdb.connect(str(tmp_path / "late.duckdb"), read_only=True)
     assert con.execute("SELECT check_name, subject FROM data_quality").fetchall() == [
         ("unclaimed_records", "kernel")]
+
+
+def test_exports_of_one_job_are_put_on_one_clock(tmp_path):
+    """Each export counts time from its own capture's start: imported together (one per rank),
+    a file whose capture began 5 ms after the other's is shifted by 5 ms, so its kernels sit where
+    they ran beside the other rank's; one file alone keeps its own clock. Where a file does not
+    say when its capture began, each keeps its own and data_quality says so."""
+    t0 = 1_700_000_000_000_000_000
+    a = nsys_export(tmp_path / "rank0.sqlite", pid=11, launches=_launches(2), ranges=[
+        (7, 900, 1300, 59, "ProfilerStep#0")])
+    b = nsys_export(tmp_path / "rank1.sqlite", pid=12, launches=_launches(2), ranges=[
+        (7, 900, 1300, 59, "ProfilerStep#0")])
+    for path, start in ((a, t0), (b, t0 + 5_000_000)):
+        add_table(path, "TARGET_INFO_SESSION_START_TIME",
+                  "utcEpochNs INTEGER, utcTime TEXT, localTime TEXT", [(start, "", "")])
+    import_traces([b, a], tmp_path / "job.duckdb")
+    con = duckdb.connect(str(tmp_path / "job.duckdb"), read_only=True)
+    q = "SELECT pid, {} FROM {} GROUP BY pid ORDER BY pid"
+    assert con.execute(q.format("min(start_ns), max(end_ns)", "kernels")).fetchall() == [
+        (11, 1020, 1160), (12, 5_001_020, 5_001_160)]
+    assert con.execute(q.format("min(start_ns), max(end_ns)", "api_calls")).fetchall() == [
+        (11, 1000, 1110), (12, 5_001_000, 5_001_110)]
+    assert con.execute(q.format("min(start_ns), max(end_ns)", "ranges")).fetchall() == [
+        (11, 900, 1300), (12, 5_000_900, 5_001_300)]
+    assert con.execute(q.format("min(start_ns), max(end_ns)", "processes")).fetchall() == [
+        (11, 900, 1300), (12, 5_000_900, 5_001_300)]
+    # steps still hold their own launches, and nothing is said of the clocks
+    assert con.execute("SELECT pid, step, count(*) FROM kernels GROUP BY ALL ORDER BY ALL"
+                       ).fetchall() == [(11, 0, 2), (12, 0, 2)]
+    assert con.execute("SELECT count(*) FROM data_quality WHERE check_name = 'clock_unaligned'"
+                       ).fetchone() == (0,)
+    con.close()
+    # one file: its own clock
+    import_traces([b], tmp_path / "one.duckdb")
+    con = duckdb.connect(str(tmp_path / "one.duckdb"), read_only=True)
+    assert con.execute("SELECT min(start_ns) FROM kernels").fetchone() == (1020,)
+    con.close()
+    # a file that does not say when its capture began: each keeps its own clock, said
+    c = nsys_export(tmp_path / "rank2.sqlite", pid=13, launches=_launches(1))
+    import_traces([a, b, c], tmp_path / "three.duckdb")
+    con = duckdb.connect(str(tmp_path / "three.duckdb"), read_only=True)
+    assert con.execute(q.format("min(start_ns)", "kernels")).fetchall() == [
+        (11, 1020), (12, 1020), (13, 1020)]
+    assert con.execute("SELECT count, detail FROM data_quality WHERE check_name = "
+                       "'clock_unaligned'").fetchall() == [
+        (1, "rank2.sqlite does not say when its capture began (no "
+            "TARGET_INFO_SESSION_START_TIME): each export keeps its own clock (ns since its "
+            "capture began), so times of different files are not comparable")]

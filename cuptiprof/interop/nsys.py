@@ -7,7 +7,11 @@ read as NULL. NVTX ranges reach GPU rows the way Nsight Systems projects them: t
 runtime call that launched the work, on its thread, at its time (start/end ranges, which need
 not nest, by the rule in `NsysFile._nest`).
 
-Times stay on the export's own clock (nanoseconds since the capture started).
+Times stay on the export's own clock (nanoseconds since the capture started). Several exports
+imported together (one per rank) are put on one clock: each is shifted by the time its capture
+began after the earliest one's (TARGET_INFO_SESSION_START_TIME, UTC), so their ranks line up
+as they ran; without that table in every file, each keeps its own clock and data_quality says
+so (clock_unaligned).
 """
 from __future__ import annotations
 
@@ -80,8 +84,9 @@ EDITED = ("the export is damaged or was edited: export it again "
 
 
 class NsysFile:
-    def __init__(self, w, path: Path, used_pids: set[int]):
+    def __init__(self, w, path: Path, used_pids: set[int], shift_ns: int = 0):
         self.w, self.path, self.used = w, path, used_pids
+        self.shift = int(shift_ns)   # added to every time read: where this capture began
         try:
             self.db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
         except sqlite3.Error as exc:
@@ -165,7 +170,8 @@ class NsysFile:
         exprs = []
         for c in wanted:
             alts = [a for a in c.split("|") if a in have]
-            exprs.append(f'"{alts[0]}"' if alts else "NULL")
+            shift = f" + {self.shift}" if self.shift and c in ("start", "end") and alts else ""
+            exprs.append(f'"{alts[0]}"{shift}' if alts else "NULL")
             self.read.setdefault(table, []).extend(alts[:1])
         cur = self.db.execute(f"SELECT {', '.join(exprs)} FROM {table} ORDER BY 1")
         while True:
@@ -374,7 +380,9 @@ class NsysFile:
             for g, d, t in self.db.execute("SELECT globalTid, domainId, text FROM NVTX_EVENTS "
                                            "WHERE eventType = ?", [NVTX_DOMAIN_CREATE]):
                 domains[(_pid(g), d)] = t
-        q = (f"SELECT e.start, e.\"end\", e.globalTid, {text}, {dom}, e.eventType, {payload} "
+        shift = f" + {self.shift}" if self.shift else ""
+        q = (f"SELECT e.start{shift}, e.\"end\"{shift}, e.globalTid, {text}, {dom}, e.eventType, "
+             f"{payload} "
              f"FROM NVTX_EVENTS e {join} "
              f"WHERE {_NVTX_READ}")
         for row in self.db.execute(q):
@@ -652,12 +660,47 @@ class NsysFile:
 _COPY_FROM_ENUM = {v.upper(): v for v in COPY_KIND.values()}
 
 
+def session_start(path: Path) -> int | None:
+    """When the capture of an export began (ns since the Unix epoch, UTC), or None where the
+    export does not say (older exports, an edited file)."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        row = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchall()
+    except sqlite3.Error:
+        return None   # no such table (or no readable file: NsysFile says so)
+    finally:
+        db.close()
+    return row[0][0] if len(row) == 1 and type(row[0][0]) is int and row[0][0] > 0 else None
+
+
+def _shifts(w, paths: list[Path]) -> list[int]:
+    """Each export's shift onto one clock: its capture's start after the earliest one's. One
+    file keeps its own clock; where some file does not say when its capture began, each keeps
+    its own, said in data_quality (its ranks' times cannot be set side by side)."""
+    if len(paths) < 2:
+        return [0] * len(paths)
+    starts = [session_start(Path(p)) for p in paths]
+    if None in starts:
+        lacking = [Path(p).name for p, t in zip(paths, starts) if t is None]
+        w.add_quality("clock_unaligned", None, len(lacking),
+                      f"{', '.join(lacking)} {'does' if len(lacking) == 1 else 'do'} not say when "
+                      "its capture began (no TARGET_INFO_SESSION_START_TIME): each export keeps "
+                      "its own clock (ns since its capture began), so times of different files "
+                      "are not comparable")
+        return [0] * len(paths)
+    first = min(starts)
+    return [t - first for t in starts]
+
+
 def import_nsys(w, paths: list[Path], on_read=None) -> list[FileSummary]:
     used: set[int] = set()
     out = []
-    for p in paths:
+    for p, shift in zip(paths, _shifts(w, paths)):
         try:
-            out += NsysFile(w, Path(p), used).run()
+            out += NsysFile(w, Path(p), used, shift).run()
         except (ValueError, TypeError, KeyError, IndexError, OverflowError, pa.ArrowException) as exc:
             raise InputError(f"{p}: cannot import this export ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None

@@ -267,7 +267,7 @@ CREATE TABLE memory_events (
 CREATE TABLE data_quality (
     run_id    INTEGER,                  -- runs.run_id this row belongs to
     pid       INTEGER,                  -- OS process id of the process that recorded the row
-    check_name VARCHAR,  -- 'dropped_records' | 'unclaimed_records' | 'missing_kind' | 'empty_step' | 'step_incomplete' | 'steps_mixed' | 'unknown_category' | 'processes_merged' | 'no_gpu' | 'cupti_overhead' | 'untimed_records' | 'decode_error' | 'process_ended_early' | 'run_recovered' | 'range_thread_switch' | 'ranges_interleaved' | 'out_of_range_args' | 'process_exec' | 'steps_short' | 'ranges_disabled' | 'range_filter_failed' | 'cpu_profiler_failed' | 'unreadable_part' | 'cupti_error' | 'cupti_unavailable' | 'subscriber_conflict'
+    check_name VARCHAR,  -- 'dropped_records' | 'unclaimed_records' | 'missing_kind' | 'empty_step' | 'step_incomplete' | 'steps_mixed' | 'unknown_category' | 'processes_merged' | 'no_gpu' | 'cupti_overhead' | 'untimed_records' | 'decode_error' | 'process_ended_early' | 'run_recovered' | 'range_thread_switch' | 'ranges_interleaved' | 'out_of_range_args' | 'process_exec' | 'steps_short' | 'ranges_disabled' | 'range_filter_failed' | 'cpu_profiler_failed' | 'unreadable_part' | 'cupti_error' | 'cupti_unavailable' | 'subscriber_conflict' | 'clock_unaligned'
     subject   VARCHAR,   -- what it is about: an activity kind, a step index, a category name
     count     BIGINT,    -- number of records concerned
     value_ns  BIGINT,    -- a duration where that makes sense (e.g. CUPTI overhead), else NULL
