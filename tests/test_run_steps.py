@@ -461,6 +461,32 @@ def test_a_step_option_whose_every_range_was_inside_the_programs_own_steps_is_sa
     assert [s for k, s in _steps(tmp_path / "o.duckdb")] == [0, 1, 2]
 
 
+@pytest.mark.parametrize("option, says", [
+    (["--step-range", "attn"], "--step-range attn: every range named 'attn' the program "
+                               "opened was inside a step the program marks itself"),
+    (["--step-range", "nope"], "--step-range nope: the program opened no range named 'nope'"),
+], ids=["inside", "never"])
+def test_overhead_says_once_that_the_steps_measured_are_the_programs_own(tmp_path, option, says):
+    """Under --overhead the line saying that a --step-range/--step-fn marked no step beside the
+    program's own steps was never shown (the measurement runs are quiet): the steps measured
+    were the program's, without a word. It is said once, after the runs."""
+    p = script(tmp_path, """
+        import cuptiprof
+
+        for i in range(3):
+            with cuptiprof.step(i):
+                with cuptiprof.range("attn"):
+                    pass
+    """)
+    r = cli(["run", "--overhead", "--repeat", "1", "--light", *option, "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("cuptiprof: warning:")]
+    assert len(warnings) == 1 and says in warnings[0], r.stderr
+    assert warnings[0].endswith("; the steps measured are the ones it marks itself with "
+                                "cuptiprof.range('step')"), r.stderr
+    assert "/tmp/cuptiprof-overhead-" not in r.stderr
+
+
 @pytest.mark.parametrize("mode, extra", [(["--light"], {}), ([], {"CUPTIPROF_FAKE_CUPTI": "1"})],
                          ids=["light", "collector"])
 @pytest.mark.parametrize("name", ["step", "iteration"])

@@ -64,6 +64,9 @@ class LaunchResult:
     # what some processes found wrong with --step-fn while others marked steps: said by the
     # caller of a quiet run (--overhead, once for all its runs), not here
     step_fn_warning: str | None = None
+    # --step-range/--step-fn marked no step beside the program's own (_unmatched): said by the
+    # caller of a quiet run the same way
+    own_steps_warning: str | None = None
 
 
 def gpu_present() -> bool:
@@ -250,7 +253,9 @@ def _run(cmd: list[str], o: LaunchOptions, out: Path, parts: Path,
     elif msg:   # one process could not hook it, others did and marked steps: not a failed run
         print(f"cuptiprof: warning: {msg} (the steps in {result.output} come from the processes "
               "that had it)", file=sys.stderr)
-    elif not o.quiet and _own_steps_only(parts):
+    elif o.quiet and _own_steps_only(parts):   # a run of --overhead: said once, after the runs
+        result.own_steps_warning = _unmatched(o, parts)
+    elif _own_steps_only(parts):
         print(f"cuptiprof: warning: {_unmatched(o, parts)}; the steps in {result.output} are "
               "the ones it marks itself with cuptiprof.range('step')", file=sys.stderr)
     shutil.rmtree(parts, ignore_errors=True)

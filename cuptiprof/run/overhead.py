@@ -51,6 +51,7 @@ def measure(cmd: list[str], opts: LaunchOptions, repeat: int, out=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="cuptiprof-overhead-"))
     runs = {"base": [], "prof": []}
     warnings: list[str] = []   # of --step-fn, said once after the runs (the same in each)
+    own: list[str] = []        # --step-range/--step-fn marked no step: the program's own
     runs_made = [("warm", 0)] + [(kind, r) for r in range(repeat) for kind in
                                  (("base", "prof") if r % 2 == 0 else ("prof", "base"))]
     try:
@@ -60,6 +61,8 @@ def measure(cmd: list[str], opts: LaunchOptions, repeat: int, out=None) -> int:
             res = launch(cmd, o)
             if res.step_fn_warning and res.step_fn_warning not in warnings:
                 warnings.append(res.step_fn_warning)
+            if res.own_steps_warning and res.own_steps_warning not in own:
+                own.append(res.own_steps_warning)
             if res.exit_code != 0:
                 which = {"base": "an unprofiled run", "prof": "a profiled run",
                          "warm": "the warm-up run"}[kind]
@@ -81,6 +84,9 @@ def measure(cmd: list[str], opts: LaunchOptions, repeat: int, out=None) -> int:
     for w in warnings:
         print(f"cuptiprof: warning: {w} (the steps measured come from the processes that had "
               "it)", file=sys.stderr)
+    for w in own:
+        print(f"cuptiprof: warning: {w}; the steps measured are the ones it marks itself with "
+              "cuptiprof.range('step')", file=sys.stderr)
     rows = []
     for label, idx, unit in (("per step (median of recorded steps)", 0, "ms"), ("end to end", 1, "s")):
         b = [x[idx] for x in runs["base"] if x[idx] is not None]
