@@ -1744,3 +1744,43 @@ def test_a_warmup_range_inside_a_recorded_step_is_of_no_step(tmp_path, mode, ext
         ("user", "denoise", 0),
         ("step", "step", 1), ("warmup", "warmup", None), ("user", "compile", None),
         ("user", "denoise", 1)]
+
+
+@pytest.mark.parametrize("extra", [{}, {"CUPTIPROF_FAKE_CUPTI": "1"}], ids=["cpu", "collector"])
+def test_the_work_of_a_warmup_range_inside_a_recorded_step_is_of_no_step(tmp_path, extra):
+    """What a cuptiprof.range("warmup") inside a recorded step runs (and the ranges inside it)
+    is warm-up, of no step, as its ranges are: the CPU ops run's recording without a GPU took
+    for the step (only step ranges made its step windows), and so did the collector's GPU work
+    (the range was not pushed to CUPTI, and the ranges inside it went by launch time)."""
+    p = script(tmp_path, """
+        import cuptiprof, torch
+
+        a = torch.ones(64, 64)
+        for i in range(2):
+            with cuptiprof.step(i):
+                with cuptiprof.range("warmup"):
+                    torch.relu(a)
+                    with cuptiprof.range("compile"):
+                        torch.relu(a)
+                with cuptiprof.range("denoise"):
+                    a @ a
+    """)
+    r = cli(["run", "-o", "w.duckdb", "--no-report", "--", PY, p], tmp_path, timeout=300,
+            **extra)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "w.duckdb"
+    up = {rid: (parent, name) for rid, parent, name in q(out, "SELECT range_id, parent_id, name "
+                                                             "FROM ranges")}
+
+    def in_warmup(rid):
+        while rid is not None:
+            rid, name = up[rid]
+            if name == "warmup":
+                return True
+        return False
+
+    steps = {}
+    for rid, step in q(out, "SELECT range_id, step FROM kernels"):
+        steps.setdefault(in_warmup(rid), set()).add(step)
+    assert steps[False] == {0, 1}, steps
+    assert steps.get(True, {None}) == {None}, steps

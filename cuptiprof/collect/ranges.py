@@ -112,7 +112,13 @@ class _Ranges:
             self._step_of[rid] = None if warm else step
             self._open[rid] = tok
             self._stack_var.set(stack + (tok,))
-        if self.collecting and kind != "warmup":
+        # A warm-up step is not pushed: its thread's span keeps its work out of every step. A
+        # range named 'warmup' is (inside a recorded step too): what it launches, and what the
+        # ranges in it launch, is warm-up, of no step (steps_at: its span on its thread)
+        warm_range = kind == "warmup" and tok[9] is None
+        if warm_range:   # begun before the push: its span holds all it launches (steps_at)
+            tok[5] = self._start_of[rid] = time.time_ns()
+        if self.collecting and (kind != "warmup" or warm_range):
             pushed = self._cupti_stack()
             if self._unpop:
                 self._cupti_unwind(pushed)
@@ -125,7 +131,8 @@ class _Ranges:
             self.source.push(rid)
             pushed.append(rid)
             tok[10] = True
-        tok[5] = self._start_of[rid] = time.time_ns()
+        if not warm_range:
+            tok[5] = self._start_of[rid] = time.time_ns()
         return tok
 
     def _keeps(self, name: str) -> bool:
@@ -204,6 +211,8 @@ class _Ranges:
         self._open.pop(tok[0], None)
         self._closed.append(tuple(tok[:5]) + (tok[5], end) + tuple(tok[6:9]))
         self._gen_ids.append(tok[0])
+        if tok[9] is None and tok[6] == "warmup":   # a range named 'warmup': of no step
+            self._spans.append((tok[5], end, None, tok[4]))
         if tok[9] is not None:  # a step range
             self._spans.append((tok[5], end, tok[7] if tok[6] == "step" else None, tok[4]))
             if tok[6] == "step":

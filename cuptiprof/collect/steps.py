@@ -90,15 +90,17 @@ class _Steps:
         for launches that carry no range: (step, found), numpy arrays.
 
         The importers' rule (interop.nesting.steps_at, run.recorder): a step holds [start, end);
-        a step of the launching thread comes first (its own warm-up step: no step, warm-up work
-        stays out of recorded steps), then the latest-started recorded step of any thread."""
+        a step of the launching thread comes first (its own warm-up step, or range named
+        'warmup': no step, warm-up work stays out of recorded steps), then the latest-started
+        recorded step of any thread."""
         import numpy as np
 
         tid, t = np.asarray(tid, np.int64), np.asarray(t, np.int64)
         step, found = np.zeros(len(t), np.int64), np.zeros(len(t), bool)
         spans = [sp for gen in list(self._span_gens) for sp in gen] + list(self._spans)
         spans += [(tok[5], None, tok[7] if tok[6] == "step" else None, tok[4])
-                  for tok in list(self._open.values()) if tok[9] is not None and tok[5]]
+                  for tok in list(self._open.values())
+                  if (tok[9] is not None or tok[6] == "warmup") and tok[5]]
         if not spans or not len(t):
             return step, found
         spans.sort(key=lambda sp: sp[0])

@@ -89,7 +89,7 @@ class Recorder:
         self.logs: list[tuple] = []
         self.step_times: list[tuple] = []      # (step, duration_ns) of recorded steps
         self.windows: list[tuple] = []         # (step, start_ns, end_ns, thread) of recorded steps
-                                               # (step None: a warm-up step)
+                                               # (step None: a warm-up step or range)
         self.spans: list[tuple] = []           # (thread, start, end, range_id, depth) of ended
                                                # ranges: the CPU ops inside them are nested there
         self._open_steps: dict = {}            # range id -> (start, step, thread) of recorded
@@ -240,8 +240,10 @@ class Recorder:
                 self.spans.append((o.thread, o.start, now, o.range_id, o.depth))
             if o.kind == "warmup" and (not o.is_step or self.seen >= self.s.warmup):
                 self._start_profiler()      # right after warm-up: the start cost lands outside steps
-            if o.is_step and o.kind == "warmup" and self.mode == "cpu":
-                self.windows.append((None, o.start, now, o.thread))   # its thread's ops: none
+            if o.kind == "warmup" and self.mode == "cpu":
+                # its thread's ops: none (a warm-up step's, or a range named 'warmup' inside a
+                # recorded step, whose ops are warm-up as the collector's GPU work of it is)
+                self.windows.append((None, o.start, now, o.thread))
             if not (o.is_step and o.kind == "step"):
                 return
             self._open_steps.pop(o.range_id, None)
@@ -413,7 +415,7 @@ class Recorder:
                 step[(start >= ws) & (start < we)] = s
         for s, ws, we, th in windows:   # None: a warm-up step, whose ops are not kept
             step[(tids == th) & (start >= ws) & (start < we)] = none if s is None else s
-        if self.windows or self.seen:   # steps were marked: keep what ran inside recorded ones
+        if self.seen:   # steps were marked: keep what ran inside recorded ones
             keep = step != none
             if not keep.any():
                 return
