@@ -527,8 +527,9 @@ def test_a_step_inside_a_step_is_a_range_of_it(tmp_path):
                     f.launch_kernel(f"k{i}")
     assert q(p, "SELECT kind, step FROM ranges WHERE depth = 0 ORDER BY start_ns") == [
         ("warmup", 0), ("step", 1), ("step", 2)]
+    # the warm-up step's is recorded too (with its number, as without CUPTI), its work not
     assert q(p, "SELECT kind, step FROM ranges WHERE depth = 1 ORDER BY start_ns") == [
-        ("user", 1), ("user", 2)]
+        ("user", 0), ("user", 1), ("user", 2)]
     assert q(p, "SELECT step, name FROM kernels ORDER BY step") == [(1, "k1"), (2, "k2")]
 
 

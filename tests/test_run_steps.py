@@ -1784,3 +1784,42 @@ def test_the_work_of_a_warmup_range_inside_a_recorded_step_is_of_no_step(tmp_pat
         steps.setdefault(in_warmup(rid), set()).add(step)
     assert steps[False] == {0, 1}, steps
     assert steps.get(True, {None}) == {None}, steps
+
+
+@pytest.mark.parametrize("mode, extra", [(["--light"], {}), ([], {}),
+                                         ([], {"CUPTIPROF_FAKE_CUPTI": "1"})],
+                         ids=["light", "cpu", "collector"])
+def test_ranges_opened_while_warming_up_are_recorded_as_without_cupti(tmp_path, mode, extra):
+    """With --warmup, the CUPTI collector recorded no range but steps until the first recorded
+    step began, where --light and the CPU-op recording keep them: a range around the steps
+    (the loop) was missing, so report --by range left it out and put the ranges inside it one
+    level higher than at --warmup 0. What is inside a warm-up step stays out of every step."""
+    p = script(tmp_path, """
+        import cuptiprof
+
+        with cuptiprof.range("load"):
+            pass
+        with cuptiprof.range("loop"):
+            for i in range(3):
+                with cuptiprof.step(i):
+                    with cuptiprof.range("inner"):
+                        pass
+                with cuptiprof.range("between"):
+                    pass
+    """)
+    r = cli(["run", "-o", "w.duckdb", "--no-report", *mode, "--warmup", "1", "--steps", "2",
+             "--", PY, p], tmp_path, **extra)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "w.duckdb"
+    assert q(out, "SELECT kind, name, step, depth FROM ranges WHERE kind <> 'op' "
+                  "ORDER BY start_ns") == [
+        ("user", "load", None, 0), ("user", "loop", None, 0),
+        ("warmup", "step", 0, 1), ("user", "inner", 0, 2), ("user", "between", None, 1),
+        ("step", "step", 1, 1), ("user", "inner", 1, 2), ("user", "between", None, 1),
+        ("step", "step", 2, 1), ("user", "inner", 2, 2)]
+    rep = cli(["report", "w.duckdb", "--by", "range", "--format", "csv"], tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    rows = [ln.split(",")[:3] for ln in rep.stdout.splitlines()[1:]]
+    assert ["inner", "2", "2"] in rows, rep.stdout   # range, depth, calls (warm-up's left out)
+    if extra:   # the GPU work of the steps inside it
+        assert ["loop", "0", "0"] in rows, rep.stdout

@@ -90,7 +90,10 @@ class _Ranges:
                 self._finish_recording()
                 return None
             self._stack_var.set(stack + (tok,))
-        elif self.phase != "record":
+        elif self.phase not in ("warmup", "record"):
+            # before start() and after the last step: not recorded. While warming up ranges are
+            # (host-side, nothing pushed: collection is off), as without CUPTI: one around the
+            # steps (the loop) holds their work and nests what is in it, at every --warmup
             return None
         else:
             if name == "warmup":

@@ -6,7 +6,8 @@
                 denoise_step(i)
 
 Sampling: the first `warmup` step ranges are written as kind 'warmup' with no GPU rows
-(collection is off), the next `steps` are recorded, then activity collection is disabled so the
+(collection is off; the ranges opened meanwhile are written too), the next `steps` are
+recorded, then activity collection is disabled so the
 rest of the run pays nothing. After each recorded step the session synchronizes the GPU,
 flushes CUPTI, resolves every row to the step that launched it and appends one transaction to
 the file (memory stays flat). stop() (or process exit) forces a last flush.
