@@ -79,6 +79,16 @@ def test_run_usage_mistakes_are_one_line_and_run_nothing(tmp_path, capsys, monke
     assert "ran" not in out and list(tmp_path.iterdir()) == []
 
 
+def _refused_before_it_runs(tmp_path, args, says):
+    """`run ARGS -- python -c ...` ends in one error line, exit 2: the command never ran and
+    nothing was written."""
+    r = cli(["run", *args, "--", PY, "-c", "print('ran')"], tmp_path)
+    assert r.returncode == 2 and "ran" not in r.stdout
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"cuptiprof: error: {says}"), r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("args,says", [
     # int() reads every script's digits: an Arabic-Indic 3 recorded 3 steps
     (["--steps", "\u0663"], "argument --steps: '\u0663' is not a whole number in ASCII digits (0-9)"),
@@ -91,11 +101,7 @@ def test_run_usage_mistakes_are_one_line_and_run_nothing(tmp_path, capsys, monke
     (["--warmup", "2147483648"], "argument --warmup: 2147483648 is more steps than can be numbered"),
 ])
 def test_run_counts_are_ascii_whole_numbers(tmp_path, args, says):
-    r = cli(["run", *args, "--", PY, "-c", "print('ran')"], tmp_path)
-    assert r.returncode == 2 and "ran" not in r.stdout
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"cuptiprof: error: {says}"), r.stderr
-    assert list(tmp_path.iterdir()) == []
+    _refused_before_it_runs(tmp_path, args, says)
 
 
 @pytest.mark.parametrize("args,says", [
@@ -108,11 +114,7 @@ def test_run_counts_are_ascii_whole_numbers(tmp_path, args, says):
 ])
 def test_run_refuses_a_step_option_given_twice(tmp_path, args, says):
     """The last one was kept: the first one's calls or ranges were no steps, without a word."""
-    r = cli(["run", *args, "--", PY, "-c", "print('ran')"], tmp_path)
-    assert r.returncode == 2 and "ran" not in r.stdout
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"cuptiprof: error: {says}"), r.stderr
-    assert list(tmp_path.iterdir()) == []
+    _refused_before_it_runs(tmp_path, args, says)
 
 
 @pytest.mark.parametrize("given,runs", [([], 3), (["--repeat", "5"], 5)])
