@@ -1068,7 +1068,8 @@ def test_step_ranges_named_by_torch_emit_nvtx(tmp_path):
         == [(4, 1), (5, 1), (6, 1)]
     assert con.execute("SELECT name, kind, step FROM ranges ORDER BY start_ns").fetchall() == [
         ("ProfilerStep#4, op_id = 17", "step", 4), ("ProfilerStep#5, op_id = 95, sizes = []", "step", 5),
-        ("step 6, seq = 3, op_id = 160", "step", 6), ("ProfilerStep#7x, op_id = 1", "user", 6)]
+        # a record_function label of that form: named without torch's parts (attrs hold them)
+        ("step 6, seq = 3, op_id = 160", "step", 6), ("ProfilerStep#7x", "user", 6)]
 
 
 def test_gpu_rows_outside_every_step_are_said(tmp_path):
@@ -1163,3 +1164,98 @@ def test_exports_of_one_job_are_put_on_one_clock(tmp_path):
         (1, "rank2.sqlite does not say when its capture began (no "
             "TARGET_INFO_SESSION_START_TIME): each export keeps its own clock (ns since its "
             "capture began), so times of different files are not comparable")]
+
+
+US = 1000   # ns per µs: times of the emit_nvtx export below, in µs
+LINEAR = ("aten::linear, seq = 0, op_id = 2, sizes = [[4, 8], [16, 8], [16]], "
+          "input_op_ids = [(0,0), (0,0), (0,0)]")
+
+
+def emit_nvtx_export(path: Path) -> Path:
+    """A step of a torch program run under torch.autograd.profiler.emit_nvtx(record_shapes=True):
+    aten::linear > aten::t, aten::addmm (which launches a kernel and a memcpy), a kernel of
+    linear's own, a record_function label around aten::relu, and a plain range 'aten::foo'."""
+    src = nsys_export(path, launches=[(7, a * US, a * US + 5, b * US, c * US) for a, b, c in (
+        (1150, 1200, 1260),   # inside aten::addmm
+        (1420, 1440, 1450),   # inside aten::linear, after addmm
+        (1620, 1630, 1650),   # inside aten::relu, inside the label
+        (1800, 1810, 1815),   # inside the label only (aten::mul is another thread's)
+        (1960, 1970, 1975))], ranges=[
+        (7, 900 * US, 2000 * US, 59, "ProfilerStep#1, op_id = 1"),
+        (7, 1000 * US, 1500 * US, 59, LINEAR),
+        (7, 1010 * US, 1050 * US, 59, "aten::t, seq = 1, op_id = 3, sizes = [[16, 8]]"),
+        (7, 1100 * US, 1400 * US, 59, "aten::addmm, seq = 2, op_id = 4, sizes = [[16], [4, 8], "
+                                      "[8, 16]], input_op_ids = [(0,0), (0,0), (3,0)]"),
+        (7, 1600 * US, 1900 * US, 59, "## forward ##, op_id = 5"),
+        (7, 1610 * US, 1700 * US, 59, "aten::relu, seq = 3, op_id = 6, sizes = [[4, 16]]"),
+        (8, 1790 * US, 1850 * US, 59, "aten::mul, seq = 9, op_id = 7"),
+        (7, 1950 * US, 1990 * US, 59, "aten::foo")])
+    # a copy and a memset launched inside aten::addmm, by calls of their own
+    g = (4242 << 24) | 7
+    with sqlite3.connect(src) as db:
+        db.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, 1, 0)",
+                       [(1300 * US, 1305 * US, g, 100), (1310 * US, 1315 * US, g, 101)])
+    add_table(src, "CUPTI_ACTIVITY_KIND_MEMCPY", GPU_COLS + ", bytes INTEGER, copyKind INTEGER",
+              [(1320 * US, 1340 * US, 0, 1, 7, 100, 4242 << 24, 4096, 1)])
+    add_table(src, "CUPTI_ACTIVITY_KIND_MEMSET", GPU_COLS + ", bytes INTEGER, value INTEGER",
+              [(1345 * US, 1355 * US, 0, 1, 7, 101, 4242 << 24, 64, 0)])
+    return src
+
+
+def test_emit_nvtx_ranges_are_ops_named_by_their_op(tmp_path):
+    """torch's emit_nvtx() names each range 'NAME, seq = N, op_id = N, sizes = [...],
+    input_op_ids = [...]': the range is named NAME, its parts are kept in attrs, and an
+    operator is of kind 'op'. A record_function label in that form is a range of the
+    program's own (kind 'user'); a range named 'aten::foo' with none of those parts stays as
+    it is (nothing tells it from a range anyone may name so); the step stays the step."""
+    import json
+    out = tmp_path / "o.duckdb"
+    import_traces([emit_nvtx_export(tmp_path / "emit.sqlite")], out)
+    con = duckdb.connect(str(out), read_only=True)
+    got = con.execute("""SELECT r.name, r.kind, r.attrs, p.name FROM ranges r LEFT JOIN ranges p
+        ON p.pid = r.pid AND p.range_id = r.parent_id ORDER BY r.start_ns""").fetchall()
+    step = "ProfilerStep#1, op_id = 1"
+    assert [(n, k, json.loads(a) if a else None, p) for n, k, a, p in got] == [
+        (step, "step", None, None),
+        ("aten::linear", "op", {"seq": 0, "op_id": 2, "sizes": [[4, 8], [16, 8], [16]],
+                                "input_op_ids": [[0, 0], [0, 0], [0, 0]]}, step),
+        ("aten::t", "op", {"seq": 1, "op_id": 3, "sizes": [[16, 8]]}, "aten::linear"),
+        ("aten::addmm", "op", {"seq": 2, "op_id": 4, "sizes": [[16], [4, 8], [8, 16]],
+                               "input_op_ids": [[0, 0], [0, 0], [3, 0]]}, "aten::linear"),
+        ("## forward ##", "user", {"op_id": 5}, step),
+        ("aten::relu", "op", {"seq": 3, "op_id": 6, "sizes": [[4, 16]]}, "## forward ##"),
+        ("aten::mul", "op", {"seq": 9, "op_id": 7}, None),
+        ("aten::foo", "user", None, step)]
+
+
+def test_gpu_rows_take_the_innermost_emit_nvtx_op_that_launched_them(tmp_path):
+    """A kernel, copy or memset launched inside an emit_nvtx op range on its thread has that
+    op (the innermost one, as torch.profiler traces give it) as op_id; one launched outside
+    every op of its thread has none, whatever other threads run meanwhile. `report --by
+    cpu_op` sums their GPU time per op."""
+    out = tmp_path / "o.duckdb"
+    import_traces([emit_nvtx_export(tmp_path / "emit.sqlite")], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("""SELECT a.kind, a.start_ns // 1000, o.name, o.kind, r.name
+        FROM gpu_activities a LEFT JOIN ranges o ON o.pid = a.pid AND o.range_id = a.op_id
+        LEFT JOIN ranges r ON r.pid = a.pid AND r.range_id = a.range_id
+        ORDER BY a.start_ns""").fetchall() == [
+        ("kernel", 1200, "aten::addmm", "op", "aten::addmm"),
+        ("memcpy", 1320, "aten::addmm", "op", "aten::addmm"),
+        ("memset", 1345, "aten::addmm", "op", "aten::addmm"),
+        ("kernel", 1440, "aten::linear", "op", "aten::linear"),
+        ("kernel", 1630, "aten::relu", "op", "aten::relu"),
+        ("kernel", 1810, None, None, "## forward ##"),
+        ("kernel", 1970, None, None, "aten::foo")]
+    r = run_cli("report", out, "--by", "cpu_op", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = {row["op"]: row for row in csv.DictReader(r.stdout.splitlines())}
+    assert {k: (int(v["op_calls"]), int(v["gpu_calls"]), round(float(v["gpu_ms"]), 6))
+            for k, v in rows.items()} == {"aten::addmm": (1, 3, 0.09),
+                                          "aten::linear": (1, 1, 0.01),
+                                          "aten::relu": (1, 1, 0.02)}
+    # `report --by range` lists the program's own ranges: the label by its name, not the ops
+    r = run_cli("report", out, "--by", "range", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    assert {row["range"]: int(row["gpu_calls"]) for row in csv.DictReader(r.stdout.splitlines())} \
+        == {"## forward ##": 2, "aten::foo": 1}

@@ -7,6 +7,11 @@ read as NULL. NVTX ranges reach GPU rows the way Nsight Systems projects them: t
 runtime call that launched the work, on its thread, at its time (start/end ranges, which need
 not nest, by the rule in `NsysFile._nest`).
 
+The ranges torch.autograd.profiler.emit_nvtx() pushes ('aten::mm, seq = 3, op_id = 17, sizes =
+[[4, 8], [8, 16]]') are named by their op, torch's other parts kept as JSON in attrs, and an
+operator is a range of kind 'op', as a torch.profiler trace gives it: the op of the GPU rows its
+thread launched inside it (the innermost such op, as the Kineto importer links them).
+
 Times stay on the export's own clock (nanoseconds since the capture started). Several exports
 imported together (one per rank) are put on one clock: each is shifted by the time its capture
 began after the earliest one's (TARGET_INFO_SESSION_START_TIME, UTC), so their ranks line up
@@ -15,6 +20,7 @@ so (clock_unaligned).
 """
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from contextlib import contextmanager
@@ -51,6 +57,57 @@ _NVTX_READ = f"eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))})"
 # op_id = 17" is step 3
 _STEP_RE = re.compile(r"^(?:ProfilerStep#|step[ _#:=]?)(\d+)(?:, (?:seq|op_id|sizes) = .*)?$",
                       re.IGNORECASE | re.DOTALL)
+# The rest of torch's getNvtxStr, in its order, each part only where torch has it: ", seq = N"
+# (N >= 0), ", op_id = N" (N > 0), ", sizes = [[2, 3], []]" and ", input_op_ids = [(17,0),
+# (18,1)]" (both with record_shapes=True)
+_OP_SUFFIX = re.compile(r", (?:seq|op_id|sizes|input_op_ids) = ")
+_INTS = r"(?:-?\d+(?:, -?\d+)*)?"
+_OP_FIELDS = re.compile(
+    r"(?:, seq = (?P<seq>\d+))?(?:, op_id = (?P<op_id>\d+))?"
+    rf"(?:, sizes = (?P<sizes>\[(?:\[{_INTS}\](?:, \[{_INTS}\])*)?\]))?"
+    r"(?:, input_op_ids = (?P<input_op_ids>\[(?:\(\d+,-?\d+\)(?:, \(\d+,-?\d+\))*)?\]))?")
+# torch's operators are named by namespace ("aten::mm", "c10d::allreduce_", a library's own
+# "mylib::op", "autograd::engine::evaluate_function: AddmmBackward0") or are backward nodes
+# ("AddmmBackward0", "CopyBackwards"); record_function labels ("## forward ##",
+# "Optimizer.step#SGD.step") come in the same form and are the program's own ranges
+_OP_NAME = re.compile(r".*::.*|\w+Backwards?\d*", re.DOTALL)
+
+
+def _nvtx_text(name: str, f: dict) -> str:
+    """The text torch's getNvtxStr writes for these parts."""
+    out = name
+    if "seq" in f:
+        out += f", seq = {f['seq']}"
+    if "op_id" in f:
+        out += f", op_id = {f['op_id']}"
+    if "sizes" in f:
+        out += ", sizes = [" + ", ".join(
+            "[" + ", ".join(map(str, s)) + "]" for s in f["sizes"]) + "]"
+    if "input_op_ids" in f:
+        out += ", input_op_ids = [" + ", ".join(f"({a},{b})" for a, b in f["input_op_ids"]) + "]"
+    return out
+
+
+def _torch_range(text: str | None) -> tuple[str, dict] | None:
+    """(NAME, its parts) of a range torch.autograd.profiler.emit_nvtx() pushed, None for any
+    other text: one without those parts ('aten::mm' alone, as anyone may name a range), or one
+    whose parts do not read back as exactly the text (nothing of it is lost: it stays whole)."""
+    m = _OP_SUFFIX.search(text or "")
+    if m is None or m.start() == 0:
+        return None
+    f = _OP_FIELDS.fullmatch(text, m.start())
+    if f is None:
+        return None
+    got: dict = {}
+    for k in ("seq", "op_id"):
+        if f[k] is not None:
+            got[k] = int(f[k])
+    if f["sizes"] is not None:
+        got["sizes"] = json.loads(f["sizes"])
+    if f["input_op_ids"] is not None:
+        got["input_op_ids"] = json.loads(f["input_op_ids"].replace("(", "[").replace(")", "]"))
+    name = text[:m.start()]
+    return (name, got) if _nvtx_text(name, got) == text else None
 
 
 def _step_number(text: str | None, payload) -> int:
@@ -398,8 +455,10 @@ class NsysFile:
         return out
 
     @staticmethod
-    def _nest(types, c_gtid, c_start, c_end, r_gtid, r_start, r_end):
-        """Parent and depth of each range, and the range of each call (indices, -1 for none).
+    def _nest(types, c_gtid, c_start, c_end, r_gtid, r_start, r_end, r_op):
+        """Parent and depth of each range, and the range and op of each call (indices, -1 for
+        none): a call's op is the innermost push/pop range of kind 'op' (r_op) open on its
+        thread when it started, as the Kineto importer gives it.
 
         Push/pop ranges nest on their thread, and a call belongs to the innermost one open on
         its thread when it started. Start/end ranges need not nest (one may end before a
@@ -415,8 +474,8 @@ class NsysFile:
         se = np.isin(np.asarray(types, np.int64), NVTX_START_END)
         pp_i, se_i = np.flatnonzero(~se), np.flatnonzero(se)
         # the start of each start/end range is asked like a call: which push/pop range holds it
-        p_parent, p_depth, q_range, _ = nest(
-            r_gtid[pp_i], r_start[pp_i], r_end[pp_i], np.zeros(len(pp_i), bool),
+        p_parent, p_depth, q_range, q_op = nest(
+            r_gtid[pp_i], r_start[pp_i], r_end[pp_i], r_op[pp_i],
             np.concatenate([c_gtid, r_gtid[se_i]]), np.concatenate([c_start, r_start[se_i]]),
             np.concatenate([c_end, r_end[se_i]]))
 
@@ -431,8 +490,9 @@ class NsysFile:
         parent[pp_i] = full(p_parent)
         depth[pp_i] = p_depth
         c_range = full(q_range[:n_c])
+        c_op = full(q_op[:n_c])
         if not len(se_i):
-            return parent, depth, c_range
+            return parent, depth, c_range, c_op
         up = full(q_range[n_c:])
         while True:   # up to the innermost push/pop range that holds the whole start/end range
             short = np.flatnonzero((up >= 0) & (r_end[np.maximum(up, 0)] < r_end[se_i]))
@@ -454,7 +514,7 @@ class NsysFile:
             for u, a, b in zip(us.tolist(), lo.tolist(), hi.tolist()):
                 if a < b:   # later-started ranges overwrite earlier ones
                     c_range[cs[a:b][own[a:b] == parent[u]]] = u
-        return parent, depth, c_range
+        return parent, depth, c_range, c_op
 
     def _link(self, calls: dict, ranges: dict) -> None:
         w = self.w
@@ -478,11 +538,21 @@ class NsysFile:
             self._span(c_pid, c_start, c_end)
         if len(r_start):
             self._span(r_pid, r_start, np.where(r_open, r_start, np.maximum(r_start, r_end)))
-        parent, depth, c_range = self._nest(ranges["type"], c_gtid, c_start, c_end, r_gtid, r_start,
-                                            r_end)
         texts = ranges["text"]
         step_n = np.array([_step_number(t, p) for t, p in zip(texts, ranges["payload"])], np.int64)
         is_step = step_n >= 0
+        # the ranges torch.autograd.profiler.emit_nvtx() pushed (push/pop, never a step): named
+        # by their op (or record_function label), their other parts kept in attrs; an operator
+        # is of kind 'op', the op of what its thread launched inside it
+        names, attrs = list(texts), [None] * len(texts)
+        r_op = np.zeros(len(texts), bool)
+        for i, (t, typ) in enumerate(zip(texts, ranges["type"])):
+            got = None if is_step[i] or typ in NVTX_START_END else _torch_range(t)
+            if got is not None:
+                names[i], attrs[i] = got[0], json.dumps(got[1])
+                r_op[i] = _OP_NAME.fullmatch(got[0]) is not None
+        parent, depth, c_range, c_op = self._nest(ranges["type"], c_gtid, c_start, c_end, r_gtid,
+                                                  r_start, r_end, r_op)
         r_step = np.full(len(r_start), -1, np.int64)
         c_step = np.full(len(c_start), -1, np.int64)
         # range ids are per process: number each process's ranges from 1
@@ -521,11 +591,11 @@ class NsysFile:
             sl = slice(lo, lo + BATCH_ROWS)
             w.append({"ranges": {
                 "pid": AC.array(r_pid[sl], pa.int32()), "range_id": range_id[sl],
-                "parent_id": ids(parent[sl]), "depth": depth[sl], "name": texts[sl],
+                "parent_id": ids(parent[sl]), "depth": depth[sl], "name": names[sl],
                 "domain": ranges["domain"][sl], "thread_id": r_gtid[sl] & 0xFFFFFF,
                 "start_ns": r_start[sl], "end_ns": AC.array(r_end[sl], pa.int64(), mask=r_open[sl]),
-                "kind": np.where(is_step[sl], "step", "user").tolist(),
-                "step": neg_null(r_step[sl])}})
+                "kind": np.where(is_step[sl], "step", np.where(r_op[sl], "op", "user")).tolist(),
+                "step": neg_null(r_step[sl]), "attrs": AC.strings(attrs[sl])}})
         self._count("range_rows", len(r_start))
         for lo in range(0, len(c_start), BATCH_ROWS):
             sl = slice(lo, lo + BATCH_ROWS)
@@ -543,7 +613,8 @@ class NsysFile:
         if not keep.any():
             return
         link = pa.table({"pid": AC.array(c_pid[keep], pa.int32()), "correlation_id": AC.array(corr[keep]),
-                         "step": neg_null(c_step[keep]), "range_id": ids(c_range[keep])})
+                         "step": neg_null(c_step[keep]), "range_id": ids(c_range[keep]),
+                         "op_id": ids(c_op[keep])})
         con = w.con
         con.register("_cuptiprof_link", link)
         try:
@@ -552,7 +623,8 @@ class NsysFile:
                 # kernel rows keep run and pid in their lane
                 src, where = ((", lanes n", "kernel_rows.lane_id = n.lane_id AND n.run_id = ? AND n.pid")
                               if t == "kernel_rows" else ("", f"{t}.run_id = ? AND {t}.pid"))
-                con.execute(f"UPDATE {t} SET step = l.step, range_id = l.range_id "
+                con.execute(f"UPDATE {t} SET step = l.step, range_id = l.range_id, "
+                            "op_id = l.op_id "
                             f"FROM _cuptiprof_link l{src} WHERE {where} = l.pid "
                             f"AND {t}.correlation_id = l.correlation_id", [w.run_id])
             con.execute("COMMIT")
