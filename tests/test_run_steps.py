@@ -1746,6 +1746,33 @@ def test_a_warmup_range_inside_a_recorded_step_is_of_no_step(tmp_path, mode, ext
         ("user", "denoise", 1)]
 
 
+@pytest.mark.parametrize("mode, extra", [(["--light"], {}), ([], {}),
+                                         ([], {"CUPTIPROF_FAKE_CUPTI": "1"})],
+                         ids=["light", "cpu", "collector"])
+def test_logs_of_a_warmup_range_inside_a_recorded_step_are_of_no_step(tmp_path, mode, extra):
+    """A record logged inside a cuptiprof.range("warmup") in a recorded step (or in a range
+    inside it) is of no step, as the range, the ranges in it and its work are: it kept the
+    step's number in every path."""
+    p = script(tmp_path, """
+        import logging, cuptiprof
+        log = logging.getLogger("app")
+        for i in range(2):
+            with cuptiprof.step(i):
+                log.warning("step %d", i)
+                with cuptiprof.range("warmup"):
+                    log.warning("warmup %d", i)
+                    with cuptiprof.range("compile"):
+                        log.warning("compile %d", i)
+                log.warning("after %d", i)
+    """)
+    r = cli(["run", "-o", "w.duckdb", "--no-report", *mode, "--", PY, p], tmp_path, **extra)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "w.duckdb", "SELECT message, step FROM logs WHERE logger = 'app' "
+                                    "ORDER BY time_ns") == [
+        ("step 0", 0), ("warmup 0", None), ("compile 0", None), ("after 0", 0),
+        ("step 1", 1), ("warmup 1", None), ("compile 1", None), ("after 1", 1)]
+
+
 @pytest.mark.parametrize("extra", [{}, {"CUPTIPROF_FAKE_CUPTI": "1"}], ids=["cpu", "collector"])
 def test_the_work_of_a_warmup_range_inside_a_recorded_step_is_of_no_step(tmp_path, extra):
     """What a cuptiprof.range("warmup") inside a recorded step runs (and the ranges inside it)

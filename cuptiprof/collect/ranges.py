@@ -161,8 +161,11 @@ class _Ranges:
 
     def step_here(self) -> int | None:
         """The step of a log record: the innermost step open in this thread or task (none in a
-        warm-up step), else the latest begun step open in the process (_open_step)."""
+        warm-up step, nor in a range named 'warmup': its ranges and GPU work are of no step),
+        else the latest begun step open in the process (_open_step)."""
         for t in reversed(self._stack()):
+            if t[6] == "warmup":   # a warm-up step, or a range named 'warmup'
+                return None
             if t[9] is not None:   # a step (its ordinal)
                 return t[7] if t[6] == "step" else None
         return self._open_step()

@@ -285,8 +285,11 @@ class Recorder:
 
     def _step_here(self) -> int | None:
         """The step of a log record: the innermost step open in this thread or task (none in a
-        warm-up step or one beyond the last), else the latest begun step open in the process."""
+        warm-up step or one beyond the last, nor in a range named 'warmup': its ranges and work
+        are of no step), else the latest begun step open in the process."""
         for o in reversed(self._stack()):
+            if o.kind == "warmup":
+                return None
             if o.is_step:
                 return o.step if o.kind == "step" else None
         return self.current_step
