@@ -1282,6 +1282,26 @@ def test_the_exit_status_extension_writes_what_exit_was_given(tmp_path, ending, 
            f"assert _exit_status.watch(sys.argv[1])\n{ending}\n"
     subprocess.run([PY, "-c", code, str(path)], env=__import__("_run_helpers").env(), timeout=60)
     assert (path.read_text() if path.exists() else None) == written
+    # written beside it and renamed: nothing left there
+    assert [p.name for p in tmp_path.iterdir()] == (["h-1.exit"] if written else [])
+
+
+def test_the_exit_status_file_is_replaced_whole_not_written_in_place(tmp_path):
+    """exit() wrote the .exit file in place (truncated, then written): the launcher, reading it
+    as a helper that outlived the command ended, could find it empty and lose its status. It is
+    written beside it and renamed over it: a reader of the file sees it whole, old or new."""
+    import subprocess
+
+    path = tmp_path / "h-1.exit"
+    path.write_text("0\n")
+    code = "import sys\nfrom cuptiprof.run import _exit_status\n" \
+           "assert _exit_status.watch(sys.argv[1])\nraise SystemExit(3)\n"
+    with open(path) as reader:   # opened before exit() wrote: in place, it saw the new text
+        subprocess.run([PY, "-c", code, str(path)], env=__import__("_run_helpers").env(),
+                       timeout=60)
+        assert reader.read() == "0\n"
+    assert path.read_text() == "3\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["h-1.exit"]
 
 
 def test_a_run_whose_launcher_was_killed_mid_run_reports_the_exit_status_as_unknown(tmp_path):

@@ -3,12 +3,14 @@
  * `raise SystemExit(n)` of the program's own leaves no trace they could read.
  *
  * watch(path) -> bool: from now on, exit(status) in this process writes "<status & 0xff>\n"
- * to `path` (created or replaced). A later call changes the path (a forked child, a new
- * program image); the handler is registered once per process image. False where the C
- * library has no on_exit (not glibc): nothing is written then.
+ * to `path` (created or replaced), whole or not at all: to `path`.tmp<pid> beside it, then
+ * renamed over it, as the launcher may read it at any moment. A later call changes the path
+ * (a forked child, a new program image); the handler is registered once per process image.
+ * False where the C library has no on_exit (not glibc): nothing is written then.
  *
- * The handler uses no Python (the interpreter is gone by then): open/snprintf/write/close. A
- * process that ends by a signal or _exit() (os._exit) never runs it: no file.
+ * The handler uses no Python (the interpreter is gone by then) and no malloc, only
+ * async-signal-safe calls: open/write/close/rename/unlink, the temporary name made by watch().
+ * A process that ends by a signal or _exit() (os._exit) never runs it: no file.
  *
  * end_before_destructors() -> bool: from now on, exit() in this process (and in the processes
  * it forks) ends it once the status is written, C stdio flushed, without running the exit
@@ -30,6 +32,7 @@
 #define API_VERSION 2
 
 static char exit_path[PATH_MAX];
+static char exit_tmp[PATH_MAX];   /* exit_path + ".tmp" + the watching pid */
 static pid_t watched;   /* the process that called watch(): a child forked outside Python
                            (no watch() of its own) must not write its parent's file */
 
@@ -42,15 +45,26 @@ static void on_exit_write(int status, void *arg)
     if (!exit_path[0] || getpid() != watched) {
         return;
     }
-    int fd = open(exit_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* Written in place (O_TRUNC, then write) the launcher could find it empty: a status lost */
+    int fd = open(exit_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         return;
     }
-    char buf[8];
-    int n = snprintf(buf, sizeof buf, "%u\n", (unsigned)status & 0xffu);
-    ssize_t w = write(fd, buf, (size_t)n);
-    (void)w;
-    close(fd);
+    unsigned v = (unsigned)status & 0xffu;
+    char buf[4];
+    size_t n = 0;
+    if (v >= 100) {
+        buf[n++] = (char)('0' + v / 100);
+    }
+    if (v >= 10) {
+        buf[n++] = (char)('0' + v / 10 % 10);
+    }
+    buf[n++] = (char)('0' + v % 10);
+    buf[n++] = '\n';
+    ssize_t w = write(fd, buf, n);
+    if (close(fd) != 0 || w != (ssize_t)n || rename(exit_tmp, exit_path) != 0) {
+        unlink(exit_tmp);
+    }
 }
 
 static int quick_registered;
@@ -89,14 +103,20 @@ static PyObject *watch(PyObject *self, PyObject *args)
     }
     const char *p = PyBytes_AS_STRING(path);
     size_t len = (size_t)PyBytes_GET_SIZE(path);
-    if (len >= sizeof exit_path || strlen(p) != len) {
+    pid_t pid = getpid();
+    char tmp[PATH_MAX];
+    int tlen = snprintf(tmp, sizeof tmp, "%s.tmp%ld", p, (long)pid);
+    if (len >= sizeof exit_path || strlen(p) != len || tlen < 0 || (size_t)tlen >= sizeof tmp) {
         Py_DECREF(path);
         PyErr_SetString(PyExc_ValueError, "path too long or holds a NUL");
         return NULL;
     }
 #if defined(__GLIBC__)
+    /* the handler reads both: never a new path with the old temporary name */
+    exit_path[0] = '\0';
+    memcpy(exit_tmp, tmp, (size_t)tlen + 1);
     memcpy(exit_path, p, len + 1);
-    watched = getpid();
+    watched = pid;
     Py_DECREF(path);
     if (!registered) {
         if (on_exit(on_exit_write, NULL) != 0) {

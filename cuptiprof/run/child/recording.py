@@ -58,8 +58,10 @@ def _keep_exit(code: int) -> None:
     an ending exit() never sees (os._exit, a signal): it wins over the end marker's reading."""
     if shared._rec is None:
         return
-    try:
-        shared._rec.part_path(".exit").write_text(f"{code & 0xFF}\n")
+    from cuptiprof.run.recorder import _write_whole
+
+    try:   # whole or not at all, as exit() writes it: the launcher may read it meanwhile
+        _write_whole(shared._rec.part_path(".exit"), f"{code & 0xFF}\n")
     except OSError:
         pass
 
