@@ -1304,6 +1304,58 @@ def test_the_exit_status_file_is_replaced_whole_not_written_in_place(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["h-1.exit"]
 
 
+def test_a_helper_ending_after_its_end_marker_keeps_the_status_exit_writes(tmp_path):
+    """A helper that outlives the command writes its end marker at exit, before the C library's
+    exit() writes the status it ends with (`raise SystemExit(3)`: the marker's own reading is
+    0). The launcher took the end marker for the helper's end and merged at once: the helper's
+    status was 0. It waits for the status while the helper is still ending."""
+    p = script(tmp_path, """
+        import pathlib, subprocess, sys, time
+        helper = '''if True:
+            import pathlib, time
+            class Slow:   # ends after Python's exit handlers (the end marker), before exit()
+                def __del__(self, sleep=time.sleep, touch=pathlib.Path("ending").touch):
+                    touch()
+                    sleep(1)
+            slow = Slow()
+            raise SystemExit(3)
+        '''
+        subprocess.Popen([sys.executable, "-c", helper])
+        while not pathlib.Path("ending").exists():
+            time.sleep(0.01)
+    """)
+    r = cli(["run", "-o", "h.duckdb", "--no-report", "--", PY, p], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert q(tmp_path / "h.duckdb", "SELECT exit_status FROM processes ORDER BY start_ns") == [
+        (0,), (3,)]
+
+
+def test_the_launcher_waits_for_the_exit_status_of_a_process_ending_after_its_end_marker(
+        tmp_path):
+    """An end marker with an exit status is written as the process ends, before its .exit: a
+    process still alive with one and no .exit is still ending; one whose marker says no status
+    (its recording closed before an exec) is not waited for."""
+    import socket
+    import subprocess
+
+    from cuptiprof.run.merge_parts import _unfinished_alive
+
+    proc = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
+    try:
+        key = f"{socket.gethostname()}-{proc.pid}"
+        (tmp_path / f"{key}.start.json").write_text(json.dumps({"pid": proc.pid}))
+        end = tmp_path / f"{key}.end.json"
+        end.write_text(json.dumps({"pid": proc.pid, "exit_status": None}))
+        assert _unfinished_alive(tmp_path) is None
+        end.write_text(json.dumps({"pid": proc.pid, "exit_status": 0}))
+        assert _unfinished_alive(tmp_path) == proc.pid
+        (tmp_path / f"{key}.exit").write_text("3\n")
+        assert _unfinished_alive(tmp_path) is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_run_whose_launcher_was_killed_mid_run_reports_the_exit_status_as_unknown(tmp_path):
     """The launcher and its program killed (SIGKILL) while the program runs: nothing says how
     the program ended (another process of the run that ended well says nothing of it), so the

@@ -277,16 +277,24 @@ def _wait_for_stragglers(parts: Path, timeout_s: float = 3.0) -> None:
 
 
 def _unfinished_alive(parts: Path) -> int | None:
-    """A process of the run on this host that has not closed its part yet and is still alive."""
+    """A process of the run on this host that is still alive and has not closed its part yet,
+    or has, as it ends, but not yet had its exit status written (<key>.exit: by the C library's
+    exit(), after the end marker, or by _keep_exit): merged meanwhile, a `raise SystemExit(n)`
+    was taken for the end marker's 0."""
     from cuptiprof.store.merge import pid_from_stem
 
-    ended = {_marker_key(p.name) for p in parts.glob("*.end.json")}
+    ended = _end_markers(parts)
     here = socket.gethostname()
     for m in parts.glob("*.start.json"):
         key = _marker_key(m.name)
         pid = pid_from_stem(key)
-        if key not in ended and pid is not None and key.startswith(here + "-") and alive(pid) \
-                and not _zombie(pid):
+        if pid is None or not key.startswith(here + "-"):
+            continue
+        # exit_status in the end marker: it was written as the process ended (not at an
+        # exec, nor when the recording stopped before the end)
+        ending = key in ended and ended[key].get("exit_status") is not None and \
+            not (parts / (key + ".exit")).exists()
+        if (key not in ended or ending) and alive(pid) and not _zombie(pid):
             return pid
     return None
 
