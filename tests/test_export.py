@@ -1745,6 +1745,49 @@ def test_the_event_a_sync_waited_on_survives_a_round_trip(tmp_path, monkeypatch,
 SAXPY = SHARED / "pipit-nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 
 
+def _no_duplicate_keys(pairs):
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), keys
+    return dict(pairs)
+
+
+def test_range_attrs_are_args_of_their_event(tmp_path):
+    """A host range's attrs (cuptiprof.range's keywords, an imported op's parts) are args of
+    its event beside cuptiprof's own, which win a clash and are written once; attrs that are
+    not a JSON object go whole under "cuptiprof attrs"; a GPU annotation's (its device and
+    stream) are not written twice. Imported back, no key of cuptiprof's is left in attrs."""
+    t = 1_700_000_000_000_000_000
+    attrs = ['{"layer": 3, "shape": [2, 3], "who": "a\\"b", "x": null}',
+             '{"External id": 99, "cuptiprof kind": "warmup", "seq": 7}', '[1, 2]', 'not json',
+             None, ' { } ', '{"device": 1, "stream": 9}']
+    src = tmp_path / "attrs.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=3) as w:
+        w.append({"ranges": {
+            "range_id": list(range(1, 8)), "name": [f"r{i}" for i in range(7)],
+            "domain": [None, "cpu_op", None, "nvtx", None, None, "gpu_user_annotation"],
+            "kind": ["user", "op", "user", "user", "user", "user", "user"], "thread_id": [5] * 7,
+            "start_ns": [t + 10 * i for i in range(7)],
+            "end_ns": [t + 10 * i + 5 for i in range(7)], "attrs": attrs}})
+    out, back = tmp_path / "attrs.json.gz", tmp_path / "back.duckdb"
+    chrome_round_trip(src, out, back)
+    ev = load_trace(out, object_pairs_hook=_no_duplicate_keys)["traceEvents"]
+    args = {e["name"]: e["args"] for e in ev if e.get("ph") == "X"}
+    assert args["r0"] == {"External id": 1, "cuptiprof domain": None, "layer": 3,
+                          "shape": [2, 3], "who": 'a"b', "x": None}
+    assert args["r1"] == {"External id": 2, "seq": 7}   # cuptiprof's own win, and only theirs
+    assert (args["r2"]["cuptiprof attrs"], args["r3"]["cuptiprof attrs"]) == ("[1, 2]", "not json")
+    assert (args["r4"], args["r5"]) == ({"External id": 5, "cuptiprof domain": None},
+                                        {"External id": 6, "cuptiprof domain": None})
+    assert args["r6"] == {"device": 1, "stream": 9}
+    con = duckdb.connect(str(back), read_only=True)
+    got = con.execute("SELECT name, kind, domain, attrs FROM ranges ORDER BY name").fetchall()
+    assert [r[:3] for r in got] == duckdb.connect(str(src), read_only=True).execute(
+        "SELECT name, kind, domain FROM ranges ORDER BY name").fetchall()
+    # the importer keeps no host event's args in attrs, so none of cuptiprof's piles up there
+    assert [json.loads(r[3]) if r[3] else None for r in got] == [None] * 6 + [
+        {"device": 1, "stream": 9}]
+
+
 def test_range_domains_survive_a_round_trip(tmp_path_factory, tmp_path, fake_run):
     """A domain the category does not say (an NVTX domain, NVTX's default domain NULL,
     'cuptiprof') is written as an arg and read back; the category's domains stay as they were."""

@@ -1,6 +1,8 @@
 """One query per table that builds its events' JSON text (_EVENTS, in the order written)."""
 from __future__ import annotations
 
+import json
+
 from cuptiprof.interop.chrome.json_sql import (SEP, _Sql, _case, _concat, _flow, _obj,
                                                _optional, _q, _select, _str, _times, _us,
                                                _val, _x)
@@ -37,6 +39,7 @@ def _ranges(source: str, base: int, pids: _Pids, last: int | None = None,
         _optional("cuptiprof kind", "kind = 'warmup'", "'\"warmup\"'"),
         _optional("cuptiprof step", "kind = 'warmup' AND step IS NOT NULL", _val("step")),
         _optional("cuptiprof open", "end_ns IS NULL", "'1'")))
+    host_args = _with_attrs(host_args)
     # A range never closed (one entered around a serving loop and never left, say) ends at the
     # export's last time, which holds what ran inside it; "cuptiprof open" says it had no end.
     end = f"coalesce(end_ns, greatest({last if last is not None else 'start_ns'}, start_ns))"
@@ -49,6 +52,7 @@ def _ranges(source: str, base: int, pids: _Pids, last: int | None = None,
             "_tid": f"CASE WHEN {gpu} THEN coalesce(CAST(CASE WHEN {s} IS NOT NULL THEN "
                     f"{_track(s)} END AS VARCHAR), CAST({stream} AS VARCHAR), {_val(_TID)}) "
                     f"ELSE {_val(_TID)} END",
+            "_rest": _attrs_rest(gpu),
             "_args": f"CASE WHEN {gpu} THEN {gpu_args} ELSE {host_args} END"}
     # A step is ProfilerStep#N whatever the program called it: how torch.profiler marks steps,
     # and what the importer reads back as steps.
@@ -56,6 +60,38 @@ def _ranges(source: str, base: int, pids: _Pids, last: int | None = None,
     event = _x(_Sql("concat('\"', _cat, '\"')"), _str(name), _val("_pid"), _Sql("_tid"),
                [_Sql("_args")])
     return _select(source, cols, event)
+
+
+# the args of cuptiprof's own on a host range: on a clash with a key of its attrs, cuptiprof's
+# win (the importer reads them back as columns), and those it leaves out on a row are dropped
+# from its attrs too (an attr named "cuptiprof kind" would read back as a warm-up)
+_OWN_KEYS = ("External id", "cuptiprof domain", "cuptiprof kind", "cuptiprof step",
+             "cuptiprof open")
+
+
+def _attrs_rest(gpu: str) -> str:
+    """A host range's attrs less cuptiprof's own keys, as JSON object text, where they are a
+    JSON object; NULL elsewhere (no attrs, not an object, a GPU annotation's). Parsed once,
+    to check them, unless they name a key of cuptiprof's (then rewritten without it)."""
+    drop = _q(json.dumps(dict.fromkeys(_OWN_KEYS)))
+    text = "ltrim(attrs, ' \t\n\r')"
+    return (f"CASE WHEN attrs IS NULL OR {gpu} THEN NULL "
+            f"WHEN NOT json_valid(attrs) OR NOT starts_with({text}, '{{') THEN NULL "
+            # an object without a quote has no key
+            "WHEN NOT contains(attrs, '\"') THEN '{}' "
+            "WHEN contains(attrs, '\"External id\"') OR contains(attrs, '\"cuptiprof ') "
+            f"THEN CAST(json_merge_patch(attrs, {drop}) AS VARCHAR) ELSE {text} END")
+
+
+def _with_attrs(own: str) -> str:
+    """A host range's args: cuptiprof's own (`own`, JSON text), then the other keys of its
+    attrs (cuptiprof.range's keywords, the parts of an op imported from Nsight Systems) from
+    `_rest` (_attrs_rest). Attrs that are not a JSON object (not JSON, an array) go whole, as
+    text, under "cuptiprof attrs". Rows of no attrs (most) are not parsed."""
+    # not json_merge_patch(attrs, own): own's nulls ("cuptiprof domain": null) would delete
+    return (f"CASE WHEN attrs IS NULL OR _rest = '{{}}' THEN {own} "
+            f"WHEN _rest IS NOT NULL THEN concat(left({own}, -1), ',', substr(_rest, 2)) "
+            f"ELSE concat(left({own}, -1), ',\"cuptiprof attrs\":', {_str('attrs')}, '}}') END")
 
 
 def _api_calls(source: str, base: int, pids: _Pids) -> str:
