@@ -110,6 +110,9 @@ def test_round_trip_keeps_per_kernel_totals(tb0, chrome_steps, tmp_path):
     q = "SELECT min(start_ns), max(end_ns) FROM kernels WHERE step IN (6, 7)"
     assert con.execute(q).fetchone() == orig.execute(q).fetchone()  # timestamps kept to the ns
     assert kernel_times(back) == kernel_times(tb0, "step IN (6, 7)")  # each kernel's, too
+    # attrs as the first import's: none on a host range (no arg of cuptiprof's piled up there)
+    q = "SELECT DISTINCT attrs FROM ranges WHERE domain IS DISTINCT FROM 'gpu_user_annotation'"
+    assert con.execute(q).fetchall() == orig.execute(q).fetchall() == [(None,)]
 
 
 def test_full_round_trip_nsys_and_two_ranks(tmp_path_factory, tmp_path):
