@@ -227,7 +227,7 @@ CREATE TABLE range_rows (
     end_ns      BIGINT,    -- NULL when the range never closed (crash)
     kind        VARCHAR,   -- 'warmup' | 'step' | 'user' (other annotations) | 'op' (framework operator, e.g. aten::mm; in an Nsight Systems import, a range torch's emit_nvtx() pushed for one)
     step        INTEGER,   -- step index for kind 'step'; for other kinds the step that encloses them
-    attrs       VARCHAR    -- JSON of extra attributes given to cuptiprof.range (NaN, inf: null) / the trace event args / the parts torch's emit_nvtx() wrote after the name (seq, op_id, sizes, input_op_ids)
+    attrs       VARCHAR    -- JSON of extra attributes given to cuptiprof.range (NaN, inf: null) / for Kineto imports, a GPU user annotation's device and stream (host events: NULL) / for Nsight Systems imports, the parts torch's emit_nvtx() wrote after the name (seq, op_id, sizes, input_op_ids)
 );
 
 -- Python logging records emitted by the profiled program (and cuptiprof's own).
