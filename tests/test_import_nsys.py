@@ -1087,7 +1087,8 @@ def test_gpu_rows_outside_every_step_are_said(tmp_path):
     assert con.execute("SELECT pid, step, count(*) FROM kernels GROUP BY ALL ORDER BY ALL"
                        ).fetchall() == [(4242, 0, 2), (4242, None, 3), (5151, None, 1)]
     assert con.execute("SELECT check_name, subject, count, pid FROM data_quality ORDER BY ALL"
-                       ).fetchall() == [("unclaimed_records", "kernel", 3, 4242),
+                       ).fetchall() == [("missing_kind", "step", 0, 5151),
+                                        ("unclaimed_records", "kernel", 3, 4242),
                                         ("unclaimed_records", "memcpy", 1, 4242)]
     # with every call of the export gone, no GPU row has a step, and the file says so
     with sqlite3.connect(src) as db:
@@ -1095,8 +1096,28 @@ def test_gpu_rows_outside_every_step_are_said(tmp_path):
     import_traces([src], tmp_path / "nocalls.duckdb")
     con = duckdb.connect(str(tmp_path / "nocalls.duckdb"), read_only=True)
     assert con.execute("SELECT check_name, subject, count, pid FROM data_quality ORDER BY ALL"
-                       ).fetchall() == [("unclaimed_records", "kernel", 5, 4242),
+                       ).fetchall() == [("missing_kind", "step", 0, 5151),
+                                        ("unclaimed_records", "kernel", 5, 4242),
                                         ("unclaimed_records", "memcpy", 2, 4242)]
+
+
+def test_a_process_without_steps_beside_one_with_steps_is_said(tmp_path):
+    """In an export where one process marks steps and another does not, the one without steps
+    has its missing_kind 'step' row under its own pid (as it has when no process marks any),
+    named in the detail; the process with steps has none."""
+    src = nsys_export(tmp_path / "mixed.sqlite", launches=_launches(2) + [
+        (9, 1000, 1010, 1020, 1060, 5151), (9, 1100, 1110, 1120, 1160, 6161)],
+        ranges=[(7, 990, 1300, 59, "step 0")])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    rows = con.execute("SELECT check_name, subject, count, pid, detail FROM data_quality "
+                       "ORDER BY pid").fetchall()
+    assert [r[:4] for r in rows] == [("missing_kind", "step", 0, 5151),
+                                     ("missing_kind", "step", 0, 6161)]
+    assert rows[0][4].startswith("process 5151 in mixed.sqlite has no step ranges (NVTX ranges "
+                                 "named 'step N'"), rows[0][4]
+    assert rows[0][4].endswith("; rows carry no step")
 
 
 def test_a_step_without_gpu_work_is_said(tmp_path):

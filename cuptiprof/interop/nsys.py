@@ -720,10 +720,15 @@ class NsysFile:
                     w.add_quality("empty_step", str(n), 0,
                                   f"step {n} has no GPU activity in {self.path.name} (nothing "
                                   "launched, or not captured)", pid=p)
-        else:
-            for p in who:
+        # each process without step ranges is said under its own pid (every process of the
+        # file, or those beside one that marks steps): its rows carry no step
+        stepless = [p for p in who if not self.steps_by_pid.get(p)]
+        if self.rows.get("kernel_rows") or self.rows.get("memcpys"):
+            for p in stepless:
+                whose = (self.path.name if len(stepless) == len(who)
+                         else f"process {p} in {self.path.name}")
                 w.add_quality("missing_kind", "step", 0,
-                              f"{self.path.name} has no step ranges (NVTX ranges named 'step N' "
+                              f"{whose} has no step ranges (NVTX ranges named 'step N' "
                               "or 'ProfilerStep#N', or 'step' with N as payload, as "
                               "cuptiprof.range('step', step=N) marks them); rows carry no step",
                               pid=p)
