@@ -1120,6 +1120,35 @@ def test_a_process_without_steps_beside_one_with_steps_is_said(tmp_path):
     assert rows[0][4].endswith("; rows carry no step")
 
 
+def test_a_gpu_row_without_globalpid_is_the_only_process_s_or_refused(tmp_path):
+    """A GPU row whose globalPid is NULL belongs to the only process the export's records name:
+    no process 0 appears in processes, devices or data_quality, and the row keeps the step of
+    the call that launched it. Where the records name several processes, which one it ran for
+    is unknown: the import is refused, naming the table and row."""
+    src = nsys_export(tmp_path / "one.sqlite", launches=_launches(2),
+                      ranges=[(7, 990, 1300, 59, "step 0")])
+    with sqlite3.connect(src) as db:
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = NULL "
+                   "WHERE correlationId = 1")
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT pid FROM processes").fetchall() == [(4242,)]
+    assert con.execute("SELECT DISTINCT pid FROM devices").fetchall() == [(4242,)]
+    assert con.execute("SELECT pid, correlation_id, step FROM kernels ORDER BY 2").fetchall() == [
+        (4242, 1, 0), (4242, 2, 0)]
+    assert con.execute("SELECT count(*) FROM data_quality WHERE pid = 0").fetchone() == (0,)
+    two = nsys_export(tmp_path / "two.sqlite", launches=_launches(1) + [
+        (9, 1000, 1010, 1020, 1060, 5151)])
+    with sqlite3.connect(two) as db:
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = NULL "
+                   "WHERE correlationId = 2")
+    r = run_cli("import", two, "-o", tmp_path / "two.duckdb")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "CUPTI_ACTIVITY_KIND_KERNEL rowid 2: globalPid is NULL" in r.stderr, r.stderr
+    assert "2 processes (4242, 5151)" in r.stderr, r.stderr
+
+
 def test_a_step_without_gpu_work_is_said(tmp_path):
     """A step range that holds no GPU row while the other steps do (its launches missed the
     capture, or it launched none) is said in data_quality as empty_step, as the Kineto importer

@@ -17,6 +17,13 @@ imported together (one per rank) are put on one clock: each is shifted by the ti
 began after the earliest one's (TARGET_INFO_SESSION_START_TIME, UTC), so their ranks line up
 as they ran; without that table in every file, each keeps its own clock and data_quality says
 so (clock_unaligned).
+
+A GPU row's process is its globalPid. One without it (NULL, or a table without that column:
+no export nsys writes, an edited file) belongs to the only process the export's records name
+(in any GPU table's globalPid, or the globalTid of a runtime or driver call or an NVTX range);
+where they name several, or none, which process it ran for is unknown and the import is
+refused, naming the table and row, as for any other value the importer cannot do without. It is
+never written as a process 0.
 """
 from __future__ import annotations
 
@@ -121,6 +128,10 @@ def _step_number(text: str | None, payload) -> int:
     if (text or "").lower() == "step" and type(payload) is int and 0 <= payload < 1 << 31:
         return payload
     return -1
+
+
+_GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+               "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
 _ACTIVITY = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
              "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME")
 
@@ -170,6 +181,7 @@ class NsysFile:
         self.spans: dict[int, list[int]] = {}
         self.pid_of: dict[int, int] = {}   # the export's pid -> the pid its rows are written with
         self.read: dict[str, list[str]] = {}   # table -> the integer columns read from it
+        self._sole: int | None = None   # the only process the export names (_sole_process)
 
     # helpers --------------------------------------------------------------------------------
     def _own(self, pid: int) -> int:
@@ -344,8 +356,10 @@ class NsysFile:
                           lambda n: n.replace("CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_", "").lower())
         common = ["start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid"]
 
-        def base(c):
-            pid = self._own_all(np.array([_pid(g) for g in c[6]], np.int64))
+        def base(c, table):
+            owner = self._sole_process(table) if None in c[6] else 0
+            pid = self._own_all(np.array([owner if g is None else _pid(g) for g in c[6]],
+                                         np.int64))
             self._note(pid, c[2], c[0], c[1])
             return {"pid": AC.array(pid, pa.int32()), "start_ns": AC.array(c[0], pa.int64()),
                     "end_ns": AC.array(c[1], pa.int64()), "device_id": AC.array(c[2], pa.int32()),
@@ -360,7 +374,7 @@ class NsysFile:
                     "mangledName", "demangledName", "gridX", "gridY", "gridZ", "blockX", "blockY",
                     "blockZ", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory",
                     "graphId", "graphNodeId"]):
-                cols = base(c)
+                cols = base(c, t)
                 name = [m if m is not None else d for m, d in zip(c[7], c[8])]
                 cols["name"] = self._names(name)
                 for k, v in zip(("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
@@ -373,7 +387,7 @@ class NsysFile:
         if t in self.tables:
             for c in self._select(t, common + ["bytes", "copyKind", "srcKind", "dstKind", "srcDeviceId",
                                                "dstDeviceId", "graphId", "graphNodeId"]):
-                cols = base(c)
+                cols = base(c, t)
                 cols.update(bytes=AC.array(c[7], pa.int64()),
                             copy_kind=[copy.get(k, "unknown") for k in c[8]],
                             src_kind=[memk.get(k, "unknown") for k in c[9]],
@@ -387,7 +401,7 @@ class NsysFile:
         if t in self.tables:
             for c in self._select(t, common + ["bytes", "value", "memKind|memoryKind", "graphId",
                                                "graphNodeId"]):
-                cols = base(c)
+                cols = base(c, t)
                 cols.update(bytes=AC.array(c[7], pa.int64()), value=AC.array(c[8], pa.int32()),
                             memory_kind=[memk.get(k, "unknown") for k in c[9]],
                             graph_id=_graph(c[10]), graph_node_id=_graph(c[11]))
@@ -396,7 +410,7 @@ class NsysFile:
         t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
         if t in self.tables:
             for c in self._select(t, common + ["syncType", "eventId"]):
-                cols = base(c)
+                cols = base(c, t)
                 # 0xFFFFFFFF: CUPTI's "no event" (a sync of another type), NULL as the
                 # collector stores it
                 event = [e if e is not None and e != 0xFFFFFFFF else None for e in c[8]]
@@ -404,6 +418,35 @@ class NsysFile:
                             cuda_event_id=AC.array(event, pa.int64()))
                 w.append({"syncs": cols})
                 self._count("syncs", len(c[0]))
+
+    def _sole_process(self, table: str) -> int:
+        """The process of a GPU row of `table` without a globalPid: the only one the export's
+        records name (module docstring); refused where they name several or none."""
+        if self._sole is not None:
+            return self._sole
+        named: set[int] = set()
+        for t, col in [(t, "globalPid") for t in _GPU_TABLES] + [
+                ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"),
+                ("CUPTI_ACTIVITY_KIND_DRIVER", "globalTid"), ("NVTX_EVENTS", "globalTid")]:
+            if t not in self.tables or col not in self._cols(t):
+                continue
+            only = f" AND {_NVTX_READ}" if t == "NVTX_EVENTS" else ""
+            named.update(r[0] for r in self.db.execute(
+                f'SELECT DISTINCT ("{col}" >> 24) & {0xFFFFFF} FROM "{t}" '
+                f'WHERE typeof("{col}") = \'integer\'{only}'))
+        if len(named) == 1:
+            self._sole = named.pop()
+            return self._sole
+        if "globalPid" in self._cols(table):
+            row = self.db.execute(f'SELECT rowid FROM "{table}" WHERE "globalPid" IS NULL '
+                                  "LIMIT 1").fetchone()
+            where = f"{table} rowid {row[0]}: globalPid is NULL"
+        else:
+            where = f"{table} has no globalPid column"
+        shown = ", ".join(map(str, sorted(named)[:4])) + (" ..." if len(named) > 4 else "")
+        whom = (f"{len(named)} processes ({shown})" if named else "no process")
+        raise InputError(f"{self.path}: {where}, and the export's records name {whom}, so which "
+                         f"process its GPU work ran for is unknown; {EDITED}")
 
     def _calls(self) -> dict:
         out = {k: [] for k in ("start", "end", "gtid", "corr", "name", "ret", "driver")}
