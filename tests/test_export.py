@@ -3536,3 +3536,23 @@ def test_an_export_keeps_an_output_another_command_made_meanwhile(tmp_path, monk
     kept = out if kind == "chrome" else out / "kernels" / "theirs.parquet"
     assert kept.read_text() == "the other export"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["s.duckdb", out.name])
+
+
+def test_a_failed_parquet_export_leaves_no_chrome_trace_behind(tmp_path, capsys, monkeypatch):
+    """`export --chrome t.json --parquet pq` whose Parquet write failed (a full disk) said so
+    and exited non-zero, but left t.json written: an output of a failed command. The trace
+    is published only once the datasets are written."""
+    import errno
+
+    import cuptiprof.interop.parquet as parquet
+    from cuptiprof.cli import main
+    src = write_synthetic(tmp_path / "s.duckdb", steps=2, kernels_per_step=5)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(parquet, "export_parquet", full)
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(src), "--chrome", "t.json", "--parquet", "pq"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "pq: cannot write: the disk is full" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb"]

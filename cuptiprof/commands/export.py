@@ -53,26 +53,35 @@ def run(args) -> int:
     if args.parquet:
         check_target(args.parquet, [args.file], args.force)
     with open_profile(args.file, args.steps, option="--steps") as prof:
-        if args.chrome:
-            from cuptiprof.interop.chrome import export_chrome
-            try:
-                c = export_chrome(prof, args.chrome, force=args.force)
-            except OSError as exc:  # e.g. a full disk mid-write: name the file the user asked for
-                raise write_failed(args.chrome, exc) from None
-            scope = prof.scope if args.steps else "every row"
-            print(f"cuptiprof: wrote {counted(c['events'], 'trace event')} ("
-                  f"{counted(c.get('kernels', 0), 'kernel')}, scope: {scope}) -> "
-                  f"{shell_word(args.chrome)}", file=sys.stderr)
-        if args.parquet:
+        said = []   # the lines to print, once every output is written
+
+        def parquet() -> None:
             from cuptiprof.interop.parquet import export_parquet
             try:
                 c = export_parquet(prof, args.parquet, force=args.force)
             except OSError as exc:   # named by the directory asked for, not the temporary one
                 raise write_failed(args.parquet, exc) from None
-            print(f"cuptiprof: wrote {counted(len(c), 'Parquet dataset')} ("
-                  f"{sum(1 for v in c.values() if v)} with rows; "
-                  f"{counted(c.get('kernels', 0), 'kernel row')}) -> {shell_word(args.parquet)}",
-                  file=sys.stderr)
+            said.append(f"cuptiprof: wrote {counted(len(c), 'Parquet dataset')} ("
+                        f"{sum(1 for v in c.values() if v)} with rows; "
+                        f"{counted(c.get('kernels', 0), 'kernel row')}) -> "
+                        f"{shell_word(args.parquet)}")
+        if args.chrome:
+            from cuptiprof.interop.chrome import export_chrome
+            # the datasets are written while the trace is still under its temporary name: a
+            # failed Parquet export leaves no trace behind (all the outputs asked for, or none)
+            try:
+                c = export_chrome(prof, args.chrome, force=args.force,
+                                  before_publish=parquet if args.parquet else None)
+            except OSError as exc:  # e.g. a full disk mid-write: name the file the user asked for
+                raise write_failed(args.chrome, exc) from None
+            scope = prof.scope if args.steps else "every row"
+            said.insert(0, f"cuptiprof: wrote {counted(c['events'], 'trace event')} ("
+                        f"{counted(c.get('kernels', 0), 'kernel')}, scope: {scope}) -> "
+                        f"{shell_word(args.chrome)}")
+        elif args.parquet:
+            parquet()
+        for line in said:
+            print(line, file=sys.stderr)
     return 0
 
 

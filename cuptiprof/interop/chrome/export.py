@@ -32,9 +32,12 @@ except ImportError:  # pragma: no cover - a platform without isal wheels
 BATCH = 10_000  # rows per Arrow batch: a few MB of text (larger batches cost memory, not time)
 
 
-def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
+def export_chrome(prof, out: str | os.PathLike, *, force: bool = False,
+                  before_publish=None) -> dict:
     """Write `prof`'s rows to `out` (.json or .json.gz): every row, or those of the steps chosen
-    (`prof.step_range`). Returns counts."""
+    (`prof.step_range`). Returns counts. `before_publish`: called once the trace is written,
+    before it takes its name; where it raises, the trace is not published (an export of
+    several outputs writes all of them or none)."""
     out = check_output(out, inputs=[prof.path], force=force)
     # A timeline shows all there is (warm-up, work between steps); --steps caps it.
     where = prof.step_filter if prof.step_range is not None else "TRUE"
@@ -91,6 +94,8 @@ def export_chrome(prof, out: str | os.PathLike, *, force: bool = False) -> dict:
         if not sink.events:   # a trace without events: nothing a viewer or `import` can read
             raise InputError(f"{prof.path}: nothing to export (no GPU activity, range, API call "
                              "or log record); no trace written")
+        if before_publish is not None:
+            before_publish()
         publish(tmp, out, replace=force)   # not over a file another command made meanwhile
     except BaseException:
         try:
