@@ -568,7 +568,9 @@ def test_the_process_takes_the_pid_of_its_host_events(tmp_path):
         import_traces([write(tmp_path / f"{name}.json", trace(ev))], tmp_path / f"{name}.duckdb")
         with duckdb.connect(str(tmp_path / f"{name}.duckdb"), read_only=True) as con:
             assert con.execute("SELECT pid FROM processes").fetchall() == [(pid,)], name
-    paths = [write(tmp_path / f"r{i}.json", modern()) for i in range(3)]
+    # (each names its own file, as Kineto's do: files of one text are one trace given twice)
+    paths = [write(tmp_path / f"r{i}.json", {**modern(), "traceName": f"r{i}.json"})
+             for i in range(3)]
     import_traces(paths, tmp_path / "three.duckdb")
     with duckdb.connect(str(tmp_path / "three.duckdb"), read_only=True) as con:
         assert con.execute("SELECT pid FROM processes ORDER BY 1").fetchall() == [
@@ -1214,7 +1216,8 @@ def test_cli_import_and_existing_output(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "1 kernel," in r.stderr and "1 kernels" not in r.stderr, r.stderr
     assert "1 step ->" in r.stderr and out.exists()
-    two = write(tmp_path / "rank1.json", modern())     # one file per rank: the same step in each
+    # one file per rank: the same step in each (a file of the same text would be refused)
+    two = write(tmp_path / "rank1.json", {**modern(), "traceName": "rank1.json"})
     r = run_cli("import", src, two, "-o", tmp_path / "ranks.duckdb")
     assert r.returncode == 0 and "1 step in each of the 2 files ->" in r.stderr, r.stderr
     more = modern(step_ts=1_000)   # a second step in one file: steps are summed, not "each"
@@ -1305,7 +1308,7 @@ def test_a_number_beyond_64_bits_met_while_writing_is_one_line_naming_the_traces
     def overflow(w, paths, on_read=None):
         raise OverflowError("Python int too large to convert to C long")
     monkeypatch.setattr(importing, "import_kineto", overflow)
-    a, b = write(tmp_path / "a.json", modern()), write(tmp_path / "b.json", modern())
+    a, b = (write(tmp_path / f"{n}.json", {**modern(), "traceName": n}) for n in "ab")
     with pytest.raises(InputError, match=f"^{a}, {b}: a number in the trace does not fit in 64 "
                                          "bits; the trace is corrupt$"):
         import_traces([a, b], tmp_path / "o.duckdb")
@@ -1655,3 +1658,31 @@ def test_an_event_without_a_name_is_unnamed_not_another_events(tmp_path, monkeyp
         assert one(con, "SELECT name FROM api_calls") == (None,)
         assert con.execute("SELECT name, kind, step FROM ranges ORDER BY start_ns").fetchall() \
             == [(None, "user", None), ("ProfilerStep#4", "step", 4)]
+
+
+@pytest.mark.parametrize("second", ["t.json.gz", "again.json.gz", "copy.json"])
+def test_a_trace_and_its_gzipped_copy_are_refused_as_one_trace_given_twice(tmp_path, capsys,
+                                                                            monkeypatch, second):
+    """`import t.json t.json.gz` (one the gunzipped copy of the other) imported every event
+    twice: only the same path given twice was refused. Files of one text are refused alike,
+    in one line, before anything is written."""
+    import shutil
+
+    import cuptiprof
+    from cuptiprof.cli import main
+    from cuptiprof.interop.chrome import export_chrome
+    from cuptiprof.synthetic import write_synthetic
+    src = write_synthetic(tmp_path / "s.duckdb", steps=2, kernels_per_step=5)
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, tmp_path / "t.json")
+    other = tmp_path / second
+    if second.endswith(".gz"):
+        with open(tmp_path / "t.json", "rb") as fi, gzip.open(other, "wb") as fo:
+            shutil.copyfileobj(fi, fo)
+    else:
+        shutil.copy(tmp_path / "t.json", other)
+    monkeypatch.chdir(tmp_path)
+    assert main(["import", "t.json", second, "-o", "x.duckdb"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"{second}: the same trace is given twice (t.json" in err[0], err
+    assert not (tmp_path / "x.duckdb").exists()

@@ -6,6 +6,9 @@ bad input never leaves a partial file behind.
 from __future__ import annotations
 
 import gc
+import gzip
+import hashlib
+import os
 import sys
 import threading
 import time
@@ -153,6 +156,51 @@ class _Opening:
         return self.writer
 
 
+def _text_size(path: Path) -> int | None:
+    """The size of a file's text, cheaply: a gzip file's says it in its last 4 bytes (modulo
+    2**32, and of its last member only: two files of one text may still differ here, which
+    only lets a copy pass); None: not a plain file."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                return os.fstat(fh.fileno()).st_size
+            fh.seek(-4, os.SEEK_END)
+            return int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return None
+
+
+def _text_digest(path: Path) -> bytes | None:
+    """A hash of a file's text (gunzipped where it is gzip); None where it cannot be read
+    (the import says what is wrong with it)."""
+    h = hashlib.blake2b(digest_size=20)
+    try:
+        with open(path, "rb") as raw:
+            fh = gzip.GzipFile(fileobj=raw) if raw.read(2) == b"\x1f\x8b" else raw
+            raw.seek(0)
+            while block := fh.read(1 << 20):
+                h.update(block)
+    except (OSError, EOFError, zlib.error):
+        return None
+    return h.digest()
+
+
+def _refuse_same_content(paths: list[Path]) -> None:
+    """Refuse two files of one text (t.json and its gzipped copy t.json.gz, say): their rows
+    would count twice. Files are read whole only where their text sizes agree."""
+    by_size: dict = {}
+    for p in paths:
+        if p.is_file() and (n := _text_size(p)) is not None:
+            by_size.setdefault(n, []).append(p)
+    for same in by_size.values():
+        seen: dict = {}
+        for p in same if len(same) > 1 else ():
+            d = _text_digest(p)
+            if d is not None and seen.setdefault(d, p) is not p:
+                raise UsageError(f"{p}: the same trace is given twice ({seen[d]} holds the same "
+                                 "text); its rows would count twice")
+
+
 def import_traces(paths, out, *, label: str | None = None, overwrite: bool = False,
                   progress: bool | None = False) -> dict:
     """Import traces of one job (one file per rank/process) into `out` as one run. cuptiprof's
@@ -170,6 +218,7 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
             raise UsageError(f"{p}: the same trace is given twice ({seen[p.resolve()]}); "
                              "its rows would count twice")
     kinds = {trace_kind(p) for p in paths}
+    _refuse_same_content(paths)
     if len(kinds) > 1:
         raise UsageError("mixing torch.profiler traces and Nsight Systems exports in one import "
                          "is not supported; import them into separate files")
