@@ -1523,3 +1523,29 @@ def test_compare_notes_a_run_that_did_not_complete(tmp_path, capsys):
     assert note in capsys.readouterr().out
     assert main(["compare", str(a), str(b), "--format", "json"]) == 0
     assert note in json.loads(capsys.readouterr().out)["notes"]
+
+
+@pytest.mark.parametrize("by", ["op", "family"])
+def test_a_kernel_named_as_a_memset_is_not_pooled_with_the_memsets(tmp_path, by):
+    """A trace's kernel named 'Memset' (or 'Memcpy HtoD') took the key cuptiprof gives
+    memsets (copies): compare pooled both into one row of kind 'mixed', and its time into
+    theirs. It is keyed 'Memset (kernel)'; the memsets keep 'Memset'. A kernel recorded without
+    a name is '(unnamed)' in every file, whether its name is '' or '(unnamed)'."""
+    paths = []
+    for i, unnamed in enumerate(["", "(unnamed)"]):
+        k = {"start_ns": [1_000, 3_000, 5_000], "end_ns": [2_000, 4_000, 6_000],
+             "step": [0, 0, 0], "name": ["Memset", "Memcpy HtoD", unnamed],
+             "stream_id": [7] * 3, "device_id": [0] * 3}
+        ms = {"start_ns": [0], "end_ns": [500], "step": [0], "bytes": [4096], "stream_id": [7],
+              "device_id": [0]}
+        paths.append(tmp_path / f"{i}.duckdb")
+        with Writer(paths[-1], RunInfo(source="synthetic")) as w:
+            w.append({"kernels": k, "memsets": ms})
+    with Comparison(paths) as cmp:
+        cmp.set_by(by)
+        got = {(r["key"], r["kind"]): (r["A_ms"], r["B_ms"])
+               for r in cmp.side_by_side(top=10).to_pylist()}
+    assert got == {("Memset (kernel)", "kernel"): (0.001, 0.001),
+                   ("Memcpy HtoD (kernel)", "kernel"): (0.001, 0.001),
+                   ("(unnamed)", "kernel"): (0.001, 0.001),
+                   ("Memset", "memset"): (0.0005, 0.0005)}, got

@@ -37,7 +37,17 @@ from cuptiprof.store.quality import STEP_INCOMPLETE
 # real traces in the test data: at most 13%).
 OUTSIDE_STEPS_NOTE = 0.3
 
-_KEYS = {"op": ("name", "'name'"), "family": ("family", "'family'"),
+
+
+def _own(col: str) -> str:
+    """`col` of a kernel whose name is one cuptiprof gives copies and memsets (a trace's kernel
+    named 'Memset', say) with ' (kernel)' after it: keyed by its bare name, it pooled with the
+    memsets into one key of kind 'mixed'."""
+    return (f"CASE WHEN kind = 'kernel' AND ({col} = 'Memset' OR {col} LIKE 'Memcpy %') "
+            f"THEN {col} || ' (kernel)' ELSE {col} END")
+
+
+_KEYS = {"op": (_own("name"), "'name'"), "family": (_own("family"), "'family'"),
          "range": ("range_key", "range_key_type"), "region": ("region", "region_type")}
 
 # Datasheet peaks of known GPUs, used when the file's devices table lacks a peak. Numbers are
