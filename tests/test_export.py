@@ -3560,3 +3560,32 @@ def test_a_failed_parquet_export_leaves_no_chrome_trace_behind(tmp_path, capsys,
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "pq: cannot write: the disk is full" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb"]
+
+
+def test_steps_numbered_below_0_survive_an_export_and_import(tmp_path):
+    """A program may number its warm-up steps -2, -1; cuptiprof stores them as given. The
+    export wrote ProfilerStep#-2, which the importer read as no step: the round trip lost
+    those steps, and their rows came back in none. They come back as written."""
+    src = write_synthetic(tmp_path / "s.duckdb", steps=5, kernels_per_step=20)
+    con = duckdb.connect(str(src))
+    for (t,) in con.execute(
+            "SELECT table_name FROM information_schema.columns WHERE column_name = 'step' AND "
+            "table_name IN (SELECT table_name FROM information_schema.tables "
+            "WHERE table_type = 'BASE TABLE')").fetchall():
+        con.execute(f"UPDATE {t} SET step = step - 3")
+    con.close()
+    trace, back = tmp_path / "t.json", tmp_path / "back.duckdb"
+    with cuptiprof.open(src) as prof:
+        export_chrome(prof, trace)
+    import_traces([trace], back)
+    queries = ["SELECT kind, step, count(*) FROM ranges WHERE kind IN ('step', 'warmup') "
+               "GROUP BY ALL ORDER BY ALL"] + [
+        f"SELECT step, count(*) FROM {t} GROUP BY ALL ORDER BY ALL"
+        for t in ("kernels", "memcpys", "memsets", "api_calls", "logs", "memory_events")]
+    got = []
+    for path in (src, back):
+        con = duckdb.connect(str(path), read_only=True)
+        got.append([con.execute(q).fetchall() for q in queries])
+        con.close()
+    assert ("step", -2, 1) in got[0][0] and ("warmup", -3, 1) in got[0][0], got[0][0]
+    assert got[1] == got[0]

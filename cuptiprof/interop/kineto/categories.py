@@ -24,14 +24,17 @@ LOG_CATEGORY = "cuptiprof_log"
 # the categories named where a trace of none of them is refused (modern spellings)
 _READ = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cuda_sync",
          "cpu_op", "user_annotation", "gpu_user_annotation", "python_function")
-_STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
+# N may be below 0: cuptiprof's export of a step numbered so (torch numbers steps from 0)
+_STEP_RE = re.compile(r"ProfilerStep#(-?\d+)$")
+STEP0 = 1 << 31   # as columns.STEP0: steps are numbered from it while a trace is read
 
 
 def _step_of(name) -> int:
-    """N of a range named ProfilerStep#N, -1 for none: an N past the 32-bit step column too (a
-    name of the program's own), which stays a range of that name, not a failed import."""
+    """STEP0 + N for a range named ProfilerStep#N, -1 for none: an N past the 32-bit step
+    column too (a name of the program's own), which stays a range of that name, not a failed
+    import."""
     m = _STEP_RE.match(name) if type(name) is str else None
-    return int(m.group(1)) if m and int(m.group(1)) < 1 << 31 else -1
+    return int(m.group(1)) + STEP0 if m and -STEP0 <= int(m.group(1)) < STEP0 else -1
 
 
 # CUPTI's memory kinds as Kineto words them ("Device Static": a __device__ variable's memory)

@@ -95,12 +95,25 @@ def _names(ids: np.ndarray, names: list) -> pa.DictionaryArray:
                                                    inv != none), AC.strings(values))
 
 
+# Steps are numbered from STEP0 while a trace is read (step N is STEP0 + N), so that every
+# step a 32-bit column holds is a number >= 0, a step below 0 too (warm-up steps numbered -2,
+# -1 by the program), and -1 stays "no step"; _step_col numbers them back as written.
+STEP0 = 1 << 31
+
+
 def _step_arg(cols: "_Cols", lo: int = 0, hi: int | None = None) -> np.ndarray:
-    """The "cuptiprof step" arg of each row (of rows lo:hi), -1 where absent: a value no step
-    column holds (beyond 32 bits, from another writer or an edit) is taken as absent, not a
-    failed import."""
+    """The "cuptiprof step" arg of each row (of rows lo:hi), from STEP0, -1 where absent: a
+    value no step column holds (beyond 32 bits, from another writer or an edit) is taken as
+    absent, not a failed import."""
     v = cols.get("xstep")[lo:hi]
-    return np.where(cols.get("xstep?", bool)[lo:hi] & (v > -2**31) & (v < 2**31), v, -1)
+    return np.where(cols.get("xstep?", bool)[lo:hi] & (v >= -2**31) & (v < 2**31), v + STEP0, -1)
+
+
+def _step_col(v) -> pa.Array:
+    """Steps numbered from STEP0 (-1: none) as the step column (NULL for none)."""
+    v = np.asarray(v)
+    ok = v >= 0
+    return AC.array(np.where(ok, v - STEP0, 0), pa.int32(), ok)
 
 
 def _int32(v: np.ndarray, ok: np.ndarray) -> pa.Array:

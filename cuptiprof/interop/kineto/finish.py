@@ -12,8 +12,8 @@ import pyarrow as pa
 from cuptiprof.store import arrow as AC
 from cuptiprof.interop import pieces as P
 from cuptiprof.interop.kineto.categories import _step_of
-from cuptiprof.interop.kineto.columns import (_Cols, _int32, _names, _null_neg, _opt,
-                                              _step_arg)
+from cuptiprof.interop.kineto.columns import (STEP0, _Cols, _int32, _names, _null_neg, _opt,
+                                              _step_arg, _step_col)
 from cuptiprof.interop.kineto.document import RunEntry
 from cuptiprof.interop.nesting import nest, steps_at
 from cuptiprof.work_ops import intervals_work
@@ -229,7 +229,7 @@ class _Finish:
                 # too where it is not the launching call's)
                 r = by_ext(*xrange)
                 rng = np.where(r >= 0, r, rng)
-            return {"step": _null_neg(step, pa.int32()),
+            return {"step": _step_col(step),
                     "range_id": _opt(rng), "op_id": _opt(op)}
 
         # Written APPEND_ROWS rows of each table at a time: the Arrow columns, the writer's
@@ -269,7 +269,7 @@ class _Finish:
                     "kind": AC.dictionary(np.where(warm[sl], 3, np.where(is_step[sl], 2,
                                                                          np.minimum(code, 1))),
                                           ["op", "user", "step", "warmup"]),
-                    "step": _null_neg(r_step[sl], pa.int32()), "attrs": attrs}
+                    "step": _step_col(r_step[sl]), "attrs": attrs}
             if lo < n_c:
                 sl = slice(lo, min(hi, n_c))
                 n = sl.stop - lo
@@ -283,7 +283,7 @@ class _Finish:
                     "correlation_id": _null_neg(c_corr[sl], pa.int64()),
                     "start_ns": AC.array(c_start[sl], pa.int64()),
                     "end_ns": AC.array(c_end[sl], pa.int64()),
-                    "step": _null_neg(c_step[sl], pa.int32()), "range_id": _opt(c_range[sl])}
+                    "step": _step_col(c_step[sl]), "range_id": _opt(c_range[sl])}
                 if self.links:
                     batch["api_calls"]["return_code"] = _int32(C.get("ret")[sl],
                                                                C.get("ret?", bool)[sl])
@@ -298,11 +298,11 @@ class _Finish:
                     "thread_id": AC.array(l_tid[sl], pa.int64(), L.get("tid?", bool)[sl]),
                     "time_ns": AC.array(l_time[sl], pa.int64(), l_ok[sl]),
                     "level": text("level", small), "logger": text("logger", small),
-                    "message": text("message", names), "step": _null_neg(l_step[sl], pa.int32())}
+                    "message": text("message", names), "step": _step_col(l_step[sl])}
             if hi >= longest:  # the last part: one row per process, devices, data quality
                 worked = set(AC.distinct(c_step[launched & (c_step >= 0)]).tolist()) \
                     if launched.any() else set()
-                empty = sorted(set(s_n.tolist()) - worked) if worked else []
+                empty = [s - STEP0 for s in sorted(set(s_n.tolist()) - worked)] if worked else []
                 self._meta_rows(batch, w.run_id, pid, len(s_n), unclaimed, empty,
                                 r_start, r_end, c_start, c_end)
             if large:

@@ -7,7 +7,8 @@ import pyarrow as pa
 
 from cuptiprof.store import arrow as AC
 from cuptiprof.interop.kineto.categories import _SYNC, _memcpy_kind, _memset_kind
-from cuptiprof.interop.kineto.columns import _int32, _names, _null_neg, _per_name, _step_arg
+from cuptiprof.interop.kineto.columns import (_int32, _names, _per_name, _step_arg,
+                                              _step_col)
 
 
 class _GpuRows:
@@ -35,7 +36,7 @@ class _GpuRows:
                             memory_kind=AC.dictionary(np.zeros(n, np.int32), ["device"]),
                             address=AC.array(get("address").astype(np.uint64), pa.uint64(),
                                              get("address?", bool) & (get("address") >= 0)),
-                            step=_null_neg(mem_step[lo:hi], pa.int32()))
+                            step=_step_col(mem_step[lo:hi]))
                 if self.links:
                     cols["pool"] = _flag(get("pool"), get("pool?", bool))
                     cols["correlation_id"] = arrow("correlation_id", pa.int64())

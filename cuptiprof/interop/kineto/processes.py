@@ -15,7 +15,7 @@ import numpy as np
 from cuptiprof.errors import InputError
 from cuptiprof.store import arrow as AC
 from cuptiprof.interop import pieces as P
-from cuptiprof.interop.kineto.categories import _step_of
+from cuptiprof.interop.kineto.categories import STEP0, _step_of
 from cuptiprof.interop.kineto.document import _DECODER, DistInfo, ProcInfo, RunEntry
 from cuptiprof.interop.kineto.text import _ARRAY_START
 from cuptiprof.interop.textsource import blocks as text_blocks, text_start
@@ -97,7 +97,7 @@ class _Processes:
             warm = self.small.find("warmup")
             if self.links and warm >= 0 and "xkind" in R.parts:
                 v, ok = R.get("xstep"), R.get("xstep?", bool)
-                nums.update(np.unique(v[ok & (R.get("xkind") == warm)]).tolist())
+                nums.update((np.unique(v[ok & (R.get("xkind") == warm)]) + STEP0).tolist())
         corr = [self.calls.get("corr")[self.calls.get("corr?", bool)]]
         corr += [G.get("correlation_id")[G.get("correlation_id?", bool)]
                  for t, G in self.gpu.items() if t != "memory_events"]
@@ -271,7 +271,7 @@ def _alike(parts: list[KinetoFile]) -> bool:
 
 def _numbers(nums: set) -> str:
     """Step numbers as 'N', 'A:B' (consecutive) or the first few."""
-    v = sorted(nums)
+    v = [n - STEP0 for n in sorted(nums)]   # (numbered from STEP0: _step_of)
     if len(v) == 1:
         return str(v[0])
     if v[-1] - v[0] == len(v) - 1:
