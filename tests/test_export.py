@@ -3589,3 +3589,23 @@ def test_steps_numbered_below_0_survive_an_export_and_import(tmp_path):
         con.close()
     assert ("step", -2, 1) in got[0][0] and ("warmup", -3, 1) in got[0][0], got[0][0]
     assert got[1] == got[0]
+
+
+def test_a_trace_that_cannot_take_its_name_leaves_no_parquet_datasets(tmp_path, capsys,
+                                                                     monkeypatch):
+    """`export --chrome t.json --parquet pq` whose trace could not take its name once the
+    datasets were written (another command made t.json meanwhile) failed, but left pq."""
+    import cuptiprof.interop.chrome.export as chrome_export
+    from cuptiprof.cli import main
+    from cuptiprof.errors import InputError
+    src = write_synthetic(tmp_path / "s.duckdb", steps=2, kernels_per_step=5)
+
+    def taken(tmp, out, **k):
+        raise InputError(f"{out}: already exists (written by another command since this one "
+                         "began)")
+    monkeypatch.setattr(chrome_export, "publish", taken)
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(src), "--chrome", "t.json", "--parquet", "pq"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "t.json: already exists" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb"]

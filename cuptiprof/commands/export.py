@@ -72,8 +72,14 @@ def run(args) -> int:
             try:
                 c = export_chrome(prof, args.chrome, force=args.force,
                                   before_publish=parquet if args.parquet else None)
-            except OSError as exc:  # e.g. a full disk mid-write: name the file the user asked for
-                raise write_failed(args.chrome, exc) from None
+            except BaseException as exc:
+                if said:   # the datasets are written, the trace could not take its name (one
+                    # another command made there meanwhile): they go too
+                    import shutil
+                    shutil.rmtree(args.parquet, ignore_errors=True)
+                if isinstance(exc, OSError):   # e.g. a full disk mid-write: name the file the
+                    raise write_failed(args.chrome, exc) from None   # user asked for
+                raise
             scope = prof.scope if args.steps else "every row"
             said.insert(0, f"cuptiprof: wrote {counted(c['events'], 'trace event')} ("
                         f"{counted(c.get('kernels', 0), 'kernel')}, scope: {scope}) -> "
