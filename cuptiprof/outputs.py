@@ -260,6 +260,18 @@ def hold_closed_std_fds() -> None:
             os.close(null)
 
 
+def _escape_unencodable(stream) -> None:
+    """A stdout whose encoding cannot write every character (PYTHONIOENCODING=ascii, a latin-1
+    locale) writes what it cannot encode as a backslash escape, as stderr does: a file or kernel
+    name outside it raised UnicodeEncodeError, a traceback and exit 1, which `diff` gives a
+    regression. UTF-8 output is unchanged."""
+    try:
+        if stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        pass   # not a TextIOWrapper (a test's capture), or one that cannot change: as it is
+
+
 def closed_std_streams() -> None:
     """stdout or stderr closed when the command started: hold_closed_std_fds, and what goes to
     stderr is dropped (one that read sys.stderr.isatty() failed with a traceback, and messages
@@ -270,6 +282,7 @@ def closed_std_streams() -> None:
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()
     elif not isinstance(sys.stdout, _CheckedStdout):
+        _escape_unencodable(sys.stdout)
         sys.stdout = _CheckedStdout(sys.stdout)
     if sys.stderr is None:   # (a name that is no UTF-8 in a message: as stderr writes it)
         sys.stderr = open(os.devnull, "w", errors="backslashreplace")

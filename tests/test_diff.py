@@ -794,3 +794,24 @@ def test_a_kind_of_two_ops_that_both_regress_keeps_its_own_verdict(tmp_path):
     assert st[("op", GEMM_H100)] == st[("op", SOFTMAX)] == "regression"
     # one op alone (the memset) is its kind's twin: counted once, as the op
     assert st[("kind", "memset")] == st[("op", "Memset")] == "same"
+
+
+def test_verdict_on_a_stdout_that_cannot_encode_a_name(tmp_path):
+    """A CI job whose stdout encoding is ASCII (PYTHONIOENCODING=ascii, a latin-1 locale) and a
+    file or kernel name outside it: the table's first line raised UnicodeEncodeError, a
+    traceback and exit 1, a 'regression' whatever the runs. The name is written escaped, the
+    gate's verdict stands (0 here) and no traceback is printed."""
+    a = make_run(tmp_path / "a.duckdb", seed=1)
+    b = make_run(tmp_path / "b\u00e9\u6f22.duckdb", seed=1)
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PYTHONIOENCODING="ascii")
+    for fmt in ("table", "markdown", "csv"):
+        p = subprocess.run([sys.executable, "-m", "cuptiprof", "diff", str(a), str(b),
+                            "--fail-above", "5", "--format", fmt, "--all"],
+                           capture_output=True, env=env, timeout=120)
+        err = p.stderr.decode("utf-8", "replace")
+        assert p.returncode == 0 and "Traceback" not in err, (fmt, err)
+        out = p.stdout.decode("ascii")
+        assert "\\xe9\\u6f22" in out or fmt == "csv", out
+        assert "gpu window" in out
