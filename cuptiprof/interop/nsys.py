@@ -438,8 +438,8 @@ class NsysFile:
             self._sole = named.pop()
             return self._sole
         if "globalPid" in self._cols(table):
-            row = self.db.execute(f'SELECT rowid FROM "{table}" WHERE "globalPid" IS NULL '
-                                  "LIMIT 1").fetchone()
+            row, = self.db.execute(f'SELECT rowid FROM "{table}" WHERE "globalPid" IS NULL '
+                                   "LIMIT 1").fetchall()
             where = f"{table} rowid {row[0]}: globalPid is NULL"
         else:
             where = f"{table} has no globalPid column"
