@@ -1118,6 +1118,28 @@ def test_ranges_still_open_survive_a_round_trip(tmp_path, monkeypatch, native):
         for report in ("ranges", "step_ranges"):
             assert b.report(report).fetchall() == a.report(report).fetchall(), report
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_range_opened_at_the_last_time_stays_inside_the_one_still_open(tmp_path, monkeypatch,
+                                                                         native):
+    """A range opened last and never closed, with nothing recorded after it, starts at the
+    export's last time, where the range it was opened inside (open too) ends in the trace:
+    imported back it is still inside that one, not beside it."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    t = 1_700_000_000_000_000_000
+    # range_id, parent, depth, name, kind, step, thread, start, end
+    rows = [(1, None, 0, "serve", "user", None, 5, t, None),
+            (2, 1, 1, "step", "step", 0, 5, t + 1_000, t + 2_000),
+            (3, 1, 1, "tail", "user", None, 5, t + 3_000, None)]
+    src = tmp_path / "r.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({"ranges": _range_rows(rows)})
+    back = chrome_round_trip(src, tmp_path / "r.json.gz", tmp_path / "back.duckdb")
+    q = "SELECT name, depth, end_ns IS NULL FROM ranges WHERE kind <> 'step' ORDER BY start_ns"
+    con = duckdb.connect(str(back), read_only=True)
+    assert con.execute(q).fetchall() == [("serve", 0, True), ("tail", 1, True)]
+    assert con.execute("SELECT p.name FROM ranges r JOIN ranges p ON p.range_id = r.parent_id "
+                       "AND p.pid = r.pid WHERE r.name = 'tail'").fetchall() == [("serve",)]
+
 
 def test_an_open_range_ends_at_the_last_time_an_export_holds(tmp_path):
     """The export's last time is the latest it holds, an open range's start, an allocation's

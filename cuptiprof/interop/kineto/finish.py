@@ -93,7 +93,10 @@ class _Finish:
         r_open = (R.get("xopen?", bool) & (R.get("xopen") == 1)) if self.links and len(r_start) \
             else np.zeros(len(r_start), bool)
 
-        parent, depth, c_range, c_op = nest(r_key, r_start, r_end, r_code == 0,
+        # nesting, an open range never ends: one opened inside it at the export's last time
+        # (where its end in the trace falls) is still inside it, as recorded
+        n_end = np.where(r_open, np.iinfo(np.int64).max, r_end) if r_open.any() else r_end
+        parent, depth, c_range, c_op = nest(r_key, r_start, n_end, r_code == 0,
                                             c_tid, c_start, c_end)
         if not self.links and not self._has_gpu_work():
             self._cpu_kernels(r_code <= 1, ~(is_step | warm), parent, depth, r_name, r_key,
