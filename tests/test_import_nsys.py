@@ -1030,6 +1030,20 @@ def test_a_range_never_ended_keeps_its_work(tmp_path):
     # the process's span is that of what it recorded, not stretched by the open ranges
     assert con.execute("SELECT start_ns, end_ns FROM processes").fetchall() == [(990, 1360)]
 
+def test_a_range_opened_last_inside_one_never_ended_stays_inside_it(tmp_path):
+    """A range pushed last, after everything else the capture holds, inside a range never
+    ended and never ended itself (a crash just after the push): both are open to the
+    capture's end, which is where the inner one begins, and it is still inside the outer."""
+    src = nsys_export(tmp_path / "open.sqlite", launches=_launches(4), ranges=[
+        (7, 980, None, 59, "serve"), (7, 990, 1150, 59, "step 0"), (7, 5000, None, 59, "save")])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT r.name, r.depth, p.name FROM ranges r LEFT JOIN ranges p "
+                       "ON p.pid = r.pid AND p.range_id = r.parent_id ORDER BY r.start_ns"
+                       ).fetchall() == [("serve", 0, None), ("step 0", 1, "serve"),
+                                        ("save", 1, "serve")]
+
 
 def test_steps_of_two_threads_that_overlap_keep_their_own_launches(tmp_path):
     """Two worker threads each mark their own steps, which overlap in time: a launch inside its

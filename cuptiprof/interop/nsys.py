@@ -594,8 +594,11 @@ class NsysFile:
             if got is not None:
                 names[i], attrs[i] = got[0], json.dumps(got[1])
                 r_op[i] = _OP_NAME.fullmatch(got[0]) is not None
+        # nesting, a range never ended never ends: one pushed inside it after everything else
+        # (which begins at `last`, where the outer one's end is put) is still inside it
+        n_end = np.where(r_open, np.iinfo(np.int64).max, r_end)
         parent, depth, c_range, c_op = self._nest(ranges["type"], c_gtid, c_start, c_end, r_gtid,
-                                                  r_start, r_end, r_op)
+                                                  r_start, n_end, r_op)
         r_step = np.full(len(r_start), -1, np.int64)
         c_step = np.full(len(c_start), -1, np.int64)
         # range ids are per process: number each process's ranges from 1
