@@ -1140,6 +1140,27 @@ def test_a_range_opened_at_the_last_time_stays_inside_the_one_still_open(tmp_pat
     assert con.execute("SELECT p.name FROM ranges r JOIN ranges p ON p.range_id = r.parent_id "
                        "AND p.pid = r.pid WHERE r.name = 'tail'").fetchall() == [("serve",)]
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_range_opened_last_inside_a_step_still_open_keeps_its_step(tmp_path, monkeypatch,
+                                                                      native):
+    """A step never ended ends in the trace at the export's last time, which is where a range
+    opened last inside it begins: imported back that range is still of the step."""
+    monkeypatch.setenv("CUPTIPROF_NATIVE", native)
+    t = 1_700_000_000_000_000_000
+    # range_id, parent, depth, name, kind, step, thread, start, end
+    rows = [(1, None, 0, "step", "step", 0, 5, t, t + 1_000),
+            (2, None, 0, "step", "step", 1, 5, t + 2_000, None),
+            (3, 2, 1, "fwd", "user", 1, 5, t + 2_500, t + 2_600),
+            (4, 2, 1, "tail", "user", 1, 5, t + 3_000, None)]
+    src = tmp_path / "r.duckdb"
+    with Writer(src, RunInfo(source="synthetic"), pid=9) as w:
+        w.append({"ranges": _range_rows(rows)})
+    back = chrome_round_trip(src, tmp_path / "r.json.gz", tmp_path / "back.duckdb")
+    q = "SELECT range_id, step, depth, end_ns IS NULL FROM ranges ORDER BY range_id"
+    con, orig = (duckdb.connect(str(p), read_only=True) for p in (back, src))
+    assert con.execute(q).fetchall() == orig.execute(q).fetchall() == [
+        (1, 0, 0, False), (2, 1, 0, True), (3, 1, 1, False), (4, 1, 1, True)]
+
 
 def test_an_open_range_ends_at_the_last_time_an_export_holds(tmp_path):
     """The export's last time is the latest it holds, an open range's start, an allocation's

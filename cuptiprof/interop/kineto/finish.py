@@ -87,15 +87,16 @@ class _Finish:
         if self.links and len(r_start) and self.small.find("warmup") >= 0:
             warm = R.get("xkind") == self.small.find("warmup")
             is_step &= ~warm
-        s_start, s_end, s_n, s_key = r_start[is_step], r_end[is_step], r_stepn[is_step], r_key[is_step]
         # a range cuptiprof's export says was still open: it nests what ran inside it (its
         # end in the trace is the export's last time) and is written without an end
         r_open = (R.get("xopen?", bool) & (R.get("xopen") == 1)) if self.links and len(r_start) \
             else np.zeros(len(r_start), bool)
 
-        # nesting, an open range never ends: one opened inside it at the export's last time
-        # (where its end in the trace falls) is still inside it, as recorded
+        # nesting and steps, an open range never ends: one opened inside it at the export's
+        # last time (where its end in the trace falls) is still inside it, as recorded, and
+        # in its step where it is (or is inside) a step still open
         n_end = np.where(r_open, np.iinfo(np.int64).max, r_end) if r_open.any() else r_end
+        s_start, s_end, s_n, s_key = r_start[is_step], n_end[is_step], r_stepn[is_step], r_key[is_step]
         parent, depth, c_range, c_op = nest(r_key, r_start, n_end, r_code == 0,
                                             c_tid, c_start, c_end)
         if not self.links and not self._has_gpu_work():
@@ -106,7 +107,7 @@ class _Finish:
         # what runs inside a warm-up is in it, as recorded: a warm-up holds rows as a step does
         held = is_step | warm
         held_n = np.where(warm, _step_arg(R), r_stepn) if warm.any() else r_stepn
-        at = (r_start[held], r_end[held], held_n[held])
+        at = (r_start[held], n_end[held], held_n[held])
         # the warm-up or step each range began in (its index among them): its step, and below
         # whether it began in a warm-up
         r_in = steps_at(r_start, *at[:2], np.arange(len(at[0])), r_key, r_key[held])
@@ -134,7 +135,7 @@ class _Finish:
         c_step = steps_at(c_start, s_start, s_end, s_n, c_tid, s_key)
         if warm.any() and len(c_start):
             w_key = r_key[warm]
-            c_w = steps_at(c_start, r_start[warm], r_end[warm], np.arange(len(w_key)), c_tid,
+            c_w = steps_at(c_start, r_start[warm], n_end[warm], np.arange(len(w_key)), c_tid,
                            w_key)
             in_own = c_w >= 0
             in_own[in_own] = w_key[c_w[in_own]] == c_tid[in_own]
