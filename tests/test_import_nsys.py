@@ -1045,6 +1045,19 @@ def test_a_range_opened_last_inside_one_never_ended_stays_inside_it(tmp_path):
                                         ("save", 1, "serve")]
 
 
+def test_a_range_pushed_last_inside_a_step_never_ended_keeps_its_step(tmp_path):
+    """A step never ended holds to the capture's end, which is where a range pushed last
+    inside it begins: that range is of the step, as the others inside it are."""
+    src = nsys_export(tmp_path / "open.sqlite", launches=_launches(2), ranges=[
+        (7, 990, 1050, 59, "ProfilerStep#0"), (7, 1090, None, 59, "ProfilerStep#1"),
+        (7, 1095, 1150, 59, "fwd"), (7, 5000, None, 59, "save")])
+    out = tmp_path / "o.duckdb"
+    import_traces([src], out)
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT name, step, depth FROM ranges ORDER BY start_ns").fetchall() == [
+        ("ProfilerStep#0", 0, 0), ("ProfilerStep#1", 1, 0), ("fwd", 1, 1), ("save", 1, 1)]
+
+
 def test_steps_of_two_threads_that_overlap_keep_their_own_launches(tmp_path):
     """Two worker threads each mark their own steps, which overlap in time: a launch inside its
     own thread's step is that step's, not the step another thread began later (nor the other

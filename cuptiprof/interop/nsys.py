@@ -594,8 +594,9 @@ class NsysFile:
             if got is not None:
                 names[i], attrs[i] = got[0], json.dumps(got[1])
                 r_op[i] = _OP_NAME.fullmatch(got[0]) is not None
-        # nesting, a range never ended never ends: one pushed inside it after everything else
-        # (which begins at `last`, where the outer one's end is put) is still inside it
+        # nesting and steps, a range never ended never ends: one pushed inside it after
+        # everything else (which begins at `last`, where the outer one's end is put) is still
+        # inside it, and of its step where it is a step never ended
         n_end = np.where(r_open, np.iinfo(np.int64).max, r_end)
         parent, depth, c_range, c_op = self._nest(ranges["type"], c_gtid, c_start, c_end, r_gtid,
                                                   r_start, n_end, r_op)
@@ -611,10 +612,10 @@ class NsysFile:
             self.step_nums[pid] = set(step_n[sm].tolist())
             # steps of several threads may overlap (workers each running their own): a call or
             # range takes the step of its own thread first, as Nsight Systems projects ranges
-            r_step[m] = steps_at(r_start[m], r_start[sm], r_end[sm], step_n[sm], r_gtid[m],
+            r_step[m] = steps_at(r_start[m], r_start[sm], n_end[sm], step_n[sm], r_gtid[m],
                                  r_gtid[sm])
             cm = c_pid == pid
-            c_step[cm] = steps_at(c_start[cm], r_start[sm], r_end[sm], step_n[sm], c_gtid[cm],
+            c_step[cm] = steps_at(c_start[cm], r_start[sm], n_end[sm], step_n[sm], c_gtid[cm],
                                   r_gtid[sm])
         r_step[is_step] = step_n[is_step]
         from cuptiprof.store.quality import STEP_INCOMPLETE
