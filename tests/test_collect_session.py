@@ -1003,6 +1003,21 @@ def test_a_problem_noted_on_one_thread_while_another_flushes_is_kept(tmp_path, m
     assert q(p, "SELECT name, step FROM kernels") == [("k0", 0)]
 
 
+def test_a_time_at_a_step_s_end_is_of_the_step_begun_then_or_of_none(tmp_path):
+    """step_at (an NVTX range's step, by its start) holds a step as [start, end), as
+    steps_at and the importers do: a range begun as a step ended is not of that step, but
+    of the one begun at that time."""
+    f = FakeCupti()
+    with Session(tmp_path / "w.duckdb", source=f, quiet=True) as s:
+        for i in range(2):
+            with cuptiprof.step(i):
+                pass
+        (s0, e0, n0), (s1, e1, n1) = list(s._windows)[-2:]
+        assert s.step_at(s1) == n1 and s.step_at(e1 - 1) == n1
+        assert s.step_at(e1) is None
+        s._windows.append((e1, e1 + 1_000, 7))   # a step begun as step 1 ended
+        assert s.step_at(e1) == 7
+
 def test_a_step_ending_while_a_flush_looks_up_steps_by_time(tmp_path):
     """A flush looks up the step of an NVTX range of another domain by its start (step_at)
     while another thread's step ends: the recent steps it walked through changed under it

@@ -75,8 +75,10 @@ class _Steps:
 
     def step_at(self, t_ns: int) -> int | None:
         # a copy: a step another thread ends meanwhile changes the deque (iterating it raised)
+        # [start, end), as steps_at and the importers hold a step: a range begun as a step
+        # ended is of the next step (one begun then), else of none, there as here
         for s, e, step in reversed(tuple(self._windows)):
-            if s <= t_ns <= e:
+            if s <= t_ns < e:
                 return step
         for tok in list(self._open.values()):
             # start 0: a step just begun on another thread, its start not yet set (it is set
