@@ -11,7 +11,7 @@ from cuptiprof.collect.resolve import Resolver
 
 def marker_at(r: Resolver, tid: int, t: int) -> int | None:
     """Reference: per generation, walk back from the last range started by t to the first one
-    not yet ended; a later start wins across generations, then ranges still open."""
+    that holds t as [start, end); a later start wins across generations, then ranges still open."""
     best = None
     for gen in r._intervals:
         iv = gen.get(tid)
@@ -20,7 +20,7 @@ def marker_at(r: Resolver, tid: int, t: int) -> int | None:
         i = bisect.bisect_right(iv, (t, float("inf"), float("inf"))) - 1
         while i >= 0:
             s, e, rid = iv[i]
-            if e >= t:
+            if e > t:
                 if best is None or s > best[0]:
                     best = (s, rid)
                 break
@@ -83,3 +83,21 @@ def test_vectorised_projection_matches_the_walk():
             checked += 1
             found += want is not None
     assert checked == 30000 and 0 < found < checked  # both outcomes are exercised
+
+
+def test_a_launch_at_a_ranges_end_is_outside_it_as_the_importers_read_it():
+    # [start, end): a call begun at the instant an NVTX range ended is not in it, here as in
+    # the importers' sweep after an export; at its start it is in it.
+    from cuptiprof.interop.nesting import nest
+
+    r = Resolver(Book(), 2, lambda d, c: str(c), 4)
+    outer, inner = (100, 300, 1), (150, 200, 2)
+    r._intervals[0][7] = sorted([outer, inner])
+    t = np.array([100, 150, 199, 200, 250, 299, 300], np.int64)
+    got, ok = r._markers_at(np.full(len(t), 7), t)
+    mine = [int(g) if o else None for g, o in zip(got, ok)]
+    assert mine == [1, 2, 2, 1, 1, 1, None]
+    ranges = [outer, inner]
+    _, _, c_range, _ = nest([7, 7], [s for s, _, _ in ranges], [e for _, e, _ in ranges],
+                            [0, 0], np.full(len(t), 7), t, t + 1)
+    assert [ranges[i][2] if i >= 0 else None for i in c_range.tolist()] == mine

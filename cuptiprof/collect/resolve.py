@@ -166,9 +166,10 @@ def _map(keys: np.ndarray, fn: Callable[[int], int | None], ok: np.ndarray | Non
 
 def _innermost(iv: list, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each time in t, the last interval of `iv` (sorted (start, end, range id) tuples)
-    that starts at or before it and has not ended: (start, range id, found). The same answer as
-    walking back from the last interval started, without the walk: binary lifting over a
-    sparse table of running end maxima skips runs of intervals that all ended before t."""
+    that holds it as [start, end): (start, range id, found). The same answer as walking back
+    from the last interval started, without the walk: binary lifting over a sparse table of
+    running end maxima skips runs of intervals that all ended by t. A launch at the instant a
+    range ended is not in it, as the importers' sweep (interop/nesting.py) reads it back."""
     a = np.array(iv, np.int64).reshape(-1, 3)
     starts, ends = a[:, 0], a[:, 1]
     cur = np.searchsorted(starts, t, side="right")  # intervals [0, cur) started by t
@@ -180,7 +181,7 @@ def _innermost(iv: list, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
         j = cur - (1 << k)
         can = j >= 0
         block_end = np.where(can, levels[k][np.where(can, j, 0)], 0)
-        cur = np.where(can & (block_end < t), j, cur)  # all of [j, cur) ended before t: skip
+        cur = np.where(can & (block_end <= t), j, cur)  # all of [j, cur) ended by t: skip
     found = cur > 0
     j = np.maximum(cur - 1, 0)
     return starts[j], a[j, 2], found
@@ -231,8 +232,8 @@ class Resolver:
     def _markers_at(self, tid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The NVTX range (other domains) each (thread, time) falls in: (range id, found).
 
-        The innermost: the latest-starting range of that thread that started at or before t and
-        had not ended (closed ranges of this flush and the last, then the ones still open)."""
+        The innermost: the latest-starting range of that thread that holds t as [start, end)
+        (closed ranges of this flush and the last, then the ones still open)."""
         n = len(t)
         best_s = np.zeros(n, np.int64)
         best = np.zeros(n, np.int64)
