@@ -35,7 +35,8 @@ SELECT p.op, c.op_calls, c.host_d / 1e6 AS host_ms,
        sum(p.n)::BIGINT AS gpu_calls, sum(p.d) / 1e6 AS gpu_ms,
        sum(p.d) / 1e3 / c.op_calls AS gpu_us_per_call,
        count(DISTINCT p.kname) FILTER (WHERE p.kind = 'kernel') AS kernels,
-       arg_max(p.kname, p.d) FILTER (WHERE p.kind = 'kernel') AS top_kernel,
+       -- equal times: the first name, not whichever row came first
+       arg_min(p.kname, (-p.d, p.kname)) FILTER (WHERE p.kind = 'kernel') AS top_kernel,
        100.0 * sum(p.d) / nullif((SELECT t FROM tot), 0) AS pct_gpu_time
 FROM per_op p JOIN calls c USING (op)
 GROUP BY p.op, c.op_calls, c.host_d

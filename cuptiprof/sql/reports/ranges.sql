@@ -62,6 +62,7 @@ SELECT range, d.depth,
        100.0 * coalesce(w.d, 0) / nullif((SELECT t FROM tot), 0) AS pct_gpu_time,
        t.top_kernel
 FROM calls c FULL OUTER JOIN work w USING (range)
-LEFT JOIN (SELECT range, arg_max(kname, d) AS top_kernel FROM per_kernel GROUP BY range) t USING (range)
+-- equal times: the first name, not whichever row came first (a round trip reorders rows)
+LEFT JOIN (SELECT range, arg_min(kname, (-d, kname)) AS top_kernel FROM per_kernel GROUP BY range) t USING (range)
 LEFT JOIN depths d USING (range)
 ORDER BY gpu_ms DESC, host_ms DESC, range

@@ -24,14 +24,17 @@ WITH optot AS (
     UNION ALL
     SELECT run_id, pid, device_id, step, kind, NULL, name, count(*), sum(end_ns - start_ns)
     FROM sel_work WHERE kind <> 'kernel' GROUP BY run_id, pid, device_id, step, kind, name
+), named AS (   -- equal times: the top op is the first readable name, whatever the row order
+    SELECT o.*, coalesce(o.name, s.demangled, s.value) AS label
+    FROM optot o LEFT JOIN strings s ON s.string_id = o.name_id
 ), per AS (
     SELECT run_id, pid, device_id, step,
            sum(n) FILTER (WHERE kind = 'kernel') AS kernels,
            sum(t) FILTER (WHERE kind = 'kernel') AS kernel_ns,
            sum(t) FILTER (WHERE kind = 'memcpy') AS memcpy_ns,
            sum(t) FILTER (WHERE kind = 'memset') AS memset_ns,
-           arg_max(struct_pack(kind, name_id, name), t) AS top, max(t) AS top_ns
-    FROM optot GROUP BY run_id, pid, device_id, step
+           arg_min(struct_pack(kind, name_id, name), (-t, label, kind)) AS top, max(t) AS top_ns
+    FROM named GROUP BY run_id, pid, device_id, step
 ), syncs AS (
     SELECT run_id, pid, device_id, step, sum(end_ns - start_ns) AS sync_ns
     FROM sel_activities WHERE kind = 'sync' GROUP BY ALL
