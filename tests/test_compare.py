@@ -1549,3 +1549,21 @@ def test_a_kernel_named_as_a_memset_is_not_pooled_with_the_memsets(tmp_path, by)
                    ("Memcpy HtoD (kernel)", "kernel"): (0.001, 0.001),
                    ("(unnamed)", "kernel"): (0.001, 0.001),
                    ("Memset", "memset"): (0.0005, 0.0005)}, got
+
+
+def test_step_timeline_names_a_box_of_equal_ops_by_the_first_name_whatever_the_row_order(tmp_path):
+    """Two 1 us kernels 0.1 us apart, written in either order, thinned into one box: a round
+    trip or a merge writes rows in another order, and the box keeps its name."""
+    from cuptiprof.analyse.compare import step_timeline
+    from cuptiprof.analyse.profile import open_profile
+    got = []
+    for i, (names, starts) in enumerate(((["kZ", "kA"], [0, 1_100]), (["kA", "kZ"], [1_100, 0]))):
+        k = {"start_ns": starts, "end_ns": [s + 1_000 for s in starts], "step": [0, 0],
+             "name": names, "stream_id": [7, 7], "device_id": [0, 0]}
+        path = tmp_path / f"t{i}.duckdb"
+        with Writer(path, RunInfo(source="synthetic")) as w:
+            w.append({"kernels": k})
+        with open_profile(path) as prof:
+            (box,) = rows(step_timeline(prof, 0, pixels=2, lane_ops=1))
+            got.append((box["name"], box["kind"], box["ops"]))
+    assert got == [("kA", "kernel", 2)] * 2

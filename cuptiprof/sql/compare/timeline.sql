@@ -43,8 +43,9 @@ WITH p AS (
                         ROWS UNBOUNDED PRECEDING) AS box
     FROM m
 )
-SELECT run_id, pid, device_id, stream_id, arg_max(kind, end_ns - start_ns) AS kind,
-       arg_max(name, end_ns - start_ns) AS name, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
+-- kind and name of one op, the longest (equal lengths: the first by name, kind), whatever the row order
+SELECT run_id, pid, device_id, stream_id, arg_min(kind, (start_ns - end_ns, name, kind)) AS kind,
+       arg_min(name, (start_ns - end_ns, name, kind)) AS name, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
        count(*) AS ops, sum(end_ns - start_ns) AS busy_ns, any_value(merge_px) AS merge_px,
        bool_or(on_cpu) AS on_cpu
 FROM g
