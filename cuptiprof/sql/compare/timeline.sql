@@ -50,4 +50,5 @@ SELECT run_id, pid, device_id, stream_id, arg_min(kind, (start_ns - end_ns, name
        bool_or(on_cpu) AS on_cpu
 FROM g
 GROUP BY run_id, pid, device_id, stream_id, box
-ORDER BY run_id, pid, device_id, stream_id, start_ns
+-- boxes of one start (ops of equal times drawn one each): by end, then name, whatever the row order
+ORDER BY run_id, pid, device_id, stream_id, start_ns, end_ns, name, kind

@@ -36,4 +36,4 @@ SELECT coalesce(nullif(coalesce(a.name, s.demangled, s.value), ''), '(unnamed)')
        100.0 * a.total / nullif((SELECT t FROM tot), 0) AS pct_gpu_time,
        100.0 * a.total / nullif((SELECT b FROM busy), 0) AS pct_busy
 FROM agg a LEFT JOIN strings s ON s.string_id = a.name_id
-ORDER BY total_ms DESC, name
+ORDER BY total_ms DESC, name, a.kind

@@ -21,4 +21,5 @@ FROM a JOIN m ON m.kind = a.kind AND m.name_id IS NOT DISTINCT FROM a.name_id
               AND m.name IS NOT DISTINCT FROM a.name
 LEFT JOIN strings s ON s.string_id = a.name_id
 WHERE a.d >= 3 * m.med AND a.d - m.med >= 1000
-ORDER BY x_median DESC, dur_us DESC, a.start_ns
+-- instances of equal times: by where they ran, then by name, not in whichever order DuckDB met them
+ORDER BY x_median DESC, dur_us DESC, a.start_ns, a.device_id, a.stream_id, name, a.kind, a.step

@@ -44,4 +44,5 @@ SELECT run_id, pid, 'process_ended_early', CAST(pid AS VARCHAR), NULL, NULL,
 FROM processes p
 WHERE ended_early AND NOT EXISTS (SELECT 1 FROM data_quality d WHERE d.run_id = p.run_id
                                   AND d.pid = p.pid AND d.check_name = 'process_ended_early')
-ORDER BY run_id, pid, check_name, subject
+-- one check of one subject recorded twice (two writers, a merge): by its detail, whatever the row order
+ORDER BY run_id, pid, check_name, subject, detail, count, value_ms
