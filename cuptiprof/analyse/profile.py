@@ -377,7 +377,8 @@ class Profile:
     def data_quality(self) -> duckdb.DuckDBPyRelation:
         """Every row of the data_quality table (what the file does not contain), whatever the
         scope. report('quality') adds the program's ranges that ran outside every step."""
-        return self._rep.sql("SELECT * FROM data_quality ORDER BY run_id, pid, check_name, subject, detail, count, value_ns")
+        return self._rep.sql("SELECT * FROM data_quality "
+                             "ORDER BY run_id, pid, check_name, subject, detail, count, value_ns")
 
     def runs(self) -> duckdb.DuckDBPyRelation:
         """Every row of the runs table (label, source, status, command, versions, settings)."""
