@@ -1018,6 +1018,7 @@ def test_a_time_at_a_step_s_end_is_of_the_step_begun_then_or_of_none(tmp_path):
         s._windows.append((e1, e1 + 1_000, 7))   # a step begun as step 1 ended
         assert s.step_at(e1) == 7
 
+
 def test_a_step_ending_while_a_flush_looks_up_steps_by_time(tmp_path):
     """A flush looks up the step of an NVTX range of another domain by its start (step_at)
     while another thread's step ends: the recent steps it walked through changed under it
