@@ -566,13 +566,10 @@ class NsysFile:
         c_start, c_end = np.array(calls["start"], np.int64), np.array(calls["end"], np.int64)
         r_start = np.array(ranges["start"], np.int64)
         r_open = np.array([e is None for e in ranges["end"]], bool)
-        # a range never ended is open until the capture's last record (it nests, holds and is
-        # the step of what ran after it began) and is written without an end
-        ended = [e for e in ranges["end"] if e is not None]
-        last = max([s[1] for s in self.spans.values()] + [int(c_end.max()) if len(c_end) else 0,
-                                                           int(r_start.max()) if len(r_start) else 0,
-                                                           max(ended, default=0)])
-        r_end = np.array([last if e is None else e for e in ranges["end"]], np.int64)
+        # a range never ended never ends: it nests, holds and is the step of all its thread ran
+        # after it began (one pushed inside it last, too), and is written without an end
+        never = np.iinfo(np.int64).max
+        r_end = np.array([never if e is None else e for e in ranges["end"]], np.int64)
         c_pid = self._own_all((c_gtid >> 24) & 0xFFFFFF)
         r_pid = self._own_all((r_gtid >> 24) & 0xFFFFFF)
         # a process's span holds its calls and ranges too; one with no GPU work (a helper
@@ -594,12 +591,8 @@ class NsysFile:
             if got is not None:
                 names[i], attrs[i] = got[0], json.dumps(got[1])
                 r_op[i] = _OP_NAME.fullmatch(got[0]) is not None
-        # nesting and steps, a range never ended never ends: one pushed inside it after
-        # everything else (which begins at `last`, where the outer one's end is put) is still
-        # inside it, and of its step where it is a step never ended
-        n_end = np.where(r_open, np.iinfo(np.int64).max, r_end)
         parent, depth, c_range, c_op = self._nest(ranges["type"], c_gtid, c_start, c_end, r_gtid,
-                                                  r_start, n_end, r_op)
+                                                  r_start, r_end, r_op)
         r_step = np.full(len(r_start), -1, np.int64)
         c_step = np.full(len(c_start), -1, np.int64)
         # range ids are per process: number each process's ranges from 1
@@ -612,10 +605,10 @@ class NsysFile:
             self.step_nums[pid] = set(step_n[sm].tolist())
             # steps of several threads may overlap (workers each running their own): a call or
             # range takes the step of its own thread first, as Nsight Systems projects ranges
-            r_step[m] = steps_at(r_start[m], r_start[sm], n_end[sm], step_n[sm], r_gtid[m],
+            r_step[m] = steps_at(r_start[m], r_start[sm], r_end[sm], step_n[sm], r_gtid[m],
                                  r_gtid[sm])
             cm = c_pid == pid
-            c_step[cm] = steps_at(c_start[cm], r_start[sm], n_end[sm], step_n[sm], c_gtid[cm],
+            c_step[cm] = steps_at(c_start[cm], r_start[sm], r_end[sm], step_n[sm], c_gtid[cm],
                                   r_gtid[sm])
         r_step[is_step] = step_n[is_step]
         from cuptiprof.store.quality import STEP_INCOMPLETE
