@@ -38,7 +38,6 @@ from cuptiprof.store.quality import STEP_INCOMPLETE
 OUTSIDE_STEPS_NOTE = 0.3
 
 
-
 def _own(col: str) -> str:
     """`col` of a kernel whose name is one cuptiprof gives copies and memsets (a trace's kernel
     named 'Memset', say) with ' (kernel)' after it: keyed by its bare name, it pooled with the
