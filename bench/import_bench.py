@@ -6,6 +6,12 @@ its threads), memory its peak RSS (VmHWM) and its growth (peak RSS less the RSS 
 modules are imported: what the work itself adds to the interpreter). Each round runs every approach back to back, so a
 speed-up compares runs under the same load; the table shows medians over the rounds.
 
+"end to end" adds the time the approach's imports take (numpy, pyarrow, DuckDB and cuptiprof's
+own modules; the script's gzip and json) to its work: what a user waits for at the command line,
+less the interpreter's own start, which both pay. Children run with Python's bytecode cache on
+(cuptiprof's modules compiled first), as an installed package has it, whatever
+PYTHONDONTWRITEBYTECODE says here.
+
     python bench/import_bench.py [TRACE.json.gz ...] [--big N] [--repeat 3] [--msgspec]
                                  [--before TREE]
 
@@ -95,6 +101,7 @@ ENV = {"cuptiprof_msgspec": {"CUPTIPROF_NATIVE": "0"}}
 
 def measure(name: str, trace: Path) -> dict:
     env = {**os.environ, **ENV.get(name, {})}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)   # see compile_sources
     # `python -c` puts the working directory first on sys.path: run another checkout from it
     cwd = env["PYTHONPATH"] if name == "cuptiprof_before" else None
     r = subprocess.run([sys.executable, "-c", RUNNERS[name], str(trace)], capture_output=True,
@@ -105,6 +112,16 @@ def measure(name: str, trace: Path) -> dict:
     return {"work_s": float(work), "cpu_s": float(cpu), "import_s": float(imports),
             "peak_mb": int(rss_kb) / 1024, "growth_mb": (int(rss_kb) - int(base_kb)) / 1024,
             "pandas": "pandas_imported True" in r.stdout}
+
+
+def compile_sources(*trees: Path) -> None:
+    """Bytecode for cuptiprof's modules, as `pip install` writes it: without it each child
+    compiles them from source again (~35 ms of its imports where PYTHONDONTWRITEBYTECODE is
+    set), which no installed cuptiprof does."""
+    for tree in trees:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "cuptiprof")],
+                       check=True, env={k: v for k, v in os.environ.items()
+                                        if k != "PYTHONDONTWRITEBYTECODE"})
 
 
 def info(trace: Path) -> tuple[int, int]:
@@ -149,6 +166,8 @@ def main() -> int:
     if args.before:
         ENV["cuptiprof_before"] = {"PYTHONPATH": str(Path(args.before).resolve())}
     traces = [Path(t) for t in args.traces] or [SHARED / t for t in DEFAULT]
+    compile_sources(Path(__file__).resolve().parents[1],
+                    *([Path(args.before).resolve()] if args.before else []))
     tmp = tempfile.mkdtemp()
     if args.big:
         traces.append(make_big(traces[0], args.big, Path(tmp) / f"big{args.big}x.json.gz"))
@@ -159,8 +178,8 @@ def main() -> int:
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}, "
           f"load average {os.getloadavg()[0]:.1f}, median of {args.repeat} rounds")
     print("| trace | events | JSON MB | approach | work s | CPU s | +imports s | peak RSS MB | "
-          "growth MB | speed-up |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "growth MB | speed-up | end to end s | speed-up end to end |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for t in traces:
         size, n = info(t)
         rounds: dict[str, list] = {name: [] for name in names}
@@ -168,21 +187,25 @@ def main() -> int:
             for name in names:
                 rounds[name].append(measure(name, t))
         ours = [m.get("work_s") for m in rounds["cuptiprof"]]
+        ours_all = [m["work_s"] + m["import_s"] if "work_s" in m else None
+                    for m in rounds["cuptiprof"]]
         for name, ms in rounds.items():
             bad = next((m for m in ms if "error" in m), None)
             if bad:
-                print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | failed: {bad['error']} | | | | | |")
+                print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | failed: {bad['error']} | | | | | | | |")
                 continue
             med = {k: statistics.median(m[k] for m in ms) for k in ms[0] if k != "pandas"}
-            sp = ""
+            sp = sp_all = ""
             if name != "cuptiprof" and None not in ours:
                 sp = f"{statistics.median(m['work_s'] / o for m, o in zip(ms, ours)):.2f}x"
+                sp_all = f"{statistics.median((m['work_s'] + m['import_s']) / o for m, o in zip(ms, ours_all)):.2f}x"
+            all_s = statistics.median(m["work_s"] + m["import_s"] for m in ms)
             print(f"| {t.name} | {n:,} | {size / 1e6:.1f} | {name} | {med['work_s']:.2f} | "
                   f"{med['cpu_s']:.2f} | {med['import_s']:.2f} | {med['peak_mb']:.0f} | "
-                  f"{med['growth_mb']:.0f} | {sp} |")
+                  f"{med['growth_mb']:.0f} | {sp} | {all_s:.2f} | {sp_all} |")
         if any(m.get("pandas") for m in rounds["cuptiprof"]):
             print(f"| {t.name} | | | (cuptiprof's work above includes importing pandas, "
-                  "which pyarrow does on its first Array.to_numpy in the writer) | | | | | | |")
+                  "which pyarrow does on its first Array.to_numpy in the writer) | | | | | | | | |")
         sys.stdout.flush()
     print(f"# load average at the end {os.getloadavg()[0]:.1f}")
     return 0

@@ -167,6 +167,19 @@ def test_ints_gives_values_and_a_validity_mask_only_with_missing_values():
         arrow.ints([1, 2 ** 64])
 
 
+@pytest.mark.parametrize("typ", [pa.int8(), pa.int32(), pa.int64(), pa.uint64()])
+def test_min_max_skips_nulls_and_reads_slices(typ):
+    big = (1 << 64) - 2 if typ == pa.uint64() else 100
+    a = pa.array([None, 7, big, None, 3, 5], typ)
+    assert arrow.min_max(a) == (3, big)
+    assert arrow.min_max(a.slice(3)) == (3, 5)        # the offset is honoured
+    assert arrow.min_max(a.slice(1, 1)) == (7, 7)
+    # NULL slots hold whatever the buffer has: never taken for a value
+    bits = pa.array([False, True, False]).buffers()[1]
+    masked = pa.Array.from_buffers(typ, 3, [bits, pa.array([0, 4, 99], typ).buffers()[1]])
+    assert masked.null_count == 2 and arrow.min_max(masked) == (4, 4)
+
+
 def test_distinct_is_the_sorted_unique_values():
     assert arrow.distinct(np.array([3, 1, 3, -2, 1])).tolist() == [-2, 1, 3]
 

@@ -273,6 +273,20 @@ def test_modern_synthetic(tmp_path):
     assert one(con, "SELECT source, status FROM runs") == ("kineto", "complete")
 
 
+def test_an_import_loads_no_module_it_does_not_use(tmp_path):
+    """`cuptiprof import` waits for every module it loads before it reads a byte:
+    pyarrow.compute (~25 ms: its function wrappers are built as it loads) and cuptiprof.markers
+    (which loads inspect) serve other commands, not this one."""
+    src = write(tmp_path / "t.json.gz", modern(step_ts=1_000_000), gz=True)
+    code = ("import sys\nfrom cuptiprof.cli import main\n"
+            f"code = main(['import', {str(src)!r}, '-o', {str(tmp_path / 'o.duckdb')!r}])\n"
+            "print(code, [m for m in ('pyarrow.compute', 'cuptiprof.markers') if m in sys.modules])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "0 []"
+    assert (tmp_path / "o.duckdb").exists()
+
 
 def test_a_context_sync_has_no_stream(tmp_path):
     """Kineto writes a context-wide sync with stream 4294967295 (unsigned -1); cuptiprof's export

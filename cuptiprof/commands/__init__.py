@@ -5,7 +5,6 @@ import os
 import re
 
 from cuptiprof.errors import UsageError
-from cuptiprof.markers import steps_beyond
 
 # The positional FILE of the commands that read one cuptiprof file (report, sql, export).
 FILE_HELP = "a cuptiprof .duckdb file (from run, import or merge)"
@@ -33,6 +32,7 @@ def whole_number(text: str) -> int:
 def step_count(text: str) -> int:
     """A number of steps (run --steps, --warmup): a whole number the step numbers can reach,
     as report --steps takes (a larger count is never reached, and was taken as given)."""
+    from cuptiprof.markers import steps_beyond   # markers loads inspect: not every command's cost
     n = whole_number(text)
     why = steps_beyond(text, count=True)
     if why:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cuptiprof.native import extensions_enabled, load_extension
 from cuptiprof.store import arrow
@@ -48,9 +47,8 @@ def _kernel_groups(lanes: dict[str, list], codes: np.ndarray, step) -> tuple[lis
                                              else np.zeros(len(codes), np.int64))
     st = step.combine_chunks() if isinstance(step, pa.ChunkedArray) else step
     if st.type != pa.int32():
-        st = pc.cast(st, pa.int32())
-    mm = pc.min_max(st)
-    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        st = st.cast(pa.int32())
+    lo, hi = arrow.min_max(st)
     span = hi - lo + 2  # code hi - lo + 1: NULL
     key = np.subtract(_values(st), _wrap(lo), dtype=_I64, casting="unsafe")
     if st.null_count:
@@ -87,19 +85,18 @@ def distinct_rows(tbl: pa.Table) -> tuple[np.ndarray, int]:
     for col in tbl.columns:
         a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
         if not pa.types.is_integer(a.type):
-            a = pc.cast(a, pa.int64())
+            a = a.cast(pa.int64())
         nulls = a.null_count
         if nulls == n:
             continue
-        mm = pc.min_max(a)
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        lo, hi = arrow.min_max(a)
         if lo == hi and not nulls:
             continue
         span = hi - lo + 1 + (1 if nulls else 0)  # NULL takes the code hi - lo + 1
         if radix * span < _KEY_MAX:
             v, base = (_filled(a, _wrap(hi + 1)) if nulls else _values(a)), lo  # wraps: exact
         else:  # a wide range: dictionary codes instead (at most n + 1 of them)
-            enc = pc.dictionary_encode(a, null_encoding="encode")
+            enc = a.dictionary_encode(null_encoding="encode")
             v, base = _values(enc.indices), 0
             span = len(enc.dictionary)
             if key is not None and radix * span >= _KEY_MAX:  # renumber the key so far first
@@ -135,7 +132,7 @@ def _native_distinct(tbl: pa.Table, how: int = 0) -> tuple[np.ndarray, int] | No
     for col in tbl.columns:
         kind = _INT_KINDS.get(col.type.id)
         if kind is None:
-            col = pc.cast(col, pa.int64())
+            col = col.cast(pa.int64())
             kind = (8, True)
         cols.append((*kind, [(b[1], b[0], a.offset, len(a), a.null_count)
                              for a in col.chunks for b in (a.buffers(),)]))
@@ -166,7 +163,7 @@ def _dense(key: np.ndarray, radix: int, distinct: bool = False):
         rank -= 1
         out = np.take(rank, key), int(rank[-1]) + 1  # np.take: a tighter loop than rank[key]
         return (*out, np.flatnonzero(present)) if distinct else out
-    enc = pc.dictionary_encode(_int_array(key))
+    enc = _int_array(key).dictionary_encode()
     out = _values(enc.indices), len(enc.dictionary)
     return (*out, _values(enc.dictionary)) if distinct else out
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cuptiprof.native import extensions_enabled, load_extension
 from cuptiprof.store.arrow import rows_as_lists, valid as _valid, values as _values
@@ -177,7 +176,7 @@ def work_part(t: pa.Table, groups: tuple[list[tuple], np.ndarray] | None = None)
 def _as(col, typ: pa.DataType) -> pa.Array:
     """One array of the given type (no copy when it already is one)."""
     a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    return a if a.type == typ else pc.cast(a, typ)
+    return a if a.type == typ else a.cast(typ)
 
 
 def _native():

@@ -22,7 +22,6 @@ from typing import Any, Callable, Mapping
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cuptiprof._version import __version__
 from cuptiprof.errors import InputError, SchemaVersionError, StoreError, WriterBusy
@@ -411,7 +410,7 @@ class Writer:
     def _intern(self, col: pa.ChunkedArray, new_strings: list) -> pa.Array:
         """Map a string column to string ids; only the distinct values go through Python."""
         if not pa.types.is_dictionary(col.type):
-            col = pc.dictionary_encode(col)
+            col = col.dictionary_encode()
         # Dictionary columns (the collector's and the synthetic generator's) are used as they are.
         return pa.chunked_array([self._intern_dict(c, new_strings) for c in col.chunks],
                                 pa.int32())
