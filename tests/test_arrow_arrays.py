@@ -180,6 +180,23 @@ def test_min_max_skips_nulls_and_reads_slices(typ):
     assert masked.null_count == 2 and arrow.min_max(masked) == (4, 4)
 
 
+def test_malloc_pool_holds_inside_and_the_pool_before_comes_back(tmp_path):
+    from cuptiprof.interop.importing import import_traces
+    before = pa.default_memory_pool().backend_name
+    with arrow.malloc_pool():
+        assert pa.default_memory_pool().backend_name == "system"
+        kept = pa.chunked_array([pa.array([1, 2]), pa.array([3])]).combine_chunks()
+    assert pa.default_memory_pool().backend_name == before
+    assert kept.to_pylist() == [1, 2, 3]   # a buffer of the pool left behind stays readable
+    with pytest.raises(ZeroDivisionError), arrow.malloc_pool():
+        1 / 0
+    assert pa.default_memory_pool().backend_name == before
+    (tmp_path / "t.json").write_text("{not json")
+    with pytest.raises(Exception):   # an import that fails gives it back too
+        import_traces([tmp_path / "t.json"], tmp_path / "o.duckdb")
+    assert pa.default_memory_pool().backend_name == before
+
+
 def test_distinct_is_the_sorted_unique_values():
     assert arrow.distinct(np.array([3, 1, 3, -2, 1])).tolist() == [-2, 1, 3]
 

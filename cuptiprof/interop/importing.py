@@ -209,6 +209,12 @@ def import_traces(paths, out, *, label: str | None = None, overwrite: bool = Fal
 
     >>> import_traces(["rank0.json.gz", "rank1.json.gz"], "job.duckdb")   # doctest: +SKIP
     """
+    with arrow.malloc_pool():
+        return _import_traces(paths, out, label, overwrite, progress)
+
+
+def _import_traces(paths, out, label: str | None, overwrite: bool,
+                   progress: bool | None) -> dict:
     paths = [Path(p) for p in paths]
     if not paths:
         raise UsageError("no trace files given")
