@@ -181,6 +181,7 @@ def test_min_max_skips_nulls_and_reads_slices(typ):
 
 
 def test_malloc_pool_holds_inside_and_the_pool_before_comes_back(tmp_path):
+    from cuptiprof.errors import InputError
     from cuptiprof.interop.importing import import_traces
     before = pa.default_memory_pool().backend_name
     with arrow.malloc_pool():
@@ -192,7 +193,7 @@ def test_malloc_pool_holds_inside_and_the_pool_before_comes_back(tmp_path):
         1 / 0
     assert pa.default_memory_pool().backend_name == before
     (tmp_path / "t.json").write_text("{not json")
-    with pytest.raises(Exception):   # an import that fails gives it back too
+    with pytest.raises(InputError):   # an import that fails gives it back too
         import_traces([tmp_path / "t.json"], tmp_path / "o.duckdb")
     assert pa.default_memory_pool().backend_name == before
 
