@@ -696,6 +696,8 @@ _KERNEL = ("name_id",) + LAUNCH_CONFIG  # what ran: interned into launch_configs
 _ZERO_IS_NONE = ("range_id", "op_id")    # kernel_rows ids stored as 0 (not NULL) when absent
 _COMBOS = (("launch_configs", "config_id", _KERNEL), ("lanes", "lane_id", LANE))
 _COMBO_COLUMNS = {t: cols for t, _, cols in _COMBOS}
+
+
 def _as_table(batch: Batch) -> pa.Table:
     if isinstance(batch, pa.Table):
         return batch
