@@ -51,6 +51,7 @@ NO_OPS = ("no GPU activity was captured (no CUDA GPU found), and no CPU op: torc
 WARM_UP_ONLY = ("no GPU activity was captured (no CUDA GPU found), and no CPU op was recorded: "
                 "no step got past the warm-up")
 
+
 class _Open:
     __slots__ = ("range_id", "parent_id", "depth", "name", "kind", "step", "thread", "start", "attrs",
                  "is_step", "closed", "gen")

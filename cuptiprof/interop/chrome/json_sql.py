@@ -18,6 +18,7 @@ def _lit(v) -> str:
 # one concat() per row. Every _Sql value is wrapped so that NULL becomes `null`: concat() would
 # drop a NULL silently and leave invalid JSON.
 
+
 def _q(text: str) -> str:
     """A SQL string literal."""
     return "'" + text.replace("'", "''") + "'"
