@@ -162,9 +162,9 @@ def valid(a: pa.Array) -> np.ndarray:
 def malloc_pool() -> Iterator[None]:
     """Arrow's allocations from the C library's malloc while the block runs, then from the pool
     they came from before. pyarrow's default pool (mimalloc) pays for its first allocation in
-    a process, 0.3-5.7 ms here, inside an import's last, single-threaded phase, and keeps ~8 MB
-    more at the peak of an import of 54 MB of JSON (bench/import_bench.py's traces, fresh
-    processes, side by side). Buffers keep the pool they were taken from."""
+    a process inside an import's last, single-threaded phase, and keeps ~8 MB more at the peak
+    of an import of 54 MB of JSON (bench/import_knobs.py: fresh processes, side by side).
+    Buffers keep the pool they were taken from."""
     before = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
